@@ -1,0 +1,53 @@
+# Thin wrapper around CMake and the test runners (DESIGN section 13).
+#   make demo   deps + build + `strata demo`
+#   make test   deps + build + every test
+#   make check  fast loop: build the sanitized tree, unit tests + simulator
+BUILD     ?= build
+SAN_BUILD ?= build-san
+JOBS      ?= $(shell nproc)
+PYTEST    ?= /usr/bin/python3 -m pytest
+FUZZ_SECONDS ?= 15
+SIM_SEEDS ?= 2000
+
+.PHONY: all deps build build-san test check unit sim fuzz integration demo clean
+
+all: build
+
+deps:
+	@bash cli/install-deps.sh
+
+build:
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+build-san:
+	@CC=clang cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DSTRATA_SANITIZE=ON \
+		-DSTRATA_FUZZ=ON -DSTRATA_EXTENSION=OFF -DSTRATA_FUZZ_SECONDS=$(FUZZ_SECONDS) >/dev/null
+	@cmake --build $(SAN_BUILD) -j $(JOBS)
+
+unit: build-san
+	cd $(SAN_BUILD) && ctest --output-on-failure -L unit
+
+sim: build-san
+	cd $(SAN_BUILD) && STRATA_SIM_SEEDS=$(SIM_SEEDS) ctest --output-on-failure -L sim
+
+fuzz: build-san
+	cd $(SAN_BUILD) && ctest --output-on-failure -L fuzz
+
+integration: build build-san
+	STRATA_BUILD=$(CURDIR)/$(BUILD) STRATA_SAN_BUILD=$(CURDIR)/$(SAN_BUILD) \
+		$(PYTEST) -q -ra tests/integration
+
+check: build-san
+	cd $(SAN_BUILD) && STRATA_SIM_SEEDS=200 ctest --output-on-failure -L fast
+
+test: deps build build-san
+	cd $(SAN_BUILD) && STRATA_SIM_SEEDS=$(SIM_SEEDS) ctest --output-on-failure
+	STRATA_BUILD=$(CURDIR)/$(BUILD) STRATA_SAN_BUILD=$(CURDIR)/$(SAN_BUILD) \
+		$(PYTEST) -q -ra tests/integration
+
+demo: deps build
+	$(BUILD)/bin/strata demo
+
+clean:
+	rm -rf $(BUILD) $(SAN_BUILD)
