@@ -1,0 +1,212 @@
+/*
+ * durable.c: atomic file replacement, directory fsync, data-directory lock.
+ *
+ * See durable.h for the contract.  Everything is synchronous; this file
+ * never touches the event loop and keeps no state.
+ */
+#include "common/durable.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int write_all(int fd, const void *data, size_t len)
+{
+    const char *p = data;
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (n == 0)
+            return -EIO;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static int fsync_retry(int fd)
+{
+    while (fsync(fd) != 0) {
+        if (errno != EINTR)
+            return -errno;
+    }
+    return 0;
+}
+
+int durable_fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int rc = fsync_retry(fd);
+    close(fd);
+    return rc;
+}
+
+/* Copies path's directory part into buf ("." when there is none). */
+static int parent_of(const char *path, char *buf, size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    if (slash == NULL) {
+        if (cap < 2)
+            return -ENAMETOOLONG;
+        strcpy(buf, ".");
+        return 0;
+    }
+    size_t n = (size_t)(slash - path);
+    if (n == 0)
+        n = 1; /* "/file" lives in "/" */
+    if (n >= cap)
+        return -ENAMETOOLONG;
+    memcpy(buf, path, n);
+    buf[n] = '\0';
+    return 0;
+}
+
+int durable_fsync_parent(const char *path)
+{
+    char dir[PATH_MAX];
+    int rc = parent_of(path, dir, sizeof dir);
+    if (rc != 0)
+        return rc;
+    return durable_fsync_dir(dir);
+}
+
+int durable_write_file(const char *path, const void *data, size_t len, mode_t mode)
+{
+    char tmp[PATH_MAX];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+        return -ENAMETOOLONG;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+    if (fd < 0)
+        return -errno;
+    int rc = write_all(fd, data, len);
+    if (rc == 0)
+        rc = fsync_retry(fd);
+    if (close(fd) != 0 && rc == 0)
+        rc = -errno;
+    if (rc == 0 && rename(tmp, path) != 0)
+        rc = -errno;
+    if (rc != 0) {
+        unlink(tmp);
+        return rc;
+    }
+    return durable_fsync_parent(path);
+}
+
+int durable_read_file(const char *path, size_t max_len, void **out, size_t *out_len)
+{
+    *out = NULL;
+    *out_len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int rc = -errno;
+        close(fd);
+        return rc;
+    }
+    if (st.st_size < 0 || (size_t)st.st_size > max_len) {
+        close(fd);
+        return -EFBIG;
+    }
+    size_t size = (size_t)st.st_size;
+    char *buf = malloc(size > 0 ? size : 1);
+    if (buf == NULL) {
+        close(fd);
+        return -ENOMEM;
+    }
+    size_t got = 0;
+    while (got < size) {
+        ssize_t n = read(fd, buf + got, size - got);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            int rc = -errno;
+            free(buf);
+            close(fd);
+            return rc;
+        }
+        if (n == 0)
+            break; /* shrank under us: return what is there */
+        got += (size_t)n;
+    }
+    close(fd);
+    *out = buf;
+    *out_len = got;
+    return 0;
+}
+
+int durable_rename(const char *from, const char *to)
+{
+    int fd = open(from, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int rc = fsync_retry(fd);
+    close(fd);
+    if (rc != 0)
+        return rc;
+    if (rename(from, to) != 0)
+        return -errno;
+    return durable_fsync_parent(to);
+}
+
+int durable_unlink(const char *path)
+{
+    if (unlink(path) != 0) {
+        if (errno == ENOENT)
+            return 0;
+        return -errno;
+    }
+    return durable_fsync_parent(path);
+}
+
+int durable_lock_dir(const char *dir, const char *name)
+{
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
+        return -ENAMETOOLONG;
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    /* flock locks belong to the open file description, so a second
+     * durable_lock_dir in the same process is refused too. */
+    while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        if (errno == EINTR)
+            continue;
+        int rc = errno == EWOULDBLOCK ? -EWOULDBLOCK : -errno;
+        close(fd);
+        return rc;
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    assert(n > 0 && (size_t)n < sizeof pid);
+    int rc = 0;
+    if (ftruncate(fd, 0) != 0)
+        rc = -errno;
+    if (rc == 0 && pwrite(fd, pid, (size_t)n, 0) != n)
+        rc = -EIO;
+    if (rc != 0) {
+        close(fd);
+        return rc;
+    }
+    return fd;
+}
+
+void durable_unlock_dir(int fd)
+{
+    if (fd >= 0)
+        close(fd);
+}

@@ -1,0 +1,59 @@
+/*
+ * durable.h: the one way Strata makes a file change survive a crash.
+ *
+ * For small files that must change atomically (control files, port files):
+ * write a temporary file next to the target, fsync it, rename it over the
+ * target and fsync the directory, so a crash at any instruction leaves either
+ * the old content or the new one, never a mix.  Also: fsync of a directory,
+ * a durable rename, and the data-directory lock that keeps two daemons from
+ * sharing one directory.
+ *
+ * Not for streaming data (WAL segments go through common/uring.h) and not a
+ * cache: every call does its syscalls synchronously and blocks the caller.
+ *
+ * Every function returns 0 on success or a negative errno value; nothing
+ * here logs, callers decide how to report.  EINTR and short writes are
+ * retried internally.
+ */
+#ifndef STRATA_COMMON_DURABLE_H
+#define STRATA_COMMON_DURABLE_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/*
+ * Replaces path with exactly len bytes of data: writes "<path>.tmp", fsyncs
+ * it, renames it to path and fsyncs path's directory.  On failure path still
+ * holds its previous content (or does not exist) and the temporary file is
+ * removed.
+ */
+int durable_write_file(const char *path, const void *data, size_t len, mode_t mode);
+
+/* Reads the whole file into a malloc'd buffer (caller frees *out); fails with
+ * -EFBIG if it is larger than max_len. */
+int durable_read_file(const char *path, size_t max_len, void **out, size_t *out_len);
+
+/* fsyncs the directory dir itself (its entries: creations, renames, unlinks). */
+int durable_fsync_dir(const char *dir);
+
+/* fsyncs the directory that contains path. */
+int durable_fsync_parent(const char *path);
+
+/* fsyncs the file from, renames it to to, fsyncs the directory of to. */
+int durable_rename(const char *from, const char *to);
+
+/* Unlinks path and fsyncs its directory; a missing file is success. */
+int durable_unlink(const char *path);
+
+/*
+ * Takes an exclusive lock on "<dir>/<name>" (created if missing) and writes
+ * our pid into it.  Returns the open descriptor (>= 0) that holds the lock
+ * until durable_unlock_dir closes it, -EWOULDBLOCK when another process (or
+ * another descriptor in this one) holds it, or another negative errno.
+ */
+int durable_lock_dir(const char *dir, const char *name);
+
+/* Releases a lock taken by durable_lock_dir (closes fd; the file stays). */
+void durable_unlock_dir(int fd);
+
+#endif

@@ -1,0 +1,52 @@
+/*
+ * uring.h: asynchronous file writes and fdatasyncs through io_uring, driven
+ * by a libuv loop.
+ *
+ * The ring signals completions on an eventfd that a uv_poll watches, so
+ * completion callbacks run on the loop thread like any other libuv callback.
+ * At most `depth` operations are in flight (a fixed pool, nothing grows);
+ * past that, submission fails with -EBUSY and the caller queues.  Short
+ * writes are resubmitted internally: a write callback sees either the full
+ * length or a negative errno.
+ *
+ * Not for reads on the hot path of senders (pread is fine there) and not
+ * thread-safe: one uring belongs to one loop thread.
+ */
+#ifndef STRATA_COMMON_URING_H
+#define STRATA_COMMON_URING_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+typedef struct uring uring;
+
+/* res: bytes written (always the full length) or 0 for fdatasync; or a
+ * negative errno.  Runs on the loop thread. */
+typedef void (*uring_done_fn)(void *arg, int res);
+
+/* Creates a ring of depth entries (1..4096) polled by loop.  Returns 0 or a
+ * negative errno (e.g. -ENOSYS/-EPERM where io_uring is unavailable). */
+int uring_open(uv_loop_t *loop, unsigned depth, uring **out);
+
+/* Writes len bytes of buf at offset of fd.  buf must stay valid until done
+ * runs.  Returns 0 (done will run exactly once, later, never inside this
+ * call) or -EBUSY when depth operations are in flight, -EINVAL for len 0 or
+ * over 1 GB. */
+int uring_write(uring *u, int fd, const void *buf, size_t len, uint64_t offset, uring_done_fn done,
+                void *arg);
+
+/* fdatasync(fd) without blocking the loop; same return rules as uring_write. */
+int uring_fdatasync(uring *u, int fd, uring_done_fn done, void *arg);
+
+/* Operations submitted whose callback has not run yet. */
+unsigned uring_in_flight(const uring *u);
+
+/*
+ * Waits (blocking) for in-flight operations to finish, without running their
+ * callbacks, then closes the ring.  The memory is freed once the loop has
+ * run the poll handle's close callback (run the loop once more).
+ */
+void uring_close(uring *u);
+
+#endif
