@@ -1,0 +1,762 @@
+/*
+ * wal_store.c: WAL segment files of one timeline, written through io_uring
+ * with group commit.  See wal_store.h for the contract.
+ *
+ * Positions: write_lsn (accepted by append) >= written_lsn (every write
+ * below it has completed) >= flush_lsn (covered by a finished sync round).
+ * Writes are kept in a FIFO in LSN order; completions may arrive out of
+ * order, written_lsn advances over the completed prefix.  A segment whose
+ * writes complete is marked dirty; a sync round fdatasyncs every dirty
+ * segment and, when all of them finish, moves flush_lsn to the written_lsn
+ * seen when the round started.
+ */
+#include "safekeeper/wal_store.h"
+
+#include <assert.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/durable.h"
+
+/* Segments open for writing at once (from flush_lsn's to write_lsn's). */
+#define WAL_STORE_MAX_OPEN 64
+#define SEG_NAME_LEN 24
+
+static const uint8_t zero_block[64 * 1024];
+
+typedef enum sync_state { SYNC_NONE = 0, SYNC_TO_SUBMIT, SYNC_SUBMITTED } sync_state;
+
+typedef struct seg_file {
+    wal_store *owner;
+    bool in_use;
+    uint64_t segno;
+    int fd;
+    bool dirty; /* a write completed since the last sync round started */
+    sync_state sync;
+} seg_file;
+
+typedef struct wal_write {
+    struct wal_write *next;
+    wal_store *ws;
+    uint64_t segno;
+    int fd;
+    uint64_t offset;
+    lsn_t start;
+    lsn_t end;
+    bool submitted;
+    bool done;
+    uint8_t data[];
+} wal_write;
+
+struct wal_store {
+    char dir[PATH_MAX];
+    uint32_t seg_size;
+    uring *ring;
+    wal_store_flushed_fn on_flushed;
+    wal_store_error_fn on_error;
+    void *arg;
+
+    lsn_t write_lsn;
+    lsn_t written_lsn;
+    lsn_t flush_lsn;
+    int failed; /* 0 or the first negative errno */
+
+    wal_write *head; /* oldest write not yet counted in written_lsn */
+    wal_write *tail;
+
+    bool round_active;
+    unsigned rounds_in_flight;
+    lsn_t round_target;
+    unsigned round_outstanding;
+    uint64_t round_start_ns;
+
+    seg_file segs[WAL_STORE_MAX_OPEN];
+
+    uint64_t read_segno; /* cached read descriptor */
+    int read_fd;
+
+    wal_store_stats stats;
+};
+
+void wal_store_segment_name(uint32_t seg_size, uint64_t segno, char *buf)
+{
+    uint64_t per_id = 0x100000000ULL / seg_size;
+    snprintf(buf, SEG_NAME_LEN + 1, "%08X%08X%08X", 1u, (unsigned)(segno / per_id),
+             (unsigned)(segno % per_id));
+}
+
+/* Parses "<24 hex>" or "<24 hex>.partial" for timeline 1. */
+static bool parse_segment_name(uint32_t seg_size, const char *name, uint64_t *segno, bool *partial)
+{
+    size_t len = strlen(name);
+    if (len == SEG_NAME_LEN)
+        *partial = false;
+    else if (len == SEG_NAME_LEN + 8 && strcmp(name + SEG_NAME_LEN, ".partial") == 0)
+        *partial = true;
+    else
+        return false;
+    unsigned parts[3];
+    for (int p = 0; p < 3; p++) {
+        unsigned v = 0;
+        for (int i = 0; i < 8; i++) {
+            char ch = name[p * 8 + i];
+            int d;
+            if (ch >= '0' && ch <= '9')
+                d = ch - '0';
+            else if (ch >= 'A' && ch <= 'F')
+                d = ch - 'A' + 10;
+            else
+                return false;
+            v = v * 16 + (unsigned)d;
+        }
+        parts[p] = v;
+    }
+    uint64_t per_id = 0x100000000ULL / seg_size;
+    if (parts[0] != 1 || parts[2] >= per_id)
+        return false;
+    *segno = (uint64_t)parts[1] * per_id + parts[2];
+    return true;
+}
+
+static int seg_path(const wal_store *ws, uint64_t segno, bool partial, char *buf, size_t cap)
+{
+    char name[SEG_NAME_LEN + 1];
+    wal_store_segment_name(ws->seg_size, segno, name);
+    int n = snprintf(buf, cap, "%s/%s%s", ws->dir, name, partial ? ".partial" : "");
+    return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
+}
+
+static void store_fail(wal_store *ws, int err)
+{
+    assert(err < 0);
+    if (ws->failed != 0)
+        return;
+    ws->failed = err;
+    if (ws->on_error != NULL)
+        ws->on_error(ws->arg, err);
+}
+
+static void invalidate_read_cache(wal_store *ws)
+{
+    if (ws->read_fd >= 0)
+        close(ws->read_fd);
+    ws->read_fd = -1;
+}
+
+static int pwrite_all(int fd, const uint8_t *buf, size_t len, uint64_t off)
+{
+    while (len > 0) {
+        ssize_t n = pwrite(fd, buf, len, (off_t)off);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (n == 0)
+            return -EIO;
+        buf += n;
+        len -= (size_t)n;
+        off += (uint64_t)n;
+    }
+    return 0;
+}
+
+static int write_zeros(int fd, uint64_t from, uint64_t to)
+{
+    while (from < to) {
+        size_t n = sizeof zero_block;
+        if (to - from < n)
+            n = (size_t)(to - from);
+        int rc = pwrite_all(fd, zero_block, n, from);
+        if (rc != 0)
+            return rc;
+        from += n;
+    }
+    return 0;
+}
+
+static int fdatasync_retry(int fd)
+{
+    while (fdatasync(fd) != 0) {
+        if (errno != EINTR)
+            return -errno;
+    }
+    return 0;
+}
+
+/* Creates segment segno as "<name>.partial", zero-filled, durably; returns
+ * an open read-write descriptor or a negative errno. */
+static int create_segment(wal_store *ws, uint64_t segno)
+{
+    char tmp[PATH_MAX], path[PATH_MAX];
+    int rc = seg_path(ws, segno, true, path, sizeof path);
+    if (rc != 0)
+        return rc;
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+        return -ENAMETOOLONG;
+    int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    rc = write_zeros(fd, 0, ws->seg_size);
+    if (rc == 0) {
+        while (fsync(fd) != 0) {
+            if (errno != EINTR) {
+                rc = -errno;
+                break;
+            }
+        }
+    }
+    if (rc == 0 && rename(tmp, path) != 0)
+        rc = -errno;
+    if (rc == 0)
+        rc = durable_fsync_dir(ws->dir);
+    if (rc != 0) {
+        close(fd);
+        unlink(tmp);
+        return rc;
+    }
+    ws->stats.segments_created++;
+    return fd;
+}
+
+/* Opens an existing segment (".partial" first, then the final name);
+ * -ENOENT if neither exists. */
+static int open_segment(wal_store *ws, uint64_t segno, int flags)
+{
+    char path[PATH_MAX];
+    for (int attempt = 0; attempt < 3; attempt++) {
+        bool partial = attempt != 1; /* partial, final, partial (renamed meanwhile) */
+        int rc = seg_path(ws, segno, partial, path, sizeof path);
+        if (rc != 0)
+            return rc;
+        int fd = open(path, flags | O_CLOEXEC);
+        if (fd >= 0)
+            return fd;
+        if (errno != ENOENT)
+            return -errno;
+    }
+    return -ENOENT;
+}
+
+static seg_file *find_seg(wal_store *ws, uint64_t segno)
+{
+    for (int i = 0; i < WAL_STORE_MAX_OPEN; i++) {
+        if (ws->segs[i].in_use && ws->segs[i].segno == segno)
+            return &ws->segs[i];
+    }
+    return NULL;
+}
+
+static int ensure_segment(wal_store *ws, uint64_t segno, seg_file **out)
+{
+    seg_file *s = find_seg(ws, segno);
+    if (s != NULL) {
+        *out = s;
+        return 0;
+    }
+    for (int i = 0; i < WAL_STORE_MAX_OPEN; i++) {
+        if (!ws->segs[i].in_use) {
+            s = &ws->segs[i];
+            break;
+        }
+    }
+    if (s == NULL)
+        return -EBUSY; /* caller let too much WAL pile up unflushed */
+    int fd = open_segment(ws, segno, O_RDWR);
+    if (fd == -ENOENT)
+        fd = create_segment(ws, segno);
+    if (fd < 0)
+        return fd;
+    *s = (seg_file){.owner = ws, .in_use = true, .segno = segno, .fd = fd};
+    *out = s;
+    return 0;
+}
+
+static void close_seg(seg_file *s)
+{
+    assert(s->sync == SYNC_NONE);
+    close(s->fd);
+    s->in_use = false;
+}
+
+static void pump(wal_store *ws);
+
+static void on_write_done(void *arg, int res)
+{
+    wal_write *w = arg;
+    wal_store *ws = w->ws;
+    w->done = true;
+    if (res < 0) {
+        store_fail(ws, res);
+        return;
+    }
+    assert((size_t)res == w->end - w->start);
+    seg_file *s = find_seg(ws, w->segno);
+    assert(s != NULL);
+    s->dirty = true;
+    while (ws->head != NULL && ws->head->done) {
+        wal_write *done = ws->head;
+        assert(done->start == ws->written_lsn);
+        ws->written_lsn = done->end;
+        ws->head = done->next;
+        if (ws->head == NULL)
+            ws->tail = NULL;
+        free(done);
+    }
+    pump(ws);
+}
+
+static void finish_round(wal_store *ws)
+{
+    assert(ws->round_active && ws->round_outstanding == 0);
+    ws->round_active = false;
+    ws->rounds_in_flight--;
+    assert(ws->round_target >= ws->flush_lsn);
+    ws->flush_lsn = ws->round_target;
+    uint64_t usec = (uv_hrtime() - ws->round_start_ns) / 1000;
+
+    /* Segments wholly below flush_lsn are complete and durable: give them
+     * their final name. */
+    for (int i = 0; i < WAL_STORE_MAX_OPEN; i++) {
+        seg_file *s = &ws->segs[i];
+        if (!s->in_use || (s->segno + 1) * (uint64_t)ws->seg_size > ws->flush_lsn)
+            continue;
+        assert(!s->dirty);
+        uint64_t segno = s->segno;
+        close_seg(s);
+        char from[PATH_MAX], to[PATH_MAX];
+        if (seg_path(ws, segno, true, from, sizeof from) == 0 &&
+            seg_path(ws, segno, false, to, sizeof to) == 0 && access(from, F_OK) == 0) {
+            int rc = durable_rename(from, to);
+            if (rc != 0) {
+                store_fail(ws, rc);
+                return;
+            }
+        }
+    }
+    pump(ws); /* starts the next round at once if more was written */
+    if (ws->on_flushed != NULL && ws->failed == 0)
+        ws->on_flushed(ws->arg, ws->flush_lsn, usec);
+}
+
+static void on_sync_done(void *arg, int res)
+{
+    seg_file *s = arg;
+    wal_store *ws = s->owner;
+    assert(s->sync == SYNC_SUBMITTED && ws->round_active && ws->round_outstanding > 0);
+    s->sync = SYNC_NONE;
+    ws->round_outstanding--;
+    ws->stats.fdatasyncs++;
+    if (res < 0) {
+        store_fail(ws, res);
+        return;
+    }
+    if (ws->round_outstanding == 0)
+        finish_round(ws);
+    else
+        pump(ws);
+}
+
+/* Submits queued writes and sync-round fdatasyncs while the ring has room. */
+static void submit_pending(wal_store *ws)
+{
+    for (wal_write *w = ws->head; w != NULL; w = w->next) {
+        if (w->submitted)
+            continue;
+        int rc = uring_write(ws->ring, w->fd, w->data, w->end - w->start, w->offset,
+                             on_write_done, w);
+        if (rc == -EBUSY)
+            return;
+        if (rc != 0) {
+            store_fail(ws, rc);
+            return;
+        }
+        w->submitted = true;
+    }
+    if (!ws->round_active)
+        return;
+    for (int i = 0; i < WAL_STORE_MAX_OPEN; i++) {
+        seg_file *s = &ws->segs[i];
+        if (!s->in_use || s->sync != SYNC_TO_SUBMIT)
+            continue;
+        int rc = uring_fdatasync(ws->ring, s->fd, on_sync_done, s);
+        if (rc == -EBUSY)
+            return;
+        if (rc != 0) {
+            store_fail(ws, rc);
+            return;
+        }
+        s->sync = SYNC_SUBMITTED;
+    }
+}
+
+static void start_round(wal_store *ws)
+{
+    assert(!ws->round_active && ws->written_lsn > ws->flush_lsn);
+    ws->round_active = true;
+    ws->round_target = ws->written_lsn;
+    ws->round_outstanding = 0;
+    ws->round_start_ns = uv_hrtime();
+    ws->stats.sync_rounds++;
+    for (int i = 0; i < WAL_STORE_MAX_OPEN; i++) {
+        seg_file *s = &ws->segs[i];
+        if (!s->in_use || !s->dirty)
+            continue;
+        s->dirty = false;
+        s->sync = SYNC_TO_SUBMIT;
+        ws->round_outstanding++;
+    }
+    assert(ws->round_outstanding > 0);
+    ws->rounds_in_flight++;
+    if (ws->rounds_in_flight > ws->stats.max_syncs_in_flight)
+        ws->stats.max_syncs_in_flight = ws->rounds_in_flight;
+}
+
+/* Moves everything forward: submit what waits, start a round if due. */
+static void pump(wal_store *ws)
+{
+    if (ws->failed != 0)
+        return;
+    if (!ws->round_active && ws->written_lsn > ws->flush_lsn)
+        start_round(ws);
+    submit_pending(ws);
+}
+
+int wal_store_open(const wal_store_config *cfg, wal_store **out)
+{
+    *out = NULL;
+    if (cfg->seg_size < 64 * 1024 || cfg->seg_size > (1u << 30) ||
+        (cfg->seg_size & (cfg->seg_size - 1)) != 0 || cfg->ring == NULL || cfg->dir == NULL)
+        return -EINVAL;
+    wal_store *ws = calloc(1, sizeof *ws);
+    if (ws == NULL)
+        return -ENOMEM;
+    if (snprintf(ws->dir, sizeof ws->dir, "%s", cfg->dir) >= (int)sizeof ws->dir) {
+        free(ws);
+        return -ENAMETOOLONG;
+    }
+    ws->seg_size = cfg->seg_size;
+    ws->ring = cfg->ring;
+    ws->on_flushed = cfg->on_flushed;
+    ws->on_error = cfg->on_error;
+    ws->arg = cfg->arg;
+    ws->read_fd = -1;
+
+    /* Tidy up after a crash: leftover temporaries go; a ".partial" that is
+     * not the newest segment was complete and synced but not yet renamed. */
+    DIR *d = opendir(ws->dir);
+    if (d == NULL) {
+        int rc = -errno;
+        free(ws);
+        return rc;
+    }
+    uint64_t newest = 0;
+    bool any = false;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        uint64_t segno;
+        bool partial;
+        size_t len = strlen(de->d_name);
+        if (len > 4 && len < 64 && strcmp(de->d_name + len - 4, ".tmp") == 0) {
+            char base[64], path[PATH_MAX];
+            memcpy(base, de->d_name, len - 4);
+            base[len - 4] = '\0';
+            if (parse_segment_name(ws->seg_size, base, &segno, &partial) &&
+                snprintf(path, sizeof path, "%s/%s", ws->dir, de->d_name) < (int)sizeof path)
+                unlink(path);
+            continue;
+        }
+        if (parse_segment_name(ws->seg_size, de->d_name, &segno, &partial)) {
+            if (!any || segno > newest)
+                newest = segno;
+            any = true;
+        }
+    }
+    rewinddir(d);
+    while (any && (de = readdir(d)) != NULL) {
+        uint64_t segno;
+        bool partial;
+        if (parse_segment_name(ws->seg_size, de->d_name, &segno, &partial) && partial &&
+            segno < newest) {
+            char from[PATH_MAX], to[PATH_MAX];
+            if (seg_path(ws, segno, true, from, sizeof from) == 0 &&
+                seg_path(ws, segno, false, to, sizeof to) == 0)
+                rename(from, to);
+        }
+    }
+    closedir(d);
+    int rc = durable_fsync_dir(ws->dir);
+    if (rc != 0) {
+        free(ws);
+        return rc;
+    }
+    *out = ws;
+    return 0;
+}
+
+void wal_store_close(wal_store *ws)
+{
+    if (ws == NULL)
+        return;
+    while (ws->head != NULL) {
+        wal_write *w = ws->head;
+        ws->head = w->next;
+        free(w);
+    }
+    for (int i = 0; i < WAL_STORE_MAX_OPEN; i++) {
+        if (ws->segs[i].in_use)
+            close(ws->segs[i].fd);
+    }
+    invalidate_read_cache(ws);
+    free(ws);
+}
+
+int wal_store_append(wal_store *ws, lsn_t lsn, const void *data, size_t len)
+{
+    if (ws->failed != 0)
+        return -EIO;
+    if (lsn != ws->write_lsn || ws->write_lsn == LSN_INVALID)
+        return -EINVAL;
+    if (len == 0)
+        return 0;
+    if (len > LSN_MAX - lsn)
+        return -EINVAL;
+    const uint8_t *p = data;
+    while (len > 0) {
+        uint64_t segno = ws->write_lsn / ws->seg_size;
+        uint64_t off = ws->write_lsn % ws->seg_size;
+        size_t piece = ws->seg_size - off < len ? (size_t)(ws->seg_size - off) : len;
+        seg_file *s;
+        int rc = ensure_segment(ws, segno, &s);
+        if (rc != 0) {
+            store_fail(ws, rc);
+            return rc;
+        }
+        wal_write *w = malloc(sizeof *w + piece);
+        if (w == NULL) {
+            store_fail(ws, -ENOMEM);
+            return -ENOMEM;
+        }
+        *w = (wal_write){.ws = ws, .segno = segno, .fd = s->fd, .offset = off,
+                         .start = ws->write_lsn, .end = ws->write_lsn + piece};
+        memcpy(w->data, p, piece);
+        if (ws->tail != NULL)
+            ws->tail->next = w;
+        else
+            ws->head = w;
+        ws->tail = w;
+        ws->write_lsn += piece;
+        p += piece;
+        len -= piece;
+        ws->stats.bytes_written += piece;
+    }
+    ws->stats.appends++;
+    submit_pending(ws);
+    return ws->failed;
+}
+
+bool wal_store_idle(const wal_store *ws)
+{
+    return ws->head == NULL && !ws->round_active && ws->flush_lsn == ws->write_lsn;
+}
+
+/* Segments present on disk: calls fn for each; stops on a negative return. */
+typedef int (*seg_visit_fn)(wal_store *ws, uint64_t segno, bool partial, void *arg);
+
+static int visit_segments(wal_store *ws, seg_visit_fn fn, void *arg)
+{
+    DIR *d = opendir(ws->dir);
+    if (d == NULL)
+        return -errno;
+    int rc = 0;
+    struct dirent *de;
+    while (rc >= 0 && (de = readdir(d)) != NULL) {
+        uint64_t segno;
+        bool partial;
+        if (parse_segment_name(ws->seg_size, de->d_name, &segno, &partial))
+            rc = fn(ws, segno, partial, arg);
+    }
+    closedir(d);
+    return rc < 0 ? rc : 0;
+}
+
+static int unlink_segment(wal_store *ws, uint64_t segno, bool partial)
+{
+    char path[PATH_MAX];
+    int rc = seg_path(ws, segno, partial, path, sizeof path);
+    if (rc == 0 && unlink(path) != 0 && errno != ENOENT)
+        rc = -errno;
+    if (rc == 0) {
+        seg_file *s = find_seg(ws, segno);
+        if (s != NULL)
+            close_seg(s);
+        if (ws->read_fd >= 0 && ws->read_segno == segno)
+            invalidate_read_cache(ws);
+    }
+    return rc;
+}
+
+static int visit_truncate(wal_store *ws, uint64_t segno, bool partial, void *arg)
+{
+    uint64_t keep = *(uint64_t *)arg;
+    if (segno > keep)
+        return unlink_segment(ws, segno, partial);
+    return 0;
+}
+
+int wal_store_truncate(wal_store *ws, lsn_t lsn)
+{
+    if (ws->failed != 0)
+        return -EIO;
+    if (!wal_store_idle(ws))
+        return -EBUSY;
+    if (lsn == LSN_INVALID)
+        return -EINVAL;
+    uint64_t segno = lsn / ws->seg_size;
+    uint64_t off = lsn % ws->seg_size;
+    for (int i = 0; i < WAL_STORE_MAX_OPEN; i++) {
+        if (ws->segs[i].in_use)
+            close_seg(&ws->segs[i]);
+    }
+    invalidate_read_cache(ws);
+
+    int rc = visit_segments(ws, visit_truncate, &segno);
+    if (rc != 0)
+        return rc;
+    int fd = open_segment(ws, segno, O_RDWR);
+    if (fd >= 0) {
+        rc = write_zeros(fd, off, ws->seg_size);
+        if (rc == 0)
+            rc = fdatasync_retry(fd);
+        close(fd);
+        if (rc != 0)
+            return rc;
+        char partial[PATH_MAX], final[PATH_MAX];
+        if (seg_path(ws, segno, true, partial, sizeof partial) == 0 &&
+            seg_path(ws, segno, false, final, sizeof final) == 0 && access(final, F_OK) == 0 &&
+            rename(final, partial) != 0)
+            return -errno;
+    } else if (fd != -ENOENT) {
+        return fd;
+    }
+    rc = durable_fsync_dir(ws->dir);
+    if (rc != 0)
+        return rc;
+    ws->write_lsn = ws->written_lsn = ws->flush_lsn = lsn;
+    return 0;
+}
+
+ssize_t wal_store_read(wal_store *ws, lsn_t lsn, void *buf, size_t len)
+{
+    uint64_t segno = lsn / ws->seg_size;
+    uint64_t off = lsn % ws->seg_size;
+    if (len > ws->seg_size - off)
+        len = (size_t)(ws->seg_size - off);
+    if (ws->read_fd < 0 || ws->read_segno != segno) {
+        invalidate_read_cache(ws);
+        int fd = open_segment(ws, segno, O_RDONLY);
+        if (fd < 0)
+            return fd;
+        ws->read_fd = fd;
+        ws->read_segno = segno;
+    }
+    size_t got = 0;
+    while (got < len) {
+        ssize_t n = pread(ws->read_fd, (uint8_t *)buf + got, len - got, (off_t)(off + got));
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (n == 0)
+            break;
+        got += (size_t)n;
+    }
+    return (ssize_t)got;
+}
+
+typedef struct remove_ctx {
+    uint64_t below;
+    int removed;
+} remove_ctx;
+
+static int visit_remove(wal_store *ws, uint64_t segno, bool partial, void *arg)
+{
+    remove_ctx *ctx = arg;
+    if (segno >= ctx->below)
+        return 0;
+    int rc = unlink_segment(ws, segno, partial);
+    if (rc == 0)
+        ctx->removed++;
+    return rc;
+}
+
+int wal_store_remove_below(wal_store *ws, lsn_t horizon)
+{
+    remove_ctx ctx = {.below = horizon / ws->seg_size, .removed = 0};
+    /* Never touch what is being written or not yet durable. */
+    uint64_t flush_seg = ws->flush_lsn / ws->seg_size;
+    if (ctx.below > flush_seg)
+        ctx.below = flush_seg;
+    int rc = visit_segments(ws, visit_remove, &ctx);
+    if (rc != 0)
+        return rc;
+    if (ctx.removed > 0) {
+        rc = durable_fsync_dir(ws->dir);
+        if (rc != 0)
+            return rc;
+        ws->stats.segments_removed += (uint64_t)ctx.removed;
+    }
+    return ctx.removed;
+}
+
+typedef struct oldest_ctx {
+    bool any;
+    uint64_t segno;
+} oldest_ctx;
+
+static int visit_oldest(wal_store *ws, uint64_t segno, bool partial, void *arg)
+{
+    (void)ws;
+    (void)partial;
+    oldest_ctx *ctx = arg;
+    if (!ctx->any || segno < ctx->segno)
+        ctx->segno = segno;
+    ctx->any = true;
+    return 0;
+}
+
+lsn_t wal_store_oldest_lsn(const wal_store *ws)
+{
+    oldest_ctx ctx = {0};
+    if (visit_segments((wal_store *)ws, visit_oldest, &ctx) != 0 || !ctx.any)
+        return LSN_INVALID;
+    return ctx.segno * (uint64_t)ws->seg_size;
+}
+
+lsn_t wal_store_write_lsn(const wal_store *ws)
+{
+    return ws->write_lsn;
+}
+
+lsn_t wal_store_flush_lsn(const wal_store *ws)
+{
+    return ws->flush_lsn;
+}
+
+uint64_t wal_store_unflushed_bytes(const wal_store *ws)
+{
+    return ws->write_lsn - ws->flush_lsn;
+}
+
+const wal_store_stats *wal_store_get_stats(const wal_store *ws)
+{
+    return &ws->stats;
+}
