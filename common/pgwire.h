@@ -147,7 +147,7 @@ int pgwire_send_ready(pgwire_conn *c);
  * while a query is in progress. */
 int pgwire_start_copy_both(pgwire_conn *c);
 int pgwire_start_copy_out(pgwire_conn *c);
-/* One CopyData message; n <= max_copy_message. */
+/* One CopyData message (server to client; not limited by max_copy_message). */
 int pgwire_send_copy_data(pgwire_conn *c, const void *data, size_t n);
 /* One CopyData message whose payload is head followed by body (e.g. an
  * XLogData header and the WAL bytes), without copying them together first. */
@@ -158,7 +158,8 @@ int pgwire_send_copy_data2(pgwire_conn *c, const void *head, size_t head_len,
  * CommandComplete and ReadyForQuery. */
 int pgwire_send_copy_done(pgwire_conn *c);
 
-/* True while in CopyBoth/CopyOut mode and the server has not sent CopyDone. */
+/* True while copy mode is open in either direction (CopyDone not yet
+ * sent by the server, or not yet received from a CopyBoth client). */
 bool pgwire_conn_in_copy(const pgwire_conn *c);
 
 /* Bytes queued but not yet written to the socket. */
