@@ -1,0 +1,157 @@
+/*
+ * strata.c: entry point of strata.so, the extension every Strata compute
+ * loads through shared_preload_libraries.
+ *
+ * Defines the extension's GUCs and, when strata.safekeepers is set,
+ * registers the walproposer background worker (walproposer_pg.c), after
+ * checking that this Postgres is configured so that no commit can be
+ * acknowledged before a majority of safekeepers holds it.
+ *
+ * Not for: the worker itself, or anything that runs in backends per query.
+ */
+#include "postgres.h"
+
+#include "access/xlog.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "replication/syncrep.h"
+#include "replication/walsender.h"
+#include "utils/guc.h"
+
+#include "common/lsn.h"
+#include "compute/extension/strata.h"
+
+PG_MODULE_MAGIC;
+
+char *strata_safekeepers = NULL;
+char *strata_tenant_id = NULL;
+char *strata_timeline_id = NULL;
+char *strata_safekeeper_password = NULL;
+int strata_safekeeper_connect_timeout = 10000;
+int strata_safekeeper_reconnect_delay = 100;
+int strata_safekeeper_reconnect_max_delay = 5000;
+int strata_wal_buffer_size = 16 * 1024;
+char *strata_local_user = NULL;
+
+extern PGDLLEXPORT void _PG_init(void);
+
+static bool check_id(char **newval, void **extra, GucSource source)
+{
+    strata_id id;
+
+    if (*newval == NULL || (*newval)[0] == '\0')
+        return true;
+    if (!strata_id_parse(*newval, &id)) {
+        GUC_check_errdetail("An id is exactly 32 hexadecimal digits.");
+        return false;
+    }
+    return true;
+}
+
+/* Accepts "" or a comma-separated list of host:port with a numeric port. */
+static bool check_safekeepers(char **newval, void **extra, GucSource source)
+{
+    const char *p = *newval;
+
+    if (p == NULL || p[0] == '\0')
+        return true;
+    while (*p) {
+        const char *end = strchr(p, ',');
+        const char *colon;
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        size_t i;
+
+        colon = memrchr(p, ':', len);
+        if (colon == NULL || colon == p || colon == p + len - 1) {
+            GUC_check_errdetail("Each safekeeper is written host:port, separated by commas.");
+            return false;
+        }
+        for (i = (size_t)(colon - p) + 1; i < len; i++) {
+            if (p[i] < '0' || p[i] > '9') {
+                GUC_check_errdetail("The port of \"%.*s\" is not a number.", (int)len, p);
+                return false;
+            }
+        }
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    return true;
+}
+
+static void define_gucs(void)
+{
+    DefineCustomStringVariable("strata.safekeepers",
+                               "Safekeepers the walproposer streams WAL to.",
+                               "host:port pairs separated by commas; empty disables the walproposer.",
+                               &strata_safekeepers, "", PGC_POSTMASTER, 0, check_safekeepers,
+                               NULL, NULL);
+    DefineCustomStringVariable("strata.tenant_id", "Tenant of this compute's timeline.",
+                               "32 hexadecimal digits.", &strata_tenant_id, "", PGC_POSTMASTER, 0,
+                               check_id, NULL, NULL);
+    DefineCustomStringVariable("strata.timeline_id", "Timeline this compute writes.",
+                               "32 hexadecimal digits.", &strata_timeline_id, "", PGC_POSTMASTER,
+                               0, check_id, NULL, NULL);
+    DefineCustomStringVariable("strata.safekeeper_password",
+                               "Password for connections to safekeepers.", "Empty: none.",
+                               &strata_safekeeper_password, "", PGC_POSTMASTER,
+                               GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+    DefineCustomIntVariable("strata.safekeeper_connect_timeout",
+                            "Abandon a safekeeper connection attempt after this long.", NULL,
+                            &strata_safekeeper_connect_timeout, 10000, 100, 3600 * 1000,
+                            PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+    DefineCustomIntVariable("strata.safekeeper_reconnect_delay",
+                            "First delay before reconnecting to a failed safekeeper.",
+                            "Doubles per consecutive failure.",
+                            &strata_safekeeper_reconnect_delay, 100, 1, 3600 * 1000, PGC_SIGHUP,
+                            GUC_UNIT_MS, NULL, NULL, NULL);
+    DefineCustomIntVariable("strata.safekeeper_reconnect_max_delay",
+                            "Longest delay between reconnection attempts.", NULL,
+                            &strata_safekeeper_reconnect_max_delay, 5000, 1, 3600 * 1000,
+                            PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+    DefineCustomIntVariable("strata.wal_buffer_size",
+                            "WAL the walproposer keeps in memory for lagging safekeepers.",
+                            "Older WAL is read back from pg_wal.", &strata_wal_buffer_size,
+                            16 * 1024, 256, 1024 * 1024, PGC_POSTMASTER, GUC_UNIT_KB, NULL, NULL,
+                            NULL);
+    DefineCustomStringVariable("strata.local_user",
+                               "Role of the walproposer's replication connection to its own server.",
+                               "Empty: the operating-system user running the server.",
+                               &strata_local_user, "", PGC_POSTMASTER, 0, NULL, NULL, NULL);
+    MarkGUCPrefixReserved("strata");
+}
+
+/*
+ * Refuses to start a server whose settings would let a commit return before
+ * the safekeepers have it: the walproposer's acknowledgements only hold
+ * commits back if it is a synchronous standby.
+ */
+static void check_server_settings(void)
+{
+    if (wal_level < WAL_LEVEL_REPLICA)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("strata.safekeepers requires wal_level = replica or higher")));
+    if (max_wal_senders < 1)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("strata.safekeepers requires max_wal_senders > 0"),
+                        errdetail("The walproposer reads WAL through a walsender.")));
+    if (SyncRepStandbyNames == NULL || strcasestr(SyncRepStandbyNames, "walproposer") == NULL)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("strata.safekeepers requires synchronous_standby_names = 'walproposer'"),
+                        errdetail("Without it commits would return before a majority of safekeepers has them.")));
+    if (strata_tenant_id[0] == '\0' || strata_timeline_id[0] == '\0')
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("strata.safekeepers requires strata.tenant_id and strata.timeline_id")));
+}
+
+void _PG_init(void)
+{
+    if (!process_shared_preload_libraries_in_progress)
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("strata must be loaded via shared_preload_libraries")));
+    define_gucs();
+    if (strata_safekeepers[0] != '\0') {
+        check_server_settings();
+        strata_walproposer_register();
+    }
+}

@@ -1,0 +1,538 @@
+/*
+ * walproposer_pg.c: the walproposer background worker, i.e. the Postgres
+ * edges around the proposer core (compute/walproposer/proposer.h).
+ *
+ * The core decides everything about Paxos; this file only moves bytes and
+ * time in and out of it:
+ *  - one nonblocking libpq stream per safekeeper (START_WAL_PUSH), with
+ *    connect timeouts and exponential reconnect backoff;
+ *  - one physical replication stream from this server's own walsender
+ *    (application_name 'walproposer', which synchronous_standby_names
+ *    names), started at the lowest point any acceptor needs once elected;
+ *    the WAL it delivers is kept in a bounded ring (walbuf.h) and older WAL
+ *    is read back from pg_wal;
+ *  - standby status updates on that stream with write = flush = apply =
+ *    the quorum commit LSN, which is what releases backends waiting in
+ *    SyncRepWaitForLSN: a commit returns only once a majority of
+ *    safekeepers has fsynced it;
+ *  - one WaitEventSet over the latch, postmaster death and every socket;
+ *    nothing here blocks.
+ *
+ * Fencing: when the core reports that an acceptor is at a higher term,
+ * another proposer owns the timeline.  This worker then logs why and sends
+ * SIGQUIT to the postmaster (immediate shutdown).  That is the one shutdown
+ * mode under which no backend waiting in SyncRepWaitForLSN can report its
+ * commit as successful: a query cancel releases the waiter with a WARNING
+ * and a success, and even SIGTERM makes the server write a shutdown
+ * checkpoint that nobody may acknowledge.  SIGQUIT kills every backend at
+ * once and clients see a lost connection, never a COMMIT.
+ *
+ * Not for: the Paxos rules (proposer core), message encoding (proto/), or
+ * anything that runs in regular backends.
+ */
+#include "postgres.h"
+
+#include <dlfcn.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include "access/xlog.h"
+#include "access/xlog_internal.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "postmaster/postmaster.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "common/lsn.h"
+#include "compute/extension/strata.h"
+#include "compute/walproposer/pqstream.h"
+#include "compute/walproposer/replmsg.h"
+#include "compute/walproposer/walbuf.h"
+#include "proto/walpush.h"
+
+/* Most safekeepers one compute can name. */
+#define WP_MAX_SAFEKEEPERS 7
+/* Tick period of the core (heartbeats, timeouts). */
+#define WP_TICK_MS 100
+/* Period of standby status updates even when nothing changed. */
+#define WP_STATUS_INTERVAL_MS 1000
+/* Application name the walsender sees; synchronous_standby_names names it. */
+#define WP_APPLICATION_NAME "walproposer"
+
+typedef struct sk_slot {
+    char host[NAMEDATALEN * 2];
+    char port[16];
+    char addr[NAMEDATALEN * 2 + 17]; /* "host:port" for messages */
+    pqstream stream;
+    bool up;                 /* the core has been told it is connected */
+    TimestampTz connect_started;
+    TimestampTz next_attempt;
+    int backoff_ms;
+} sk_slot;
+
+/* Everything the worker owns; one instance per process. */
+static struct {
+    int n_sk;
+    sk_slot sk[WP_MAX_SAFEKEEPERS];
+    strata_id tenant;
+    strata_id timeline;
+
+    /* Replication stream from our own walsender. */
+    pqstream local;
+    bool local_wanted;       /* elected: the stream should run */
+    lsn_t local_start;       /* where it starts streaming */
+    TimestampTz local_next_attempt;
+    walbuf buf;
+    lsn_t wal_end;           /* end of WAL received so far */
+    char waldir[MAXPGPATH];
+    uint8 *scratch;          /* WALPUSH_MAX_MESSAGE bytes for encoding */
+
+    /* Commit acknowledgement. */
+    lsn_t commit_lsn;        /* quorum commit reported by the core */
+    lsn_t acked_lsn;         /* last value sent in a status update */
+    TimestampTz last_status;
+
+    /* Waiting. */
+    WaitEventSet *wes;
+    int wes_fd[WP_MAX_SAFEKEEPERS + 1];
+    unsigned long wes_gen[WP_MAX_SAFEKEEPERS + 1];
+    uint32 wes_events[WP_MAX_SAFEKEEPERS + 1];
+    int wes_pos[WP_MAX_SAFEKEEPERS + 1];
+} wp;
+
+static void wp_fence(const char *detail) pg_attribute_unused();
+
+/* ---- registration ------------------------------------------------------ */
+
+void strata_walproposer_register(void)
+{
+    BackgroundWorker bgw;
+    Dl_info info;
+
+    memset(&bgw, 0, sizeof(bgw));
+    bgw.bgw_flags = BGWORKER_SHMEM_ACCESS;
+    bgw.bgw_start_time = BgWorkerStart_RecoveryFinished;
+    bgw.bgw_restart_time = 1;
+    /* The library may be preloaded by absolute path: load it the same way. */
+    if (dladdr((void *)strata_walproposer_main, &info) != 0 && info.dli_fname != NULL)
+        strlcpy(bgw.bgw_library_name, info.dli_fname, sizeof(bgw.bgw_library_name));
+    else
+        strlcpy(bgw.bgw_library_name, "strata", sizeof(bgw.bgw_library_name));
+    strlcpy(bgw.bgw_function_name, "strata_walproposer_main", sizeof(bgw.bgw_function_name));
+    strlcpy(bgw.bgw_name, "strata walproposer", sizeof(bgw.bgw_name));
+    strlcpy(bgw.bgw_type, "strata walproposer", sizeof(bgw.bgw_type));
+    RegisterBackgroundWorker(&bgw);
+}
+
+/* ---- configuration ----------------------------------------------------- */
+
+static void parse_safekeepers(void)
+{
+    char *list = pstrdup(strata_safekeepers);
+    char *save = NULL;
+
+    wp.n_sk = 0;
+    for (char *tok = strtok_r(list, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
+        char *colon = strrchr(tok, ':');
+        sk_slot *sk;
+
+        while (*tok == ' ')
+            tok++;
+        if (wp.n_sk == WP_MAX_SAFEKEEPERS)
+            ereport(FATAL, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                            errmsg("strata.safekeepers names more than %d safekeepers",
+                                   WP_MAX_SAFEKEEPERS)));
+        /* strata.c's check hook guarantees host:port with a numeric port. */
+        Assert(colon != NULL);
+        sk = &wp.sk[wp.n_sk++];
+        *colon = '\0';
+        strlcpy(sk->host, tok, sizeof(sk->host));
+        strlcpy(sk->port, colon + 1, sizeof(sk->port));
+        snprintf(sk->addr, sizeof(sk->addr), "%s:%s", sk->host, sk->port);
+        pqstream_init(&sk->stream);
+        sk->backoff_ms = 0;
+        sk->next_attempt = 0;
+    }
+    pfree(list);
+    if (!strata_id_parse(strata_tenant_id, &wp.tenant) ||
+        !strata_id_parse(strata_timeline_id, &wp.timeline))
+        ereport(FATAL, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("strata.tenant_id and strata.timeline_id must be set")));
+}
+
+/* ---- safekeeper connections ------------------------------------------- */
+
+static void sk_schedule_retry(sk_slot *sk, TimestampTz now)
+{
+    if (sk->backoff_ms == 0)
+        sk->backoff_ms = strata_safekeeper_reconnect_delay;
+    else
+        sk->backoff_ms = Min(sk->backoff_ms * 2, strata_safekeeper_reconnect_max_delay);
+    sk->next_attempt = TimestampTzPlusMilliseconds(now, sk->backoff_ms);
+}
+
+static void sk_start(sk_slot *sk, TimestampTz now)
+{
+    char tenant_hex[STRATA_ID_HEX_LEN];
+    char timeline_hex[STRATA_ID_HEX_LEN];
+    char options[128];
+    char timeout_s[16];
+    const char *keys[PQSTREAM_MAX_PARAMS];
+    const char *vals[PQSTREAM_MAX_PARAMS];
+    int n = 0;
+    char query[64];
+
+    snprintf(options, sizeof(options), "-c tenant_id=%s -c timeline_id=%s",
+             strata_id_format(&wp.tenant, tenant_hex), strata_id_format(&wp.timeline, timeline_hex));
+    snprintf(timeout_s, sizeof(timeout_s), "%d", Max(1, strata_safekeeper_connect_timeout / 1000));
+    keys[n] = "host", vals[n++] = sk->host;
+    keys[n] = "port", vals[n++] = sk->port;
+    keys[n] = "dbname", vals[n++] = "replication";
+    keys[n] = "options", vals[n++] = options;
+    keys[n] = "application_name", vals[n++] = "walproposer";
+    keys[n] = "connect_timeout", vals[n++] = timeout_s;
+    if (strata_safekeeper_password[0] != '\0')
+        keys[n] = "password", vals[n++] = strata_safekeeper_password;
+    keys[n] = NULL, vals[n] = NULL;
+    Assert(n < PQSTREAM_MAX_PARAMS);
+
+    snprintf(query, sizeof(query), "START_WAL_PUSH (proto_version '%d')", WALPUSH_PROTO_VERSION);
+    sk->connect_started = now;
+    if (pqstream_start(&sk->stream, keys, vals, query) != PQSTREAM_OK) {
+        ereport(sk->backoff_ms == 0 ? LOG : DEBUG1,
+                (errmsg("strata walproposer: cannot connect to safekeeper %s: %s", sk->addr,
+                        pqstream_error(&sk->stream))));
+        sk_schedule_retry(sk, now);
+    }
+}
+
+/* ---- local WAL source ---------------------------------------------------- */
+
+static void local_start(TimestampTz now)
+{
+    char port[16];
+    char host[MAXPGPATH];
+    char query[64];
+    char lsnbuf[LSN_FMT_LEN];
+    const char *keys[PQSTREAM_MAX_PARAMS];
+    const char *vals[PQSTREAM_MAX_PARAMS];
+    int n = 0;
+
+    /* Our own postmaster: its first unix socket directory, else loopback. */
+    if (Unix_socket_directories != NULL && Unix_socket_directories[0] != '\0') {
+        const char *comma = strchr(Unix_socket_directories, ',');
+        size_t len = comma ? (size_t)(comma - Unix_socket_directories) : strlen(Unix_socket_directories);
+        strlcpy(host, Unix_socket_directories, Min(len + 1, sizeof(host)));
+    } else
+        strlcpy(host, "127.0.0.1", sizeof(host));
+    snprintf(port, sizeof(port), "%d", PostPortNumber);
+    keys[n] = "host", vals[n++] = host;
+    keys[n] = "port", vals[n++] = port;
+    keys[n] = "replication", vals[n++] = "true";
+    keys[n] = "dbname", vals[n++] = "replication";
+    keys[n] = "application_name", vals[n++] = WP_APPLICATION_NAME;
+    if (strata_local_user[0] != '\0')
+        keys[n] = "user", vals[n++] = strata_local_user;
+    keys[n] = NULL, vals[n] = NULL;
+
+    snprintf(query, sizeof(query), "START_REPLICATION PHYSICAL %s", lsn_format(wp.local_start, lsnbuf));
+    walbuf_reset(&wp.buf, wp.local_start);
+    wp.wal_end = wp.local_start;
+    if (pqstream_start(&wp.local, keys, vals, query) != PQSTREAM_OK) {
+        ereport(LOG, (errmsg("strata walproposer: cannot connect to the local walsender: %s",
+                             pqstream_error(&wp.local))));
+        wp.local_next_attempt = TimestampTzPlusMilliseconds(now, 1000);
+    } else
+        ereport(LOG, (errmsg("strata walproposer: streaming local WAL from %s", lsnbuf)));
+}
+
+/* Sends a standby status update acknowledging commit_lsn as flushed. */
+static void local_send_status(TimestampTz now, bool force)
+{
+    uint8 msg[REPLMSG_STATUS_LEN];
+    size_t len;
+
+    if (wp.local.state != PQSTREAM_STREAMING)
+        return;
+    if (!force && wp.commit_lsn == wp.acked_lsn &&
+        !TimestampDifferenceExceeds(wp.last_status, now, WP_STATUS_INTERVAL_MS))
+        return;
+    len = replmsg_encode_status(wp.commit_lsn, wp.commit_lsn, wp.commit_lsn, replmsg_now(), 0, msg);
+    if (pqstream_send(&wp.local, msg, len) != 0) {
+        ereport(LOG, (errmsg("strata walproposer: lost the local walsender: %s",
+                             pqstream_error(&wp.local))));
+        return;
+    }
+    wp.acked_lsn = wp.commit_lsn;
+    wp.last_status = now;
+}
+
+/*
+ * Copies WAL [begin, begin+len) from the ring or, when it is older, from the
+ * segment files.  ERRORs out only if neither has it (the acceptor needs WAL
+ * this compute no longer keeps).
+ */
+pg_attribute_unused() static bool wal_read(lsn_t begin, uint8 *out, size_t len, char *err, size_t errlen)
+{
+    Assert(begin + len <= wp.wal_end);
+    if (walbuf_read(&wp.buf, begin, out, len))
+        return true;
+    return walbuf_read_segments(wp.waldir, GetWALInsertionTimeLine(), (uint32)wal_segment_size,
+                                begin, out, len, err, errlen) == 0;
+}
+
+/* ---- waiting ------------------------------------------------------------- */
+
+static pqstream *stream_at(int i)
+{
+    return i < wp.n_sk ? &wp.sk[i].stream : &wp.local;
+}
+
+/*
+ * Waits until the latch is set, a socket is ready or timeout_ms passes.
+ * The set is rebuilt only when a socket changed (libpq may switch sockets
+ * while connecting); changed event masks are applied in place.
+ */
+static void wait_for_work(long timeout_ms)
+{
+    int n = wp.n_sk + 1;
+    bool rebuild = (wp.wes == NULL);
+    WaitEvent events[WP_MAX_SAFEKEEPERS + 3];
+
+    for (int i = 0; i < n && !rebuild; i++) {
+        pqstream *s = stream_at(i);
+        int fd = pqstream_wait_events(s) ? pqstream_socket(s) : -1;
+        if (fd != wp.wes_fd[i] || (fd >= 0 && s->generation != wp.wes_gen[i]))
+            rebuild = true;
+    }
+    if (rebuild) {
+        if (wp.wes != NULL)
+            FreeWaitEventSet(wp.wes);
+        wp.wes = CreateWaitEventSet(TopMemoryContext, n + 2);
+        AddWaitEventToSet(wp.wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+        AddWaitEventToSet(wp.wes, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+        for (int i = 0; i < n; i++) {
+            wp.wes_fd[i] = -1;
+            wp.wes_events[i] = 0;
+            wp.wes_pos[i] = -1;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        pqstream *s = stream_at(i);
+        int ev = pqstream_wait_events(s);
+        int fd = ev ? pqstream_socket(s) : -1;
+        uint32 want = 0;
+
+        if (ev & PQSTREAM_WAIT_READ)
+            want |= WL_SOCKET_READABLE;
+        if (ev & PQSTREAM_WAIT_WRITE)
+            want |= WL_SOCKET_WRITEABLE;
+        if (fd < 0)
+            continue;
+        if (wp.wes_pos[i] < 0) {
+            wp.wes_pos[i] = AddWaitEventToSet(wp.wes, want, fd, NULL, NULL);
+            wp.wes_fd[i] = fd;
+            wp.wes_gen[i] = s->generation;
+            wp.wes_events[i] = want;
+        } else if (wp.wes_events[i] != want) {
+            ModifyWaitEvent(wp.wes, wp.wes_pos[i], want, NULL);
+            wp.wes_events[i] = want;
+        }
+    }
+    (void)WaitEventSetWait(wp.wes, timeout_ms, events, lengthof(events), PG_WAIT_EXTENSION);
+    ResetLatch(MyLatch);
+}
+
+/* ---- core glue (placeholder until proposer.h lands) --------------------- */
+
+static void core_connected(int i) { ereport(LOG, (errmsg("strata walproposer: connected to safekeeper %s", wp.sk[i].addr))); }
+static void core_disconnected(int i) { }
+static void core_message(int i, const uint8 *buf, size_t len) { }
+static void core_tick(TimestampTz now) { }
+static void core_wal_available(lsn_t end) { }
+
+/* ---- event handling ------------------------------------------------------ */
+
+static void handle_sk(int i, TimestampTz now)
+{
+    sk_slot *sk = &wp.sk[i];
+    pqstream_state before = sk->stream.state;
+
+    if (before == PQSTREAM_IDLE) {
+        if (now >= sk->next_attempt)
+            sk_start(sk, now);
+        return;
+    }
+    if (before != PQSTREAM_STREAMING) {
+        if (pqstream_advance(&sk->stream) != PQSTREAM_OK) {
+            /* Only the first failure of a series is worth a LOG line. */
+            ereport(sk->backoff_ms == 0 ? LOG : DEBUG1,
+                    (errmsg("strata walproposer: cannot connect to safekeeper %s: %s", sk->addr,
+                            pqstream_error(&sk->stream))));
+            sk_schedule_retry(sk, now);
+            return;
+        }
+        if (sk->stream.state != PQSTREAM_STREAMING) {
+            if (TimestampDifferenceExceeds(sk->connect_started, now,
+                                           strata_safekeeper_connect_timeout)) {
+                ereport(LOG, (errmsg("strata walproposer: connecting to safekeeper %s timed out",
+                                     sk->addr)));
+                pqstream_close(&sk->stream);
+                sk_schedule_retry(sk, now);
+            }
+            return;
+        }
+        sk->up = true;
+        core_connected(i);
+    }
+    for (int budget = 64; budget > 0 && sk->stream.state == PQSTREAM_STREAMING; budget--) {
+        char *msg;
+        int len;
+        int r = pqstream_recv(&sk->stream, &msg, &len);
+
+        if (r == 0)
+            break;
+        if (r < 0)
+            break;
+        core_message(i, (const uint8 *)msg, (size_t)len);
+        PQfreemem(msg);
+    }
+    if (sk->stream.state == PQSTREAM_STREAMING && pqstream_flush(&sk->stream) != 0)
+        Assert(sk->stream.state == PQSTREAM_IDLE);
+    if (sk->stream.state == PQSTREAM_IDLE) {
+        ereport(LOG, (errmsg("strata walproposer: lost safekeeper %s: %s", sk->addr,
+                             pqstream_error(&sk->stream))));
+        sk->up = false;
+        core_disconnected(i);
+        sk_schedule_retry(sk, now);
+    } else if (sk->stream.state == PQSTREAM_STREAMING)
+        sk->backoff_ms = 0;
+}
+
+static void handle_local(TimestampTz now)
+{
+    if (!wp.local_wanted)
+        return;
+    if (wp.local.state == PQSTREAM_IDLE) {
+        if (now >= wp.local_next_attempt)
+            local_start(now);
+        return;
+    }
+    if (wp.local.state != PQSTREAM_STREAMING) {
+        if (pqstream_advance(&wp.local) != PQSTREAM_OK) {
+            ereport(LOG, (errmsg("strata walproposer: cannot stream from the local walsender: %s",
+                                 pqstream_error(&wp.local))));
+            wp.local_next_attempt = TimestampTzPlusMilliseconds(now, 1000);
+        }
+        return;
+    }
+    for (int budget = 256; budget > 0 && wp.local.state == PQSTREAM_STREAMING; budget--) {
+        char *raw;
+        int len;
+        replmsg msg;
+        const char *why;
+        int r = pqstream_recv(&wp.local, &raw, &len);
+
+        if (r <= 0)
+            break;
+        if (replmsg_decode((const uint8 *)raw, (size_t)len, &msg, &why) != 0) {
+            PQfreemem(raw);
+            ereport(ERROR, (errcode(ERRCODE_PROTOCOL_VIOLATION),
+                            errmsg("strata walproposer: bad message from the local walsender"),
+                            errdetail("%s", why)));
+        }
+        if (msg.kind == REPLMSG_XLOGDATA && msg.data_len > 0) {
+            if (walbuf_append(&wp.buf, msg.wal_start, msg.data, msg.data_len) != 0) {
+                char a[LSN_FMT_LEN], b[LSN_FMT_LEN];
+                PQfreemem(raw);
+                ereport(ERROR, (errcode(ERRCODE_PROTOCOL_VIOLATION),
+                                errmsg("strata walproposer: the local walsender skipped WAL"),
+                                errdetail("Expected WAL at %s, got %s.", lsn_format(wp.wal_end, a),
+                                          lsn_format(msg.wal_start, b))));
+            }
+            wp.wal_end = msg.wal_start + msg.data_len;
+            core_wal_available(wp.wal_end);
+        } else if (msg.kind == REPLMSG_KEEPALIVE && msg.reply_requested)
+            local_send_status(now, true);
+        PQfreemem(raw);
+    }
+    if (wp.local.state == PQSTREAM_STREAMING)
+        (void)pqstream_flush(&wp.local);
+    if (wp.local.state == PQSTREAM_IDLE) {
+        ereport(LOG, (errmsg("strata walproposer: lost the local walsender: %s",
+                             pqstream_error(&wp.local))));
+        wp.local_next_attempt = TimestampTzPlusMilliseconds(now, 1000);
+    }
+}
+
+/* How long the loop may sleep before something is due. */
+static long next_timeout(TimestampTz now)
+{
+    long timeout = WP_TICK_MS;
+
+    for (int i = 0; i < wp.n_sk; i++) {
+        sk_slot *sk = &wp.sk[i];
+        if (sk->stream.state == PQSTREAM_IDLE) {
+            long ms = sk->next_attempt <= now ? 0 : (long)((sk->next_attempt - now) / 1000);
+            timeout = Min(timeout, ms);
+        }
+    }
+    return timeout;
+}
+
+void strata_walproposer_main(Datum arg)
+{
+    TimestampTz last_tick = 0;
+
+    pqsignal(SIGHUP, SignalHandlerForConfigReload);
+    pqsignal(SIGTERM, die);
+    BackgroundWorkerUnblockSignals();
+
+    memset(&wp, 0, sizeof(wp));
+    parse_safekeepers();
+    pqstream_init(&wp.local);
+    snprintf(wp.waldir, sizeof(wp.waldir), "%s/%s", DataDir, XLOGDIR);
+    wp.scratch = MemoryContextAlloc(TopMemoryContext, WALPUSH_MAX_MESSAGE);
+    walbuf_init(&wp.buf, MemoryContextAlloc(TopMemoryContext, (Size)strata_wal_buffer_size * 1024),
+                (size_t)strata_wal_buffer_size * 1024);
+    ereport(LOG, (errmsg("strata walproposer started with %d safekeepers: %s", wp.n_sk,
+                         strata_safekeepers)));
+
+    /* Placeholder: stream from the current segment start. */
+    wp.local_wanted = true;
+    wp.local_start = GetXLogInsertRecPtr() - GetXLogInsertRecPtr() % wal_segment_size;
+
+    for (;;) {
+        TimestampTz now;
+
+        CHECK_FOR_INTERRUPTS();
+        if (ConfigReloadPending) {
+            ConfigReloadPending = false;
+            ProcessConfigFile(PGC_SIGHUP);
+        }
+        now = GetCurrentTimestamp();
+        for (int i = 0; i < wp.n_sk; i++)
+            handle_sk(i, now);
+        handle_local(now);
+        if (TimestampDifferenceExceeds(last_tick, now, WP_TICK_MS)) {
+            core_tick(now);
+            last_tick = now;
+        }
+        local_send_status(now, false);
+        wait_for_work(next_timeout(now));
+    }
+}
+
+static void wp_fence(const char *detail)
+{
+    ereport(LOG, (errmsg("strata walproposer: terminating: %s", detail)));
+    kill(PostmasterPid, SIGQUIT);
+    proc_exit(1);
+}
