@@ -1,0 +1,54 @@
+/*
+ * cli.h: what the `strata` command's modules share: the error buffer every
+ * fallible function fills with a one-line reason, and the command entry
+ * points that cli/main.c dispatches to.
+ *
+ * Not for: option parsing (main.c) or any one concern's details (cluster.h,
+ * proc.h, locate.h, probe.h, compute.h, safekeepers.h).
+ *
+ * Exit codes of every command: CLI_OK, CLI_FAIL (a one-line reason on
+ * stderr), CLI_USAGE (bad command line).
+ */
+#ifndef STRATA_CLI_CLI_H
+#define STRATA_CLI_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+
+/* The one-line reason of a failure; the first error set wins. */
+typedef struct cli_err {
+    char msg[1024];
+} cli_err;
+
+/* Records a reason unless one is already set; always returns -1 so callers
+ * can write `return cli_err_set(err, ...)`. */
+int cli_err_set(cli_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Options common to the commands; main.c fills them. */
+typedef struct cli_opts {
+    const char *dir;   /* cluster directory; default ./.strata */
+    int port_base;     /* 0: pick free ports at first `up` */
+    bool json;         /* status --json */
+    bool immediate;    /* stop --immediate */
+    const char *name;  /* stop/start/bench NAME */
+    int argc;          /* extra arguments (psql after --, bench args) */
+    char **argv;
+} cli_opts;
+
+/* Each returns CLI_OK or CLI_FAIL, printing the reason of a failure. */
+int cmd_up(const cli_opts *o);
+int cmd_down(const cli_opts *o);
+int cmd_start(const cli_opts *o);
+int cmd_stop(const cli_opts *o);
+int cmd_status(const cli_opts *o);
+int cmd_psql(const cli_opts *o);
+int cmd_sync_safekeepers(const cli_opts *o);
+int cmd_bench(const cli_opts *o);
+int cmd_demo(const cli_opts *o);
+
+/* Prints "strata: <reason>" on stderr and returns CLI_FAIL. */
+int cli_fail(const cli_err *err);
+
+#endif

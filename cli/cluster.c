@@ -1,0 +1,395 @@
+/*
+ * cluster.c: the cluster state file.  See cluster.h.
+ *
+ * Not for: deciding what runs; this file only names ports, ids and paths.
+ */
+#include "cli/cluster.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+/* A state file bigger than this is not ours. */
+#define CLUSTER_FILE_MAX (64 * 1024)
+
+int cluster_resolve_dir(const char *dir, char *out, cli_err *err)
+{
+    if (dir == NULL || dir[0] == '\0')
+        return cli_err_set(err, "empty cluster directory");
+    if (dir[0] == '/') {
+        if (strlen(dir) >= PATH_MAX)
+            return cli_err_set(err, "cluster directory path too long");
+        strcpy(out, dir);
+    } else {
+        char cwd[PATH_MAX];
+        if (getcwd(cwd, sizeof cwd) == NULL)
+            return cli_err_set(err, "getcwd: %s", strerror(errno));
+        int n = snprintf(out, PATH_MAX, "%s/%s", cwd, dir);
+        if (n < 0 || n >= PATH_MAX)
+            return cli_err_set(err, "cluster directory path too long");
+    }
+    /* Drop trailing slashes and "/." so paths compare equal. */
+    size_t len = strlen(out);
+    while (len > 1 && out[len - 1] == '/')
+        out[--len] = '\0';
+    while (len > 2 && strcmp(out + len - 2, "/.") == 0) {
+        len -= 2;
+        out[len] = '\0';
+        while (len > 1 && out[len - 1] == '/')
+            out[--len] = '\0';
+    }
+    return 0;
+}
+
+int cluster_path(const cluster *c, const char *rel, char *buf, cli_err *err)
+{
+    int n = snprintf(buf, PATH_MAX, "%s/%s", c->dir, rel);
+    if (n < 0 || n >= PATH_MAX)
+        return cli_err_set(err, "path too long: %s/%s", c->dir, rel);
+    return 0;
+}
+
+void cluster_compute_connstr(const cluster *c, char *buf, size_t len)
+{
+    snprintf(buf, len, "host=127.0.0.1 port=%d user=%s dbname=postgres", c->compute_port,
+             c->pg_user);
+}
+
+const cluster_safekeeper *cluster_find_safekeeper(const cluster *c, const char *name)
+{
+    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
+        if (strcmp(c->sk[i].name, name) == 0)
+            return &c->sk[i];
+    return NULL;
+}
+
+static void cluster_name_safekeepers(cluster *c)
+{
+    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
+        snprintf(c->sk[i].name, sizeof c->sk[i].name, "sk%d", i + 1);
+        c->sk[i].id = i + 1;
+    }
+}
+
+void cluster_assign_ports(cluster *c, int port_base)
+{
+    assert(port_base > 0 && port_base + CLUSTER_PORT_SPAN - 1 <= 65535);
+    c->compute_port = port_base;
+    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
+        c->sk[i].pg_port = port_base + 2 * i + 1;
+        c->sk[i].http_port = port_base + 2 * i + 2;
+    }
+    c->pageserver_pg_port = port_base + 7;
+    c->pageserver_http_port = port_base + 8;
+}
+
+/* Binds n sockets to 127.0.0.1:0 at once so the ports are distinct, then
+ * releases them.  A later bind by the daemon may race another program; the
+ * ports are stored so that this happens at most once per cluster. */
+static int cluster_pick_free_ports(int *ports, int n, cli_err *err)
+{
+    int fds[CLUSTER_PORT_SPAN];
+    assert(n <= CLUSTER_PORT_SPAN);
+    int rc = 0, opened = 0;
+    for (; opened < n; opened++) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            rc = cli_err_set(err, "socket: %s", strerror(errno));
+            break;
+        }
+        fds[opened] = fd;
+        struct sockaddr_in sa = {.sin_family = AF_INET,
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t sl = sizeof sa;
+        if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+            getsockname(fd, (struct sockaddr *)&sa, &sl) != 0) {
+            rc = cli_err_set(err, "picking a free port: %s", strerror(errno));
+            opened++;
+            break;
+        }
+        ports[opened] = ntohs(sa.sin_port);
+    }
+    for (int i = 0; i < opened; i++)
+        close(fds[i]);
+    return rc;
+}
+
+static int cluster_default_pg_user(char *out, size_t len, cli_err *err)
+{
+    if (geteuid() == 0) {
+        /* Postgres refuses root: it runs as Debian's postgres user. */
+        snprintf(out, len, "postgres");
+        return 0;
+    }
+    struct passwd *pw = getpwuid(geteuid());
+    if (pw == NULL)
+        return cli_err_set(err, "no passwd entry for uid %u", (unsigned)geteuid());
+    if (strlen(pw->pw_name) >= len)
+        return cli_err_set(err, "user name too long: %s", pw->pw_name);
+    snprintf(out, len, "%s", pw->pw_name);
+    return 0;
+}
+
+int cluster_init(const char *dir, int port_base, cluster *c, cli_err *err)
+{
+    memset(c, 0, sizeof *c);
+    if (strlen(dir) >= sizeof c->dir)
+        return cli_err_set(err, "cluster directory path too long");
+    strcpy(c->dir, dir);
+    if (!strata_id_generate(&c->tenant_id) || !strata_id_generate(&c->timeline_id))
+        return cli_err_set(err, "getrandom failed while generating ids");
+    if (cluster_default_pg_user(c->pg_user, sizeof c->pg_user, err) != 0)
+        return -1;
+    cluster_name_safekeepers(c);
+    if (port_base > 0) {
+        cluster_assign_ports(c, port_base);
+        return 0;
+    }
+    int ports[CLUSTER_PORT_SPAN];
+    if (cluster_pick_free_ports(ports, CLUSTER_PORT_SPAN, err) != 0)
+        return -1;
+    c->compute_port = ports[0];
+    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
+        c->sk[i].pg_port = ports[2 * i + 1];
+        c->sk[i].http_port = ports[2 * i + 2];
+    }
+    c->pageserver_pg_port = ports[7];
+    c->pageserver_http_port = ports[8];
+    return 0;
+}
+
+static int json_get_port(const cJSON *obj, const char *key, int *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 65535 ||
+        v->valuedouble != (double)(int)v->valuedouble)
+        return -1;
+    *out = (int)v->valuedouble;
+    return 0;
+}
+
+static int json_get_id(const cJSON *obj, const char *key, strata_id *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!cJSON_IsString(v) || !strata_id_parse(v->valuestring, out))
+        return -1;
+    return 0;
+}
+
+static int cluster_read_file(const char *path, char **text, cli_err *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return 1;
+        return cli_err_set(err, "open %s: %s", path, strerror(errno));
+    }
+    char *buf = malloc(CLUSTER_FILE_MAX + 1);
+    if (buf == NULL) {
+        close(fd);
+        return cli_err_set(err, "out of memory");
+    }
+    size_t len = 0;
+    for (;;) {
+        ssize_t n = read(fd, buf + len, CLUSTER_FILE_MAX + 1 - len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            int e = errno;
+            close(fd);
+            free(buf);
+            return cli_err_set(err, "read %s: %s", path, strerror(e));
+        }
+        if (n == 0)
+            break;
+        len += (size_t)n;
+        if (len > CLUSTER_FILE_MAX) {
+            close(fd);
+            free(buf);
+            return cli_err_set(err, "%s is larger than %d bytes", path, CLUSTER_FILE_MAX);
+        }
+    }
+    close(fd);
+    buf[len] = '\0';
+    *text = buf;
+    return 0;
+}
+
+int cluster_load(const char *dir, cluster *c, cli_err *err)
+{
+    char path[PATH_MAX];
+    int n = snprintf(path, sizeof path, "%s/%s", dir, CLUSTER_FILE);
+    if (n < 0 || n >= (int)sizeof path)
+        return cli_err_set(err, "cluster directory path too long");
+    char *text = NULL;
+    int rc = cluster_read_file(path, &text, err);
+    if (rc != 0)
+        return rc;
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    if (root == NULL)
+        return cli_err_set(err, "%s is not valid JSON", path);
+
+    cluster tmp;
+    memset(&tmp, 0, sizeof tmp);
+    strcpy(tmp.dir, dir);
+    cluster_name_safekeepers(&tmp);
+    rc = -1;
+    const cJSON *version = cJSON_GetObjectItemCaseSensitive(root, "version");
+    const cJSON *user = cJSON_GetObjectItemCaseSensitive(root, "pg_user");
+    const cJSON *compute = cJSON_GetObjectItemCaseSensitive(root, "compute");
+    const cJSON *pageserver = cJSON_GetObjectItemCaseSensitive(root, "pageserver");
+    const cJSON *sks = cJSON_GetObjectItemCaseSensitive(root, "safekeepers");
+    if (!cJSON_IsNumber(version) || version->valueint != CLUSTER_FORMAT_VERSION) {
+        cli_err_set(err, "%s: unsupported format version", path);
+        goto out;
+    }
+    if (json_get_id(root, "tenant_id", &tmp.tenant_id) != 0 ||
+        json_get_id(root, "timeline_id", &tmp.timeline_id) != 0) {
+        cli_err_set(err, "%s: bad tenant_id or timeline_id", path);
+        goto out;
+    }
+    if (!cJSON_IsString(user) || user->valuestring[0] == '\0' ||
+        strlen(user->valuestring) >= sizeof tmp.pg_user) {
+        cli_err_set(err, "%s: bad pg_user", path);
+        goto out;
+    }
+    strcpy(tmp.pg_user, user->valuestring);
+    if (json_get_port(compute, "port", &tmp.compute_port) != 0 ||
+        json_get_port(pageserver, "pg_port", &tmp.pageserver_pg_port) != 0 ||
+        json_get_port(pageserver, "http_port", &tmp.pageserver_http_port) != 0) {
+        cli_err_set(err, "%s: bad compute or pageserver ports", path);
+        goto out;
+    }
+    if (!cJSON_IsArray(sks) || cJSON_GetArraySize(sks) != CLUSTER_SAFEKEEPERS) {
+        cli_err_set(err, "%s: expected %d safekeepers", path, CLUSTER_SAFEKEEPERS);
+        goto out;
+    }
+    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
+        const cJSON *sk = cJSON_GetArrayItem(sks, i);
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(sk, "name");
+        if (!cJSON_IsString(name) || strcmp(name->valuestring, tmp.sk[i].name) != 0 ||
+            json_get_port(sk, "pg_port", &tmp.sk[i].pg_port) != 0 ||
+            json_get_port(sk, "http_port", &tmp.sk[i].http_port) != 0) {
+            cli_err_set(err, "%s: bad safekeeper entry %d", path, i + 1);
+            goto out;
+        }
+    }
+    *c = tmp;
+    rc = 0;
+out:
+    cJSON_Delete(root);
+    return rc;
+}
+
+static cJSON *cluster_to_json(const cluster *c)
+{
+    char tenant[STRATA_ID_HEX_LEN], timeline[STRATA_ID_HEX_LEN];
+    cJSON *root = cJSON_CreateObject();
+    if (root == NULL)
+        return NULL;
+    /* Children belong to root as soon as they are added; one Delete frees all. */
+    cJSON *compute = cJSON_AddObjectToObject(root, "compute");
+    cJSON *pageserver = cJSON_AddObjectToObject(root, "pageserver");
+    cJSON *sks = cJSON_AddArrayToObject(root, "safekeepers");
+    if (compute == NULL || pageserver == NULL || sks == NULL ||
+        !cJSON_AddNumberToObject(root, "version", CLUSTER_FORMAT_VERSION) ||
+        !cJSON_AddStringToObject(root, "tenant_id", strata_id_format(&c->tenant_id, tenant)) ||
+        !cJSON_AddStringToObject(root, "timeline_id",
+                                 strata_id_format(&c->timeline_id, timeline)) ||
+        !cJSON_AddStringToObject(root, "pg_user", c->pg_user) ||
+        !cJSON_AddNumberToObject(compute, "port", c->compute_port) ||
+        !cJSON_AddNumberToObject(pageserver, "pg_port", c->pageserver_pg_port) ||
+        !cJSON_AddNumberToObject(pageserver, "http_port", c->pageserver_http_port))
+        goto fail;
+    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
+        cJSON *sk = cJSON_CreateObject();
+        if (sk == NULL)
+            goto fail;
+        if (!cJSON_AddItemToArray(sks, sk)) {
+            cJSON_Delete(sk);
+            goto fail;
+        }
+        if (!cJSON_AddStringToObject(sk, "name", c->sk[i].name) ||
+            !cJSON_AddNumberToObject(sk, "id", c->sk[i].id) ||
+            !cJSON_AddNumberToObject(sk, "pg_port", c->sk[i].pg_port) ||
+            !cJSON_AddNumberToObject(sk, "http_port", c->sk[i].http_port))
+            goto fail;
+    }
+    return root;
+fail:
+    cJSON_Delete(root);
+    return NULL;
+}
+
+static int write_all(int fd, const char *buf, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = write(fd, buf, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -1;
+        buf += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int cluster_save(const cluster *c, cli_err *err)
+{
+    char path[PATH_MAX], tmp[PATH_MAX];
+    if (cluster_path(c, CLUSTER_FILE, path, err) != 0 ||
+        cluster_path(c, CLUSTER_FILE ".tmp", tmp, err) != 0)
+        return -1;
+    cJSON *root = cluster_to_json(c);
+    if (root == NULL)
+        return cli_err_set(err, "out of memory");
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (text == NULL)
+        return cli_err_set(err, "out of memory");
+
+    int rc = -1;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        cli_err_set(err, "create %s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    if (write_all(fd, text, strlen(text)) != 0 || write_all(fd, "\n", 1) != 0 ||
+        fsync(fd) != 0) {
+        cli_err_set(err, "write %s: %s", tmp, strerror(errno));
+        close(fd);
+        goto out;
+    }
+    if (close(fd) != 0) {
+        cli_err_set(err, "close %s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    if (rename(tmp, path) != 0) {
+        cli_err_set(err, "rename %s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    int dfd = open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0 || fsync(dfd) != 0) {
+        cli_err_set(err, "fsync %s: %s", c->dir, strerror(errno));
+        if (dfd >= 0)
+            close(dfd);
+        goto out;
+    }
+    close(dfd);
+    rc = 0;
+out:
+    free(text);
+    return rc;
+}

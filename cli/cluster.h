@@ -1,0 +1,81 @@
+/*
+ * cluster.h: the local cluster's state file, D/cluster.json.
+ *
+ * Holds what must stay the same across `strata up` runs: the tenant and
+ * timeline ids, every component's ports, and the user postgres runs as.
+ * Written once at the first `up` (atomically: temporary file, fsync,
+ * rename, directory fsync) and read by every other command.
+ *
+ * Not for: runtime state (pids live in D/<name>.pid, see proc.h) or
+ * anything about starting processes.
+ */
+#ifndef STRATA_CLI_CLUSTER_H
+#define STRATA_CLI_CLUSTER_H
+
+#include <limits.h>
+#include <stdbool.h>
+
+#include "cli/cli.h"
+#include "common/lsn.h"
+
+#define CLUSTER_SAFEKEEPERS 3
+#define CLUSTER_FILE "cluster.json"
+#define CLUSTER_FORMAT_VERSION 1
+
+/* With --port-base N: compute N, sk<i> pg N+2i-1 and http N+2i, pageserver
+ * pg N+7 and http N+8 (reserved until the pageserver exists). */
+#define CLUSTER_PORT_SPAN 9
+
+typedef struct cluster_safekeeper {
+    char name[8]; /* "sk1".."sk3" */
+    int id;       /* node id, 1..3 */
+    int pg_port;
+    int http_port;
+} cluster_safekeeper;
+
+typedef struct cluster {
+    char dir[PATH_MAX]; /* absolute */
+    strata_id tenant_id;
+    strata_id timeline_id;
+    char pg_user[64]; /* OS user postgres runs as and its superuser name */
+    int compute_port;
+    int pageserver_pg_port;
+    int pageserver_http_port;
+    cluster_safekeeper sk[CLUSTER_SAFEKEEPERS];
+} cluster;
+
+/*
+ * Makes dir absolute (creating nothing) into out, which has PATH_MAX bytes.
+ * Returns 0, or -1 with a reason.
+ */
+int cluster_resolve_dir(const char *dir, char *out, cli_err *err);
+
+/*
+ * Reads D/cluster.json.  Returns 1 when the file does not exist (c is
+ * untouched), 0 on success, -1 with a reason when it is unreadable or
+ * malformed.  dir must be absolute (cluster_resolve_dir).
+ */
+int cluster_load(const char *dir, cluster *c, cli_err *err);
+
+/*
+ * Fills c for a new cluster under dir: fresh ids, ports from port_base or,
+ * when port_base is 0, free ephemeral ports picked now.  Writes nothing.
+ */
+int cluster_init(const char *dir, int port_base, cluster *c, cli_err *err);
+
+/* Assigns ports port_base .. port_base+CLUSTER_PORT_SPAN-1. */
+void cluster_assign_ports(cluster *c, int port_base);
+
+/* Writes D/cluster.json durably.  Returns 0 or -1 with a reason. */
+int cluster_save(const cluster *c, cli_err *err);
+
+/* The safekeeper called name ("sk1"..), or NULL. */
+const cluster_safekeeper *cluster_find_safekeeper(const cluster *c, const char *name);
+
+/* Formats "<dir>/<rel>" into buf (PATH_MAX bytes); -1 if too long. */
+int cluster_path(const cluster *c, const char *rel, char *buf, cli_err *err);
+
+/* The libpq connection string of the compute. */
+void cluster_compute_connstr(const cluster *c, char *buf, size_t len);
+
+#endif

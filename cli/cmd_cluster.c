@@ -1,0 +1,288 @@
+/*
+ * cmd_cluster.c: the lifecycle commands, `strata up|down|start|stop`.
+ *
+ * Commands that change what runs take an exclusive lock on D/.lock so two of
+ * them never interleave on one cluster.  Safekeepers start before the
+ * compute (its walproposer needs them) and stop after it (its fast shutdown
+ * waits until the safekeepers hold all of its WAL).
+ *
+ * Not for: how a component is started (safekeepers.c, compute.c).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "cli/cluster.h"
+#include "cli/compute.h"
+#include "cli/proc.h"
+#include "cli/safekeepers.h"
+
+#define CMD_LOCK_TIMEOUT_MS 300000
+#define SAFEKEEPER_READY_TIMEOUT_MS 30000
+#define COMPUTE_READY_TIMEOUT_MS 120000
+
+/* mkdir -p dir, mode 0755 so an unprivileged postgres can traverse it. */
+static int make_dirs(const char *dir, cli_err *err)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s", dir);
+    for (char *p = path + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char saved = *p;
+            *p = '\0';
+            if (mkdir(path, 0755) != 0 && errno != EEXIST)
+                return cli_err_set(err, "mkdir %s: %s", path, strerror(errno));
+            *p = saved;
+            if (saved == '\0')
+                break;
+        }
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return cli_err_set(err, "%s is not a directory", dir);
+    return 0;
+}
+
+/* Takes the cluster lock; returns the fd to close when done, or -1. */
+static int lock_cluster(const char *dir, cli_err *err)
+{
+    char path[PATH_MAX];
+    int n = snprintf(path, sizeof path, "%s/.lock", dir);
+    if (n < 0 || n >= (int)sizeof path)
+        return cli_err_set(err, "cluster directory path too long");
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return cli_err_set(err, "open %s: %s", path, strerror(errno));
+    long long deadline = proc_now_ms() + CMD_LOCK_TIMEOUT_MS;
+    bool said = false;
+    while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        if (errno != EWOULDBLOCK && errno != EINTR) {
+            int e = errno;
+            close(fd);
+            return cli_err_set(err, "flock %s: %s", path, strerror(e));
+        }
+        if (proc_now_ms() >= deadline) {
+            close(fd);
+            return cli_err_set(err, "another strata command holds %s", path);
+        }
+        if (!said) {
+            printf("waiting for another strata command on %s\n", dir);
+            fflush(stdout);
+            said = true;
+        }
+        proc_sleep_ms(100);
+    }
+    return fd;
+}
+
+/* Loads the cluster of an existing directory; a missing one is an error. */
+static int load_existing(const char *dir_arg, cluster *c, cli_err *err)
+{
+    char dir[PATH_MAX];
+    if (cluster_resolve_dir(dir_arg, dir, err) != 0)
+        return -1;
+    int rc = cluster_load(dir, c, err);
+    if (rc == 1)
+        return cli_err_set(err, "no cluster under %s (run `strata up --dir %s` first)", dir,
+                           dir_arg);
+    return rc;
+}
+
+static bool anything_running(const cluster *c)
+{
+    if (compute_pid(c) != 0)
+        return true;
+    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
+        if (safekeepers_pid(c, &c->sk[i]) != 0)
+            return true;
+    return false;
+}
+
+static int start_safekeeper(const cluster *c, const cluster_safekeeper *sk, cli_err *err)
+{
+    pid_t pid = safekeepers_pid(c, sk);
+    if (pid != 0) {
+        printf("%s: already running (pid %d)\n", sk->name, (int)pid);
+        return 0;
+    }
+    printf("%s: starting on 127.0.0.1:%d (http %d)\n", sk->name, sk->pg_port, sk->http_port);
+    fflush(stdout);
+    long long t0 = proc_now_ms();
+    if (safekeepers_start(c, sk, err) != 0 ||
+        safekeepers_wait_ready(c, sk, SAFEKEEPER_READY_TIMEOUT_MS, err) != 0)
+        return -1;
+    printf("%s: ready in %.1f s (pid %d)\n", sk->name, (double)(proc_now_ms() - t0) / 1000.0,
+           (int)safekeepers_pid(c, sk));
+    return 0;
+}
+
+static int start_compute(const cluster *c, cli_err *err)
+{
+    pid_t pid = compute_pid(c);
+    if (pid != 0) {
+        printf("compute: already running (pid %d)\n", (int)pid);
+        return 0;
+    }
+    printf("compute: starting on 127.0.0.1:%d\n", c->compute_port);
+    fflush(stdout);
+    long long t0 = proc_now_ms();
+    if (compute_start(c, err) != 0 || compute_wait_ready(c, COMPUTE_READY_TIMEOUT_MS, err) != 0)
+        return -1;
+    printf("compute: ready in %.1f s (pid %d)\n", (double)(proc_now_ms() - t0) / 1000.0,
+           (int)compute_pid(c));
+    return 0;
+}
+
+/* Creates or loads the cluster of `up`, applying --port-base. */
+static int up_prepare(const cli_opts *o, const char *dir, cluster *c, cli_err *err)
+{
+    int rc = cluster_load(dir, c, err);
+    if (rc < 0)
+        return -1;
+    if (rc == 1) {
+        if (cluster_init(dir, o->port_base, c, err) != 0 || cluster_save(c, err) != 0)
+            return -1;
+        char tl[STRATA_ID_HEX_LEN];
+        printf("created cluster under %s (timeline %s)\n", dir,
+               strata_id_format(&c->timeline_id, tl));
+        return 0;
+    }
+    if (o->port_base > 0 && o->port_base != c->compute_port) {
+        if (anything_running(c))
+            return cli_err_set(err, "the cluster under %s runs with port base %d; "
+                                    "run `strata down` before changing it",
+                               dir, c->compute_port);
+        cluster_assign_ports(c, o->port_base);
+        if (cluster_save(c, err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+int cmd_up(const cli_opts *o)
+{
+    cli_err err = {{0}};
+    char dir[PATH_MAX];
+    cluster c;
+    if (cluster_resolve_dir(o->dir, dir, &err) != 0 || make_dirs(dir, &err) != 0)
+        return cli_fail(&err);
+    int lock = lock_cluster(dir, &err);
+    if (lock < 0)
+        return cli_fail(&err);
+    int rc = CLI_OK;
+    if (up_prepare(o, dir, &c, &err) != 0)
+        goto fail;
+    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
+        if (start_safekeeper(&c, &c.sk[i], &err) != 0)
+            goto fail;
+    if (start_compute(&c, &err) != 0)
+        goto fail;
+    char connstr[512];
+    cluster_compute_connstr(&c, connstr, sizeof connstr);
+    printf("cluster up under %s\ncompute: %s\n", dir, connstr);
+    goto out;
+fail:
+    rc = cli_fail(&err);
+out:
+    close(lock);
+    return rc;
+}
+
+int cmd_down(const cli_opts *o)
+{
+    cli_err err = {{0}};
+    char dir[PATH_MAX];
+    cluster c;
+    if (cluster_resolve_dir(o->dir, dir, &err) != 0)
+        return cli_fail(&err);
+    int rc = cluster_load(dir, &c, &err);
+    if (rc < 0)
+        return cli_fail(&err);
+    if (rc == 1) {
+        printf("no cluster under %s: nothing to stop\n", dir);
+        return CLI_OK;
+    }
+    int lock = lock_cluster(dir, &err);
+    if (lock < 0)
+        return cli_fail(&err);
+    /* Keep going after a failure: stop as much as possible, report the first. */
+    bool failed = false;
+    pid_t pid = compute_pid(&c);
+    if (pid != 0) {
+        printf("compute: stopping (pid %d)\n", (int)pid);
+        fflush(stdout);
+        failed |= compute_stop(&c, false, &err) != 0;
+    }
+    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
+        pid = safekeepers_pid(&c, &c.sk[i]);
+        if (pid == 0)
+            continue;
+        printf("%s: stopping (pid %d)\n", c.sk[i].name, (int)pid);
+        fflush(stdout);
+        failed |= safekeepers_stop(&c, &c.sk[i], false, &err) != 0;
+    }
+    close(lock);
+    if (failed)
+        return cli_fail(&err);
+    printf("cluster under %s is down\n", dir);
+    return CLI_OK;
+}
+
+int cmd_stop(const cli_opts *o)
+{
+    cli_err err = {{0}};
+    cluster c;
+    if (load_existing(o->dir, &c, &err) != 0)
+        return cli_fail(&err);
+    if (strcmp(o->name, "pageserver") == 0) {
+        printf("pageserver: not part of this cluster yet; nothing to stop\n");
+        return CLI_OK;
+    }
+    int lock = lock_cluster(c.dir, &err);
+    if (lock < 0)
+        return cli_fail(&err);
+    int rc = 0;
+    if (strcmp(o->name, "compute") == 0) {
+        rc = compute_stop(&c, o->immediate, &err);
+    } else {
+        const cluster_safekeeper *sk = cluster_find_safekeeper(&c, o->name);
+        rc = sk ? safekeepers_stop(&c, sk, o->immediate, &err)
+                : cli_err_set(&err, "unknown component %s", o->name);
+    }
+    close(lock);
+    if (rc != 0)
+        return cli_fail(&err);
+    printf("%s: stopped%s\n", o->name, o->immediate ? " (SIGKILL)" : "");
+    return CLI_OK;
+}
+
+int cmd_start(const cli_opts *o)
+{
+    cli_err err = {{0}};
+    cluster c;
+    if (load_existing(o->dir, &c, &err) != 0)
+        return cli_fail(&err);
+    if (strcmp(o->name, "pageserver") == 0) {
+        cli_err_set(&err, "no pageserver in this stage of strata");
+        return cli_fail(&err);
+    }
+    int lock = lock_cluster(c.dir, &err);
+    if (lock < 0)
+        return cli_fail(&err);
+    int rc;
+    if (strcmp(o->name, "compute") == 0) {
+        rc = start_compute(&c, &err);
+    } else {
+        const cluster_safekeeper *sk = cluster_find_safekeeper(&c, o->name);
+        rc = sk ? start_safekeeper(&c, sk, &err)
+                : cli_err_set(&err, "unknown component %s", o->name);
+    }
+    close(lock);
+    return rc != 0 ? cli_fail(&err) : CLI_OK;
+}

@@ -1,0 +1,183 @@
+/*
+ * cmd_status.c: `strata status [--json]`, what runs under D and where.
+ *
+ * The JSON form is the stable interface of DESIGN section 13: exactly one
+ * object on stdout; a component that is not running has "pid": null, and a
+ * value nobody could report (an LSN of a stopped safekeeper) is null.
+ *
+ * Not for: changing anything.
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cjson/cJSON.h>
+
+#include "cli/cli.h"
+#include "cli/cluster.h"
+#include "cli/compute.h"
+#include "cli/safekeepers.h"
+
+typedef struct status_snapshot {
+    pid_t compute_pid;
+    char compute_datadir[PATH_MAX];
+    char connstr[512];
+    pid_t sk_pid[CLUSTER_SAFEKEEPERS];
+    safekeeper_timeline sk_tl[CLUSTER_SAFEKEEPERS];
+} status_snapshot;
+
+static int status_collect(const cluster *c, status_snapshot *s, cli_err *err)
+{
+    s->compute_pid = compute_pid(c);
+    if (compute_datadir(c, s->compute_datadir, err) != 0)
+        return -1;
+    cluster_compute_connstr(c, s->connstr, sizeof s->connstr);
+    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
+        s->sk_pid[i] = safekeepers_pid(c, &c->sk[i]);
+        safekeepers_query(c, &c->sk[i], &s->sk_tl[i]);
+    }
+    return 0;
+}
+
+static cJSON *json_pid(pid_t pid)
+{
+    return pid ? cJSON_CreateNumber(pid) : cJSON_CreateNull();
+}
+
+static cJSON *json_lsn(bool known, lsn_t lsn)
+{
+    char buf[LSN_FMT_LEN];
+    return known ? cJSON_CreateString(lsn_format(lsn, buf)) : cJSON_CreateNull();
+}
+
+/* Adds item to obj, freeing it on failure; false on any failure. */
+static bool add(cJSON *obj, const char *key, cJSON *item)
+{
+    if (item == NULL)
+        return false;
+    if (!cJSON_AddItemToObject(obj, key, item)) {
+        cJSON_Delete(item);
+        return false;
+    }
+    return true;
+}
+
+static cJSON *status_json(const cluster *c, const status_snapshot *s)
+{
+    cJSON *root = cJSON_CreateObject();
+    if (root == NULL)
+        return NULL;
+    bool ok = add(root, "dir", cJSON_CreateString(c->dir));
+    cJSON *compute = cJSON_AddObjectToObject(root, "compute");
+    cJSON *ps = cJSON_AddObjectToObject(root, "pageserver");
+    cJSON *sks = NULL;
+    ok = ok && compute != NULL && ps != NULL &&
+              add(compute, "pid", json_pid(s->compute_pid)) &&
+              add(compute, "port", cJSON_CreateNumber(c->compute_port)) &&
+              add(compute, "connstr", cJSON_CreateString(s->connstr)) &&
+              add(compute, "datadir", cJSON_CreateString(s->compute_datadir)) &&
+              /* No pageserver in this stage: reported as not running. */
+              add(ps, "pid", cJSON_CreateNull()) && add(ps, "pg_port", cJSON_CreateNull()) &&
+              add(ps, "http_port", cJSON_CreateNull()) &&
+              add(ps, "last_record_lsn", cJSON_CreateNull()) &&
+              add(ps, "disk_consistent_lsn", cJSON_CreateNull()) &&
+              (sks = cJSON_AddArrayToObject(root, "safekeepers")) != NULL;
+    for (int i = 0; ok && i < CLUSTER_SAFEKEEPERS; i++) {
+        const safekeeper_timeline *tl = &s->sk_tl[i];
+        cJSON *sk = cJSON_CreateObject();
+        if (sk == NULL || !cJSON_AddItemToArray(sks, sk)) {
+            cJSON_Delete(sk);
+            ok = false;
+            break;
+        }
+        ok = add(sk, "name", cJSON_CreateString(c->sk[i].name)) &&
+             add(sk, "pid", json_pid(s->sk_pid[i])) &&
+             add(sk, "pg_port", cJSON_CreateNumber(c->sk[i].pg_port)) &&
+             add(sk, "http_port", cJSON_CreateNumber(c->sk[i].http_port)) &&
+             add(sk, "term", tl->known ? cJSON_CreateNumber((double)tl->term)
+                                       : cJSON_CreateNull()) &&
+             add(sk, "flush_lsn", json_lsn(tl->known, tl->flush_lsn)) &&
+             add(sk, "commit_lsn", json_lsn(tl->known, tl->commit_lsn));
+    }
+    if (!ok) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
+}
+
+static void print_pid(pid_t pid)
+{
+    if (pid)
+        printf("%-8d", (int)pid);
+    else
+        printf("%-8s", "-");
+}
+
+static void status_print_human(const cluster *c, const status_snapshot *s)
+{
+    char tenant[STRATA_ID_HEX_LEN], timeline[STRATA_ID_HEX_LEN];
+    printf("cluster   %s\n", c->dir);
+    printf("tenant    %s\ntimeline  %s\n\n", strata_id_format(&c->tenant_id, tenant),
+           strata_id_format(&c->timeline_id, timeline));
+    printf("%-11s %-8s %-8s %-6s %-6s %-18s %-18s\n", "NAME", "STATE", "PID", "PORT", "HTTP",
+           "FLUSH_LSN", "COMMIT_LSN");
+    printf("%-11s %-8s ", "compute", s->compute_pid ? "running" : "stopped");
+    print_pid(s->compute_pid);
+    printf(" %-6d %-6s %-18s %-18s\n", c->compute_port, "-", "-", "-");
+    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
+        const safekeeper_timeline *tl = &s->sk_tl[i];
+        char flush[LSN_FMT_LEN] = "-", commit[LSN_FMT_LEN] = "-";
+        if (tl->known) {
+            lsn_format(tl->flush_lsn, flush);
+            lsn_format(tl->commit_lsn, commit);
+        }
+        printf("%-11s %-8s ", c->sk[i].name, s->sk_pid[i] ? "running" : "stopped");
+        print_pid(s->sk_pid[i]);
+        printf(" %-6d %-6d %-18s %-18s", c->sk[i].pg_port, c->sk[i].http_port, flush, commit);
+        if (tl->known)
+            printf(" term %llu", (unsigned long long)tl->term);
+        printf("\n");
+    }
+    printf("%-11s %-8s\n\n", "pageserver", "absent");
+    printf("connect: psql \"%s\"\n", s->connstr);
+}
+
+int cmd_status(const cli_opts *o)
+{
+    cli_err err = {{0}};
+    char dir[PATH_MAX];
+    cluster c;
+    if (cluster_resolve_dir(o->dir, dir, &err) != 0)
+        return cli_fail(&err);
+    int rc = cluster_load(dir, &c, &err);
+    if (rc == 1)
+        cli_err_set(&err, "no cluster under %s (run `strata up` first)", dir);
+    if (rc != 0)
+        return cli_fail(&err);
+    status_snapshot *s = calloc(1, sizeof *s);
+    if (s == NULL) {
+        cli_err_set(&err, "out of memory");
+        return cli_fail(&err);
+    }
+    if (status_collect(&c, s, &err) != 0) {
+        free(s);
+        return cli_fail(&err);
+    }
+    if (!o->json) {
+        status_print_human(&c, s);
+        free(s);
+        return CLI_OK;
+    }
+    cJSON *root = status_json(&c, s);
+    free(s);
+    char *text = root ? cJSON_PrintUnformatted(root) : NULL;
+    cJSON_Delete(root);
+    if (text == NULL) {
+        cli_err_set(&err, "out of memory");
+        return cli_fail(&err);
+    }
+    printf("%s\n", text);
+    free(text);
+    return CLI_OK;
+}

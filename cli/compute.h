@@ -1,0 +1,44 @@
+/*
+ * compute.h: the compute of this stage, a stock PostgreSQL 15 primary that
+ * loads strata.so, whose walproposer streams WAL to the safekeepers.
+ *
+ * Layout under D: compute/pgdata (its data directory, created by initdb at
+ * the first start and kept across restarts), compute/run (its unix socket
+ * directory), compute.log, compute.pid.  The settings strata owns live in
+ * pgdata/strata.conf, rewritten at every start so they follow cluster.json.
+ * When strata runs as root everything under compute/ belongs to the
+ * unprivileged postgres user and every postgres process runs as that user.
+ *
+ * Not for: the walproposer (compute/extension) or component ordering.
+ */
+#ifndef STRATA_CLI_COMPUTE_H
+#define STRATA_CLI_COMPUTE_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "cli/cli.h"
+#include "cli/cluster.h"
+
+/* The postmaster's pid, or 0 when the compute is not running. */
+pid_t compute_pid(const cluster *c);
+
+/* D/compute/pgdata. */
+int compute_datadir(const cluster *c, char *buf, cli_err *err);
+
+/* Creates the data directory if needed (initdb), writes the configuration
+ * and starts postgres unless it runs already; does not wait.  0 or -1. */
+int compute_start(const cluster *c, cli_err *err);
+
+/* Waits (bounded) until the compute accepts connections.  0 or -1. */
+int compute_wait_ready(const cluster *c, int timeout_ms, cli_err *err);
+
+/*
+ * Stops the compute.  Normal: fast shutdown (SIGINT), escalating to
+ * immediate shutdown and SIGKILL after bounded waits.  immediate: SIGKILL to
+ * the postmaster and all its children at once (a crash).  Not running is
+ * success.  0 or -1 with a reason.
+ */
+int compute_stop(const cluster *c, bool immediate, cli_err *err);
+
+#endif

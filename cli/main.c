@@ -1,0 +1,161 @@
+/*
+ * main.c: the `strata` command line.  Parses arguments and dispatches to
+ * the cmd_* functions; nothing else happens here.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "common/log.h"
+
+/* Options a command accepts. */
+enum {
+    OPT_DIR = 1 << 0,
+    OPT_PORT_BASE = 1 << 1,
+    OPT_JSON = 1 << 2,
+    OPT_IMMEDIATE = 1 << 3,
+    OPT_NAME = 1 << 4,     /* one positional NAME */
+    OPT_PASS = 1 << 5,     /* arguments after -- are passed on */
+    OPT_PASS_ALL = 1 << 6, /* every argument after NAME is passed on */
+};
+
+typedef struct command {
+    const char *name;
+    int (*run)(const cli_opts *);
+    int opts;
+    const char *usage;
+} command;
+
+static const command commands[] = {
+    {"up", cmd_up, OPT_DIR | OPT_PORT_BASE, "up [--dir D] [--port-base N]"},
+    {"down", cmd_down, OPT_DIR, "down [--dir D]"},
+    {"status", cmd_status, OPT_DIR | OPT_JSON, "status [--dir D] [--json]"},
+    {"stop", cmd_stop, OPT_DIR | OPT_IMMEDIATE | OPT_NAME, "stop NAME [--immediate] [--dir D]"},
+    {"start", cmd_start, OPT_DIR | OPT_NAME, "start NAME [--dir D]"},
+    {"psql", cmd_psql, OPT_DIR | OPT_PASS, "psql [--dir D] [-- ARGS]"},
+    {"sync-safekeepers", cmd_sync_safekeepers, OPT_DIR | OPT_PASS,
+     "sync-safekeepers [--dir D] [-- ARGS]"},
+    {"bench", cmd_bench, OPT_DIR | OPT_NAME | OPT_PASS_ALL, "bench NAME [--dir D] [ARGS...]"},
+    {"demo", cmd_demo, OPT_DIR | OPT_PORT_BASE, "demo [--dir D] [--port-base N]"},
+};
+
+#define N_COMMANDS (sizeof commands / sizeof commands[0])
+
+static const char *const component_names[] = {"sk1", "sk2", "sk3", "pageserver", "compute"};
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: strata COMMAND [OPTIONS]\n\ncommands:\n");
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        fprintf(out, "  strata %s\n", commands[i].usage);
+    fprintf(out, "\nNAME of start/stop: sk1 sk2 sk3 pageserver compute\n"
+                 "D defaults to ./.strata\n");
+}
+
+static int usage_error(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "strata: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n(strata --help lists the commands)\n");
+    return CLI_USAGE;
+}
+
+static bool valid_component(const char *name)
+{
+    for (size_t i = 0; i < sizeof component_names / sizeof component_names[0]; i++)
+        if (strcmp(name, component_names[i]) == 0)
+            return true;
+    return false;
+}
+
+static bool parse_port_base(const char *s, int *out)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*s == '\0' || *end != '\0' || v < 1024 || v > 65535 - 16)
+        return false;
+    *out = (int)v;
+    return true;
+}
+
+/* Returns the value of "--opt V" or "--opt=V" at argv[*i], advancing *i. */
+static const char *option_value(int argc, char **argv, int *i, const char *opt)
+{
+    size_t len = strlen(opt);
+    if (strncmp(argv[*i], opt, len) == 0 && argv[*i][len] == '=')
+        return argv[*i] + len + 1;
+    if (strcmp(argv[*i], opt) == 0 && *i + 1 < argc)
+        return argv[++*i];
+    return NULL;
+}
+
+static bool is_option(const char *arg, const char *opt)
+{
+    size_t len = strlen(opt);
+    return strncmp(arg, opt, len) == 0 && (arg[len] == '\0' || arg[len] == '=');
+}
+
+int main(int argc, char **argv)
+{
+    log_init("strata", LOG_LEVEL_INFO);
+    if (argc < 2)
+        return usage(stderr), CLI_USAGE;
+    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
+        strcmp(argv[1], "help") == 0)
+        return usage(stdout), CLI_OK;
+    const command *cmd = NULL;
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        if (strcmp(argv[1], commands[i].name) == 0)
+            cmd = &commands[i];
+    if (cmd == NULL)
+        return usage_error("unknown command '%s'", argv[1]);
+
+    cli_opts o = {.dir = ".strata"};
+    for (int i = 2; i < argc; i++) {
+        const char *arg = argv[i];
+        const char *value;
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            printf("usage: strata %s\n", cmd->usage);
+            return CLI_OK;
+        } else if ((cmd->opts & OPT_PASS) && strcmp(arg, "--") == 0) {
+            o.argc = argc - i - 1;
+            o.argv = argv + i + 1;
+            break;
+        } else if ((cmd->opts & OPT_DIR) && is_option(arg, "--dir")) {
+            if ((value = option_value(argc, argv, &i, "--dir")) == NULL || value[0] == '\0')
+                return usage_error("%s needs a directory", "--dir");
+            o.dir = value;
+        } else if ((cmd->opts & OPT_PORT_BASE) && is_option(arg, "--port-base")) {
+            value = option_value(argc, argv, &i, "--port-base");
+            if (value == NULL || !parse_port_base(value, &o.port_base))
+                return usage_error("--port-base needs a port number in 1024..65519, got '%s'",
+                                   value ? value : "");
+        } else if ((cmd->opts & OPT_JSON) && strcmp(arg, "--json") == 0) {
+            o.json = true;
+        } else if ((cmd->opts & OPT_IMMEDIATE) && strcmp(arg, "--immediate") == 0) {
+            o.immediate = true;
+        } else if ((cmd->opts & OPT_NAME) && o.name == NULL && arg[0] != '-') {
+            o.name = arg;
+            if (cmd->opts & OPT_PASS_ALL) {
+                /* bench NAME [--dir D] ARGS...: --dir right after NAME is ours. */
+                if (i + 1 < argc && is_option(argv[i + 1], "--dir")) {
+                    i++;
+                    if ((value = option_value(argc, argv, &i, "--dir")) == NULL)
+                        return usage_error("%s needs a directory", "--dir");
+                    o.dir = value;
+                }
+                o.argc = argc - i - 1;
+                o.argv = argv + i + 1;
+                break;
+            }
+        } else {
+            return usage_error("unexpected argument '%s'", arg);
+        }
+    }
+    if ((cmd->opts & OPT_NAME) && o.name == NULL)
+        return usage_error("%s needs a NAME", cmd->name);
+    if ((cmd->opts & OPT_NAME) && !(cmd->opts & OPT_PASS_ALL) && !valid_component(o.name))
+        return usage_error("unknown component '%s' (sk1 sk2 sk3 pageserver compute)", o.name);
+    return cmd->run(&o);
+}

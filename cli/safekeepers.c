@@ -1,0 +1,187 @@
+/*
+ * safekeepers.c: starting, stopping and querying the local safekeepers.
+ * See safekeepers.h.
+ */
+#include "cli/safekeepers.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cjson/cJSON.h>
+
+#include "cli/locate.h"
+#include "cli/probe.h"
+#include "cli/proc.h"
+#include "common/log.h"
+
+#define SAFEKEEPER_PROGRAM "strata-safekeeper"
+/* How long a safekeeper gets to exit after SIGTERM. */
+#define SAFEKEEPER_STOP_TIMEOUT_MS 10000
+#define SAFEKEEPER_QUERY_TIMEOUT_MS 2000
+
+static int sk_paths(const cluster *c, const cluster_safekeeper *sk, char *datadir, char *pidfile,
+                    char *logfile, cli_err *err)
+{
+    char rel[32];
+    if (cluster_path(c, sk->name, datadir, err) != 0)
+        return -1;
+    snprintf(rel, sizeof rel, "%s.pid", sk->name);
+    if (cluster_path(c, rel, pidfile, err) != 0)
+        return -1;
+    snprintf(rel, sizeof rel, "%s.log", sk->name);
+    return cluster_path(c, rel, logfile, err);
+}
+
+pid_t safekeepers_pid(const cluster *c, const cluster_safekeeper *sk)
+{
+    char datadir[PATH_MAX], pidfile[PATH_MAX], logfile[PATH_MAX];
+    cli_err err = {{0}};
+    pid_t pid;
+    if (sk_paths(c, sk, datadir, pidfile, logfile, &err) != 0 ||
+        proc_pidfile_read(pidfile, &pid, &err) != 0)
+        return 0;
+    return proc_matches(pid, SAFEKEEPER_PROGRAM, datadir) ? pid : 0;
+}
+
+void safekeepers_list(const cluster *c, char *buf, size_t len)
+{
+    snprintf(buf, len, "127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", c->sk[0].pg_port,
+             c->sk[1].pg_port, c->sk[2].pg_port);
+}
+
+int safekeepers_start(const cluster *c, const cluster_safekeeper *sk, cli_err *err)
+{
+    char datadir[PATH_MAX], pidfile[PATH_MAX], logfile[PATH_MAX], program[PATH_MAX];
+    if (sk_paths(c, sk, datadir, pidfile, logfile, err) != 0)
+        return -1;
+    if (safekeepers_pid(c, sk) != 0)
+        return 0;
+    if (locate_sibling(SAFEKEEPER_PROGRAM, program, err) != 0)
+        return -1;
+    if (mkdir(datadir, 0750) != 0 && errno != EEXIST)
+        return cli_err_set(err, "mkdir %s: %s", datadir, strerror(errno));
+
+    char id[16], listen_pg[32], listen_http[32];
+    snprintf(id, sizeof id, "%d", sk->id);
+    snprintf(listen_pg, sizeof listen_pg, "127.0.0.1:%d", sk->pg_port);
+    snprintf(listen_http, sizeof listen_http, "127.0.0.1:%d", sk->http_port);
+    char *argv[] = {program,       "--id",        id,        "--datadir", datadir,
+                    "--listen-pg", listen_pg,     "--listen-http", listen_http, NULL};
+    proc_user self = {.drop = false};
+    pid_t pid;
+    if (proc_spawn_detached(argv, logfile, datadir, &self, &pid, err) != 0)
+        return -1;
+    return proc_pidfile_write(pidfile, pid, err);
+}
+
+int safekeepers_wait_ready(const cluster *c, const cluster_safekeeper *sk, int timeout_ms,
+                           cli_err *err)
+{
+    char datadir[PATH_MAX], pidfile[PATH_MAX], logfile[PATH_MAX];
+    if (sk_paths(c, sk, datadir, pidfile, logfile, err) != 0)
+        return -1;
+    long long deadline = proc_now_ms() + timeout_ms;
+    for (;;) {
+        if (safekeepers_pid(c, sk) == 0)
+            return cli_err_set(err, "%s exited during startup; see %s", sk->name, logfile);
+        if (probe_tcp(sk->pg_port, 500) && probe_tcp(sk->http_port, 500) &&
+            safekeepers_pid(c, sk) != 0)
+            return 0;
+        if (proc_now_ms() >= deadline)
+            return cli_err_set(err, "%s did not accept connections on ports %d/%d within %d s; see %s",
+                               sk->name, sk->pg_port, sk->http_port, timeout_ms / 1000,
+                               logfile);
+        proc_sleep_ms(50);
+    }
+}
+
+int safekeepers_stop(const cluster *c, const cluster_safekeeper *sk, bool immediate,
+                     cli_err *err)
+{
+    pid_t pid = safekeepers_pid(c, sk);
+    if (pid == 0)
+        return 0;
+    if (immediate) {
+        if (!proc_signal_and_wait(pid, SIGKILL, SAFEKEEPER_STOP_TIMEOUT_MS))
+            return cli_err_set(err, "%s (pid %d) survived SIGKILL", sk->name, (int)pid);
+        return 0;
+    }
+    if (proc_signal_and_wait(pid, SIGTERM, SAFEKEEPER_STOP_TIMEOUT_MS))
+        return 0;
+    log_warn("%s (pid %d) did not exit within %d s of SIGTERM; sending SIGKILL", sk->name,
+             (int)pid, SAFEKEEPER_STOP_TIMEOUT_MS / 1000);
+    if (!proc_signal_and_wait(pid, SIGKILL, SAFEKEEPER_STOP_TIMEOUT_MS))
+        return cli_err_set(err, "%s (pid %d) survived SIGKILL", sk->name, (int)pid);
+    return 0;
+}
+
+/* A term is a JSON number or a decimal string; an LSN an "X/Y" string. */
+static bool json_term(const cJSON *v, uint64_t *out)
+{
+    if (cJSON_IsNumber(v) && v->valuedouble >= 0) {
+        *out = (uint64_t)v->valuedouble;
+        return true;
+    }
+    if (cJSON_IsString(v)) {
+        char *end;
+        errno = 0;
+        unsigned long long t = strtoull(v->valuestring, &end, 10);
+        if (errno == 0 && end != v->valuestring && *end == '\0') {
+            *out = t;
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool json_lsn(const cJSON *v, lsn_t *out)
+{
+    return cJSON_IsString(v) && lsn_parse(v->valuestring, out);
+}
+
+/* Reads term/flush/commit from one timeline object. */
+static bool timeline_from_json(const cJSON *tl, safekeeper_timeline *out)
+{
+    return json_term(cJSON_GetObjectItemCaseSensitive(tl, "term"), &out->term) &&
+           json_lsn(cJSON_GetObjectItemCaseSensitive(tl, "flush_lsn"), &out->flush_lsn) &&
+           json_lsn(cJSON_GetObjectItemCaseSensitive(tl, "commit_lsn"), &out->commit_lsn);
+}
+
+static bool json_id_equals(const cJSON *obj, const char *key, const strata_id *want)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    strata_id id;
+    return cJSON_IsString(v) && strata_id_parse(v->valuestring, &id) && strata_id_equal(&id, want);
+}
+
+void safekeepers_query(const cluster *c, const cluster_safekeeper *sk, safekeeper_timeline *out)
+{
+    memset(out, 0, sizeof *out);
+    if (safekeepers_pid(c, sk) == 0)
+        return;
+    cli_err err = {{0}};
+    char *body = NULL;
+    if (probe_http_get(sk->http_port, "/v1/status", SAFEKEEPER_QUERY_TIMEOUT_MS, &body, &err) !=
+        0)
+        return;
+    cJSON *root = cJSON_Parse(body);
+    free(body);
+    if (root == NULL)
+        return;
+    const cJSON *timelines = cJSON_GetObjectItemCaseSensitive(root, "timelines");
+    const cJSON *tl;
+    cJSON_ArrayForEach(tl, timelines)
+    {
+        if (json_id_equals(tl, "tenant_id", &c->tenant_id) &&
+            json_id_equals(tl, "timeline_id", &c->timeline_id)) {
+            out->known = timeline_from_json(tl, out);
+            break;
+        }
+    }
+    cJSON_Delete(root);
+}
