@@ -1,0 +1,231 @@
+/*
+ * control_file.c: encode, decode and durably store the acceptor's
+ * persistent state.  See control_file.h for the layout and the contract.
+ */
+#include "safekeeper/control_file.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/crc32c.h"
+#include "common/durable.h"
+
+#define HEADER_SIZE 12
+#define FIXED_BODY_SIZE 124 /* body without history entries */
+
+typedef struct writer {
+    uint8_t *p;
+} writer;
+
+static void put_u32(writer *w, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        *w->p++ = (uint8_t)(v >> (8 * i));
+}
+
+static void put_u64(writer *w, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        *w->p++ = (uint8_t)(v >> (8 * i));
+}
+
+static void put_id(writer *w, const strata_id *id)
+{
+    memcpy(w->p, id->b, STRATA_ID_LEN);
+    w->p += STRATA_ID_LEN;
+}
+
+typedef struct reader {
+    const uint8_t *p;
+} reader;
+
+static uint32_t get_u32(reader *r)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++)
+        v |= (uint32_t)*r->p++ << (8 * i);
+    return v;
+}
+
+static uint64_t get_u64(reader *r)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)*r->p++ << (8 * i);
+    return v;
+}
+
+static void get_id(reader *r, strata_id *id)
+{
+    memcpy(id->b, r->p, STRATA_ID_LEN);
+    r->p += STRATA_ID_LEN;
+}
+
+size_t control_file_encode(const acceptor_persistent_state *st, uint8_t *buf, size_t cap)
+{
+    if (st->history.n > TERM_HISTORY_MAX)
+        return 0;
+    size_t body = FIXED_BODY_SIZE + 16 * (size_t)st->history.n;
+    size_t total = HEADER_SIZE + body + 4;
+    if (cap < total)
+        return 0;
+    writer w = {buf};
+    put_u32(&w, CONTROL_FILE_MAGIC);
+    put_u32(&w, CONTROL_FILE_VERSION);
+    put_u32(&w, (uint32_t)body);
+    put_id(&w, &st->tenant_id);
+    put_id(&w, &st->timeline_id);
+    put_u32(&w, st->pg_version);
+    put_u64(&w, st->system_id);
+    put_u32(&w, st->wal_seg_size);
+    put_u64(&w, st->node_id);
+    put_u64(&w, st->term);
+    put_u64(&w, st->timeline_start_lsn);
+    put_u64(&w, st->flush_lsn);
+    put_u64(&w, st->commit_lsn);
+    put_u64(&w, st->truncate_lsn);
+    put_u64(&w, st->ps_feedback.last_received_lsn);
+    put_u64(&w, st->ps_feedback.disk_consistent_lsn);
+    put_u64(&w, st->ps_feedback.remote_consistent_lsn);
+    put_u32(&w, st->history.n);
+    for (uint32_t i = 0; i < st->history.n; i++) {
+        put_u64(&w, st->history.entries[i].term);
+        put_u64(&w, st->history.entries[i].lsn);
+    }
+    assert((size_t)(w.p - buf) == total - 4);
+    put_u32(&w, crc32c(buf, total - 4));
+    return total;
+}
+
+static int bad(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int bad(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err != NULL && errlen > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+int control_file_decode(const uint8_t *buf, size_t len, acceptor_persistent_state *out, char *err,
+                        size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    if (len < HEADER_SIZE + FIXED_BODY_SIZE + 4)
+        return bad(err, errlen, "control file too short: %zu bytes, need at least %d", len,
+                   HEADER_SIZE + FIXED_BODY_SIZE + 4);
+    reader r = {buf};
+    uint32_t magic = get_u32(&r);
+    if (magic != CONTROL_FILE_MAGIC)
+        return bad(err, errlen, "control file has bad magic 0x%08X (expected 0x%08X)", magic,
+                   CONTROL_FILE_MAGIC);
+    uint32_t version = get_u32(&r);
+    if (version != CONTROL_FILE_VERSION)
+        return bad(err, errlen, "control file has unsupported format version %u (expected %u)",
+                   version, CONTROL_FILE_VERSION);
+    uint32_t body = get_u32(&r);
+    if ((size_t)body != len - HEADER_SIZE - 4)
+        return bad(err, errlen, "control file body length %u does not match file size %zu", body,
+                   len);
+    uint32_t stored_crc = (uint32_t)buf[len - 4] | (uint32_t)buf[len - 3] << 8 |
+                          (uint32_t)buf[len - 2] << 16 | (uint32_t)buf[len - 1] << 24;
+    uint32_t crc = crc32c(buf, len - 4);
+    if (crc != stored_crc)
+        return bad(err, errlen, "control file CRC mismatch: stored 0x%08X, computed 0x%08X",
+                   stored_crc, crc);
+
+    acceptor_persistent_state st;
+    memset(&st, 0, sizeof st);
+    get_id(&r, &st.tenant_id);
+    get_id(&r, &st.timeline_id);
+    st.pg_version = get_u32(&r);
+    st.system_id = get_u64(&r);
+    st.wal_seg_size = get_u32(&r);
+    st.node_id = get_u64(&r);
+    st.term = get_u64(&r);
+    st.timeline_start_lsn = get_u64(&r);
+    st.flush_lsn = get_u64(&r);
+    st.commit_lsn = get_u64(&r);
+    st.truncate_lsn = get_u64(&r);
+    st.ps_feedback.last_received_lsn = get_u64(&r);
+    st.ps_feedback.disk_consistent_lsn = get_u64(&r);
+    st.ps_feedback.remote_consistent_lsn = get_u64(&r);
+    uint32_t n = get_u32(&r);
+    if (n > TERM_HISTORY_MAX)
+        return bad(err, errlen, "control file term history has %u entries (max %d)", n,
+                   TERM_HISTORY_MAX);
+    if ((size_t)body != FIXED_BODY_SIZE + 16 * (size_t)n)
+        return bad(err, errlen, "control file body length %u does not fit %u history entries",
+                   body, n);
+    st.history.n = n;
+    for (uint32_t i = 0; i < n; i++) {
+        st.history.entries[i].term = get_u64(&r);
+        st.history.entries[i].lsn = get_u64(&r);
+        if (i > 0 && (st.history.entries[i].term <= st.history.entries[i - 1].term ||
+                      st.history.entries[i].lsn < st.history.entries[i - 1].lsn))
+            return bad(err, errlen, "control file term history entry %u is out of order", i);
+    }
+    assert((size_t)(r.p - buf) == len - 4);
+
+    if (strata_id_is_zero(&st.tenant_id) || strata_id_is_zero(&st.timeline_id))
+        return bad(err, errlen, "control file has a zero tenant or timeline id");
+    if (st.wal_seg_size != 0 &&
+        (st.wal_seg_size < (1u << 16) || st.wal_seg_size > (1u << 30) ||
+         (st.wal_seg_size & (st.wal_seg_size - 1)) != 0))
+        return bad(err, errlen, "control file has invalid wal_seg_size %u", st.wal_seg_size);
+    if (n > 0 && st.history.entries[n - 1].term > st.term)
+        return bad(err, errlen, "control file term %llu is below its history's last term %llu",
+                   (unsigned long long)st.term,
+                   (unsigned long long)st.history.entries[n - 1].term);
+    *out = st;
+    return 0;
+}
+
+int control_file_write(const char *dir, const acceptor_persistent_state *st)
+{
+    uint8_t buf[CONTROL_FILE_MAX_SIZE];
+    size_t len = control_file_encode(st, buf, sizeof buf);
+    if (len == 0)
+        return -EINVAL;
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/%s", dir, CONTROL_FILE_NAME) >= (int)sizeof path)
+        return -ENAMETOOLONG;
+    return durable_write_file(path, buf, len, 0600);
+}
+
+int control_file_read(const char *dir, acceptor_persistent_state *out, char *err, size_t errlen)
+{
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/%s", dir, CONTROL_FILE_NAME) >= (int)sizeof path) {
+        bad(err, errlen, "control file path too long");
+        return -ENAMETOOLONG;
+    }
+    void *data;
+    size_t len;
+    int rc = durable_read_file(path, CONTROL_FILE_MAX_SIZE, &data, &len);
+    if (rc == -EFBIG) {
+        bad(err, errlen, "%s: larger than %d bytes", path, CONTROL_FILE_MAX_SIZE);
+        return -EINVAL;
+    }
+    if (rc != 0) {
+        bad(err, errlen, "%s: %s", path, strerror(-rc));
+        return rc;
+    }
+    char why[200];
+    rc = control_file_decode(data, len, out, why, sizeof why);
+    free(data);
+    if (rc != 0) {
+        bad(err, errlen, "%s: %s", path, why);
+        return -EINVAL;
+    }
+    return 0;
+}

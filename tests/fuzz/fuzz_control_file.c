@@ -1,0 +1,32 @@
+/*
+ * libFuzzer target for the safekeeper control-file loader
+ * (control_file_decode).  Any input must be rejected with a message or
+ * accepted; an accepted one must re-encode to the same bytes (the format has
+ * exactly one encoding of each state) and decode again to the same state.
+ * control_file.c belongs to the safekeeper executable, so it is compiled in.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "safekeeper/control_file.c"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static acceptor_persistent_state st, again;
+    static uint8_t buf[CONTROL_FILE_MAX_SIZE];
+    char err[256];
+    err[0] = '\0';
+    if (control_file_decode(data, size, &st, err, sizeof err) != 0) {
+        if (err[0] == '\0')
+            abort(); /* every rejection must say why */
+        return 0;
+    }
+    size_t len = control_file_encode(&st, buf, sizeof buf);
+    if (len != size || memcmp(buf, data, size) != 0)
+        abort();
+    if (control_file_decode(buf, len, &again, err, sizeof err) != 0 ||
+        memcmp(&st, &again, sizeof st) != 0)
+        abort();
+    return 0;
+}

@@ -1,0 +1,213 @@
+/*
+ * Unit tests for safekeeper/control_file.c: round trips in memory and on
+ * disk, and rejection (with a message naming the problem) of every kind of
+ * corruption.  control_file.c belongs to the safekeeper executable, so it is
+ * compiled into this test directly.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "safekeeper/control_file.c"
+
+static void sample(acceptor_persistent_state *st, uint32_t nhist)
+{
+    memset(st, 0, sizeof *st);
+    for (int i = 0; i < STRATA_ID_LEN; i++) {
+        st->tenant_id.b[i] = (uint8_t)(0x10 + i);
+        st->timeline_id.b[i] = (uint8_t)(0xA0 + i);
+    }
+    st->pg_version = 150020;
+    st->system_id = 0x7312345678ABCDEFULL;
+    st->wal_seg_size = 16u << 20;
+    st->node_id = 2;
+    st->term = 1000 + nhist;
+    st->history.n = nhist;
+    for (uint32_t i = 0; i < nhist; i++) {
+        st->history.entries[i].term = 3 + 2 * i;
+        st->history.entries[i].lsn = 0x1696F28 + 0x100 * i;
+    }
+    st->timeline_start_lsn = 0x1696F28;
+    st->flush_lsn = 0x3000128;
+    st->commit_lsn = 0x3000000;
+    st->truncate_lsn = 0x2000000;
+    st->ps_feedback.last_received_lsn = 0x2F00000;
+    st->ps_feedback.disk_consistent_lsn = 0x2E00000;
+    st->ps_feedback.remote_consistent_lsn = 0x2D00000;
+}
+
+static void test_roundtrip(void **state)
+{
+    (void)state;
+    static uint8_t buf[CONTROL_FILE_MAX_SIZE];
+    const uint32_t sizes[] = {0, 1, 3, TERM_HISTORY_MAX};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        acceptor_persistent_state st, back;
+        sample(&st, sizes[k]);
+        size_t len = control_file_encode(&st, buf, sizeof buf);
+        assert_int_equal(len, 12 + 124 + 16 * sizes[k] + 4);
+        char err[200] = "";
+        assert_int_equal(control_file_decode(buf, len, &back, err, sizeof err), 0);
+        assert_memory_equal(&back, &st, sizeof st);
+        /* One byte short of room: refused, nothing written past cap. */
+        assert_int_equal(control_file_encode(&st, buf, len - 1), 0);
+    }
+    acceptor_persistent_state st;
+    sample(&st, 1);
+    st.history.n = TERM_HISTORY_MAX + 1;
+    assert_int_equal(control_file_encode(&st, buf, sizeof buf), 0);
+}
+
+/* Encodes st, lets mutate change the bytes, optionally fixes the CRC, and
+ * expects decode to fail with a message containing want. */
+static void expect_rejected(const acceptor_persistent_state *st, void (*mutate)(uint8_t *, size_t *),
+                            bool fix_crc, const char *want)
+{
+    static uint8_t buf[CONTROL_FILE_MAX_SIZE + 64];
+    size_t len = control_file_encode(st, buf, CONTROL_FILE_MAX_SIZE);
+    assert_true(len > 0);
+    if (mutate != NULL)
+        mutate(buf, &len);
+    if (fix_crc) {
+        uint32_t crc = crc32c(buf, len - 4);
+        for (int i = 0; i < 4; i++)
+            buf[len - 4 + (size_t)i] = (uint8_t)(crc >> (8 * i));
+    }
+    acceptor_persistent_state out;
+    char err[200] = "";
+    assert_int_equal(control_file_decode(buf, len, &out, err, sizeof err), -1);
+    if (strstr(err, want) == NULL)
+        fail_msg("error \"%s\" does not mention \"%s\"", err, want);
+}
+
+static void set_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void mut_magic(uint8_t *b, size_t *len) { (void)len; b[0] ^= 0xFF; }
+static void mut_version(uint8_t *b, size_t *len) { (void)len; set_u32(b + 4, 2); }
+static void mut_short(uint8_t *b, size_t *len) { (void)b; *len = 50; }
+static void mut_drop_last(uint8_t *b, size_t *len) { (void)b; *len -= 1; }
+static void mut_body_len(uint8_t *b, size_t *len) { (void)len; set_u32(b + 8, 124 + 16 * 2); }
+static void mut_extra(uint8_t *b, size_t *len)
+{
+    /* Two more bytes in the body, body length adjusted to match. */
+    memmove(b + *len - 2, b + *len - 4, 4);
+    *len += 2;
+    set_u32(b + 8, (uint32_t)(*len - 16));
+}
+/* Body offsets: tenant 12, timeline 28, pg_version 44, system_id 48,
+ * seg size 56, node 60, term 68, start 76, flush 84, commit 92, trunc 100,
+ * feedback 108..131, n 132, entries 136. */
+static void mut_hist_n(uint8_t *b, size_t *len) { (void)len; set_u32(b + 132, 4); }
+static void mut_hist_huge(uint8_t *b, size_t *len) { (void)len; set_u32(b + 132, 100000); }
+static void mut_hist_order(uint8_t *b, size_t *len)
+{
+    (void)len;
+    memset(b + 136 + 16, 0, 8); /* second entry's term = 0 < first */
+}
+static void mut_zero_tenant(uint8_t *b, size_t *len) { (void)len; memset(b + 12, 0, 16); }
+static void mut_seg_size(uint8_t *b, size_t *len) { (void)len; set_u32(b + 56, 3u << 20); }
+static void mut_term_low(uint8_t *b, size_t *len) { (void)len; memset(b + 68, 0, 8); }
+
+static void test_corruption_rejected(void **state)
+{
+    (void)state;
+    acceptor_persistent_state st;
+    sample(&st, 3);
+    expect_rejected(&st, mut_magic, false, "bad magic");
+    expect_rejected(&st, mut_version, false, "unsupported format version 2");
+    expect_rejected(&st, mut_short, false, "too short");
+    expect_rejected(&st, mut_drop_last, false, "does not match file size");
+    expect_rejected(&st, mut_body_len, false, "does not match file size");
+    expect_rejected(&st, mut_extra, true, "does not fit 3 history entries");
+    expect_rejected(&st, mut_hist_n, true, "does not fit 4 history entries");
+    expect_rejected(&st, mut_hist_huge, true, "100000 entries");
+    expect_rejected(&st, mut_hist_order, true, "out of order");
+    expect_rejected(&st, mut_zero_tenant, true, "zero tenant");
+    expect_rejected(&st, mut_seg_size, true, "invalid wal_seg_size");
+    expect_rejected(&st, mut_term_low, true, "below its history");
+}
+
+static void test_every_bit_flip_rejected(void **state)
+{
+    (void)state;
+    acceptor_persistent_state st, out;
+    sample(&st, 2);
+    static uint8_t buf[CONTROL_FILE_MAX_SIZE];
+    size_t len = control_file_encode(&st, buf, sizeof buf);
+    for (size_t i = 0; i < len; i++) {
+        for (int bit = 0; bit < 8; bit++) {
+            buf[i] ^= (uint8_t)(1u << bit);
+            char err[200];
+            assert_int_equal(control_file_decode(buf, len, &out, err, sizeof err), -1);
+            buf[i] ^= (uint8_t)(1u << bit);
+        }
+    }
+    char err[200];
+    assert_int_equal(control_file_decode(buf, len, &out, err, sizeof err), 0);
+}
+
+static void test_file_roundtrip(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/strata-ctl-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    acceptor_persistent_state st, back;
+    char err[300] = "";
+    assert_int_equal(control_file_read(dir, &back, err, sizeof err), -ENOENT);
+
+    sample(&st, 5);
+    assert_int_equal(control_file_write(dir, &st), 0);
+    assert_int_equal(control_file_read(dir, &back, err, sizeof err), 0);
+    assert_memory_equal(&back, &st, sizeof st);
+
+    st.term++;
+    st.commit_lsn += 8;
+    assert_int_equal(control_file_write(dir, &st), 0);
+    assert_int_equal(control_file_read(dir, &back, err, sizeof err), 0);
+    assert_memory_equal(&back, &st, sizeof st);
+
+    /* A corrupt file on disk: clear error naming the file. */
+    char path[300];
+    snprintf(path, sizeof path, "%s/%s", dir, CONTROL_FILE_NAME);
+    FILE *f = fopen(path, "r+");
+    assert_non_null(f);
+    fseek(f, 80, SEEK_SET);
+    fputc(0x5A, f);
+    fclose(f);
+    assert_int_equal(control_file_read(dir, &back, err, sizeof err), -EINVAL);
+    assert_non_null(strstr(err, "CRC mismatch"));
+    assert_non_null(strstr(err, CONTROL_FILE_NAME));
+
+    /* Too large. */
+    f = fopen(path, "w");
+    for (int i = 0; i < CONTROL_FILE_MAX_SIZE + 1; i++)
+        fputc(0, f);
+    fclose(f);
+    assert_int_equal(control_file_read(dir, &back, err, sizeof err), -EINVAL);
+    assert_non_null(strstr(err, "larger than"));
+
+    unlink(path);
+    rmdir(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_roundtrip),
+        cmocka_unit_test(test_corruption_rejected),
+        cmocka_unit_test(test_every_bit_flip_rejected),
+        cmocka_unit_test(test_file_roundtrip),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
