@@ -196,6 +196,35 @@ static int compute_write_config(const cluster *c, const compute_paths *p, cli_er
     return write_file(path, conf, err);
 }
 
+/* Removes lock file path when the pid on its first line is gone or a zombie. */
+static int remove_if_stale(const char *path, cli_err *err)
+{
+    pid_t pid;
+    int rc = proc_pidfile_read(path, &pid, err);
+    if (rc < 0)
+        return -1;
+    if (rc == 1 || proc_alive(pid))
+        return 0;
+    if (unlink(path) != 0 && errno != ENOENT)
+        return cli_err_set(err, "removing the stale %s: %s", path, strerror(errno));
+    return 0;
+}
+
+/*
+ * A postmaster killed with SIGKILL stays a zombie until init reaps it, and
+ * postgres takes a zombie's pid in its lock files (postmaster.pid and the
+ * socket's lock) for a live postmaster.  Remove such stale locks.
+ */
+static int compute_remove_stale_locks(const cluster *c, const compute_paths *p, cli_err *err)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/postmaster.pid", p->pgdata);
+    if (remove_if_stale(path, err) != 0)
+        return -1;
+    snprintf(path, sizeof path, "%s/.s.PGSQL.%d.lock", p->sockdir, c->compute_port);
+    return remove_if_stale(path, err);
+}
+
 int compute_start(const cluster *c, cli_err *err)
 {
     compute_paths p;
@@ -221,6 +250,8 @@ int compute_start(const cluster *c, cli_err *err)
     if (compute_write_config(c, &p, err) != 0 || proc_chown_tree(p.root, &user, err) != 0)
         return -1;
 
+    if (compute_remove_stale_locks(c, &p, err) != 0)
+        return -1;
     char *argv[] = {postgres, "-D", p.pgdata, NULL};
     pid_t pid;
     if (proc_spawn_detached(argv, p.logfile, p.pgdata, &user, &pid, err) != 0)

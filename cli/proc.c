@@ -339,8 +339,11 @@ bool proc_matches(pid_t pid, const char *exe, const char *marker)
     if (n <= 0)
         return false;
     buf[n] = '\0';
+    /* argv[1] too: a script's cmdline starts with its interpreter. */
     const char *argv0 = buf;
-    if (strcmp(argv0, exe) != 0 && strcmp(base_name(argv0), base_name(exe)) != 0)
+    const char *argv1 = argv0 + strlen(argv0) + 1;
+    if (strcmp(base_name(argv0), base_name(exe)) != 0 &&
+        (argv1 >= buf + n || strcmp(base_name(argv1), base_name(exe)) != 0))
         return false;
     if (marker == NULL)
         return true;

@@ -60,8 +60,8 @@ int proc_pidfile_write(const char *path, pid_t pid, cli_err *err);
 /* Reads a pid file.  Returns 0, 1 when absent or unparsable, -1 on IO error. */
 int proc_pidfile_read(const char *path, pid_t *pid, cli_err *err);
 
-/* True when pid is alive (not a zombie) and its cmdline has argv[0] equal to
- * exe (or the same base name) and some argument equal to marker. */
+/* True when pid is alive (not a zombie), its cmdline's argv[0] (or, for a
+ * script, argv[1]) has exe's base name, and some argument equals marker. */
 bool proc_matches(pid_t pid, const char *exe, const char *marker);
 
 /* True when pid exists and is not a zombie. */
