@@ -1,0 +1,445 @@
+/*
+ * walpush.c: encode and decode the WAL-push messages of proto/walpush.h.
+ *
+ * For: turning the structs of walpush.h into CopyData payloads and back,
+ * checking every length and range on the way in.  Not for: deciding what a
+ * message means (that is the acceptor's and proposer's job) or framing
+ * (CopyData is the wire-protocol layer's).
+ *
+ * Layout, all integers big-endian, after the one-byte tag:
+ *   ProposerGreeting 'g'  u32 proto_version, 16B tenant, 16B timeline,
+ *                         u32 pg_version, u64 system_id, u32 wal_seg_size
+ *   AcceptorGreeting 'g'  u64 node_id, u64 term
+ *   VoteRequest      'v'  u64 term
+ *   VoteResponse     'v'  u64 term, u8 vote_given, u64 flush_lsn,
+ *                         u64 truncate_lsn, history
+ *   ProposerElected  'e'  u64 term, u64 start_streaming_at, history
+ *   AppendRequest    'a'  u64 term, u64 begin, u64 end, u64 commit,
+ *                         u64 truncate, then end - begin WAL bytes
+ *   AppendResponse   'a'  u64 term, u64 flush_lsn, u64 commit_lsn,
+ *                         u64 ps last_received, u64 ps disk_consistent,
+ *                         u64 ps remote_consistent
+ *   history               u32 n, then n x (u64 term, u64 lsn)
+ */
+#include "proto/walpush.h"
+
+#include <string.h>
+
+/* ---- Byte cursors ------------------------------------------------------ */
+
+typedef struct wcur {
+    uint8_t *buf;
+    size_t cap;
+    size_t len;
+    bool overflow;
+} wcur;
+
+static void put_bytes(wcur *w, const void *p, size_t n)
+{
+    if (w->overflow || w->cap - w->len < n) {
+        w->overflow = true;
+        return;
+    }
+    memcpy(w->buf + w->len, p, n);
+    w->len += n;
+}
+
+static void put_u8(wcur *w, uint8_t v)
+{
+    put_bytes(w, &v, 1);
+}
+
+static void put_u32(wcur *w, uint32_t v)
+{
+    uint8_t b[4] = {(uint8_t)(v >> 24), (uint8_t)(v >> 16), (uint8_t)(v >> 8), (uint8_t)v};
+    put_bytes(w, b, 4);
+}
+
+static void put_u64(wcur *w, uint64_t v)
+{
+    put_u32(w, (uint32_t)(v >> 32));
+    put_u32(w, (uint32_t)v);
+}
+
+typedef struct rcur {
+    const uint8_t *buf;
+    size_t len;
+    size_t pos;
+    bool short_read;
+} rcur;
+
+static const uint8_t *get_bytes(rcur *r, size_t n)
+{
+    if (r->short_read || r->len - r->pos < n) {
+        r->short_read = true;
+        return NULL;
+    }
+    const uint8_t *p = r->buf + r->pos;
+    r->pos += n;
+    return p;
+}
+
+static uint8_t get_u8(rcur *r)
+{
+    const uint8_t *p = get_bytes(r, 1);
+    return p ? p[0] : 0;
+}
+
+static uint32_t get_u32(rcur *r)
+{
+    const uint8_t *p = get_bytes(r, 4);
+    if (!p)
+        return 0;
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+
+static uint64_t get_u64(rcur *r)
+{
+    uint64_t hi = get_u32(r);
+    return hi << 32 | get_u32(r);
+}
+
+/* ---- Term histories ---------------------------------------------------- */
+
+bool term_history_valid(const term_history *h)
+{
+    if (h->n > TERM_HISTORY_MAX)
+        return false;
+    for (uint32_t i = 1; i < h->n; i++) {
+        if (h->entries[i].term <= h->entries[i - 1].term)
+            return false;
+        if (h->entries[i].lsn < h->entries[i - 1].lsn)
+            return false;
+    }
+    return true;
+}
+
+uint64_t term_history_last_log_term(const term_history *h, lsn_t flush_lsn)
+{
+    uint64_t term = 0;
+    for (uint32_t i = 0; i < h->n && i < TERM_HISTORY_MAX; i++) {
+        if (h->entries[i].lsn > flush_lsn)
+            break;
+        term = h->entries[i].term;
+    }
+    return term;
+}
+
+static void put_history(wcur *w, const term_history *h)
+{
+    put_u32(w, h->n);
+    for (uint32_t i = 0; i < h->n; i++) {
+        put_u64(w, h->entries[i].term);
+        put_u64(w, h->entries[i].lsn);
+    }
+}
+
+static int get_history(rcur *r, term_history *h, const char **why)
+{
+    uint32_t n = get_u32(r);
+    if (r->short_read) {
+        *why = "term history: message too short";
+        return -1;
+    }
+    if (n > TERM_HISTORY_MAX) {
+        *why = "term history: more entries than TERM_HISTORY_MAX";
+        return -1;
+    }
+    h->n = n;
+    for (uint32_t i = 0; i < n; i++) {
+        h->entries[i].term = get_u64(r);
+        h->entries[i].lsn = get_u64(r);
+    }
+    if (r->short_read) {
+        *why = "term history: message too short";
+        return -1;
+    }
+    if (!term_history_valid(h)) {
+        *why = "term history: terms not strictly increasing or lsns decreasing";
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- Validation shared by encoders and decoders ------------------------ */
+
+static bool seg_size_ok(uint32_t s)
+{
+    return s >= (1u << 20) && s <= (1u << 30) && (s & (s - 1)) == 0;
+}
+
+static const char *check_greeting(const proposer_greeting *g)
+{
+    if (g->proto_version != WALPUSH_PROTO_VERSION)
+        return "ProposerGreeting: unsupported protocol version";
+    if (!seg_size_ok(g->wal_seg_size))
+        return "ProposerGreeting: wal_seg_size is not a power of two in 1 MB .. 1 GB";
+    return NULL;
+}
+
+static const char *check_append(const append_request *a)
+{
+    if (a->end_lsn < a->begin_lsn)
+        return "AppendRequest: end_lsn below begin_lsn";
+    if (a->end_lsn - a->begin_lsn > WALPUSH_MAX_APPEND)
+        return "AppendRequest: more than WALPUSH_MAX_APPEND bytes of WAL";
+    if (a->end_lsn - a->begin_lsn != a->wal_len)
+        return "AppendRequest: wal length does not match end_lsn - begin_lsn";
+    return NULL;
+}
+
+/* ---- Proposer -> acceptor ---------------------------------------------- */
+
+size_t walpush_encode_proposer_msg(const proposer_msg *msg, uint8_t *buf, size_t cap)
+{
+    wcur w = {.buf = buf, .cap = cap};
+
+    switch (msg->kind) {
+    case PMSG_GREETING: {
+        const proposer_greeting *g = &msg->u.greeting;
+        if (check_greeting(g))
+            return 0;
+        put_u8(&w, WALPUSH_TAG_GREETING);
+        put_u32(&w, g->proto_version);
+        put_bytes(&w, g->tenant_id.b, STRATA_ID_LEN);
+        put_bytes(&w, g->timeline_id.b, STRATA_ID_LEN);
+        put_u32(&w, g->pg_version);
+        put_u64(&w, g->system_id);
+        put_u32(&w, g->wal_seg_size);
+        break;
+    }
+    case PMSG_VOTE_REQUEST:
+        put_u8(&w, WALPUSH_TAG_VOTE);
+        put_u64(&w, msg->u.vote.term);
+        break;
+    case PMSG_ELECTED: {
+        const proposer_elected *e = &msg->u.elected;
+        if (!term_history_valid(&e->history))
+            return 0;
+        put_u8(&w, WALPUSH_TAG_ELECTED);
+        put_u64(&w, e->term);
+        put_u64(&w, e->start_streaming_at);
+        put_history(&w, &e->history);
+        break;
+    }
+    case PMSG_APPEND: {
+        const append_request *a = &msg->u.append;
+        if (check_append(a) || (a->wal_len > 0 && a->wal == NULL))
+            return 0;
+        put_u8(&w, WALPUSH_TAG_APPEND);
+        put_u64(&w, a->term);
+        put_u64(&w, a->begin_lsn);
+        put_u64(&w, a->end_lsn);
+        put_u64(&w, a->commit_lsn);
+        put_u64(&w, a->truncate_lsn);
+        if (a->wal_len > 0)
+            put_bytes(&w, a->wal, a->wal_len);
+        break;
+    }
+    default:
+        return 0;
+    }
+    return w.overflow ? 0 : w.len;
+}
+
+int walpush_decode_proposer_msg(const uint8_t *buf, size_t len, proposer_msg *out,
+                                const char **why)
+{
+    rcur r = {.buf = buf, .len = len};
+
+    if (len < 1) {
+        *why = "empty message";
+        return -1;
+    }
+    uint8_t tag = get_u8(&r);
+    memset(out, 0, sizeof(*out));
+
+    switch (tag) {
+    case WALPUSH_TAG_GREETING: {
+        proposer_greeting *g = &out->u.greeting;
+        out->kind = PMSG_GREETING;
+        g->proto_version = get_u32(&r);
+        const uint8_t *t = get_bytes(&r, STRATA_ID_LEN);
+        const uint8_t *tl = get_bytes(&r, STRATA_ID_LEN);
+        g->pg_version = get_u32(&r);
+        g->system_id = get_u64(&r);
+        g->wal_seg_size = get_u32(&r);
+        if (r.short_read) {
+            *why = "ProposerGreeting: message too short";
+            return -1;
+        }
+        memcpy(g->tenant_id.b, t, STRATA_ID_LEN);
+        memcpy(g->timeline_id.b, tl, STRATA_ID_LEN);
+        const char *bad = check_greeting(g);
+        if (bad) {
+            *why = bad;
+            return -1;
+        }
+        break;
+    }
+    case WALPUSH_TAG_VOTE:
+        out->kind = PMSG_VOTE_REQUEST;
+        out->u.vote.term = get_u64(&r);
+        if (r.short_read) {
+            *why = "VoteRequest: message too short";
+            return -1;
+        }
+        break;
+    case WALPUSH_TAG_ELECTED: {
+        proposer_elected *e = &out->u.elected;
+        out->kind = PMSG_ELECTED;
+        e->term = get_u64(&r);
+        e->start_streaming_at = get_u64(&r);
+        if (r.short_read) {
+            *why = "ProposerElected: message too short";
+            return -1;
+        }
+        if (get_history(&r, &e->history, why) != 0)
+            return -1;
+        break;
+    }
+    case WALPUSH_TAG_APPEND: {
+        append_request *a = &out->u.append;
+        out->kind = PMSG_APPEND;
+        a->term = get_u64(&r);
+        a->begin_lsn = get_u64(&r);
+        a->end_lsn = get_u64(&r);
+        a->commit_lsn = get_u64(&r);
+        a->truncate_lsn = get_u64(&r);
+        if (r.short_read) {
+            *why = "AppendRequest: message too short";
+            return -1;
+        }
+        size_t rest = r.len - r.pos;
+        if (rest > WALPUSH_MAX_APPEND) {
+            *why = "AppendRequest: more than WALPUSH_MAX_APPEND bytes of WAL";
+            return -1;
+        }
+        a->wal_len = (uint32_t)rest;
+        a->wal = rest > 0 ? get_bytes(&r, rest) : NULL;
+        const char *bad = check_append(a);
+        if (bad) {
+            *why = bad;
+            return -1;
+        }
+        break;
+    }
+    default:
+        *why = "unknown message tag from proposer";
+        return -1;
+    }
+    if (r.pos != r.len) {
+        *why = "trailing bytes after message";
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- Acceptor -> proposer ---------------------------------------------- */
+
+size_t walpush_encode_acceptor_msg(const acceptor_msg *msg, uint8_t *buf, size_t cap)
+{
+    wcur w = {.buf = buf, .cap = cap};
+
+    switch (msg->kind) {
+    case AMSG_GREETING:
+        put_u8(&w, WALPUSH_TAG_GREETING);
+        put_u64(&w, msg->u.greeting.node_id);
+        put_u64(&w, msg->u.greeting.term);
+        break;
+    case AMSG_VOTE_RESPONSE: {
+        const vote_response *v = &msg->u.vote;
+        if (!term_history_valid(&v->history))
+            return 0;
+        put_u8(&w, WALPUSH_TAG_VOTE);
+        put_u64(&w, v->term);
+        put_u8(&w, v->vote_given ? 1 : 0);
+        put_u64(&w, v->flush_lsn);
+        put_u64(&w, v->truncate_lsn);
+        put_history(&w, &v->history);
+        break;
+    }
+    case AMSG_APPEND_RESPONSE: {
+        const append_response *a = &msg->u.append;
+        put_u8(&w, WALPUSH_TAG_APPEND);
+        put_u64(&w, a->term);
+        put_u64(&w, a->flush_lsn);
+        put_u64(&w, a->commit_lsn);
+        put_u64(&w, a->ps_feedback.last_received_lsn);
+        put_u64(&w, a->ps_feedback.disk_consistent_lsn);
+        put_u64(&w, a->ps_feedback.remote_consistent_lsn);
+        break;
+    }
+    default:
+        return 0;
+    }
+    return w.overflow ? 0 : w.len;
+}
+
+int walpush_decode_acceptor_msg(const uint8_t *buf, size_t len, acceptor_msg *out,
+                                const char **why)
+{
+    rcur r = {.buf = buf, .len = len};
+
+    if (len < 1) {
+        *why = "empty message";
+        return -1;
+    }
+    uint8_t tag = get_u8(&r);
+    memset(out, 0, sizeof(*out));
+
+    switch (tag) {
+    case WALPUSH_TAG_GREETING:
+        out->kind = AMSG_GREETING;
+        out->u.greeting.node_id = get_u64(&r);
+        out->u.greeting.term = get_u64(&r);
+        if (r.short_read) {
+            *why = "AcceptorGreeting: message too short";
+            return -1;
+        }
+        break;
+    case WALPUSH_TAG_VOTE: {
+        vote_response *v = &out->u.vote;
+        out->kind = AMSG_VOTE_RESPONSE;
+        v->term = get_u64(&r);
+        uint8_t given = get_u8(&r);
+        v->flush_lsn = get_u64(&r);
+        v->truncate_lsn = get_u64(&r);
+        if (r.short_read) {
+            *why = "VoteResponse: message too short";
+            return -1;
+        }
+        if (given > 1) {
+            *why = "VoteResponse: vote_given is neither 0 nor 1";
+            return -1;
+        }
+        v->vote_given = given == 1;
+        if (get_history(&r, &v->history, why) != 0)
+            return -1;
+        break;
+    }
+    case WALPUSH_TAG_APPEND: {
+        append_response *a = &out->u.append;
+        out->kind = AMSG_APPEND_RESPONSE;
+        a->term = get_u64(&r);
+        a->flush_lsn = get_u64(&r);
+        a->commit_lsn = get_u64(&r);
+        a->ps_feedback.last_received_lsn = get_u64(&r);
+        a->ps_feedback.disk_consistent_lsn = get_u64(&r);
+        a->ps_feedback.remote_consistent_lsn = get_u64(&r);
+        if (r.short_read) {
+            *why = "AppendResponse: message too short";
+            return -1;
+        }
+        break;
+    }
+    default:
+        *why = "unknown message tag from acceptor";
+        return -1;
+    }
+    if (r.pos != r.len) {
+        *why = "trailing bytes after message";
+        return -1;
+    }
+    return 0;
+}
