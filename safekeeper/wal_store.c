@@ -61,7 +61,9 @@ struct wal_store {
     uring *ring;
     wal_store_flushed_fn on_flushed;
     wal_store_error_fn on_error;
+    wal_store_written_fn on_written;
     void *arg;
+    bool caller_syncs;
 
     lsn_t write_lsn;
     lsn_t written_lsn;
@@ -301,6 +303,7 @@ static void on_write_done(void *arg, int res)
     seg_file *s = find_seg(ws, w->segno);
     assert(s != NULL);
     s->dirty = true;
+    lsn_t before = ws->written_lsn;
     while (ws->head != NULL && ws->head->done) {
         wal_write *done = ws->head;
         assert(done->start == ws->written_lsn);
@@ -311,6 +314,8 @@ static void on_write_done(void *arg, int res)
         free(done);
     }
     pump(ws);
+    if (ws->written_lsn != before && ws->on_written != NULL && ws->failed == 0)
+        ws->on_written(ws->arg, ws->written_lsn);
 }
 
 static void finish_round(wal_store *ws)
@@ -318,8 +323,9 @@ static void finish_round(wal_store *ws)
     assert(ws->round_active && ws->round_outstanding == 0);
     ws->round_active = false;
     ws->rounds_in_flight--;
-    assert(ws->round_target >= ws->flush_lsn);
-    ws->flush_lsn = ws->round_target;
+    /* wal_store_flush_now may have gone further meanwhile. */
+    if (ws->round_target > ws->flush_lsn)
+        ws->flush_lsn = ws->round_target;
     uint64_t usec = (uv_hrtime() - ws->round_start_ns) / 1000;
 
     /* Segments wholly below flush_lsn are complete and durable: give them
@@ -397,6 +403,15 @@ static void submit_pending(wal_store *ws)
     }
 }
 
+static bool any_dirty(const wal_store *ws)
+{
+    for (int i = 0; i < WAL_STORE_MAX_OPEN; i++) {
+        if (ws->segs[i].in_use && ws->segs[i].dirty)
+            return true;
+    }
+    return false;
+}
+
 static void start_round(wal_store *ws)
 {
     assert(!ws->round_active && ws->written_lsn > ws->flush_lsn);
@@ -424,7 +439,8 @@ static void pump(wal_store *ws)
 {
     if (ws->failed != 0)
         return;
-    if (!ws->round_active && ws->written_lsn > ws->flush_lsn)
+    if (!ws->caller_syncs && !ws->round_active && ws->written_lsn > ws->flush_lsn &&
+        any_dirty(ws))
         start_round(ws);
     submit_pending(ws);
 }
@@ -446,7 +462,9 @@ int wal_store_open(const wal_store_config *cfg, wal_store **out)
     ws->ring = cfg->ring;
     ws->on_flushed = cfg->on_flushed;
     ws->on_error = cfg->on_error;
+    ws->on_written = cfg->on_written;
     ws->arg = cfg->arg;
+    ws->caller_syncs = cfg->caller_syncs;
     ws->read_fd = -1;
 
     /* Tidy up after a crash: leftover temporaries go; a ".partial" that is
@@ -564,7 +582,54 @@ int wal_store_append(wal_store *ws, lsn_t lsn, const void *data, size_t len)
 
 bool wal_store_idle(const wal_store *ws)
 {
-    return ws->head == NULL && !ws->round_active && ws->flush_lsn == ws->write_lsn;
+    return ws->head == NULL && !ws->round_active;
+}
+
+int wal_store_sync_begin(wal_store *ws, lsn_t *covers)
+{
+    *covers = ws->flush_lsn;
+    if (ws->failed != 0)
+        return -EIO;
+    if (ws->round_active)
+        return -EBUSY;
+    if (ws->written_lsn <= ws->flush_lsn || !any_dirty(ws)) {
+        /* flush_now already covered it (or nothing was written). */
+        if (ws->written_lsn > ws->flush_lsn)
+            ws->flush_lsn = ws->written_lsn;
+        *covers = ws->flush_lsn;
+        return 1;
+    }
+    start_round(ws);
+    *covers = ws->round_target;
+    submit_pending(ws);
+    return ws->failed != 0 ? -EIO : 0;
+}
+
+int wal_store_flush_now(wal_store *ws)
+{
+    if (ws->failed != 0)
+        return -EIO;
+    lsn_t target = ws->written_lsn;
+    for (int i = 0; i < WAL_STORE_MAX_OPEN; i++) {
+        seg_file *s = &ws->segs[i];
+        if (!s->in_use || !s->dirty)
+            continue;
+        int rc = fdatasync_retry(s->fd);
+        ws->stats.fdatasyncs++;
+        if (rc != 0) {
+            store_fail(ws, rc);
+            return rc;
+        }
+        s->dirty = false;
+    }
+    if (target > ws->flush_lsn)
+        ws->flush_lsn = target;
+    return 0;
+}
+
+lsn_t wal_store_written_lsn(const wal_store *ws)
+{
+    return ws->written_lsn;
 }
 
 /* Segments present on disk: calls fn for each; stops on a negative return. */

@@ -41,6 +41,8 @@ typedef struct wal_store wal_store;
 typedef void (*wal_store_flushed_fn)(void *arg, lsn_t flushed_lsn, uint64_t sync_usec);
 /* err: negative errno of the failed write or sync. */
 typedef void (*wal_store_error_fn)(void *arg, int err);
+/* written_lsn: every write below it has completed (not yet durable). */
+typedef void (*wal_store_written_fn)(void *arg, lsn_t written_lsn);
 
 typedef struct wal_store_config {
     const char *dir;   /* the timeline directory (exists); copied */
@@ -48,7 +50,12 @@ typedef struct wal_store_config {
     uring *ring;       /* shared, not owned */
     wal_store_flushed_fn on_flushed;
     wal_store_error_fn on_error;
+    wal_store_written_fn on_written; /* may be NULL */
     void *arg;
+    /* false: the store starts a sync round by itself whenever writes have
+     * completed and none is running.  true: the caller decides when, with
+     * wal_store_sync_begin (the acceptor core drives group commit). */
+    bool caller_syncs;
 } wal_store_config;
 
 typedef struct wal_store_stats {
@@ -109,7 +116,7 @@ lsn_t wal_store_oldest_lsn(const wal_store *ws);
 lsn_t wal_store_write_lsn(const wal_store *ws);
 /* Everything below is durable. */
 lsn_t wal_store_flush_lsn(const wal_store *ws);
-/* No write or sync queued or in flight. */
+/* No write or sync round queued or in flight (truncate is allowed). */
 bool wal_store_idle(const wal_store *ws);
 /* Bytes accepted but not yet durable (for input backpressure). */
 uint64_t wal_store_unflushed_bytes(const wal_store *ws);
