@@ -1,0 +1,225 @@
+/*
+ * walformat.h: PostgreSQL 15 WAL format -- constants, page headers, record
+ * decoding, and streaming over a byte stream of WAL.
+ *
+ * For: everything in Strata that must understand WAL bytes without Postgres
+ * headers: the safekeeper (record boundaries of what it stores, end of WAL on
+ * restart), the pageserver's ingest (block references), test tools.  Libc
+ * only, no allocation, no global state: the same code is compiled into the
+ * daemons and into the Postgres extension.  Not for: applying records (redo)
+ * or describing rmgr-specific payloads; that belongs to the pageserver.
+ *
+ * The constants are PostgreSQL 15's (access/xlogrecord.h,
+ * access/xlog_internal.h); WAL is little-endian as written by x86/ARM hosts.
+ *
+ * Record end convention used throughout: a record's end LSN is the position
+ * right after its last byte rounded up to 8 (MAXALIGN), i.e. where the next
+ * record may start (before skipping a page header) -- the value XLogInsert
+ * returns as EndPos and that xlogreader reports as EndRecPtr.  For an
+ * XLOG_SWITCH record it is the end of the segment, as in Postgres.
+ */
+#ifndef STRATA_COMMON_WALFORMAT_H
+#define STRATA_COMMON_WALFORMAT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/lsn.h"
+
+/* ---- Constants (PostgreSQL 15) ---------------------------------------- */
+
+#define WAL_PAGE_MAGIC 0xD110 /* XLOG_PAGE_MAGIC */
+#define WAL_BLCKSZ 8192       /* XLOG_BLCKSZ */
+#define WAL_PAGE_BLCKSZ 8192  /* BLCKSZ: size of a relation page (full-page images) */
+#define WAL_ALIGN 8           /* MAXALIGN */
+#define WAL_ALIGN_UP(x) (((x) + (WAL_ALIGN - 1)) & ~(uint64_t)(WAL_ALIGN - 1))
+
+/* xlp_info flags */
+#define WAL_XLP_FIRST_IS_CONTRECORD 0x0001
+#define WAL_XLP_LONG_HEADER 0x0002
+#define WAL_XLP_BKP_REMOVABLE 0x0004
+#define WAL_XLP_FIRST_IS_OVERWRITE_CONTRECORD 0x0008
+#define WAL_XLP_ALL_FLAGS 0x000F
+
+#define WAL_SHORT_PHD_SIZE 24 /* SizeOfXLogShortPHD */
+#define WAL_LONG_PHD_SIZE 40  /* SizeOfXLogLongPHD */
+#define WAL_RECORD_HEADER_SIZE 24 /* SizeOfXLogRecord */
+#define WAL_RECORD_CRC_OFFSET 20  /* offsetof(XLogRecord, xl_crc) */
+
+/* Records longer than this are rejected (Postgres cannot allocate them either:
+ * MaxAllocSize). */
+#define WAL_MAX_RECORD_LEN 0x3FFFFFFFu
+
+/* Segment sizes Postgres accepts: powers of two from 1 MB to 1 GB. */
+#define WAL_MIN_SEG_SIZE (1u << 20)
+#define WAL_MAX_SEG_SIZE (1u << 30)
+
+/* xl_info */
+#define WAL_XLR_INFO_MASK 0x0F
+#define WAL_XLR_RMGR_INFO_MASK 0xF0
+#define WAL_XLR_SPECIAL_REL_UPDATE 0x01
+#define WAL_XLR_CHECK_CONSISTENCY 0x02
+
+/* Resource managers */
+#define WAL_RM_XLOG_ID 0
+#define WAL_RM_MAX_BUILTIN_ID 21 /* RM_LOGICALMSG_ID */
+#define WAL_RM_MIN_CUSTOM_ID 128
+#define WAL_XLOG_SWITCH 0x40 /* RM_XLOG_ID info */
+
+/* Block reference ids and flags */
+#define WAL_XLR_MAX_BLOCK_ID 32
+#define WAL_XLR_BLOCK_ID_DATA_SHORT 255
+#define WAL_XLR_BLOCK_ID_DATA_LONG 254
+#define WAL_XLR_BLOCK_ID_ORIGIN 253
+#define WAL_XLR_BLOCK_ID_TOPLEVEL_XID 252
+
+#define WAL_BKPBLOCK_FORK_MASK 0x0F
+#define WAL_BKPBLOCK_FLAG_MASK 0xF0
+#define WAL_BKPBLOCK_HAS_IMAGE 0x10
+#define WAL_BKPBLOCK_HAS_DATA 0x20
+#define WAL_BKPBLOCK_WILL_INIT 0x40
+#define WAL_BKPBLOCK_SAME_REL 0x80
+
+#define WAL_BKPIMAGE_HAS_HOLE 0x01
+#define WAL_BKPIMAGE_APPLY 0x02
+#define WAL_BKPIMAGE_COMPRESS_PGLZ 0x04
+#define WAL_BKPIMAGE_COMPRESS_LZ4 0x08
+#define WAL_BKPIMAGE_COMPRESS_ZSTD 0x10
+#define WAL_BKPIMAGE_COMPRESSED(info) \
+    (((info) & (WAL_BKPIMAGE_COMPRESS_PGLZ | WAL_BKPIMAGE_COMPRESS_LZ4 | WAL_BKPIMAGE_COMPRESS_ZSTD)) != 0)
+
+/* Forks (ForkNumber) */
+#define WAL_FORK_MAIN 0
+#define WAL_FORK_FSM 1
+#define WAL_FORK_VM 2
+#define WAL_FORK_INIT 3
+#define WAL_MAX_FORK 3
+
+/* True if seg_size is a segment size Postgres accepts. */
+bool wal_seg_size_valid(uint32_t seg_size);
+
+/* ---- Page and record headers ------------------------------------------ */
+
+typedef struct wal_page_header {
+    uint16_t magic;
+    uint16_t info;     /* WAL_XLP_* */
+    uint32_t tli;
+    lsn_t pageaddr;    /* LSN of the page's first byte */
+    uint32_t rem_len;  /* bytes of a continued record at the page start */
+    bool is_long;      /* fields below are valid */
+    uint64_t sysid;
+    uint32_t seg_size;
+    uint32_t xlog_blcksz;
+} wal_page_header;
+
+/*
+ * Parses the page header at buf (no validation).  Returns its size (24, or
+ * 40 with XLP_LONG_HEADER), or 0 if len is too short for it.
+ */
+size_t wal_page_header_parse(const uint8_t *buf, size_t len, wal_page_header *out);
+
+/*
+ * Checks h as the header of the page starting at page_lsn of a stream with
+ * segments of seg_size: magic, no unknown flags, pageaddr, long header
+ * exactly at segment starts with matching seg_size and block size.  Returns 0
+ * or -1 with *why (static string).  Does not judge the continuation fields.
+ */
+int wal_page_header_check(const wal_page_header *h, lsn_t page_lsn, uint32_t seg_size, const char **why);
+
+typedef struct wal_record_header {
+    uint32_t tot_len;  /* xl_tot_len: whole record including this header */
+    uint32_t xid;      /* xl_xid */
+    lsn_t prev;        /* xl_prev: start of the previous record */
+    uint8_t info;      /* xl_info */
+    uint8_t rmid;      /* xl_rmid */
+    uint32_t crc;      /* xl_crc */
+} wal_record_header;
+
+/* Parses the 24-byte record header at buf (no validation). */
+void wal_record_header_parse(const uint8_t *buf, wal_record_header *out);
+
+/* Checks tot_len (24..WAL_MAX_RECORD_LEN) and rmid; 0 or -1 with *why. */
+int wal_record_header_check(const wal_record_header *h, const char **why);
+
+/* True for an XLOG_SWITCH record (rest of the segment is padding). */
+bool wal_record_header_is_switch(const wal_record_header *h);
+
+/* ---- Streaming record-boundary tracker --------------------------------- */
+
+/*
+ * Follows a stream of WAL bytes and knows where complete records end, using
+ * only lengths and page headers: it keeps the 24 bytes of the current record
+ * header (to see xl_tot_len, xl_prev, xl_rmid and XLOG_SWITCH even when the
+ * header is split over a page boundary) but never buffers record bodies and
+ * does not check record CRCs (wal_reader does).
+ *
+ * It validates what it can without the record body: page magic, flags,
+ * xlp_pageaddr == position, long header exactly at segment starts (with the
+ * right segment and block size), continuation flag and xlp_rem_len against
+ * the bytes still owed, 24 <= xl_tot_len <= WAL_MAX_RECORD_LEN, a valid rmgr
+ * id, and xl_prev == start of the previous record when that is known.  A page
+ * flagged XLP_FIRST_IS_OVERWRITE_CONTRECORD abandons a record in progress
+ * (Postgres wrote a new record over a torn one), as xlogreader does.
+ *
+ * Plain struct: copy it to snapshot the state; no heap, no cleanup.
+ */
+typedef struct wal_tracker {
+    uint32_t seg_size;
+    lsn_t start;
+    lsn_t pos;          /* where the next byte goes */
+    lsn_t last_end;     /* end (see top of file) of the last complete record */
+    lsn_t prev_start;   /* start of that record; LSN_INVALID if unknown */
+    const char *error;  /* set once broken */
+
+    bool first_page;    /* next page header is the first seen: a continuation is skipped */
+    bool in_phdr;       /* collecting a page header */
+    uint32_t phdr_need; /* 24, or 40 once XLP_LONG_HEADER is seen */
+    uint32_t phdr_got;
+    uint8_t phdr[WAL_LONG_PHD_SIZE];
+
+    bool rec_active;    /* inside a record (or its trailing padding) */
+    bool rec_skip;      /* a continuation whose start we never saw */
+    bool rec_switch;    /* the record is an XLOG_SWITCH */
+    lsn_t rec_start;
+    uint32_t rec_len;   /* xl_tot_len; 0 until its 4 bytes arrived */
+    uint32_t rec_got;   /* bytes of the record seen */
+    uint32_t rec_left;  /* record bytes still owed (valid once rec_len != 0 or rec_skip) */
+    uint64_t pad_left;  /* padding after the record's bytes before it counts as complete */
+    uint8_t rhdr[WAL_RECORD_HEADER_SIZE];
+} wal_tracker;
+
+/*
+ * Starts tracking at start, which is either a record boundary (8-aligned, not
+ * inside a page header) or a page boundary.  At a page boundary the page
+ * header is parsed when fed and a continuation (XLP_FIRST_IS_CONTRECORD,
+ * xlp_rem_len bytes) is skipped, so a stream may start at a segment start in
+ * the middle of a record; the end of that continued record then counts as a
+ * complete record end.  seg_size must satisfy wal_seg_size_valid(); a bad
+ * start or size makes the first wal_tracker_feed fail.
+ */
+void wal_tracker_init(wal_tracker *t, lsn_t start, uint32_t wal_seg_size);
+
+/*
+ * Feeds the next len bytes of WAL, which start at LSN at.  at must equal
+ * wal_tracker_next(t): if not, returns -1 with *why set and the tracker is
+ * unchanged.  Returns 0, or -1 with *why (a static string) when the bytes
+ * cannot be WAL; after such an error the tracker stays broken and every
+ * later feed fails with the same reason.
+ */
+int wal_tracker_feed(wal_tracker *t, lsn_t at, const uint8_t *data, size_t len, const char **why);
+
+/* Where the next byte goes. */
+lsn_t wal_tracker_next(const wal_tracker *t);
+
+/*
+ * The end of the last complete record fed (see the convention at the top:
+ * 8-aligned, the next record's start before any page header; the segment end
+ * after XLOG_SWITCH).  A record counts as complete only once its bytes and
+ * its alignment padding (for XLOG_SWITCH: everything up to the segment end)
+ * were fed, so wal_tracker_last_record_end() <= wal_tracker_next() always.
+ * Returns start until a record completes.
+ */
+lsn_t wal_tracker_last_record_end(const wal_tracker *t);
+
+#endif
