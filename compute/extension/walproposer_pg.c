@@ -34,6 +34,7 @@
 
 #include <dlfcn.h>
 #include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "access/xlog.h"
@@ -55,10 +56,11 @@
 #include "compute/walproposer/pqstream.h"
 #include "compute/walproposer/replmsg.h"
 #include "compute/walproposer/walbuf.h"
+#include "compute/walproposer/proposer.h"
 #include "proto/walpush.h"
 
 /* Most safekeepers one compute can name. */
-#define WP_MAX_SAFEKEEPERS 7
+#define WP_MAX_SAFEKEEPERS PROPOSER_MAX_ACCEPTORS
 /* Tick period of the core (heartbeats, timeouts). */
 #define WP_TICK_MS 100
 /* Period of standby status updates even when nothing changed. */
@@ -93,6 +95,14 @@ static struct {
     lsn_t wal_end;           /* end of WAL received so far */
     char waldir[MAXPGPATH];
     uint8 *scratch;          /* WALPUSH_MAX_MESSAGE bytes for encoding */
+    uint8 *walbytes;         /* WALPUSH_MAX_APPEND bytes of one append */
+
+    /* The proposer core and the effects of the current call into it. */
+    proposer core;
+    proposer_output out;
+    uint32 failed;           /* acceptors to drop once the effects ran */
+    int fence_acceptor;      /* sender and term of the message being handled */
+    uint64 fence_term;
 
     /* Commit acknowledgement. */
     lsn_t commit_lsn;        /* quorum commit reported by the core */
@@ -107,7 +117,7 @@ static struct {
     int wes_pos[WP_MAX_SAFEKEEPERS + 1];
 } wp;
 
-static void wp_fence(const char *detail) pg_attribute_unused();
+static void wp_stop(const char *reason) pg_attribute_noreturn();
 
 /* ---- registration ------------------------------------------------------ */
 
@@ -242,9 +252,8 @@ static void local_start(TimestampTz now)
         keys[n] = "user", vals[n++] = strata_local_user;
     keys[n] = NULL, vals[n] = NULL;
 
-    snprintf(query, sizeof(query), "START_REPLICATION PHYSICAL %s", lsn_format(wp.local_start, lsnbuf));
-    walbuf_reset(&wp.buf, wp.local_start);
-    wp.wal_end = wp.local_start;
+    /* A restarted stream resumes where the ring ends, keeping the ring. */
+    snprintf(query, sizeof(query), "START_REPLICATION PHYSICAL %s", lsn_format(wp.wal_end, lsnbuf));
     if (pqstream_start(&wp.local, keys, vals, query) != PQSTREAM_OK) {
         ereport(LOG, (errmsg("strata walproposer: cannot connect to the local walsender: %s",
                              pqstream_error(&wp.local))));
@@ -279,7 +288,7 @@ static void local_send_status(TimestampTz now, bool force)
  * segment files.  ERRORs out only if neither has it (the acceptor needs WAL
  * this compute no longer keeps).
  */
-pg_attribute_unused() static bool wal_read(lsn_t begin, uint8 *out, size_t len, char *err, size_t errlen)
+static bool wal_read(lsn_t begin, uint8 *out, size_t len, char *err, size_t errlen)
 {
     Assert(begin + len <= wp.wal_end);
     if (walbuf_read(&wp.buf, begin, out, len))
@@ -350,13 +359,229 @@ static void wait_for_work(long timeout_ms)
     ResetLatch(MyLatch);
 }
 
-/* ---- core glue (placeholder until proposer.h lands) --------------------- */
+/* ---- driving the proposer core ----------------------------------------- */
 
-static void core_connected(int i) { ereport(LOG, (errmsg("strata walproposer: connected to safekeeper %s", wp.sk[i].addr))); }
-static void core_disconnected(int i) { }
-static void core_message(int i, const uint8 *buf, size_t len) { }
-static void core_tick(TimestampTz now) { }
-static void core_wal_available(lsn_t end) { }
+static uint64 monotonic_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64)ts.tv_sec * 1000 + (uint64)ts.tv_nsec / 1000000;
+}
+
+/* The term an acceptor message carries (for the fencing message). */
+static uint64 acceptor_msg_term(const acceptor_msg *msg)
+{
+    switch (msg->kind) {
+    case AMSG_GREETING:
+        return msg->u.greeting.term;
+    case AMSG_VOTE_RESPONSE:
+        return msg->u.vote.term;
+    case AMSG_APPEND_RESPONSE:
+        return msg->u.append.term;
+    }
+    return 0;
+}
+
+/* Closes acceptor i's stream (the core already knows or is told by caller). */
+static void sk_drop(int i, TimestampTz now)
+{
+    sk_slot *sk = &wp.sk[i];
+
+    pqstream_close(&sk->stream);
+    sk->up = false;
+    sk_schedule_retry(sk, now);
+}
+
+static void send_append(int i, const append_request *ar, TimestampTz now)
+{
+    sk_slot *sk = &wp.sk[i];
+    proposer_msg msg;
+    size_t len;
+    size_t wal_len = (size_t)(ar->end_lsn - ar->begin_lsn);
+    char err[MAXPGPATH + 128];
+
+    Assert(ar->end_lsn >= ar->begin_lsn && wal_len <= WALPUSH_MAX_APPEND);
+    if (wal_len > 0 && !wal_read(ar->begin_lsn, wp.walbytes, wal_len, err, sizeof(err))) {
+        char lsnbuf[LSN_FMT_LEN];
+
+        ereport(WARNING, (errcode(ERRCODE_UNDEFINED_FILE),
+                          errmsg("strata walproposer: cannot send WAL at %s to safekeeper %s",
+                                 lsn_format(ar->begin_lsn, lsnbuf), sk->addr),
+                          errdetail("%s", err),
+                          errhint("Raise wal_keep_size so that pg_wal keeps the WAL lagging safekeepers need.")));
+        wp.failed |= 1u << i;
+        return;
+    }
+    memset(&msg, 0, sizeof(msg));
+    msg.kind = PMSG_APPEND;
+    msg.u.append = *ar;
+    msg.u.append.wal = wp.walbytes;
+    msg.u.append.wal_len = (uint32)wal_len;
+    len = walpush_encode_proposer_msg(&msg, wp.scratch, WALPUSH_MAX_MESSAGE);
+    if (len == 0)
+        elog(ERROR, "strata walproposer: cannot encode an AppendRequest of %zu bytes", wal_len);
+    if (pqstream_send(&sk->stream, wp.scratch, len) != 0)
+        wp.failed |= 1u << i;
+}
+
+static void on_elected(const proposer_effect *e, TimestampTz now)
+{
+    char start[LSN_FMT_LEN], tstart[LSN_FMT_LEN], flush[LSN_FMT_LEN];
+    XLogRecPtr local_flush = GetFlushRecPtr(NULL);
+
+    ereport(LOG, (errmsg("strata walproposer: elected in term " UINT64_FORMAT
+                         ", donor safekeeper %s, term starts at %s, streaming from %s",
+                         e->u.elected.term, wp.sk[e->u.elected.donor].addr,
+                         lsn_format(e->u.elected.term_start_lsn, tstart),
+                         lsn_format(e->u.elected.start_streaming_at, start))));
+    /*
+     * The safekeepers' WAL up to term_start_lsn must be WAL this server
+     * wrote: we stream our own pg_wal from start_streaming_at on.  A term
+     * start beyond our WAL means the safekeepers hold WAL we never had.
+     */
+    if (e->u.elected.term_start_lsn > local_flush)
+        wp_stop(psprintf("the safekeepers' WAL ends at %s, beyond this server's WAL at %s: this compute did not write that WAL",
+                         tstart, lsn_format(local_flush, flush)));
+    wp.local_wanted = true;
+    wp.local_start = e->u.elected.start_streaming_at;
+    walbuf_reset(&wp.buf, wp.local_start);
+    wp.wal_end = wp.local_start;
+    if (wp.local.state != PQSTREAM_IDLE)
+        pqstream_close(&wp.local);
+    wp.local_next_attempt = 0;
+    local_start(now);
+}
+
+/*
+ * Executes the effects in wp.out in order.  Effects that fail on our side
+ * (a send error, WAL we no longer have) mark the acceptor in wp.failed; the
+ * core is told about those only after the whole list ran, because SEND
+ * effects point into the core's state until the next call into it.
+ */
+static void run_effects(TimestampTz now)
+{
+    for (;;) {
+        for (int k = 0; k < wp.out.n; k++) {
+            const proposer_effect *e = &wp.out.effects[k];
+            int i = e->acceptor;
+
+            switch (e->kind) {
+            case PROP_SEND: {
+                size_t len;
+
+                if ((wp.failed & (1u << i)) || wp.sk[i].stream.state != PQSTREAM_STREAMING)
+                    break;
+                len = walpush_encode_proposer_msg(e->u.msg, wp.scratch, WALPUSH_MAX_MESSAGE);
+                if (len == 0)
+                    elog(ERROR, "strata walproposer: cannot encode a message of kind %d",
+                         (int)e->u.msg->kind);
+                if (pqstream_send(&wp.sk[i].stream, wp.scratch, len) != 0)
+                    wp.failed |= 1u << i;
+                break;
+            }
+            case PROP_APPEND:
+                if ((wp.failed & (1u << i)) || wp.sk[i].stream.state != PQSTREAM_STREAMING)
+                    break;
+                send_append(i, &e->u.append, now);
+                break;
+            case PROP_DISCONNECT:
+                ereport(LOG, (errmsg("strata walproposer: dropping safekeeper %s (timeout or protocol violation)",
+                                     wp.sk[i].addr)));
+                sk_drop(i, now);
+                break;
+            case PROP_ELECTED:
+                on_elected(e, now);
+                break;
+            case PROP_COMMIT_ADVANCED:
+                Assert(e->u.commit_lsn >= wp.commit_lsn);
+                wp.commit_lsn = e->u.commit_lsn;
+                local_send_status(now, true);
+                break;
+            case PROP_FENCED: {
+                const char *why = e->u.reason;
+
+                if (wp.fence_term > proposer_term(&wp.core))
+                    why = psprintf("safekeeper %s is at term " UINT64_FORMAT
+                                   ", higher than ours " UINT64_FORMAT
+                                   ": another walproposer took over",
+                                   wp.sk[wp.fence_acceptor].addr, wp.fence_term,
+                                   proposer_term(&wp.core));
+                wp_stop(psprintf("%s (%s)", why, e->u.reason));
+                break;
+            }
+            case PROP_SYNC_DONE:
+                elog(ERROR, "strata walproposer: the proposer core finished a sync in compute mode");
+            }
+        }
+        wp.out.n = 0;
+        if (wp.failed == 0)
+            return;
+        /* Tell the core about acceptors we had to drop; that may produce
+         * more effects, so go round again. */
+        for (int i = 0; i < wp.n_sk; i++) {
+            if (wp.failed & (1u << i)) {
+                wp.failed &= ~(1u << i);
+                if (wp.sk[i].stream.state != PQSTREAM_IDLE || wp.sk[i].up) {
+                    ereport(LOG, (errmsg("strata walproposer: lost safekeeper %s: %s", wp.sk[i].addr,
+                                         pqstream_error(&wp.sk[i].stream))));
+                    sk_drop(i, now);
+                }
+                proposer_disconnected(&wp.core, i, &wp.out);
+                break; /* run what it produced before touching the core again */
+            }
+        }
+    }
+}
+
+static void core_connected(int i, TimestampTz now)
+{
+    ereport(LOG, (errmsg("strata walproposer: connected to safekeeper %s", wp.sk[i].addr)));
+    proposer_connected(&wp.core, i, &wp.out);
+    run_effects(now);
+}
+
+static void core_disconnected(int i, TimestampTz now)
+{
+    proposer_disconnected(&wp.core, i, &wp.out);
+    run_effects(now);
+}
+
+static void core_message(int i, const uint8 *buf, size_t len, TimestampTz now)
+{
+    acceptor_msg msg;
+    const char *why;
+
+    if (walpush_decode_acceptor_msg(buf, len, &msg, &why) != 0) {
+        ereport(LOG, (errcode(ERRCODE_PROTOCOL_VIOLATION),
+                      errmsg("strata walproposer: bad message from safekeeper %s, reconnecting",
+                             wp.sk[i].addr),
+                      errdetail("%s", why)));
+        sk_drop(i, now);
+        proposer_disconnected(&wp.core, i, &wp.out);
+        run_effects(now);
+        return;
+    }
+    wp.fence_acceptor = i;
+    wp.fence_term = acceptor_msg_term(&msg);
+    if (proposer_handle_message(&wp.core, i, &msg, &wp.out) != 0)
+        ereport(LOG, (errcode(ERRCODE_PROTOCOL_VIOLATION),
+                      errmsg("strata walproposer: unexpected message from safekeeper %s, reconnecting",
+                             wp.sk[i].addr)));
+    run_effects(now);
+}
+
+static void core_tick(TimestampTz now)
+{
+    proposer_tick(&wp.core, monotonic_ms(), &wp.out);
+    run_effects(now);
+}
+
+static void core_wal_available(lsn_t end, TimestampTz now)
+{
+    proposer_wal_available(&wp.core, end, &wp.out);
+    run_effects(now);
+}
 
 /* ---- event handling ------------------------------------------------------ */
 
@@ -390,7 +615,8 @@ static void handle_sk(int i, TimestampTz now)
             return;
         }
         sk->up = true;
-        core_connected(i);
+        sk->backoff_ms = 0;
+        core_connected(i, now);
     }
     for (int budget = 64; budget > 0 && sk->stream.state == PQSTREAM_STREAMING; budget--) {
         char *msg;
@@ -401,19 +627,19 @@ static void handle_sk(int i, TimestampTz now)
             break;
         if (r < 0)
             break;
-        core_message(i, (const uint8 *)msg, (size_t)len);
+        core_message(i, (const uint8 *)msg, (size_t)len, now);
         PQfreemem(msg);
     }
     if (sk->stream.state == PQSTREAM_STREAMING && pqstream_flush(&sk->stream) != 0)
         Assert(sk->stream.state == PQSTREAM_IDLE);
-    if (sk->stream.state == PQSTREAM_IDLE) {
+    /* A read or flush failure (effects that dropped it cleared sk->up). */
+    if (sk->stream.state == PQSTREAM_IDLE && sk->up) {
         ereport(LOG, (errmsg("strata walproposer: lost safekeeper %s: %s", sk->addr,
                              pqstream_error(&sk->stream))));
         sk->up = false;
-        core_disconnected(i);
         sk_schedule_retry(sk, now);
-    } else if (sk->stream.state == PQSTREAM_STREAMING)
-        sk->backoff_ms = 0;
+        core_disconnected(i, now);
+    }
 }
 
 static void handle_local(TimestampTz now)
@@ -458,7 +684,7 @@ static void handle_local(TimestampTz now)
                                           lsn_format(msg.wal_start, b))));
             }
             wp.wal_end = msg.wal_start + msg.data_len;
-            core_wal_available(wp.wal_end);
+            core_wal_available(wp.wal_end, now);
         } else if (msg.kind == REPLMSG_KEEPALIVE && msg.reply_requested)
             local_send_status(now, true);
         PQfreemem(raw);
@@ -487,6 +713,31 @@ static long next_timeout(TimestampTz now)
     return timeout;
 }
 
+/*
+ * Starts the proposer core.  A new timeline (every safekeeper empty) begins
+ * at the start of the WAL segment that holds our current insert position:
+ * that segment is certainly still in pg_wal, so the walsender can stream it.
+ */
+static void start_core(void)
+{
+    proposer_config cfg;
+    const char *why;
+    XLogRecPtr insert = GetXLogInsertRecPtr();
+
+    proposer_config_defaults(&cfg);
+    cfg.n_acceptors = wp.n_sk;
+    cfg.tenant_id = wp.tenant;
+    cfg.timeline_id = wp.timeline;
+    cfg.pg_version = PG_VERSION_NUM;
+    cfg.system_id = GetSystemIdentifier();
+    cfg.wal_seg_size = (uint32)wal_segment_size;
+    cfg.bootstrap_lsn = insert - XLogSegmentOffset(insert, wal_segment_size);
+    cfg.sync_safekeepers = false;
+    if (proposer_init(&wp.core, &cfg, monotonic_ms(), &why) != 0)
+        ereport(FATAL, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("strata walproposer: bad configuration"), errdetail("%s", why)));
+}
+
 void strata_walproposer_main(Datum arg)
 {
     TimestampTz last_tick = 0;
@@ -500,14 +751,13 @@ void strata_walproposer_main(Datum arg)
     pqstream_init(&wp.local);
     snprintf(wp.waldir, sizeof(wp.waldir), "%s/%s", DataDir, XLOGDIR);
     wp.scratch = MemoryContextAlloc(TopMemoryContext, WALPUSH_MAX_MESSAGE);
+    wp.walbytes = MemoryContextAlloc(TopMemoryContext, WALPUSH_MAX_APPEND);
     walbuf_init(&wp.buf, MemoryContextAlloc(TopMemoryContext, (Size)strata_wal_buffer_size * 1024),
                 (size_t)strata_wal_buffer_size * 1024);
     ereport(LOG, (errmsg("strata walproposer started with %d safekeepers: %s", wp.n_sk,
                          strata_safekeepers)));
 
-    /* Placeholder: stream from the current segment start. */
-    wp.local_wanted = true;
-    wp.local_start = GetXLogInsertRecPtr() - GetXLogInsertRecPtr() % wal_segment_size;
+    start_core();
 
     for (;;) {
         TimestampTz now;
@@ -530,9 +780,15 @@ void strata_walproposer_main(Datum arg)
     }
 }
 
-static void wp_fence(const char *detail)
+/*
+ * Stops this server for good: see the file header for why SIGQUIT.  Never
+ * returns; the postmaster kills every backend, so no waiting commit is
+ * acknowledged after this point.
+ */
+static void wp_stop(const char *reason)
 {
-    ereport(LOG, (errmsg("strata walproposer: terminating: %s", detail)));
+    ereport(LOG, (errmsg("strata walproposer: terminating: %s", reason),
+                  errdetail("Stopping the server with an immediate shutdown so that no waiting commit is acknowledged.")));
     kill(PostmasterPid, SIGQUIT);
     proc_exit(1);
 }

@@ -1,0 +1,591 @@
+/*
+ * sync_safekeepers.c: `strata-sync-safekeepers`, the proposer with no
+ * Postgres behind it (DESIGN 6.7).
+ *
+ *   strata-sync-safekeepers --safekeepers h:p,h:p,h:p --tenant HEX
+ *                           --timeline HEX [--password PW] [--timeout SECONDS]
+ *
+ * It runs the proposer core in sync mode: gets elected (which bumps the term
+ * and so fences any running compute), brings a majority of safekeepers to
+ * the donor's end of WAL, waits until commit reaches the term start, prints
+ * that LSN as X/Y on stdout and exits 0.  That LSN is where the next compute
+ * starts.  On failure it exits 1 with a one-line reason on stderr; on bad
+ * usage it exits 2.
+ *
+ * WAL the lagging safekeepers need comes from the donor safekeeper over
+ * physical replication (`START_REPLICATION PHYSICAL X/Y (term 'N')`, which
+ * streams up to the donor's flush_lsn instead of its commit_lsn).  All of
+ * [lowest start point, term start) is kept in memory, so the gap is bounded
+ * by --max-wal-mb (default 256); a larger gap is a clear failure.
+ *
+ * Not for: the Paxos rules (proposer.c) or the libpq mechanics (pqstream.c).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "common/lsn.h"
+#include "compute/walproposer/pqstream.h"
+#include "compute/walproposer/proposer.h"
+#include "compute/walproposer/replmsg.h"
+#include "compute/walproposer/walbuf.h"
+#include "proto/walpush.h"
+
+/* The PostgreSQL major version whose WAL we carry (greeting field). */
+#define SYNC_PG_VERSION 150000
+#define SYNC_DEFAULT_SEG_SIZE (16u * 1024 * 1024)
+#define SYNC_TICK_MS 50
+#define SYNC_RETRY_MIN_MS 50
+#define SYNC_RETRY_MAX_MS 2000
+
+typedef struct sync_peer {
+    char host[256];
+    char port[16];
+    char addr[280];
+    pqstream stream;
+    bool up;
+    uint64_t next_attempt_ms;
+    uint32_t backoff_ms;
+} sync_peer;
+
+typedef struct sync_state {
+    int n;
+    sync_peer peers[PROPOSER_MAX_ACCEPTORS];
+    strata_id tenant, timeline;
+    const char *password;
+    uint32_t seg_size;
+    size_t max_wal;
+
+    proposer core;
+    proposer_output out;
+    uint32_t failed;
+
+    /* Donor WAL (after ELECTED, if some acceptor is behind). */
+    bool elected;
+    uint64_t term;
+    int donor;
+    lsn_t term_start_lsn;
+    pqstream donor_stream;
+    uint64_t donor_next_attempt_ms;
+    walbuf buf;
+    uint8_t *bufmem;
+    lsn_t wal_end;
+
+    uint8_t scratch[WALPUSH_MAX_MESSAGE];
+    uint8_t walbytes[WALPUSH_MAX_APPEND];
+} sync_state;
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+__attribute__((format(printf, 1, 2), noreturn)) static void die(const char *fmt, ...)
+{
+    va_list ap;
+
+    fputs("strata-sync-safekeepers: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(1);
+}
+
+__attribute__((noreturn)) static void usage(const char *why)
+{
+    if (why != NULL)
+        fprintf(stderr, "strata-sync-safekeepers: %s\n", why);
+    fprintf(stderr,
+            "usage: strata-sync-safekeepers --safekeepers H:P,H:P,H:P --tenant HEX --timeline HEX\n"
+            "                               [--password PW] [--timeout SECONDS] [--max-wal-mb N]\n"
+            "                               [--wal-seg-size BYTES] [--verbose]\n"
+            "Elects a proposer on the safekeepers, syncs a majority to the end of WAL,\n"
+            "prints that LSN (X/Y) and exits 0; exits 1 with a reason on failure.\n");
+    exit(why != NULL ? 2 : 0);
+}
+
+static void parse_safekeepers(sync_state *st, const char *list)
+{
+    char *copy = strdup(list);
+    char *save = NULL;
+
+    if (copy == NULL)
+        die("out of memory");
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *colon = strrchr(tok, ':');
+        sync_peer *p;
+
+        if (st->n == PROPOSER_MAX_ACCEPTORS)
+            usage("too many safekeepers");
+        if (colon == NULL || colon == tok || colon[1] == '\0' ||
+            strspn(colon + 1, "0123456789") != strlen(colon + 1))
+            usage("--safekeepers takes host:port pairs separated by commas");
+        p = &st->peers[st->n++];
+        *colon = '\0';
+        snprintf(p->host, sizeof(p->host), "%s", tok);
+        snprintf(p->port, sizeof(p->port), "%s", colon + 1);
+        snprintf(p->addr, sizeof(p->addr), "%s:%s", p->host, p->port);
+        pqstream_init(&p->stream);
+    }
+    free(copy);
+    if (st->n == 0)
+        usage("--safekeepers is empty");
+}
+
+/* Connection parameters shared by the walpush and the donor streams. */
+static void connect_params(const sync_state *st, const sync_peer *p, char *options,
+                           size_t optlen, const char **keys, const char **vals)
+{
+    char t[STRATA_ID_HEX_LEN], l[STRATA_ID_HEX_LEN];
+    int n = 0;
+
+    snprintf(options, optlen, "-c tenant_id=%s -c timeline_id=%s",
+             strata_id_format(&st->tenant, t), strata_id_format(&st->timeline, l));
+    keys[n] = "host", vals[n++] = p->host;
+    keys[n] = "port", vals[n++] = p->port;
+    keys[n] = "dbname", vals[n++] = "replication";
+    keys[n] = "options", vals[n++] = options;
+    keys[n] = "application_name", vals[n++] = "sync-safekeepers";
+    keys[n] = "connect_timeout", vals[n++] = "10";
+    if (st->password != NULL)
+        keys[n] = "password", vals[n++] = st->password;
+    keys[n] = NULL, vals[n] = NULL;
+}
+
+static void peer_retry(sync_peer *p, uint64_t now)
+{
+    p->backoff_ms = p->backoff_ms == 0 ? SYNC_RETRY_MIN_MS : p->backoff_ms * 2;
+    if (p->backoff_ms > SYNC_RETRY_MAX_MS)
+        p->backoff_ms = SYNC_RETRY_MAX_MS;
+    p->next_attempt_ms = now + p->backoff_ms;
+}
+
+static void peer_start(sync_state *st, sync_peer *p, uint64_t now)
+{
+    char options[128];
+    char query[64];
+    const char *keys[PQSTREAM_MAX_PARAMS], *vals[PQSTREAM_MAX_PARAMS];
+
+    connect_params(st, p, options, sizeof(options), keys, vals);
+    snprintf(query, sizeof(query), "START_WAL_PUSH (proto_version '%d')", WALPUSH_PROTO_VERSION);
+    if (pqstream_start(&p->stream, keys, vals, query) != PQSTREAM_OK) {
+        log_info("cannot connect to safekeeper %s: %s", p->addr, pqstream_error(&p->stream));
+        peer_retry(p, now);
+    }
+}
+
+static void peer_drop(sync_peer *p, uint64_t now)
+{
+    pqstream_close(&p->stream);
+    p->up = false;
+    peer_retry(p, now);
+}
+
+/* ---- donor WAL ----------------------------------------------------------- */
+
+static void donor_start(sync_state *st, uint64_t now)
+{
+    sync_peer *d = &st->peers[st->donor];
+    char options[128];
+    char query[128];
+    char lsnbuf[LSN_FMT_LEN];
+    const char *keys[PQSTREAM_MAX_PARAMS], *vals[PQSTREAM_MAX_PARAMS];
+
+    connect_params(st, d, options, sizeof(options), keys, vals);
+    snprintf(query, sizeof(query), "START_REPLICATION PHYSICAL %s (term '%llu')",
+             lsn_format(st->wal_end, lsnbuf), (unsigned long long)st->term);
+    if (pqstream_start(&st->donor_stream, keys, vals, query) != PQSTREAM_OK) {
+        log_info("cannot read WAL from donor %s: %s", d->addr, pqstream_error(&st->donor_stream));
+        st->donor_next_attempt_ms = now + 500;
+        return;
+    }
+    log_info("reading WAL from donor %s at %s", d->addr, lsnbuf);
+}
+
+/* ---- effects ------------------------------------------------------------- */
+
+static void send_append(sync_state *st, int i, const append_request *ar)
+{
+    proposer_msg msg;
+    size_t wal_len = (size_t)(ar->end_lsn - ar->begin_lsn);
+    size_t len;
+
+    if (wal_len > 0 && !walbuf_read(&st->buf, ar->begin_lsn, st->walbytes, wal_len)) {
+        char lsnbuf[LSN_FMT_LEN];
+        die("internal error: donor WAL at %s is not buffered", lsn_format(ar->begin_lsn, lsnbuf));
+    }
+    memset(&msg, 0, sizeof(msg));
+    msg.kind = PMSG_APPEND;
+    msg.u.append = *ar;
+    msg.u.append.wal = st->walbytes;
+    msg.u.append.wal_len = (uint32_t)wal_len;
+    len = walpush_encode_proposer_msg(&msg, st->scratch, sizeof(st->scratch));
+    if (len == 0)
+        die("internal error: cannot encode an AppendRequest of %zu bytes", wal_len);
+    if (pqstream_send(&st->peers[i].stream, st->scratch, len) != 0)
+        st->failed |= 1u << i;
+}
+
+static void on_elected(sync_state *st, const proposer_effect *e, uint64_t now)
+{
+    char a[LSN_FMT_LEN], b[LSN_FMT_LEN];
+    lsn_t gap;
+
+    st->elected = true;
+    st->term = e->u.elected.term;
+    st->donor = e->u.elected.donor;
+    st->term_start_lsn = e->u.elected.term_start_lsn;
+    log_info("elected in term %llu, donor %s, term starts at %s, streaming from %s",
+             (unsigned long long)st->term, st->peers[st->donor].addr,
+             lsn_format(st->term_start_lsn, a), lsn_format(e->u.elected.start_streaming_at, b));
+    gap = st->term_start_lsn - e->u.elected.start_streaming_at;
+    if (gap > st->max_wal)
+        die("safekeepers lag the donor by %llu bytes, more than --max-wal-mb allows",
+            (unsigned long long)gap);
+    st->bufmem = malloc(gap > 0 ? (size_t)gap : 1);
+    if (st->bufmem == NULL)
+        die("out of memory for %llu bytes of donor WAL", (unsigned long long)gap);
+    walbuf_init(&st->buf, st->bufmem, gap > 0 ? (size_t)gap : 1);
+    walbuf_reset(&st->buf, e->u.elected.start_streaming_at);
+    st->wal_end = e->u.elected.start_streaming_at;
+    if (gap > 0)
+        donor_start(st, now);
+}
+
+static void run_effects(sync_state *st, uint64_t now)
+{
+    for (;;) {
+        for (int k = 0; k < st->out.n; k++) {
+            const proposer_effect *e = &st->out.effects[k];
+            int i = e->acceptor;
+
+            switch (e->kind) {
+            case PROP_SEND: {
+                size_t len;
+
+                if ((st->failed & (1u << i)) || st->peers[i].stream.state != PQSTREAM_STREAMING)
+                    break;
+                len = walpush_encode_proposer_msg(e->u.msg, st->scratch, sizeof(st->scratch));
+                if (len == 0)
+                    die("internal error: cannot encode a message of kind %d", (int)e->u.msg->kind);
+                if (pqstream_send(&st->peers[i].stream, st->scratch, len) != 0)
+                    st->failed |= 1u << i;
+                break;
+            }
+            case PROP_APPEND:
+                if ((st->failed & (1u << i)) || st->peers[i].stream.state != PQSTREAM_STREAMING)
+                    break;
+                send_append(st, i, &e->u.append);
+                break;
+            case PROP_DISCONNECT:
+                log_info("dropping safekeeper %s (timeout or protocol violation)", st->peers[i].addr);
+                peer_drop(&st->peers[i], now);
+                break;
+            case PROP_ELECTED:
+                on_elected(st, e, now);
+                break;
+            case PROP_COMMIT_ADVANCED:
+                break;
+            case PROP_FENCED:
+                die("%s", e->u.reason);
+            case PROP_SYNC_DONE: {
+                char lsnbuf[LSN_FMT_LEN];
+
+                printf("%s\n", lsn_format(e->u.sync_lsn, lsnbuf));
+                fflush(stdout);
+                exit(0);
+            }
+            }
+        }
+        st->out.n = 0;
+        if (st->failed == 0)
+            return;
+        for (int i = 0; i < st->n; i++) {
+            if (st->failed & (1u << i)) {
+                st->failed &= ~(1u << i);
+                log_info("lost safekeeper %s: %s", st->peers[i].addr,
+                         pqstream_error(&st->peers[i].stream));
+                peer_drop(&st->peers[i], now);
+                proposer_disconnected(&st->core, i, &st->out);
+                break;
+            }
+        }
+    }
+}
+
+/* ---- event handling ------------------------------------------------------ */
+
+static void handle_peer(sync_state *st, int i, uint64_t now)
+{
+    sync_peer *p = &st->peers[i];
+
+    if (p->stream.state == PQSTREAM_IDLE) {
+        if (now >= p->next_attempt_ms)
+            peer_start(st, p, now);
+        return;
+    }
+    if (p->stream.state != PQSTREAM_STREAMING) {
+        if (pqstream_advance(&p->stream) != PQSTREAM_OK) {
+            log_info("cannot connect to safekeeper %s: %s", p->addr, pqstream_error(&p->stream));
+            peer_retry(p, now);
+            return;
+        }
+        if (p->stream.state != PQSTREAM_STREAMING)
+            return;
+        log_info("connected to safekeeper %s", p->addr);
+        p->up = true;
+        p->backoff_ms = 0;
+        proposer_connected(&st->core, i, &st->out);
+        run_effects(st, now);
+    }
+    for (int budget = 64; budget > 0 && p->stream.state == PQSTREAM_STREAMING; budget--) {
+        char *raw;
+        int len;
+        acceptor_msg msg;
+        const char *why;
+        int r = pqstream_recv(&p->stream, &raw, &len);
+
+        if (r <= 0)
+            break;
+        if (walpush_decode_acceptor_msg((const uint8_t *)raw, (size_t)len, &msg, &why) != 0) {
+            PQfreemem(raw);
+            log_warn("bad message from safekeeper %s: %s", p->addr, why);
+            peer_drop(p, now);
+            proposer_disconnected(&st->core, i, &st->out);
+            run_effects(st, now);
+            return;
+        }
+        PQfreemem(raw);
+        if (proposer_handle_message(&st->core, i, &msg, &st->out) != 0)
+            log_warn("unexpected message from safekeeper %s", p->addr);
+        run_effects(st, now);
+    }
+    if (p->stream.state == PQSTREAM_STREAMING)
+        (void)pqstream_flush(&p->stream);
+    if (p->stream.state == PQSTREAM_IDLE && p->up) {
+        log_info("lost safekeeper %s: %s", p->addr, pqstream_error(&p->stream));
+        p->up = false;
+        peer_retry(p, now);
+        proposer_disconnected(&st->core, i, &st->out);
+        run_effects(st, now);
+    }
+}
+
+static void handle_donor(sync_state *st, uint64_t now)
+{
+    pqstream *s = &st->donor_stream;
+
+    if (!st->elected || st->wal_end >= st->term_start_lsn) {
+        if (s->state != PQSTREAM_IDLE)
+            pqstream_close(s); /* have all we need */
+        return;
+    }
+    if (s->state == PQSTREAM_IDLE) {
+        if (now >= st->donor_next_attempt_ms)
+            donor_start(st, now);
+        return;
+    }
+    if (s->state != PQSTREAM_STREAMING) {
+        if (pqstream_advance(s) != PQSTREAM_OK) {
+            log_info("cannot read WAL from donor: %s", pqstream_error(s));
+            st->donor_next_attempt_ms = now + 500;
+        }
+        return;
+    }
+    for (int budget = 64; budget > 0 && s->state == PQSTREAM_STREAMING; budget--) {
+        char *raw;
+        int len;
+        replmsg msg;
+        const char *why;
+        int r = pqstream_recv(s, &raw, &len);
+
+        if (r <= 0)
+            break;
+        if (replmsg_decode((const uint8_t *)raw, (size_t)len, &msg, &why) != 0)
+            die("bad replication message from donor %s: %s", st->peers[st->donor].addr, why);
+        if (msg.kind == REPLMSG_XLOGDATA && msg.data_len > 0) {
+            const uint8_t *data = msg.data;
+            size_t n = msg.data_len;
+            char a[LSN_FMT_LEN], b[LSN_FMT_LEN];
+
+            if (msg.wal_start != st->wal_end)
+                die("donor %s sent WAL at %s, expected %s", st->peers[st->donor].addr,
+                    lsn_format(msg.wal_start, a), lsn_format(st->wal_end, b));
+            /* Only up to the term start: that is all the donor vouches for. */
+            if (msg.wal_start + n > st->term_start_lsn)
+                n = (size_t)(st->term_start_lsn - msg.wal_start);
+            if (walbuf_append(&st->buf, msg.wal_start, data, n) != 0)
+                die("internal error: donor WAL does not follow the buffer");
+            st->wal_end = msg.wal_start + n;
+            PQfreemem(raw);
+            proposer_wal_available(&st->core, st->wal_end, &st->out);
+            run_effects(st, now);
+            continue;
+        }
+        if (msg.kind == REPLMSG_KEEPALIVE && msg.reply_requested) {
+            uint8_t status[REPLMSG_STATUS_LEN];
+            size_t sl = replmsg_encode_status(st->wal_end, st->wal_end, st->wal_end,
+                                              replmsg_now(), 0, status);
+            (void)pqstream_send(s, status, sl);
+        }
+        PQfreemem(raw);
+    }
+    if (s->state == PQSTREAM_STREAMING)
+        (void)pqstream_flush(s);
+    if (s->state == PQSTREAM_IDLE && st->wal_end < st->term_start_lsn) {
+        log_info("lost the donor stream: %s", pqstream_error(s));
+        st->donor_next_attempt_ms = now + 500;
+    }
+}
+
+static void add_poll(struct pollfd *fds, int *nfds, const pqstream *s)
+{
+    int ev = pqstream_wait_events(s);
+    int fd = pqstream_socket(s);
+
+    if (ev == 0 || fd < 0)
+        return;
+    fds[*nfds].fd = fd;
+    fds[*nfds].events = (short)(((ev & PQSTREAM_WAIT_READ) ? POLLIN : 0) |
+                                ((ev & PQSTREAM_WAIT_WRITE) ? POLLOUT : 0));
+    fds[*nfds].revents = 0;
+    (*nfds)++;
+}
+
+/* Describes how far the sync got, for the timeout message. */
+static const char *progress(const sync_state *st)
+{
+    static char buf[160];
+    int up = 0;
+
+    for (int i = 0; i < st->n; i++)
+        up += st->peers[i].up;
+    switch (proposer_get_phase(&st->core)) {
+    case PROPOSER_COLLECTING_TERMS:
+        snprintf(buf, sizeof(buf), "collecting terms, %d of %d safekeepers connected", up, st->n);
+        break;
+    case PROPOSER_VOTING:
+        snprintf(buf, sizeof(buf), "waiting for votes, %d of %d safekeepers connected", up, st->n);
+        break;
+    default: {
+        char a[LSN_FMT_LEN], b[LSN_FMT_LEN];
+        snprintf(buf, sizeof(buf), "elected, commit at %s of term start %s, %d of %d connected",
+                 lsn_format(proposer_commit_lsn(&st->core), a),
+                 lsn_format(st->term_start_lsn, b), up, st->n);
+    }
+    }
+    return buf;
+}
+
+int main(int argc, char **argv)
+{
+    static sync_state st; /* large: keep it off the stack */
+    static const struct option opts[] = {
+        {"safekeepers", required_argument, NULL, 's'}, {"tenant", required_argument, NULL, 't'},
+        {"timeline", required_argument, NULL, 'l'},    {"password", required_argument, NULL, 'p'},
+        {"timeout", required_argument, NULL, 'T'},     {"max-wal-mb", required_argument, NULL, 'm'},
+        {"wal-seg-size", required_argument, NULL, 'w'}, {"verbose", no_argument, NULL, 'v'},
+        {"help", no_argument, NULL, 'h'},              {NULL, 0, NULL, 0}};
+    const char *sks = NULL, *tenant = NULL, *timeline = NULL;
+    long timeout_s = 60, max_wal_mb = 256;
+    unsigned long seg_size = SYNC_DEFAULT_SEG_SIZE;
+    bool verbose = false;
+    proposer_config cfg;
+    const char *why;
+    uint64_t deadline, last_tick = 0;
+    int c;
+
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        char *end;
+        switch (c) {
+        case 's': sks = optarg; break;
+        case 't': tenant = optarg; break;
+        case 'l': timeline = optarg; break;
+        case 'p': st.password = optarg; break;
+        case 'T':
+            timeout_s = strtol(optarg, &end, 10);
+            if (*end != '\0' || timeout_s <= 0 || timeout_s > 86400)
+                usage("--timeout takes 1..86400 seconds");
+            break;
+        case 'm':
+            max_wal_mb = strtol(optarg, &end, 10);
+            if (*end != '\0' || max_wal_mb <= 0 || max_wal_mb > 65536)
+                usage("--max-wal-mb takes 1..65536");
+            break;
+        case 'w':
+            seg_size = strtoul(optarg, &end, 10);
+            if (*end != '\0' || seg_size < (1u << 20) || seg_size > (1u << 30) ||
+                (seg_size & (seg_size - 1)) != 0)
+                usage("--wal-seg-size takes a power of two from 1 MB to 1 GB");
+            break;
+        case 'v': verbose = true; break;
+        case 'h': usage(NULL);
+        default: usage("unknown option");
+        }
+    }
+    if (optind != argc)
+        usage("unexpected argument");
+    if (sks == NULL || tenant == NULL || timeline == NULL)
+        usage("--safekeepers, --tenant and --timeline are required");
+    log_init("sync-safekeepers", verbose ? LOG_LEVEL_INFO : LOG_LEVEL_ERROR);
+    parse_safekeepers(&st, sks);
+    if (!strata_id_parse(tenant, &st.tenant))
+        usage("--tenant takes 32 hex digits");
+    if (!strata_id_parse(timeline, &st.timeline))
+        usage("--timeline takes 32 hex digits");
+    st.seg_size = (uint32_t)seg_size;
+    st.max_wal = (size_t)max_wal_mb * 1024 * 1024;
+    pqstream_init(&st.donor_stream);
+
+    proposer_config_defaults(&cfg);
+    cfg.n_acceptors = st.n;
+    cfg.tenant_id = st.tenant;
+    cfg.timeline_id = st.timeline;
+    cfg.pg_version = SYNC_PG_VERSION;
+    cfg.system_id = 0;
+    cfg.wal_seg_size = st.seg_size;
+    cfg.bootstrap_lsn = 0;
+    cfg.sync_safekeepers = true;
+    if (proposer_init(&st.core, &cfg, now_ms(), &why) != 0)
+        die("bad configuration: %s", why);
+
+    deadline = now_ms() + (uint64_t)timeout_s * 1000;
+    for (;;) {
+        struct pollfd fds[PROPOSER_MAX_ACCEPTORS + 1];
+        int nfds = 0;
+        uint64_t now = now_ms();
+        int wait_ms = SYNC_TICK_MS;
+
+        if (now >= deadline)
+            die("timed out after %ld s: %s", timeout_s, progress(&st));
+        for (int i = 0; i < st.n; i++)
+            handle_peer(&st, i, now);
+        handle_donor(&st, now);
+        if (now - last_tick >= SYNC_TICK_MS) {
+            proposer_tick(&st.core, now, &st.out);
+            run_effects(&st, now);
+            last_tick = now;
+        }
+        for (int i = 0; i < st.n; i++) {
+            add_poll(fds, &nfds, &st.peers[i].stream);
+            if (st.peers[i].stream.state == PQSTREAM_IDLE) {
+                int64_t until = (int64_t)st.peers[i].next_attempt_ms - (int64_t)now;
+                if (until < wait_ms)
+                    wait_ms = until < 0 ? 0 : (int)until;
+            }
+        }
+        add_poll(fds, &nfds, &st.donor_stream);
+        if (poll(fds, (nfds_t)nfds, wait_ms) < 0 && errno != EINTR)
+            die("poll: %s", strerror(errno));
+    }
+}
