@@ -1,0 +1,93 @@
+"""Running commands for the benchmarks: as the postgres user, bounded in time.
+
+For: starting a child process with a timeout and turning a failure into a
+BenchError that says which command failed and why (the tail of its stderr);
+dropping to the unprivileged `postgres` user when we are root (Postgres refuses
+to run as root); picking free loopback ports; creating files that user owns.
+
+Not for: knowing anything about Postgres or Strata (bench_pg.py,
+bench_strata.py) or about measurements.
+"""
+
+import os
+import pwd
+import socket
+import subprocess
+
+PG_OS_USER = "postgres"
+
+
+class BenchError(Exception):
+    """A step of the benchmark failed; the message says which and why."""
+
+
+def as_pg_user(argv):
+    """argv prefixed so that it runs as the postgres OS user when we are root."""
+    if os.geteuid() == 0:
+        return ["runuser", "-u", PG_OS_USER, "--"] + list(argv)
+    return list(argv)
+
+
+def pg_user_ids():
+    """(uid, gid) of the user postgres processes run as."""
+    if os.geteuid() != 0:
+        return os.getuid(), os.getgid()
+    try:
+        pw = pwd.getpwnam(PG_OS_USER)
+    except KeyError as e:
+        raise BenchError(f"running as root but there is no OS user {PG_OS_USER!r}") from e
+    return pw.pw_uid, pw.pw_gid
+
+
+def give_to_pg_user(path):
+    """Makes path owned by the postgres OS user (a no-op unless we are root)."""
+    if os.geteuid() == 0:
+        uid, gid = pg_user_ids()
+        os.chown(path, uid, gid)
+
+
+def write_pg_file(path, text, append=False):
+    """Writes (or appends) text to path, leaving it owned by the postgres user."""
+    with open(path, "a" if append else "w", encoding="utf-8") as f:
+        f.write(text)
+    give_to_pg_user(path)
+
+
+def run(argv, timeout, pg_user=False, cwd=None, env=None, check=True):
+    """Runs argv to completion within timeout seconds; returns CompletedProcess.
+
+    pg_user runs it as the postgres OS user.  With check, a non-zero exit or a
+    timeout raises BenchError naming the command and quoting its stderr tail.
+    """
+    full = as_pg_user(argv) if pg_user else list(argv)
+    try:
+        cp = subprocess.run(full, cwd=cwd, env=env, timeout=timeout,
+                            stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    except subprocess.TimeoutExpired as e:
+        raise BenchError(f"{os.path.basename(argv[0])} timed out after {timeout:.0f}s: "
+                         f"{' '.join(argv)}") from e
+    except OSError as e:
+        raise BenchError(f"cannot run {argv[0]}: {e}") from e
+    if check and cp.returncode != 0:
+        tail = (cp.stderr or cp.stdout or "").strip().splitlines()[-5:]
+        raise BenchError(f"{os.path.basename(argv[0])} exited with {cp.returncode}: "
+                         f"{' '.join(argv)}\n    " + "\n    ".join(tail))
+    return cp
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago (the kernel's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pid_alive(pid):
+    """True if a process with this pid exists (zombies included)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

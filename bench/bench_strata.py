@@ -1,0 +1,122 @@
+"""A local Strata cluster for the benchmarks, driven only through the `strata` CLI.
+
+For: `strata up --dir D`, `strata status --dir D --json` (the compute's
+connection string and every component's pid), `strata down --dir D`; and,
+if down fails, stopping by pid exactly the processes that status reported
+for D (nothing else).  Uses the release build (STRATA_BUILD, default ./build)
+because a sanitized build measures the sanitizers.
+
+Not for: configuring the compute (the CLI owns that; we only read back its
+settings) or running pgbench.
+"""
+
+import json
+import os
+import signal
+import time
+
+from bench_proc import BenchError, run
+
+
+def _start_time(pid):
+    """The start time of process pid (clock ticks since boot), or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()
+    if fields and fields[0] == "Z":
+        return None  # a zombie has exited already
+    return int(fields[19]) if len(fields) > 19 else None
+
+
+def parse_connstr(connstr):
+    """A libpq key=value connection string (values without spaces or quotes) as a dict."""
+    info = {}
+    for part in connstr.split():
+        if "=" not in part:
+            raise BenchError(f"cannot parse connection string {connstr!r}")
+        key, value = part.split("=", 1)
+        info[key] = value.strip("'")
+    for key, default in (("host", "127.0.0.1"), ("dbname", "postgres")):
+        info.setdefault(key, default)
+    if "port" not in info or "user" not in info:
+        raise BenchError(f"connection string lacks port or user: {connstr!r}")
+    return {k: info[k] for k in ("host", "port", "user", "dbname")}
+
+
+class StrataCluster:
+    def __init__(self, build_dir, cluster_dir):
+        self.build_dir = os.path.abspath(build_dir)
+        self.cluster_dir = cluster_dir
+        self.cli = os.path.join(self.build_dir, "bin", "strata")
+        self.extension = os.path.join(self.build_dir, "lib", "strata.so")
+        self.pids = {}  # pid -> start time (/proc/PID/stat), so a reused pid is left alone
+
+    def missing(self):
+        """None when the build has what (c) needs, else a reason it cannot run."""
+        for path in (self.cli, self.extension):
+            if not os.path.exists(path):
+                return f"{path} does not exist (build with `make build BUILD={self.build_dir}`)"
+        return None
+
+    def _cli(self, *args, timeout=300):
+        return run([self.cli] + list(args), timeout=timeout)
+
+    def up(self):
+        self._cli("up", "--dir", self.cluster_dir, timeout=600)
+        status = self.status()
+        if status.get("compute", {}).get("pid") is None:
+            raise BenchError("strata up returned but the compute is not running")
+        running = [sk for sk in status.get("safekeepers", []) if sk.get("pid") is not None]
+        if len(running) < 3:
+            raise BenchError(f"strata up returned but only {len(running)} of 3 safekeepers run")
+        return status
+
+    def status(self):
+        cp = self._cli("status", "--dir", self.cluster_dir, "--json", timeout=60)
+        try:
+            status = json.loads(cp.stdout)
+        except json.JSONDecodeError as e:
+            raise BenchError(f"strata status --json printed invalid JSON: {e}") from e
+        self._remember_pids(status)
+        return status
+
+    def _remember_pids(self, status):
+        comps = [status.get("compute") or {}, status.get("pageserver") or {}]
+        comps += status.get("safekeepers") or []
+        for comp in comps:
+            pid = comp.get("pid")
+            if isinstance(pid, int) and pid > 0 and pid not in self.pids:
+                started = _start_time(pid)
+                if started is not None:
+                    self.pids[pid] = started
+
+    def conninfo(self, status):
+        connstr = (status.get("compute") or {}).get("connstr")
+        if not connstr:
+            raise BenchError("strata status --json has no compute.connstr")
+        return parse_connstr(connstr)
+
+    def down(self):
+        """Stops the cluster; falls back to signalling the pids status reported."""
+        try:
+            self._cli("down", "--dir", self.cluster_dir, timeout=120)
+        except BenchError as e:
+            print(f"warning: strata down: {e}")
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            alive = [p for p, t in self.pids.items() if _start_time(p) == t]
+            if not alive:
+                break
+            print(f"warning: strata processes still running after down: {alive}; sending "
+                  f"{signal.Signals(sig).name}")
+            for pid in alive:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + 10
+            while (any(_start_time(p) == self.pids[p] for p in alive)
+                   and time.monotonic() < deadline):
+                time.sleep(0.1)

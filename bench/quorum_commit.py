@@ -1,0 +1,390 @@
+#!/usr/bin/env python3
+"""quorum_commit: the commit-path benchmark of the "Quorum-durable WAL" issue.
+
+For: measuring, in one run on one machine, side by side:
+  (a) stock PG 15 alone, fsync on (full_page_writes on, synchronous_commit on);
+  (b) stock PG 15 with two synchronous streaming standbys on this machine,
+      synchronous_standby_names = 'ANY 2 (s1, s2)';
+  (c) PG 15 + the strata extension's walproposer + three strata safekeepers,
+      started with the `strata` CLI of the release build (STRATA_BUILD,
+      default ./build);
+each with pgbench simple-update (-N) at -c1 and -c16, TPS and commit latency
+p50/p99 computed from pgbench's per-transaction log; plus, in the same run,
+one 8 kB fdatasync (pg_test_fsync) and a loopback TCP round trip.  Prints a
+table; writes JSON, markdown and gnuplot PNGs to --out; replaces its section
+of docs/benchmarks.md (images under docs/img/) unless --quick or --no-docs.
+
+Not for: a timed test (nothing here passes or fails on speed; the exit code
+says only whether every requested setup ran), or tuning any setup beyond
+what the comparison needs.  Every server runs on 127.0.0.1 on free ports as
+the `postgres` OS user under a temporary directory, and is stopped (by pid if
+need be) before the program exits, on failure or Ctrl-C too.
+
+Run: python3 bench/quorum_commit.py [--quick] [--duration S] [--scale N] ...
+(`strata bench quorum_commit ...` runs this with the same arguments).
+"""
+
+import argparse
+import datetime
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+# pylint: disable=wrong-import-position
+from bench_pg import PgServer, make_pg_dir, read_settings, wait_sync_standbys, psql
+from bench_pgbench import pgbench_init, pgbench_run, threads_for
+from bench_physical import measure_fdatasync, measure_loopback_rtt
+from bench_proc import BenchError, give_to_pg_user
+from bench_report import (compute_ratios, console_table, markdown_section, replace_doc_section,
+                          write_json, write_plots)
+from bench_stats import latency_curve, summarize, tps_over_time
+from bench_strata import StrataCluster
+
+SETUPS = {
+    "a": ("(a) PG 15, local fsync",
+          "stock PostgreSQL 15 alone; commit = local WAL fdatasync."),
+    "b": ("(b) PG 15 + 2 sync standbys",
+          "stock PostgreSQL 15 primary with two streaming standbys (pg_basebackup, "
+          "application_name s1/s2, own data directory and port each, same settings), "
+          "`synchronous_standby_names = 'ANY 2 (s1, s2)'`; commit = local fdatasync and "
+          "both standbys' WAL flush. All three on this machine and disk."),
+    "c": ("(c) Strata: walproposer + 3 safekeepers",
+          "PostgreSQL 15 compute with the strata extension's walproposer, three strata "
+          "safekeepers and the pageserver, started by `strata up` of the release build; "
+          "commit = 2 of 3 safekeepers fsynced. The compute is configured by the CLI "
+          "(settings below as it reports them)."),
+}
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(
+        prog="quorum_commit",
+        description="Commit path: stock PG 15 vs two sync standbys vs Strata safekeepers.")
+    ap.add_argument("--duration", type=int, default=None,
+                    help="seconds per pgbench run (default 30; 5 with --quick)")
+    ap.add_argument("--scale", type=int, default=None,
+                    help="pgbench scale factor (default 10; 1 with --quick)")
+    ap.add_argument("--clients", default="1,16",
+                    help="comma-separated client counts (default 1,16)")
+    ap.add_argument("--setups", default="a,b,c",
+                    help="which setups to run, comma-separated from a,b,c (default all)")
+    ap.add_argument("--quick", action="store_true",
+                    help="5 s runs at scale 1, for testing this program; docs are not updated")
+    ap.add_argument("--shared-buffers", default="128MB",
+                    help="shared_buffers of the stock servers (default 128MB)")
+    ap.add_argument("--strata-build", default=os.environ.get("STRATA_BUILD",
+                                                             os.path.join(REPO, "build")),
+                    help="release build directory holding bin/strata and lib/strata.so "
+                         "(env STRATA_BUILD, default ./build)")
+    ap.add_argument("--workdir", default=os.environ.get("TMPDIR", "/tmp"),
+                    help="where the temporary data directories go (its filesystem is the "
+                         "one measured)")
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "quorum_commit"),
+                    help="directory for results.json, results.md and the plots")
+    ap.add_argument("--docs", choices=("auto", "yes", "no"), default="auto",
+                    help="update docs/benchmarks.md and docs/img/ (auto: unless --quick)")
+    ap.add_argument("--fsync-seconds", type=int, default=2,
+                    help="pg_test_fsync -s (default 2)")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the temporary directory (data, server logs, pgbench logs)")
+    args = ap.parse_args(argv)
+    if args.duration is None:
+        args.duration = 5 if args.quick else 30
+    if args.scale is None:
+        args.scale = 1 if args.quick else 10
+    try:
+        args.clients = [int(c) for c in args.clients.split(",") if c.strip()]
+    except ValueError:
+        ap.error("--clients takes comma-separated integers")
+    args.setups = [s.strip() for s in args.setups.split(",") if s.strip()]
+    if not args.clients or any(c < 1 for c in args.clients):
+        ap.error("--clients needs positive integers")
+    if not args.setups or any(s not in SETUPS for s in args.setups):
+        ap.error("--setups takes letters from a,b,c")
+    if args.duration < 1 or args.scale < 1:
+        ap.error("--duration and --scale must be positive")
+    return args
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def machine_description(path):
+    """nproc, CPU model, memory, filesystem of path, kernel, load average."""
+    desc = {"nproc": os.cpu_count(), "cpu_model": "unknown", "mem_total": "unknown",
+            "kernel": os.uname().release}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    desc["cpu_model"] = line.split(":", 1)[1].strip()
+                    break
+        with open("/proc/meminfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    desc["mem_total"] = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+                    break
+    except OSError:
+        pass
+    best = ("?", "?", "/", "")
+    try:
+        real = os.path.realpath(path)
+        with open("/proc/mounts", encoding="utf-8") as f:
+            for line in f:
+                dev, mnt, fstype, opts = line.split()[:4]
+                if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) \
+                        and len(mnt) >= len(best[2]):
+                    best = (dev, fstype, mnt, opts)
+    except OSError:
+        pass
+    desc["filesystem"] = f"{best[1]} on {best[0]} mounted at {best[2]} ({best[3]})"
+    desc["loadavg_start"] = load_average()
+    return desc
+
+
+def load_average():
+    try:
+        with open("/proc/loadavg", encoding="utf-8") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return None
+
+
+def prepare_run(conninfo):
+    """Same starting point for every run: small tables vacuumed, history empty, checkpointed."""
+    for sql in ("VACUUM pgbench_branches", "VACUUM pgbench_tellers",
+                "TRUNCATE pgbench_history", "CHECKPOINT"):
+        psql(conninfo, sql, timeout=300)
+
+
+def measure_setup(args, key, conninfo, logdir):
+    """pgbench -i, the server's settings, then one pgbench run per client count."""
+    log(f"({key}) pgbench -i -s {args.scale}")
+    pgbench_init(conninfo, args.scale)
+    settings = read_settings(conninfo)
+    runs = []
+    ncpu = os.cpu_count() or 1
+    for clients in args.clients:
+        threads = threads_for(clients, ncpu)
+        entry = {"clients": clients, "threads": threads}
+        try:
+            prepare_run(conninfo)
+            log(f"({key}) pgbench -N -c{clients} -j{threads} -T{args.duration}")
+            res = pgbench_run(conninfo, clients, threads, args.duration,
+                              os.path.join(logdir, f"{key}_c{clients}"))
+            entry.update(summarize(res["txns"], res["failed"]))
+            entry["pgbench_tps"] = res["pgbench_tps"]
+            entry["tps_series"] = tps_over_time(res["txns"], args.duration)
+            entry["latency_curve"] = latency_curve(res["txns"])
+            lat = entry.get("lat_ms", {})
+            log(f"({key}) -c{clients}: {entry['tps']} tps, p50 {lat.get('p50')} ms, "
+                f"p99 {lat.get('p99')} ms ({entry['txns']} txns, pgbench says "
+                f"{res['pgbench_tps']} tps)")
+        except BenchError as e:
+            log(f"({key}) -c{clients} failed: {e}")
+            entry["error"] = str(e).splitlines()[0]
+        runs.append(entry)
+    return settings, runs
+
+
+def run_stock_local(args, work, sock):
+    srv = PgServer("a", os.path.join(work, "a"), sock)
+    try:
+        srv.initdb()
+        srv.configure(srv.base_settings(args.shared_buffers))
+        srv.start()
+        log(f"(a) postgres pid {srv.pid} port {srv.port}")
+        return measure_setup(args, "a", srv.conninfo(), work)
+    finally:
+        srv.stop()
+
+
+def run_stock_sync_standbys(args, work, sock):
+    primary = PgServer("b-primary", os.path.join(work, "b-primary"), sock)
+    standbys = []
+    try:
+        primary.initdb()
+        primary.configure(primary.base_settings(args.shared_buffers))
+        primary.start()
+        for name in ("s1", "s2"):
+            log(f"(b) pg_basebackup {name}")
+            sb = primary.basebackup_standby(f"b-{name}", os.path.join(work, f"b-{name}"),
+                                            name, args.shared_buffers)
+            standbys.append(sb)
+            sb.start()
+        primary.psql("ALTER SYSTEM SET synchronous_standby_names = 'ANY 2 (s1, s2)'")
+        primary.psql("SELECT pg_reload_conf()")
+        wait_sync_standbys(primary, 2)
+        log(f"(b) primary pid {primary.pid} port {primary.port}; standbys "
+            + ", ".join(f"{s.name} pid {s.pid} port {s.port}" for s in standbys))
+        settings, runs = measure_setup(args, "b", primary.conninfo(), work)
+        for sb in standbys:  # the standbys' own durability settings, for the record
+            s = read_settings(sb.conninfo())
+            settings[f"{sb.name}: fsync, wal_sync_method"] = f"{s['fsync']}, {s['wal_sync_method']}"
+        return settings, runs
+    finally:
+        for srv in [primary] + standbys:
+            srv.stop()
+
+
+def run_strata(args, work):
+    cluster = StrataCluster(args.strata_build, os.path.join(work, "strata"))
+    missing = cluster.missing()
+    if missing:
+        raise SkipSetup(missing)
+    try:
+        log("(c) strata up")
+        status = cluster.up()
+        conninfo = cluster.conninfo(status)
+        log(f"(c) compute pid {status['compute']['pid']} port {conninfo['port']}; safekeepers "
+            + ", ".join(f"{sk.get('name')} pid {sk.get('pid')}" for sk in status["safekeepers"]))
+        return measure_setup(args, "c", conninfo, work)
+    finally:
+        log("(c) strata down")
+        cluster.down()
+
+
+class SkipSetup(Exception):
+    """A setup cannot run here (for example, the Strata build is missing)."""
+
+
+def run_all(args, work, results):
+    sock = os.path.join(work, "sock")
+    make_pg_dir(sock)
+    phys = results["physical"]
+    log(f"pg_test_fsync -s {args.fsync_seconds} in {work}")
+    try:
+        phys["fdatasync"] = measure_fdatasync(work, args.fsync_seconds)
+        log(f"fdatasync 8 kB: {phys['fdatasync']['usec_per_op']} us/op")
+    except BenchError as e:
+        phys["fdatasync"] = {"error": str(e).splitlines()[0]}
+        log(f"fdatasync not measured: {e}")
+    try:
+        phys["loopback_rtt"] = measure_loopback_rtt(5000 if args.quick else 20000)
+        log(f"loopback RTT: p50 {phys['loopback_rtt']['p50_us']} us, "
+            f"p99 {phys['loopback_rtt']['p99_us']} us")
+    except (BenchError, OSError) as e:
+        phys["loopback_rtt"] = {"error": str(e).splitlines()[0]}
+        log(f"loopback RTT not measured: {e}")
+    runners = {"a": lambda: run_stock_local(args, work, sock),
+               "b": lambda: run_stock_sync_standbys(args, work, sock),
+               "c": lambda: run_strata(args, work)}
+    for key in args.setups:
+        title, description = SETUPS[key]
+        setup = {"key": key, "title": title, "description": description, "status": "ok",
+                 "reason": "", "settings": {}, "runs": []}
+        results["setups"].append(setup)
+        started = time.monotonic()
+        try:
+            setup["settings"], setup["runs"] = runners[key]()
+        except SkipSetup as e:
+            setup["status"], setup["reason"] = "skipped", str(e)
+            log(f"({key}) skipped: {e}")
+        except BenchError as e:
+            setup["status"], setup["reason"] = "failed", str(e).splitlines()[0]
+            log(f"({key}) failed: {e}")
+        setup["elapsed_s"] = round(time.monotonic() - started, 1)
+
+
+def write_reports(args, results):
+    os.makedirs(args.out, exist_ok=True)
+    images = None
+    try:
+        images = write_plots(results, args.out)
+    except (RuntimeError, OSError, ValueError) as e:
+        log(f"plots not written: {e}")
+    write_json(results, os.path.join(args.out, "results.json"))
+    rel_images = ({k: os.path.basename(v) for k, v in images.items()} if images else None)
+    with open(os.path.join(args.out, "results.md"), "w", encoding="utf-8") as f:
+        f.write(markdown_section(results, rel_images))
+    log(f"results in {args.out}/ (results.json, results.md"
+        + (", plots)" if images else ")"))
+    update_docs = args.docs == "yes" or (args.docs == "auto" and not args.quick)
+    if not update_docs:
+        return
+    docs = os.path.join(REPO, "docs")
+    img_dir = os.path.join(docs, "img")
+    os.makedirs(img_dir, exist_ok=True)
+    doc_images = None
+    if images:
+        doc_images = {}
+        for k, path in images.items():
+            shutil.copyfile(path, os.path.join(img_dir, os.path.basename(path)))
+            doc_images[k] = "img/" + os.path.basename(path)
+    doc_path = os.path.join(docs, "benchmarks.md")
+    text = ""
+    if os.path.exists(doc_path):
+        with open(doc_path, encoding="utf-8") as f:
+            text = f.read()
+    else:
+        text = "# Benchmarks\n"
+    text = replace_doc_section(text, markdown_section(results, doc_images))
+    with open(doc_path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(doc_path + ".tmp", doc_path)
+    log(f"updated {doc_path}" + (f" and {img_dir}/" if doc_images else ""))
+
+
+def _raise_interrupt(signum, _frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv):
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    os.makedirs(args.workdir, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="strata-qc-", dir=args.workdir)
+    os.chmod(work, 0o755)
+    give_to_pg_user(work)
+    results = {
+        "benchmark": "quorum_commit",
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "quick": args.quick,
+        "params": {"argv": argv, "duration_s": args.duration, "scale": args.scale,
+                   "clients": args.clients, "setups": args.setups,
+                   "shared_buffers_stock": args.shared_buffers,
+                   "strata_build": os.path.abspath(args.strata_build)},
+        "machine": machine_description(work),
+        "physical": {},
+        "setups": [],
+    }
+    if results["machine"]["loadavg_start"] and \
+            float(results["machine"]["loadavg_start"].split()[0]) > 0.5:
+        log(f"warning: the machine is busy (load average {results['machine']['loadavg_start']}); "
+            "numbers will be disturbed")
+    started = time.monotonic()
+    interrupted = False
+    try:
+        run_all(args, work, results)
+    except KeyboardInterrupt:
+        interrupted = True
+        log("interrupted; everything started has been stopped")
+    finally:
+        if args.keep:
+            log(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    results["machine"]["loadavg_end"] = load_average()
+    results["elapsed_s"] = round(time.monotonic() - started, 1)
+    results["ratios"] = compute_ratios(results)
+    print()
+    print(console_table(results))
+    print()
+    if interrupted:
+        return 130
+    write_reports(args, results)
+    ok = all(s["status"] == "ok" and all("error" not in r for r in s["runs"])
+             for s in results["setups"])
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

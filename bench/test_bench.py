@@ -1,0 +1,208 @@
+"""Tests of the benchmark programs' own logic, and one real quick run of quorum_commit.
+
+For: the parsers (pgbench logs, pg_test_fsync output, connection strings),
+the statistics, the target verdicts and the docs-section replacement, on
+real captured output (bench/testdata/, captured on the dev machine); and an
+end-to-end quick run of setup (a) that checks the JSON it writes and that no
+server it started is left running.
+
+Not for: judging performance.  Run: python3 -m pytest -q bench/
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+# pylint: disable=wrong-import-position
+from bench_physical import measure_loopback_rtt, parse_pg_test_fsync
+from bench_proc import BenchError
+from bench_report import (SECTION_BEGIN, SECTION_END, compute_ratios, markdown_section,
+                          replace_doc_section)
+from bench_stats import Txn, parse_log_lines, percentile, summarize, tps_over_time
+from bench_strata import parse_connstr
+
+
+def read_testdata(name):
+    with open(os.path.join(HERE, "testdata", name), encoding="utf-8") as f:
+        return f.read()
+
+
+def test_pgbench_log_real_capture():
+    txns, failed = parse_log_lines(read_testdata("pgbench_log_c16_thread1.txt").splitlines())
+    assert failed == 0
+    assert len(txns) == 200
+    s = summarize(txns)
+    # Nearest-rank values computed independently with sort(1) on the file.
+    assert s["lat_ms"]["p50"] == pytest.approx(4.299)
+    assert s["lat_ms"]["p99"] == pytest.approx(13.706)
+    assert s["lat_ms"]["mean"] == pytest.approx(978691 / 200 / 1000, abs=1e-3)
+
+
+def test_pgbench_log_failed_and_garbage():
+    txns, failed = parse_log_lines(["0 1 1500 0 100 0", "0 2 failed 0 100 500000", ""])
+    assert failed == 1 and len(txns) == 1 and txns[0].latency_us == 1500
+    with pytest.raises(ValueError):
+        parse_log_lines(["0 1 1500 0"])
+    with pytest.raises(ValueError):
+        parse_log_lines(["0 1 abc 0 100 0"])
+
+
+def test_percentile_nearest_rank():
+    vals = list(range(1, 101))
+    assert percentile(vals, 50) == 50
+    assert percentile(vals, 99) == 99
+    assert percentile(vals, 100) == 100
+    assert percentile([7], 99.9) == 7
+
+
+def test_summarize_tps_uses_logged_span():
+    # 10 transactions of 100 ms back to back from t=1000.0: span 1.0 s.
+    txns = [Txn(1000.0 + 0.1 * (i + 1), 100000) for i in range(10)]
+    s = summarize(txns)
+    assert s["span_s"] == pytest.approx(1.0)
+    assert s["tps"] == pytest.approx(10.0)
+    assert summarize([])["tps"] == 0.0
+
+
+def test_tps_over_time_drops_partial_last_second():
+    # Starts at t=0 (first txn 0.01 s long), 5 per second for 2.5 s.
+    txns = [Txn(0.01 + 0.2 * i, 10000) for i in range(13)]
+    series = tps_over_time(txns)
+    assert [s for s, _ in series] == [0, 1]
+    assert [c for _, c in series] == [5, 5]
+
+
+def test_pg_test_fsync_real_capture():
+    r = parse_pg_test_fsync(read_testdata("pg_test_fsync.txt"))
+    assert r["usec_per_op"] == 190
+    assert r["ops_per_sec"] == pytest.approx(5251.197)
+    assert r["line"].startswith("fdatasync")
+    with pytest.raises(ValueError):
+        parse_pg_test_fsync("1 second per test\n")
+
+
+def test_parse_connstr():
+    assert parse_connstr("host=127.0.0.1 port=55432 user=postgres dbname=postgres") == \
+        {"host": "127.0.0.1", "port": "55432", "user": "postgres", "dbname": "postgres"}
+    assert parse_connstr("port=1 user=u")["dbname"] == "postgres"
+    with pytest.raises(BenchError):
+        parse_connstr("host=127.0.0.1 dbname=x")
+
+
+def _results(b_p50, c_p50, b_tps, c_tps):
+    def setup(key, p50, tps):
+        return {"key": key, "title": key, "description": key, "status": "ok", "reason": "",
+                "settings": {"fsync": "on"},
+                "runs": [{"clients": 1, "threads": 1, "txns": 10, "failed": 0, "tps": 1.0,
+                          "lat_ms": {"p50": p50, "p90": p50, "p99": p50, "p99.9": p50,
+                                     "max": p50, "mean": p50}},
+                         {"clients": 16, "threads": 2, "txns": 10, "failed": 0, "tps": tps,
+                          "lat_ms": {"p50": 1, "p90": 1, "p99": 1, "p99.9": 1, "max": 1,
+                                     "mean": 1}}]}
+    setups = [setup("b", b_p50, b_tps)]
+    if c_p50 is not None:
+        setups.append(setup("c", c_p50, c_tps))
+    return {"setups": setups}
+
+
+def test_ratios_verdicts():
+    met = {r["name"]: r for r in compute_ratios(_results(2.0, 2.5, 1000, 1000))}
+    assert met["(c) p50 at -c1 / (b) p50 at -c1"]["value"] == pytest.approx(1.25)
+    assert met["(c) p50 at -c1 / (b) p50 at -c1"]["met"] is True
+    assert met["(c) TPS at -c16 / (b) TPS at -c16"]["met"] is True
+    unmet = {r["name"]: r for r in compute_ratios(_results(2.0, 2.7, 1000, 999))}
+    assert unmet["(c) p50 at -c1 / (b) p50 at -c1"]["met"] is False
+    assert unmet["(c) TPS at -c16 / (b) TPS at -c16"]["met"] is False
+    missing = {r["name"]: r for r in compute_ratios(_results(2.0, None, 1000, None))}
+    assert missing["(c) p50 at -c1 / (b) p50 at -c1"]["value"] is None
+    assert missing["(c) p50 at -c1 / (b) p50 at -c1"]["met"] is None
+
+
+def test_markdown_says_not_met():
+    res = _results(2.0, 2.7, 1000, 999)
+    res.update({"quick": False, "date": "d", "params": {"argv": [], "duration_s": 30,
+                                                         "scale": 10, "clients": [1, 16]},
+                "machine": {"nproc": 2, "cpu_model": "x", "mem_total": "1 GiB",
+                            "filesystem": "ext4", "kernel": "k", "loadavg_start": "0.0 0 0"},
+                "physical": {"fdatasync": {"error": "e"}, "loopback_rtt": {"error": "e"}}})
+    res["ratios"] = compute_ratios(res)
+    md = markdown_section(res, None)
+    assert "NOT MET" in md and "not measured: e" in md
+    assert md.startswith(SECTION_BEGIN) and md.rstrip().endswith(SECTION_END)
+
+
+def test_replace_doc_section():
+    sec1 = f"{SECTION_BEGIN}\none\n{SECTION_END}\n"
+    sec2 = f"{SECTION_BEGIN}\ntwo\n{SECTION_END}\n"
+    doc = "# Benchmarks\n\nintro\n"
+    once = replace_doc_section(doc, sec1)
+    assert once.startswith(doc) and once.endswith(sec1)
+    twice = replace_doc_section(once + "\n## later\n", sec2)
+    assert "one" not in twice and "two" in twice and twice.endswith("## later\n")
+    assert twice.count(SECTION_BEGIN) == 1
+
+
+def test_loopback_rtt_is_measured():
+    r = measure_loopback_rtt(round_trips=300, warmup=20)
+    assert 0 < r["p50_us"] <= r["p99_us"]
+    assert r["round_trips"] == 300
+
+
+def _postgres_pids_under(path):
+    pids = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "postgres" in cmd and path in cmd:
+            pids.append(int(pid))
+    return pids
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/lib/postgresql/15/bin/pgbench"),
+                    reason="PostgreSQL 15 binaries not installed")
+def test_quick_run_of_setup_a(tmp_path):
+    # pytest's tmp_path sits under a 0700 directory the postgres user cannot enter.
+    work = tempfile.mkdtemp(prefix="qc-test-", dir="/tmp")
+    os.chmod(work, 0o755)
+    out = tmp_path / "out"
+    try:
+        _quick_run_of_setup_a(work, out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _quick_run_of_setup_a(work, out):
+    cp = subprocess.run([sys.executable, os.path.join(HERE, "quorum_commit.py"), "--quick",
+                         "--setups", "a", "--duration", "2", "--fsync-seconds", "1",
+                         "--workdir", work, "--out", str(out), "--docs", "no"],
+                        capture_output=True, text=True, timeout=300)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    with open(out / "results.json", encoding="utf-8") as f:
+        res = json.load(f)
+    (setup,) = res["setups"]
+    assert setup["status"] == "ok"
+    assert [r["clients"] for r in setup["runs"]] == [1, 16]
+    for r in setup["runs"]:
+        assert r["txns"] > 0 and r["tps"] > 0
+        assert 0 < r["lat_ms"]["p50"] <= r["lat_ms"]["p99"] <= r["lat_ms"]["max"]
+        # Our TPS (from the log) and pgbench's own agree within 20%.
+        assert abs(r["tps"] - r["pgbench_tps"]) / r["pgbench_tps"] < 0.2
+    assert setup["settings"]["fsync"] == "on"
+    assert setup["settings"]["full_page_writes"] == "on"
+    assert res["physical"]["fdatasync"]["usec_per_op"] > 0
+    assert (out / "results.md").exists()
+    assert _postgres_pids_under(work) == []
+    assert os.listdir(work) == []  # the temporary data directory was removed
