@@ -14,3 +14,9 @@ if(TARGET strata_proposer)
   target_link_libraries(strata-sync-safekeepers PRIVATE strata_proposer_edge strata_proposer
                         strata_proto strata_common PkgConfig::LIBPQ)
 endif()
+
+# Unit tests of the edge helpers (cmocka, ctest label "unit").
+add_executable(test_walproposer_edge ${CMAKE_CURRENT_SOURCE_DIR}/tests/test_walproposer_edge.c)
+target_link_libraries(test_walproposer_edge PRIVATE strata_proposer_edge PkgConfig::CMOCKA)
+add_test(NAME unit.test_walproposer_edge COMMAND test_walproposer_edge)
+set_tests_properties(unit.test_walproposer_edge PROPERTIES LABELS "unit;fast" TIMEOUT 120)
