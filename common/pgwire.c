@@ -1268,6 +1268,8 @@ size_t pgwire_conn_take_output(pgwire_conn *c, uint8_t *buf, size_t cap)
 {
     assert(!c->server);
     size_t k = c->pending.len < cap ? c->pending.len : cap;
+    if (k == 0)
+        return 0;
     memcpy(buf, c->pending.data, k);
     memmove(c->pending.data, c->pending.data + k, c->pending.len - k);
     c->pending.len -= k;
