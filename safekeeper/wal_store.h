@@ -97,6 +97,24 @@ int wal_store_append(wal_store *ws, lsn_t lsn, const void *data, size_t len);
 int wal_store_truncate(wal_store *ws, lsn_t lsn);
 
 /*
+ * caller_syncs mode: starts one sync round covering every completed write.
+ * Returns 0 and sets *covers to the LSN on_flushed will report; 1 if there is
+ * nothing to sync (everything written is already durable, *covers set, no
+ * callback follows); -EBUSY if a round is running; -EIO after a failure.
+ */
+int wal_store_sync_begin(wal_store *ws, lsn_t *covers);
+
+/*
+ * Synchronous fdatasync of every segment with completed writes (for a vote,
+ * which must not wait behind the group-commit round).  Afterwards
+ * wal_store_flush_lsn() >= the written position.  0 or a negative errno.
+ */
+int wal_store_flush_now(wal_store *ws);
+
+/* Every write below it has completed. */
+lsn_t wal_store_written_lsn(const wal_store *ws);
+
+/*
  * Reads up to len bytes at lsn, never across a segment boundary.  Returns
  * bytes read (0 if the segment ends there), -ENOENT if the segment does not
  * exist (removed, or never written).  Reads whatever is on disk: callers
