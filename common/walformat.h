@@ -145,6 +145,60 @@ int wal_record_header_check(const wal_record_header *h, const char **why);
 /* True for an XLOG_SWITCH record (rest of the segment is padding). */
 bool wal_record_header_is_switch(const wal_record_header *h);
 
+/* ---- Whole records --------------------------------------------------- */
+
+/* One block reference of a record (Postgres's DecodedBkpBlock). */
+typedef struct wal_block_ref {
+    bool in_use;          /* false for ids the record does not reference */
+    uint8_t fork;         /* WAL_FORK_* */
+    uint8_t flags;        /* WAL_BKPBLOCK_* bits of fork_flags */
+    bool has_image;
+    bool has_data;
+    bool will_init;
+    uint32_t spc, db, rel; /* RelFileNode (taken from the previous block on SAME_REL) */
+    uint32_t blkno;
+    /* Full-page image, when has_image.  bimg points into the record. */
+    uint16_t bimg_len;
+    uint16_t hole_offset;
+    uint16_t hole_length;
+    uint8_t bimg_info;    /* WAL_BKPIMAGE_* */
+    bool apply_image;     /* BKPIMAGE_APPLY: redo restores the image */
+    const uint8_t *bimg;
+    /* Per-block data, when has_data; points into the record. */
+    uint16_t data_len;
+    const uint8_t *data;
+} wal_block_ref;
+
+/* A decoded record (Postgres's DecodeXLogRecord result).  Every pointer
+ * points into the raw bytes given to wal_record_decode, which must outlive
+ * it.  About 2 KB: fine on the stack. */
+typedef struct wal_record {
+    wal_record_header hdr;
+    const uint8_t *raw;   /* the whole record, hdr.tot_len bytes */
+    int max_block_id;     /* highest block id in use, -1 if none */
+    wal_block_ref blocks[WAL_XLR_MAX_BLOCK_ID + 1];
+    bool has_origin;
+    uint16_t origin;      /* RepOriginId */
+    bool has_toplevel_xid;
+    uint32_t toplevel_xid;
+    uint32_t main_data_len;
+    const uint8_t *main_data; /* NULL when main_data_len is 0 */
+} wal_record;
+
+/* The CRC Postgres stores in xl_crc for the tot_len >= 24 bytes at raw:
+ * the record after its header, then the header up to xl_crc. */
+uint32_t wal_record_compute_crc(const uint8_t *raw, size_t tot_len);
+
+/*
+ * Decodes the record in raw[0..len), which must be exactly one whole record
+ * (len == xl_tot_len).  Checks the header (wal_record_header_check), the CRC,
+ * every block header (ids in increasing order, data and image lengths and
+ * flags consistent, SAME_REL only after a relation, valid fork) and that the
+ * lengths add up to the record exactly.  Returns 0 with *out filled (pointing
+ * into raw), or -1 with *why (static string).  Allocates nothing.
+ */
+int wal_record_decode(const uint8_t *raw, size_t len, wal_record *out, const char **why);
+
 /* ---- Streaming record-boundary tracker --------------------------------- */
 
 /*
@@ -221,5 +275,77 @@ lsn_t wal_tracker_next(const wal_tracker *t);
  * Returns start until a record completes.
  */
 lsn_t wal_tracker_last_record_end(const wal_tracker *t);
+
+
+/* ---- Streaming record reader ------------------------------------------ */
+
+/*
+ * Reassembles whole records from WAL bytes fed in order (any chunking),
+ * across page and segment boundaries, and decodes them (CRC checked).  It
+ * follows the stream exactly like wal_tracker (same start rules, same
+ * checks, same record ends) and copies each record's bytes, minus page
+ * headers, into a buffer the caller provides.
+ *
+ * Bound: a record longer than the buffer is an error ("record larger than
+ * the reassembly buffer"), so memory is exactly what the caller gave.
+ * Postgres 15 can write records up to about 1 GB in theory; in practice the
+ * largest are a few MB (32 full-page images, big commit records, logical
+ * messages).  WAL_READER_DEFAULT_BUF is a sensible size for daemons.
+ *
+ * Typical loop:
+ *     while (len > 0) {
+ *         size_t used;
+ *         int rc = wal_reader_feed(&r, at, data, len, &used, &why);
+ *         if (rc < 0) ...error: end of valid WAL is wal_reader_last_record_end
+ *         at += used; data += used; len -= used;
+ *         if (rc == WAL_READER_RECORD) use wal_reader_record(&r, &start, &end);
+ *     }
+ */
+#define WAL_READER_DEFAULT_BUF (16u << 20)
+
+typedef struct wal_reader {
+    wal_tracker tracker;
+    uint8_t *buf;   /* caller's reassembly buffer, cap bytes */
+    size_t cap;
+    const char *error;
+    bool have_record;
+    lsn_t rec_start;
+    lsn_t rec_end;
+    lsn_t valid_end; /* end of the last record that decoded (or continuation skipped) */
+    wal_record rec; /* points into buf */
+} wal_reader;
+
+enum {
+    WAL_READER_ERROR = -1,
+    WAL_READER_NEED_MORE = 0, /* everything fed was consumed */
+    WAL_READER_RECORD = 1,    /* a record is ready; *consumed may be < len */
+};
+
+/* Starts reading at start (same rules as wal_tracker_init).  buf (cap >= 24
+ * bytes) is owned by the caller and must outlive the reader. */
+void wal_reader_init(wal_reader *r, lsn_t start, uint32_t wal_seg_size, uint8_t *buf, size_t cap);
+
+/*
+ * Feeds WAL bytes starting at at (== wal_reader_next(r)).  Consumes bytes
+ * until a record completes (returns WAL_READER_RECORD) or all are consumed
+ * (WAL_READER_NEED_MORE); *consumed says how many.  On WAL_READER_ERROR,
+ * *why (static string) says why the bytes at wal_reader_next() are not valid
+ * WAL (including a record failing decode or CRC) and the reader stays broken;
+ * a wrong at is refused without breaking it.  A record returned stays valid
+ * until the next call.
+ */
+int wal_reader_feed(wal_reader *r, lsn_t at, const uint8_t *data, size_t len, size_t *consumed,
+                    const char **why);
+
+/* The record of the last WAL_READER_RECORD: its start LSN and end LSN (the
+ * convention at the top of this file).  NULL if none is pending. */
+const wal_record *wal_reader_record(const wal_reader *r, lsn_t *start, lsn_t *end);
+
+/* Where the next byte goes. */
+lsn_t wal_reader_next(const wal_reader *r);
+
+/* End of the last record returned, or of a continuation skipped at the
+ * start (start if neither): after an error, the end of valid WAL. */
+lsn_t wal_reader_last_record_end(const wal_reader *r);
 
 #endif

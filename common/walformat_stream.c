@@ -274,3 +274,88 @@ lsn_t wal_tracker_last_record_end(const wal_tracker *t)
 {
     return t->last_end;
 }
+
+/* ---- Reader ----------------------------------------------------------- */
+
+void wal_reader_init(wal_reader *r, lsn_t start, uint32_t wal_seg_size, uint8_t *buf, size_t cap)
+{
+    assert(buf != NULL && cap >= WAL_RECORD_HEADER_SIZE);
+    memset(r, 0, sizeof *r);
+    wal_tracker_init(&r->tracker, start, wal_seg_size);
+    r->buf = buf;
+    r->cap = cap;
+    r->rec_start = start;
+    r->rec_end = start;
+    r->valid_end = start;
+    r->error = r->tracker.error;
+}
+
+static int reader_fail(wal_reader *r, const char *why, const char **why_out)
+{
+    r->error = why;
+    if (r->tracker.error == NULL)
+        r->tracker.error = why;
+    *why_out = why;
+    return WAL_READER_ERROR;
+}
+
+int wal_reader_feed(wal_reader *r, lsn_t at, const uint8_t *data, size_t len, size_t *consumed,
+                    const char **why)
+{
+    *consumed = 0;
+    r->have_record = false;
+    if (r->error != NULL) {
+        *why = r->error;
+        return WAL_READER_ERROR;
+    }
+    if (at != r->tracker.pos) {
+        *why = "WAL fed at a position other than the reader's next position";
+        return WAL_READER_ERROR;
+    }
+    wal_tracker *t = &r->tracker;
+    while (*consumed < len) {
+        step s;
+        lsn_t end_before = t->last_end;
+        if (tracker_step(t, data + *consumed, len - *consumed, &s, why) != 0)
+            return reader_fail(r, *why, why);
+        assert(s.n > 0 && s.n <= len - *consumed);
+        if (s.kind == STEP_RECORD) {
+            if (t->rec_len > r->cap || (size_t)s.rec_off + s.n > r->cap)
+                return reader_fail(r, "WAL record larger than the reassembly buffer", why);
+            memcpy(r->buf + s.rec_off, data + *consumed, s.n);
+        }
+        *consumed += s.n;
+        if (!s.record_complete && t->last_end != end_before)
+            r->valid_end = t->last_end; /* a skipped continuation ended */
+        if (s.record_complete) {
+            const char *reason;
+            if (wal_record_decode(r->buf, t->rec_len, &r->rec, &reason) != 0)
+                return reader_fail(r, reason, why);
+            r->have_record = true;
+            r->rec_start = t->rec_start;
+            r->rec_end = t->last_end;
+            r->valid_end = t->last_end;
+            return WAL_READER_RECORD;
+        }
+    }
+    return WAL_READER_NEED_MORE;
+}
+
+const wal_record *wal_reader_record(const wal_reader *r, lsn_t *start, lsn_t *end)
+{
+    if (!r->have_record)
+        return NULL;
+    *start = r->rec_start;
+    *end = r->rec_end;
+    return &r->rec;
+}
+
+lsn_t wal_reader_next(const wal_reader *r)
+{
+    return r->tracker.pos;
+}
+
+lsn_t wal_reader_last_record_end(const wal_reader *r)
+{
+    return r->valid_end;
+}
