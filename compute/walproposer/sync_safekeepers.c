@@ -134,7 +134,7 @@ static void parse_safekeepers(sync_state *st, const char *list)
         *colon = '\0';
         snprintf(p->host, sizeof(p->host), "%s", tok);
         snprintf(p->port, sizeof(p->port), "%s", colon + 1);
-        snprintf(p->addr, sizeof(p->addr), "%s:%s", p->host, p->port);
+        snprintf(p->addr, sizeof(p->addr), "%s:%s", tok, colon + 1);
         pqstream_init(&p->stream);
     }
     free(copy);
