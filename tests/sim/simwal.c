@@ -1,0 +1,128 @@
+/*
+ * simwal.c: synthetic PostgreSQL 15 WAL (see simwal.h).
+ */
+#include "tests/sim/simwal.h"
+
+#include <stdbool.h>
+#include <string.h>
+
+#include "common/crc32c.h"
+#include "common/walformat.h"
+
+static void put16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+void simwal_init(simwal *w, uint8_t *mem, lsn_t base, size_t cap, uint32_t seg_size, lsn_t pos,
+                 lsn_t prev_start)
+{
+    w->mem = mem;
+    w->base = base;
+    w->cap = cap;
+    w->seg_size = seg_size;
+    w->pos = pos;
+    w->prev_start = prev_start;
+}
+
+/* Writes the page header at page boundary at; returns its size. */
+static uint32_t page_header(simwal *w, lsn_t at, uint32_t rem_len)
+{
+    uint8_t *p = w->mem + (at - w->base);
+    bool is_long = at % w->seg_size == 0;
+    uint32_t size = is_long ? WAL_LONG_PHD_SIZE : WAL_SHORT_PHD_SIZE;
+    memset(p, 0, size);
+    uint16_t info = 0;
+    if (rem_len > 0)
+        info |= WAL_XLP_FIRST_IS_CONTRECORD;
+    if (is_long)
+        info |= WAL_XLP_LONG_HEADER;
+    put16(p, WAL_PAGE_MAGIC);
+    put16(p + 2, info);
+    put32(p + 4, 1); /* timeline 1 */
+    put64(p + 8, at);
+    put32(p + 16, rem_len);
+    if (is_long) {
+        put64(p + 24, 0x5354524154410001ULL); /* system id */
+        put32(p + 32, w->seg_size);
+        put32(p + 36, WAL_BLCKSZ);
+    }
+    return size;
+}
+
+lsn_t simwal_append(simwal *w, uint32_t payload_len, uint8_t rmid, uint8_t info, uint32_t seed)
+{
+    /* Build the record contiguously first (bounded: callers keep it small). */
+    static uint8_t rec[70000];
+    uint32_t body = payload_len < 256 ? 2 + payload_len : 5 + payload_len;
+    uint32_t tot = WAL_RECORD_HEADER_SIZE + body;
+    if (tot > sizeof(rec))
+        return 0;
+    /* Worst case: the record plus a header per page it touches, plus padding. */
+    lsn_t worst = w->pos + tot + (tot / (WAL_BLCKSZ - WAL_LONG_PHD_SIZE) + 2) * WAL_LONG_PHD_SIZE + 8;
+    if (w->pos < w->base || worst > w->base + w->cap)
+        return 0;
+
+    uint8_t *b = rec + WAL_RECORD_HEADER_SIZE;
+    if (payload_len < 256) {
+        b[0] = WAL_XLR_BLOCK_ID_DATA_SHORT;
+        b[1] = (uint8_t)payload_len;
+        b += 2;
+    } else {
+        b[0] = WAL_XLR_BLOCK_ID_DATA_LONG;
+        put32(b + 1, payload_len);
+        b += 5;
+    }
+    uint32_t x = seed * 2654435761u + 1;
+    for (uint32_t i = 0; i < payload_len; i++) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        b[i] = (uint8_t)x;
+    }
+
+    lsn_t at = w->pos;
+    if (at % WAL_BLCKSZ == 0)
+        at += page_header(w, at, 0);
+    lsn_t start = at;
+
+    memset(rec, 0, WAL_RECORD_HEADER_SIZE);
+    put32(rec, tot);
+    put32(rec + 4, seed);          /* xl_xid */
+    put64(rec + 8, w->prev_start); /* xl_prev */
+    rec[16] = info;
+    rec[17] = rmid;
+    uint32_t crc = crc32c_init();
+    crc = crc32c_update(crc, rec + WAL_RECORD_HEADER_SIZE, tot - WAL_RECORD_HEADER_SIZE);
+    crc = crc32c_update(crc, rec, WAL_RECORD_CRC_OFFSET);
+    put32(rec + WAL_RECORD_CRC_OFFSET, crc32c_final(crc));
+
+    uint32_t done = 0;
+    while (done < tot) {
+        if (at % WAL_BLCKSZ == 0)
+            at += page_header(w, at, tot - done);
+        uint32_t room = (uint32_t)(WAL_BLCKSZ - at % WAL_BLCKSZ);
+        uint32_t n = tot - done < room ? tot - done : room;
+        memcpy(w->mem + (at - w->base), rec + done, n);
+        at += n;
+        done += n;
+    }
+    lsn_t end = WAL_ALIGN_UP(at);
+    memset(w->mem + (at - w->base), 0, end - at);
+    w->prev_start = start;
+    w->pos = end;
+    return end;
+}
