@@ -56,7 +56,13 @@ class PgServer:
                       "\n".join(lines) + "\n", append=True)
 
     def base_settings(self, shared_buffers):
-        """What every server of a run shares, so setups differ only where they should."""
+        """What every server of a run shares, so setups differ only where they should.
+
+        WAL and checkpoint sizing stay at PostgreSQL's defaults because that is
+        what the `strata` CLI gives its compute; each run starts right after a
+        CHECKPOINT, so neither max_wal_size nor checkpoint_timeout is reached
+        within a run of a few minutes at these rates.
+        """
         return {
             "listen_addresses": "127.0.0.1",
             "port": self.port,
@@ -65,9 +71,6 @@ class PgServer:
             "max_connections": 100,
             "wal_level": "replica",
             "max_wal_senders": 10,
-            "max_wal_size": "4GB",
-            "min_wal_size": "1GB",
-            "checkpoint_timeout": "30min",
             "fsync": "on",
             "full_page_writes": "on",
             "synchronous_commit": "on",

@@ -27,6 +27,12 @@ SETTING_ROWS = ("fsync", "full_page_writes", "synchronous_commit", "synchronous_
                 "checkpoint_timeout", "commit_delay", "wal_writer_delay", "wal_compression",
                 "autovacuum", "shared_preload_libraries", "server_version")
 
+# Settings that must be equal in every setup for the comparison to be fair;
+# fsync, synchronous_standby_names and shared_preload_libraries differ by design.
+FAIRNESS_SETTINGS = ("full_page_writes", "synchronous_commit", "wal_sync_method", "wal_level",
+                     "shared_buffers", "wal_buffers", "max_wal_size", "checkpoint_timeout",
+                     "commit_delay", "wal_writer_delay", "wal_compression", "autovacuum")
+
 COLORS = {"a": "#1f77b4", "b": "#ff7f0e", "c": "#2ca02c"}
 
 
@@ -72,6 +78,17 @@ def compute_ratios(results):
         else:
             row["met"] = row["value"] >= row["bound"]
     return rows
+
+
+def unfair_settings(results):
+    """["name: (a) x, (c) y", ...] for FAIRNESS_SETTINGS that differ between setups that ran."""
+    ran = [st for st in results["setups"] if st.get("settings")]
+    diffs = []
+    for name in FAIRNESS_SETTINGS:
+        vals = {st["key"]: st["settings"].get(name) for st in ran}
+        if len({v for v in vals.values() if v is not None}) > 1:
+            diffs.append(f"{name}: " + ", ".join(f"({k}) {v}" for k, v in vals.items()))
+    return diffs
 
 
 def _fmt(v, digits=2):
@@ -136,6 +153,8 @@ def console_table(results):
     lines.append("fdatasync 8 kB (pg_test_fsync): "
                  + (f"{fs['usec_per_op']} us/op ({fs['ops_per_sec']:.0f} ops/s)"
                     if "usec_per_op" in fs else f"not measured: {fs.get('error', '?')}"))
+    for d in unfair_settings(results):
+        lines.append(f"warning: settings differ between setups: {d}")
     lines.append("loopback TCP round trip: "
                  + (f"p50 {rtt['p50_us']} us, p99 {rtt['p99_us']} us"
                     if "p50_us" in rtt else f"not measured: {rtt.get('error', '?')}"))
@@ -213,6 +232,10 @@ def markdown_section(results, image_paths):
         if all(v == "–" for v in vals):
             continue
         out.append(f"| {name} | " + " | ".join(_setting_cell(v) for v in vals) + " |")
+    diffs = unfair_settings(results)
+    out += ["", "Settings that differ beyond what each setup is about (fsync, "
+            "synchronous_standby_names, shared_preload_libraries): "
+            + ("; ".join(f"**{d}**" for d in diffs) if diffs else "none.")]
     out += ["", "Setups:", ""]
     for s in results["setups"]:
         out.append(f"- **{s['title']}**: {s['description']}")

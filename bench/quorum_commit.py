@@ -63,6 +63,15 @@ SETUPS = {
 }
 
 
+def default_strata_build():
+    """STRATA_BUILD, else the build `strata bench` ran from (STRATA_BINDIR/..), else ./build."""
+    if os.environ.get("STRATA_BUILD"):
+        return os.environ["STRATA_BUILD"]
+    if os.environ.get("STRATA_BINDIR"):
+        return os.path.dirname(os.path.abspath(os.environ["STRATA_BINDIR"]))
+    return os.path.join(REPO, "build")
+
+
 def parse_args(argv):
     ap = argparse.ArgumentParser(
         prog="quorum_commit",
@@ -79,10 +88,10 @@ def parse_args(argv):
                     help="5 s runs at scale 1, for testing this program; docs are not updated")
     ap.add_argument("--shared-buffers", default="128MB",
                     help="shared_buffers of the stock servers (default 128MB)")
-    ap.add_argument("--strata-build", default=os.environ.get("STRATA_BUILD",
-                                                             os.path.join(REPO, "build")),
+    ap.add_argument("--strata-build", default=default_strata_build(),
                     help="release build directory holding bin/strata and lib/strata.so "
-                         "(env STRATA_BUILD, default ./build)")
+                         "(env STRATA_BUILD; under `strata bench`, the build of that strata; "
+                         "default ./build)")
     ap.add_argument("--workdir", default=os.environ.get("TMPDIR", "/tmp"),
                     help="where the temporary data directories go (its filesystem is the "
                          "one measured)")
@@ -291,7 +300,11 @@ def run_all(args, work, results):
         except BenchError as e:
             setup["status"], setup["reason"] = "failed", str(e).splitlines()[0]
             log(f"({key}) failed: {e}")
-        setup["elapsed_s"] = round(time.monotonic() - started, 1)
+        except KeyboardInterrupt:
+            setup["status"], setup["reason"] = "interrupted", "interrupted by a signal"
+            raise
+        finally:
+            setup["elapsed_s"] = round(time.monotonic() - started, 1)
 
 
 def write_reports(args, results):

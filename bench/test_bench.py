@@ -206,3 +206,15 @@ def _quick_run_of_setup_a(work, out):
     assert (out / "results.md").exists()
     assert _postgres_pids_under(work) == []
     assert os.listdir(work) == []  # the temporary data directory was removed
+
+
+def test_unfair_settings_flags_only_differences_that_matter():
+    from bench_report import unfair_settings
+    res = {"setups": [
+        {"key": "a", "settings": {"fsync": "on", "shared_buffers": "128MB",
+                                  "max_wal_size": "1GB"}},
+        {"key": "c", "settings": {"fsync": "off", "shared_buffers": "128MB",
+                                  "max_wal_size": "4GB"}},
+        {"key": "b", "settings": {}},  # did not run
+    ]}
+    assert unfair_settings(res) == ["max_wal_size: (a) 1GB, (c) 4GB"]
