@@ -101,6 +101,7 @@ static struct {
     proposer core;
     proposer_output out;
     uint32 failed;           /* acceptors to drop once the effects ran */
+    bool busy;               /* a receive budget ran out: poll again at once */
     int fence_acceptor;      /* sender and term of the message being handled */
     uint64 fence_term;
 
@@ -618,14 +619,17 @@ static void handle_sk(int i, TimestampTz now)
         sk->backoff_ms = 0;
         core_connected(i, now);
     }
-    for (int budget = 64; budget > 0 && sk->stream.state == PQSTREAM_STREAMING; budget--) {
+    for (int budget = 64; sk->stream.state == PQSTREAM_STREAMING; budget--) {
         char *msg;
         int len;
-        int r = pqstream_recv(&sk->stream, &msg, &len);
+        int r;
 
-        if (r == 0)
+        if (budget == 0) {
+            wp.busy = true; /* libpq may hold more than the socket shows */
             break;
-        if (r < 0)
+        }
+        r = pqstream_recv(&sk->stream, &msg, &len);
+        if (r <= 0)
             break;
         core_message(i, (const uint8 *)msg, (size_t)len, now);
         PQfreemem(msg);
@@ -659,13 +663,18 @@ static void handle_local(TimestampTz now)
         }
         return;
     }
-    for (int budget = 256; budget > 0 && wp.local.state == PQSTREAM_STREAMING; budget--) {
+    for (int budget = 256; wp.local.state == PQSTREAM_STREAMING; budget--) {
         char *raw;
         int len;
         replmsg msg;
         const char *why;
-        int r = pqstream_recv(&wp.local, &raw, &len);
+        int r;
 
+        if (budget == 0) {
+            wp.busy = true;
+            break;
+        }
+        r = pqstream_recv(&wp.local, &raw, &len);
         if (r <= 0)
             break;
         if (replmsg_decode((const uint8 *)raw, (size_t)len, &msg, &why) != 0) {
@@ -703,6 +712,10 @@ static long next_timeout(TimestampTz now)
 {
     long timeout = WP_TICK_MS;
 
+    if (wp.busy) {
+        wp.busy = false;
+        return 0;
+    }
     for (int i = 0; i < wp.n_sk; i++) {
         sk_slot *sk = &wp.sk[i];
         if (sk->stream.state == PQSTREAM_IDLE) {

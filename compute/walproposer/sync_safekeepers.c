@@ -65,6 +65,7 @@ typedef struct sync_state {
     proposer core;
     proposer_output out;
     uint32_t failed;
+    bool busy; /* a receive budget ran out: poll again at once */
 
     /* Donor WAL (after ELECTED, if some acceptor is behind). */
     bool elected;
@@ -221,8 +222,13 @@ static void send_append(sync_state *st, int i, const append_request *ar)
     size_t len;
 
     if (wal_len > 0 && !walbuf_read(&st->buf, ar->begin_lsn, st->walbytes, wal_len)) {
+        /* A safekeeper that voted late can start below the buffered range;
+         * drop it (it retries) and let the others reach the quorum. */
         char lsnbuf[LSN_FMT_LEN];
-        die("internal error: donor WAL at %s is not buffered", lsn_format(ar->begin_lsn, lsnbuf));
+        log_warn("safekeeper %s needs WAL at %s, before the donor WAL read for this sync",
+                 st->peers[i].addr, lsn_format(ar->begin_lsn, lsnbuf));
+        st->failed |= 1u << i;
+        return;
     }
     memset(&msg, 0, sizeof(msg));
     msg.kind = PMSG_APPEND;
@@ -348,13 +354,18 @@ static void handle_peer(sync_state *st, int i, uint64_t now)
         proposer_connected(&st->core, i, &st->out);
         run_effects(st, now);
     }
-    for (int budget = 64; budget > 0 && p->stream.state == PQSTREAM_STREAMING; budget--) {
+    for (int budget = 64; p->stream.state == PQSTREAM_STREAMING; budget--) {
         char *raw;
         int len;
         acceptor_msg msg;
         const char *why;
-        int r = pqstream_recv(&p->stream, &raw, &len);
+        int r;
 
+        if (budget == 0) {
+            st->busy = true;
+            break;
+        }
+        r = pqstream_recv(&p->stream, &raw, &len);
         if (r <= 0)
             break;
         if (walpush_decode_acceptor_msg((const uint8_t *)raw, (size_t)len, &msg, &why) != 0) {
@@ -402,13 +413,18 @@ static void handle_donor(sync_state *st, uint64_t now)
         }
         return;
     }
-    for (int budget = 64; budget > 0 && s->state == PQSTREAM_STREAMING; budget--) {
+    for (int budget = 64; s->state == PQSTREAM_STREAMING; budget--) {
         char *raw;
         int len;
         replmsg msg;
         const char *why;
-        int r = pqstream_recv(s, &raw, &len);
+        int r;
 
+        if (budget == 0) {
+            st->busy = true;
+            break;
+        }
+        r = pqstream_recv(s, &raw, &len);
         if (r <= 0)
             break;
         if (replmsg_decode((const uint8_t *)raw, (size_t)len, &msg, &why) != 0)
@@ -585,6 +601,10 @@ int main(int argc, char **argv)
             }
         }
         add_poll(fds, &nfds, &st.donor_stream);
+        if (st.busy) {
+            st.busy = false;
+            wait_ms = 0;
+        }
         if (poll(fds, (nfds_t)nfds, wait_ms) < 0 && errno != EINTR)
             die("poll: %s", strerror(errno));
     }

@@ -404,3 +404,26 @@ def test_second_proposer_fences_first(cluster):
     assert m, log[-3000:]
     assert int(m.group(2)) > int(m.group(3))
     wait_until(lambda: not pid_alive(compute.pid), 30, "the fenced server to stop")
+
+
+def test_sync_safekeepers_brings_lagging_safekeeper_up(cluster):
+    """sk3 misses WAL while paused; with sk1 gone, sync-safekeepers can only
+    finish by copying the donor's WAL (from sk2) to sk3."""
+    compute = cluster.compute
+    wait_committing(compute)
+    sk1, sk2, sk3 = cluster.safekeepers
+    sk3.pause()
+    try:
+        with compute.connect(autocommit=False) as conn:
+            conn.execute("CREATE TABLE big AS SELECT g, repeat('x', 200) AS pad "
+                         "FROM generate_series(1, 20000) g")
+            xid = int(conn.execute("SELECT pg_current_xact_id()::text").fetchone()[0])
+            conn.commit()
+        end = commit_end_lsn(compute, xid)
+        compute.stop()
+    finally:
+        sk3.resume()
+    sk1.stop()
+    proc = cluster.sync_safekeepers()
+    assert proc.returncode == 0, proc.stderr + cluster.diagnostics()
+    assert lsn_to_int(proc.stdout.strip()) >= end
