@@ -660,8 +660,12 @@ static void handle_local(TimestampTz now)
             ereport(LOG, (errmsg("strata walproposer: cannot stream from the local walsender: %s",
                                  pqstream_error(&wp.local))));
             wp.local_next_attempt = TimestampTzPlusMilliseconds(now, 1000);
+            return;
         }
-        return;
+        if (wp.local.state != PQSTREAM_STREAMING)
+            return;
+        /* A new walsender knows nothing yet: tell it the commit point now. */
+        local_send_status(now, true);
     }
     for (int budget = 256; wp.local.state == PQSTREAM_STREAMING; budget--) {
         char *raw;
