@@ -147,7 +147,7 @@ static void test_append_creates_partial_zero_filled(void **state)
 {
     fixture *f = *state;
     /* Positionless store refuses appends. */
-    uint8_t buf[3 * SEG];
+    static uint8_t buf[3 * SEG];
     assert_int_equal(wal_store_append(f->ws, 100, buf, 10), -EINVAL);
 
     lsn_t start = 2 * SEG + 40;

@@ -1,0 +1,912 @@
+/*
+ * timeline.c: timelines of one safekeeper and the edge that executes the
+ * acceptor core's effects.  See timeline.h for the contract.
+ *
+ * Execution state machine per timeline: idle, or executing one output (from
+ * a proposer message or from a completed flush).  An output stops at a WAL
+ * write until io_uring reports it written, and at a truncation until the
+ * store has no sync round running; everything else is synchronous.  Between
+ * outputs the next input is chosen: a completed flush first (it releases
+ * AppendResponses), then the oldest queued message.
+ */
+#include "safekeeper/timeline.h"
+
+#include <assert.h>
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/durable.h"
+#include "common/log.h"
+#include "common/walformat.h"
+#include "proto/walpush.h"
+#include "safekeeper/control_file.h"
+#include "safekeeper/walsender.h"
+
+#define SK_MAX_SENDERS 64
+#define HOUSEKEEPING_MS 1000
+
+static const double fsync_bounds[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                      0.01,   0.025,   0.05,   0.1,   0.5,    1.0};
+
+struct sk_timeline {
+    sk_node *node;
+    int index; /* in node->timelines and node->snap */
+    strata_id tenant_id;
+    strata_id timeline_id;
+    char dir[PATH_MAX];
+
+    acceptor acc;
+    acceptor_output out;
+    proposer_msg msg; /* the message being executed (points into exec->msg) */
+    wal_store *ws;
+    bool failed;
+
+    /* Execution of out. */
+    bool executing;
+    bool out_from_flush;
+    sk_pusher *exec;
+    int effect_idx;
+    lsn_t wait_written; /* a WRITE_WAL is complete once written reaches this */
+    bool sync_in_flight;
+    bool flush_done_pending;
+
+    sk_pusher *queue_head;
+    sk_pusher *queue_tail;
+    sk_pusher *streaming; /* where flush-time AppendResponses go */
+
+    sk_sender *senders[SK_MAX_SENDERS];
+    int n_senders;
+    int connections;
+
+    acceptor_persistent_state persisted; /* what the control file holds */
+    metrics_gauge *g_flush;
+    metrics_gauge *g_commit;
+    metrics_gauge *g_term;
+};
+
+static void tl_kick(sk_timeline *tl);
+static void run_effects(sk_timeline *tl);
+
+static void publish_timeline(sk_timeline *tl);
+
+/* ---- helpers ---------------------------------------------------------- */
+
+static void fatal_to(pgwire_conn *c, const char *sqlstate, const char *msg, const char *detail)
+{
+    if (c != NULL)
+        pgwire_send_error(c, "FATAL", sqlstate, msg, detail);
+}
+
+static const char *tl_name(const sk_timeline *tl, char *buf, size_t cap)
+{
+    char t[STRATA_ID_HEX_LEN], l[STRATA_ID_HEX_LEN];
+    snprintf(buf, cap, "%s/%s", strata_id_format(&tl->tenant_id, t),
+             strata_id_format(&tl->timeline_id, l));
+    return buf;
+}
+
+static void free_pusher_message(sk_pusher *p)
+{
+    free(p->msg);
+    p->msg = NULL;
+    p->msg_len = 0;
+}
+
+static void tl_fail(sk_timeline *tl, const char *what, int err)
+{
+    char name[80];
+    if (!tl->failed)
+        log_error("timeline %s failed: %s: %s", tl_name(tl, name, sizeof name), what,
+                  err != 0 ? strerror(-err) : "");
+    tl->failed = true;
+    metrics_counter_inc(tl->node->metrics.errors);
+    publish_timeline(tl);
+}
+
+static void wake_senders(sk_timeline *tl)
+{
+    /* walsender_wake may remove a sender (error): iterate over a copy. */
+    sk_sender *copy[SK_MAX_SENDERS];
+    int n = tl->n_senders;
+    memcpy(copy, tl->senders, sizeof(copy[0]) * (size_t)n);
+    for (int i = 0; i < n; i++)
+        walsender_wake(copy[i]);
+}
+
+/* ---- WAL store callbacks ---------------------------------------------- */
+
+static void on_ws_written(void *arg, lsn_t written)
+{
+    sk_timeline *tl = arg;
+    if (tl->executing && tl->wait_written != LSN_INVALID && written >= tl->wait_written) {
+        tl->wait_written = LSN_INVALID;
+        run_effects(tl);
+    }
+}
+
+static void on_ws_flushed(void *arg, lsn_t flushed, uint64_t usec)
+{
+    sk_timeline *tl = arg;
+    (void)flushed;
+    metrics_counter_inc(tl->node->metrics.fsyncs);
+    metrics_histogram_observe(tl->node->metrics.fsync_seconds, (double)usec / 1e6);
+    if (tl->sync_in_flight) {
+        tl->sync_in_flight = false;
+        tl->flush_done_pending = true;
+    }
+    if (tl->executing) {
+        /* A truncation may be waiting for the round to finish. */
+        if (tl->wait_written == LSN_INVALID && wal_store_idle(tl->ws))
+            run_effects(tl);
+        return;
+    }
+    tl_kick(tl);
+}
+
+static void on_ws_error(void *arg, int err)
+{
+    sk_timeline *tl = arg;
+    tl_fail(tl, "WAL write or fdatasync failed", err);
+}
+
+static int open_store(sk_timeline *tl, uint32_t seg_size)
+{
+    wal_store_config cfg = {.dir = tl->dir, .seg_size = seg_size, .ring = tl->node->ring,
+                            .on_flushed = on_ws_flushed, .on_error = on_ws_error,
+                            .on_written = on_ws_written, .arg = tl, .caller_syncs = true};
+    return wal_store_open(&cfg, &tl->ws);
+}
+
+/* Opens the store once the first greeting told us the segment size. */
+static int ensure_store(sk_timeline *tl)
+{
+    if (tl->ws != NULL)
+        return 0;
+    uint32_t seg = acceptor_state(&tl->acc)->wal_seg_size;
+    if (seg == 0)
+        return -EINVAL;
+    return open_store(tl, seg);
+}
+
+/* ---- executing effects ------------------------------------------------ */
+
+static void maybe_start_sync(sk_timeline *tl)
+{
+    assert(!tl->executing);
+    if (tl->failed || tl->sync_in_flight || tl->flush_done_pending || tl->ws == NULL ||
+        !acceptor_flush_wanted(&tl->acc))
+        return;
+    lsn_t covers = acceptor_flush_begin(&tl->acc);
+    lsn_t store_covers;
+    int rc = wal_store_sync_begin(tl->ws, &store_covers);
+    if (rc < 0) {
+        tl_fail(tl, "could not start fdatasync", rc);
+        return;
+    }
+    /* Every WRITE_WAL completed before the output ended, so the store has
+     * written exactly what the core thinks it has. */
+    assert(store_covers == covers);
+    (void)covers;
+    if (rc == 1)
+        tl->flush_done_pending = true; /* already durable (a vote flushed it) */
+    else
+        tl->sync_in_flight = true;
+}
+
+static void finish_output(sk_timeline *tl)
+{
+    tl->executing = false;
+    sk_pusher *p = tl->exec;
+    tl->exec = NULL;
+    if (p != NULL) {
+        if (tl->out.append_accepted && tl->streaming != p) {
+            sk_pusher *old = tl->streaming;
+            if (old != NULL && old->conn != NULL)
+                fatal_to(old->conn, "57P01", "another proposer connection took over this timeline",
+                         NULL);
+            tl->streaming = p;
+        }
+        free_pusher_message(p);
+        if (p->conn == NULL) {
+            if (tl->streaming == p)
+                tl->streaming = NULL;
+            free(p);
+        } else {
+            pgwire_conn_pause_input(p->conn, false);
+        }
+    }
+}
+
+static void send_output_msg(sk_timeline *tl)
+{
+    pgwire_conn *c = NULL;
+    if (tl->out_from_flush)
+        c = tl->streaming != NULL ? tl->streaming->conn : NULL;
+    else
+        c = tl->exec != NULL ? tl->exec->conn : NULL;
+    if (c == NULL)
+        return; /* that connection is gone: drop, as acceptor.h says */
+    static uint8_t buf[WALPUSH_MAX_MESSAGE]; /* loop thread only; used at once */
+    size_t n = walpush_encode_acceptor_msg(&tl->out.msg, buf, sizeof buf);
+    assert(n > 0);
+    pgwire_send_copy_data(c, buf, n);
+}
+
+static void run_effects(sk_timeline *tl)
+{
+    assert(tl->executing);
+    while (tl->effect_idx < tl->out.n) {
+        if (tl->failed)
+            break;
+        const acceptor_effect *e = &tl->out.effects[tl->effect_idx];
+        int rc = 0;
+        switch (e->kind) {
+        case ACC_WRITE_WAL:
+            rc = ensure_store(tl);
+            /* The first WAL of a timeline: the core set its position at
+             * ProposerElected without a truncation; give the store it. */
+            if (rc == 0 && wal_store_write_lsn(tl->ws) == LSN_INVALID) {
+                if (wal_store_idle(tl->ws))
+                    rc = wal_store_truncate(tl->ws, e->lsn);
+                else
+                    rc = -EINVAL;
+            }
+            if (rc == 0)
+                rc = wal_store_append(tl->ws, e->lsn, e->data, e->len);
+            if (rc != 0) {
+                tl_fail(tl, "could not write WAL", rc);
+                break;
+            }
+            metrics_counter_inc(tl->node->metrics.appends);
+            metrics_counter_add(tl->node->metrics.bytes_written, e->len);
+            tl->effect_idx++;
+            if (wal_store_written_lsn(tl->ws) < e->lsn + e->len) {
+                tl->wait_written = e->lsn + e->len;
+                return; /* on_ws_written resumes */
+            }
+            continue;
+        case ACC_TRUNCATE_WAL:
+            rc = ensure_store(tl);
+            if (rc != 0) {
+                tl_fail(tl, "could not open WAL", rc);
+                break;
+            }
+            if (!wal_store_idle(tl->ws))
+                return; /* on_ws_flushed resumes */
+            rc = wal_store_truncate(tl->ws, e->lsn);
+            if (rc != 0) {
+                tl_fail(tl, "could not truncate WAL", rc);
+                break;
+            }
+            wake_senders(tl); /* term-mode senders past the cut must stop */
+            break;
+        case ACC_FLUSH_WAL:
+            if (tl->ws != NULL) {
+                uint64_t t0 = uv_hrtime();
+                rc = wal_store_flush_now(tl->ws);
+                metrics_counter_inc(tl->node->metrics.fsyncs);
+                metrics_histogram_observe(tl->node->metrics.fsync_seconds,
+                                          (double)(uv_hrtime() - t0) / 1e9);
+                if (rc != 0) {
+                    tl_fail(tl, "could not fdatasync WAL", rc);
+                    break;
+                }
+            }
+            break;
+        case ACC_PERSIST_CONTROL:
+            rc = control_file_write(tl->dir, &tl->out.control);
+            if (rc != 0) {
+                tl_fail(tl, "could not write the control file", rc);
+                break;
+            }
+            tl->persisted = tl->out.control;
+            break;
+        case ACC_SEND:
+            send_output_msg(tl);
+            break;
+        }
+        tl->effect_idx++;
+    }
+    if (tl->failed) {
+        /* Durability can no longer be promised: stop talking to proposers. */
+        if (tl->exec != NULL)
+            fatal_to(tl->exec->conn, "58030", "safekeeper WAL storage failed", NULL);
+        tl->out.append_accepted = false;
+    }
+    finish_output(tl);
+    tl_kick(tl);
+}
+
+static void start_output(sk_timeline *tl, sk_pusher *p, bool from_flush)
+{
+    tl->executing = true;
+    tl->exec = p;
+    tl->out_from_flush = from_flush;
+    tl->effect_idx = 0;
+    tl->wait_written = LSN_INVALID;
+    run_effects(tl);
+}
+
+static sk_pusher *dequeue(sk_timeline *tl)
+{
+    sk_pusher *p = tl->queue_head;
+    if (p != NULL) {
+        tl->queue_head = p->next_queued;
+        if (tl->queue_head == NULL)
+            tl->queue_tail = NULL;
+        p->next_queued = NULL;
+        p->queued = false;
+    }
+    return p;
+}
+
+/* Chooses and runs the next input while the timeline is free. */
+static void tl_kick(sk_timeline *tl)
+{
+    lsn_t commit_before = acceptor_commit_lsn(&tl->acc);
+    lsn_t flush_before = acceptor_flush_lsn(&tl->acc);
+    while (!tl->executing) {
+        if (tl->failed) {
+            sk_pusher *p;
+            while ((p = dequeue(tl)) != NULL) {
+                fatal_to(p->conn, "58030", "safekeeper WAL storage failed", NULL);
+                free_pusher_message(p);
+            }
+            break;
+        }
+        if (tl->flush_done_pending) {
+            tl->flush_done_pending = false;
+            acceptor_flush_done(&tl->acc, &tl->out);
+            start_output(tl, NULL, true);
+            continue;
+        }
+        sk_pusher *p = dequeue(tl);
+        if (p == NULL) {
+            maybe_start_sync(tl);
+            if (tl->flush_done_pending)
+                continue;
+            break;
+        }
+        const char *why = NULL;
+        if (walpush_decode_proposer_msg(p->msg, p->msg_len, &tl->msg, &why) != 0) {
+            metrics_counter_inc(tl->node->metrics.errors);
+            fatal_to(p->conn, "08P01", "invalid WAL-push message", why);
+            free_pusher_message(p);
+            continue;
+        }
+        if (acceptor_handle_message(&tl->acc, &tl->msg, &tl->out) != 0) {
+            metrics_counter_inc(tl->node->metrics.errors);
+            fatal_to(p->conn, "08P01", "WAL-push protocol violation", tl->out.error);
+            free_pusher_message(p);
+            continue;
+        }
+        start_output(tl, p, false);
+    }
+    if (acceptor_commit_lsn(&tl->acc) != commit_before || acceptor_flush_lsn(&tl->acc) != flush_before)
+        wake_senders(tl);
+    publish_timeline(tl);
+}
+
+/* ---- timelines on disk ------------------------------------------------ */
+
+static sk_timeline *tl_alloc(sk_node *node, const strata_id *tenant, const strata_id *timeline)
+{
+    if (node->n_timelines >= SK_MAX_TIMELINES)
+        return NULL;
+    sk_timeline *tl = calloc(1, sizeof *tl);
+    if (tl == NULL)
+        return NULL;
+    tl->node = node;
+    tl->tenant_id = *tenant;
+    tl->timeline_id = *timeline;
+    char t[STRATA_ID_HEX_LEN], l[STRATA_ID_HEX_LEN];
+    if (snprintf(tl->dir, sizeof tl->dir, "%s/%s/%s", node->datadir, strata_id_format(tenant, t),
+                 strata_id_format(timeline, l)) >= (int)sizeof tl->dir) {
+        free(tl);
+        return NULL;
+    }
+    return tl;
+}
+
+static void tl_register(sk_node *node, sk_timeline *tl)
+{
+    metrics_registry *r = metrics_default_registry();
+    char t[STRATA_ID_HEX_LEN], l[STRATA_ID_HEX_LEN];
+    const char *names[] = {"tenant_id", "timeline_id"};
+    const char *values[] = {strata_id_format(&tl->tenant_id, t),
+                            strata_id_format(&tl->timeline_id, l)};
+    tl->g_flush = metrics_gauge_register(r, "safekeeper_flush_lsn",
+                                         "End of the last complete WAL record fsynced", 2, names,
+                                         values);
+    tl->g_commit = metrics_gauge_register(r, "safekeeper_commit_lsn",
+                                          "Committed end of WAL served to consumers", 2, names,
+                                          values);
+    tl->g_term = metrics_gauge_register(r, "safekeeper_term", "Highest term voted for", 2, names,
+                                        values);
+    tl->index = node->n_timelines;
+    node->timelines[node->n_timelines++] = tl;
+    pthread_mutex_lock(&node->snap_lock);
+    node->snap_n = node->n_timelines;
+    pthread_mutex_unlock(&node->snap_lock);
+    publish_timeline(tl);
+}
+
+static int mkdir_durable(const char *path)
+{
+    if (mkdir(path, 0700) != 0) {
+        if (errno == EEXIST)
+            return 0;
+        return -errno;
+    }
+    return durable_fsync_parent(path);
+}
+
+static sk_timeline *tl_create(sk_node *node, const strata_id *tenant, const strata_id *timeline,
+                              const char **why)
+{
+    sk_timeline *tl = tl_alloc(node, tenant, timeline);
+    if (tl == NULL) {
+        *why = "too many timelines on this safekeeper";
+        return NULL;
+    }
+    char tdir[PATH_MAX + 40], t[STRATA_ID_HEX_LEN];
+    snprintf(tdir, sizeof tdir, "%s/%s", node->datadir, strata_id_format(tenant, t));
+    acceptor_init(&tl->acc, node->node_id, tenant, timeline);
+    if (mkdir_durable(tdir) != 0 || mkdir_durable(tl->dir) != 0 ||
+        control_file_write(tl->dir, acceptor_state(&tl->acc)) != 0) {
+        *why = "could not create the timeline directory or control file";
+        free(tl);
+        return NULL;
+    }
+    tl->persisted = *acceptor_state(&tl->acc);
+    tl_register(node, tl);
+    char name[80];
+    log_info("created timeline %s", tl_name(tl, name, sizeof name));
+    return tl;
+}
+
+/*
+ * Finds the end of the last complete record from start on, by following
+ * record lengths and page headers over what is on disk.
+ * TODO(strata): also verify record CRCs (needs a record reassembler).
+ */
+static lsn_t find_end_of_wal(wal_store *ws, uint32_t seg_size, lsn_t start)
+{
+    wal_tracker t;
+    wal_tracker_init(&t, start, seg_size);
+    static uint8_t buf[128 * 1024];
+    lsn_t pos = start;
+    for (;;) {
+        ssize_t n = wal_store_read(ws, pos, buf, sizeof buf);
+        if (n <= 0)
+            break;
+        const char *why;
+        if (wal_tracker_feed(&t, pos, buf, (size_t)n, &why) != 0)
+            break;
+        pos += (lsn_t)n;
+    }
+    return wal_tracker_last_record_end(&t);
+}
+
+static int tl_load(sk_node *node, const strata_id *tenant, const strata_id *timeline, char *err,
+                   size_t errlen)
+{
+    sk_timeline *tl = tl_alloc(node, tenant, timeline);
+    if (tl == NULL) {
+        snprintf(err, errlen, "too many timelines (max %d)", SK_MAX_TIMELINES);
+        return -1;
+    }
+    acceptor_persistent_state st;
+    char why_buf[512];
+    int rc = control_file_read(tl->dir, &st, why_buf, sizeof why_buf);
+    if (rc != 0) {
+        snprintf(err, errlen, "%s", why_buf);
+        free(tl);
+        return -1;
+    }
+    if (!strata_id_equal(&st.tenant_id, tenant) || !strata_id_equal(&st.timeline_id, timeline)) {
+        snprintf(err, errlen, "%s: control file names another tenant/timeline", tl->dir);
+        free(tl);
+        return -1;
+    }
+    lsn_t end = LSN_INVALID;
+    if (st.wal_seg_size != 0) {
+        rc = open_store(tl, st.wal_seg_size);
+        if (rc != 0) {
+            snprintf(err, errlen, "%s: cannot open WAL: %s", tl->dir, strerror(-rc));
+            free(tl);
+            return -1;
+        }
+        lsn_t start = st.commit_lsn != LSN_INVALID ? st.commit_lsn : st.timeline_start_lsn;
+        if (start < st.timeline_start_lsn)
+            start = st.timeline_start_lsn;
+        if (start != LSN_INVALID) {
+            end = find_end_of_wal(tl->ws, st.wal_seg_size, start);
+            rc = wal_store_truncate(tl->ws, end);
+            if (rc != 0) {
+                snprintf(err, errlen, "%s: cannot truncate WAL at the end found: %s", tl->dir,
+                         strerror(-rc));
+                wal_store_close(tl->ws);
+                free(tl);
+                return -1;
+            }
+        }
+    }
+    const char *why = NULL;
+    if (acceptor_restore(&tl->acc, &st, end, &why) != 0) {
+        snprintf(err, errlen, "%s: inconsistent state: %s", tl->dir, why);
+        wal_store_close(tl->ws);
+        free(tl);
+        return -1;
+    }
+    tl->persisted = st;
+    tl_register(node, tl);
+    char name[80], e[LSN_FMT_LEN], c[LSN_FMT_LEN];
+    log_info("loaded timeline %s term=%llu end_of_wal=%s commit_lsn=%s", tl_name(tl, name, sizeof name),
+             (unsigned long long)st.term, lsn_format(end, e), lsn_format(st.commit_lsn, c));
+    return 0;
+}
+
+/* ---- housekeeping: lazy saves and WAL removal ------------------------- */
+
+static bool lazy_fields_changed(const acceptor_persistent_state *a,
+                                const acceptor_persistent_state *b)
+{
+    return a->commit_lsn != b->commit_lsn || a->truncate_lsn != b->truncate_lsn ||
+           memcmp(&a->ps_feedback, &b->ps_feedback, sizeof a->ps_feedback) != 0;
+}
+
+static void housekeep_timeline(sk_timeline *tl)
+{
+    if (tl->failed || tl->executing)
+        return;
+    const acceptor_persistent_state *st = acceptor_state(&tl->acc);
+    /* Only between outputs: then the in-memory state matches the effects
+     * executed so far, and only the lazily-kept fields differ. */
+    if (lazy_fields_changed(st, &tl->persisted)) {
+        int rc = control_file_write(tl->dir, st);
+        if (rc != 0) {
+            tl_fail(tl, "could not write the control file", rc);
+            return;
+        }
+        tl->persisted = *st;
+    }
+    /* WAL removal horizon (DESIGN 7), from persisted values only. */
+    const acceptor_persistent_state *p = &tl->persisted;
+    lsn_t horizon = p->ps_feedback.disk_consistent_lsn;
+    if (horizon == LSN_INVALID || tl->ws == NULL || !wal_store_idle(tl->ws))
+        return; /* no pageserver has reported: keep everything */
+    if (p->ps_feedback.remote_consistent_lsn != LSN_INVALID &&
+        p->ps_feedback.remote_consistent_lsn < horizon)
+        horizon = p->ps_feedback.remote_consistent_lsn;
+    if (p->commit_lsn < horizon)
+        horizon = p->commit_lsn;
+    if (p->truncate_lsn < horizon)
+        horizon = p->truncate_lsn;
+    if (horizon == LSN_INVALID)
+        return;
+    int removed = wal_store_remove_below(tl->ws, horizon);
+    if (removed > 0) {
+        char name[80], h[LSN_FMT_LEN];
+        log_info("removed %d WAL segments of %s below horizon %s", removed,
+                 tl_name(tl, name, sizeof name), lsn_format(horizon, h));
+        metrics_counter_add(tl->node->metrics.wal_segments_removed, (uint64_t)removed);
+    } else if (removed < 0) {
+        log_warn("WAL removal failed: %s", strerror(-removed));
+    }
+}
+
+static void on_housekeeping(uv_timer_t *t)
+{
+    sk_node *node = t->data;
+    for (int i = 0; i < node->n_timelines; i++)
+        housekeep_timeline(node->timelines[i]);
+    sk_node_publish(node);
+}
+
+/* ---- node ------------------------------------------------------------- */
+
+int sk_node_init(sk_node *node, uv_loop_t *loop, uring *ring, const char *datadir,
+                 uint64_t node_id, char *err, size_t errlen)
+{
+    memset(node, 0, sizeof *node);
+    node->loop = loop;
+    node->ring = ring;
+    node->node_id = node_id;
+    snprintf(node->datadir, sizeof node->datadir, "%s", datadir);
+    pthread_mutex_init(&node->snap_lock, NULL);
+    metrics_registry *r = metrics_default_registry();
+    sk_metrics *m = &node->metrics;
+    m->appends = metrics_counter_register(r, "safekeeper_appends_total",
+                                          "WAL writes executed for AppendRequests", 0, NULL, NULL);
+    m->bytes_written = metrics_counter_register(r, "safekeeper_wal_bytes_written_total",
+                                                "WAL bytes written", 0, NULL, NULL);
+    m->fsyncs = metrics_counter_register(r, "safekeeper_fdatasync_total",
+                                         "WAL fdatasync calls (group-commit rounds and votes)", 0,
+                                         NULL, NULL);
+    m->fsync_seconds = metrics_histogram_register(
+        r, "safekeeper_fdatasync_seconds", "Duration of WAL fdatasync rounds", fsync_bounds,
+        (int)(sizeof fsync_bounds / sizeof fsync_bounds[0]), 0, NULL, NULL);
+    m->connections_total = metrics_counter_register(r, "safekeeper_connections_total",
+                                                    "Connections accepted", 0, NULL, NULL);
+    m->connections = metrics_gauge_register(r, "safekeeper_connections", "Open connections", 0,
+                                            NULL, NULL);
+    m->errors = metrics_counter_register(r, "safekeeper_errors_total",
+                                         "Protocol and storage errors", 0, NULL, NULL);
+    m->wal_segments_removed = metrics_counter_register(
+        r, "safekeeper_wal_segments_removed_total", "WAL segments removed below the horizon", 0,
+        NULL, NULL);
+    node->snap = calloc(SK_MAX_TIMELINES, sizeof *node->snap);
+    if (node->snap == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    DIR *d = opendir(datadir);
+    if (d == NULL) {
+        snprintf(err, errlen, "%s: %s", datadir, strerror(errno));
+        return -1;
+    }
+    struct dirent *de;
+    int rc = 0;
+    while (rc == 0 && (de = readdir(d)) != NULL) {
+        strata_id tenant;
+        if (!strata_id_parse(de->d_name, &tenant))
+            continue;
+        char tdir[PATH_MAX];
+        snprintf(tdir, sizeof tdir, "%s/%s", datadir, de->d_name);
+        DIR *td = opendir(tdir);
+        if (td == NULL)
+            continue;
+        struct dirent *te;
+        while (rc == 0 && (te = readdir(td)) != NULL) {
+            strata_id timeline;
+            if (strata_id_parse(te->d_name, &timeline))
+                rc = tl_load(node, &tenant, &timeline, err, errlen);
+        }
+        closedir(td);
+    }
+    closedir(d);
+    if (rc != 0)
+        return -1;
+    uv_timer_init(loop, &node->housekeeping);
+    node->housekeeping.data = node;
+    uv_timer_start(&node->housekeeping, on_housekeeping, HOUSEKEEPING_MS, HOUSEKEEPING_MS);
+    sk_node_publish(node);
+    return 0;
+}
+
+void sk_node_shutdown(sk_node *node)
+{
+    uv_timer_stop(&node->housekeeping);
+    uv_close((uv_handle_t *)&node->housekeeping, NULL);
+    for (int i = 0; i < node->n_timelines; i++) {
+        sk_timeline *tl = node->timelines[i];
+        if (!tl->failed && !tl->executing &&
+            lazy_fields_changed(acceptor_state(&tl->acc), &tl->persisted))
+            control_file_write(tl->dir, acceptor_state(&tl->acc));
+        wal_store_close(tl->ws);
+        while (dequeue(tl) != NULL) {
+        }
+        free(tl);
+    }
+    node->n_timelines = 0;
+    free(node->snap);
+    node->snap = NULL;
+    pthread_mutex_destroy(&node->snap_lock);
+}
+
+sk_timeline *sk_node_find(sk_node *node, const strata_id *tenant, const strata_id *timeline)
+{
+    for (int i = 0; i < node->n_timelines; i++) {
+        sk_timeline *tl = node->timelines[i];
+        if (strata_id_equal(&tl->tenant_id, tenant) && strata_id_equal(&tl->timeline_id, timeline))
+            return tl;
+    }
+    return NULL;
+}
+
+static void fill_status(const sk_timeline *tl, sk_timeline_status *s)
+{
+    const acceptor_persistent_state *st = acceptor_state(&tl->acc);
+    s->tenant_id = tl->tenant_id;
+    s->timeline_id = tl->timeline_id;
+    s->term = acceptor_term(&tl->acc);
+    s->flush_lsn = acceptor_flush_lsn(&tl->acc);
+    s->commit_lsn = acceptor_commit_lsn(&tl->acc);
+    s->truncate_lsn = acceptor_truncate_lsn(&tl->acc);
+    s->timeline_start_lsn = st->timeline_start_lsn;
+    s->ps_feedback = st->ps_feedback;
+    s->connections = tl->connections;
+    s->failed = tl->failed;
+}
+
+static void publish_timeline(sk_timeline *tl)
+{
+    sk_node *node = tl->node;
+    sk_timeline_status s;
+    fill_status(tl, &s);
+    metrics_gauge_set(tl->g_flush, (double)s.flush_lsn);
+    metrics_gauge_set(tl->g_commit, (double)s.commit_lsn);
+    metrics_gauge_set(tl->g_term, (double)s.term);
+    metrics_gauge_set(node->metrics.connections, node->open_connections);
+    pthread_mutex_lock(&node->snap_lock);
+    node->snap[tl->index] = s;
+    node->snap_connections = node->open_connections;
+    pthread_mutex_unlock(&node->snap_lock);
+}
+
+void sk_node_publish(sk_node *node)
+{
+    for (int i = 0; i < node->n_timelines; i++)
+        publish_timeline(node->timelines[i]);
+    metrics_gauge_set(node->metrics.connections, node->open_connections);
+    pthread_mutex_lock(&node->snap_lock);
+    node->snap_connections = node->open_connections;
+    pthread_mutex_unlock(&node->snap_lock);
+}
+
+int sk_node_snapshot(sk_node *node, sk_timeline_status *out, int cap, int *connections)
+{
+    pthread_mutex_lock(&node->snap_lock);
+    int n = node->snap_n < cap ? node->snap_n : cap;
+    if (out != NULL && n > 0)
+        memcpy(out, node->snap, sizeof *out * (size_t)n);
+    if (connections != NULL)
+        *connections = node->snap_connections;
+    pthread_mutex_unlock(&node->snap_lock);
+    return n;
+}
+
+/* ---- proposer connections --------------------------------------------- */
+
+void sk_pusher_message(sk_node *node, sk_pusher *p, const uint8_t *data, size_t n)
+{
+    if (p->msg != NULL) {
+        /* Input is paused while a message executes; a second one means the
+         * pause did not hold.  Refuse rather than queue without bound. */
+        fatal_to(p->conn, "XX000", "internal error: WAL-push message while another is pending",
+                 NULL);
+        return;
+    }
+    if (p->tl == NULL) {
+        proposer_msg m;
+        const char *why = NULL;
+        if (walpush_decode_proposer_msg(data, n, &m, &why) != 0) {
+            metrics_counter_inc(node->metrics.errors);
+            fatal_to(p->conn, "08P01", "invalid WAL-push message", why);
+            return;
+        }
+        if (m.kind != PMSG_GREETING) {
+            metrics_counter_inc(node->metrics.errors);
+            fatal_to(p->conn, "08P01", "the first WAL-push message must be a ProposerGreeting",
+                     NULL);
+            return;
+        }
+        if (!strata_id_equal(&m.u.greeting.tenant_id, &p->tenant_id) ||
+            !strata_id_equal(&m.u.greeting.timeline_id, &p->timeline_id)) {
+            metrics_counter_inc(node->metrics.errors);
+            fatal_to(p->conn, "08P01",
+                     "ProposerGreeting names another tenant/timeline than the connection options",
+                     NULL);
+            return;
+        }
+        sk_timeline *tl = sk_node_find(node, &p->tenant_id, &p->timeline_id);
+        if (tl == NULL) {
+            tl = tl_create(node, &p->tenant_id, &p->timeline_id, &why);
+            if (tl == NULL) {
+                metrics_counter_inc(node->metrics.errors);
+                fatal_to(p->conn, "58030", "could not create timeline", why);
+                return;
+            }
+        }
+        p->tl = tl;
+        tl->connections++;
+    }
+    sk_timeline *tl = p->tl;
+    p->msg = malloc(n > 0 ? n : 1);
+    if (p->msg == NULL) {
+        fatal_to(p->conn, "53200", "out of memory", NULL);
+        return;
+    }
+    memcpy(p->msg, data, n);
+    p->msg_len = n;
+    pgwire_conn_pause_input(p->conn, true);
+    p->queued = true;
+    p->next_queued = NULL;
+    if (tl->queue_tail != NULL)
+        tl->queue_tail->next_queued = p;
+    else
+        tl->queue_head = p;
+    tl->queue_tail = p;
+    tl_kick(tl);
+}
+
+void sk_pusher_closed(sk_node *node, sk_pusher *p)
+{
+    (void)node;
+    p->conn = NULL;
+    sk_timeline *tl = p->tl;
+    if (tl == NULL) {
+        free_pusher_message(p);
+        free(p);
+        return;
+    }
+    tl->connections--;
+    if (tl->streaming == p)
+        tl->streaming = NULL;
+    if (tl->exec == p && tl->executing)
+        return; /* finish_output frees it */
+    if (p->queued) {
+        sk_pusher **pp = &tl->queue_head;
+        sk_pusher *prev = NULL;
+        while (*pp != NULL && *pp != p) {
+            prev = *pp;
+            pp = &(*pp)->next_queued;
+        }
+        if (*pp == p) {
+            *pp = p->next_queued;
+            if (tl->queue_tail == p)
+                tl->queue_tail = prev;
+        }
+    }
+    free_pusher_message(p);
+    free(p);
+    publish_timeline(tl);
+}
+
+/* ---- sender side ------------------------------------------------------ */
+
+sk_node *sk_timeline_node(const sk_timeline *tl)
+{
+    return tl->node;
+}
+
+const acceptor *sk_timeline_acceptor(const sk_timeline *tl)
+{
+    return &tl->acc;
+}
+
+wal_store *sk_timeline_store(sk_timeline *tl)
+{
+    return tl->ws;
+}
+
+uint32_t sk_timeline_seg_size(const sk_timeline *tl)
+{
+    return acceptor_state(&tl->acc)->wal_seg_size;
+}
+
+int sk_timeline_add_sender(sk_timeline *tl, sk_sender *s)
+{
+    if (tl->n_senders >= SK_MAX_SENDERS)
+        return -1;
+    tl->senders[tl->n_senders++] = s;
+    return 0;
+}
+
+void sk_timeline_remove_sender(sk_timeline *tl, sk_sender *s)
+{
+    for (int i = 0; i < tl->n_senders; i++) {
+        if (tl->senders[i] == s) {
+            tl->senders[i] = tl->senders[--tl->n_senders];
+            return;
+        }
+    }
+}
+
+void sk_timeline_set_ps_feedback(sk_timeline *tl, const pageserver_feedback *fb)
+{
+    acceptor_set_pageserver_feedback(&tl->acc, fb);
+    publish_timeline(tl);
+}
+
+void sk_timeline_conn_count(sk_timeline *tl, int delta)
+{
+    tl->connections += delta;
+    publish_timeline(tl);
+}

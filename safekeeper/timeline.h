@@ -1,0 +1,145 @@
+/*
+ * timeline.h: the safekeeper's timelines and the IO edge of the acceptor.
+ *
+ * One safekeeper serves many timelines, each in
+ * <datadir>/<tenant_hex>/<timeline_hex>/ (control file + WAL segments).  A
+ * timeline owns its acceptor core (acceptor.h), its WAL store
+ * (wal_store.h) and the queue of proposer messages waiting for the core.
+ *
+ * Executing the core's effects: the core returns an ordered effect list;
+ * this module runs the effects one after another, each complete before the
+ * next (a WAL write completes when io_uring says so; truncation, the vote
+ * flush and the control file are synchronous and durable), and only then
+ * feeds the core its next input.  While a message is being executed its
+ * connection's input is paused, so a proposer has at most one message in
+ * flight here and the queue is bounded by the number of connections.
+ * Group commit: when the core is between inputs, wants a flush and none is
+ * running, one sync round starts; its completion is the core's next input.
+ *
+ * Not for: parsing commands or the replication protocol (conn.c,
+ * walsender.c).  Threading: loop thread only, except sk_node_snapshot_*,
+ * which any thread may call (the HTTP server).
+ */
+#ifndef STRATA_SAFEKEEPER_TIMELINE_H
+#define STRATA_SAFEKEEPER_TIMELINE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "common/lsn.h"
+#include "common/metrics.h"
+#include "common/pgwire.h"
+#include "common/uring.h"
+#include "safekeeper/acceptor.h"
+#include "safekeeper/wal_store.h"
+
+#define SK_MAX_TIMELINES 1024
+
+typedef struct sk_timeline sk_timeline;
+typedef struct sk_sender sk_sender; /* walsender.h */
+
+/* The daemon's series in the default metrics registry (common/metrics.h);
+ * updates are atomic, /metrics renders them from the HTTP thread. */
+typedef struct sk_metrics {
+    metrics_counter *appends;
+    metrics_counter *bytes_written;
+    metrics_counter *fsyncs;
+    metrics_histogram *fsync_seconds;
+    metrics_counter *connections_total;
+    metrics_gauge *connections;
+    metrics_counter *errors;
+    metrics_counter *wal_segments_removed;
+} sk_metrics;
+
+/* What HTTP shows of one timeline. */
+typedef struct sk_timeline_status {
+    strata_id tenant_id;
+    strata_id timeline_id;
+    uint64_t term;
+    lsn_t flush_lsn;
+    lsn_t commit_lsn;
+    lsn_t truncate_lsn;
+    lsn_t timeline_start_lsn;
+    pageserver_feedback ps_feedback;
+    int connections;
+    bool failed;
+} sk_timeline_status;
+
+typedef struct sk_node {
+    uv_loop_t *loop;
+    uring *ring;
+    char datadir[4096];
+    uint64_t node_id;
+    int n_timelines;
+    sk_timeline *timelines[SK_MAX_TIMELINES];
+    uv_timer_t housekeeping; /* lazy control-file saves, WAL removal */
+    sk_metrics metrics;
+    int open_connections;
+
+    /* Published for other threads (HTTP). */
+    pthread_mutex_t snap_lock;
+    int snap_n;
+    sk_timeline_status *snap; /* SK_MAX_TIMELINES entries */
+    int snap_connections;
+} sk_node;
+
+/* One proposer connection's link to a timeline (conn.c owns it). */
+typedef struct sk_pusher {
+    pgwire_conn *conn; /* NULL once the connection closed */
+    strata_id tenant_id;
+    strata_id timeline_id;
+    sk_timeline *tl;   /* NULL until the greeting found or created it */
+    uint8_t *msg;      /* the message waiting or being executed (owned) */
+    size_t msg_len;
+    bool queued;
+    struct sk_pusher *next_queued;
+} sk_pusher;
+
+/* Loads every timeline under datadir (control file, end of WAL, acceptor
+ * restore) and starts the housekeeping timer.  0, or -1 with err. */
+int sk_node_init(sk_node *node, uv_loop_t *loop, uring *ring, const char *datadir,
+                 uint64_t node_id, char *err, size_t errlen);
+
+/* Saves lazily-kept state, stops timers, closes stores.  Call after the
+ * ring was closed (nothing in flight) and connections are gone. */
+void sk_node_shutdown(sk_node *node);
+
+/* The timeline, or NULL if this safekeeper does not have it. */
+sk_timeline *sk_node_find(sk_node *node, const strata_id *tenant, const strata_id *timeline);
+
+/* Copies the published state (any thread).  Returns the number of
+ * timelines written to out (at most cap). */
+int sk_node_snapshot(sk_node *node, sk_timeline_status *out, int cap, int *connections);
+
+/* Republishes the snapshot now (loop thread). */
+void sk_node_publish(sk_node *node);
+
+/* --- proposer side --- */
+
+/* Takes one WAL-push CopyData payload from p's connection: copies it,
+ * pauses the connection's input, and executes it when the timeline is free.
+ * Errors are answered on the connection (FATAL ErrorResponse). */
+void sk_pusher_message(sk_node *node, sk_pusher *p, const uint8_t *data, size_t n);
+
+/* p's connection closed: unlinks it (frees p now or when its message
+ * finishes executing). */
+void sk_pusher_closed(sk_node *node, sk_pusher *p);
+
+/* --- sender side (walsender.c) --- */
+
+sk_node *sk_timeline_node(const sk_timeline *tl);
+const acceptor *sk_timeline_acceptor(const sk_timeline *tl);
+/* NULL while the timeline has no WAL yet. */
+wal_store *sk_timeline_store(sk_timeline *tl);
+uint32_t sk_timeline_seg_size(const sk_timeline *tl);
+/* Registers s for wakeups when commit/flush positions move; -1 if full. */
+int sk_timeline_add_sender(sk_timeline *tl, sk_sender *s);
+void sk_timeline_remove_sender(sk_timeline *tl, sk_sender *s);
+/* Pageserver feedback from a sender connection (stored lazily). */
+void sk_timeline_set_ps_feedback(sk_timeline *tl, const pageserver_feedback *fb);
+void sk_timeline_conn_count(sk_timeline *tl, int delta);
+
+#endif

@@ -1,0 +1,274 @@
+/*
+ * walsender.c: physical replication out of a safekeeper.  See walsender.h.
+ *
+ * A sender reads WAL with pread through the timeline's store and queues
+ * XLogData messages on its connection until the connection is congested or
+ * it has reached the end it may serve; the timeline wakes it when commit or
+ * flush positions move, the connection when its queue drains.
+ */
+#include "safekeeper/walsender.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "common/log.h"
+
+/* Seconds from the Unix epoch to 2000-01-01, Postgres's epoch. */
+#define PG_EPOCH_OFFSET_SECS 946684800LL
+
+#define XLOGDATA_HEADER 25 /* 'w' + dataStart + walEnd + sendTime */
+#define STATUS_UPDATE_LEN 34
+#define HS_FEEDBACK_LEN 25
+#define PS_FEEDBACK_LEN 25
+
+struct sk_sender {
+    sk_timeline *tl;
+    pgwire_conn *c;
+    lsn_t pos;
+    bool with_term;
+    uint64_t term;
+    bool done; /* copy mode ended or an error was sent */
+    uv_timer_t keepalive;
+    uint8_t buf[WALSENDER_MAX_CHUNK];
+};
+
+int64_t walsender_pg_now(void)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return ((int64_t)tv.tv_sec - PG_EPOCH_OFFSET_SECS) * 1000000LL + tv.tv_usec;
+}
+
+static void put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (56 - 8 * i));
+}
+
+static uint64_t get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static lsn_t serve_end(const sk_sender *s)
+{
+    const acceptor *acc = sk_timeline_acceptor(s->tl);
+    return s->with_term ? acceptor_flush_lsn(acc) : acceptor_commit_lsn(acc);
+}
+
+static void removed_error(sk_sender *s, lsn_t lsn, const char *severity)
+{
+    char name[32], msg[128];
+    uint32_t seg = sk_timeline_seg_size(s->tl);
+    wal_store_segment_name(seg, lsn / seg, name);
+    snprintf(msg, sizeof msg, "requested WAL segment %s has already been removed", name);
+    pgwire_send_error(s->c, severity, "58P01", msg, NULL);
+}
+
+static void stop(sk_sender *s, const char *sqlstate, const char *msg, const char *detail)
+{
+    if (s->done)
+        return;
+    s->done = true;
+    uv_timer_stop(&s->keepalive);
+    pgwire_send_error(s->c, "FATAL", sqlstate, msg, detail);
+}
+
+static void send_keepalive(sk_sender *s, bool reply_requested)
+{
+    uint8_t m[18];
+    m[0] = 'k';
+    put_u64(m + 1, serve_end(s));
+    put_u64(m + 9, (uint64_t)walsender_pg_now());
+    m[17] = reply_requested ? 1 : 0;
+    pgwire_send_copy_data(s->c, m, sizeof m);
+}
+
+static void on_keepalive(uv_timer_t *t)
+{
+    sk_sender *s = t->data;
+    if (!s->done && !pgwire_conn_is_congested(s->c))
+        send_keepalive(s, false);
+}
+
+static void pump(sk_sender *s)
+{
+    if (s->done)
+        return;
+    if (s->with_term && acceptor_term(sk_timeline_acceptor(s->tl)) != s->term) {
+        char detail[96];
+        snprintf(detail, sizeof detail, "streaming was started for term %llu, now %llu",
+                 (unsigned long long)s->term,
+                 (unsigned long long)acceptor_term(sk_timeline_acceptor(s->tl)));
+        stop(s, "40001", "the safekeeper's term changed", detail);
+        return;
+    }
+    wal_store *ws = sk_timeline_store(s->tl);
+    lsn_t end = serve_end(s);
+    while (ws != NULL && s->pos < end && !pgwire_conn_is_congested(s->c)) {
+        size_t want = end - s->pos < WALSENDER_MAX_CHUNK ? (size_t)(end - s->pos)
+                                                         : WALSENDER_MAX_CHUNK;
+        ssize_t n = wal_store_read(ws, s->pos, s->buf, want);
+        if (n == -ENOENT) {
+            s->done = true;
+            uv_timer_stop(&s->keepalive);
+            removed_error(s, s->pos, "FATAL");
+            return;
+        }
+        if (n <= 0) {
+            stop(s, "58030", "could not read WAL", n < 0 ? strerror((int)-n) : "short read");
+            return;
+        }
+        uint8_t h[XLOGDATA_HEADER];
+        h[0] = 'w';
+        put_u64(h + 1, s->pos);
+        put_u64(h + 9, end);
+        put_u64(h + 17, (uint64_t)walsender_pg_now());
+        if (pgwire_send_copy_data2(s->c, h, sizeof h, s->buf, (size_t)n) != 0)
+            return; /* closing */
+        s->pos += (lsn_t)n;
+    }
+}
+
+int walsender_start(sk_timeline *tl, pgwire_conn *c, lsn_t start, bool with_term, uint64_t term,
+                    sk_sender **out)
+{
+    *out = NULL;
+    const acceptor *acc = sk_timeline_acceptor(tl);
+    if (with_term && acceptor_term(acc) != term) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "term %llu does not match the safekeeper's current term %llu",
+                 (unsigned long long)term, (unsigned long long)acceptor_term(acc));
+        pgwire_send_error(c, "ERROR", "40001", msg, NULL);
+        return -1;
+    }
+    wal_store *ws = sk_timeline_store(tl);
+    lsn_t oldest = ws != NULL ? wal_store_oldest_lsn(ws) : LSN_INVALID;
+    if (ws == NULL || oldest == LSN_INVALID) {
+        pgwire_send_error(c, "ERROR", "55000", "the timeline holds no WAL yet", NULL);
+        return -1;
+    }
+    sk_sender *s = calloc(1, sizeof *s);
+    if (s == NULL) {
+        pgwire_send_error(c, "ERROR", "53200", "out of memory", NULL);
+        return -1;
+    }
+    s->tl = tl;
+    s->c = c;
+    s->pos = start;
+    s->with_term = with_term;
+    s->term = term;
+    if (start < oldest) {
+        removed_error(s, start, "ERROR");
+        free(s);
+        return -1;
+    }
+    lsn_t end = serve_end(s);
+    if (start > end) {
+        char msg[160], a[LSN_FMT_LEN], b[LSN_FMT_LEN];
+        snprintf(msg, sizeof msg,
+                 "requested starting point %s is ahead of the WAL flush position of this server %s",
+                 lsn_format(start, a), lsn_format(end, b));
+        pgwire_send_error(c, "ERROR", "55000", msg, NULL);
+        free(s);
+        return -1;
+    }
+    if (sk_timeline_add_sender(tl, s) != 0) {
+        pgwire_send_error(c, "ERROR", "53300", "too many WAL senders on this timeline", NULL);
+        free(s);
+        return -1;
+    }
+    uv_timer_init(sk_timeline_node(tl)->loop, &s->keepalive);
+    s->keepalive.data = s;
+    pgwire_start_copy_both(c);
+    uv_timer_start(&s->keepalive, on_keepalive, WALSENDER_KEEPALIVE_MS, WALSENDER_KEEPALIVE_MS);
+    sk_timeline_conn_count(tl, 1);
+    *out = s;
+    pump(s);
+    return 0;
+}
+
+void walsender_on_copy_data(sk_sender *s, const uint8_t *data, size_t n)
+{
+    if (s->done)
+        return;
+    char detail[96];
+    switch (n > 0 ? data[0] : 0) {
+    case 'r':
+        if (n != STATUS_UPDATE_LEN) {
+            snprintf(detail, sizeof detail, "length %zu, expected %d", n, STATUS_UPDATE_LEN);
+            stop(s, "08P01", "invalid standby status update", detail);
+            return;
+        }
+        if (data[33] != 0)
+            send_keepalive(s, false);
+        return;
+    case 'h':
+        if (n != HS_FEEDBACK_LEN) {
+            snprintf(detail, sizeof detail, "length %zu, expected %d", n, HS_FEEDBACK_LEN);
+            stop(s, "08P01", "invalid hot standby feedback message", detail);
+        }
+        return; /* no xmin horizon to hold on a safekeeper */
+    case 'z': {
+        if (n != PS_FEEDBACK_LEN) {
+            snprintf(detail, sizeof detail, "length %zu, expected %d", n, PS_FEEDBACK_LEN);
+            stop(s, "08P01", "invalid pageserver feedback message", detail);
+            return;
+        }
+        pageserver_feedback fb = {.last_received_lsn = get_u64(data + 1),
+                                  .disk_consistent_lsn = get_u64(data + 9),
+                                  .remote_consistent_lsn = get_u64(data + 17)};
+        sk_timeline_set_ps_feedback(s->tl, &fb);
+        return;
+    }
+    default:
+        if (n == 0)
+            snprintf(detail, sizeof detail, "empty CopyData message");
+        else
+            snprintf(detail, sizeof detail, "message type 0x%02x", data[0]);
+        stop(s, "08P01", "unexpected message type in replication stream", detail);
+        return;
+    }
+}
+
+void walsender_on_copy_done(sk_sender *s)
+{
+    if (s->done)
+        return;
+    s->done = true;
+    uv_timer_stop(&s->keepalive);
+    pgwire_send_copy_done(s->c);
+    pgwire_send_command_complete(s->c, "START_STREAMING");
+    pgwire_send_ready(s->c);
+}
+
+void walsender_on_writable(sk_sender *s)
+{
+    pump(s);
+}
+
+void walsender_wake(sk_sender *s)
+{
+    pump(s);
+}
+
+static void on_timer_closed(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+void walsender_closed(sk_sender *s)
+{
+    sk_timeline_remove_sender(s->tl, s);
+    sk_timeline_conn_count(s->tl, -1);
+    s->done = true;
+    uv_timer_stop(&s->keepalive);
+    uv_close((uv_handle_t *)&s->keepalive, on_timer_closed);
+}

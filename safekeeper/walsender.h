@@ -1,0 +1,58 @@
+/*
+ * walsender.h: the safekeeper's side of standard physical replication
+ * (START_REPLICATION), for pg_receivewal, a stock standby's walreceiver
+ * and the pageserver (DESIGN 5.2).
+ *
+ * Streams XLogData ('w') of WAL only up to the timeline's committed end
+ * (min(commit_lsn, flush_lsn)), or up to flush_lsn when started with a term
+ * equal to the safekeeper's current term (sync-safekeepers reading a donor).
+ * Chunks are at most 128 KB.  Sends keepalives ('k') periodically and when a
+ * status update asks for one.  Accepts standby status updates ('r'),
+ * hot-standby feedback ('h') and the pageserver's feedback ('z' + three
+ * LSNs), which is stored per timeline and feeds the WAL removal horizon.
+ * Production stops while the connection is congested and resumes from
+ * on_writable.
+ *
+ * Not for: command parsing (conn.c) or WAL storage (wal_store.h).
+ * Threading: loop thread only.
+ */
+#ifndef STRATA_SAFEKEEPER_WALSENDER_H
+#define STRATA_SAFEKEEPER_WALSENDER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/lsn.h"
+#include "common/pgwire.h"
+#include "safekeeper/timeline.h"
+
+/* Largest XLogData payload (WAL bytes) per message. */
+#define WALSENDER_MAX_CHUNK (128 * 1024)
+/* Keepalive period when nothing else is sent. */
+#define WALSENDER_KEEPALIVE_MS 10000
+
+/*
+ * Starts streaming from start on tl to c (in a query: this sends either an
+ * ErrorResponse and returns -1, or CopyBothResponse and returns 0 with
+ * *out set).  with_term: stream up to flush_lsn, allowed only while the
+ * safekeeper's term equals term.
+ */
+int walsender_start(sk_timeline *tl, pgwire_conn *c, lsn_t start, bool with_term, uint64_t term,
+                    sk_sender **out);
+
+/* One CopyData from the client. */
+void walsender_on_copy_data(sk_sender *s, const uint8_t *data, size_t n);
+/* The client ended copy mode. */
+void walsender_on_copy_done(sk_sender *s);
+/* The connection drained below its low watermark. */
+void walsender_on_writable(sk_sender *s);
+/* The timeline's positions moved: send what became available. */
+void walsender_wake(sk_sender *s);
+/* The connection closed: unregisters and frees s (after its timer closed). */
+void walsender_closed(sk_sender *s);
+
+/* Microseconds since 2000-01-01 (Postgres TimestampTz) for now. */
+int64_t walsender_pg_now(void);
+
+#endif
