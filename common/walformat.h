@@ -256,8 +256,8 @@ void wal_tracker_init(wal_tracker *t, lsn_t start, uint32_t wal_seg_size);
 
 /*
  * Feeds the next len bytes of WAL, which start at LSN at.  at must equal
- * wal_tracker_next(t): if not, returns -1 with *why set and the tracker is
- * unchanged.  Returns 0, or -1 with *why (a static string) when the bytes
+ * wal_tracker_next(t) and at + len must not pass UINT64_MAX: if not, returns
+ * -1 with *why set and the tracker is unchanged.  Returns 0, or -1 with *why (a static string) when the bytes
  * cannot be WAL; after such an error the tracker stays broken and every
  * later feed fails with the same reason.
  */

@@ -254,6 +254,10 @@ int wal_tracker_feed(wal_tracker *t, lsn_t at, const uint8_t *data, size_t len, 
         *why = "WAL fed at a position other than the tracker's next position";
         return -1;
     }
+    if (len > UINT64_MAX - t->pos) {
+        *why = "WAL position would pass the largest LSN";
+        return -1;
+    }
     while (len > 0) {
         step s;
         if (tracker_step(t, data, len, &s, why) != 0)
@@ -310,6 +314,10 @@ int wal_reader_feed(wal_reader *r, lsn_t at, const uint8_t *data, size_t len, si
     }
     if (at != r->tracker.pos) {
         *why = "WAL fed at a position other than the reader's next position";
+        return WAL_READER_ERROR;
+    }
+    if (len > UINT64_MAX - r->tracker.pos) {
+        *why = "WAL position would pass the largest LSN";
         return WAL_READER_ERROR;
     }
     wal_tracker *t = &r->tracker;

@@ -317,6 +317,8 @@ static void test_tracker_rejects_corruption(void **state)
     assert_non_null(strstr(why, "xl_tot_len"));
 }
 
+static uint8_t reader_buf_small[4096];
+
 static void test_tracker_api_misuse(void **state)
 {
     (void)state;
@@ -337,6 +339,17 @@ static void test_tracker_api_misuse(void **state)
     assert_int_equal(wal_tracker_feed(&t, 0x800000 + 32, at_lsn(0x800000 + 32), 8, &why), -1);
     wal_tracker_init(&t, SAMPLE_START, 12345);
     assert_int_equal(wal_tracker_feed(&t, SAMPLE_START, at_lsn(SAMPLE_START), 8, &why), -1);
+    /* Positions near the largest LSN: refused rather than wrapping. */
+    const lsn_t top = UINT64_MAX - 7;
+    wal_tracker_init(&t, top, SAMPLE_SEG_SIZE);
+    assert_int_equal(wal_tracker_feed(&t, top, at_lsn(SAMPLE_START), 16, &why), -1);
+    assert_non_null(strstr(why, "largest LSN"));
+    assert_int_equal(wal_tracker_next(&t), top);
+    wal_reader rd;
+    size_t used;
+    wal_reader_init(&rd, top, SAMPLE_SEG_SIZE, reader_buf_small, sizeof reader_buf_small);
+    assert_int_equal(wal_reader_feed(&rd, top, at_lsn(SAMPLE_START), 16, &used, &why), WAL_READER_ERROR);
+    assert_int_equal(used, 0);
     /* A copied tracker continues independently. */
     wal_tracker a, b;
     wal_tracker_init(&a, SAMPLE_START, SAMPLE_SEG_SIZE);
