@@ -75,6 +75,7 @@ typedef struct sk_slot {
     pqstream stream;
     bool up;                 /* the core has been told it is connected */
     TimestampTz connect_started;
+    TimestampTz connected_at; /* 0 while not streaming */
     TimestampTz next_attempt;
     int backoff_ms;
 } sk_slot;
@@ -180,8 +181,17 @@ static void parse_safekeepers(void)
 
 /* ---- safekeeper connections ------------------------------------------- */
 
+/*
+ * Plans the next connection attempt.  The delay doubles per failure; only a
+ * connection that stayed up for a while starts a fresh series, so a
+ * safekeeper that accepts and then fails at once is not hammered.
+ */
 static void sk_schedule_retry(sk_slot *sk, TimestampTz now)
 {
+    if (sk->connected_at != 0 &&
+        TimestampDifferenceExceeds(sk->connected_at, now, strata_safekeeper_reconnect_max_delay))
+        sk->backoff_ms = 0;
+    sk->connected_at = 0;
     if (sk->backoff_ms == 0)
         sk->backoff_ms = strata_safekeeper_reconnect_delay;
     else
@@ -616,7 +626,7 @@ static void handle_sk(int i, TimestampTz now)
             return;
         }
         sk->up = true;
-        sk->backoff_ms = 0;
+        sk->connected_at = now;
         core_connected(i, now);
     }
     for (int budget = 64; sk->stream.state == PQSTREAM_STREAMING; budget--) {

@@ -51,6 +51,7 @@ typedef struct sync_peer {
     pqstream stream;
     bool up;
     uint64_t next_attempt_ms;
+    uint64_t connected_ms; /* 0 while not streaming */
     uint32_t backoff_ms;
 } sync_peer;
 
@@ -163,8 +164,12 @@ static void connect_params(const sync_state *st, const sync_peer *p, char *optio
     keys[n] = NULL, vals[n] = NULL;
 }
 
+/* Doubles the delay per failure; a connection that lasted resets it. */
 static void peer_retry(sync_peer *p, uint64_t now)
 {
+    if (p->connected_ms != 0 && now - p->connected_ms > SYNC_RETRY_MAX_MS)
+        p->backoff_ms = 0;
+    p->connected_ms = 0;
     p->backoff_ms = p->backoff_ms == 0 ? SYNC_RETRY_MIN_MS : p->backoff_ms * 2;
     if (p->backoff_ms > SYNC_RETRY_MAX_MS)
         p->backoff_ms = SYNC_RETRY_MAX_MS;
@@ -350,7 +355,7 @@ static void handle_peer(sync_state *st, int i, uint64_t now)
             return;
         log_info("connected to safekeeper %s", p->addr);
         p->up = true;
-        p->backoff_ms = 0;
+        p->connected_ms = now;
         proposer_connected(&st->core, i, &st->out);
         run_effects(st, now);
     }
