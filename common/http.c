@@ -54,8 +54,8 @@ typedef struct request_state {
 
 /* ------------------------------------------------------------- responses */
 
-int http_response_set(http_response *resp, int status, const char *content_type,
-                      const char *body, size_t len)
+int http_response_set(http_response *resp, int status, const char *content_type, const char *body,
+                      size_t len)
 {
     free(resp->body);
     resp->body = malloc(len + 1);
@@ -182,8 +182,8 @@ http_server *http_server_new(const http_config *cfg, char *err, size_t errlen)
     return s;
 }
 
-int http_server_route(http_server *s, const char *method, const char *path_prefix,
-                      http_handler h, void *arg)
+int http_server_route(http_server *s, const char *method, const char *path_prefix, http_handler h,
+                      void *arg)
 {
     if (s->daemon || s->nroutes == HTTP_MAX_ROUTES || !h || path_prefix[0] != '/' ||
         strlen(method) >= sizeof s->routes[0].method ||
@@ -241,8 +241,8 @@ static void dispatch(http_server *s, struct MHD_Connection *conn, http_request *
 
 static enum MHD_Result queue(struct MHD_Connection *conn, http_response *resp, const char *allow)
 {
-    struct MHD_Response *r = MHD_create_response_from_buffer(resp->body_len, resp->body,
-                                                             MHD_RESPMEM_MUST_COPY);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(resp->body_len, resp->body, MHD_RESPMEM_MUST_COPY);
     free(resp->body);
     resp->body = NULL;
     if (!r)
@@ -257,9 +257,8 @@ static enum MHD_Result queue(struct MHD_Connection *conn, http_response *resp, c
 }
 
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const char *url,
-                                 const char *method, const char *version,
-                                 const char *upload_data, size_t *upload_data_size,
-                                 void **con_cls)
+                                 const char *method, const char *version, const char *upload_data,
+                                 size_t *upload_data_size, void **con_cls)
 {
     http_server *s = cls;
     request_state *st = *con_cls;
@@ -269,8 +268,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         if (!st)
             return MHD_NO;
         *con_cls = st;
-        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+        const char *cl =
+            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body)
             st->too_large = true; /* answered below without reading the body */
         else
@@ -364,15 +363,13 @@ int http_server_start(http_server *s, char *err, size_t errlen)
         snprintf(err, errlen, "invalid HTTP port %d", s->cfg.port);
         return -1;
     }
-    s->daemon = MHD_start_daemon(flags, (uint16_t)s->cfg.port, NULL, NULL, on_access, s,
-                                 MHD_OPTION_SOCK_ADDR, addr,
-                                 MHD_OPTION_CONNECTION_LIMIT, s->cfg.max_connections,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, s->cfg.timeout_s,
-                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                                 MHD_OPTION_END);
+    s->daemon = MHD_start_daemon(
+        flags, (uint16_t)s->cfg.port, NULL, NULL, on_access, s, MHD_OPTION_SOCK_ADDR, addr,
+        MHD_OPTION_CONNECTION_LIMIT, s->cfg.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        s->cfg.timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
     if (!s->daemon) {
-        snprintf(err, errlen, "cannot start the HTTP server on %s:%d (address in use?)",
-                 s->host, s->cfg.port);
+        snprintf(err, errlen, "cannot start the HTTP server on %s:%d (address in use?)", s->host,
+                 s->cfg.port);
         return -1;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);

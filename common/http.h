@@ -36,12 +36,12 @@ typedef struct http_request {
     const char *path;   /* URL path, without the query string */
     const char *body;   /* NUL-terminated copy of the body ("" if none) */
     size_t body_len;
-    void *impl;         /* private to http.c */
+    void *impl; /* private to http.c */
 } http_request;
 
 typedef struct http_response {
-    int status;               /* 0 = not set (becomes 500) */
-    char *body;               /* malloc'd; the server frees it */
+    int status; /* 0 = not set (becomes 500) */
+    char *body; /* malloc'd; the server frees it */
     size_t body_len;
     const char *content_type; /* static string; NULL = application/json */
 } http_response;
@@ -51,12 +51,12 @@ typedef void (*http_handler)(const http_request *req, http_response *resp, void 
 
 /* Zero or NULL fields take the default in brackets. */
 typedef struct http_config {
-    const char *host;           /* listen address ["127.0.0.1"] */
-    int port;                   /* 0 = ephemeral, see http_server_port() */
-    size_t max_body;            /* larger request bodies get 413 [1 MB] */
-    unsigned max_connections;   /* concurrent connections [64] */
-    unsigned timeout_s;         /* idle connection timeout [30] */
-    metrics_registry *metrics;  /* rendered by GET /metrics [default registry] */
+    const char *host;          /* listen address ["127.0.0.1"] */
+    int port;                  /* 0 = ephemeral, see http_server_port() */
+    size_t max_body;           /* larger request bodies get 413 [1 MB] */
+    unsigned max_connections;  /* concurrent connections [64] */
+    unsigned timeout_s;        /* idle connection timeout [30] */
+    metrics_registry *metrics; /* rendered by GET /metrics [default registry] */
 } http_config;
 
 /* A server with the built-in routes, not yet listening.  NULL with a
@@ -66,8 +66,8 @@ http_server *http_server_new(const http_config *cfg, char *err, size_t errlen);
 /* Adds a route; only before http_server_start().  method is e.g. "GET";
  * the strings are copied.  Returns 0, or -1 when the table is full, the
  * prefix does not start with '/', or the server is already started. */
-int http_server_route(http_server *s, const char *method, const char *path_prefix,
-                      http_handler h, void *arg);
+int http_server_route(http_server *s, const char *method, const char *path_prefix, http_handler h,
+                      void *arg);
 
 /* Binds host:port and starts the HTTP thread.  Returns 0, or -1 with a
  * message in err (address in use, bad address). */
@@ -89,8 +89,8 @@ cJSON *http_request_json(const http_request *req, http_response *resp);
 
 /* Sets status and a copy of body.  Returns 0, or -1 when out of memory
  * (the response then becomes a 500). */
-int http_response_set(http_response *resp, int status, const char *content_type,
-                      const char *body, size_t len);
+int http_response_set(http_response *resp, int status, const char *content_type, const char *body,
+                      size_t len);
 /* Sets status and the JSON text of json (not consumed). */
 int http_response_json(http_response *resp, int status, const cJSON *json);
 /* Sets status and {"error": "<formatted message>"}. */

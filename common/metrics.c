@@ -27,9 +27,9 @@ typedef enum metric_type { METRIC_COUNTER, METRIC_GAUGE, METRIC_HISTOGRAM } metr
 typedef struct series {
     struct series *next;
     char *label_values[METRICS_MAX_LABELS];
-    _Atomic uint64_t value;                           /* counter; gauge as double bits */
+    _Atomic uint64_t value;                            /* counter; gauge as double bits */
     _Atomic uint64_t buckets[METRICS_MAX_BUCKETS + 1]; /* histogram, last = +Inf */
-    _Atomic uint64_t sum_bits;                        /* histogram sum as double bits */
+    _Atomic uint64_t sum_bits;                         /* histogram sum as double bits */
 } series;
 
 typedef struct family {
@@ -126,8 +126,8 @@ static bool valid_name(const char *s, bool colon_ok)
         return false;
     for (const char *p = s; *p; p++) {
         char c = *p;
-        bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
-                     (colon_ok && c == ':');
+        bool alpha =
+            (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (colon_ok && c == ':');
         bool digit = c >= '0' && c <= '9';
         if (!(alpha || (digit && p != s)))
             return false;
@@ -283,9 +283,8 @@ metrics_gauge *metrics_gauge_register(metrics_registry *r, const char *name, con
 }
 
 metrics_histogram *metrics_histogram_register(metrics_registry *r, const char *name,
-                                              const char *help, const double *bounds,
-                                              int nbounds, int nlabels,
-                                              const char *const label_names[],
+                                              const char *help, const double *bounds, int nbounds,
+                                              int nlabels, const char *const label_names[],
                                               const char *const label_values[])
 {
     return (metrics_histogram *)register_series(r, METRIC_HISTOGRAM, name, help, bounds, nbounds,

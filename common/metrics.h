@@ -52,9 +52,8 @@ metrics_gauge *metrics_gauge_register(metrics_registry *r, const char *name, con
 /* bounds: strictly increasing finite upper bounds (1..METRICS_MAX_BUCKETS);
  * a +Inf bucket is implied.  A family's series all share its bounds. */
 metrics_histogram *metrics_histogram_register(metrics_registry *r, const char *name,
-                                              const char *help, const double *bounds,
-                                              int nbounds, int nlabels,
-                                              const char *const label_names[],
+                                              const char *help, const double *bounds, int nbounds,
+                                              int nlabels, const char *const label_names[],
                                               const char *const label_values[]);
 
 /* Updates: lock-free, any thread.  A NULL series is ignored, so a failed

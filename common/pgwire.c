@@ -42,11 +42,11 @@
 #define DEFAULT_SERVER_VERSION "15.20 (strata)"
 
 typedef enum conn_state {
-    CONN_STARTUP,  /* waiting for the startup packet (or SSL/GSS/cancel) */
-    CONN_AUTH,     /* sent an authentication request, waiting for 'p' */
-    CONN_IDLE,     /* ReadyForQuery sent */
-    CONN_QUERY,    /* a Query is being answered (maybe in copy mode) */
-    CONN_CLOSED,   /* no more input is processed, nothing more is queued */
+    CONN_STARTUP, /* waiting for the startup packet (or SSL/GSS/cancel) */
+    CONN_AUTH,    /* sent an authentication request, waiting for 'p' */
+    CONN_IDLE,    /* ReadyForQuery sent */
+    CONN_QUERY,   /* a Query is being answered (maybe in copy mode) */
+    CONN_CLOSED,  /* no more input is processed, nothing more is queued */
 } conn_state;
 
 typedef struct outbuf {
@@ -72,14 +72,14 @@ struct pgwire_conn {
     void *data;
 
     conn_state state;
-    bool copy_in;          /* client may still send CopyData (CopyBoth) */
-    bool copy_out;         /* we may still send CopyData */
-    bool skip_till_sync;   /* after rejecting an extended-protocol message */
+    bool copy_in;        /* client may still send CopyData (CopyBoth) */
+    bool copy_out;       /* we may still send CopyData */
+    bool skip_till_sync; /* after rejecting an extended-protocol message */
     bool input_paused;
-    bool dispatching;      /* inside conn_process_input() */
-    bool connected;        /* on_connect accepted it: on_close is owed */
+    bool dispatching; /* inside conn_process_input() */
+    bool connected;   /* on_connect accepted it: on_close is owed */
     bool close_after_flush;
-    bool closing;          /* handles are being closed (socket mode) */
+    bool closing; /* handles are being closed (socket mode) */
     bool congested;
     bool reading;
     bool writing;
@@ -150,8 +150,20 @@ static uint32_t get_be32(const uint8_t *p)
 static bool frontend_type_known(uint8_t t)
 {
     switch (t) {
-    case 'Q': case 'X': case 'P': case 'B': case 'E': case 'D': case 'C':
-    case 'H': case 'S': case 'F': case 'd': case 'c': case 'f': case 'p':
+    case 'Q':
+    case 'X':
+    case 'P':
+    case 'B':
+    case 'E':
+    case 'D':
+    case 'C':
+    case 'H':
+    case 'S':
+    case 'F':
+    case 'd':
+    case 'c':
+    case 'f':
+    case 'p':
         return true;
     default:
         return false;
@@ -174,8 +186,8 @@ int pgwire_frame_parse(const uint8_t *buf, size_t len, bool startup, size_t max_
             return 0;
         uint32_t n = get_be32(buf);
         if (n < 8 || n > PGWIRE_STARTUP_MAX) {
-            snprintf(err, errlen, "invalid length of startup packet: %u bytes (allowed 8 to %d)",
-                     n, PGWIRE_STARTUP_MAX);
+            snprintf(err, errlen, "invalid length of startup packet: %u bytes (allowed 8 to %d)", n,
+                     PGWIRE_STARTUP_MAX);
             return -1;
         }
         if (len < n)
@@ -359,8 +371,8 @@ static int msg_end(msg_builder *m)
     p[3] = (uint8_t)n;
     size_t queued = pgwire_conn_pending_bytes(c);
     if (queued > c->ws->cfg.out_hard_limit) {
-        log_warn("pgwire: %s: output queue over its hard limit (%zu > %zu bytes), closing",
-                 c->peer, queued, c->ws->cfg.out_hard_limit);
+        log_warn("pgwire: %s: output queue over its hard limit (%zu > %zu bytes), closing", c->peer,
+                 queued, c->ws->cfg.out_hard_limit);
         conn_abort(c, NULL);
         return -1;
     }
@@ -477,8 +489,7 @@ static int parse_options(pgwire_conn *c, const char *opts, char *err, size_t err
             setting = tok[i] + 2;
             dashes = true;
         } else {
-            snprintf(err, errlen, "invalid command-line argument in options: \"%.100s\"",
-                     tok[i]);
+            snprintf(err, errlen, "invalid command-line argument in options: \"%.100s\"", tok[i]);
             return -1;
         }
         char *eq = strchr(setting, '=');
@@ -507,8 +518,7 @@ static void md5_hex(const uint8_t *data, size_t len, char out[33]);
 static void send_auth_ok_and_finish_startup(pgwire_conn *c);
 
 /* Handles the StartupMessage proper (protocol 3.x). */
-static void conn_handle_startup_params(pgwire_conn *c, uint32_t code, const uint8_t *b,
-                                       size_t n)
+static void conn_handle_startup_params(pgwire_conn *c, uint32_t code, const uint8_t *b, size_t n)
 {
     char err[256];
     /* Layout: (name NUL value NUL)* NUL. */
@@ -529,7 +539,8 @@ static void conn_handle_startup_params(pgwire_conn *c, uint32_t code, const uint
     while (pos < end) {
         const char *key = c->param_buf + pos;
         if (*key == '\0') {
-            conn_protocol_error(c, "invalid startup packet layout: expected terminator as last byte");
+            conn_protocol_error(c,
+                                "invalid startup packet layout: expected terminator as last byte");
             return;
         }
         pos += strlen(key) + 1;
@@ -808,9 +819,15 @@ static void conn_handle_idle(pgwire_conn *c, const pgwire_frame *f)
         return;
     case 'H':
         return; /* we flush after every batch anyway */
-    case 'd': case 'c': case 'f':
+    case 'd':
+    case 'c':
+    case 'f':
         return; /* stray copy messages after a failed COPY: ignored, as Postgres */
-    case 'P': case 'B': case 'E': case 'D': case 'C':
+    case 'P':
+    case 'B':
+    case 'E':
+    case 'D':
+    case 'C':
         pgwire_send_error(c, "ERROR", "0A000", "extended query protocol is not supported",
                           "Use the simple query protocol.");
         c->skip_till_sync = true;
@@ -929,8 +946,8 @@ static void conn_process_input(pgwire_conn *c)
 
 /* ------------------------------------------------------------ public sends */
 
-int pgwire_send_error(pgwire_conn *c, const char *severity, const char *sqlstate,
-                      const char *msg, const char *detail)
+int pgwire_send_error(pgwire_conn *c, const char *severity, const char *sqlstate, const char *msg,
+                      const char *detail)
 {
     assert(severity && sqlstate && msg);
     msg_builder m = msg_begin(c, 'E');
@@ -985,12 +1002,12 @@ int pgwire_send_row_description(pgwire_conn *c, int ncols, const char *const nam
     msg_put_u16(&m, (uint16_t)ncols);
     for (int i = 0; i < ncols; i++) {
         msg_put_str(&m, names[i]);
-        msg_put_u32(&m, 0);                                  /* table oid */
-        msg_put_u16(&m, 0);                                  /* column number */
-        msg_put_u32(&m, type_oids ? type_oids[i] : 25);      /* type oid */
-        msg_put_u16(&m, 0xFFFF);                             /* typlen -1 */
-        msg_put_u32(&m, 0xFFFFFFFF);                         /* typmod -1 */
-        msg_put_u16(&m, 0);                                  /* text format */
+        msg_put_u32(&m, 0);                             /* table oid */
+        msg_put_u16(&m, 0);                             /* column number */
+        msg_put_u32(&m, type_oids ? type_oids[i] : 25); /* type oid */
+        msg_put_u16(&m, 0xFFFF);                        /* typlen -1 */
+        msg_put_u32(&m, 0xFFFFFFFF);                    /* typmod -1 */
+        msg_put_u16(&m, 0);                             /* text format */
     }
     return msg_end(&m);
 }
@@ -1190,8 +1207,7 @@ static void conn_check_writable(pgwire_conn *c)
 
 /* ------------------------------------------------------- detached mode */
 
-static void conn_init(pgwire_conn *c, const wire_settings *ws, const pgwire_handlers *h,
-                      void *arg)
+static void conn_init(pgwire_conn *c, const wire_settings *ws, const pgwire_handlers *h, void *arg)
 {
     c->ws = ws;
     c->h = h;
@@ -1534,8 +1550,7 @@ pgwire_server *pgwire_server_start(uv_loop_t *loop, const pgwire_config *cfg,
     if (r == 0)
         r = uv_listen((uv_stream_t *)&s->listener, 128, server_connection_cb);
     if (r != 0) {
-        snprintf(err, errlen, "cannot listen on %s:%d: %s", s->ws.host, cfg->port,
-                 uv_strerror(r));
+        snprintf(err, errlen, "cannot listen on %s:%d: %s", s->ws.host, cfg->port, uv_strerror(r));
         s->stopping = true;
         pgwire_server_stop(s);
         return NULL;
@@ -1580,22 +1595,16 @@ void pgwire_server_stop(pgwire_server *s)
 static void md5_block(uint32_t st[4], const uint8_t blk[64])
 {
     static const uint32_t k[64] = {
-        0xd76aa478, 0xe8c7b756, 0x242070db, 0xc1bdceee,
-        0xf57c0faf, 0x4787c62a, 0xa8304613, 0xfd469501,
-        0x698098d8, 0x8b44f7af, 0xffff5bb1, 0x895cd7be,
-        0x6b901122, 0xfd987193, 0xa679438e, 0x49b40821,
-        0xf61e2562, 0xc040b340, 0x265e5a51, 0xe9b6c7aa,
-        0xd62f105d, 0x02441453, 0xd8a1e681, 0xe7d3fbc8,
-        0x21e1cde6, 0xc33707d6, 0xf4d50d87, 0x455a14ed,
-        0xa9e3e905, 0xfcefa3f8, 0x676f02d9, 0x8d2a4c8a,
-        0xfffa3942, 0x8771f681, 0x6d9d6122, 0xfde5380c,
-        0xa4beea44, 0x4bdecfa9, 0xf6bb4b60, 0xbebfbc70,
-        0x289b7ec6, 0xeaa127fa, 0xd4ef3085, 0x04881d05,
-        0xd9d4d039, 0xe6db99e5, 0x1fa27cf8, 0xc4ac5665,
-        0xf4292244, 0x432aff97, 0xab9423a7, 0xfc93a039,
-        0x655b59c3, 0x8f0ccc92, 0xffeff47d, 0x85845dd1,
-        0x6fa87e4f, 0xfe2ce6e0, 0xa3014314, 0x4e0811a1,
-        0xf7537e82, 0xbd3af235, 0x2ad7d2bb, 0xeb86d391,
+        0xd76aa478, 0xe8c7b756, 0x242070db, 0xc1bdceee, 0xf57c0faf, 0x4787c62a, 0xa8304613,
+        0xfd469501, 0x698098d8, 0x8b44f7af, 0xffff5bb1, 0x895cd7be, 0x6b901122, 0xfd987193,
+        0xa679438e, 0x49b40821, 0xf61e2562, 0xc040b340, 0x265e5a51, 0xe9b6c7aa, 0xd62f105d,
+        0x02441453, 0xd8a1e681, 0xe7d3fbc8, 0x21e1cde6, 0xc33707d6, 0xf4d50d87, 0x455a14ed,
+        0xa9e3e905, 0xfcefa3f8, 0x676f02d9, 0x8d2a4c8a, 0xfffa3942, 0x8771f681, 0x6d9d6122,
+        0xfde5380c, 0xa4beea44, 0x4bdecfa9, 0xf6bb4b60, 0xbebfbc70, 0x289b7ec6, 0xeaa127fa,
+        0xd4ef3085, 0x04881d05, 0xd9d4d039, 0xe6db99e5, 0x1fa27cf8, 0xc4ac5665, 0xf4292244,
+        0x432aff97, 0xab9423a7, 0xfc93a039, 0x655b59c3, 0x8f0ccc92, 0xffeff47d, 0x85845dd1,
+        0x6fa87e4f, 0xfe2ce6e0, 0xa3014314, 0x4e0811a1, 0xf7537e82, 0xbd3af235, 0x2ad7d2bb,
+        0xeb86d391,
     };
     static const uint8_t r[64] = {7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22,
                                   5, 9,  14, 20, 5, 9,  14, 20, 5, 9,  14, 20, 5, 9,  14, 20,

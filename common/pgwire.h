@@ -64,18 +64,18 @@ typedef enum pgwire_auth {
 
 /* Zero or NULL fields take the default in brackets. */
 typedef struct pgwire_config {
-    const char *host;           /* listen address ["127.0.0.1"] */
-    int port;                   /* 0 = ephemeral, see pgwire_server_port() */
-    pgwire_auth auth;           /* [TRUST]; PASSWORD/MD5 need password */
-    const char *password;       /* the one accepted password (copied) */
-    size_t max_message;         /* largest non-CopyData message body [1 MB] */
-    size_t max_copy_message;    /* largest CopyData payload [1 MB] */
-    int max_connections;        /* established sessions [100] */
+    const char *host;            /* listen address ["127.0.0.1"] */
+    int port;                    /* 0 = ephemeral, see pgwire_server_port() */
+    pgwire_auth auth;            /* [TRUST]; PASSWORD/MD5 need password */
+    const char *password;        /* the one accepted password (copied) */
+    size_t max_message;          /* largest non-CopyData message body [1 MB] */
+    size_t max_copy_message;     /* largest CopyData payload [1 MB] */
+    int max_connections;         /* established sessions [100] */
     unsigned startup_timeout_ms; /* startup + auth must finish within [10000] */
-    size_t out_high_watermark;  /* congested above this many queued bytes [1 MB] */
-    size_t out_low_watermark;   /* on_writable below this [high / 4] */
-    size_t out_hard_limit;      /* close the connection above this [16 * high] */
-    const char *server_version; /* ParameterStatus server_version ["15.20 (strata)"] */
+    size_t out_high_watermark;   /* congested above this many queued bytes [1 MB] */
+    size_t out_low_watermark;    /* on_writable below this [high / 4] */
+    size_t out_hard_limit;       /* close the connection above this [16 * high] */
+    const char *server_version;  /* ParameterStatus server_version ["15.20 (strata)"] */
 } pgwire_config;
 
 /* Binds and listens on cfg->host:cfg->port on loop.  Returns NULL with a
@@ -127,8 +127,8 @@ void *pgwire_conn_data(const pgwire_conn *c);
  * "ERROR": the connection stays; an open copy mode ends and, if a query is
  * in progress, ReadyForQuery follows.  "FATAL"/"PANIC": the connection is
  * closed after the queue is flushed. */
-int pgwire_send_error(pgwire_conn *c, const char *severity, const char *sqlstate,
-                      const char *msg, const char *detail);
+int pgwire_send_error(pgwire_conn *c, const char *severity, const char *sqlstate, const char *msg,
+                      const char *detail);
 /* NoticeResponse (severity e.g. "NOTICE", "WARNING"). */
 int pgwire_send_notice(pgwire_conn *c, const char *severity, const char *msg);
 /* RowDescription, text format; type_oids may be NULL (all text, OID 25). */
@@ -151,8 +151,8 @@ int pgwire_start_copy_out(pgwire_conn *c);
 int pgwire_send_copy_data(pgwire_conn *c, const void *data, size_t n);
 /* One CopyData message whose payload is head followed by body (e.g. an
  * XLogData header and the WAL bytes), without copying them together first. */
-int pgwire_send_copy_data2(pgwire_conn *c, const void *head, size_t head_len,
-                           const void *body, size_t body_len);
+int pgwire_send_copy_data2(pgwire_conn *c, const void *head, size_t head_len, const void *body,
+                           size_t body_len);
 /* CopyDone from the server: no more CopyData from us.  Copy mode ends when
  * both sides have sent CopyDone (CopyOut: at once).  The handler then sends
  * CommandComplete and ReadyForQuery. */
@@ -182,10 +182,10 @@ void pgwire_conn_close(pgwire_conn *c);
 #define PGWIRE_STARTUP_MAX 10000 /* longest startup packet, as Postgres */
 
 typedef struct pgwire_frame {
-    uint8_t type;       /* message type byte; 0 for a startup-phase packet */
+    uint8_t type;        /* message type byte; 0 for a startup-phase packet */
     const uint8_t *body; /* points into the input buffer */
     size_t body_len;
-    size_t total_len;   /* bytes this frame occupies in the input */
+    size_t total_len; /* bytes this frame occupies in the input */
 } pgwire_frame;
 
 /* Splits the next frame off buf[0..len).  startup selects the untyped

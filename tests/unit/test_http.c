@@ -155,7 +155,8 @@ static void test_http_routes_and_errors(void **state)
 {
     (void)state;
     metrics_registry *m = metrics_registry_new();
-    metrics_counter *c = metrics_counter_register(m, "strata_http_test_total", "Test counter.", 0, NULL, NULL);
+    metrics_counter *c =
+        metrics_counter_register(m, "strata_http_test_total", "Test counter.", 0, NULL, NULL);
     metrics_counter_add(c, 7);
     http_config cfg = {.host = "127.0.0.1", .port = 0, .max_body = 1024, .metrics = m};
     char err[256];
@@ -295,7 +296,8 @@ static void test_http_bind_errors(void **state)
     assert_non_null(strstr(err, "invalid HTTP listen address"));
     http_server_free(c);
     /* The default registry serves when none is given. */
-    metrics_counter *dc = metrics_counter_register(metrics_default_registry(), "strata_default_probe_total", "Probe.", 0, NULL, NULL);
+    metrics_counter *dc = metrics_counter_register(
+        metrics_default_registry(), "strata_default_probe_total", "Probe.", 0, NULL, NULL);
     metrics_counter_inc(dc);
     reply r;
     http_do(http_server_port(a), "GET", "/metrics", NULL, &r);

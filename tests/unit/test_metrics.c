@@ -28,17 +28,22 @@ static void test_render_exact(void **state)
     assert_int_equal(len, 0);
     free(txt);
 
-    metrics_counter *c = metrics_counter_register(r, "strata_requests_total", "Requests served.", 0, NULL, NULL);
+    metrics_counter *c =
+        metrics_counter_register(r, "strata_requests_total", "Requests served.", 0, NULL, NULL);
     const char *ln[] = {"tenant", "kind"};
     const char *lv1[] = {"t1", "get"};
     const char *lv2[] = {"t\"2\\\n", "put"};
-    metrics_gauge *g1 = metrics_gauge_register(r, "strata_lag_bytes", "Lag.\nSecond line \\ here", 2, ln, lv1);
-    metrics_gauge *g2 = metrics_gauge_register(r, "strata_lag_bytes", "Lag.\nSecond line \\ here", 2, ln, lv2);
+    metrics_gauge *g1 =
+        metrics_gauge_register(r, "strata_lag_bytes", "Lag.\nSecond line \\ here", 2, ln, lv1);
+    metrics_gauge *g2 =
+        metrics_gauge_register(r, "strata_lag_bytes", "Lag.\nSecond line \\ here", 2, ln, lv2);
     const double bounds[] = {0.001, 0.01, 0.1, 1};
-    metrics_histogram *h = metrics_histogram_register(r, "strata_fsync_seconds", "Fsync time.", bounds, 4, 0, NULL, NULL);
+    metrics_histogram *h = metrics_histogram_register(r, "strata_fsync_seconds", "Fsync time.",
+                                                      bounds, 4, 0, NULL, NULL);
     const char *hl[] = {"sk"};
     const char *hv[] = {"sk1"};
-    metrics_histogram *hlab = metrics_histogram_register(r, "strata_rtt_seconds", "RTT.", bounds, 2, 1, hl, hv);
+    metrics_histogram *hlab =
+        metrics_histogram_register(r, "strata_rtt_seconds", "RTT.", bounds, 2, 1, hl, hv);
     assert_non_null(c);
     assert_non_null(g1);
     assert_non_null(g2);
@@ -59,30 +64,29 @@ static void test_render_exact(void **state)
     assert_true(metrics_gauge_value(g1) == 2.5);
 
     txt = metrics_render(r, &len);
-    const char *want =
-        "# HELP strata_requests_total Requests served.\n"
-        "# TYPE strata_requests_total counter\n"
-        "strata_requests_total 42\n"
-        "# HELP strata_lag_bytes Lag.\\nSecond line \\\\ here\n"
-        "# TYPE strata_lag_bytes gauge\n"
-        "strata_lag_bytes{tenant=\"t1\",kind=\"get\"} 2.5\n"
-        "strata_lag_bytes{tenant=\"t\\\"2\\\\\\n\",kind=\"put\"} -0.1\n"
-        "# HELP strata_fsync_seconds Fsync time.\n"
-        "# TYPE strata_fsync_seconds histogram\n"
-        "strata_fsync_seconds_bucket{le=\"0.001\"} 2\n"
-        "strata_fsync_seconds_bucket{le=\"0.01\"} 2\n"
-        "strata_fsync_seconds_bucket{le=\"0.1\"} 3\n"
-        "strata_fsync_seconds_bucket{le=\"1\"} 3\n"
-        "strata_fsync_seconds_bucket{le=\"+Inf\"} 4\n"
-        "strata_fsync_seconds_sum 7.0515\n"
-        "strata_fsync_seconds_count 4\n"
-        "# HELP strata_rtt_seconds RTT.\n"
-        "# TYPE strata_rtt_seconds histogram\n"
-        "strata_rtt_seconds_bucket{sk=\"sk1\",le=\"0.001\"} 0\n"
-        "strata_rtt_seconds_bucket{sk=\"sk1\",le=\"0.01\"} 1\n"
-        "strata_rtt_seconds_bucket{sk=\"sk1\",le=\"+Inf\"} 1\n"
-        "strata_rtt_seconds_sum{sk=\"sk1\"} 0.002\n"
-        "strata_rtt_seconds_count{sk=\"sk1\"} 1\n";
+    const char *want = "# HELP strata_requests_total Requests served.\n"
+                       "# TYPE strata_requests_total counter\n"
+                       "strata_requests_total 42\n"
+                       "# HELP strata_lag_bytes Lag.\\nSecond line \\\\ here\n"
+                       "# TYPE strata_lag_bytes gauge\n"
+                       "strata_lag_bytes{tenant=\"t1\",kind=\"get\"} 2.5\n"
+                       "strata_lag_bytes{tenant=\"t\\\"2\\\\\\n\",kind=\"put\"} -0.1\n"
+                       "# HELP strata_fsync_seconds Fsync time.\n"
+                       "# TYPE strata_fsync_seconds histogram\n"
+                       "strata_fsync_seconds_bucket{le=\"0.001\"} 2\n"
+                       "strata_fsync_seconds_bucket{le=\"0.01\"} 2\n"
+                       "strata_fsync_seconds_bucket{le=\"0.1\"} 3\n"
+                       "strata_fsync_seconds_bucket{le=\"1\"} 3\n"
+                       "strata_fsync_seconds_bucket{le=\"+Inf\"} 4\n"
+                       "strata_fsync_seconds_sum 7.0515\n"
+                       "strata_fsync_seconds_count 4\n"
+                       "# HELP strata_rtt_seconds RTT.\n"
+                       "# TYPE strata_rtt_seconds histogram\n"
+                       "strata_rtt_seconds_bucket{sk=\"sk1\",le=\"0.001\"} 0\n"
+                       "strata_rtt_seconds_bucket{sk=\"sk1\",le=\"0.01\"} 1\n"
+                       "strata_rtt_seconds_bucket{sk=\"sk1\",le=\"+Inf\"} 1\n"
+                       "strata_rtt_seconds_sum{sk=\"sk1\"} 0.002\n"
+                       "strata_rtt_seconds_count{sk=\"sk1\"} 1\n";
     assert_string_equal(txt, want);
     assert_int_equal(len, strlen(want));
     free(txt);

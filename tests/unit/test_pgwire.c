@@ -84,8 +84,10 @@ static int h_connect(pgwire_conn *c, void *arg)
     pthread_mutex_lock(&ts->mu);
     ts->connects++;
     const char *v;
-    snprintf(ts->last_user, sizeof ts->last_user, "%s", (v = pgwire_conn_param(c, "user")) ? v : "");
-    snprintf(ts->last_db, sizeof ts->last_db, "%s", (v = pgwire_conn_param(c, "database")) ? v : "");
+    snprintf(ts->last_user, sizeof ts->last_user, "%s",
+             (v = pgwire_conn_param(c, "user")) ? v : "");
+    snprintf(ts->last_db, sizeof ts->last_db, "%s",
+             (v = pgwire_conn_param(c, "database")) ? v : "");
     snprintf(ts->last_app, sizeof ts->last_app, "%s",
              (v = pgwire_conn_param(c, "application_name")) ? v : "");
     snprintf(ts->last_tenant, sizeof ts->last_tenant, "%s",
@@ -342,7 +344,8 @@ static int raw_read_msg(int fd, char *body, size_t cap, size_t *len)
     uint8_t hdr[5];
     if (!raw_read_exact(fd, hdr, 5))
         return -1;
-    uint32_t n = ((uint32_t)hdr[1] << 24) | ((uint32_t)hdr[2] << 16) | ((uint32_t)hdr[3] << 8) | hdr[4];
+    uint32_t n =
+        ((uint32_t)hdr[1] << 24) | ((uint32_t)hdr[2] << 16) | ((uint32_t)hdr[3] << 8) | hdr[4];
     assert_true(n >= 4 && n - 4 < cap);
     assert_true(raw_read_exact(fd, body, n - 4));
     body[n - 4] = '\0';
@@ -678,7 +681,8 @@ static void test_password_auth(void **state)
 
         c = pq_connect(ts->port, "password=wrong");
         assert_int_equal(PQstatus(c), CONNECTION_BAD);
-        assert_non_null(strstr(PQerrorMessage(c), "password authentication failed for user \"tester\""));
+        assert_non_null(
+            strstr(PQerrorMessage(c), "password authentication failed for user \"tester\""));
         PQfinish(c);
 
         c = pq_connect(ts->port, "password=");
@@ -959,8 +963,13 @@ static void test_detached_options(void **state)
     pgwire_conn *c = pgwire_conn_create_detached(&cfg, &h, NULL);
     assert_non_null(c);
     uint8_t pkt[512];
-    const char *kv[] = {"user", "u", "replication", "true", "options",
-                        "-c tenant_id=t1  -ctimeline_id=tl\\ two --foo-bar=x -c dup=first -c dup=second"};
+    const char *kv[] = {
+        "user",
+        "u",
+        "replication",
+        "true",
+        "options",
+        "-c tenant_id=t1  -ctimeline_id=tl\\ two --foo-bar=x -c dup=first -c dup=second"};
     size_t n = build_startup(pkt, 196608, kv, 6);
     /* Byte by byte: framing must cope with any split. */
     for (size_t i = 0; i < n; i++)
