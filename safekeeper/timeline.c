@@ -471,26 +471,46 @@ static sk_timeline *tl_create(sk_node *node, const strata_id *tenant, const stra
 }
 
 /*
- * Finds the end of the last complete record from start on, by following
- * record lengths and page headers over what is on disk.
- * TODO(strata): also verify record CRCs (needs a record reassembler).
+ * Finds the end of the last complete, CRC-valid record from start on by
+ * decoding what is on disk (a torn tail, zeros or garbage end it).
+ * Returns 0 with *end set, or a negative errno.
  */
-static lsn_t find_end_of_wal(wal_store *ws, uint32_t seg_size, lsn_t start)
+static int find_end_of_wal(wal_store *ws, uint32_t seg_size, lsn_t start, lsn_t *end)
 {
-    wal_tracker t;
-    wal_tracker_init(&t, start, seg_size);
-    static uint8_t buf[128 * 1024];
+    uint8_t *rec_buf = malloc(WAL_READER_DEFAULT_BUF);
+    uint8_t *buf = malloc(128 * 1024);
+    if (rec_buf == NULL || buf == NULL) {
+        free(rec_buf);
+        free(buf);
+        return -ENOMEM;
+    }
+    wal_reader r;
+    wal_reader_init(&r, start, seg_size, rec_buf, WAL_READER_DEFAULT_BUF);
     lsn_t pos = start;
-    for (;;) {
-        ssize_t n = wal_store_read(ws, pos, buf, sizeof buf);
+    bool broken = false;
+    while (!broken) {
+        ssize_t n = wal_store_read(ws, pos, buf, 128 * 1024);
         if (n <= 0)
             break;
-        const char *why;
-        if (wal_tracker_feed(&t, pos, buf, (size_t)n, &why) != 0)
-            break;
-        pos += (lsn_t)n;
+        const uint8_t *p = buf;
+        size_t left = (size_t)n;
+        while (left > 0) {
+            size_t used = 0;
+            const char *why = NULL;
+            int rc = wal_reader_feed(&r, pos, p, left, &used, &why);
+            if (rc == WAL_READER_ERROR || (rc == WAL_READER_NEED_MORE && used == 0)) {
+                broken = true;
+                break;
+            }
+            pos += used;
+            p += used;
+            left -= used;
+        }
     }
-    return wal_tracker_last_record_end(&t);
+    *end = wal_reader_last_record_end(&r);
+    free(rec_buf);
+    free(buf);
+    return 0;
 }
 
 static int tl_load(sk_node *node, const strata_id *tenant, const strata_id *timeline, char *err,
@@ -526,8 +546,9 @@ static int tl_load(sk_node *node, const strata_id *tenant, const strata_id *time
         if (start < st.timeline_start_lsn)
             start = st.timeline_start_lsn;
         if (start != LSN_INVALID) {
-            end = find_end_of_wal(tl->ws, st.wal_seg_size, start);
-            rc = wal_store_truncate(tl->ws, end);
+            rc = find_end_of_wal(tl->ws, st.wal_seg_size, start, &end);
+            if (rc == 0)
+                rc = wal_store_truncate(tl->ws, end);
             if (rc != 0) {
                 snprintf(err, errlen, "%s: cannot truncate WAL at the end found: %s", tl->dir,
                          strerror(-rc));

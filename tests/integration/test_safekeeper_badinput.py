@@ -625,6 +625,29 @@ def test_restart_keeps_acknowledged_wal(sk):
     c.close()
 
 
+def test_restart_cuts_a_torn_record(sk):
+    """A record whose bytes are damaged on disk (as a torn write would
+    leave them) is not part of WAL after a restart: the CRC check ends WAL
+    at the previous record, and the tail is zeroed."""
+    tenant, timeline = new_ids()
+    p = Proposer(sk, tenant, timeline)
+    good_end = p.push(10, 300, commit=True)
+    last_end = p.push(1, 3000, commit=False)
+    assert sk.stop() == 0
+    seg_file = os.path.join(sk.datadir, tenant, timeline, "000000010000000000000001.partial")
+    with open(seg_file, "r+b") as f:
+        f.seek(good_end - SEG + 2000)  # inside the last record's payload
+        b = f.read(1)
+        f.seek(good_end - SEG + 2000)
+        f.write(bytes([b[0] ^ 0xFF]))
+    sk.start()
+    st = sk.http_json(f"/v1/tenant/{tenant}/timeline/{timeline}")
+    assert st["flush_lsn"] == lsn_str(good_end), (st, lsn_str(last_end))
+    with open(seg_file, "rb") as f:
+        f.seek(good_end - SEG)
+        assert f.read(last_end - good_end) == b"\0" * (last_end - good_end)
+
+
 def test_pg_receivewal_gets_pushed_bytes(sk):
     if not os.path.exists(os.path.join(PG_BIN, "pg_receivewal")):
         pytest.skip("pg_receivewal not installed")
