@@ -208,11 +208,29 @@ static void h_query(pgwire_conn *c, const char *sql, void *arg)
     }
 }
 
-/* CopyBoth: echo every message back with a prefix. */
+static void resume_input(uv_timer_t *t)
+{
+    conn_state *cs = t->data;
+    pgwire_send_copy_data(cs->c, "resumed", 7);
+    pgwire_conn_pause_input(cs->c, false);
+}
+
+/* CopyBoth: echo every message back with a prefix; "pause" stops input
+ * for 100 ms. */
 static void h_copy_data(pgwire_conn *c, const uint8_t *d, size_t n, void *arg)
 {
-    (void)arg;
+    test_server *ts = arg;
+    conn_state *cs = pgwire_conn_data(c);
     assert_int_equal(pgwire_send_copy_data2(c, "echo:", 5, d, n), 0);
+    if (n == 5 && memcmp(d, "pause", 5) == 0) {
+        pgwire_conn_pause_input(c, true);
+        if (!cs->timer_used) {
+            uv_timer_init(&ts->loop, &cs->timer);
+            cs->timer_used = true;
+        }
+        cs->timer.data = cs;
+        uv_timer_start(&cs->timer, resume_input, 100, 0);
+    }
 }
 
 static void h_copy_done(pgwire_conn *c, void *arg)
@@ -877,6 +895,24 @@ static void test_raw_negotiation_cancel_pipelining(void **state)
         assert_int_equal(raw_read_msg(fd, body, sizeof body, &len), 'C');
         assert_int_equal(raw_read_msg(fd, body, sizeof body, &len), 'Z');
     }
+
+    /* Paused input: messages sent meanwhile are delivered, in order, only
+     * after the handler resumes. */
+    raw_send_msg(fd, 'Q', "COPYBOTH", 9);
+    assert_int_equal(raw_read_msg(fd, body, sizeof body, &len), 'W');
+    raw_send_msg(fd, 'd', "pause", 5);
+    raw_send_msg(fd, 'd', "m1", 2);
+    raw_send_msg(fd, 'd', "m2", 2);
+    raw_send_msg(fd, 'c', NULL, 0);
+    const char *want_copy[] = {"echo:pause", "resumed", "echo:m1", "echo:m2"};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(raw_read_msg(fd, body, sizeof body, &len), 'd');
+        assert_int_equal(len, strlen(want_copy[i]));
+        assert_memory_equal(body, want_copy[i], len);
+    }
+    assert_int_equal(raw_read_msg(fd, body, sizeof body, &len), 'c');
+    assert_int_equal(raw_read_msg(fd, body, sizeof body, &len), 'C');
+    assert_int_equal(raw_read_msg(fd, body, sizeof body, &len), 'Z');
 
     /* Extended protocol: one 0A000, everything skipped until Sync, then Z. */
     raw_send_msg(fd, 'P', "\0ECHO 1\0\0\0", 10);
