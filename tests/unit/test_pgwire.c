@@ -51,6 +51,7 @@ typedef struct test_server {
     bool last_replication;
     int congestion_pauses;
     size_t max_pending;
+    int overflow_sent;
 } test_server;
 
 static void cs_timer_closed(uv_handle_t *h)
@@ -198,6 +199,16 @@ static void h_query(pgwire_conn *c, const char *sql, void *arg)
         pgwire_send_copy_done(c);
         pgwire_send_command_complete(c, "COPY");
         pgwire_send_ready(c);
+    } else if (strcmp(sql, "OVERFLOW") == 0) {
+        /* A producer that ignores backpressure hits the hard limit. */
+        static const uint8_t chunk[FLOOD_CHUNK];
+        pgwire_start_copy_out(c);
+        int sent = 0;
+        while (sent < 100000 && pgwire_send_copy_data(c, chunk, sizeof chunk) == 0)
+            sent++;
+        pthread_mutex_lock(&ts->mu);
+        ts->overflow_sent = sent;
+        pthread_mutex_unlock(&ts->mu);
     } else if (strncmp(sql, "FLOOD ", 6) == 0) {
         cs->flood_total = (uint32_t)atoi(sql + 6);
         cs->flood_sent = 0;
@@ -680,6 +691,52 @@ static void test_backpressure(void **state)
     server_stop(ts);
 }
 
+static void test_hard_limit_and_stop(void **state)
+{
+    (void)state;
+    pgwire_config cfg = base_config();
+    cfg.out_high_watermark = 64 * 1024;
+    cfg.out_hard_limit = 1024 * 1024;
+    test_server *ts = server_start(&cfg);
+    PGconn *c = pq_connect(ts->port, NULL);
+    assert_int_equal(PQstatus(c), CONNECTION_OK);
+    PGresult *r = PQexec(c, "OVERFLOW");
+    /* The connection is dropped; whatever arrived first, it ends in error. */
+    if (PQresultStatus(r) == PGRES_COPY_OUT) {
+        PQclear(r);
+        char *buf;
+        int n;
+        while ((n = PQgetCopyData(c, &buf, 0)) > 0)
+            PQfreemem(buf);
+        assert_int_equal(n, -2);
+        r = PQgetResult(c);
+    }
+    assert_int_equal(PQresultStatus(r), PGRES_FATAL_ERROR);
+    PQclear(r);
+    PQfinish(c);
+    pthread_mutex_lock(&ts->mu);
+    /* Queued bytes never exceeded the hard limit: 1 MB / (8 KB + 5). */
+    assert_int_equal(ts->overflow_sent, (int)(cfg.out_hard_limit / (FLOOD_CHUNK + 5)));
+    pthread_mutex_unlock(&ts->mu);
+
+    /* Stopping the server with sessions open (one in CopyBoth) closes them
+     * all and runs on_close for each (checked by server_stop). */
+    PGconn *a = pq_connect(ts->port, NULL), *b = pq_connect(ts->port, "replication=true");
+    assert_int_equal(PQstatus(a), CONNECTION_OK);
+    assert_int_equal(PQstatus(b), CONNECTION_OK);
+    r = PQexec(b, "COPYBOTH");
+    assert_int_equal(PQresultStatus(r), PGRES_COPY_BOTH);
+    PQclear(r);
+    server_stop(ts);
+    r = PQexec(a, "ECHO gone");
+    assert_int_equal(PQresultStatus(r), PGRES_FATAL_ERROR);
+    PQclear(r);
+    char *buf;
+    assert_int_equal(PQgetCopyData(b, &buf, 0), -2);
+    PQfinish(a);
+    PQfinish(b);
+}
+
 static void test_password_auth(void **state)
 {
     (void)state;
@@ -1038,6 +1095,7 @@ int main(void)
         cmocka_unit_test(test_libpq_replication_copy_both),
         cmocka_unit_test(test_libpq_copy_out),
         cmocka_unit_test(test_backpressure),
+        cmocka_unit_test(test_hard_limit_and_stop),
         cmocka_unit_test(test_password_auth),
         cmocka_unit_test(test_on_connect_reject_and_max_connections),
         cmocka_unit_test(test_raw_malformed),
