@@ -54,8 +54,9 @@ class WalWriter:
     starts), records that may span pages (continuation flags and rem_len),
     each an XLOG no-op-like record with main data and a correct CRC."""
 
-    def __init__(self, start):
+    def __init__(self, start, seg=SEG):
         assert start % PAGE == 0
+        self.seg = seg
         self.start = start
         self.pos = start
         self.buf = bytearray()
@@ -66,13 +67,13 @@ class WalWriter:
         info = 0
         if self.cont_left:
             info |= 0x0001
-        long_hdr = self.pos % SEG == 0
+        long_hdr = self.pos % self.seg == 0
         if long_hdr:
             info |= 0x0002
         hdr = struct.pack("<HHIQI", 0xD110, info, 1, self.pos, self.cont_left)
         hdr += b"\0" * 4
         if long_hdr:
-            hdr += struct.pack("<QII", SYSID, SEG, PAGE)
+            hdr += struct.pack("<QII", SYSID, self.seg, PAGE)
         self._raw(hdr)
 
     def _raw(self, b):
@@ -377,17 +378,17 @@ def sk():
 class Proposer:
     """A well-behaved WAL-push session driven from Python."""
 
-    def __init__(self, sk, tenant, timeline, term=1, start=SEG):
+    def __init__(self, sk, tenant, timeline, term=1, start=SEG, seg=SEG):
         self.c = Conn(sk.pg_port, opts(tenant, timeline))
         self.c.start_copy_both("START_WAL_PUSH (proto_version '1')")
-        self.c.copy_data(greeting(tenant, timeline))
+        self.c.copy_data(greeting(tenant, timeline, seg=seg))
         g = self.c.recv_copy()
         assert g[0:1] == b"g"
         self.c.copy_data(vote(term))
         v = self.c.recv_copy()
         assert v[0:1] == b"v" and v[9] == 1, "vote not given"
         self.term = term
-        self.wal = WalWriter(start)
+        self.wal = WalWriter(start, seg)
         self.c.copy_data(elected(term, start, [(term, start)]))
         self.commit = 0
         self.pushed = bytearray()
@@ -399,7 +400,7 @@ class Proposer:
         begin, data = self.wal.take()
         for off in range(0, len(data), 128 * 1024):
             chunk = data[off:off + 128 * 1024]
-            self.c.copy_data(append(self.term, begin + off, chunk, self.commit))
+            self.c.copy_data(append(self.term, begin + off, chunk, self.commit, self.commit))
         self.pushed += data
         # Wait for an AppendResponse covering the end.
         while True:
@@ -408,7 +409,8 @@ class Proposer:
                 break
         if commit:
             self.commit = end
-            self.c.copy_data(append(self.term, end, b"", self.commit))  # heartbeat carries commit
+            # A heartbeat carries the new commit_lsn (and truncate_lsn).
+            self.c.copy_data(append(self.term, end, b"", self.commit, self.commit))
             r = parse_append_response(self.c.recv_copy())
             assert r["commit_lsn"] == end
         return end
@@ -646,6 +648,74 @@ def test_restart_cuts_a_torn_record(sk):
     with open(seg_file, "rb") as f:
         f.seek(good_end - SEG)
         assert f.read(last_end - good_end) == b"\0" * (last_end - good_end)
+
+
+def test_wal_removal_follows_pageserver_feedback(sk):
+    mb = 1 << 20
+    tenant, timeline = new_ids()
+    p = Proposer(sk, tenant, timeline, start=mb, seg=mb)
+    end = p.push(110, 30000)  # a bit over 3 segments
+    assert end > 4 * mb
+    tdir = os.path.join(sk.datadir, tenant, timeline)
+    seg = lambda n: os.path.join(tdir, "0000000100000000%08X" % n)
+    time.sleep(2.5)  # housekeeping runs every second
+    assert os.path.exists(seg(1)), "removed WAL before any pageserver reported"
+
+    c = Conn(sk.pg_port, opts(tenant, timeline), replication="true")
+    c.start_copy_both(f"START_REPLICATION PHYSICAL {lsn_str(3 * mb)}")
+    persisted = 3 * mb + 100
+    c.copy_data(b"z" + struct.pack("!QQQ", end, persisted, 0))
+    deadline = time.time() + 10
+    while time.time() < deadline and os.path.exists(seg(2)):
+        time.sleep(0.2)
+    assert not os.path.exists(seg(1)) and not os.path.exists(seg(2))
+    assert os.path.exists(seg(3)), "removed the segment holding the horizon"
+    st = sk.http_json(f"/v1/tenant/{tenant}/timeline/{timeline}")
+    assert st["pageserver_feedback"]["disk_consistent_lsn"] == lsn_str(persisted)
+    with urllib.request.urlopen(f"http://127.0.0.1:{sk.http_port}/metrics", timeout=10) as r:
+        assert "safekeeper_wal_segments_removed_total 2" in r.read().decode()
+    c.close()
+    c = Conn(sk.pg_port, opts(tenant, timeline), replication="true")
+    with pytest.raises(PgError) as e:
+        c.query(f"START_REPLICATION PHYSICAL {lsn_str(mb)}")
+    assert "000000010000000000000001 has already been removed" in e.value.text
+    c.close()
+    # The feedback survived a restart (stored in the control file).
+    assert sk.stop() == 0
+    sk.start()
+    st = sk.http_json(f"/v1/tenant/{tenant}/timeline/{timeline}")
+    assert st["pageserver_feedback"]["disk_consistent_lsn"] == lsn_str(persisted)
+    assert st["flush_lsn"] == lsn_str(end)
+
+
+def test_newer_term_takes_over(sk):
+    tenant, timeline = new_ids()
+    a = Proposer(sk, tenant, timeline, term=1)
+    end_a = a.push(5, 100)
+    # Proposer B: greeting, vote for term 2, elected at A's end.
+    b = Conn(sk.pg_port, opts(tenant, timeline))
+    b.start_copy_both("START_WAL_PUSH")
+    b.copy_data(greeting(tenant, timeline))
+    assert struct.unpack("!Q", b.recv_copy()[9:17])[0] == 1
+    b.copy_data(vote(2))
+    v = b.recv_copy()
+    assert v[9] == 1 and struct.unpack("!Q", v[10:18])[0] == end_a
+    b.copy_data(elected(2, end_a, [(1, SEG), (2, end_a)]))
+    # A's next append is refused with the newer term.
+    a.wal.record(100)
+    begin, data = a.wal.take()
+    a.c.copy_data(append(1, begin, data, a.commit))
+    r = parse_append_response(a.c.recv_copy())
+    assert r["term"] == 2 and r["flush_lsn"] == end_a
+    # B streams the same bytes; once accepted, A's connection is closed.
+    b.copy_data(append(2, begin, data, 0))
+    while parse_append_response(b.recv_copy())["flush_lsn"] < begin + len(data):
+        pass
+    err = a.c.expect_error()
+    assert "took over" in err["M"], err
+    st = sk.http_json(f"/v1/tenant/{tenant}/timeline/{timeline}")
+    assert st["term"] == 2 and st["flush_lsn"] == lsn_str(begin + len(data))
+    b.close()
 
 
 def test_pg_receivewal_gets_pushed_bytes(sk):
