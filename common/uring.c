@@ -42,6 +42,8 @@ struct uring {
     unsigned in_flight;
     bool closing;
     uring_op *free_list;
+    uring_waiter *waiters_head;
+    uring_waiter *waiters_tail;
     uring_op ops[];
 };
 
@@ -103,8 +105,19 @@ static void complete_one(uring *u, struct io_uring_cqe *cqe)
     uring_done_fn done = op->done;
     void *arg = op->arg;
     release_op(u, op);
-    if (!u->closing)
-        done(arg, res);
+    if (u->closing)
+        return;
+    done(arg, res);
+    /* Hand the freed slot (if the callback did not take it) to a waiter. */
+    uring_waiter *w = u->waiters_head;
+    if (w != NULL && u->free_list != NULL) {
+        u->waiters_head = w->next;
+        if (u->waiters_head == NULL)
+            u->waiters_tail = NULL;
+        w->next = NULL;
+        w->queued = 0;
+        w->fn(w->arg);
+    }
 }
 
 static void reap(uring *u)
@@ -215,6 +228,39 @@ int uring_fdatasync(uring *u, int fd, uring_done_fn done, void *arg)
     if (done == NULL)
         return -EINVAL;
     return start_op(u, (uring_op){.kind = OP_FSYNC, .fd = fd, .done = done, .arg = arg});
+}
+
+void uring_wait_for_space(uring *u, uring_waiter *w)
+{
+    if (w->queued)
+        return;
+    w->queued = 1;
+    w->next = NULL;
+    if (u->waiters_tail != NULL)
+        u->waiters_tail->next = w;
+    else
+        u->waiters_head = w;
+    u->waiters_tail = w;
+}
+
+void uring_cancel_wait(uring *u, uring_waiter *w)
+{
+    if (!w->queued)
+        return;
+    uring_waiter *prev = NULL;
+    for (uring_waiter *it = u->waiters_head; it != NULL; prev = it, it = it->next) {
+        if (it != w)
+            continue;
+        if (prev != NULL)
+            prev->next = w->next;
+        else
+            u->waiters_head = w->next;
+        if (u->waiters_tail == w)
+            u->waiters_tail = prev;
+        break;
+    }
+    w->next = NULL;
+    w->queued = 0;
 }
 
 unsigned uring_in_flight(const uring *u)

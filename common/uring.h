@@ -39,6 +39,24 @@ int uring_write(uring *u, int fd, const void *buf, size_t len, uint64_t offset, 
 /* fdatasync(fd) without blocking the loop; same return rules as uring_write. */
 int uring_fdatasync(uring *u, int fd, uring_done_fn done, void *arg);
 
+/*
+ * A caller refused with -EBUSY can ask to be told when a slot frees: fn(arg)
+ * then runs once on the loop thread (after the completion that freed it).
+ * Waiters are served in FIFO order, one per freed slot.  w is caller-owned
+ * and must stay valid until it has run or been cancelled; queueing a waiter
+ * that is already queued does nothing.
+ */
+typedef struct uring_waiter {
+    struct uring_waiter *next;
+    void (*fn)(void *arg);
+    void *arg;
+    int queued;
+} uring_waiter;
+
+void uring_wait_for_space(uring *u, uring_waiter *w);
+/* Removes w if it is queued (e.g. before freeing its owner). */
+void uring_cancel_wait(uring *u, uring_waiter *w);
+
 /* Operations submitted whose callback has not run yet. */
 unsigned uring_in_flight(const uring *u);
 

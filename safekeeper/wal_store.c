@@ -81,6 +81,8 @@ struct wal_store {
 
     seg_file segs[WAL_STORE_MAX_OPEN];
 
+    uring_waiter space_waiter; /* queued when the shared ring was full */
+
     uint64_t read_segno; /* cached read descriptor */
     int read_fd;
 
@@ -378,8 +380,10 @@ static void submit_pending(wal_store *ws)
             continue;
         int rc = uring_write(ws->ring, w->fd, w->data, w->end - w->start, w->offset,
                              on_write_done, w);
-        if (rc == -EBUSY)
+        if (rc == -EBUSY) {
+            uring_wait_for_space(ws->ring, &ws->space_waiter);
             return;
+        }
         if (rc != 0) {
             store_fail(ws, rc);
             return;
@@ -393,8 +397,10 @@ static void submit_pending(wal_store *ws)
         if (!s->in_use || s->sync != SYNC_TO_SUBMIT)
             continue;
         int rc = uring_fdatasync(ws->ring, s->fd, on_sync_done, s);
-        if (rc == -EBUSY)
+        if (rc == -EBUSY) {
+            uring_wait_for_space(ws->ring, &ws->space_waiter);
             return;
+        }
         if (rc != 0) {
             store_fail(ws, rc);
             return;
@@ -434,6 +440,13 @@ static void start_round(wal_store *ws)
         ws->stats.max_syncs_in_flight = ws->rounds_in_flight;
 }
 
+static void on_ring_space(void *arg)
+{
+    wal_store *ws = arg;
+    if (ws->failed == 0)
+        submit_pending(ws);
+}
+
 /* Moves everything forward: submit what waits, start a round if due. */
 static void pump(wal_store *ws)
 {
@@ -466,6 +479,8 @@ int wal_store_open(const wal_store_config *cfg, wal_store **out)
     ws->arg = cfg->arg;
     ws->caller_syncs = cfg->caller_syncs;
     ws->read_fd = -1;
+    ws->space_waiter.fn = on_ring_space;
+    ws->space_waiter.arg = ws;
 
     /* Tidy up after a crash: leftover temporaries go; a ".partial" that is
      * not the newest segment was complete and synced but not yet renamed. */
@@ -523,6 +538,7 @@ void wal_store_close(wal_store *ws)
 {
     if (ws == NULL)
         return;
+    uring_cancel_wait(ws->ring, &ws->space_waiter);
     while (ws->head != NULL) {
         wal_write *w = ws->head;
         ws->head = w->next;

@@ -76,7 +76,8 @@ typedef struct wal_store_stats {
 int wal_store_open(const wal_store_config *cfg, wal_store **out);
 
 /* Closes files and frees.  In-flight IO refers to the store: close it only
- * when wal_store_idle() or after uring_close() drained the ring. */
+ * when wal_store_idle() or after uring_close() drained the ring (in the same
+ * loop iteration: the ring's memory lives until the loop runs again). */
 void wal_store_close(wal_store *ws);
 
 /*
