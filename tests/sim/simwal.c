@@ -86,12 +86,13 @@ lsn_t simwal_append(simwal *w, uint32_t payload_len, uint8_t rmid, uint8_t info,
         put32(b + 1, payload_len);
         b += 5;
     }
-    uint32_t x = seed * 2654435761u + 1;
-    for (uint32_t i = 0; i < payload_len; i++) {
+    uint64_t x = (uint64_t)seed * 0x9E3779B97F4A7C15ULL + 1;
+    for (uint32_t i = 0; i < payload_len; i += 8) {
         x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        b[i] = (uint8_t)x;
+        x ^= x >> 7;
+        x ^= x << 17;
+        uint32_t n = payload_len - i < 8 ? payload_len - i : 8;
+        memcpy(b + i, &x, n);
     }
 
     lsn_t at = w->pos;
