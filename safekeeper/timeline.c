@@ -231,7 +231,8 @@ static void send_output_msg(sk_timeline *tl)
         c = tl->exec != NULL ? tl->exec->conn : NULL;
     if (c == NULL)
         return; /* that connection is gone: drop, as acceptor.h says */
-    static uint8_t buf[WALPUSH_MAX_MESSAGE]; /* loop thread only; used at once */
+    /* The largest acceptor message: a VoteResponse with a full history. */
+    uint8_t buf[64 + 16 * TERM_HISTORY_MAX];
     size_t n = walpush_encode_acceptor_msg(&tl->out.msg, buf, sizeof buf);
     assert(n > 0);
     pgwire_send_copy_data(c, buf, n);
@@ -542,7 +543,12 @@ static int tl_load(sk_node *node, const strata_id *tenant, const strata_id *time
             free(tl);
             return -1;
         }
-        lsn_t start = st.commit_lsn != LSN_INVALID ? st.commit_lsn : st.timeline_start_lsn;
+        /* A known-good record boundary: commit_lsn may run ahead of our
+         * own WAL (a quorum committed what we never received), so take
+         * min(commit_lsn, flush_lsn) as stored; both are record ends and
+         * flush_lsn was durable when stored.  A truncation never cuts
+         * below that minimum (the core refuses to cut committed WAL). */
+        lsn_t start = st.commit_lsn < st.flush_lsn ? st.commit_lsn : st.flush_lsn;
         if (start < st.timeline_start_lsn)
             start = st.timeline_start_lsn;
         if (start != LSN_INVALID) {

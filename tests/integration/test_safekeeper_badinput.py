@@ -627,6 +627,27 @@ def test_restart_keeps_acknowledged_wal(sk):
     c.close()
 
 
+def test_restart_with_commit_ahead_of_local_wal(sk):
+    """A quorum may commit WAL this safekeeper never received: the stored
+    commit_lsn is then beyond our WAL, and a restart must not take it as
+    the end of what we hold."""
+    tenant, timeline = new_ids()
+    p = Proposer(sk, tenant, timeline)
+    end = p.push(10, 200)
+    p.c.copy_data(append(1, end, b"", end + 3 * PAGE, end))
+    r = parse_append_response(p.c.recv_copy())
+    assert r["flush_lsn"] == end and r["commit_lsn"] == end + 3 * PAGE
+    p.c.close()
+    assert sk.stop() == 0  # saves the lazily-kept commit_lsn
+    sk.start()
+    st = sk.http_json(f"/v1/tenant/{tenant}/timeline/{timeline}")
+    assert st["flush_lsn"] == lsn_str(end)
+    assert st["commit_lsn"] == lsn_str(end)  # served end: min(commit, flush)
+    c = Conn(sk.pg_port, opts(tenant, timeline), replication="true")
+    assert c.query("IDENTIFY_SYSTEM")[0][2] == lsn_str(end)
+    c.close()
+
+
 def test_restart_cuts_a_torn_record(sk):
     """A record whose bytes are damaged on disk (as a torn write would
     leave them) is not part of WAL after a restart: the CRC check ends WAL
