@@ -84,8 +84,8 @@ int cmd_sync_safekeepers(const cli_opts *o)
         locate_sibling("strata-sync-safekeepers", program, &err) != 0)
         return cli_fail(&err);
     safekeepers_list(&c, sks, sizeof sks);
-    char *fixed[] = {"--safekeepers", sks, "--tenant-id", strata_id_format(&c.tenant_id, tenant),
-                     "--timeline-id", strata_id_format(&c.timeline_id, timeline)};
+    char *fixed[] = {"--safekeepers", sks, "--tenant", strata_id_format(&c.tenant_id, tenant),
+                     "--timeline", strata_id_format(&c.timeline_id, timeline)};
     exec_with(program, fixed, 6, o, &err);
     return cli_fail(&err);
 }

@@ -1,0 +1,182 @@
+"""The strata CLI's cluster lifecycle: up, status --json, down, stop/start.
+
+Drives real processes: three strata-safekeeper daemons and a PostgreSQL 15
+compute with strata.so, on loopback ports.
+"""
+
+import os
+import socket
+import subprocess
+
+import pytest
+
+from conftest import LSN_RE, lsn_to_int, make_shared_dir, pid_alive, strata_bin, wait_until
+
+
+def check_status_schema(st, directory):
+    assert set(st) == {"dir", "compute", "pageserver", "safekeepers"}
+    assert st["dir"] == directory
+    compute = st["compute"]
+    assert set(compute) == {"pid", "port", "connstr", "datadir"}
+    assert compute["pid"] is None or isinstance(compute["pid"], int)
+    assert isinstance(compute["port"], int)
+    assert "port=%d" % compute["port"] in compute["connstr"]
+    assert compute["datadir"].startswith(directory + "/")
+    ps = st["pageserver"]
+    assert set(ps) == {"pid", "pg_port", "http_port", "last_record_lsn", "disk_consistent_lsn"}
+    assert ps["pid"] is None  # no pageserver in this stage
+    assert [sk["name"] for sk in st["safekeepers"]] == ["sk1", "sk2", "sk3"]
+    ports = {compute["port"]}
+    for sk in st["safekeepers"]:
+        assert set(sk) == {"name", "pid", "pg_port", "http_port", "term", "flush_lsn",
+                           "commit_lsn"}
+        assert sk["pid"] is None or isinstance(sk["pid"], int)
+        assert sk["term"] is None or (isinstance(sk["term"], int) and sk["term"] >= 0)
+        for key in ("flush_lsn", "commit_lsn"):
+            assert sk[key] is None or LSN_RE.match(sk[key]), sk[key]
+        ports.update([sk["pg_port"], sk["http_port"]])
+    assert len(ports) == 7, "every port is distinct"
+
+
+def test_up_status_down(cluster):
+    st = cluster.status()
+    check_status_schema(st, cluster.dir)
+    assert pid_alive(st["compute"]["pid"])
+    for sk in st["safekeepers"]:
+        assert pid_alive(sk["pid"]), sk
+
+    # A commit goes through the walproposer, so the safekeepers report it.
+    cluster.sql("create table t (x int)")
+    cluster.sql("insert into t select generate_series(1, 1000)")
+    insert_lsn = lsn_to_int(cluster.sql("select pg_current_wal_flush_lsn()::text")[0][0])
+
+    def majority_has_it():
+        sks = cluster.status()["safekeepers"]
+        have = [sk for sk in sks if sk["flush_lsn"] and lsn_to_int(sk["flush_lsn"]) >= insert_lsn]
+        return len(have) >= 2 and all(sk["term"] >= 1 for sk in have)
+
+    wait_until(majority_has_it, 30, "a majority of safekeepers to report the insert's LSN")
+    assert cluster.sql("select count(*) from t") == [(1000,)]
+
+    # The human form names every component.
+    human = cluster.run("status").stdout
+    for name in ("compute", "sk1", "sk2", "sk3", "pageserver"):
+        assert name in human
+
+    pids = [st["compute"]["pid"]] + [sk["pid"] for sk in st["safekeepers"]]
+    cluster.down()
+    st = cluster.status()
+    check_status_schema(st, cluster.dir)
+    assert st["compute"]["pid"] is None
+    assert all(sk["pid"] is None for sk in st["safekeepers"])
+    for pid in pids:
+        assert not pid_alive(pid), pid
+    # down on a stopped cluster is a no-op.
+    cluster.down()
+
+
+def test_up_is_idempotent(cluster):
+    before = cluster.status()
+    with open(os.path.join(cluster.dir, "cluster.json")) as f:
+        state_before = f.read()
+    out = cluster.up().stdout
+    assert "already running" in out
+    after = cluster.status()
+    assert after["compute"]["pid"] == before["compute"]["pid"]
+    assert [s["pid"] for s in after["safekeepers"]] == [s["pid"] for s in before["safekeepers"]]
+    with open(os.path.join(cluster.dir, "cluster.json")) as f:
+        assert f.read() == state_before
+
+
+def test_stop_start_each_component(cluster):
+    cluster.sql("create table kept (x int)")
+    cluster.sql("insert into kept values (1), (2), (3)")
+    for name in ("sk1", "sk2", "sk3"):
+        old = cluster.safekeeper(name)["pid"]
+        cluster.stop(name)
+        assert cluster.safekeeper(name)["pid"] is None
+        assert not pid_alive(old)
+        cluster.start(name)
+        new = cluster.safekeeper(name)["pid"]
+        assert new is not None and new != old and pid_alive(new)
+
+    sk2 = cluster.safekeeper("sk2")["pid"]
+    cluster.stop("sk2", immediate=True)
+    assert not pid_alive(sk2)
+    cluster.start("sk2")
+
+    old = cluster.status()["compute"]["pid"]
+    cluster.stop("compute", immediate=True)
+    assert cluster.status()["compute"]["pid"] is None
+    assert not pid_alive(old)
+    cluster.start("compute")
+    assert cluster.sql("select sum(x) from kept") == [(6,)]
+    cluster.stop("compute")
+    assert cluster.status()["compute"]["pid"] is None
+    cluster.start("compute")
+    cluster.sql("insert into kept values (4)")
+    assert cluster.sql("select sum(x) from kept") == [(10,)]
+
+    # Stopping what is not running succeeds; the pageserver is absent for now.
+    cluster.stop("pageserver")
+    cluster.stop("compute")
+    cluster.stop("compute")
+
+
+def free_port_base(span=9):
+    for base in range(21000, 60000, 97):
+        socks = []
+        try:
+            for port in range(base, base + span):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise AssertionError("no free port range")
+
+
+def test_port_base(cluster_dir):
+    base = free_port_base()
+    cluster_dir.up("--port-base", str(base))
+    st = cluster_dir.status()
+    assert st["compute"]["port"] == base
+    ports = [(sk["pg_port"], sk["http_port"]) for sk in st["safekeepers"]]
+    assert ports == [(base + 1, base + 2), (base + 3, base + 4), (base + 5, base + 6)]
+    assert cluster_dir.sql("select current_setting('port')") == [(str(base),)]
+
+
+def test_usage_and_failure_exit_codes():
+    if not os.access(strata_bin(), os.X_OK):
+        pytest.skip("not built yet: %s" % strata_bin())
+    directory = make_shared_dir("strata-it-")
+    try:
+        def run(*args):
+            return subprocess.run([strata_bin()] + list(args), capture_output=True, text=True,
+                                  timeout=30)
+        assert run().returncode == 2
+        assert run("frobnicate").returncode == 2
+        assert run("stop", "sk9", "--dir", directory).returncode == 2
+        assert run("stop", "--dir", directory).returncode == 2
+        assert run("up", "--port-base", "x", "--dir", directory).returncode == 2
+        missing = run("status", "--dir", os.path.join(directory, "nope"))
+        assert missing.returncode == 1
+        assert missing.stderr.count("\n") == 1 and "no cluster" in missing.stderr
+        # Nothing was created by any of these.
+        assert os.listdir(directory) == []
+        helped = run("--help")
+        assert helped.returncode == 0
+        for name in ("up", "down", "status", "stop", "start", "psql", "sync-safekeepers",
+                     "bench", "demo"):
+            assert name in helped.stdout
+    finally:
+        os.rmdir(directory)
+
+
+def test_psql_runs_against_the_compute(cluster):
+    out = cluster.run("psql", "--", "-Atc", "select 40 + 2").stdout
+    assert out.strip() == "42"
