@@ -27,6 +27,8 @@ import subprocess
 import tempfile
 import threading
 import time
+import json
+import urllib.request
 
 import psycopg
 import pytest
@@ -102,6 +104,7 @@ class Safekeeper:
         self.log_path = os.path.join(root, "sk%d.log" % node_id)
         self.proc = None
         self.pg_port = None
+        self.http_port = None
 
     def start(self):
         ports_file = os.path.join(self.datadir, "safekeeper.ports")
@@ -124,14 +127,19 @@ class Safekeeper:
                     text = f.read()
             except FileNotFoundError:
                 return None
-            m = re.search(r"pg=(\d+)", text)
-            return int(m.group(1)) if m and "http=" in text else None
+            m = re.search(r"pg=(\d+) http=(\d+)", text)
+            return (int(m.group(1)), int(m.group(2))) if m else None
 
-        self.pg_port = wait_until(ports, 30, "safekeeper %d to listen" % self.id)
+        self.pg_port, self.http_port = wait_until(ports, 30, "safekeeper %d to listen" % self.id)
 
     @property
     def addr(self):
         return "127.0.0.1:%d" % self.pg_port
+
+    def timeline_status(self, timeline):
+        url = "http://127.0.0.1:%d/v1/tenant/%s/timeline/%s" % (self.http_port, TENANT, timeline)
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return json.load(resp)
 
     def pause(self):
         os.kill(self.proc.pid, signal.SIGSTOP)
@@ -156,7 +164,8 @@ class Safekeeper:
 class Compute:
     """A stock PostgreSQL 15 with strata.so preloaded."""
 
-    def __init__(self, root, safekeepers, timeline):
+    def __init__(self, root, safekeepers, timeline, extra_conf=()):
+        self.extra_conf = list(extra_conf)
         self.root = root
         self.datadir = os.path.join(root, "pgdata")
         self.log_path = os.path.join(root, "postgres.log")
@@ -185,8 +194,7 @@ class Compute:
                 "strata.safekeepers = '%s'" % ",".join(sk.addr for sk in self.safekeepers),
                 "strata.tenant_id = '%s'" % TENANT,
                 "strata.timeline_id = '%s'" % self.timeline,
-                "log_min_messages = info",
-                ""]))
+                "log_min_messages = info"] + self.extra_conf + [""]))
         with open(os.path.join(self.datadir, "pg_hba.conf"), "w") as f:
             f.write("local all all trust\nlocal replication all trust\n"
                     "host all all 127.0.0.1/32 trust\nhost replication all 127.0.0.1/32 trust\n")
@@ -202,6 +210,11 @@ class Compute:
         if self.pid is not None and pid_alive(self.pid):
             os.kill(self.pid, signal.SIGQUIT)
             wait_until(lambda: not pid_alive(self.pid), 30, "postgres to stop")
+
+    def stop_fast(self):
+        proc = run_as_postgres([os.path.join(PG_BIN, "pg_ctl"), "-D", self.datadir, "-m", "fast",
+                                "-w", "-t", "60", "stop"])
+        assert proc.returncode == 0, proc.stderr + self.log_tail()
 
     def connect(self, **kwargs):
         kwargs.setdefault("autocommit", True)
@@ -220,7 +233,7 @@ class Compute:
 
 
 class Cluster:
-    def __init__(self):
+    def __init__(self, extra_conf=()):
         self.root = tempfile.mkdtemp(prefix="strata-wp-", dir="/tmp")
         os.chmod(self.root, 0o777)
         self.timeline = os.urandom(16).hex()
@@ -229,7 +242,8 @@ class Cluster:
             sk.start()
         os.makedirs(os.path.join(self.root, "compute"))
         os.chmod(os.path.join(self.root, "compute"), 0o777)
-        self.compute = Compute(os.path.join(self.root, "compute"), self.safekeepers, self.timeline)
+        self.compute = Compute(os.path.join(self.root, "compute"), self.safekeepers, self.timeline,
+                               extra_conf)
         if os.geteuid() == 0:
             uid, gid = pg_ids()
             os.chown(self.compute.root, uid, gid)
@@ -256,16 +270,30 @@ class Cluster:
 
 
 @pytest.fixture
-def cluster():
+def make_cluster():
+    """Factory: make_cluster(extra_conf=[...]) starts three safekeepers and a
+    compute; everything is stopped by pid at the end."""
     require(SAFEKEEPER, SYNC_SAFEKEEPERS, EXTENSION)
-    c = Cluster()
+    made = []
+
+    def make(extra_conf=()):
+        c = Cluster(extra_conf)
+        made.append(c)
+        return c
+
     try:
-        yield c
+        yield make
     finally:
-        # pytest shows captured output only for failing tests.
-        print(c.diagnostics())
-        c.stop()
-        shutil.rmtree(c.root, ignore_errors=True)
+        for c in made:
+            # pytest shows captured output only for failing tests.
+            print(c.diagnostics())
+            c.stop()
+            shutil.rmtree(c.root, ignore_errors=True)
+
+
+@pytest.fixture
+def cluster(make_cluster):
+    return make_cluster()
 
 
 def commit_in_thread(compute, sql):
@@ -431,3 +459,64 @@ def test_sync_safekeepers_brings_lagging_safekeeper_up(cluster):
     # sk3 missed more WAL than the proposer keeps in flight (2 MB), so it
     # can only have caught up from the donor.
     assert "reading WAL from donor" in proc.stderr, proc.stderr
+
+
+def test_lagging_safekeeper_catches_up_from_pg_wal(make_cluster):
+    """With a 256 kB WAL ring, a safekeeper that missed megabytes of WAL can
+    only be brought up to date from the compute's pg_wal segment files."""
+    cluster = make_cluster(["strata.wal_buffer_size = '256kB'"])
+    compute = cluster.compute
+    wait_committing(compute)
+    sk1, sk2, sk3 = cluster.safekeepers
+    before = lsn_to_int(sk3.timeline_status(cluster.timeline)["flush_lsn"])
+    sk3.pause()
+    try:
+        with compute.connect(autocommit=False) as conn:
+            conn.execute("CREATE TABLE big AS SELECT g, repeat('y', 200) AS pad "
+                         "FROM generate_series(1, 50000) g")
+            xid = int(conn.execute("SELECT pg_current_xact_id()::text").fetchone()[0])
+            conn.commit()
+        end = commit_end_lsn(compute, xid)
+        # sk3 can have received at most the proposer's in-flight window
+        # (2 MB) of this; the rest is far older than the 256 kB ring.
+        assert end - before > (8 << 20), (before, end)
+    finally:
+        sk3.resume()
+    wait_until(lambda: lsn_to_int(sk3.timeline_status(cluster.timeline)["flush_lsn"]) >= end, 60,
+               "sk3 to catch up to the commit")
+    assert "cannot send WAL" not in compute.log()
+    # And it keeps up afterwards: a commit still returns with sk1 and sk2
+    # both paused, because sk3 now has everything.
+    sk1.pause()
+    sk2.pause()
+    try:
+        t, result, conn = commit_in_thread(compute, "INSERT INTO probe VALUES (5)")
+        t.join(5)
+        assert t.is_alive(), "a commit returned with only sk3 running"
+        sk2.resume()
+        t.join(60)
+        assert result.get("ok"), result
+        conn.close()
+    finally:
+        sk1.resume()
+        sk2.resume()
+
+
+def test_compute_restart_continues_the_timeline(cluster):
+    """A compute restarted on its own data directory is elected in a new term
+    that starts where the safekeepers' WAL ends, and commits again."""
+    compute = cluster.compute
+    wait_committing(compute)
+    with compute.connect() as conn:
+        conn.execute("INSERT INTO probe VALUES (6)")
+    compute.stop_fast()
+    status = [sk.timeline_status(cluster.timeline) for sk in cluster.safekeepers]
+    flushed = max(lsn_to_int(st["flush_lsn"]) for st in status)
+    compute.start()
+    wait_committing(compute)
+    m = re.findall(r"elected in term (\d+), donor safekeeper \S+, term starts at (\S+),", compute.log())
+    assert len(m) == 2, m
+    assert int(m[1][0]) > int(m[0][0])
+    assert lsn_to_int(m[1][1]) == flushed
+    with compute.connect() as conn:
+        assert conn.execute("SELECT count(*) FROM probe WHERE v = 6").fetchone()[0] == 1
