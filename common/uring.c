@@ -219,8 +219,13 @@ int uring_write(uring *u, int fd, const void *buf, size_t len, uint64_t offset, 
 {
     if (len == 0 || len > URING_MAX_WRITE || done == NULL)
         return -EINVAL;
-    return start_op(u, (uring_op){.kind = OP_WRITE, .fd = fd, .buf = buf, .len = len,
-                                  .offset = offset, .done = done, .arg = arg});
+    return start_op(u, (uring_op){.kind = OP_WRITE,
+                                  .fd = fd,
+                                  .buf = buf,
+                                  .len = len,
+                                  .offset = offset,
+                                  .done = done,
+                                  .arg = arg});
 }
 
 int uring_fdatasync(uring *u, int fd, uring_done_fn done, void *arg)

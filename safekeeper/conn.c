@@ -257,15 +257,13 @@ static void cmd_timeline_status(sk_conn *sc)
     if (tl == NULL)
         return;
     const acceptor *acc = sk_timeline_acceptor(tl);
-    char term[24], flush[LSN_FMT_LEN], commit[LSN_FMT_LEN], start[LSN_FMT_LEN],
-        trunc[LSN_FMT_LEN];
+    char term[24], flush[LSN_FMT_LEN], commit[LSN_FMT_LEN], start[LSN_FMT_LEN], trunc[LSN_FMT_LEN];
     snprintf(term, sizeof term, "%" PRIu64, acceptor_term(acc));
     lsn_format(acceptor_flush_lsn(acc), flush);
     lsn_format(acceptor_commit_lsn(acc), commit);
     lsn_format(acceptor_state(acc)->timeline_start_lsn, start);
     lsn_format(acceptor_truncate_lsn(acc), trunc);
-    const char *names[] = {"term", "flush_lsn", "commit_lsn", "timeline_start_lsn",
-                           "truncate_lsn"};
+    const char *names[] = {"term", "flush_lsn", "commit_lsn", "timeline_start_lsn", "truncate_lsn"};
     const uint32_t oids[] = {20, 25, 25, 25, 25};
     const char *values[] = {term, flush, commit, start, trunc};
     pgwire_send_row_description(sc->c, 5, names, oids);
@@ -360,8 +358,9 @@ static int push_option(void *arg, const char *name, const char *value, char *err
     if (strcasecmp(name, "proto_version") == 0) {
         uint64_t v;
         if (!parse_u64(value, &v) || v != WALPUSH_PROTO_VERSION) {
-            snprintf(err, errlen, "unsupported WAL-push proto_version \"%s\" (this safekeeper speaks %d)",
-                     value, WALPUSH_PROTO_VERSION);
+            snprintf(err, errlen,
+                     "unsupported WAL-push proto_version \"%s\" (this safekeeper speaks %d)", value,
+                     WALPUSH_PROTO_VERSION);
             return -1;
         }
         return 0;
@@ -527,8 +526,11 @@ static void on_close(pgwire_conn *c, void *arg)
 pgwire_server *sk_conn_server_start(sk_node *node, const pgwire_config *cfg, char *err,
                                     size_t errlen)
 {
-    pgwire_handlers h = {.on_connect = on_connect, .on_query = on_query,
-                         .on_copy_data = on_copy_data, .on_copy_done = on_copy_done,
-                         .on_writable = on_writable, .on_close = on_close};
+    pgwire_handlers h = {.on_connect = on_connect,
+                         .on_query = on_query,
+                         .on_copy_data = on_copy_data,
+                         .on_copy_done = on_copy_done,
+                         .on_writable = on_writable,
+                         .on_close = on_close};
     return pgwire_server_start(node->loop, cfg, &h, node, err, errlen);
 }

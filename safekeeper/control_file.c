@@ -103,7 +103,8 @@ size_t control_file_encode(const acceptor_persistent_state *st, uint8_t *buf, si
     return total;
 }
 
-static int bad(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int bad(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 static int bad(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -164,8 +165,8 @@ int control_file_decode(const uint8_t *buf, size_t len, acceptor_persistent_stat
         return bad(err, errlen, "control file term history has %u entries (max %d)", n,
                    TERM_HISTORY_MAX);
     if ((size_t)body != FIXED_BODY_SIZE + 16 * (size_t)n)
-        return bad(err, errlen, "control file body length %u does not fit %u history entries",
-                   body, n);
+        return bad(err, errlen, "control file body length %u does not fit %u history entries", body,
+                   n);
     st.history.n = n;
     for (uint32_t i = 0; i < n; i++) {
         st.history.entries[i].term = get_u64(&r);
@@ -178,14 +179,12 @@ int control_file_decode(const uint8_t *buf, size_t len, acceptor_persistent_stat
 
     if (strata_id_is_zero(&st.tenant_id) || strata_id_is_zero(&st.timeline_id))
         return bad(err, errlen, "control file has a zero tenant or timeline id");
-    if (st.wal_seg_size != 0 &&
-        (st.wal_seg_size < (1u << 16) || st.wal_seg_size > (1u << 30) ||
-         (st.wal_seg_size & (st.wal_seg_size - 1)) != 0))
+    if (st.wal_seg_size != 0 && (st.wal_seg_size < (1u << 16) || st.wal_seg_size > (1u << 30) ||
+                                 (st.wal_seg_size & (st.wal_seg_size - 1)) != 0))
         return bad(err, errlen, "control file has invalid wal_seg_size %u", st.wal_seg_size);
     if (n > 0 && st.history.entries[n - 1].term > st.term)
         return bad(err, errlen, "control file term %llu is below its history's last term %llu",
-                   (unsigned long long)st.term,
-                   (unsigned long long)st.history.entries[n - 1].term);
+                   (unsigned long long)st.term, (unsigned long long)st.history.entries[n - 1].term);
     *out = st;
     return 0;
 }

@@ -97,7 +97,8 @@ static void on_timeline(const http_request *req, http_response *resp, void *arg)
         }
     }
     free(snap);
-    http_response_error(resp, 404, "tenant %s timeline %s not found on this safekeeper", tbuf, lbuf);
+    http_response_error(resp, 404, "tenant %s timeline %s not found on this safekeeper", tbuf,
+                        lbuf);
 }
 
 http_server *sk_http_start(sk_node *node, const char *host, int port, char *err, size_t errlen)

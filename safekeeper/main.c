@@ -33,12 +33,20 @@
 typedef struct option_def {
     const char *name; /* flag and config key */
     const char *env;
-    const char *def;  /* NULL: no default */
+    const char *def; /* NULL: no default */
     const char *help;
 } option_def;
 
-enum { OPT_ID, OPT_DATADIR, OPT_LISTEN_PG, OPT_LISTEN_HTTP, OPT_PASSWORD, OPT_LOG_LEVEL, OPT_CONFIG,
-       OPT_COUNT };
+enum {
+    OPT_ID,
+    OPT_DATADIR,
+    OPT_LISTEN_PG,
+    OPT_LISTEN_HTTP,
+    OPT_PASSWORD,
+    OPT_LOG_LEVEL,
+    OPT_CONFIG,
+    OPT_COUNT
+};
 
 static const option_def option_defs[OPT_COUNT] = {
     {"id", "SAFEKEEPER_ID", NULL, "node id, a positive integer (required)"},
@@ -265,8 +273,8 @@ int main(int argc, char **argv)
     static daemon_state d;
     d.lock_fd = durable_lock_dir(datadir, LOCK_FILE);
     if (d.lock_fd == -EWOULDBLOCK)
-        log_fatal("data directory %s is in use by another safekeeper (see %s/%s)", datadir,
-                  datadir, LOCK_FILE);
+        log_fatal("data directory %s is in use by another safekeeper (see %s/%s)", datadir, datadir,
+                  LOCK_FILE);
     if (d.lock_fd < 0)
         log_fatal("cannot lock data directory %s: %s", datadir, strerror(-d.lock_fd));
 

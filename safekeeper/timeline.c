@@ -156,9 +156,14 @@ static void on_ws_error(void *arg, int err)
 
 static int open_store(sk_timeline *tl, uint32_t seg_size)
 {
-    wal_store_config cfg = {.dir = tl->dir, .seg_size = seg_size, .ring = tl->node->ring,
-                            .on_flushed = on_ws_flushed, .on_error = on_ws_error,
-                            .on_written = on_ws_written, .arg = tl, .caller_syncs = true};
+    wal_store_config cfg = {.dir = tl->dir,
+                            .seg_size = seg_size,
+                            .ring = tl->node->ring,
+                            .on_flushed = on_ws_flushed,
+                            .on_error = on_ws_error,
+                            .on_written = on_ws_written,
+                            .arg = tl,
+                            .caller_syncs = true};
     return wal_store_open(&cfg, &tl->ws);
 }
 
@@ -388,7 +393,8 @@ static void tl_kick(sk_timeline *tl)
         }
         start_output(tl, p, false);
     }
-    if (acceptor_commit_lsn(&tl->acc) != commit_before || acceptor_flush_lsn(&tl->acc) != flush_before)
+    if (acceptor_commit_lsn(&tl->acc) != commit_before ||
+        acceptor_flush_lsn(&tl->acc) != flush_before)
         wake_senders(tl);
     publish_timeline(tl);
 }
@@ -421,14 +427,12 @@ static void tl_register(sk_node *node, sk_timeline *tl)
     const char *names[] = {"tenant_id", "timeline_id"};
     const char *values[] = {strata_id_format(&tl->tenant_id, t),
                             strata_id_format(&tl->timeline_id, l)};
-    tl->g_flush = metrics_gauge_register(r, "safekeeper_flush_lsn",
-                                         "End of the last complete WAL record fsynced", 2, names,
-                                         values);
-    tl->g_commit = metrics_gauge_register(r, "safekeeper_commit_lsn",
-                                          "Committed end of WAL served to consumers", 2, names,
-                                          values);
-    tl->g_term = metrics_gauge_register(r, "safekeeper_term", "Highest term voted for", 2, names,
-                                        values);
+    tl->g_flush = metrics_gauge_register(
+        r, "safekeeper_flush_lsn", "End of the last complete WAL record fsynced", 2, names, values);
+    tl->g_commit = metrics_gauge_register(
+        r, "safekeeper_commit_lsn", "Committed end of WAL served to consumers", 2, names, values);
+    tl->g_term =
+        metrics_gauge_register(r, "safekeeper_term", "Highest term voted for", 2, names, values);
     tl->index = node->n_timelines;
     node->timelines[node->n_timelines++] = tl;
     pthread_mutex_lock(&node->snap_lock);
@@ -574,8 +578,9 @@ static int tl_load(sk_node *node, const strata_id *tenant, const strata_id *time
     tl->persisted = st;
     tl_register(node, tl);
     char name[80], e[LSN_FMT_LEN], c[LSN_FMT_LEN];
-    log_info("loaded timeline %s term=%llu end_of_wal=%s commit_lsn=%s", tl_name(tl, name, sizeof name),
-             (unsigned long long)st.term, lsn_format(end, e), lsn_format(st.commit_lsn, c));
+    log_info("loaded timeline %s term=%llu end_of_wal=%s commit_lsn=%s",
+             tl_name(tl, name, sizeof name), (unsigned long long)st.term, lsn_format(end, e),
+             lsn_format(st.commit_lsn, c));
     return 0;
 }
 
@@ -638,8 +643,8 @@ static void on_housekeeping(uv_timer_t *t)
 
 /* ---- node ------------------------------------------------------------- */
 
-int sk_node_init(sk_node *node, uv_loop_t *loop, uring *ring, const char *datadir,
-                 uint64_t node_id, char *err, size_t errlen)
+int sk_node_init(sk_node *node, uv_loop_t *loop, uring *ring, const char *datadir, uint64_t node_id,
+                 char *err, size_t errlen)
 {
     memset(node, 0, sizeof *node);
     node->loop = loop;
@@ -661,13 +666,13 @@ int sk_node_init(sk_node *node, uv_loop_t *loop, uring *ring, const char *datadi
         (int)(sizeof fsync_bounds / sizeof fsync_bounds[0]), 0, NULL, NULL);
     m->connections_total = metrics_counter_register(r, "safekeeper_connections_total",
                                                     "Connections accepted", 0, NULL, NULL);
-    m->connections = metrics_gauge_register(r, "safekeeper_connections", "Open connections", 0,
-                                            NULL, NULL);
+    m->connections =
+        metrics_gauge_register(r, "safekeeper_connections", "Open connections", 0, NULL, NULL);
     m->errors = metrics_counter_register(r, "safekeeper_errors_total",
                                          "Protocol and storage errors", 0, NULL, NULL);
-    m->wal_segments_removed = metrics_counter_register(
-        r, "safekeeper_wal_segments_removed_total", "WAL segments removed below the horizon", 0,
-        NULL, NULL);
+    m->wal_segments_removed =
+        metrics_counter_register(r, "safekeeper_wal_segments_removed_total",
+                                 "WAL segments removed below the horizon", 0, NULL, NULL);
     node->snap = calloc(SK_MAX_TIMELINES, sizeof *node->snap);
     if (node->snap == NULL) {
         snprintf(err, errlen, "out of memory");

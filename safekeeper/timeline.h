@@ -91,8 +91,8 @@ typedef struct sk_pusher {
     pgwire_conn *conn; /* NULL once the connection closed */
     strata_id tenant_id;
     strata_id timeline_id;
-    sk_timeline *tl;   /* NULL until the greeting found or created it */
-    uint8_t *msg;      /* the message waiting or being executed (owned) */
+    sk_timeline *tl; /* NULL until the greeting found or created it */
+    uint8_t *msg;    /* the message waiting or being executed (owned) */
     size_t msg_len;
     bool queued;
     struct sk_pusher *next_queued;
@@ -100,8 +100,8 @@ typedef struct sk_pusher {
 
 /* Loads every timeline under datadir (control file, end of WAL, acceptor
  * restore) and starts the housekeeping timer.  0, or -1 with err. */
-int sk_node_init(sk_node *node, uv_loop_t *loop, uring *ring, const char *datadir,
-                 uint64_t node_id, char *err, size_t errlen);
+int sk_node_init(sk_node *node, uv_loop_t *loop, uring *ring, const char *datadir, uint64_t node_id,
+                 char *err, size_t errlen);
 
 /* Saves lazily-kept state, stops timers, closes stores.  Call after the
  * ring was closed (nothing in flight) and connections are gone. */

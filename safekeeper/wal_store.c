@@ -378,8 +378,8 @@ static void submit_pending(wal_store *ws)
     for (wal_write *w = ws->head; w != NULL; w = w->next) {
         if (w->submitted)
             continue;
-        int rc = uring_write(ws->ring, w->fd, w->data, w->end - w->start, w->offset,
-                             on_write_done, w);
+        int rc =
+            uring_write(ws->ring, w->fd, w->data, w->end - w->start, w->offset, on_write_done, w);
         if (rc == -EBUSY) {
             uring_wait_for_space(ws->ring, &ws->space_waiter);
             return;
@@ -452,8 +452,7 @@ static void pump(wal_store *ws)
 {
     if (ws->failed != 0)
         return;
-    if (!ws->caller_syncs && !ws->round_active && ws->written_lsn > ws->flush_lsn &&
-        any_dirty(ws))
+    if (!ws->caller_syncs && !ws->round_active && ws->written_lsn > ws->flush_lsn && any_dirty(ws))
         start_round(ws);
     submit_pending(ws);
 }
@@ -578,8 +577,12 @@ int wal_store_append(wal_store *ws, lsn_t lsn, const void *data, size_t len)
             store_fail(ws, -ENOMEM);
             return -ENOMEM;
         }
-        *w = (wal_write){.ws = ws, .segno = segno, .fd = s->fd, .offset = off,
-                         .start = ws->write_lsn, .end = ws->write_lsn + piece};
+        *w = (wal_write){.ws = ws,
+                         .segno = segno,
+                         .fd = s->fd,
+                         .offset = off,
+                         .start = ws->write_lsn,
+                         .end = ws->write_lsn + piece};
         memcpy(w->data, p, piece);
         if (ws->tail != NULL)
             ws->tail->next = w;

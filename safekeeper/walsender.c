@@ -113,8 +113,8 @@ static void pump(sk_sender *s)
     wal_store *ws = sk_timeline_store(s->tl);
     lsn_t end = serve_end(s);
     while (ws != NULL && s->pos < end && !pgwire_conn_is_congested(s->c)) {
-        size_t want = end - s->pos < WALSENDER_MAX_CHUNK ? (size_t)(end - s->pos)
-                                                         : WALSENDER_MAX_CHUNK;
+        size_t want =
+            end - s->pos < WALSENDER_MAX_CHUNK ? (size_t)(end - s->pos) : WALSENDER_MAX_CHUNK;
         ssize_t n = wal_store_read(ws, s->pos, s->buf, want);
         if (n == -ENOENT) {
             s->done = true;

@@ -67,8 +67,8 @@ static void test_roundtrip(void **state)
 
 /* Encodes st, lets mutate change the bytes, optionally fixes the CRC, and
  * expects decode to fail with a message containing want. */
-static void expect_rejected(const acceptor_persistent_state *st, void (*mutate)(uint8_t *, size_t *),
-                            bool fix_crc, const char *want)
+static void expect_rejected(const acceptor_persistent_state *st,
+                            void (*mutate)(uint8_t *, size_t *), bool fix_crc, const char *want)
 {
     static uint8_t buf[CONTROL_FILE_MAX_SIZE + 64];
     size_t len = control_file_encode(st, buf, CONTROL_FILE_MAX_SIZE);
@@ -93,11 +93,31 @@ static void set_u32(uint8_t *p, uint32_t v)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
-static void mut_magic(uint8_t *b, size_t *len) { (void)len; b[0] ^= 0xFF; }
-static void mut_version(uint8_t *b, size_t *len) { (void)len; set_u32(b + 4, 2); }
-static void mut_short(uint8_t *b, size_t *len) { (void)b; *len = 50; }
-static void mut_drop_last(uint8_t *b, size_t *len) { (void)b; *len -= 1; }
-static void mut_body_len(uint8_t *b, size_t *len) { (void)len; set_u32(b + 8, 124 + 16 * 2); }
+static void mut_magic(uint8_t *b, size_t *len)
+{
+    (void)len;
+    b[0] ^= 0xFF;
+}
+static void mut_version(uint8_t *b, size_t *len)
+{
+    (void)len;
+    set_u32(b + 4, 2);
+}
+static void mut_short(uint8_t *b, size_t *len)
+{
+    (void)b;
+    *len = 50;
+}
+static void mut_drop_last(uint8_t *b, size_t *len)
+{
+    (void)b;
+    *len -= 1;
+}
+static void mut_body_len(uint8_t *b, size_t *len)
+{
+    (void)len;
+    set_u32(b + 8, 124 + 16 * 2);
+}
 static void mut_extra(uint8_t *b, size_t *len)
 {
     /* Two more bytes in the body, body length adjusted to match. */
@@ -108,16 +128,36 @@ static void mut_extra(uint8_t *b, size_t *len)
 /* Body offsets: tenant 12, timeline 28, pg_version 44, system_id 48,
  * seg size 56, node 60, term 68, start 76, flush 84, commit 92, trunc 100,
  * feedback 108..131, n 132, entries 136. */
-static void mut_hist_n(uint8_t *b, size_t *len) { (void)len; set_u32(b + 132, 4); }
-static void mut_hist_huge(uint8_t *b, size_t *len) { (void)len; set_u32(b + 132, 100000); }
+static void mut_hist_n(uint8_t *b, size_t *len)
+{
+    (void)len;
+    set_u32(b + 132, 4);
+}
+static void mut_hist_huge(uint8_t *b, size_t *len)
+{
+    (void)len;
+    set_u32(b + 132, 100000);
+}
 static void mut_hist_order(uint8_t *b, size_t *len)
 {
     (void)len;
     memset(b + 136 + 16, 0, 8); /* second entry's term = 0 < first */
 }
-static void mut_zero_tenant(uint8_t *b, size_t *len) { (void)len; memset(b + 12, 0, 16); }
-static void mut_seg_size(uint8_t *b, size_t *len) { (void)len; set_u32(b + 56, 3u << 20); }
-static void mut_term_low(uint8_t *b, size_t *len) { (void)len; memset(b + 68, 0, 8); }
+static void mut_zero_tenant(uint8_t *b, size_t *len)
+{
+    (void)len;
+    memset(b + 12, 0, 16);
+}
+static void mut_seg_size(uint8_t *b, size_t *len)
+{
+    (void)len;
+    set_u32(b + 56, 3u << 20);
+}
+static void mut_term_low(uint8_t *b, size_t *len)
+{
+    (void)len;
+    memset(b + 68, 0, 8);
+}
 
 static void test_corruption_rejected(void **state)
 {

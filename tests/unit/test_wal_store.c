@@ -51,8 +51,12 @@ static void on_error(void *arg, int err)
 
 static void open_store(fixture *f)
 {
-    wal_store_config cfg = {.dir = f->dir, .seg_size = SEG, .ring = f->ring,
-                            .on_flushed = on_flushed, .on_error = on_error, .arg = f};
+    wal_store_config cfg = {.dir = f->dir,
+                            .seg_size = SEG,
+                            .ring = f->ring,
+                            .on_flushed = on_flushed,
+                            .on_error = on_error,
+                            .arg = f};
     assert_int_equal(wal_store_open(&cfg, &f->ws), 0);
 }
 
@@ -134,7 +138,8 @@ static void test_segment_names(void **state)
     assert_string_equal(name, "000000010000000200000001");
     uint64_t segno;
     bool partial;
-    assert_true(parse_segment_name(16u << 20, "0000000100000001000000FF.partial", &segno, &partial));
+    assert_true(
+        parse_segment_name(16u << 20, "0000000100000001000000FF.partial", &segno, &partial));
     assert_int_equal(segno, 0x1FF);
     assert_true(partial);
     assert_false(parse_segment_name(16u << 20, "000000020000000100000001", &segno, &partial));
@@ -300,9 +305,14 @@ static void test_caller_driven_sync(void **state)
     fixture *f = *state;
     manual m = {.f = f};
     wal_store_close(f->ws);
-    wal_store_config cfg = {.dir = f->dir, .seg_size = SEG, .ring = f->ring,
-                            .on_flushed = on_flushed_manual, .on_error = on_error,
-                            .on_written = on_written_manual, .arg = &m, .caller_syncs = true};
+    wal_store_config cfg = {.dir = f->dir,
+                            .seg_size = SEG,
+                            .ring = f->ring,
+                            .on_flushed = on_flushed_manual,
+                            .on_error = on_error,
+                            .on_written = on_written_manual,
+                            .arg = &m,
+                            .caller_syncs = true};
     assert_int_equal(wal_store_open(&cfg, &f->ws), 0);
     lsn_t start = 4096;
     assert_int_equal(wal_store_truncate(f->ws, start), 0);
@@ -431,10 +441,18 @@ static void test_shared_ring_full(void **state)
     assert_int_equal(mkdir(dir2, 0700), 0);
     fixture other = {0};
     wal_store *a, *b;
-    wal_store_config ca = {.dir = f->dir, .seg_size = SEG, .ring = small,
-                           .on_flushed = on_flushed, .on_error = on_error, .arg = f};
-    wal_store_config cb = {.dir = dir2, .seg_size = SEG, .ring = small,
-                           .on_flushed = on_flushed, .on_error = on_error, .arg = &other};
+    wal_store_config ca = {.dir = f->dir,
+                           .seg_size = SEG,
+                           .ring = small,
+                           .on_flushed = on_flushed,
+                           .on_error = on_error,
+                           .arg = f};
+    wal_store_config cb = {.dir = dir2,
+                           .seg_size = SEG,
+                           .ring = small,
+                           .on_flushed = on_flushed,
+                           .on_error = on_error,
+                           .arg = &other};
     assert_int_equal(wal_store_open(&ca, &a), 0);
     assert_int_equal(wal_store_open(&cb, &b), 0);
     assert_int_equal(wal_store_truncate(a, 8), 0);
