@@ -30,6 +30,8 @@ char *strata_safekeeper_password = NULL;
 int strata_safekeeper_connect_timeout = 10000;
 int strata_safekeeper_reconnect_delay = 100;
 int strata_safekeeper_reconnect_max_delay = 5000;
+int strata_safekeeper_heartbeat_interval = 1000;
+int strata_safekeeper_timeout = 10000;
 int strata_wal_buffer_size = 16 * 1024;
 char *strata_local_user = NULL;
 
@@ -109,6 +111,15 @@ static void define_gucs(void)
                             "Longest delay between reconnection attempts.", NULL,
                             &strata_safekeeper_reconnect_max_delay, 5000, 1, 3600 * 1000,
                             PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+    DefineCustomIntVariable("strata.safekeeper_heartbeat_interval",
+                            "Send an empty append to an idle safekeeper this often.", NULL,
+                            &strata_safekeeper_heartbeat_interval, 1000, 10, 60 * 1000,
+                            PGC_POSTMASTER, GUC_UNIT_MS, NULL, NULL, NULL);
+    DefineCustomIntVariable("strata.safekeeper_timeout",
+                            "Drop and reconnect a safekeeper that stays silent this long.",
+                            "Must exceed strata.safekeeper_heartbeat_interval.",
+                            &strata_safekeeper_timeout, 10000, 100, 3600 * 1000, PGC_POSTMASTER,
+                            GUC_UNIT_MS, NULL, NULL, NULL);
     DefineCustomIntVariable("strata.wal_buffer_size",
                             "WAL the walproposer keeps in memory for lagging safekeepers.",
                             "Older WAL is read back from pg_wal.", &strata_wal_buffer_size,

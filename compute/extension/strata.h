@@ -26,6 +26,11 @@ extern int strata_safekeeper_connect_timeout;
  * doubles per failure up to strata.safekeeper_reconnect_max_delay. */
 extern int strata_safekeeper_reconnect_delay;
 extern int strata_safekeeper_reconnect_max_delay;
+/* strata.safekeeper_heartbeat_interval (ms): an idle safekeeper gets an
+ * empty append this often.  strata.safekeeper_timeout (ms): a connected
+ * safekeeper silent this long is dropped and reconnected. */
+extern int strata_safekeeper_heartbeat_interval;
+extern int strata_safekeeper_timeout;
 /* strata.wal_buffer_size (kB): WAL kept in memory for lagging acceptors. */
 extern int strata_wal_buffer_size;
 /* strata.local_user: role for the replication connection to the own

@@ -760,6 +760,8 @@ static void start_core(void)
     cfg.wal_seg_size = (uint32)wal_segment_size;
     cfg.bootstrap_lsn = insert - XLogSegmentOffset(insert, wal_segment_size);
     cfg.sync_safekeepers = false;
+    cfg.heartbeat_ms = (uint32)strata_safekeeper_heartbeat_interval;
+    cfg.timeout_ms = (uint32)strata_safekeeper_timeout;
     if (proposer_init(&wp.core, &cfg, monotonic_ms(), &why) != 0)
         ereport(FATAL, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                         errmsg("strata walproposer: bad configuration"), errdetail("%s", why)));

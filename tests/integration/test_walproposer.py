@@ -520,3 +520,32 @@ def test_compute_restart_continues_the_timeline(cluster):
     assert lsn_to_int(m[1][1]) == flushed
     with compute.connect() as conn:
         assert conn.execute("SELECT count(*) FROM probe WHERE v = 6").fetchone()[0] == 1
+
+
+def test_sync_safekeepers_fails_without_majority(cluster):
+    """With two of three safekeepers gone, sync-safekeepers cannot be elected:
+    it exits 1 with a one-line reason within its timeout."""
+    cluster.compute.stop()
+    cluster.safekeepers[1].stop()
+    cluster.safekeepers[2].stop()
+    start = time.monotonic()
+    proc = cluster.sync_safekeepers(timeout=3)
+    assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
+    assert time.monotonic() - start < 20
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "timed out" in lines[0], proc.stderr
+
+
+def test_refuses_to_start_without_synchronous_standby(make_cluster):
+    """Without synchronous_standby_names naming the walproposer, commits would
+    return before the safekeepers have them: the server must not start."""
+    cluster = make_cluster()
+    compute = cluster.compute
+    compute.stop()
+    with open(os.path.join(compute.datadir, "postgresql.conf"), "a") as f:
+        f.write("synchronous_standby_names = ''\n")
+    proc = run_as_postgres([os.path.join(PG_BIN, "pg_ctl"), "-D", compute.datadir, "-l",
+                            compute.log_path, "-w", "-t", "30", "start"])
+    assert proc.returncode != 0
+    assert "strata.safekeepers requires synchronous_standby_names = 'walproposer'" in compute.log()
