@@ -83,6 +83,12 @@ int cmd_sync_safekeepers(const cli_opts *o)
     if (load_cluster(o, &c, &err) != 0 ||
         locate_sibling("strata-sync-safekeepers", program, &err) != 0)
         return cli_fail(&err);
+    /* It is a second proposer: its election fences a running compute. */
+    if (compute_pid(&c) != 0) {
+        cli_err_set(&err, "the compute is running and sync-safekeepers would fence it "
+                          "(strata stop compute first)");
+        return cli_fail(&err);
+    }
     safekeepers_list(&c, sks, sizeof sks);
     char *fixed[] = {"--safekeepers", sks, "--tenant", strata_id_format(&c.tenant_id, tenant),
                      "--timeline", strata_id_format(&c.timeline_id, timeline)};
