@@ -83,30 +83,27 @@ static bool check_safekeepers(char **newval, void **extra, GucSource source)
 
 static void define_gucs(void)
 {
-    DefineCustomStringVariable("strata.safekeepers",
-                               "Safekeepers the walproposer streams WAL to.",
-                               "host:port pairs separated by commas; empty disables the walproposer.",
-                               &strata_safekeepers, "", PGC_POSTMASTER, 0, check_safekeepers,
-                               NULL, NULL);
+    DefineCustomStringVariable(
+        "strata.safekeepers", "Safekeepers the walproposer streams WAL to.",
+        "host:port pairs separated by commas; empty disables the walproposer.", &strata_safekeepers,
+        "", PGC_POSTMASTER, 0, check_safekeepers, NULL, NULL);
     DefineCustomStringVariable("strata.tenant_id", "Tenant of this compute's timeline.",
                                "32 hexadecimal digits.", &strata_tenant_id, "", PGC_POSTMASTER, 0,
                                check_id, NULL, NULL);
     DefineCustomStringVariable("strata.timeline_id", "Timeline this compute writes.",
-                               "32 hexadecimal digits.", &strata_timeline_id, "", PGC_POSTMASTER,
-                               0, check_id, NULL, NULL);
-    DefineCustomStringVariable("strata.safekeeper_password",
-                               "Password for connections to safekeepers.", "Empty: none.",
-                               &strata_safekeeper_password, "", PGC_POSTMASTER,
-                               GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+                               "32 hexadecimal digits.", &strata_timeline_id, "", PGC_POSTMASTER, 0,
+                               check_id, NULL, NULL);
+    DefineCustomStringVariable(
+        "strata.safekeeper_password", "Password for connections to safekeepers.", "Empty: none.",
+        &strata_safekeeper_password, "", PGC_POSTMASTER, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
     DefineCustomIntVariable("strata.safekeeper_connect_timeout",
                             "Abandon a safekeeper connection attempt after this long.", NULL,
-                            &strata_safekeeper_connect_timeout, 10000, 100, 3600 * 1000,
-                            PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+                            &strata_safekeeper_connect_timeout, 10000, 100, 3600 * 1000, PGC_SIGHUP,
+                            GUC_UNIT_MS, NULL, NULL, NULL);
     DefineCustomIntVariable("strata.safekeeper_reconnect_delay",
                             "First delay before reconnecting to a failed safekeeper.",
-                            "Doubles per consecutive failure.",
-                            &strata_safekeeper_reconnect_delay, 100, 1, 3600 * 1000, PGC_SIGHUP,
-                            GUC_UNIT_MS, NULL, NULL, NULL);
+                            "Doubles per consecutive failure.", &strata_safekeeper_reconnect_delay,
+                            100, 1, 3600 * 1000, PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
     DefineCustomIntVariable("strata.safekeeper_reconnect_max_delay",
                             "Longest delay between reconnection attempts.", NULL,
                             &strata_safekeeper_reconnect_max_delay, 5000, 1, 3600 * 1000,
@@ -115,20 +112,18 @@ static void define_gucs(void)
                             "Send an empty append to an idle safekeeper this often.", NULL,
                             &strata_safekeeper_heartbeat_interval, 1000, 10, 60 * 1000,
                             PGC_POSTMASTER, GUC_UNIT_MS, NULL, NULL, NULL);
-    DefineCustomIntVariable("strata.safekeeper_timeout",
-                            "Drop and reconnect a safekeeper that stays silent this long.",
-                            "Must exceed strata.safekeeper_heartbeat_interval.",
-                            &strata_safekeeper_timeout, 10000, 100, 3600 * 1000, PGC_POSTMASTER,
-                            GUC_UNIT_MS, NULL, NULL, NULL);
-    DefineCustomIntVariable("strata.wal_buffer_size",
-                            "WAL the walproposer keeps in memory for lagging safekeepers.",
-                            "Older WAL is read back from pg_wal.", &strata_wal_buffer_size,
-                            16 * 1024, 256, 1024 * 1024, PGC_POSTMASTER, GUC_UNIT_KB, NULL, NULL,
-                            NULL);
-    DefineCustomStringVariable("strata.local_user",
-                               "Role of the walproposer's replication connection to its own server.",
-                               "Empty: the operating-system user running the server.",
-                               &strata_local_user, "", PGC_POSTMASTER, 0, NULL, NULL, NULL);
+    DefineCustomIntVariable(
+        "strata.safekeeper_timeout", "Drop and reconnect a safekeeper that stays silent this long.",
+        "Must exceed strata.safekeeper_heartbeat_interval.", &strata_safekeeper_timeout, 10000, 100,
+        3600 * 1000, PGC_POSTMASTER, GUC_UNIT_MS, NULL, NULL, NULL);
+    DefineCustomIntVariable(
+        "strata.wal_buffer_size", "WAL the walproposer keeps in memory for lagging safekeepers.",
+        "Older WAL is read back from pg_wal.", &strata_wal_buffer_size, 16 * 1024, 256, 1024 * 1024,
+        PGC_POSTMASTER, GUC_UNIT_KB, NULL, NULL, NULL);
+    DefineCustomStringVariable(
+        "strata.local_user", "Role of the walproposer's replication connection to its own server.",
+        "Empty: the operating-system user running the server.", &strata_local_user, "",
+        PGC_POSTMASTER, 0, NULL, NULL, NULL);
     MarkGUCPrefixReserved("strata");
 }
 
@@ -147,12 +142,16 @@ static void check_server_settings(void)
                         errmsg("strata.safekeepers requires max_wal_senders > 0"),
                         errdetail("The walproposer reads WAL through a walsender.")));
     if (SyncRepStandbyNames == NULL || strcasestr(SyncRepStandbyNames, "walproposer") == NULL)
-        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                        errmsg("strata.safekeepers requires synchronous_standby_names = 'walproposer'"),
-                        errdetail("Without it commits would return before a majority of safekeepers has them.")));
+        ereport(
+            ERROR,
+            (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+             errmsg("strata.safekeepers requires synchronous_standby_names = 'walproposer'"),
+             errdetail(
+                 "Without it commits would return before a majority of safekeepers has them.")));
     if (strata_tenant_id[0] == '\0' || strata_timeline_id[0] == '\0')
-        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                        errmsg("strata.safekeepers requires strata.tenant_id and strata.timeline_id")));
+        ereport(ERROR,
+                (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                 errmsg("strata.safekeepers requires strata.tenant_id and strata.timeline_id")));
 }
 
 void _PG_init(void)

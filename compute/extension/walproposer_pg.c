@@ -73,7 +73,7 @@ typedef struct sk_slot {
     char port[16];
     char addr[NAMEDATALEN * 2 + 17]; /* "host:port" for messages */
     pqstream stream;
-    bool up;                 /* the core has been told it is connected */
+    bool up; /* the core has been told it is connected */
     TimestampTz connect_started;
     TimestampTz connected_at; /* 0 while not streaming */
     TimestampTz next_attempt;
@@ -89,26 +89,26 @@ static struct {
 
     /* Replication stream from our own walsender. */
     pqstream local;
-    bool local_wanted;       /* elected: the stream should run */
-    lsn_t local_start;       /* where it starts streaming */
+    bool local_wanted; /* elected: the stream should run */
+    lsn_t local_start; /* where it starts streaming */
     TimestampTz local_next_attempt;
     walbuf buf;
-    lsn_t wal_end;           /* end of WAL received so far */
+    lsn_t wal_end; /* end of WAL received so far */
     char waldir[MAXPGPATH];
-    uint8 *scratch;          /* WALPUSH_MAX_MESSAGE bytes for encoding */
-    uint8 *walbytes;         /* WALPUSH_MAX_APPEND bytes of one append */
+    uint8 *scratch;  /* WALPUSH_MAX_MESSAGE bytes for encoding */
+    uint8 *walbytes; /* WALPUSH_MAX_APPEND bytes of one append */
 
     /* The proposer core and the effects of the current call into it. */
     proposer core;
     proposer_output out;
-    uint32 failed;           /* acceptors to drop once the effects ran */
-    bool busy;               /* a receive budget ran out: poll again at once */
-    int fence_acceptor;      /* sender and term of the message being handled */
+    uint32 failed;      /* acceptors to drop once the effects ran */
+    bool busy;          /* a receive budget ran out: poll again at once */
+    int fence_acceptor; /* sender and term of the message being handled */
     uint64 fence_term;
 
     /* Commit acknowledgement. */
-    lsn_t commit_lsn;        /* quorum commit reported by the core */
-    lsn_t acked_lsn;         /* last value sent in a status update */
+    lsn_t commit_lsn; /* quorum commit reported by the core */
+    lsn_t acked_lsn;  /* last value sent in a status update */
     TimestampTz last_status;
 
     /* Waiting. */
@@ -211,7 +211,8 @@ static void sk_start(sk_slot *sk, TimestampTz now)
     char query[64];
 
     snprintf(options, sizeof(options), "-c tenant_id=%s -c timeline_id=%s",
-             strata_id_format(&wp.tenant, tenant_hex), strata_id_format(&wp.timeline, timeline_hex));
+             strata_id_format(&wp.tenant, tenant_hex),
+             strata_id_format(&wp.timeline, timeline_hex));
     snprintf(timeout_s, sizeof(timeout_s), "%d", Max(1, strata_safekeeper_connect_timeout / 1000));
     keys[n] = "host", vals[n++] = sk->host;
     keys[n] = "port", vals[n++] = sk->port;
@@ -249,7 +250,8 @@ static void local_start(TimestampTz now)
     /* Our own postmaster: its first unix socket directory, else loopback. */
     if (Unix_socket_directories != NULL && Unix_socket_directories[0] != '\0') {
         const char *comma = strchr(Unix_socket_directories, ',');
-        size_t len = comma ? (size_t)(comma - Unix_socket_directories) : strlen(Unix_socket_directories);
+        size_t len =
+            comma ? (size_t)(comma - Unix_socket_directories) : strlen(Unix_socket_directories);
         strlcpy(host, Unix_socket_directories, Min(len + 1, sizeof(host)));
     } else
         strlcpy(host, "127.0.0.1", sizeof(host));
@@ -416,11 +418,14 @@ static void send_append(int i, const append_request *ar, TimestampTz now)
     if (wal_len > 0 && !wal_read(ar->begin_lsn, wp.walbytes, wal_len, err, sizeof(err))) {
         char lsnbuf[LSN_FMT_LEN];
 
-        ereport(WARNING, (errcode(ERRCODE_UNDEFINED_FILE),
-                          errmsg("strata walproposer: cannot send WAL at %s to safekeeper %s",
-                                 lsn_format(ar->begin_lsn, lsnbuf), sk->addr),
-                          errdetail("%s", err),
-                          errhint("Raise wal_keep_size so that pg_wal keeps the WAL lagging safekeepers need.")));
+        ereport(
+            WARNING,
+            (errcode(ERRCODE_UNDEFINED_FILE),
+             errmsg("strata walproposer: cannot send WAL at %s to safekeeper %s",
+                    lsn_format(ar->begin_lsn, lsnbuf), sk->addr),
+             errdetail("%s", err),
+             errhint(
+                 "Raise wal_keep_size so that pg_wal keeps the WAL lagging safekeepers need.")));
         wp.failed |= 1u << i;
         return;
     }
@@ -452,7 +457,8 @@ static void on_elected(const proposer_effect *e, TimestampTz now)
      * start beyond our WAL means the safekeepers hold WAL we never had.
      */
     if (e->u.elected.term_start_lsn > local_flush)
-        wp_stop(psprintf("the safekeepers' WAL ends at %s, beyond this server's WAL at %s: this compute did not write that WAL",
+        wp_stop(psprintf("the safekeepers' WAL ends at %s, beyond this server's WAL at %s: this "
+                         "compute did not write that WAL",
                          tstart, lsn_format(local_flush, flush)));
     wp.local_wanted = true;
     wp.local_start = e->u.elected.start_streaming_at;
@@ -497,7 +503,8 @@ static void run_effects(TimestampTz now)
                 send_append(i, &e->u.append, now);
                 break;
             case PROP_DISCONNECT:
-                ereport(LOG, (errmsg("strata walproposer: dropping safekeeper %s (timeout or protocol violation)",
+                ereport(LOG, (errmsg("strata walproposer: dropping safekeeper %s (timeout or "
+                                     "protocol violation)",
                                      wp.sk[i].addr)));
                 sk_drop(i, now);
                 break;
@@ -513,16 +520,16 @@ static void run_effects(TimestampTz now)
                 const char *why = e->u.reason;
 
                 if (wp.fence_term > proposer_term(&wp.core))
-                    why = psprintf("safekeeper %s is at term " UINT64_FORMAT
-                                   ", higher than ours " UINT64_FORMAT
-                                   ": another walproposer took over",
-                                   wp.sk[wp.fence_acceptor].addr, wp.fence_term,
-                                   proposer_term(&wp.core));
+                    why = psprintf(
+                        "safekeeper %s is at term " UINT64_FORMAT
+                        ", higher than ours " UINT64_FORMAT ": another walproposer took over",
+                        wp.sk[wp.fence_acceptor].addr, wp.fence_term, proposer_term(&wp.core));
                 wp_stop(psprintf("%s (%s)", why, e->u.reason));
                 break;
             }
             case PROP_SYNC_DONE:
-                elog(ERROR, "strata walproposer: the proposer core finished a sync in compute mode");
+                elog(ERROR,
+                     "strata walproposer: the proposer core finished a sync in compute mode");
             }
         }
         wp.out.n = 0;
@@ -534,8 +541,8 @@ static void run_effects(TimestampTz now)
             if (wp.failed & (1u << i)) {
                 wp.failed &= ~(1u << i);
                 if (wp.sk[i].stream.state != PQSTREAM_IDLE || wp.sk[i].up) {
-                    ereport(LOG, (errmsg("strata walproposer: lost safekeeper %s: %s", wp.sk[i].addr,
-                                         pqstream_error(&wp.sk[i].stream))));
+                    ereport(LOG, (errmsg("strata walproposer: lost safekeeper %s: %s",
+                                         wp.sk[i].addr, pqstream_error(&wp.sk[i].stream))));
                     sk_drop(i, now);
                 }
                 proposer_disconnected(&wp.core, i, &wp.out);
@@ -576,9 +583,10 @@ static void core_message(int i, const uint8 *buf, size_t len, TimestampTz now)
     wp.fence_acceptor = i;
     wp.fence_term = acceptor_msg_term(&msg);
     if (proposer_handle_message(&wp.core, i, &msg, &wp.out) != 0)
-        ereport(LOG, (errcode(ERRCODE_PROTOCOL_VIOLATION),
-                      errmsg("strata walproposer: unexpected message from safekeeper %s, reconnecting",
-                             wp.sk[i].addr)));
+        ereport(LOG,
+                (errcode(ERRCODE_PROTOCOL_VIOLATION),
+                 errmsg("strata walproposer: unexpected message from safekeeper %s, reconnecting",
+                        wp.sk[i].addr)));
     run_effects(now);
 }
 
@@ -817,7 +825,8 @@ void strata_walproposer_main(Datum arg)
 static void wp_stop(const char *reason)
 {
     ereport(LOG, (errmsg("strata walproposer: terminating: %s", reason),
-                  errdetail("Stopping the server with an immediate shutdown so that no waiting commit is acknowledged.")));
+                  errdetail("Stopping the server with an immediate shutdown so that no waiting "
+                            "commit is acknowledged.")));
     kill(PostmasterPid, SIGQUIT);
     proc_exit(1);
 }

@@ -48,8 +48,8 @@ void pqstream_init(pqstream *s)
     s->state = PQSTREAM_IDLE;
 }
 
-pqstream_result pqstream_start(pqstream *s, const char *const *keywords,
-                               const char *const *values, const char *start_query)
+pqstream_result pqstream_start(pqstream *s, const char *const *keywords, const char *const *values,
+                               const char *start_query)
 {
     assert(s->state == PQSTREAM_IDLE && s->conn == NULL);
     if (strlen(start_query) >= sizeof(s->query)) {

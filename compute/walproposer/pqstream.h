@@ -39,16 +39,16 @@ typedef enum pqstream_state {
 } pqstream_state;
 
 typedef enum pqstream_result {
-    PQSTREAM_OK = 0,   /* progressed or nothing to do; check the state */
-    PQSTREAM_FAILED,   /* connection closed; reason in pqstream_error() */
+    PQSTREAM_OK = 0, /* progressed or nothing to do; check the state */
+    PQSTREAM_FAILED, /* connection closed; reason in pqstream_error() */
 } pqstream_result;
 
 /* Owned by the caller (embed it anywhere); pqstream_init() before use. */
 typedef struct pqstream {
     pqstream_state state;
     PGconn *conn;
-    bool want_write;      /* connect poll or output flush wants writability */
-    bool want_read;       /* connect poll wants readability */
+    bool want_write;          /* connect poll or output flush wants writability */
+    bool want_read;           /* connect poll wants readability */
     unsigned long generation; /* bumped per connection: a reused fd number
                                * is then still seen as a new socket */
     char query[PQSTREAM_QUERY_LEN];
@@ -63,8 +63,8 @@ void pqstream_init(pqstream *s);
  * connected.  Returns PQSTREAM_FAILED (reason in pqstream_error()) if libpq
  * refused at once.  The stream must be IDLE.
  */
-pqstream_result pqstream_start(pqstream *s, const char *const *keywords,
-                               const char *const *values, const char *start_query);
+pqstream_result pqstream_start(pqstream *s, const char *const *keywords, const char *const *values,
+                               const char *start_query);
 
 /*
  * Moves a CONNECTING or STARTING stream forward after its socket became

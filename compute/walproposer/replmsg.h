@@ -28,11 +28,11 @@ typedef enum replmsg_kind {
 
 typedef struct replmsg {
     replmsg_kind kind;
-    lsn_t wal_start;        /* XLogData: LSN of data[0] */
-    lsn_t wal_end;          /* both: the sender's end of WAL */
-    int64_t send_time;      /* both: microseconds since 2000-01-01 */
-    int reply_requested;    /* keepalive only */
-    const uint8_t *data;    /* XLogData only: points into the input */
+    lsn_t wal_start;     /* XLogData: LSN of data[0] */
+    lsn_t wal_end;       /* both: the sender's end of WAL */
+    int64_t send_time;   /* both: microseconds since 2000-01-01 */
+    int reply_requested; /* keepalive only */
+    const uint8_t *data; /* XLogData only: points into the input */
     size_t data_len;
 } replmsg;
 

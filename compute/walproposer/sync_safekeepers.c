@@ -145,14 +145,14 @@ static void parse_safekeepers(sync_state *st, const char *list)
 }
 
 /* Connection parameters shared by the walpush and the donor streams. */
-static void connect_params(const sync_state *st, const sync_peer *p, char *options,
-                           size_t optlen, const char **keys, const char **vals)
+static void connect_params(const sync_state *st, const sync_peer *p, char *options, size_t optlen,
+                           const char **keys, const char **vals)
 {
     char t[STRATA_ID_HEX_LEN], l[STRATA_ID_HEX_LEN];
     int n = 0;
 
-    snprintf(options, optlen, "-c tenant_id=%s -c timeline_id=%s",
-             strata_id_format(&st->tenant, t), strata_id_format(&st->timeline, l));
+    snprintf(options, optlen, "-c tenant_id=%s -c timeline_id=%s", strata_id_format(&st->tenant, t),
+             strata_id_format(&st->timeline, l));
     keys[n] = "host", vals[n++] = p->host;
     keys[n] = "port", vals[n++] = p->port;
     keys[n] = "dbname", vals[n++] = "replication";
@@ -299,7 +299,8 @@ static void run_effects(sync_state *st, uint64_t now)
                 send_append(st, i, &e->u.append);
                 break;
             case PROP_DISCONNECT:
-                log_info("dropping safekeeper %s (timeout or protocol violation)", st->peers[i].addr);
+                log_info("dropping safekeeper %s (timeout or protocol violation)",
+                         st->peers[i].addr);
                 peer_drop(&st->peers[i], now);
                 break;
             case PROP_ELECTED:
@@ -455,8 +456,8 @@ static void handle_donor(sync_state *st, uint64_t now)
         }
         if (msg.kind == REPLMSG_KEEPALIVE && msg.reply_requested) {
             uint8_t status[REPLMSG_STATUS_LEN];
-            size_t sl = replmsg_encode_status(st->wal_end, st->wal_end, st->wal_end,
-                                              replmsg_now(), 0, status);
+            size_t sl = replmsg_encode_status(st->wal_end, st->wal_end, st->wal_end, replmsg_now(),
+                                              0, status);
             (void)pqstream_send(s, status, sl);
         }
         PQfreemem(raw);
@@ -501,8 +502,8 @@ static const char *progress(const sync_state *st)
     default: {
         char a[LSN_FMT_LEN], b[LSN_FMT_LEN];
         snprintf(buf, sizeof(buf), "elected, commit at %s of term start %s, %d of %d connected",
-                 lsn_format(proposer_commit_lsn(&st->core), a),
-                 lsn_format(st->term_start_lsn, b), up, st->n);
+                 lsn_format(proposer_commit_lsn(&st->core), a), lsn_format(st->term_start_lsn, b),
+                 up, st->n);
     }
     }
     return buf;
@@ -511,12 +512,16 @@ static const char *progress(const sync_state *st)
 int main(int argc, char **argv)
 {
     static sync_state st; /* large: keep it off the stack */
-    static const struct option opts[] = {
-        {"safekeepers", required_argument, NULL, 's'}, {"tenant", required_argument, NULL, 't'},
-        {"timeline", required_argument, NULL, 'l'},    {"password", required_argument, NULL, 'p'},
-        {"timeout", required_argument, NULL, 'T'},     {"max-wal-mb", required_argument, NULL, 'm'},
-        {"wal-seg-size", required_argument, NULL, 'w'}, {"verbose", no_argument, NULL, 'v'},
-        {"help", no_argument, NULL, 'h'},              {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"safekeepers", required_argument, NULL, 's'},
+                                         {"tenant", required_argument, NULL, 't'},
+                                         {"timeline", required_argument, NULL, 'l'},
+                                         {"password", required_argument, NULL, 'p'},
+                                         {"timeout", required_argument, NULL, 'T'},
+                                         {"max-wal-mb", required_argument, NULL, 'm'},
+                                         {"wal-seg-size", required_argument, NULL, 'w'},
+                                         {"verbose", no_argument, NULL, 'v'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
     const char *sks = NULL, *tenant = NULL, *timeline = NULL;
     long timeout_s = 60, max_wal_mb = 256;
     unsigned long seg_size = SYNC_DEFAULT_SEG_SIZE;
@@ -529,10 +534,18 @@ int main(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         char *end;
         switch (c) {
-        case 's': sks = optarg; break;
-        case 't': tenant = optarg; break;
-        case 'l': timeline = optarg; break;
-        case 'p': st.password = optarg; break;
+        case 's':
+            sks = optarg;
+            break;
+        case 't':
+            tenant = optarg;
+            break;
+        case 'l':
+            timeline = optarg;
+            break;
+        case 'p':
+            st.password = optarg;
+            break;
         case 'T':
             timeout_s = strtol(optarg, &end, 10);
             if (*end != '\0' || timeout_s <= 0 || timeout_s > 86400)
@@ -549,9 +562,13 @@ int main(int argc, char **argv)
                 (seg_size & (seg_size - 1)) != 0)
                 usage("--wal-seg-size takes a power of two from 1 MB to 1 GB");
             break;
-        case 'v': verbose = true; break;
-        case 'h': usage(NULL);
-        default: usage("unknown option");
+        case 'v':
+            verbose = true;
+            break;
+        case 'h':
+            usage(NULL);
+        default:
+            usage("unknown option");
         }
     }
     if (optind != argc)

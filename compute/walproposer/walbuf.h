@@ -25,8 +25,8 @@
 typedef struct walbuf {
     uint8_t *mem; /* cap bytes, owned by the caller */
     size_t cap;
-    lsn_t start;  /* oldest LSN held */
-    lsn_t end;    /* one past the newest LSN held */
+    lsn_t start; /* oldest LSN held */
+    lsn_t end;   /* one past the newest LSN held */
 } walbuf;
 
 /* Uses mem (cap > 0 bytes) as the ring; the buffer starts empty at LSN 0. */

@@ -144,12 +144,12 @@ static void test_read_segments_across_boundary(void **state)
     write_segment(dir, seg, base);
     write_segment(dir, seg, base + seg);
     /* A read spanning both segments returns the exact bytes. */
-    assert_int_equal(walbuf_read_segments(dir, 1, seg, base + seg - 1000, out, 5000, err,
-                                          sizeof(err)), 0);
+    assert_int_equal(
+        walbuf_read_segments(dir, 1, seg, base + seg - 1000, out, 5000, err, sizeof(err)), 0);
     check(out, base + seg - 1000, 5000);
     /* Past the last segment: a clear error naming the missing file. */
-    assert_int_equal(walbuf_read_segments(dir, 1, seg, base + 2 * seg - 10, out, 20, err,
-                                          sizeof(err)), -1);
+    assert_int_equal(
+        walbuf_read_segments(dir, 1, seg, base + 2 * seg - 10, out, 20, err, sizeof(err)), -1);
     assert_non_null(strstr(err, "000000010000000000000009"));
     /* Before the first: likewise. */
     assert_int_equal(walbuf_read_segments(dir, 1, seg, base - 10, out, 20, err, sizeof(err)), -1);
