@@ -91,6 +91,31 @@ def unfair_settings(results):
     return diffs
 
 
+def sanity_warnings(results):
+    """Setups whose one-client median commit is faster than one fdatasync measured here.
+
+    Every setup's commit waits for at least one fdatasync of the WAL, so a
+    median below it means the disk got faster between the measurements (a
+    busy machine) or commits are not waiting for an fsync: either way the
+    reader must know.
+    """
+    fs = results["physical"].get("fdatasync") or {}
+    if "usec_per_op" not in fs:
+        return []
+    warnings = []
+    for setup in results["setups"]:
+        r = find_run(results, setup["key"], min(results["params"]["clients"]))
+        if r is None:
+            continue
+        p50_us = r["lat_ms"]["p50"] * 1000.0
+        if p50_us < 0.8 * fs["usec_per_op"]:
+            warnings.append(f"{setup['title']}: p50 at -c{r['clients']} ({p50_us:.0f} us) is "
+                            f"below one 8 kB fdatasync measured in this run "
+                            f"({fs['usec_per_op']} us): the disk's speed changed between the "
+                            f"measurements, or these commits do not wait for an fsync")
+    return warnings
+
+
 def _fmt(v, digits=2):
     if v is None:
         return "n/a"
@@ -155,6 +180,13 @@ def console_table(results):
                     if "usec_per_op" in fs else f"not measured: {fs.get('error', '?')}"))
     for d in unfair_settings(results):
         lines.append(f"warning: settings differ between setups: {d}")
+    for w in sanity_warnings(results):
+        lines.append(f"warning: {w}")
+    for s in results["setups"]:
+        for r in s["runs"]:
+            if r.get("fsyncs_per_txn"):
+                lines.append(f"fsyncs/txn {s['title']} -c{r['clients']}: " + ", ".join(
+                    f"{k} {v}" for k, v in sorted(r["fsyncs_per_txn"].items())))
     lines.append("loopback TCP round trip: "
                  + (f"p50 {rtt['p50_us']} us, p99 {rtt['p99_us']} us"
                     if "p50_us" in rtt else f"not measured: {rtt.get('error', '?')}"))
@@ -208,6 +240,19 @@ def markdown_section(results, image_paths):
     unmet = [r["name"] for r in results["ratios"] if r["target"] and r["met"] is not True]
     if unmet:
         out += ["", "**Not met or not measured in this run:** " + "; ".join(unmet) + "."]
+    for w in sanity_warnings(results):
+        out += ["", f"**Warning:** {w}."]
+    fsync_rows = [(s["title"], r) for s in results["setups"] for r in s["runs"]
+                  if r.get("fsyncs_per_txn")]
+    if fsync_rows:
+        out += ["", "What a commit cost in fsyncs (counter deltas over the run / transactions; "
+                "`server wal_sync` is the server's `pg_stat_wal.wal_sync`, 0 when fsync is "
+                "off; `skN fdatasync` is that safekeeper's `safekeeper_fdatasync_total`; "
+                "below 1 means group commit):", "",
+                "| setup | clients | fsyncs per transaction |", "|---|---:|---|"]
+        for title, r in fsync_rows:
+            out.append(f"| {title} | {r['clients']} | " + ", ".join(
+                f"{k}: {v}" for k, v in sorted(r["fsyncs_per_txn"].items())) + " |")
     phys = results["physical"]
     fs = phys.get("fdatasync") or {}
     rtt = phys.get("loopback_rtt") or {}
@@ -298,10 +343,10 @@ def write_plots(results, out_dir):
     tps_png = os.path.join(out_dir, "quorum_commit_tps.png")
     npanels = len(clients)
     script = [
-        f"set terminal pngcairo size {520 * npanels},460 font 'sans,10'",
+        f"set terminal pngcairo size {520 * npanels},520 font 'sans,10'",
         f"set output '{lat_png}'",
         f"set multiplot layout 1,{npanels} title 'pgbench -N commit latency percentiles'",
-        "set logscale y", "set grid", "set key top left", "set xlabel 'percentile'",
+        "set logscale y", "set grid", "set key below", "set xlabel 'percentile'",
         # gnuplot treats a tic label as a format: '%%' prints one '%'.
         "set xtics ('50%%' 0.301, '90%%' 1, '99%%' 2, '99.9%%' 3, '99.99%%' 4)",
         "set xrange [0:4.1]", "set ylabel 'latency (ms)'",

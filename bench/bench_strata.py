@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import time
+import urllib.request
 
 from bench_proc import BenchError, run
 
@@ -44,6 +45,24 @@ def parse_connstr(connstr):
     if "port" not in info or "user" not in info:
         raise BenchError(f"connection string lacks port or user: {connstr!r}")
     return {k: info[k] for k in ("host", "port", "user", "dbname")}
+
+
+def prometheus_counter(text, name):
+    """The sum over all label sets of metric name in Prometheus text, or None if absent."""
+    total = None
+    for line in text.splitlines():
+        if line.startswith("#") or not line.startswith(name):
+            continue
+        rest = line[len(name):]
+        if rest[:1] not in ("{", " "):
+            continue  # a longer metric name sharing the prefix
+        try:
+            value = float(rest.rsplit(None, 1)[-1] if "}" not in rest
+                          else rest.rsplit("}", 1)[1].split()[0])
+        except (ValueError, IndexError):
+            continue
+        total = (total or 0) + value
+    return total
 
 
 class StrataCluster:
@@ -92,6 +111,24 @@ class StrataCluster:
                 started = _start_time(pid)
                 if started is not None:
                     self.pids[pid] = started
+
+    def fdatasync_counts(self, status):
+        """{"sk1 fdatasync": n, ...}: each running safekeeper's safekeeper_fdatasync_total
+        from its /metrics.  A safekeeper that does not answer is left out."""
+        counts = {}
+        for sk in status.get("safekeepers") or []:
+            port = sk.get("http_port")
+            if sk.get("pid") is None or not port:
+                continue
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                    text = r.read().decode("utf-8", errors="replace")
+            except (OSError, ValueError):
+                continue
+            total = prometheus_counter(text, "safekeeper_fdatasync_total")
+            if total is not None:
+                counts[f"{sk.get('name', port)} fdatasync"] = total
+        return counts
 
     def conninfo(self, status):
         connstr = (status.get("compute") or {}).get("connstr")

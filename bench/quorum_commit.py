@@ -26,6 +26,7 @@ Run: python3 bench/quorum_commit.py [--quick] [--duration S] [--scale N] ...
 
 import argparse
 import datetime
+import json
 import os
 import shutil
 import signal
@@ -56,10 +57,10 @@ SETUPS = {
           "`synchronous_standby_names = 'ANY 2 (s1, s2)'`; commit = local fdatasync and "
           "both standbys' WAL flush. All three on this machine and disk."),
     "c": ("(c) Strata: walproposer + 3 safekeepers",
-          "PostgreSQL 15 compute with the strata extension's walproposer, three strata "
-          "safekeepers and the pageserver, started by `strata up` of the release build; "
-          "commit = 2 of 3 safekeepers fsynced. The compute is configured by the CLI "
-          "(settings below as it reports them)."),
+          "PostgreSQL 15 compute with the strata extension's walproposer and three strata "
+          "safekeepers, started by `strata up` of the release build; commit = 2 of 3 "
+          "safekeepers fsynced. The compute is configured by the CLI (see the settings "
+          "table)."),
 }
 
 
@@ -101,6 +102,9 @@ def parse_args(argv):
                     help="update docs/benchmarks.md and docs/img/ (auto: unless --quick)")
     ap.add_argument("--fsync-seconds", type=int, default=2,
                     help="pg_test_fsync -s (default 2)")
+    ap.add_argument("--from-json", metavar="RESULTS_JSON",
+                    help="measure nothing: rewrite the reports (and docs, per --docs) from a "
+                         "results.json of an earlier run")
     ap.add_argument("--keep", action="store_true",
                     help="keep the temporary directory (data, server logs, pgbench logs)")
     args = ap.parse_args(argv)
@@ -174,8 +178,29 @@ def prepare_run(conninfo):
         psql(conninfo, sql, timeout=300)
 
 
-def measure_setup(args, key, conninfo, logdir):
-    """pgbench -i, the server's settings, then one pgbench run per client count."""
+def wal_sync_count(conninfo):
+    """pg_stat_wal.wal_sync of the server: the WAL fsyncs it issued (0 with fsync=off)."""
+    return {"server wal_sync": int(psql(conninfo, "SELECT wal_sync FROM pg_stat_wal").strip())}
+
+
+def sync_counts(conninfo, extra_counters):
+    counts = {}
+    try:
+        counts.update(wal_sync_count(conninfo))
+    except (BenchError, ValueError) as e:
+        log(f"pg_stat_wal not read: {e}")
+    if extra_counters:
+        counts.update(extra_counters())
+    return counts
+
+
+def measure_setup(args, key, conninfo, logdir, extra_counters=None):
+    """pgbench -i, the server's settings, then one pgbench run per client count.
+
+    Around each run it reads fsync counters (the server's pg_stat_wal.wal_sync,
+    plus extra_counters(), e.g. the safekeepers' fdatasync totals) and records
+    per-transaction rates: how many fsyncs each commit really cost.
+    """
     log(f"({key}) pgbench -i -s {args.scale}")
     pgbench_init(conninfo, args.scale)
     settings = read_settings(conninfo)
@@ -186,10 +211,16 @@ def measure_setup(args, key, conninfo, logdir):
         entry = {"clients": clients, "threads": threads}
         try:
             prepare_run(conninfo)
+            before = sync_counts(conninfo, extra_counters)
             log(f"({key}) pgbench -N -c{clients} -j{threads} -T{args.duration}")
             res = pgbench_run(conninfo, clients, threads, args.duration,
                               os.path.join(logdir, f"{key}_c{clients}"))
+            time.sleep(1.0)  # backends report WAL statistics at most once a second
+            after = sync_counts(conninfo, extra_counters)
             entry.update(summarize(res["txns"], res["failed"]))
+            entry["fsyncs_per_txn"] = {
+                name: round((after[name] - before[name]) / max(entry["txns"], 1), 3)
+                for name in after if name in before}
             entry["pgbench_tps"] = res["pgbench_tps"]
             entry["tps_series"] = tps_over_time(res["txns"], args.duration)
             entry["latency_curve"] = latency_curve(res["txns"])
@@ -255,7 +286,14 @@ def run_strata(args, work):
         conninfo = cluster.conninfo(status)
         log(f"(c) compute pid {status['compute']['pid']} port {conninfo['port']}; safekeepers "
             + ", ".join(f"{sk.get('name')} pid {sk.get('pid')}" for sk in status["safekeepers"]))
-        return measure_setup(args, "c", conninfo, work)
+        settings, runs = measure_setup(args, "c", conninfo, work,
+                                       extra_counters=lambda: cluster.fdatasync_counts(status))
+        running = ["compute"] + [sk.get("name", "?") for sk in status["safekeepers"]
+                                 if sk.get("pid") is not None]
+        if (status.get("pageserver") or {}).get("pid") is not None:
+            running.append("pageserver")
+        settings["processes (strata status)"] = " ".join(running)
+        return settings, runs
     finally:
         log("(c) strata down")
         cluster.down()
@@ -350,8 +388,20 @@ def _raise_interrupt(signum, _frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def report_from_json(args):
+    with open(args.from_json, encoding="utf-8") as f:
+        results = json.load(f)
+    args.quick = results.get("quick", False)
+    results["ratios"] = compute_ratios(results)
+    print(console_table(results))
+    write_reports(args, results)
+    return 0
+
+
 def main(argv):
     args = parse_args(argv)
+    if args.from_json:
+        return report_from_json(args)
     signal.signal(signal.SIGTERM, _raise_interrupt)
     os.makedirs(args.workdir, exist_ok=True)
     work = tempfile.mkdtemp(prefix="strata-qc-", dir=args.workdir)

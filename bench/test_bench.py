@@ -218,3 +218,27 @@ def test_unfair_settings_flags_only_differences_that_matter():
         {"key": "b", "settings": {}},  # did not run
     ]}
     assert unfair_settings(res) == ["max_wal_size: (a) 1GB, (c) 4GB"]
+
+
+def test_sanity_warning_when_commit_beats_fdatasync():
+    from bench_report import sanity_warnings
+    res = _results(b_p50=0.5, c_p50=3.0, b_tps=1, c_tps=1)  # (b) 500 us, (c) 3000 us
+    res["params"] = {"clients": [1, 16]}
+    res["physical"] = {"fdatasync": {"usec_per_op": 2000}}
+    (w,) = sanity_warnings(res)
+    assert w.startswith("b: p50 at -c1 (500 us)")
+    res["physical"] = {"fdatasync": {"error": "not measured"}}
+    assert sanity_warnings(res) == []
+
+
+def test_prometheus_counter():
+    from bench_strata import prometheus_counter
+    text = ("# HELP safekeeper_fdatasync_total WAL fdatasync calls\n"
+            "# TYPE safekeeper_fdatasync_total counter\n"
+            "safekeeper_fdatasync_total 42\n"
+            "safekeeper_fdatasync_total_extra 7\n"
+            "safekeeper_fdatasync_seconds_sum 0.5\n"
+            'other{tl="x"} 3\n')
+    assert prometheus_counter(text, "safekeeper_fdatasync_total") == 42
+    assert prometheus_counter('x{a="1"} 2\nx{a="2"} 3\n', "x") == 5
+    assert prometheus_counter(text, "missing_total") is None
