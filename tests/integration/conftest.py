@@ -208,6 +208,19 @@ class StrataCluster:
                 return sk
         raise KeyError(name)
 
+    def ids(self):
+        """(tenant_id, timeline_id) of the cluster, from D/cluster.json."""
+        with open(os.path.join(self.dir, "cluster.json")) as f:
+            state = json.load(f)
+        return state["tenant_id"], state["timeline_id"]
+
+    def safekeeper_connstr(self, name):
+        """libpq connection string of a safekeeper's pg port for this timeline
+        (what pg_receivewal or a standby's primary_conninfo uses)."""
+        tenant, timeline = self.ids()
+        return ("host=127.0.0.1 port=%d user=%s options='-c tenant_id=%s -c timeline_id=%s'"
+                % (self.safekeeper(name)["pg_port"], pg_user(), tenant, timeline))
+
     def safekeeper_datadir(self, name):
         return os.path.join(self.dir, name)
 
