@@ -248,7 +248,8 @@ def markdown_section(results, image_paths):
         out += ["", "What a commit cost in fsyncs (counter deltas over the run / transactions; "
                 "`server wal_sync` is the server's `pg_stat_wal.wal_sync`, 0 when fsync is "
                 "off; `skN fdatasync` is that safekeeper's `safekeeper_fdatasync_total`; "
-                "below 1 means group commit):", "",
+                "below 1 means group commit; (b)'s standbys are not counted because a PG 15 "
+                "walreceiver does not report to `pg_stat_wal`):", "",
                 "| setup | clients | fsyncs per transaction |", "|---|---:|---|"]
         for title, r in fsync_rows:
             out.append(f"| {title} | {r['clients']} | " + ", ".join(
