@@ -139,6 +139,10 @@ class StrataCluster:
     def down(self):
         """Stops the cluster; falls back to signalling the pids status reported."""
         try:
+            self.status()  # learn every pid first, in case `up` failed half way
+        except BenchError:
+            pass
+        try:
             self._cli("down", "--dir", self.cluster_dir, timeout=120)
         except BenchError as e:
             print(f"warning: strata down: {e}")

@@ -242,3 +242,38 @@ def test_prometheus_counter():
     assert prometheus_counter(text, "safekeeper_fdatasync_total") == 42
     assert prometheus_counter('x{a="1"} 2\nx{a="2"} 3\n', "x") == 5
     assert prometheus_counter(text, "missing_total") is None
+
+
+def test_strata_down_kills_what_status_reported_when_up_failed(tmp_path):
+    """A `strata` whose up fails and whose down leaves a process behind: the
+    benchmark must still stop that process, found through status --json."""
+    from bench_strata import StrataCluster
+    victim = subprocess.Popen(["sleep", "120"])
+    try:
+        (tmp_path / "bin").mkdir()
+        (tmp_path / "lib").mkdir()
+        (tmp_path / "lib" / "strata.so").write_text("")
+        cli = tmp_path / "bin" / "strata"
+        cli.write_text("#!/bin/sh\n"
+                       "case \"$1\" in\n"
+                       "  up) echo 'strata: safekeeper sk2 did not start' >&2; exit 1;;\n"
+                       "  status) echo '{\"compute\": {\"pid\": %d, \"port\": 1}, "
+                       "\"pageserver\": {\"pid\": null}, \"safekeepers\": []}';;\n"
+                       "  down) exit 0;;\n"
+                       "esac\n" % victim.pid)
+        cli.chmod(0o755)
+        cluster = StrataCluster(str(tmp_path), str(tmp_path / "cluster"))
+        assert cluster.missing() is None
+        with pytest.raises(BenchError, match="did not start"):
+            cluster.up()
+        cluster.down()
+        assert victim.wait(timeout=15) != 0  # killed by a signal, not finished
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_strata_missing_build_is_reported(tmp_path):
+    from bench_strata import StrataCluster
+    reason = StrataCluster(str(tmp_path), str(tmp_path / "c")).missing()
+    assert reason is not None and "bin/strata" in reason
