@@ -178,6 +178,9 @@ int cmd_up(const cli_opts *o)
     int rc = CLI_OK;
     if (up_prepare(o, dir, &c, &err) != 0)
         goto fail;
+    /* Find what is missing before starting anything. */
+    if (safekeepers_preflight(&err) != 0 || compute_preflight(&c, &err) != 0)
+        goto fail;
     for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
         if (start_safekeeper(&c, &c.sk[i], &err) != 0)
             goto fail;

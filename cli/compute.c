@@ -225,6 +225,21 @@ static int compute_remove_stale_locks(const cluster *c, const compute_paths *p, 
     return remove_if_stale(path, err);
 }
 
+int compute_preflight(const cluster *c, cli_err *err)
+{
+    compute_paths p;
+    char program[PATH_MAX];
+    proc_user user;
+    if (compute_paths_get(c, &p, err) != 0 || locate_pg_program("postgres", program, err) != 0 ||
+        locate_pg_program("initdb", program, err) != 0 || locate_extension(program, err) != 0 ||
+        proc_user_for_postgres(c->pg_user, &user, err) != 0)
+        return -1;
+    if (proc_check_access(c->dir, X_OK, &user, err) != 0 ||
+        proc_check_access(program, R_OK, &user, err) != 0)
+        return -1;
+    return 0;
+}
+
 int compute_start(const cluster *c, cli_err *err)
 {
     compute_paths p;
@@ -241,7 +256,8 @@ int compute_start(const cluster *c, cli_err *err)
     if ((mkdir(p.root, 0750) != 0 && errno != EEXIST) ||
         (mkdir(p.sockdir, 0750) != 0 && errno != EEXIST))
         return cli_err_set(err, "mkdir under %s: %s", p.root, strerror(errno));
-    if (proc_chown_tree(p.root, &user, err) != 0 || proc_check_access(p.root, &user, err) != 0)
+    if (proc_chown_tree(p.root, &user, err) != 0 ||
+        proc_check_access(p.root, R_OK | W_OK | X_OK, &user, err) != 0)
         return -1;
     char version[PATH_MAX + 16];
     snprintf(version, sizeof version, "%s/PG_VERSION", p.pgdata);

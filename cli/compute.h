@@ -26,6 +26,10 @@ pid_t compute_pid(const cluster *c);
 /* D/compute/pgdata. */
 int compute_datadir(const cluster *c, char *buf, cli_err *err);
 
+/* Checks, without starting anything, that the compute can start: its
+ * programs and strata.so exist and its user can reach D and strata.so. */
+int compute_preflight(const cluster *c, cli_err *err);
+
 /* Creates the data directory if needed (initdb), writes the configuration
  * and starts postgres unless it runs already; does not wait.  0 or -1. */
 int compute_start(const cluster *c, cli_err *err);

@@ -425,10 +425,10 @@ int proc_chown_tree(const char *path, const proc_user *user, cli_err *err)
     return 0;
 }
 
-int proc_check_access(const char *path, const proc_user *user, cli_err *err)
+int proc_check_access(const char *path, int mode, const proc_user *user, cli_err *err)
 {
     if (!user->drop) {
-        if (access(path, R_OK | W_OK | X_OK) != 0)
+        if (access(path, mode) != 0)
             return cli_err_set(err, "%s is not accessible: %s", path, strerror(errno));
         return 0;
     }
@@ -439,7 +439,7 @@ int proc_check_access(const char *path, const proc_user *user, cli_err *err)
         if (initgroups(user->name, user->gid) != 0 || setgid(user->gid) != 0 ||
             setuid(user->uid) != 0)
             _exit(2);
-        _exit(access(path, R_OK | W_OK | X_OK) == 0 ? 0 : 1);
+        _exit(access(path, mode) == 0 ? 0 : 1);
     }
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {

@@ -54,6 +54,12 @@ void safekeepers_list(const cluster *c, char *buf, size_t len)
              c->sk[1].pg_port, c->sk[2].pg_port);
 }
 
+int safekeepers_preflight(cli_err *err)
+{
+    char program[PATH_MAX];
+    return locate_sibling(SAFEKEEPER_PROGRAM, program, err);
+}
+
 int safekeepers_start(const cluster *c, const cluster_safekeeper *sk, cli_err *err)
 {
     char datadir[PATH_MAX], pidfile[PATH_MAX], logfile[PATH_MAX], program[PATH_MAX];

@@ -28,6 +28,9 @@ typedef struct safekeeper_timeline {
 /* The pid of the running safekeeper, or 0 when it is not running. */
 pid_t safekeepers_pid(const cluster *c, const cluster_safekeeper *sk);
 
+/* Checks that the safekeeper program exists.  0 or -1 with a reason. */
+int safekeepers_preflight(cli_err *err);
+
 /* Starts sk unless it runs already; does not wait.  0 or -1 with reason. */
 int safekeepers_start(const cluster *c, const cluster_safekeeper *sk, cli_err *err);
 

@@ -10,7 +10,8 @@ import subprocess
 
 import pytest
 
-from conftest import LSN_RE, lsn_to_int, make_shared_dir, pid_alive, strata_bin, wait_until
+from conftest import (LSN_RE, lsn_to_int, make_shared_dir, pid_alive, processes_using, strata_bin,
+                      wait_until)
 
 
 def check_status_schema(st, directory):
@@ -180,3 +181,57 @@ def test_usage_and_failure_exit_codes():
 def test_psql_runs_against_the_compute(cluster):
     out = cluster.run("psql", "--", "-Atc", "select 40 + 2").stdout
     assert out.strip() == "42"
+
+
+def test_sync_safekeepers_through_the_cli(cluster):
+    cluster.sql("create table synced (x int)")
+    cluster.sql("insert into synced select generate_series(1, 100)")
+    end = lsn_to_int(cluster.sql("select pg_current_wal_flush_lsn()::text")[0][0])
+
+    # A second proposer would fence the running compute: refused.
+    refused = cluster.run("sync-safekeepers", check=False)
+    assert refused.returncode == 1
+    assert "compute is running" in refused.stderr
+    assert cluster.status()["compute"]["pid"] is not None
+
+    cluster.stop("compute")
+    term_before = max(sk["term"] for sk in cluster.status()["safekeepers"])
+    out = cluster.run("sync-safekeepers", timeout=120).stdout.strip().splitlines()[-1]
+    assert LSN_RE.match(out), out
+    assert lsn_to_int(out) >= end
+    st = cluster.status()
+    assert all(sk["term"] > term_before for sk in st["safekeepers"])
+    assert all(lsn_to_int(sk["commit_lsn"]) >= lsn_to_int(out) for sk in st["safekeepers"])
+
+    # The compute comes back on top of the synced safekeepers.
+    cluster.start("compute")
+    cluster.sql("insert into synced values (101)")
+    assert cluster.sql("select count(*) from synced") == [(101,)]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root drops privileges for postgres")
+def test_untraversable_dir_is_a_clear_failure(cluster_dir):
+    private = make_shared_dir("strata-it-private-")
+    os.chmod(private, 0o700)
+    try:
+        directory = os.path.join(private, "cluster")
+        proc = cluster_dir.run("up", "--dir", directory, check=False)
+        assert proc.returncode == 1
+        assert proc.stderr.count("\n") == 1
+        assert "cannot reach" in proc.stderr and "traversable" in proc.stderr
+        # It failed before starting anything.
+        assert processes_using(directory) == []
+        cluster_dir.run("down", "--dir", directory)
+    finally:
+        subprocess.run(["rm", "-rf", private])
+
+
+def test_demo(cluster_dir):
+    proc = cluster_dir.run("demo", "--dir", cluster_dir.dir, timeout=300)
+    out = proc.stdout
+    assert "progress:" in proc.stdout + proc.stderr
+    assert "number of transactions actually processed" in out
+    assert "connect:" in out
+    st = cluster_dir.status()
+    assert st["compute"]["pid"] is not None
+    assert cluster_dir.sql("select count(*) > 0 from pgbench_history") == [(True,)]
