@@ -235,3 +235,21 @@ def test_demo(cluster_dir):
     st = cluster_dir.status()
     assert st["compute"]["pid"] is not None
     assert cluster_dir.sql("select count(*) > 0 from pgbench_history") == [(True,)]
+
+
+def test_bench_runs_programs_from_bench_dir(tmp_path):
+    if not os.access(strata_bin(), os.X_OK):
+        pytest.skip("not built yet: %s" % strata_bin())
+    bench_dir = tmp_path / "bench"
+    bench_dir.mkdir()
+    program = bench_dir / "echo_env"
+    program.write_text("#!/bin/sh\necho \"args=$* bindir=$STRATA_BINDIR\"\n")
+    program.chmod(0o755)
+    env = dict(os.environ, STRATA_BENCH_DIR=str(bench_dir))
+    run = subprocess.run([strata_bin(), "bench", "echo_env", "--dir", str(tmp_path / "none"),
+                          "-x", "--y"], env=env, capture_output=True, text=True, timeout=30)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "args=-x --y bindir=%s" % os.path.dirname(strata_bin())
+    missing = subprocess.run([strata_bin(), "bench", "no_such_bench"], env=env,
+                             capture_output=True, text=True, timeout=30)
+    assert missing.returncode == 1 and "no benchmark no_such_bench" in missing.stderr
