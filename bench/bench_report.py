@@ -235,8 +235,11 @@ def markdown_section(results, image_paths):
     out += ["", "Targets of the issue (and two informative ratios):", "",
             "| ratio | value | target | verdict |", "|---|---:|---|---|"]
     for row in results["ratios"]:
+        verdict = _met_text(row)
+        if results["quick"] and row["target"] and row["met"] is not None:
+            verdict += " (quick run: indicative only)"
         out.append(f"| {row['name']} | {_fmt(row['value'], 3)} | {row['target'] or '–'} | "
-                   f"{_met_text(row)} |")
+                   f"{verdict} |")
     unmet = [r["name"] for r in results["ratios"] if r["target"] and r["met"] is not True]
     if unmet:
         out += ["", "**Not met or not measured in this run:** " + "; ".join(unmet) + "."]
