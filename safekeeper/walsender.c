@@ -13,17 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 
 #include "common/log.h"
-
-/* Seconds from the Unix epoch to 2000-01-01, Postgres's epoch. */
-#define PG_EPOCH_OFFSET_SECS 946684800LL
-
-#define XLOGDATA_HEADER 25 /* 'w' + dataStart + walEnd + sendTime */
-#define STATUS_UPDATE_LEN 34
-#define HS_FEEDBACK_LEN 25
-#define PS_FEEDBACK_LEN 25
+#include "proto/replication.h"
 
 struct sk_sender {
     sk_timeline *tl;
@@ -35,27 +27,6 @@ struct sk_sender {
     uv_timer_t keepalive;
     uint8_t buf[WALSENDER_MAX_CHUNK];
 };
-
-int64_t walsender_pg_now(void)
-{
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return ((int64_t)tv.tv_sec - PG_EPOCH_OFFSET_SECS) * 1000000LL + tv.tv_usec;
-}
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (56 - 8 * i));
-}
-
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = v << 8 | p[i];
-    return v;
-}
 
 static lsn_t serve_end(const sk_sender *s)
 {
@@ -83,12 +54,14 @@ static void stop(sk_sender *s, const char *sqlstate, const char *msg, const char
 
 static void send_keepalive(sk_sender *s, bool reply_requested)
 {
-    uint8_t m[18];
-    m[0] = 'k';
-    put_u64(m + 1, serve_end(s));
-    put_u64(m + 9, (uint64_t)walsender_pg_now());
-    m[17] = reply_requested ? 1 : 0;
-    pgwire_send_copy_data(s->c, m, sizeof m);
+    replication_msg k = {.kind = REPLICATION_KEEPALIVE,
+                         .u.keepalive = {.wal_end = serve_end(s),
+                                         .send_time = replication_now(),
+                                         .reply_requested = reply_requested}};
+    uint8_t m[REPLICATION_KEEPALIVE_LEN];
+    size_t n = replication_encode(&k, m, sizeof m);
+    assert(n == sizeof m);
+    pgwire_send_copy_data(s->c, m, n);
 }
 
 static void on_keepalive(uv_timer_t *t)
@@ -126,12 +99,14 @@ static void pump(sk_sender *s)
             stop(s, "58030", "could not read WAL", n < 0 ? strerror((int)-n) : "short read");
             return;
         }
-        uint8_t h[XLOGDATA_HEADER];
-        h[0] = 'w';
-        put_u64(h + 1, s->pos);
-        put_u64(h + 9, end);
-        put_u64(h + 17, (uint64_t)walsender_pg_now());
-        if (pgwire_send_copy_data2(s->c, h, sizeof h, s->buf, (size_t)n) != 0)
+        replication_xlogdata x = {.wal_start = s->pos,
+                                  .wal_end = end,
+                                  .send_time = replication_now(),
+                                  .data_len = (size_t)n};
+        uint8_t h[REPLICATION_XLOGDATA_HEADER_LEN];
+        size_t hl = replication_encode_xlogdata_header(&x, h, sizeof h);
+        assert(hl == sizeof h); /* pos + n <= end: cannot pass the LSN space */
+        if (pgwire_send_copy_data2(s->c, h, hl, s->buf, (size_t)n) != 0)
             return; /* closing */
         s->pos += (lsn_t)n;
     }
@@ -199,41 +174,30 @@ void walsender_on_copy_data(sk_sender *s, const uint8_t *data, size_t n)
 {
     if (s->done)
         return;
-    char detail[96];
-    switch (n > 0 ? data[0] : 0) {
-    case 'r':
-        if (n != STATUS_UPDATE_LEN) {
-            snprintf(detail, sizeof detail, "length %zu, expected %d", n, STATUS_UPDATE_LEN);
-            stop(s, "08P01", "invalid standby status update", detail);
-            return;
-        }
-        if (data[33] != 0)
-            send_keepalive(s, false);
-        return;
-    case 'h':
-        if (n != HS_FEEDBACK_LEN) {
-            snprintf(detail, sizeof detail, "length %zu, expected %d", n, HS_FEEDBACK_LEN);
-            stop(s, "08P01", "invalid hot standby feedback message", detail);
-        }
-        return; /* no xmin horizon to hold on a safekeeper */
-    case 'z': {
-        if (n != PS_FEEDBACK_LEN) {
-            snprintf(detail, sizeof detail, "length %zu, expected %d", n, PS_FEEDBACK_LEN);
-            stop(s, "08P01", "invalid pageserver feedback message", detail);
-            return;
-        }
-        pageserver_feedback fb = {.last_received_lsn = get_u64(data + 1),
-                                  .disk_consistent_lsn = get_u64(data + 9),
-                                  .remote_consistent_lsn = get_u64(data + 17)};
-        sk_timeline_set_ps_feedback(s->tl, &fb);
-        return;
-    }
-    default:
+    replication_msg m;
+    const char *why;
+    if (replication_decode_client_msg(data, n, &m, &why) != 0) {
+        char msg[128], detail[64];
+        snprintf(msg, sizeof msg, "invalid message in replication stream: %s", why);
         if (n == 0)
             snprintf(detail, sizeof detail, "empty CopyData message");
         else
-            snprintf(detail, sizeof detail, "message type 0x%02x", data[0]);
-        stop(s, "08P01", "unexpected message type in replication stream", detail);
+            snprintf(detail, sizeof detail, "message type 0x%02x, length %zu", data[0], n);
+        stop(s, "08P01", msg, detail);
+        return;
+    }
+    switch (m.kind) {
+    case REPLICATION_STATUS_UPDATE:
+        if (m.u.status.reply_requested)
+            send_keepalive(s, false);
+        return;
+    case REPLICATION_HS_FEEDBACK:
+        return; /* no xmin horizon to hold on a safekeeper */
+    case REPLICATION_PS_FEEDBACK:
+        sk_timeline_set_ps_feedback(s->tl, &m.u.ps_feedback);
+        return;
+    default:
+        assert(!"client decoder returned a server message");
         return;
     }
 }

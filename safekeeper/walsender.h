@@ -13,7 +13,8 @@
  * Production stops while the connection is congested and resumes from
  * on_writable.
  *
- * Not for: command parsing (conn.c) or WAL storage (wal_store.h).
+ * Not for: command parsing (conn.c), WAL storage (wal_store.h) or the
+ * message layouts (proto/replication.h).
  * Threading: loop thread only.
  */
 #ifndef STRATA_SAFEKEEPER_WALSENDER_H
@@ -51,8 +52,5 @@ void walsender_on_writable(sk_sender *s);
 void walsender_wake(sk_sender *s);
 /* The connection closed: unregisters and frees s (after its timer closed). */
 void walsender_closed(sk_sender *s);
-
-/* Microseconds since 2000-01-01 (Postgres TimestampTz) for now. */
-int64_t walsender_pg_now(void);
 
 #endif

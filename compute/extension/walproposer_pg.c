@@ -54,9 +54,9 @@
 #include "common/lsn.h"
 #include "compute/extension/strata.h"
 #include "compute/walproposer/pqstream.h"
-#include "compute/walproposer/replmsg.h"
 #include "compute/walproposer/walbuf.h"
 #include "compute/walproposer/proposer.h"
+#include "proto/replication.h"
 #include "proto/walpush.h"
 
 /* Most safekeepers one compute can name. */
@@ -278,7 +278,11 @@ static void local_start(TimestampTz now)
 /* Sends a standby status update acknowledging commit_lsn as flushed. */
 static void local_send_status(TimestampTz now, bool force)
 {
-    uint8 msg[REPLMSG_STATUS_LEN];
+    replication_msg status = {.kind = REPLICATION_STATUS_UPDATE,
+                              .u.status = {.write_lsn = wp.commit_lsn,
+                                           .flush_lsn = wp.commit_lsn,
+                                           .apply_lsn = wp.commit_lsn}};
+    uint8 msg[REPLICATION_STATUS_UPDATE_LEN];
     size_t len;
 
     if (wp.local.state != PQSTREAM_STREAMING)
@@ -286,7 +290,9 @@ static void local_send_status(TimestampTz now, bool force)
     if (!force && wp.commit_lsn == wp.acked_lsn &&
         !TimestampDifferenceExceeds(wp.last_status, now, WP_STATUS_INTERVAL_MS))
         return;
-    len = replmsg_encode_status(wp.commit_lsn, wp.commit_lsn, wp.commit_lsn, replmsg_now(), 0, msg);
+    status.u.status.send_time = replication_now();
+    len = replication_encode(&status, msg, sizeof msg);
+    Assert(len == sizeof msg);
     if (pqstream_send(&wp.local, msg, len) != 0) {
         ereport(LOG, (errmsg("strata walproposer: lost the local walsender: %s",
                              pqstream_error(&wp.local))));
@@ -688,7 +694,7 @@ static void handle_local(TimestampTz now)
     for (int budget = 256; wp.local.state == PQSTREAM_STREAMING; budget--) {
         char *raw;
         int len;
-        replmsg msg;
+        replication_msg msg;
         const char *why;
         int r;
 
@@ -699,24 +705,26 @@ static void handle_local(TimestampTz now)
         r = pqstream_recv(&wp.local, &raw, &len);
         if (r <= 0)
             break;
-        if (replmsg_decode((const uint8 *)raw, (size_t)len, &msg, &why) != 0) {
+        if (replication_decode_server_msg((const uint8 *)raw, (size_t)len, &msg, &why) != 0) {
             PQfreemem(raw);
             ereport(ERROR, (errcode(ERRCODE_PROTOCOL_VIOLATION),
                             errmsg("strata walproposer: bad message from the local walsender"),
                             errdetail("%s", why)));
         }
-        if (msg.kind == REPLMSG_XLOGDATA && msg.data_len > 0) {
-            if (walbuf_append(&wp.buf, msg.wal_start, msg.data, msg.data_len) != 0) {
+        if (msg.kind == REPLICATION_XLOGDATA && msg.u.xlogdata.data_len > 0) {
+            const replication_xlogdata *x = &msg.u.xlogdata;
+
+            if (walbuf_append(&wp.buf, x->wal_start, x->data, x->data_len) != 0) {
                 char a[LSN_FMT_LEN], b[LSN_FMT_LEN];
                 PQfreemem(raw);
                 ereport(ERROR, (errcode(ERRCODE_PROTOCOL_VIOLATION),
                                 errmsg("strata walproposer: the local walsender skipped WAL"),
                                 errdetail("Expected WAL at %s, got %s.", lsn_format(wp.wal_end, a),
-                                          lsn_format(msg.wal_start, b))));
+                                          lsn_format(x->wal_start, b))));
             }
-            wp.wal_end = msg.wal_start + msg.data_len;
+            wp.wal_end = x->wal_start + x->data_len;
             core_wal_available(wp.wal_end, now);
-        } else if (msg.kind == REPLMSG_KEEPALIVE && msg.reply_requested)
+        } else if (msg.kind == REPLICATION_KEEPALIVE && msg.u.keepalive.reply_requested)
             local_send_status(now, true);
         PQfreemem(raw);
     }

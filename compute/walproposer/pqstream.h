@@ -10,7 +10,7 @@
  * pqstream_wait_events() asks for (with poll(2) or a Postgres WaitEventSet)
  * and then calls pqstream_advance() / pqstream_recv() / pqstream_flush().
  *
- * Not for: decoding messages (proto/walpush.h, replmsg.h), retries and
+ * Not for: decoding messages (proto/walpush.h, proto/replication.h), retries and
  * backoff (the caller's policy), or anything that needs Postgres headers.
  * Uses libc and libpq only and allocates nothing of its own, so it is
  * compiled into both strata.so and strata-sync-safekeepers.

@@ -20,6 +20,7 @@
  *
  * Not for: the Paxos rules (proposer.c) or the libpq mechanics (pqstream.c).
  */
+#include <assert.h>
 #include <errno.h>
 #include <getopt.h>
 #include <poll.h>
@@ -33,8 +34,8 @@
 #include "common/lsn.h"
 #include "compute/walproposer/pqstream.h"
 #include "compute/walproposer/proposer.h"
-#include "compute/walproposer/replmsg.h"
 #include "compute/walproposer/walbuf.h"
+#include "proto/replication.h"
 #include "proto/walpush.h"
 
 /* The PostgreSQL major version whose WAL we carry (greeting field). */
@@ -422,7 +423,7 @@ static void handle_donor(sync_state *st, uint64_t now)
     for (int budget = 64; s->state == PQSTREAM_STREAMING; budget--) {
         char *raw;
         int len;
-        replmsg msg;
+        replication_msg msg;
         const char *why;
         int r;
 
@@ -433,31 +434,37 @@ static void handle_donor(sync_state *st, uint64_t now)
         r = pqstream_recv(s, &raw, &len);
         if (r <= 0)
             break;
-        if (replmsg_decode((const uint8_t *)raw, (size_t)len, &msg, &why) != 0)
+        if (replication_decode_server_msg((const uint8_t *)raw, (size_t)len, &msg, &why) != 0)
             die("bad replication message from donor %s: %s", st->peers[st->donor].addr, why);
-        if (msg.kind == REPLMSG_XLOGDATA && msg.data_len > 0) {
-            const uint8_t *data = msg.data;
-            size_t n = msg.data_len;
+        if (msg.kind == REPLICATION_XLOGDATA && msg.u.xlogdata.data_len > 0) {
+            const replication_xlogdata *x = &msg.u.xlogdata;
+            size_t n = x->data_len;
             char a[LSN_FMT_LEN], b[LSN_FMT_LEN];
 
-            if (msg.wal_start != st->wal_end)
+            if (x->wal_start != st->wal_end)
                 die("donor %s sent WAL at %s, expected %s", st->peers[st->donor].addr,
-                    lsn_format(msg.wal_start, a), lsn_format(st->wal_end, b));
+                    lsn_format(x->wal_start, a), lsn_format(st->wal_end, b));
             /* Only up to the term start: that is all the donor vouches for. */
-            if (msg.wal_start + n > st->term_start_lsn)
-                n = (size_t)(st->term_start_lsn - msg.wal_start);
-            if (walbuf_append(&st->buf, msg.wal_start, data, n) != 0)
+            if (x->wal_start + n > st->term_start_lsn)
+                n = (size_t)(st->term_start_lsn - x->wal_start);
+            if (walbuf_append(&st->buf, x->wal_start, x->data, n) != 0)
                 die("internal error: donor WAL does not follow the buffer");
-            st->wal_end = msg.wal_start + n;
+            st->wal_end = x->wal_start + n;
             PQfreemem(raw);
             proposer_wal_available(&st->core, st->wal_end, &st->out);
             run_effects(st, now);
             continue;
         }
-        if (msg.kind == REPLMSG_KEEPALIVE && msg.reply_requested) {
-            uint8_t status[REPLMSG_STATUS_LEN];
-            size_t sl = replmsg_encode_status(st->wal_end, st->wal_end, st->wal_end, replmsg_now(),
-                                              0, status);
+        if (msg.kind == REPLICATION_KEEPALIVE && msg.u.keepalive.reply_requested) {
+            replication_msg reply = {.kind = REPLICATION_STATUS_UPDATE,
+                                     .u.status = {.write_lsn = st->wal_end,
+                                                  .flush_lsn = st->wal_end,
+                                                  .apply_lsn = st->wal_end,
+                                                  .send_time = replication_now()}};
+            uint8_t status[REPLICATION_STATUS_UPDATE_LEN];
+            size_t sl = replication_encode(&reply, status, sizeof status);
+
+            assert(sl == sizeof status);
             (void)pqstream_send(s, status, sl);
         }
         PQfreemem(raw);

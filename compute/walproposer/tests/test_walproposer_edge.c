@@ -1,7 +1,7 @@
 /*
  * test_walproposer_edge.c: unit tests of the walproposer's libc edge
- * helpers: the bounded WAL window and segment reads (walbuf.h) and the
- * physical replication messages (replmsg.h).
+ * helpers: the bounded WAL window and segment reads (walbuf.h).  The
+ * replication messages are tested in tests/unit/test_replication.c.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,7 +16,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "compute/walproposer/replmsg.h"
 #include "compute/walproposer/walbuf.h"
 
 /* Byte i of a synthetic WAL stream: a function of its LSN. */
@@ -162,85 +161,6 @@ static void test_read_segments_across_boundary(void **state)
     free(out);
 }
 
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--, v >>= 8)
-        p[i] = (uint8_t)v;
-}
-
-static void test_replmsg_xlogdata_and_keepalive(void **state)
-{
-    uint8_t w[25 + 4] = {'w'};
-    uint8_t k[18] = {'k'};
-    replmsg m;
-    const char *why = NULL;
-
-    (void)state;
-    put64(w + 1, 0x16B3740);
-    put64(w + 9, 0x16B4000);
-    put64(w + 17, 12345);
-    memcpy(w + 25, "WAL!", 4);
-    assert_int_equal(replmsg_decode(w, sizeof(w), &m, &why), 0);
-    assert_int_equal(m.kind, REPLMSG_XLOGDATA);
-    assert_int_equal(m.wal_start, 0x16B3740);
-    assert_int_equal(m.wal_end, 0x16B4000);
-    assert_int_equal(m.data_len, 4);
-    assert_memory_equal(m.data, "WAL!", 4);
-
-    put64(k + 1, 0x16B4000);
-    put64(k + 9, 99);
-    k[17] = 1;
-    assert_int_equal(replmsg_decode(k, sizeof(k), &m, &why), 0);
-    assert_int_equal(m.kind, REPLMSG_KEEPALIVE);
-    assert_int_equal(m.reply_requested, 1);
-    assert_int_equal(m.wal_end, 0x16B4000);
-}
-
-static void test_replmsg_rejects_malformed(void **state)
-{
-    uint8_t w[24] = {'w'};
-    uint8_t k[18] = {'k'};
-    uint8_t x[5] = {'x'};
-    replmsg m;
-    const char *why = NULL;
-
-    (void)state;
-    assert_int_equal(replmsg_decode(w, sizeof(w), &m, &why), -1);
-    assert_non_null(strstr(why, "XLogData"));
-    assert_int_equal(replmsg_decode(k, 17, &m, &why), -1);
-    k[17] = 2;
-    assert_int_equal(replmsg_decode(k, sizeof(k), &m, &why), -1);
-    assert_int_equal(replmsg_decode(x, sizeof(x), &m, &why), -1);
-    assert_int_equal(replmsg_decode(x, 0, &m, &why), -1);
-    {
-        /* Data running past the end of the LSN space. */
-        uint8_t big[30] = {'w'};
-        put64(big + 1, UINT64_MAX - 2);
-        assert_int_equal(replmsg_decode(big, sizeof(big), &m, &why), -1);
-    }
-}
-
-static void test_replmsg_status_layout(void **state)
-{
-    uint8_t buf[REPLMSG_STATUS_LEN];
-    uint8_t want[8];
-
-    (void)state;
-    assert_int_equal(replmsg_encode_status(0x100, 0x200, 0x300, 0x400, 1, buf), 34);
-    assert_int_equal(buf[0], 'r');
-    put64(want, 0x100);
-    assert_memory_equal(buf + 1, want, 8);
-    put64(want, 0x200);
-    assert_memory_equal(buf + 9, want, 8);
-    put64(want, 0x300);
-    assert_memory_equal(buf + 17, want, 8);
-    put64(want, 0x400);
-    assert_memory_equal(buf + 25, want, 8);
-    assert_int_equal(buf[33], 1);
-    /* The Postgres epoch: 2000-01-01, so "now" is decades of microseconds. */
-    assert_true(replmsg_now() > (int64_t)20 * 365 * 86400 * 1000000);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -249,9 +169,6 @@ int main(void)
         cmocka_unit_test(test_walbuf_append_larger_than_ring),
         cmocka_unit_test(test_segment_names),
         cmocka_unit_test(test_read_segments_across_boundary),
-        cmocka_unit_test(test_replmsg_xlogdata_and_keepalive),
-        cmocka_unit_test(test_replmsg_rejects_malformed),
-        cmocka_unit_test(test_replmsg_status_layout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
