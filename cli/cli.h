@@ -28,12 +28,12 @@ int cli_err_set(cli_err *err, const char *fmt, ...) __attribute__((format(printf
 
 /* Options common to the commands; main.c fills them. */
 typedef struct cli_opts {
-    const char *dir;   /* cluster directory; default ./.strata */
-    int port_base;     /* 0: pick free ports at first `up` */
-    bool json;         /* status --json */
-    bool immediate;    /* stop --immediate */
-    const char *name;  /* stop/start/bench NAME */
-    int argc;          /* extra arguments (psql after --, bench args) */
+    const char *dir;  /* cluster directory; default ./.strata */
+    int port_base;    /* 0: pick free ports at first `up` */
+    bool json;        /* status --json */
+    bool immediate;   /* stop --immediate */
+    const char *name; /* stop/start/bench NAME */
+    int argc;         /* extra arguments (psql after --, bench args) */
     char **argv;
 } cli_opts;
 

@@ -108,8 +108,7 @@ static int cluster_pick_free_ports(int *ports, int n, cli_err *err)
             break;
         }
         fds[opened] = fd;
-        struct sockaddr_in sa = {.sin_family = AF_INET,
-                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
         socklen_t sl = sizeof sa;
         if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
             getsockname(fd, (struct sockaddr *)&sa, &sl) != 0) {
@@ -366,8 +365,7 @@ int cluster_save(const cluster *c, cli_err *err)
         cli_err_set(err, "create %s: %s", tmp, strerror(errno));
         goto out;
     }
-    if (write_all(fd, text, strlen(text)) != 0 || write_all(fd, "\n", 1) != 0 ||
-        fsync(fd) != 0) {
+    if (write_all(fd, text, strlen(text)) != 0 || write_all(fd, "\n", 1) != 0 || fsync(fd) != 0) {
         cli_err_set(err, "write %s: %s", tmp, strerror(errno));
         close(fd);
         goto out;

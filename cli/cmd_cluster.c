@@ -155,8 +155,9 @@ static int up_prepare(const cli_opts *o, const char *dir, cluster *c, cli_err *e
     }
     if (o->port_base > 0 && o->port_base != c->compute_port) {
         if (anything_running(c))
-            return cli_err_set(err, "the cluster under %s runs with port base %d; "
-                                    "run `strata down` before changing it",
+            return cli_err_set(err,
+                               "the cluster under %s runs with port base %d; "
+                               "run `strata down` before changing it",
                                dir, c->compute_port);
         cluster_assign_ports(c, o->port_base);
         if (cluster_save(c, err) != 0)

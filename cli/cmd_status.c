@@ -71,17 +71,16 @@ static cJSON *status_json(const cluster *c, const status_snapshot *s)
     cJSON *compute = cJSON_AddObjectToObject(root, "compute");
     cJSON *ps = cJSON_AddObjectToObject(root, "pageserver");
     cJSON *sks = NULL;
-    ok = ok && compute != NULL && ps != NULL &&
-              add(compute, "pid", json_pid(s->compute_pid)) &&
-              add(compute, "port", cJSON_CreateNumber(c->compute_port)) &&
-              add(compute, "connstr", cJSON_CreateString(s->connstr)) &&
-              add(compute, "datadir", cJSON_CreateString(s->compute_datadir)) &&
-              /* No pageserver in this stage: reported as not running. */
-              add(ps, "pid", cJSON_CreateNull()) && add(ps, "pg_port", cJSON_CreateNull()) &&
-              add(ps, "http_port", cJSON_CreateNull()) &&
-              add(ps, "last_record_lsn", cJSON_CreateNull()) &&
-              add(ps, "disk_consistent_lsn", cJSON_CreateNull()) &&
-              (sks = cJSON_AddArrayToObject(root, "safekeepers")) != NULL;
+    ok = ok && compute != NULL && ps != NULL && add(compute, "pid", json_pid(s->compute_pid)) &&
+         add(compute, "port", cJSON_CreateNumber(c->compute_port)) &&
+         add(compute, "connstr", cJSON_CreateString(s->connstr)) &&
+         add(compute, "datadir", cJSON_CreateString(s->compute_datadir)) &&
+         /* No pageserver in this stage: reported as not running. */
+         add(ps, "pid", cJSON_CreateNull()) && add(ps, "pg_port", cJSON_CreateNull()) &&
+         add(ps, "http_port", cJSON_CreateNull()) &&
+         add(ps, "last_record_lsn", cJSON_CreateNull()) &&
+         add(ps, "disk_consistent_lsn", cJSON_CreateNull()) &&
+         (sks = cJSON_AddArrayToObject(root, "safekeepers")) != NULL;
     for (int i = 0; ok && i < CLUSTER_SAFEKEEPERS; i++) {
         const safekeeper_timeline *tl = &s->sk_tl[i];
         cJSON *sk = cJSON_CreateObject();
@@ -94,8 +93,8 @@ static cJSON *status_json(const cluster *c, const status_snapshot *s)
              add(sk, "pid", json_pid(s->sk_pid[i])) &&
              add(sk, "pg_port", cJSON_CreateNumber(c->sk[i].pg_port)) &&
              add(sk, "http_port", cJSON_CreateNumber(c->sk[i].http_port)) &&
-             add(sk, "term", tl->known ? cJSON_CreateNumber((double)tl->term)
-                                       : cJSON_CreateNull()) &&
+             add(sk, "term",
+                 tl->known ? cJSON_CreateNumber((double)tl->term) : cJSON_CreateNull()) &&
              add(sk, "flush_lsn", json_lsn(tl->known, tl->flush_lsn)) &&
              add(sk, "commit_lsn", json_lsn(tl->known, tl->commit_lsn));
     }

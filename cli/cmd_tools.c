@@ -90,8 +90,9 @@ int cmd_sync_safekeepers(const cli_opts *o)
         return cli_fail(&err);
     }
     safekeepers_list(&c, sks, sizeof sks);
-    char *fixed[] = {"--safekeepers", sks, "--tenant", strata_id_format(&c.tenant_id, tenant),
-                     "--timeline", strata_id_format(&c.timeline_id, timeline)};
+    char *fixed[] = {"--safekeepers", sks,
+                     "--tenant",      strata_id_format(&c.tenant_id, tenant),
+                     "--timeline",    strata_id_format(&c.timeline_id, timeline)};
     exec_with(program, fixed, 6, o, &err);
     return cli_fail(&err);
 }

@@ -60,8 +60,9 @@ static int compute_paths_get(const cluster *c, compute_paths *p, cli_err *err)
     /* Postgres puts ".s.PGSQL.<port>" in the socket directory; sun_path is short. */
     struct sockaddr_un un;
     if (strlen(p->sockdir) + sizeof "/.s.PGSQL.65535.lock" > sizeof un.sun_path)
-        return cli_err_set(err, "cluster directory %s is too long for a unix socket path "
-                                "(use a shorter --dir)",
+        return cli_err_set(err,
+                           "cluster directory %s is too long for a unix socket path "
+                           "(use a shorter --dir)",
                            c->dir);
     return 0;
 }
@@ -142,9 +143,9 @@ static int compute_initdb(const cluster *c, const compute_paths *p, const proc_u
     fflush(stdout);
     char username[80];
     snprintf(username, sizeof username, "--username=%s", c->pg_user);
-    char *argv[] = {initdb,          "-D",         (char *)p->staging, username,
-                    "--auth=trust",  "-E",         "UTF8",             "--locale=C",
-                    "--no-sync",     "--no-instructions", NULL};
+    char *argv[] = {initdb, "-D",   (char *)p->staging, username,    "--auth=trust",
+                    "-E",   "UTF8", "--locale=C",       "--no-sync", "--no-instructions",
+                    NULL};
     if (proc_run(argv, p->initdb_log, user, COMPUTE_INITDB_TIMEOUT_S, err) != 0)
         return -1;
     char path[PATH_MAX + 32];
@@ -152,8 +153,9 @@ static int compute_initdb(const cluster *c, const compute_paths *p, const proc_u
     if (write_file(path, compute_hba, err) != 0)
         return -1;
     snprintf(path, sizeof path, "%s/postgresql.conf", p->staging);
-    if (append_file(path, "\n# Settings owned by strata (rewritten at every start).\n"
-                          "include 'strata.conf'\n",
+    if (append_file(path,
+                    "\n# Settings owned by strata (rewritten at every start).\n"
+                    "include 'strata.conf'\n",
                     err) != 0)
         return -1;
     if (rename(p->staging, p->pgdata) != 0)
@@ -168,27 +170,27 @@ static int compute_write_config(const cluster *c, const compute_paths *p, cli_er
         return -1;
     safekeepers_list(c, sks, sizeof sks);
     char conf[8192];
-    int n = snprintf(
-        conf, sizeof conf,
-        "# Written by `strata` at every start from %s/cluster.json; edits are lost.\n"
-        "listen_addresses = '127.0.0.1'\n"
-        "port = %d\n"
-        "unix_socket_directories = '%s'\n"
-        "shared_preload_libraries = '%s'\n"
-        "strata.safekeepers = '%s'\n"
-        "strata.tenant_id = '%s'\n"
-        "strata.timeline_id = '%s'\n"
-        "synchronous_standby_names = 'walproposer'\n"
-        "synchronous_commit = on\n"
-        "wal_level = replica\n"
-        "max_wal_senders = 10\n"
-        "wal_keep_size = '1GB'\n"
-        "full_page_writes = on\n"
-        "fsync = off\n"
-        "restart_after_crash = off\n"
-        "log_line_prefix = '%%m [%%p] '\n",
-        c->dir, c->compute_port, p->sockdir, extension, sks,
-        strata_id_format(&c->tenant_id, tenant), strata_id_format(&c->timeline_id, timeline));
+    int n = snprintf(conf, sizeof conf,
+                     "# Written by `strata` at every start from %s/cluster.json; edits are lost.\n"
+                     "listen_addresses = '127.0.0.1'\n"
+                     "port = %d\n"
+                     "unix_socket_directories = '%s'\n"
+                     "shared_preload_libraries = '%s'\n"
+                     "strata.safekeepers = '%s'\n"
+                     "strata.tenant_id = '%s'\n"
+                     "strata.timeline_id = '%s'\n"
+                     "synchronous_standby_names = 'walproposer'\n"
+                     "synchronous_commit = on\n"
+                     "wal_level = replica\n"
+                     "max_wal_senders = 10\n"
+                     "wal_keep_size = '1GB'\n"
+                     "full_page_writes = on\n"
+                     "fsync = off\n"
+                     "restart_after_crash = off\n"
+                     "log_line_prefix = '%%m [%%p] '\n",
+                     c->dir, c->compute_port, p->sockdir, extension, sks,
+                     strata_id_format(&c->tenant_id, tenant),
+                     strata_id_format(&c->timeline_id, timeline));
     if (n < 0 || n >= (int)sizeof conf)
         return cli_err_set(err, "compute configuration too long");
     char path[PATH_MAX + 32];
@@ -289,8 +291,9 @@ int compute_wait_ready(const cluster *c, int timeout_ms, cli_err *err)
         if (probe_pg_ready(connstr))
             return 0;
         if (proc_now_ms() >= deadline)
-            return cli_err_set(err, "compute did not accept connections on port %d within %d s; "
-                                    "see %s",
+            return cli_err_set(err,
+                               "compute did not accept connections on port %d within %d s; "
+                               "see %s",
                                c->compute_port, timeout_ms / 1000, p.logfile);
         proc_sleep_ms(100);
     }

@@ -34,8 +34,8 @@ int locate_sibling(const char *name, char *out, cli_err *err)
     if (n < 0 || n >= PATH_MAX)
         return cli_err_set(err, "path too long: %s/%s", bindir, name);
     if (access(out, X_OK) != 0)
-        return cli_err_set(err, "%s not found: no executable %s (build it next to strata)",
-                           name, out);
+        return cli_err_set(err, "%s not found: no executable %s (build it next to strata)", name,
+                           out);
     return 0;
 }
 

@@ -93,8 +93,8 @@ int probe_http_get(int port, const char *path, int timeout_ms, char **body, cli_
     if (fd < 0)
         return cli_err_set(err, "connect 127.0.0.1:%d: %s", port, strerror(errno));
     char req[512];
-    int len = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: 127.0.0.1:%d\r\n\r\n", path,
-                       port);
+    int len =
+        snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: 127.0.0.1:%d\r\n\r\n", path, port);
     if (len < 0 || len >= (int)sizeof req) {
         close(fd);
         return cli_err_set(err, "HTTP path too long");

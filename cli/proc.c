@@ -27,9 +27,8 @@
 /* The step of child setup that failed, sent with errno over the pipe. */
 enum child_step { STEP_LOG, STEP_CHDIR, STEP_GROUPS, STEP_SETGID, STEP_SETUID, STEP_EXEC };
 
-static const char *const child_step_names[] = {"opening the log",  "chdir",
-                                               "initgroups",       "setgid",
-                                               "setuid",           "exec"};
+static const char *const child_step_names[] = {"opening the log", "chdir",  "initgroups",
+                                               "setgid",          "setuid", "exec"};
 
 typedef struct child_failure {
     int step;

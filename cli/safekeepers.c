@@ -50,8 +50,8 @@ pid_t safekeepers_pid(const cluster *c, const cluster_safekeeper *sk)
 
 void safekeepers_list(const cluster *c, char *buf, size_t len)
 {
-    snprintf(buf, len, "127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", c->sk[0].pg_port,
-             c->sk[1].pg_port, c->sk[2].pg_port);
+    snprintf(buf, len, "127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", c->sk[0].pg_port, c->sk[1].pg_port,
+             c->sk[2].pg_port);
 }
 
 int safekeepers_preflight(cli_err *err)
@@ -76,8 +76,8 @@ int safekeepers_start(const cluster *c, const cluster_safekeeper *sk, cli_err *e
     snprintf(id, sizeof id, "%d", sk->id);
     snprintf(listen_pg, sizeof listen_pg, "127.0.0.1:%d", sk->pg_port);
     snprintf(listen_http, sizeof listen_http, "127.0.0.1:%d", sk->http_port);
-    char *argv[] = {program,       "--id",        id,        "--datadir", datadir,
-                    "--listen-pg", listen_pg,     "--listen-http", listen_http, NULL};
+    char *argv[] = {program,   "--id",          id,          "--datadir", datadir, "--listen-pg",
+                    listen_pg, "--listen-http", listen_http, NULL};
     proc_user self = {.drop = false};
     pid_t pid;
     if (proc_spawn_detached(argv, logfile, datadir, &self, &pid, err) != 0)
@@ -99,15 +99,14 @@ int safekeepers_wait_ready(const cluster *c, const cluster_safekeeper *sk, int t
             safekeepers_pid(c, sk) != 0)
             return 0;
         if (proc_now_ms() >= deadline)
-            return cli_err_set(err, "%s did not accept connections on ports %d/%d within %d s; see %s",
-                               sk->name, sk->pg_port, sk->http_port, timeout_ms / 1000,
-                               logfile);
+            return cli_err_set(err,
+                               "%s did not accept connections on ports %d/%d within %d s; see %s",
+                               sk->name, sk->pg_port, sk->http_port, timeout_ms / 1000, logfile);
         proc_sleep_ms(50);
     }
 }
 
-int safekeepers_stop(const cluster *c, const cluster_safekeeper *sk, bool immediate,
-                     cli_err *err)
+int safekeepers_stop(const cluster *c, const cluster_safekeeper *sk, bool immediate, cli_err *err)
 {
     pid_t pid = safekeepers_pid(c, sk);
     if (pid == 0)
@@ -119,8 +118,8 @@ int safekeepers_stop(const cluster *c, const cluster_safekeeper *sk, bool immedi
     }
     if (proc_signal_and_wait(pid, SIGTERM, SAFEKEEPER_STOP_TIMEOUT_MS))
         return 0;
-    log_warn("%s (pid %d) did not exit within %d s of SIGTERM; sending SIGKILL", sk->name,
-             (int)pid, SAFEKEEPER_STOP_TIMEOUT_MS / 1000);
+    log_warn("%s (pid %d) did not exit within %d s of SIGTERM; sending SIGKILL", sk->name, (int)pid,
+             SAFEKEEPER_STOP_TIMEOUT_MS / 1000);
     if (!proc_signal_and_wait(pid, SIGKILL, SAFEKEEPER_STOP_TIMEOUT_MS))
         return cli_err_set(err, "%s (pid %d) survived SIGKILL", sk->name, (int)pid);
     return 0;
@@ -172,8 +171,7 @@ void safekeepers_query(const cluster *c, const cluster_safekeeper *sk, safekeepe
         return;
     cli_err err = {{0}};
     char *body = NULL;
-    if (probe_http_get(sk->http_port, "/v1/status", SAFEKEEPER_QUERY_TIMEOUT_MS, &body, &err) !=
-        0)
+    if (probe_http_get(sk->http_port, "/v1/status", SAFEKEEPER_QUERY_TIMEOUT_MS, &body, &err) != 0)
         return;
     cJSON *root = cJSON_Parse(body);
     free(body);

@@ -40,8 +40,7 @@ int safekeepers_wait_ready(const cluster *c, const cluster_safekeeper *sk, int t
 
 /* Stops sk: SIGTERM then, after a bounded wait, SIGKILL; immediate: SIGKILL
  * at once.  Not running is success.  0 or -1 with a reason. */
-int safekeepers_stop(const cluster *c, const cluster_safekeeper *sk, bool immediate,
-                     cli_err *err);
+int safekeepers_stop(const cluster *c, const cluster_safekeeper *sk, bool immediate, cli_err *err);
 
 /* Asks sk's HTTP API about the cluster's timeline.  Never fails: out->known
  * says whether an answer came. */
