@@ -494,6 +494,12 @@ lsn_t acceptor_flush_lsn(const acceptor *acc)
     return acc->flush_lsn;
 }
 
+lsn_t acceptor_written_record_end(const acceptor *acc)
+{
+    lsn_t end = acc->tracker_valid ? wal_tracker_last_record_end(&acc->tracker) : 0;
+    return end > acc->flush_lsn ? end : acc->flush_lsn;
+}
+
 lsn_t acceptor_commit_lsn(const acceptor *acc)
 {
     return acc->st.commit_lsn < acc->flush_lsn ? acc->st.commit_lsn : acc->flush_lsn;

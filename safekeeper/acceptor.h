@@ -209,6 +209,9 @@ uint64_t acceptor_term(const acceptor *acc);
 lsn_t acceptor_write_lsn(const acceptor *acc);
 /* End of the last complete WAL record known durable (the reported flush). */
 lsn_t acceptor_flush_lsn(const acceptor *acc);
+/* End of the last complete WAL record written, durable or not: the flush_lsn
+ * a VoteResponse would carry if a vote were asked now (it flushes first). */
+lsn_t acceptor_written_record_end(const acceptor *acc);
 /* What readers (WAL senders) may serve up to: min(commit_lsn, flush_lsn). */
 lsn_t acceptor_commit_lsn(const acceptor *acc);
 /* The lowest WAL still needed by peers (proposer's truncate_lsn). */

@@ -39,7 +39,7 @@
 #include "tests/sim/simwal.h"
 
 #define N_ACC 3
-#define N_PROP 2
+#define N_PROP 3
 #define SEG (1u << 20)
 #define BOOT ((lsn_t)SEG)
 #define WINDOW (3u << 20)          /* LSN space [BOOT, BOOT + WINDOW) */
@@ -61,6 +61,7 @@ typedef struct msg {
 typedef struct conn {
     bool up;
     uint64_t id;
+    bool blocked; /* partitioned: messages are lost, connects fail */
 } conn;
 
 typedef struct acc_node {
@@ -80,6 +81,7 @@ typedef struct acc_node {
     /* checker state */
     lsn_t usable_checked;  /* cache[BOOT, x) verified equal to R */
     lsn_t durable_match;   /* durable[BOOT, x) known equal to R */
+    lsn_t cache_match;     /* cache[BOOT, x) known equal to R */
     uint64_t last_term;
     lsn_t last_flush;
 } acc_node;
@@ -126,8 +128,10 @@ static struct {
     int n_terms;
     const char *violation;
     char violation_buf[256];
+    uint32_t partition_odds; /* per mille, per proposer, at each re-partition */
+    uint32_t drop_odds;      /* per mille, per delivered message */
     /* stats */
-    long elections, commits_acked, crashes, restarts, syncs_done, protocol_errors;
+    long old_term_commits, elections, commits_acked, crashes, restarts, syncs_done, protocol_errors;
 } S;
 
 static uint8_t msgbuf[WALPUSH_MAX_MESSAGE];
@@ -283,6 +287,8 @@ static void acc_process(int a, int reply_p, uint64_t reply_conn)
                 n->hw = n->cache_end;
             if (e->lsn < n->usable_checked)
                 n->usable_checked = e->lsn;
+            if (e->lsn < n->cache_match)
+                n->cache_match = e->lsn;
             if (e->lsn < n->dirty_from)
                 n->dirty_from = e->lsn;
             break;
@@ -309,6 +315,8 @@ static void acc_process(int a, int reply_p, uint64_t reply_conn)
                 n->durable_match = l;
             if (n->usable_checked > l)
                 n->usable_checked = l;
+            if (n->cache_match > l)
+                n->cache_match = l;
             if (n->dirty_from >= l)
                 n->dirty_from = LSN_MAX;
             break;
@@ -398,6 +406,7 @@ static void acc_crash(int a)
     n->dirty_from = LSN_MAX;
     n->fsync_running = false;
     n->usable_checked = BOOT;
+    n->cache_match = BOOT;
 }
 
 static void acc_restart(int a)
@@ -587,6 +596,8 @@ static void prop_process(int pi, proposer_output *out)
             break;
         case PROP_COMMIT_ADVANCED:
             trace("p%d commit -> %s", pi, fmt_lsn(e->u.commit_lsn));
+            if (e->u.commit_lsn < proposer_term_start_lsn(&pn->core))
+                S.old_term_commits++;
             on_committed(pn, e->u.commit_lsn);
             break;
         case PROP_FENCED:
@@ -701,6 +712,70 @@ static void prop_deliver(msg *m)
 
 /* ---- Invariants -------------------------------------------------------- */
 
+/* Extends *match while buf[BOOT, lim) equals the committed WAL. */
+static void extend_match(const uint8_t *buf, lsn_t *match, lsn_t lim)
+{
+    if (*match < BOOT)
+        *match = BOOT;
+    while (*match < lim) {
+        lsn_t e = *match + 8192 < lim ? *match + 8192 : lim;
+        if (memcmp(buf + off(*match), S.R + off(*match), e - *match) != 0) {
+            while (*match < e && buf[off(*match)] == S.R[off(*match)])
+                (*match)++;
+            return;
+        }
+        *match = e;
+    }
+}
+
+/*
+ * The committed WAL must be "chosen": whatever majority of (running)
+ * acceptors a new proposer were elected by right now, the donor it would
+ * pick -- highest (last_log_term, flush_lsn), with flush_lsn as a vote would
+ * report it -- holds the committed WAL.  This sees a committed prefix that a
+ * future election would truncate before any such election happens.
+ */
+static void check_quorum_donors(void)
+{
+    if (S.R_end <= BOOT)
+        return;
+    for (uint32_t mask = 1; mask < (1u << N_ACC); mask++) {
+        if (__builtin_popcount(mask) < N_ACC / 2 + 1)
+            continue;
+        int donor = -1;
+        uint64_t best_llt = 0;
+        lsn_t best_flush = 0;
+        bool all_up = true;
+        for (int a = 0; a < N_ACC; a++) {
+            if (!(mask & (1u << a)))
+                continue;
+            if (!S.acc[a].up) {
+                all_up = false;
+                break;
+            }
+            lsn_t f = acceptor_written_record_end(&S.acc[a].core);
+            uint64_t llt = term_history_last_log_term(&acceptor_state(&S.acc[a].core)->history, f);
+            if (donor < 0 || llt > best_llt || (llt == best_llt && f > best_flush)) {
+                donor = a;
+                best_llt = llt;
+                best_flush = f;
+            }
+        }
+        if (!all_up || donor < 0)
+            continue;
+        acc_node *d = &S.acc[donor];
+        extend_match(d->cache, &d->cache_match, d->cache_end < S.R_end ? d->cache_end : S.R_end);
+        if (best_flush < S.R_end || d->cache_match < S.R_end) {
+            violate("committed WAL up to %s is not chosen: acceptors %s%s%s would elect donor "
+                    "a%d (last_log_term %llu, flush %s) holding it only to %s",
+                    fmt_lsn(S.R_end), mask & 1 ? "a0 " : "", mask & 2 ? "a1 " : "",
+                    mask & 4 ? "a2 " : "", donor, (unsigned long long)best_llt,
+                    fmt_lsn(best_flush), fmt_lsn(d->cache_match));
+            return;
+        }
+    }
+}
+
 static void check_invariants(void)
 {
     int majority = 0;
@@ -760,6 +835,8 @@ static void check_invariants(void)
     if (S.R_end > BOOT && majority < N_ACC / 2 + 1)
         violate("committed WAL up to %s is durable on only %d acceptors", fmt_lsn(S.R_end),
                 majority);
+    if (!S.violation)
+        check_quorum_donors();
 }
 
 /* ---- One seed ---------------------------------------------------------- */
@@ -794,6 +871,8 @@ static void run_setup(uint64_t seed, bool trace_on)
     S.next_uid = 1;
     S.n_terms = 0;
     S.violation = NULL;
+    S.partition_odds = rnd_below(700);
+    S.drop_odds = chance(500) ? 10 : rnd_below(150);
 
     strata_id tenant = {{0x11}}, timeline = {{0x22}};
     for (int a = 0; a < N_ACC; a++) {
@@ -803,7 +882,7 @@ static void run_setup(uint64_t seed, bool trace_on)
         n->up = true;
         n->streamer_p = -1;
         n->cache_end = n->durable_end = BOOT;
-        n->durable_match = n->usable_checked = BOOT;
+        n->durable_match = n->usable_checked = n->cache_match = BOOT;
         n->dirty_from = LSN_MAX;
     }
     prop_start(0);
@@ -838,9 +917,9 @@ static void step_once(void)
             net_take(k);
         }
         conn *c = &S.conns[m.p][m.a];
-        bool live = c->up && c->id == m.conn_id &&
+        bool live = c->up && c->id == m.conn_id && !c->blocked &&
                     (m.to_acceptor ? S.acc[m.a].up : S.prop[m.p].alive);
-        if (live && chance(10)) {
+        if (live && chance(S.drop_odds)) {
             trace("drop message p%d->a%d", m.p, m.a);
         } else if (live) {
             if (m.to_acceptor)
@@ -867,18 +946,38 @@ static void step_once(void)
         }
     } else if (r < 900) {
         int p = (int)rnd_below(N_PROP), a = (int)rnd_below(N_ACC);
-        if (S.prop[p].alive && !S.conns[p][a].up && S.acc[a].up)
+        if (S.prop[p].alive && !S.conns[p][a].up && !S.conns[p][a].blocked && S.acc[a].up)
             prop_connect(p, a);
-    } else if (r < 915) {
-        int p = (int)rnd_below(N_PROP), a = (int)rnd_below(N_ACC);
-        conn_close(p, a, "network partition");
     } else if (r < 930) {
+        /* Re-partition: each proposer-acceptor link is cut with some odds
+         * (often leaving a proposer with a single acceptor). */
+        if (chance(500)) {
+            int p = (int)rnd_below(N_PROP), a = (int)rnd_below(N_ACC);
+            conn_close(p, a, "connection reset");
+        } else {
+            /* Each proposer reaches all acceptors, two, or one: the splits
+             * that strand WAL of some term on a single acceptor. */
+            for (int p = 0; p < N_PROP; p++) {
+                uint32_t k = rnd_below(1000) < S.partition_odds ? 1 + rnd_below(2) : N_ACC;
+                int first = (int)rnd_below(N_ACC);
+                for (int a = 0; a < N_ACC; a++) {
+                    int rank = (a - first + N_ACC) % N_ACC;
+                    S.conns[p][a].blocked = (uint32_t)rank >= k;
+                    if (S.conns[p][a].blocked)
+                        conn_close(p, a, "network partition");
+                }
+            }
+            trace("partition: p0 [%d%d%d] p1 [%d%d%d]", !S.conns[0][0].blocked,
+                  !S.conns[0][1].blocked, !S.conns[0][2].blocked, !S.conns[1][0].blocked,
+                  !S.conns[1][1].blocked, !S.conns[1][2].blocked);
+        }
+    } else if (r < 940) {
         acc_crash((int)rnd_below(N_ACC));
     } else if (r < 970) {
         int a = (int)rnd_below(N_ACC);
         if (!S.acc[a].up)
             acc_restart(a);
-    } else if (r < 976) {
+    } else if (r < 980) {
         int p = (int)rnd_below(N_PROP);
         if (S.prop[p].alive) {
             trace("p%d CRASH", p);
@@ -969,16 +1068,17 @@ int main(int argc, char **argv)
     }
 
     long failures = 0, ran = 0;
-    long total_acked = 0, total_elections = 0, total_syncs = 0;
+    long total_acked = 0, total_elections = 0, total_syncs = 0, total_old = 0;
     lsn_t max_committed = 0;
     for (long k = 0; k < seeds; k++) {
         uint64_t seed = first + (uint64_t)k;
-        S.elections = S.commits_acked = S.syncs_done = 0;
+        S.elections = S.commits_acked = S.syncs_done = S.old_term_commits = 0;
         bool ok = run_seed(seed, steps, false);
         ran++;
         total_acked += S.commits_acked;
         total_elections += S.elections;
         total_syncs += S.syncs_done;
+        total_old += S.old_term_commits;
         if (S.R_end - BOOT > max_committed)
             max_committed = S.R_end - BOOT;
         if (!ok) {
@@ -995,6 +1095,8 @@ int main(int argc, char **argv)
            "runs, %ld client commits acknowledged, up to %llu bytes committed in one run\n",
            ran, (unsigned long long)first, steps, failures, total_elections, total_syncs,
            total_acked, (unsigned long long)max_committed);
+    if (total_old > 0)
+        printf("%ld commits below the committing proposer's term start\n", total_old);
     if (expect_violation) {
         if (failures == 0)
             printf("expected the planted bug to violate an invariant, but no seed did\n");
