@@ -2,7 +2,7 @@
  * sim.c: the deterministic simulator of Strata's consensus (DESIGN 6, 11).
  *
  * For: driving the real acceptor core (3 acceptors) and the real proposer
- * core (2 competing proposer slots) through seeded fault schedules -- a
+ * core (3 competing proposer slots) through seeded fault schedules -- a
  * network that drops, delays, duplicates and reorders messages (every message
  * is encoded and decoded with proto/walpush.c), disks whose writes are
  * volatile until an fdatasync, crashes that lose unsynced WAL and control
