@@ -178,6 +178,8 @@ def console_table(results):
     lines.append("fdatasync 8 kB (pg_test_fsync): "
                  + (f"{fs['usec_per_op']} us/op ({fs['ops_per_sec']:.0f} ops/s)"
                     if "usec_per_op" in fs else f"not measured: {fs.get('error', '?')}"))
+    if results.get("elapsed_s"):
+        lines.append(f"whole run: {results['elapsed_s'] / 60:.1f} min")
     for d in unfair_settings(results):
         lines.append(f"warning: settings differ between setups: {d}")
     for w in sanity_warnings(results):
@@ -211,8 +213,11 @@ def markdown_section(results, image_paths):
     if m.get("loadavg_start") and float(m["loadavg_start"].split()[0]) > 0.5:
         out += [f"> The machine was not idle when the run started (load average "
                 f"{m['loadavg_start']}); other work may have disturbed these numbers.", ""]
+    took = ""
+    if results.get("elapsed_s"):
+        took = f" The whole run took {results['elapsed_s'] / 60:.1f} min."
     out += [f"Measured {results['date']} by `python3 bench/quorum_commit.py "
-            f"{' '.join(p['argv'])}`.".replace(" `.", "`."), "",
+            f"{' '.join(p['argv'])}`.".replace(" `.", "`.") + took, "",
             "Machine: " + f"{m['nproc']} CPUs ({m['cpu_model']}), {m['mem_total']} RAM, "
             f"data directories on {m['filesystem']}, kernel {m['kernel']}.", "",
             f"Workload: pgbench simple-update (`-N`), scale {p['scale']}, {p['duration_s']} s per "
