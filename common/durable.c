@@ -17,11 +17,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int write_all(int fd, const void *data, size_t len)
+int durable_pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
 {
-    const char *p = data;
+    const uint8_t *p = buf;
     while (len > 0) {
-        ssize_t n = write(fd, p, len);
+        ssize_t n = pwrite(fd, p, len, (off_t)off);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -31,13 +31,41 @@ static int write_all(int fd, const void *data, size_t len)
             return -EIO;
         p += n;
         len -= (size_t)n;
+        off += (uint64_t)n;
     }
     return 0;
 }
 
-static int fsync_retry(int fd)
+ssize_t durable_pread_all(int fd, void *buf, size_t len, uint64_t off)
+{
+    uint8_t *p = buf;
+    size_t got = 0;
+    while (got < len) {
+        ssize_t n = pread(fd, p + got, len - got, (off_t)(off + got));
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (n == 0)
+            break; /* end of file */
+        got += (size_t)n;
+    }
+    return (ssize_t)got;
+}
+
+int durable_fsync_fd(int fd)
 {
     while (fsync(fd) != 0) {
+        if (errno != EINTR)
+            return -errno;
+    }
+    return 0;
+}
+
+int durable_fdatasync_fd(int fd)
+{
+    while (fdatasync(fd) != 0) {
         if (errno != EINTR)
             return -errno;
     }
@@ -49,7 +77,7 @@ int durable_fsync_dir(const char *dir)
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
-    int rc = fsync_retry(fd);
+    int rc = durable_fsync_fd(fd);
     close(fd);
     return rc;
 }
@@ -91,9 +119,9 @@ int durable_write_file(const char *path, const void *data, size_t len, mode_t mo
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
     if (fd < 0)
         return -errno;
-    int rc = write_all(fd, data, len);
+    int rc = durable_pwrite_all(fd, data, len, 0);
     if (rc == 0)
-        rc = fsync_retry(fd);
+        rc = durable_fsync_fd(fd);
     if (close(fd) != 0 && rc == 0)
         rc = -errno;
     if (rc == 0 && rename(tmp, path) != 0)
@@ -128,24 +156,14 @@ int durable_read_file(const char *path, size_t max_len, void **out, size_t *out_
         close(fd);
         return -ENOMEM;
     }
-    size_t got = 0;
-    while (got < size) {
-        ssize_t n = read(fd, buf + got, size - got);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            int rc = -errno;
-            free(buf);
-            close(fd);
-            return rc;
-        }
-        if (n == 0)
-            break; /* shrank under us: return what is there */
-        got += (size_t)n;
-    }
+    ssize_t got = durable_pread_all(fd, buf, size, 0); /* short if it shrank under us */
     close(fd);
+    if (got < 0) {
+        free(buf);
+        return (int)got;
+    }
     *out = buf;
-    *out_len = got;
+    *out_len = (size_t)got;
     return 0;
 }
 
@@ -154,7 +172,7 @@ int durable_rename(const char *from, const char *to)
     int fd = open(from, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
-    int rc = fsync_retry(fd);
+    int rc = durable_fsync_fd(fd);
     close(fd);
     if (rc != 0)
         return rc;

@@ -5,8 +5,10 @@
  * write a temporary file next to the target, fsync it, rename it over the
  * target and fsync the directory, so a crash at any instruction leaves either
  * the old content or the new one, never a mix.  Also: fsync of a directory,
- * a durable rename, and the data-directory lock that keeps two daemons from
- * sharing one directory.
+ * a durable rename, the data-directory lock that keeps two daemons from
+ * sharing one directory, and the write-all / read-all / fsync loops every
+ * synchronous file write in Strata goes through (WAL segment creation and
+ * truncation included).
  *
  * Not for streaming data (WAL segments go through common/uring.h) and not a
  * cache: every call does its syscalls synchronously and blocks the caller.
@@ -19,6 +21,7 @@
 #define STRATA_COMMON_DURABLE_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 /*
@@ -32,6 +35,24 @@ int durable_write_file(const char *path, const void *data, size_t len, mode_t mo
 /* Reads the whole file into a malloc'd buffer (caller frees *out); fails with
  * -EFBIG if it is larger than max_len. */
 int durable_read_file(const char *path, size_t max_len, void **out, size_t *out_len);
+
+/*
+ * Writes all len bytes of buf at offset off of fd (pwrite until done): a
+ * short write is continued, EINTR retried, a write of 0 bytes is -EIO.  Does
+ * not sync: follow with durable_fsync_fd or durable_fdatasync_fd.
+ */
+int durable_pwrite_all(int fd, const void *buf, size_t len, uint64_t off);
+
+/*
+ * Reads up to len bytes at offset off of fd into buf, continuing short reads
+ * and retrying EINTR; returns the bytes read (fewer than len only at end of
+ * file) or a negative errno.
+ */
+ssize_t durable_pread_all(int fd, void *buf, size_t len, uint64_t off);
+
+/* fsync(2) / fdatasync(2) of fd, retried on EINTR. */
+int durable_fsync_fd(int fd);
+int durable_fdatasync_fd(int fd);
 
 /* fsyncs the directory dir itself (its entries: creations, renames, unlinks). */
 int durable_fsync_dir(const char *dir);

@@ -154,43 +154,16 @@ static void invalidate_read_cache(wal_store *ws)
     ws->read_fd = -1;
 }
 
-static int pwrite_all(int fd, const uint8_t *buf, size_t len, uint64_t off)
-{
-    while (len > 0) {
-        ssize_t n = pwrite(fd, buf, len, (off_t)off);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        if (n == 0)
-            return -EIO;
-        buf += n;
-        len -= (size_t)n;
-        off += (uint64_t)n;
-    }
-    return 0;
-}
-
 static int write_zeros(int fd, uint64_t from, uint64_t to)
 {
     while (from < to) {
         size_t n = sizeof zero_block;
         if (to - from < n)
             n = (size_t)(to - from);
-        int rc = pwrite_all(fd, zero_block, n, from);
+        int rc = durable_pwrite_all(fd, zero_block, n, from);
         if (rc != 0)
             return rc;
         from += n;
-    }
-    return 0;
-}
-
-static int fdatasync_retry(int fd)
-{
-    while (fdatasync(fd) != 0) {
-        if (errno != EINTR)
-            return -errno;
     }
     return 0;
 }
@@ -209,18 +182,8 @@ static int create_segment(wal_store *ws, uint64_t segno)
     if (fd < 0)
         return -errno;
     rc = write_zeros(fd, 0, ws->seg_size);
-    if (rc == 0) {
-        while (fsync(fd) != 0) {
-            if (errno != EINTR) {
-                rc = -errno;
-                break;
-            }
-        }
-    }
-    if (rc == 0 && rename(tmp, path) != 0)
-        rc = -errno;
     if (rc == 0)
-        rc = durable_fsync_dir(ws->dir);
+        rc = durable_rename(tmp, path); /* fsyncs the file, then the directory */
     if (rc != 0) {
         close(fd);
         unlink(tmp);
@@ -372,6 +335,20 @@ static void on_sync_done(void *arg, int res)
         pump(ws);
 }
 
+/*
+ * Judges one submission's result: true if it was queued.  Otherwise the
+ * ring is full (wait for a freed slot, then submit_pending runs again) or
+ * the store has failed; either way the caller stops submitting.
+ */
+static bool submitted(wal_store *ws, int rc)
+{
+    if (rc == -EBUSY)
+        uring_wait_for_space(ws->ring, &ws->space_waiter);
+    else if (rc != 0)
+        store_fail(ws, rc);
+    return rc == 0;
+}
+
 /* Submits queued writes and sync-round fdatasyncs while the ring has room. */
 static void submit_pending(wal_store *ws)
 {
@@ -380,14 +357,8 @@ static void submit_pending(wal_store *ws)
             continue;
         int rc =
             uring_write(ws->ring, w->fd, w->data, w->end - w->start, w->offset, on_write_done, w);
-        if (rc == -EBUSY) {
-            uring_wait_for_space(ws->ring, &ws->space_waiter);
+        if (!submitted(ws, rc))
             return;
-        }
-        if (rc != 0) {
-            store_fail(ws, rc);
-            return;
-        }
         w->submitted = true;
     }
     if (!ws->round_active)
@@ -396,15 +367,8 @@ static void submit_pending(wal_store *ws)
         seg_file *s = &ws->segs[i];
         if (!s->in_use || s->sync != SYNC_TO_SUBMIT)
             continue;
-        int rc = uring_fdatasync(ws->ring, s->fd, on_sync_done, s);
-        if (rc == -EBUSY) {
-            uring_wait_for_space(ws->ring, &ws->space_waiter);
+        if (!submitted(ws, uring_fdatasync(ws->ring, s->fd, on_sync_done, s)))
             return;
-        }
-        if (rc != 0) {
-            store_fail(ws, rc);
-            return;
-        }
         s->sync = SYNC_SUBMITTED;
     }
 }
@@ -633,7 +597,7 @@ int wal_store_flush_now(wal_store *ws)
         seg_file *s = &ws->segs[i];
         if (!s->in_use || !s->dirty)
             continue;
-        int rc = fdatasync_retry(s->fd);
+        int rc = durable_fdatasync_fd(s->fd);
         ws->stats.fdatasyncs++;
         if (rc != 0) {
             store_fail(ws, rc);
@@ -718,7 +682,7 @@ int wal_store_truncate(wal_store *ws, lsn_t lsn)
     if (fd >= 0) {
         rc = write_zeros(fd, off, ws->seg_size);
         if (rc == 0)
-            rc = fdatasync_retry(fd);
+            rc = durable_fdatasync_fd(fd);
         close(fd);
         if (rc != 0)
             return rc;
@@ -751,19 +715,7 @@ ssize_t wal_store_read(wal_store *ws, lsn_t lsn, void *buf, size_t len)
         ws->read_fd = fd;
         ws->read_segno = segno;
     }
-    size_t got = 0;
-    while (got < len) {
-        ssize_t n = pread(ws->read_fd, (uint8_t *)buf + got, len - got, (off_t)(off + got));
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        if (n == 0)
-            break;
-        got += (size_t)n;
-    }
-    return (ssize_t)got;
+    return durable_pread_all(ws->read_fd, buf, len, off);
 }
 
 typedef struct remove_ctx {
