@@ -115,8 +115,7 @@ size_t replication_encode(const replication_msg *msg, uint8_t *buf, size_t cap);
  * (m->data is not read), for senders that send the WAL bytes from their own
  * buffer; returns the length or 0 as replication_encode does.
  */
-size_t replication_encode_xlogdata_header(const replication_xlogdata *m, uint8_t *buf,
-                                          size_t cap);
+size_t replication_encode_xlogdata_header(const replication_xlogdata *m, uint8_t *buf, size_t cap);
 
 /* The current time in microseconds since 2000-01-01 (the Postgres epoch). */
 int64_t replication_now(void);
