@@ -326,11 +326,21 @@ int compute_stop(const cluster *c, bool immediate, cli_err *err)
         return 0;
     if (immediate)
         return compute_kill(pid, err);
-    if (proc_signal_and_wait(pid, SIGINT, COMPUTE_FAST_STOP_TIMEOUT_MS))
+    /* A fast shutdown waits until the safekeepers confirm all WAL, which
+     * needs a majority of them: without one, go straight to immediate. */
+    int running = 0;
+    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
+        running += safekeepers_pid(c, &c->sk[i]) != 0;
+    if (running < CLUSTER_SAFEKEEPERS / 2 + 1)
+        log_warn("only %d of %d safekeepers run, so a fast shutdown cannot finish: "
+                 "shutting the compute down immediately (it recovers from its pg_wal)",
+                 running, CLUSTER_SAFEKEEPERS);
+    else if (proc_signal_and_wait(pid, SIGINT, COMPUTE_FAST_STOP_TIMEOUT_MS))
         return 0;
-    log_warn("compute (pid %d) did not finish a fast shutdown within %d s; "
-             "trying an immediate shutdown (is a majority of safekeepers down?)",
-             (int)pid, COMPUTE_FAST_STOP_TIMEOUT_MS / 1000);
+    else
+        log_warn("compute (pid %d) did not finish a fast shutdown within %d s; "
+                 "trying an immediate shutdown (is a majority of safekeepers down?)",
+                 (int)pid, COMPUTE_FAST_STOP_TIMEOUT_MS / 1000);
     if (proc_signal_and_wait(pid, SIGQUIT, COMPUTE_IMMEDIATE_STOP_TIMEOUT_MS))
         return 0;
     log_warn("compute (pid %d) ignored an immediate shutdown; sending SIGKILL", (int)pid);

@@ -39,7 +39,9 @@ int compute_wait_ready(const cluster *c, int timeout_ms, cli_err *err);
 
 /*
  * Stops the compute.  Normal: fast shutdown (SIGINT), escalating to
- * immediate shutdown and SIGKILL after bounded waits.  immediate: SIGKILL to
+ * immediate shutdown and SIGKILL after bounded waits; immediate shutdown
+ * at once when fewer than a majority of safekeepers run (a fast shutdown
+ * waits for them to hold all WAL).  immediate: SIGKILL to
  * the postmaster and all its children at once (a crash).  Not running is
  * success.  0 or -1 with a reason.
  */

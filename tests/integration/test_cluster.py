@@ -7,6 +7,7 @@ compute with strata.so, on loopback ports.
 import os
 import socket
 import subprocess
+import time
 
 import pytest
 
@@ -253,3 +254,17 @@ def test_bench_runs_programs_from_bench_dir(tmp_path):
     missing = subprocess.run([strata_bin(), "bench", "no_such_bench"], env=env,
                              capture_output=True, text=True, timeout=30)
     assert missing.returncode == 1 and "no benchmark no_such_bench" in missing.stderr
+
+
+def test_down_without_a_majority_is_prompt(cluster):
+    cluster.sql("create table before_down (x int)")
+    cluster.sql("insert into before_down values (7)")
+    cluster.stop("sk1", immediate=True)
+    cluster.stop("sk3")
+    started = time.monotonic()
+    cluster.down()
+    assert time.monotonic() - started < 20, "down waited for a fast shutdown that cannot finish"
+    st = cluster.status()
+    assert st["compute"]["pid"] is None and all(sk["pid"] is None for sk in st["safekeepers"])
+    cluster.up()
+    assert cluster.sql("select x from before_down") == [(7,)]
