@@ -9,15 +9,20 @@ PYTEST    ?= /usr/bin/python3 -m pytest
 FUZZ_SECONDS ?= 15
 SIM_SEEDS ?= 2000
 
-.PHONY: all deps build build-san test check unit sim fuzz integration demo clean
+.PHONY: all deps postgres build build-san test check unit sim fuzz integration demo clean
 
 all: build
 
 deps:
 	@bash cli/install-deps.sh
 
-build:
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+# The patched PostgreSQL 15, cached under ~/.cache/strata (as root: /var/cache/strata).
+postgres:
+	@bash compute/postgres/build.sh >/dev/null
+
+build: postgres
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+		-DSTRATA_PG_PREFIX="$$(bash compute/postgres/build.sh --prefix-only)" >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
 build-san:
