@@ -1,0 +1,148 @@
+/*
+ * ingest.h: turning decoded WAL records into store values (DESIGN 8.1).
+ *
+ * For: the pageserver's WAL ingest.  Given one decoded record (common/
+ * walformat.h) and its start and end LSN, ingest_record() puts every value
+ * the record implies into the store at LSN = the record's end:
+ *   - each block reference -> KEY_REL_BLOCK: VAL_IMAGE for a standalone FPI
+ *     (XLOG_FPI, XLOG_FPI_FOR_HINT; holes re-expanded, zstd/pglz images
+ *     decompressed, all-zero pages as VAL_ZERO_PAGE), otherwise VAL_WAL_RECORD
+ *     holding the raw record, flagged VALUE_WILL_INIT when the block has
+ *     BKPBLOCK_WILL_INIT or an image with BKPIMAGE_APPLY;
+ *   - relation sizes (KEY_REL_SIZE VAL_SIZE) when a block lies past the end,
+ *     with VAL_ZERO_PAGE for the gap (bounded by ingest_options.max_gap_fill;
+ *     past that the size still grows and readers treat a block below the size
+ *     with no version as a zero page); smgr create / truncate;
+ *   - databases (KEY_DB), relmaps (KEY_RELMAP), CLOG (VAL_CLOG_SET on
+ *     KEY_SLRU_BLOCK), multixact offsets/members, two-phase state
+ *     (KEY_TWOPHASE), visibility-map clears (VAL_VM_CLEAR), tombstones for
+ *     dropped relations and databases, and the checkpoint (KEY_CHECKPOINT).
+ * The caller (the WAL receiver, the ingest test tool) then calls
+ * store_advance(end) -- ingest never advances the store itself, so a caller
+ * may advance once per batch of records.
+ *
+ * Not for: reading WAL from the network (walreceiver.h), reassembling or
+ * CRC-checking records (common/walformat.h), applying records (redo.h).
+ *
+ * Threads: an ingest_state belongs to the store's one writer thread; no
+ * function here may be called concurrently on the same state.
+ *
+ * State: a bounded in-memory cache of relation sizes (loaded lazily from the
+ * store), the current CheckPoint struct (loaded lazily from KEY_CHECKPOINT),
+ * and counters.  Ingest reads the store with lsn = LSN_MAX and relies on
+ * the store returning the writer's own puts even before store_advance
+ * (read-your-writes for the writer thread).
+ *
+ * Errors: ingest_record() returns -1 with err filled when the record's main
+ * data is malformed for its type (lengths that do not add up, counts out of
+ * range), when a needed store read or put fails, or when a compressed image
+ * cannot be decompressed.  On error some values of the record may already
+ * have been put (all at LSN = end); the caller must not store_advance past
+ * the record and should stop ingesting this timeline (the record is either
+ * corrupt WAL or a bug; retrying the same record after a transient store
+ * error is allowed and idempotent per key).
+ */
+#ifndef STRATA_PAGESERVER_INGEST_H
+#define STRATA_PAGESERVER_INGEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/lsn.h"
+#include "common/walformat.h"
+#include "pageserver/key.h"
+#include "pageserver/redo.h"
+#include "pageserver/store.h"
+
+typedef struct ingest_state ingest_state;
+
+/*
+ * Where ingest reads and writes.  ingest_create() builds one over a store
+ * (and an optional redo pool); tests and fuzzers may supply their own (an
+ * in-memory map).  Each function follows the store.h function of the same
+ * name.  get_page materialises a page at lsn (needed only by CREATE DATABASE
+ * with the FILE_COPY strategy); with no redo pool the store-backed version
+ * succeeds only when the newest version is complete by itself (an image or a
+ * zero page).
+ */
+typedef struct ingest_backend {
+    void *arg;
+    int (*put)(void *arg, const pg_key *k, lsn_t lsn, const value_ref *v, char *err, size_t errlen);
+    /* 1 found (out->payload malloc'd, caller frees), 0 not found, -1 error. */
+    int (*get_latest)(void *arg, const pg_key *k, lsn_t lsn, value_ref *out, lsn_t *found_lsn,
+                      char *err, size_t errlen);
+    int (*scan)(void *arg, const pg_key *from, const pg_key *to, lsn_t lsn, store_scan_fn fn,
+                void *fnarg, char *err, size_t errlen);
+    int (*get_page)(void *arg, const pg_key *k, lsn_t lsn, uint8_t out[PG_BLCKSZ], char *err,
+                    size_t errlen);
+} ingest_backend;
+
+/*
+ * Called once for every page value ingest puts (KEY_REL_BLOCK and
+ * KEY_SLRU_BLOCK keys), with complete = value_is_complete(v): the hook for
+ * image generation (DESIGN 8.4) to count deltas per page since its newest
+ * image.  Runs on the writer thread inside ingest_record(); must not block.
+ */
+typedef void (*ingest_page_hook)(void *arg, const pg_key *k, lsn_t lsn, bool complete);
+
+typedef struct ingest_options {
+    size_t relsize_cache_entries; /* bound of the relation-size cache (default 65536) */
+    uint32_t max_gap_fill;        /* most VAL_ZERO_PAGE puts for one extension (default 65536) */
+    ingest_page_hook page_hook;   /* optional */
+    void *page_hook_arg;
+} ingest_options;
+
+void ingest_options_default(ingest_options *o);
+
+/* Ingest over store st; redo may be NULL (see ingest_backend.get_page).
+ * Both must outlive the state.  NULL on out-of-memory. */
+ingest_state *ingest_create(store *st, redo_pool *redo);
+
+/* Ingest over any backend (copied; its arg must outlive the state).
+ * 0, or -1 with err (bad options, out of memory). */
+int ingest_create_with_backend(const ingest_options *o, const ingest_backend *b,
+                               ingest_state **out, char *err, size_t errlen);
+
+/* Replaces the options of a state (e.g. to install the page hook). */
+void ingest_set_options(ingest_state *ing, const ingest_options *o);
+
+void ingest_destroy(ingest_state *ing);
+
+/*
+ * Puts every value of rec (which started at start and ends at end, the
+ * walformat.h convention) at LSN end.  end must be greater than the end of
+ * every record ingested before.  0, or -1 with err (see the top of the file).
+ */
+int ingest_record(ingest_state *ing, lsn_t start, lsn_t end, const wal_record *rec, char *err,
+                  size_t errlen);
+
+/* Counters for /metrics and tests. */
+typedef struct ingest_stats {
+    uint64_t records;
+    uint64_t values_put;
+    uint64_t images;          /* VAL_IMAGE + VAL_ZERO_PAGE from FPIs */
+    uint64_t wal_records;     /* VAL_WAL_RECORD puts (one per block reference) */
+    uint64_t gap_zero_pages;  /* VAL_ZERO_PAGE puts filling extension gaps */
+    uint64_t clog_deltas;
+    uint64_t vm_clears;
+    uint64_t mxact_deltas;
+    uint64_t rels_created;
+    uint64_t rels_dropped;
+    uint64_t checkpoint_updates;
+    uint64_t relsize_cache_hits;
+    uint64_t relsize_cache_misses;
+    lsn_t last_end;           /* end of the last record ingested */
+} ingest_stats;
+
+void ingest_get_stats(const ingest_state *ing, ingest_stats *out);
+
+/*
+ * The relation fork's size as ingest knows it (cache, then store): 1 with
+ * *nblocks, 0 if the fork does not exist, -1 on a store error.  For tests and
+ * for the walreceiver's status; writer thread only.
+ */
+int ingest_rel_size(ingest_state *ing, uint32_t spc, uint32_t db, uint32_t rel, uint8_t fork,
+                    uint32_t *nblocks, char *err, size_t errlen);
+
+#endif
