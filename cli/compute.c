@@ -227,6 +227,8 @@ static int compute_remove_stale_locks(const cluster *c, const compute_paths *p, 
     return remove_if_stale(path, err);
 }
 
+static int compute_kill(pid_t pid, cli_err *err);
+
 int compute_preflight(const cluster *c, cli_err *err)
 {
     compute_paths p;
@@ -274,7 +276,12 @@ int compute_start(const cluster *c, cli_err *err)
     pid_t pid;
     if (proc_spawn_detached(argv, p.logfile, p.pgdata, &user, &pid, err) != 0)
         return -1;
-    return proc_pidfile_write(p.pidfile, pid, err);
+    if (proc_pidfile_write(p.pidfile, pid, err) != 0) {
+        /* Untracked it could never be stopped by strata: do not leave it. */
+        compute_kill(pid, err);
+        return -1;
+    }
+    return 0;
 }
 
 int compute_wait_ready(const cluster *c, int timeout_ms, cli_err *err)

@@ -82,7 +82,12 @@ int safekeepers_start(const cluster *c, const cluster_safekeeper *sk, cli_err *e
     pid_t pid;
     if (proc_spawn_detached(argv, logfile, datadir, &self, &pid, err) != 0)
         return -1;
-    return proc_pidfile_write(pidfile, pid, err);
+    if (proc_pidfile_write(pidfile, pid, err) != 0) {
+        /* Untracked it could never be stopped by strata: do not leave it. */
+        proc_signal_and_wait(pid, SIGKILL, SAFEKEEPER_STOP_TIMEOUT_MS);
+        return -1;
+    }
+    return 0;
 }
 
 int safekeepers_wait_ready(const cluster *c, const cluster_safekeeper *sk, int timeout_ms,
