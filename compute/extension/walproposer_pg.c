@@ -55,6 +55,7 @@
 #include "compute/extension/strata.h"
 #include "compute/walproposer/pqstream.h"
 #include "compute/walproposer/walbuf.h"
+#include "compute/walproposer/wp_edge.h"
 #include "compute/walproposer/proposer.h"
 #include "proto/replication.h"
 #include "proto/walpush.h"
@@ -188,46 +189,25 @@ static void parse_safekeepers(void)
  */
 static void sk_schedule_retry(sk_slot *sk, TimestampTz now)
 {
-    if (sk->connected_at != 0 &&
-        TimestampDifferenceExceeds(sk->connected_at, now, strata_safekeeper_reconnect_max_delay))
-        sk->backoff_ms = 0;
+    uint64 up_ms = sk->connected_at != 0 && now > sk->connected_at
+                       ? (uint64)(now - sk->connected_at) / 1000
+                       : 0;
+    int min_ms = Min(strata_safekeeper_reconnect_delay, strata_safekeeper_reconnect_max_delay);
+
     sk->connected_at = 0;
-    if (sk->backoff_ms == 0)
-        sk->backoff_ms = strata_safekeeper_reconnect_delay;
-    else
-        sk->backoff_ms = Min(sk->backoff_ms * 2, strata_safekeeper_reconnect_max_delay);
+    sk->backoff_ms = (int)wp_edge_backoff((uint32)sk->backoff_ms, up_ms, (uint32)min_ms,
+                                          (uint32)strata_safekeeper_reconnect_max_delay);
     sk->next_attempt = TimestampTzPlusMilliseconds(now, sk->backoff_ms);
 }
 
 static void sk_start(sk_slot *sk, TimestampTz now)
 {
-    char tenant_hex[STRATA_ID_HEX_LEN];
-    char timeline_hex[STRATA_ID_HEX_LEN];
-    char options[128];
-    char timeout_s[16];
-    const char *keys[PQSTREAM_MAX_PARAMS];
-    const char *vals[PQSTREAM_MAX_PARAMS];
-    int n = 0;
-    char query[64];
+    wp_edge_params params;
 
-    snprintf(options, sizeof(options), "-c tenant_id=%s -c timeline_id=%s",
-             strata_id_format(&wp.tenant, tenant_hex),
-             strata_id_format(&wp.timeline, timeline_hex));
-    snprintf(timeout_s, sizeof(timeout_s), "%d", Max(1, strata_safekeeper_connect_timeout / 1000));
-    keys[n] = "host", vals[n++] = sk->host;
-    keys[n] = "port", vals[n++] = sk->port;
-    keys[n] = "dbname", vals[n++] = "replication";
-    keys[n] = "options", vals[n++] = options;
-    keys[n] = "application_name", vals[n++] = "walproposer";
-    keys[n] = "connect_timeout", vals[n++] = timeout_s;
-    if (strata_safekeeper_password[0] != '\0')
-        keys[n] = "password", vals[n++] = strata_safekeeper_password;
-    keys[n] = NULL, vals[n] = NULL;
-    Assert(n < PQSTREAM_MAX_PARAMS);
-
-    snprintf(query, sizeof(query), "START_WAL_PUSH (proto_version '%d')", WALPUSH_PROTO_VERSION);
+    wp_edge_safekeeper_params(&params, sk->host, sk->port, &wp.tenant, &wp.timeline, "walproposer",
+                              strata_safekeeper_connect_timeout / 1000, strata_safekeeper_password);
     sk->connect_started = now;
-    if (pqstream_start(&sk->stream, keys, vals, query) != PQSTREAM_OK) {
+    if (pqstream_start(&sk->stream, params.keys, params.vals, params.query) != PQSTREAM_OK) {
         ereport(sk->backoff_ms == 0 ? LOG : DEBUG1,
                 (errmsg("strata walproposer: cannot connect to safekeeper %s: %s", sk->addr,
                         pqstream_error(&sk->stream))));
@@ -412,11 +392,24 @@ static void sk_drop(int i, TimestampTz now)
     sk_schedule_retry(sk, now);
 }
 
+/* Sends msg to acceptor i; a send failure marks it in wp.failed. */
+static void sk_send(int i, const proposer_msg *msg)
+{
+    switch (wp_edge_send(&wp.sk[i].stream, msg, wp.scratch, WALPUSH_MAX_MESSAGE)) {
+    case WP_EDGE_SENT:
+        break;
+    case WP_EDGE_SEND_FAILED:
+        wp.failed |= 1u << i;
+        break;
+    case WP_EDGE_ENCODE_FAILED:
+        elog(ERROR, "strata walproposer: cannot encode a message of kind %d", (int)msg->kind);
+    }
+}
+
 static void send_append(int i, const append_request *ar, TimestampTz now)
 {
     sk_slot *sk = &wp.sk[i];
     proposer_msg msg;
-    size_t len;
     size_t wal_len = (size_t)(ar->end_lsn - ar->begin_lsn);
     char err[MAXPGPATH + 128];
 
@@ -435,16 +428,9 @@ static void send_append(int i, const append_request *ar, TimestampTz now)
         wp.failed |= 1u << i;
         return;
     }
-    memset(&msg, 0, sizeof(msg));
-    msg.kind = PMSG_APPEND;
-    msg.u.append = *ar;
-    msg.u.append.wal = wp.walbytes;
-    msg.u.append.wal_len = (uint32)wal_len;
-    len = walpush_encode_proposer_msg(&msg, wp.scratch, WALPUSH_MAX_MESSAGE);
-    if (len == 0)
-        elog(ERROR, "strata walproposer: cannot encode an AppendRequest of %zu bytes", wal_len);
-    if (pqstream_send(&sk->stream, wp.scratch, len) != 0)
-        wp.failed |= 1u << i;
+    if (!wp_edge_append_msg(ar, wp.walbytes, &msg))
+        elog(ERROR, "strata walproposer: invalid AppendRequest of %zu bytes", wal_len);
+    sk_send(i, &msg);
 }
 
 static void on_elected(const proposer_effect *e, TimestampTz now)
@@ -485,24 +471,18 @@ static void on_elected(const proposer_effect *e, TimestampTz now)
 static void run_effects(TimestampTz now)
 {
     for (;;) {
+        int lost;
+
         for (int k = 0; k < wp.out.n; k++) {
             const proposer_effect *e = &wp.out.effects[k];
             int i = e->acceptor;
 
             switch (e->kind) {
-            case PROP_SEND: {
-                size_t len;
-
+            case PROP_SEND:
                 if ((wp.failed & (1u << i)) || wp.sk[i].stream.state != PQSTREAM_STREAMING)
                     break;
-                len = walpush_encode_proposer_msg(e->u.msg, wp.scratch, WALPUSH_MAX_MESSAGE);
-                if (len == 0)
-                    elog(ERROR, "strata walproposer: cannot encode a message of kind %d",
-                         (int)e->u.msg->kind);
-                if (pqstream_send(&wp.sk[i].stream, wp.scratch, len) != 0)
-                    wp.failed |= 1u << i;
+                sk_send(i, e->u.msg);
                 break;
-            }
             case PROP_APPEND:
                 if ((wp.failed & (1u << i)) || wp.sk[i].stream.state != PQSTREAM_STREAMING)
                     break;
@@ -539,22 +519,17 @@ static void run_effects(TimestampTz now)
             }
         }
         wp.out.n = 0;
-        if (wp.failed == 0)
+        /* Tell the core about an acceptor we had to drop; that may produce
+         * more effects, so run those before touching the core again. */
+        lost = wp_edge_take_failed(&wp.failed);
+        if (lost < 0)
             return;
-        /* Tell the core about acceptors we had to drop; that may produce
-         * more effects, so go round again. */
-        for (int i = 0; i < wp.n_sk; i++) {
-            if (wp.failed & (1u << i)) {
-                wp.failed &= ~(1u << i);
-                if (wp.sk[i].stream.state != PQSTREAM_IDLE || wp.sk[i].up) {
-                    ereport(LOG, (errmsg("strata walproposer: lost safekeeper %s: %s",
-                                         wp.sk[i].addr, pqstream_error(&wp.sk[i].stream))));
-                    sk_drop(i, now);
-                }
-                proposer_disconnected(&wp.core, i, &wp.out);
-                break; /* run what it produced before touching the core again */
-            }
+        if (wp.sk[lost].stream.state != PQSTREAM_IDLE || wp.sk[lost].up) {
+            ereport(LOG, (errmsg("strata walproposer: lost safekeeper %s: %s", wp.sk[lost].addr,
+                                 pqstream_error(&wp.sk[lost].stream))));
+            sk_drop(lost, now);
         }
+        proposer_disconnected(&wp.core, lost, &wp.out);
     }
 }
 

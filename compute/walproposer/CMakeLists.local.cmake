@@ -1,12 +1,13 @@
 # compute/walproposer/CMakeLists.local.cmake: strata-sync-safekeepers, the
 # proposer run with no Postgres behind it (DESIGN 6.7).  Included by
-# compute/walproposer/CMakeLists.txt.  pqstream.c and walbuf.c are
+# compute/walproposer/CMakeLists.txt.  pqstream.c, walbuf.c and wp_edge.c are
 # the libc+libpq edge helpers it shares with strata.so (which compiles them
 # in directly); here they form a small static library.
 add_library(strata_proposer_edge STATIC
             ${CMAKE_CURRENT_SOURCE_DIR}/pqstream.c
-            ${CMAKE_CURRENT_SOURCE_DIR}/walbuf.c)
-target_link_libraries(strata_proposer_edge PUBLIC strata_common PkgConfig::LIBPQ)
+            ${CMAKE_CURRENT_SOURCE_DIR}/walbuf.c
+            ${CMAKE_CURRENT_SOURCE_DIR}/wp_edge.c)
+target_link_libraries(strata_proposer_edge PUBLIC strata_proto strata_common PkgConfig::LIBPQ)
 
 if(TARGET strata_proposer)
   add_executable(strata-sync-safekeepers ${CMAKE_CURRENT_SOURCE_DIR}/sync_safekeepers.c)

@@ -35,6 +35,7 @@
 #include "compute/walproposer/pqstream.h"
 #include "compute/walproposer/proposer.h"
 #include "compute/walproposer/walbuf.h"
+#include "compute/walproposer/wp_edge.h"
 #include "proto/replication.h"
 #include "proto/walpush.h"
 
@@ -146,46 +147,27 @@ static void parse_safekeepers(sync_state *st, const char *list)
 }
 
 /* Connection parameters shared by the walpush and the donor streams. */
-static void connect_params(const sync_state *st, const sync_peer *p, char *options, size_t optlen,
-                           const char **keys, const char **vals)
+static void connect_params(const sync_state *st, const sync_peer *p, wp_edge_params *params)
 {
-    char t[STRATA_ID_HEX_LEN], l[STRATA_ID_HEX_LEN];
-    int n = 0;
-
-    snprintf(options, optlen, "-c tenant_id=%s -c timeline_id=%s", strata_id_format(&st->tenant, t),
-             strata_id_format(&st->timeline, l));
-    keys[n] = "host", vals[n++] = p->host;
-    keys[n] = "port", vals[n++] = p->port;
-    keys[n] = "dbname", vals[n++] = "replication";
-    keys[n] = "options", vals[n++] = options;
-    keys[n] = "application_name", vals[n++] = "sync-safekeepers";
-    keys[n] = "connect_timeout", vals[n++] = "10";
-    if (st->password != NULL)
-        keys[n] = "password", vals[n++] = st->password;
-    keys[n] = NULL, vals[n] = NULL;
+    wp_edge_safekeeper_params(params, p->host, p->port, &st->tenant, &st->timeline,
+                              "sync-safekeepers", 10, st->password);
 }
 
-/* Doubles the delay per failure; a connection that lasted resets it. */
 static void peer_retry(sync_peer *p, uint64_t now)
 {
-    if (p->connected_ms != 0 && now - p->connected_ms > SYNC_RETRY_MAX_MS)
-        p->backoff_ms = 0;
+    uint64_t up_ms = p->connected_ms != 0 ? now - p->connected_ms : 0;
+
     p->connected_ms = 0;
-    p->backoff_ms = p->backoff_ms == 0 ? SYNC_RETRY_MIN_MS : p->backoff_ms * 2;
-    if (p->backoff_ms > SYNC_RETRY_MAX_MS)
-        p->backoff_ms = SYNC_RETRY_MAX_MS;
+    p->backoff_ms = wp_edge_backoff(p->backoff_ms, up_ms, SYNC_RETRY_MIN_MS, SYNC_RETRY_MAX_MS);
     p->next_attempt_ms = now + p->backoff_ms;
 }
 
 static void peer_start(sync_state *st, sync_peer *p, uint64_t now)
 {
-    char options[128];
-    char query[64];
-    const char *keys[PQSTREAM_MAX_PARAMS], *vals[PQSTREAM_MAX_PARAMS];
+    wp_edge_params params;
 
-    connect_params(st, p, options, sizeof(options), keys, vals);
-    snprintf(query, sizeof(query), "START_WAL_PUSH (proto_version '%d')", WALPUSH_PROTO_VERSION);
-    if (pqstream_start(&p->stream, keys, vals, query) != PQSTREAM_OK) {
+    connect_params(st, p, &params);
+    if (pqstream_start(&p->stream, params.keys, params.vals, params.query) != PQSTREAM_OK) {
         log_info("cannot connect to safekeeper %s: %s", p->addr, pqstream_error(&p->stream));
         peer_retry(p, now);
     }
@@ -203,15 +185,13 @@ static void peer_drop(sync_peer *p, uint64_t now)
 static void donor_start(sync_state *st, uint64_t now)
 {
     sync_peer *d = &st->peers[st->donor];
-    char options[128];
-    char query[128];
+    wp_edge_params params;
     char lsnbuf[LSN_FMT_LEN];
-    const char *keys[PQSTREAM_MAX_PARAMS], *vals[PQSTREAM_MAX_PARAMS];
 
-    connect_params(st, d, options, sizeof(options), keys, vals);
-    snprintf(query, sizeof(query), "START_REPLICATION PHYSICAL %s (term '%llu')",
+    connect_params(st, d, &params);
+    snprintf(params.query, sizeof(params.query), "START_REPLICATION PHYSICAL %s (term '%llu')",
              lsn_format(st->wal_end, lsnbuf), (unsigned long long)st->term);
-    if (pqstream_start(&st->donor_stream, keys, vals, query) != PQSTREAM_OK) {
+    if (pqstream_start(&st->donor_stream, params.keys, params.vals, params.query) != PQSTREAM_OK) {
         log_info("cannot read WAL from donor %s: %s", d->addr, pqstream_error(&st->donor_stream));
         st->donor_next_attempt_ms = now + 500;
         return;
@@ -221,11 +201,24 @@ static void donor_start(sync_state *st, uint64_t now)
 
 /* ---- effects ------------------------------------------------------------- */
 
+/* Sends msg to safekeeper i; a send failure marks it in st->failed. */
+static void peer_send(sync_state *st, int i, const proposer_msg *msg)
+{
+    switch (wp_edge_send(&st->peers[i].stream, msg, st->scratch, sizeof(st->scratch))) {
+    case WP_EDGE_SENT:
+        break;
+    case WP_EDGE_SEND_FAILED:
+        st->failed |= 1u << i;
+        break;
+    case WP_EDGE_ENCODE_FAILED:
+        die("internal error: cannot encode a message of kind %d", (int)msg->kind);
+    }
+}
+
 static void send_append(sync_state *st, int i, const append_request *ar)
 {
-    proposer_msg msg;
     size_t wal_len = (size_t)(ar->end_lsn - ar->begin_lsn);
-    size_t len;
+    proposer_msg msg;
 
     if (wal_len > 0 && !walbuf_read(&st->buf, ar->begin_lsn, st->walbytes, wal_len)) {
         /* A safekeeper that voted late can start below the buffered range;
@@ -236,16 +229,9 @@ static void send_append(sync_state *st, int i, const append_request *ar)
         st->failed |= 1u << i;
         return;
     }
-    memset(&msg, 0, sizeof(msg));
-    msg.kind = PMSG_APPEND;
-    msg.u.append = *ar;
-    msg.u.append.wal = st->walbytes;
-    msg.u.append.wal_len = (uint32_t)wal_len;
-    len = walpush_encode_proposer_msg(&msg, st->scratch, sizeof(st->scratch));
-    if (len == 0)
-        die("internal error: cannot encode an AppendRequest of %zu bytes", wal_len);
-    if (pqstream_send(&st->peers[i].stream, st->scratch, len) != 0)
-        st->failed |= 1u << i;
+    if (!wp_edge_append_msg(ar, st->walbytes, &msg))
+        die("internal error: invalid AppendRequest of %zu bytes", wal_len);
+    peer_send(st, i, &msg);
 }
 
 static void on_elected(sync_state *st, const proposer_effect *e, uint64_t now)
@@ -282,18 +268,11 @@ static void run_effects(sync_state *st, uint64_t now)
             int i = e->acceptor;
 
             switch (e->kind) {
-            case PROP_SEND: {
-                size_t len;
-
+            case PROP_SEND:
                 if ((st->failed & (1u << i)) || st->peers[i].stream.state != PQSTREAM_STREAMING)
                     break;
-                len = walpush_encode_proposer_msg(e->u.msg, st->scratch, sizeof(st->scratch));
-                if (len == 0)
-                    die("internal error: cannot encode a message of kind %d", (int)e->u.msg->kind);
-                if (pqstream_send(&st->peers[i].stream, st->scratch, len) != 0)
-                    st->failed |= 1u << i;
+                peer_send(st, i, e->u.msg);
                 break;
-            }
             case PROP_APPEND:
                 if ((st->failed & (1u << i)) || st->peers[i].stream.state != PQSTREAM_STREAMING)
                     break;
@@ -321,18 +300,13 @@ static void run_effects(sync_state *st, uint64_t now)
             }
         }
         st->out.n = 0;
-        if (st->failed == 0)
+        int lost = wp_edge_take_failed(&st->failed);
+        if (lost < 0)
             return;
-        for (int i = 0; i < st->n; i++) {
-            if (st->failed & (1u << i)) {
-                st->failed &= ~(1u << i);
-                log_info("lost safekeeper %s: %s", st->peers[i].addr,
-                         pqstream_error(&st->peers[i].stream));
-                peer_drop(&st->peers[i], now);
-                proposer_disconnected(&st->core, i, &st->out);
-                break;
-            }
-        }
+        log_info("lost safekeeper %s: %s", st->peers[lost].addr,
+                 pqstream_error(&st->peers[lost].stream));
+        peer_drop(&st->peers[lost], now);
+        proposer_disconnected(&st->core, lost, &st->out);
     }
 }
 

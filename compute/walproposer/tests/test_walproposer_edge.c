@@ -1,6 +1,8 @@
 /*
  * test_walproposer_edge.c: unit tests of the walproposer's libc edge
- * helpers: the bounded WAL window and segment reads (walbuf.h).  The
+ * helpers: the bounded WAL window and segment reads (walbuf.h) and the
+ * connection parameters, backoff and sending shared by the worker and
+ * sync-safekeepers (wp_edge.h).  The
  * replication messages are tested in tests/unit/test_replication.c.
  */
 #include <setjmp.h>
@@ -17,6 +19,7 @@
 #include <unistd.h>
 
 #include "compute/walproposer/walbuf.h"
+#include "compute/walproposer/wp_edge.h"
 
 /* Byte i of a synthetic WAL stream: a function of its LSN. */
 static uint8_t wal_byte(lsn_t lsn)
@@ -161,6 +164,104 @@ static void test_read_segments_across_boundary(void **state)
     free(out);
 }
 
+static const char *param(const wp_edge_params *p, const char *key)
+{
+    for (int i = 0; p->keys[i] != NULL; i++) {
+        assert_true(i < PQSTREAM_MAX_PARAMS);
+        if (strcmp(p->keys[i], key) == 0)
+            return p->vals[i];
+    }
+    return NULL;
+}
+
+static void test_safekeeper_params(void **state)
+{
+    strata_id tenant, timeline;
+    wp_edge_params p;
+    char want[128];
+
+    (void)state;
+    assert_true(strata_id_parse("0123456789abcdef0123456789abcdef", &tenant));
+    assert_true(strata_id_parse("fedcba9876543210fedcba9876543210", &timeline));
+    wp_edge_safekeeper_params(&p, "10.0.0.7", "5454", &tenant, &timeline, "walproposer", 0, "");
+    assert_string_equal(param(&p, "host"), "10.0.0.7");
+    assert_string_equal(param(&p, "port"), "5454");
+    assert_string_equal(param(&p, "dbname"), "replication");
+    assert_string_equal(param(&p, "application_name"), "walproposer");
+    assert_string_equal(param(&p, "connect_timeout"), "1"); /* at least one second */
+    snprintf(want, sizeof want, "-c tenant_id=%s -c timeline_id=%s",
+             "0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210");
+    assert_string_equal(param(&p, "options"), want);
+    assert_null(param(&p, "password"));
+    snprintf(want, sizeof want, "START_WAL_PUSH (proto_version '%d')", WALPUSH_PROTO_VERSION);
+    assert_string_equal(p.query, want);
+
+    wp_edge_safekeeper_params(&p, "h", "1", &tenant, &timeline, "sync-safekeepers", 10, "pw");
+    assert_string_equal(param(&p, "password"), "pw");
+    assert_string_equal(param(&p, "connect_timeout"), "10");
+    wp_edge_safekeeper_params(&p, "h", "1", &tenant, &timeline, "x", 10, NULL);
+    assert_null(param(&p, "password"));
+}
+
+static void test_backoff_doubles_caps_and_resets(void **state)
+{
+    (void)state;
+    assert_int_equal(wp_edge_backoff(0, 0, 50, 2000), 50);
+    assert_int_equal(wp_edge_backoff(50, 0, 50, 2000), 100);
+    assert_int_equal(wp_edge_backoff(800, 10, 50, 2000), 1600);
+    assert_int_equal(wp_edge_backoff(1600, 0, 50, 2000), 2000);
+    assert_int_equal(wp_edge_backoff(2000, 0, 50, 2000), 2000);
+    /* An odd cap: doubling stops exactly at it, never beyond. */
+    assert_int_equal(wp_edge_backoff(2, 0, 1, 5), 4);
+    assert_int_equal(wp_edge_backoff(3, 0, 1, 5), 5);
+    /* Up for a short while: still backing off (accept-then-fail). */
+    assert_int_equal(wp_edge_backoff(400, 2000, 50, 2000), 800);
+    /* Up for longer than the cap: a new series. */
+    assert_int_equal(wp_edge_backoff(2000, 2001, 50, 2000), 50);
+}
+
+static void test_append_msg(void **state)
+{
+    static uint8_t wal[WALPUSH_MAX_APPEND + 1];
+    static uint8_t scratch[WALPUSH_MAX_MESSAGE];
+    append_request ar = {.term = 3, .begin_lsn = 0x1000000, .commit_lsn = 0xF00000};
+    proposer_msg msg, back;
+    const char *why = NULL;
+
+    (void)state;
+    ar.end_lsn = ar.begin_lsn + WALPUSH_MAX_APPEND + 1;
+    assert_false(wp_edge_append_msg(&ar, wal, &msg));
+    ar.end_lsn = ar.begin_lsn - 1;
+    assert_false(wp_edge_append_msg(&ar, wal, &msg));
+
+    /* A valid one carries the WAL and decodes back to the same request. */
+    memcpy(wal, "records", 7);
+    ar.end_lsn = ar.begin_lsn + 7;
+    assert_true(wp_edge_append_msg(&ar, wal, &msg));
+    size_t n = walpush_encode_proposer_msg(&msg, scratch, sizeof scratch);
+    assert_true(n > 0);
+    assert_int_equal(walpush_decode_proposer_msg(scratch, n, &back, &why), 0);
+    assert_int_equal(back.kind, PMSG_APPEND);
+    assert_int_equal(back.u.append.term, 3);
+    assert_int_equal(back.u.append.begin_lsn, 0x1000000);
+    assert_int_equal(back.u.append.end_lsn, 0x1000007);
+    assert_int_equal(back.u.append.commit_lsn, 0xF00000);
+    assert_int_equal(back.u.append.wal_len, 7);
+    assert_memory_equal(back.u.append.wal, "records", 7);
+}
+
+static void test_take_failed_lowest_first(void **state)
+{
+    uint32_t failed = (1u << 4) | (1u << 1) | (1u << 31);
+
+    (void)state;
+    assert_int_equal(wp_edge_take_failed(&failed), 1);
+    assert_int_equal(wp_edge_take_failed(&failed), 4);
+    assert_int_equal(wp_edge_take_failed(&failed), 31);
+    assert_int_equal(failed, 0);
+    assert_int_equal(wp_edge_take_failed(&failed), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -169,6 +270,10 @@ int main(void)
         cmocka_unit_test(test_walbuf_append_larger_than_ring),
         cmocka_unit_test(test_segment_names),
         cmocka_unit_test(test_read_segments_across_boundary),
+        cmocka_unit_test(test_safekeeper_params),
+        cmocka_unit_test(test_backoff_doubles_caps_and_resets),
+        cmocka_unit_test(test_append_msg),
+        cmocka_unit_test(test_take_failed_lowest_first),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
