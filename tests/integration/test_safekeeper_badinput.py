@@ -734,8 +734,16 @@ def test_newer_term_takes_over(sk):
         pass
     err = a.c.expect_error()
     assert "took over" in err["M"], err
-    st = sk.http_json(f"/v1/tenant/{tenant}/timeline/{timeline}")
-    assert st["term"] == 2 and st["flush_lsn"] == lsn_str(begin + len(data))
+    # HTTP serves a snapshot the event loop publishes after it has handled
+    # its input, so it may trail the AppendResponse by a moment.
+    want = lsn_str(begin + len(data))
+    deadline = time.time() + 5
+    while True:
+        st = sk.http_json(f"/v1/tenant/{tenant}/timeline/{timeline}")
+        if (st["term"] == 2 and st["flush_lsn"] == want) or time.time() > deadline:
+            break
+        time.sleep(0.05)
+    assert st["term"] == 2 and st["flush_lsn"] == want, st
     b.close()
 
 
