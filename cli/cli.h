@@ -14,6 +14,9 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+
+#include "common/lsn.h"
 
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 
@@ -26,6 +29,15 @@ typedef struct cli_err {
  * can write `return cli_err_set(err, ...)`. */
 int cli_err_set(cli_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* What `strata page get` asks for; main.c parses and range-checks it. */
+typedef struct cli_page_args {
+    uint32_t spc, db, rel; /* --rel SPC/DB/REL */
+    uint8_t fork;          /* --fork: 0 main, 1 fsm, 2 vm, 3 init */
+    uint32_t blkno;        /* --blk */
+    bool has_lsn;          /* --lsn given; else the latest version */
+    lsn_t lsn;
+} cli_page_args;
+
 /* Options common to the commands; main.c fills them. */
 typedef struct cli_opts {
     const char *dir;  /* cluster directory; default ./.strata */
@@ -35,6 +47,7 @@ typedef struct cli_opts {
     const char *name; /* stop/start/bench NAME */
     int argc;         /* extra arguments (psql after --, bench args) */
     char **argv;
+    cli_page_args page; /* page get */
 } cli_opts;
 
 /* Each returns CLI_OK or CLI_FAIL, printing the reason of a failure. */
@@ -47,6 +60,7 @@ int cmd_psql(const cli_opts *o);
 int cmd_sync_safekeepers(const cli_opts *o);
 int cmd_bench(const cli_opts *o);
 int cmd_demo(const cli_opts *o);
+int cmd_page(const cli_opts *o);
 
 /* Prints "strata: <reason>" on stderr and returns CLI_FAIL. */
 int cli_fail(const cli_err *err);

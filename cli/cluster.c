@@ -270,6 +270,16 @@ int cluster_load(const char *dir, cluster *c, cli_err *err)
         cli_err_set(err, "%s: bad compute or pageserver ports", path);
         goto out;
     }
+    /* Absent until the pageserver has imported the timeline. */
+    const cJSON *import_lsn = cJSON_GetObjectItemCaseSensitive(pageserver, "import_lsn");
+    if (import_lsn != NULL && !cJSON_IsNull(import_lsn)) {
+        if (!cJSON_IsString(import_lsn) ||
+            !lsn_parse(import_lsn->valuestring, &tmp.pageserver_import_lsn)) {
+            cli_err_set(err, "%s: bad pageserver import_lsn", path);
+            goto out;
+        }
+        tmp.pageserver_imported = true;
+    }
     if (!cJSON_IsArray(sks) || cJSON_GetArraySize(sks) != CLUSTER_SAFEKEEPERS) {
         cli_err_set(err, "%s: expected %d safekeepers", path, CLUSTER_SAFEKEEPERS);
         goto out;
@@ -311,6 +321,12 @@ static cJSON *cluster_to_json(const cluster *c)
         !cJSON_AddNumberToObject(pageserver, "pg_port", c->pageserver_pg_port) ||
         !cJSON_AddNumberToObject(pageserver, "http_port", c->pageserver_http_port))
         goto fail;
+    if (c->pageserver_imported) {
+        char lsn[LSN_FMT_LEN];
+        if (!cJSON_AddStringToObject(pageserver, "import_lsn",
+                                     lsn_format(c->pageserver_import_lsn, lsn)))
+            goto fail;
+    }
     for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
         cJSON *sk = cJSON_CreateObject();
         if (sk == NULL)

@@ -2,9 +2,11 @@
  * cluster.h: the local cluster's state file, D/cluster.json.
  *
  * Holds what must stay the same across `strata up` runs: the tenant and
- * timeline ids, every component's ports, and the user postgres runs as.
- * Written once at the first `up` (atomically: temporary file, fsync,
- * rename, directory fsync) and read by every other command.
+ * timeline ids, every component's ports, the user postgres runs as, and the
+ * LSN at which the pageserver imported the compute's data directory.
+ * Written at the first `up`, and again when that import happens or ports
+ * move (atomically: temporary file, fsync, rename, directory fsync); read
+ * by every other command.
  *
  * Not for: runtime state (pids live in D/<name>.pid, see proc.h) or
  * anything about starting processes.
@@ -23,7 +25,7 @@
 #define CLUSTER_FORMAT_VERSION 1
 
 /* With --port-base N: compute N, sk<i> pg N+2i-1 and http N+2i, pageserver
- * pg N+7 and http N+8 (reserved until the pageserver exists). */
+ * pg N+7 and http N+8. */
 #define CLUSTER_PORT_SPAN 9
 
 typedef struct cluster_safekeeper {
@@ -41,6 +43,10 @@ typedef struct cluster {
     int compute_port;
     int pageserver_pg_port;
     int pageserver_http_port;
+    /* Set once the pageserver holds the timeline: the LSN it imported the
+     * compute's cleanly shut down data directory at. */
+    bool pageserver_imported;
+    lsn_t pageserver_import_lsn;
     cluster_safekeeper sk[CLUSTER_SAFEKEEPERS];
 } cluster;
 

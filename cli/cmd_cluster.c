@@ -2,11 +2,21 @@
  * cmd_cluster.c: the lifecycle commands, `strata up|down|start|stop`.
  *
  * Commands that change what runs take an exclusive lock on D/.lock so two of
- * them never interleave on one cluster.  Safekeepers start before the
- * compute (its walproposer needs them) and stop after it (its fast shutdown
- * waits until the safekeepers hold all of its WAL).
+ * them never interleave on one cluster.  Safekeepers start first (the
+ * compute's walproposer and the pageserver's WAL receiver need them), then
+ * the pageserver, then the compute; they stop in the reverse order (the
+ * compute's fast shutdown waits until the safekeepers hold all of its WAL).
  *
- * Not for: how a component is started (safekeepers.c, compute.c).
+ * The pageserver gets the timeline once, from the compute's data directory
+ * while it is cleanly shut down and before the compute ever runs with the
+ * walproposer (normally right after initdb at the first `up`): it imports
+ * the pages at the LSN where that directory's WAL ends and streams the rest
+ * from the safekeepers.  The LSN goes into cluster.json; afterwards the
+ * pageserver reloads its timelines itself.  Without a built pageserver the
+ * cluster runs without one.
+ *
+ * Not for: how a component is started (safekeepers.c, pageserver.c,
+ * compute.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,12 +30,14 @@
 #include "cli/cli.h"
 #include "cli/cluster.h"
 #include "cli/compute.h"
+#include "cli/pageserver.h"
 #include "cli/proc.h"
 #include "cli/safekeepers.h"
 
 #define CMD_LOCK_TIMEOUT_MS 300000
 #define SAFEKEEPER_READY_TIMEOUT_MS 30000
 #define COMPUTE_READY_TIMEOUT_MS 120000
+#define PAGESERVER_READY_TIMEOUT_MS 60000
 
 /* mkdir -p dir, mode 0755 so an unprivileged postgres can traverse it. */
 static int make_dirs(const char *dir, cli_err *err)
@@ -96,7 +108,7 @@ static int load_existing(const char *dir_arg, cluster *c, cli_err *err)
 
 static bool anything_running(const cluster *c)
 {
-    if (compute_pid(c) != 0)
+    if (compute_pid(c) != 0 || pageserver_pid(c) != 0)
         return true;
     for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
         if (safekeepers_pid(c, &c->sk[i]) != 0)
@@ -136,6 +148,70 @@ static int start_compute(const cluster *c, cli_err *err)
         return -1;
     printf("compute: ready in %.1f s (pid %d)\n", (double)(proc_now_ms() - t0) / 1000.0,
            (int)compute_pid(c));
+    return 0;
+}
+
+static int start_pageserver(const cluster *c, cli_err *err)
+{
+    pid_t pid = pageserver_pid(c);
+    if (pid != 0) {
+        printf("pageserver: already running (pid %d)\n", (int)pid);
+        return 0;
+    }
+    printf("pageserver: starting on 127.0.0.1:%d (http %d)\n", c->pageserver_pg_port,
+           c->pageserver_http_port);
+    fflush(stdout);
+    long long t0 = proc_now_ms();
+    if (pageserver_start(c, err) != 0 ||
+        pageserver_wait_ready(c, PAGESERVER_READY_TIMEOUT_MS, err) != 0)
+        return -1;
+    printf("pageserver: ready in %.1f s (pid %d)\n", (double)(proc_now_ms() - t0) / 1000.0,
+           (int)pageserver_pid(c));
+    return 0;
+}
+
+/*
+ * Gives the running pageserver the timeline unless it has it: creates the
+ * compute's data directory if needed (initdb), then, while the compute is
+ * stopped and its data directory cleanly shut down, has the pageserver
+ * import it and records the LSN.  When that cannot be done now (the compute
+ * runs, or it crashed), says so and goes on: the cluster works without the
+ * pageserver in this stage.  -1 only on a real failure.
+ */
+static int attach_pageserver(cluster *c, cli_err *err)
+{
+    if (c->pageserver_imported || pageserver_pid(c) == 0)
+        return 0;
+    if (compute_pid(c) != 0) {
+        printf("pageserver: does not hold the timeline yet and the compute runs; stop the "
+               "compute (strata stop compute) and run `strata up` to import it\n");
+        return 0;
+    }
+    bool created, clean;
+    if (compute_init_datadir(c, &created, err) != 0 ||
+        compute_cleanly_shut_down(c, &clean, err) != 0)
+        return -1;
+    if (!clean) {
+        printf("pageserver: does not hold the timeline yet and the compute's data directory "
+               "was not shut down cleanly; start and stop the compute, then run `strata up`\n");
+        return 0;
+    }
+    char pgdata[PATH_MAX];
+    if (compute_datadir(c, pgdata, err) != 0)
+        return -1;
+    printf("pageserver: importing %s\n", pgdata);
+    fflush(stdout);
+    long long t0 = proc_now_ms();
+    lsn_t lsn;
+    if (pageserver_create_timeline(c, pgdata, &lsn, err) != 0)
+        return -1;
+    c->pageserver_imported = true;
+    c->pageserver_import_lsn = lsn;
+    if (cluster_save(c, err) != 0)
+        return -1;
+    char buf[LSN_FMT_LEN];
+    printf("pageserver: imported at %s in %.1f s; streaming WAL from the safekeepers\n",
+           lsn_format(lsn, buf), (double)(proc_now_ms() - t0) / 1000.0);
     return 0;
 }
 
@@ -180,11 +256,18 @@ int cmd_up(const cli_opts *o)
     if (up_prepare(o, dir, &c, &err) != 0)
         goto fail;
     /* Find what is missing before starting anything. */
-    if (safekeepers_preflight(&err) != 0 || compute_preflight(&c, &err) != 0)
+    bool with_pageserver = pageserver_built();
+    if (safekeepers_preflight(&err) != 0 || compute_preflight(&c, &err) != 0 ||
+        (with_pageserver && pageserver_preflight(&err) != 0))
         goto fail;
     for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
         if (start_safekeeper(&c, &c.sk[i], &err) != 0)
             goto fail;
+    if (!with_pageserver)
+        printf("pageserver: not built (no %s beside strata); the cluster runs without it\n",
+               PAGESERVER_PROGRAM);
+    else if (start_pageserver(&c, &err) != 0 || attach_pageserver(&c, &err) != 0)
+        goto fail;
     if (start_compute(&c, &err) != 0)
         goto fail;
     char connstr[512];
@@ -223,6 +306,12 @@ int cmd_down(const cli_opts *o)
         fflush(stdout);
         failed |= compute_stop(&c, false, &err) != 0;
     }
+    pid = pageserver_pid(&c);
+    if (pid != 0) {
+        printf("pageserver: stopping (pid %d)\n", (int)pid);
+        fflush(stdout);
+        failed |= pageserver_stop(&c, false, &err) != 0;
+    }
     for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
         pid = safekeepers_pid(&c, &c.sk[i]);
         if (pid == 0)
@@ -244,16 +333,14 @@ int cmd_stop(const cli_opts *o)
     cluster c;
     if (load_existing(o->dir, &c, &err) != 0)
         return cli_fail(&err);
-    if (strcmp(o->name, "pageserver") == 0) {
-        printf("pageserver: not part of this cluster yet; nothing to stop\n");
-        return CLI_OK;
-    }
     int lock = lock_cluster(c.dir, &err);
     if (lock < 0)
         return cli_fail(&err);
     int rc = 0;
     if (strcmp(o->name, "compute") == 0) {
         rc = compute_stop(&c, o->immediate, &err);
+    } else if (strcmp(o->name, "pageserver") == 0) {
+        rc = pageserver_stop(&c, o->immediate, &err);
     } else {
         const cluster_safekeeper *sk = cluster_find_safekeeper(&c, o->name);
         rc = sk ? safekeepers_stop(&c, sk, o->immediate, &err)
@@ -272,16 +359,14 @@ int cmd_start(const cli_opts *o)
     cluster c;
     if (load_existing(o->dir, &c, &err) != 0)
         return cli_fail(&err);
-    if (strcmp(o->name, "pageserver") == 0) {
-        cli_err_set(&err, "no pageserver in this stage of strata");
-        return cli_fail(&err);
-    }
     int lock = lock_cluster(c.dir, &err);
     if (lock < 0)
         return cli_fail(&err);
     int rc;
     if (strcmp(o->name, "compute") == 0) {
-        rc = start_compute(&c, &err);
+        rc = attach_pageserver(&c, &err) != 0 ? -1 : start_compute(&c, &err);
+    } else if (strcmp(o->name, "pageserver") == 0) {
+        rc = pageserver_preflight(&err) != 0 ? -1 : start_pageserver(&c, &err);
     } else {
         const cluster_safekeeper *sk = cluster_find_safekeeper(&c, o->name);
         rc = sk ? start_safekeeper(&c, sk, &err)

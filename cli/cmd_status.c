@@ -3,7 +3,8 @@
  *
  * The JSON form is the stable interface of DESIGN section 13: exactly one
  * object on stdout; a component that is not running has "pid": null, and a
- * value nobody could report (an LSN of a stopped safekeeper) is null.
+ * value nobody could report (an LSN of a stopped safekeeper or pageserver)
+ * is null.  Ports are those of cluster.json, running or not.
  *
  * Not for: changing anything.
  */
@@ -16,12 +17,16 @@
 #include "cli/cli.h"
 #include "cli/cluster.h"
 #include "cli/compute.h"
+#include "cli/pageserver.h"
 #include "cli/safekeepers.h"
 
 typedef struct status_snapshot {
     pid_t compute_pid;
     char compute_datadir[PATH_MAX];
     char connstr[512];
+    bool ps_built;
+    pid_t ps_pid;
+    pageserver_timeline ps_tl;
     pid_t sk_pid[CLUSTER_SAFEKEEPERS];
     safekeeper_timeline sk_tl[CLUSTER_SAFEKEEPERS];
 } status_snapshot;
@@ -32,6 +37,9 @@ static int status_collect(const cluster *c, status_snapshot *s, cli_err *err)
     if (compute_datadir(c, s->compute_datadir, err) != 0)
         return -1;
     cluster_compute_connstr(c, s->connstr, sizeof s->connstr);
+    s->ps_built = pageserver_built();
+    s->ps_pid = pageserver_pid(c);
+    pageserver_query(c, &s->ps_tl);
     for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
         s->sk_pid[i] = safekeepers_pid(c, &c->sk[i]);
         safekeepers_query(c, &c->sk[i], &s->sk_tl[i]);
@@ -75,11 +83,11 @@ static cJSON *status_json(const cluster *c, const status_snapshot *s)
          add(compute, "port", cJSON_CreateNumber(c->compute_port)) &&
          add(compute, "connstr", cJSON_CreateString(s->connstr)) &&
          add(compute, "datadir", cJSON_CreateString(s->compute_datadir)) &&
-         /* No pageserver in this stage: reported as not running. */
-         add(ps, "pid", cJSON_CreateNull()) && add(ps, "pg_port", cJSON_CreateNull()) &&
-         add(ps, "http_port", cJSON_CreateNull()) &&
-         add(ps, "last_record_lsn", cJSON_CreateNull()) &&
-         add(ps, "disk_consistent_lsn", cJSON_CreateNull()) &&
+         add(ps, "pid", json_pid(s->ps_pid)) &&
+         add(ps, "pg_port", cJSON_CreateNumber(c->pageserver_pg_port)) &&
+         add(ps, "http_port", cJSON_CreateNumber(c->pageserver_http_port)) &&
+         add(ps, "last_record_lsn", json_lsn(s->ps_tl.known, s->ps_tl.last_record_lsn)) &&
+         add(ps, "disk_consistent_lsn", json_lsn(s->ps_tl.known, s->ps_tl.disk_consistent_lsn)) &&
          (sks = cJSON_AddArrayToObject(root, "safekeepers")) != NULL;
     for (int i = 0; ok && i < CLUSTER_SAFEKEEPERS; i++) {
         const safekeeper_timeline *tl = &s->sk_tl[i];
@@ -138,7 +146,22 @@ static void status_print_human(const cluster *c, const status_snapshot *s)
             printf(" term %llu", (unsigned long long)tl->term);
         printf("\n");
     }
-    printf("%-11s %-8s\n\n", "pageserver", "absent");
+    char last[LSN_FMT_LEN] = "-", disk[LSN_FMT_LEN] = "-";
+    if (s->ps_tl.known) {
+        lsn_format(s->ps_tl.last_record_lsn, last);
+        lsn_format(s->ps_tl.disk_consistent_lsn, disk);
+    }
+    printf("%-11s %-8s ", "pageserver",
+           s->ps_pid ? "running" : (s->ps_built ? "stopped" : "absent"));
+    print_pid(s->ps_pid);
+    printf(" %-6d %-6d", c->pageserver_pg_port, c->pageserver_http_port);
+    if (s->ps_tl.known)
+        printf(" last_record %s, disk_consistent %s", last, disk);
+    else if (!s->ps_built)
+        printf(" (strata-pageserver not built)");
+    else if (s->ps_pid && !c->pageserver_imported)
+        printf(" (timeline not imported yet)");
+    printf("\n\n");
     printf("connect: psql \"%s\"\n", s->connstr);
 }
 

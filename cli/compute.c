@@ -19,6 +19,7 @@
 #include <ftw.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -244,15 +245,11 @@ int compute_preflight(const cluster *c, cli_err *err)
     return 0;
 }
 
-int compute_start(const cluster *c, cli_err *err)
+int compute_init_datadir(const cluster *c, bool *created, cli_err *err)
 {
     compute_paths p;
+    *created = false;
     if (compute_paths_get(c, &p, err) != 0)
-        return -1;
-    if (compute_pid(c) != 0)
-        return 0;
-    char postgres[PATH_MAX], extension[PATH_MAX];
-    if (locate_pg_program("postgres", postgres, err) != 0 || locate_extension(extension, err) != 0)
         return -1;
     proc_user user;
     if (proc_user_for_postgres(c->pg_user, &user, err) != 0)
@@ -265,7 +262,61 @@ int compute_start(const cluster *c, cli_err *err)
         return -1;
     char version[PATH_MAX + 16];
     snprintf(version, sizeof version, "%s/PG_VERSION", p.pgdata);
-    if (access(version, F_OK) != 0 && compute_initdb(c, &p, &user, err) != 0)
+    if (access(version, F_OK) == 0)
+        return 0;
+    if (compute_initdb(c, &p, &user, err) != 0)
+        return -1;
+    *created = true;
+    return 0;
+}
+
+/* pg_control of PostgreSQL 15: system_identifier (8 bytes),
+ * pg_control_version (4), catalog_version_no (4), state (4), ... */
+#define PG_CONTROL_VERSION_15 1300
+#define PG_CONTROL_STATE_OFFSET 16
+#define PG_DB_SHUTDOWNED 1
+
+int compute_cleanly_shut_down(const cluster *c, bool *clean, cli_err *err)
+{
+    compute_paths p;
+    *clean = false;
+    if (compute_paths_get(c, &p, err) != 0)
+        return -1;
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/global/pg_control", p.pgdata);
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return cli_err_set(err, "open %s: %s", path, strerror(errno));
+    unsigned char head[PG_CONTROL_STATE_OFFSET + 4];
+    size_t n = fread(head, 1, sizeof head, f);
+    fclose(f);
+    if (n != sizeof head)
+        return cli_err_set(err, "%s is too short", path);
+    uint32_t version, state;
+    /* pg_control is in the machine's byte order. */
+    memcpy(&version, head + 8, sizeof version);
+    memcpy(&state, head + PG_CONTROL_STATE_OFFSET, sizeof state);
+    if (version != PG_CONTROL_VERSION_15)
+        return cli_err_set(err, "%s: pg_control version %u, expected %u (PostgreSQL 15)", path,
+                           version, PG_CONTROL_VERSION_15);
+    *clean = state == PG_DB_SHUTDOWNED;
+    return 0;
+}
+
+int compute_start(const cluster *c, cli_err *err)
+{
+    compute_paths p;
+    if (compute_paths_get(c, &p, err) != 0)
+        return -1;
+    if (compute_pid(c) != 0)
+        return 0;
+    char postgres[PATH_MAX], extension[PATH_MAX];
+    if (locate_pg_program("postgres", postgres, err) != 0 || locate_extension(extension, err) != 0)
+        return -1;
+    proc_user user;
+    bool created;
+    if (proc_user_for_postgres(c->pg_user, &user, err) != 0 ||
+        compute_init_datadir(c, &created, err) != 0)
         return -1;
     if (compute_write_config(c, &p, err) != 0 || proc_chown_tree(p.root, &user, err) != 0)
         return -1;

@@ -30,6 +30,16 @@ int compute_datadir(const cluster *c, char *buf, cli_err *err);
  * programs and strata.so exist and its user can reach D and strata.so. */
 int compute_preflight(const cluster *c, cli_err *err);
 
+/* Creates D/compute and, when there is no data directory yet, runs initdb
+ * (into a staging directory renamed into place).  *created says whether
+ * initdb ran.  Leaves a cleanly shut down data directory.  0 or -1. */
+int compute_init_datadir(const cluster *c, bool *created, cli_err *err);
+
+/* Reads pgdata/global/pg_control: *clean is true when the data directory
+ * was shut down cleanly (state "shut down").  Only meaningful while the
+ * compute does not run.  0, or -1 with a reason. */
+int compute_cleanly_shut_down(const cluster *c, bool *clean, cli_err *err);
+
 /* Creates the data directory if needed (initdb), writes the configuration
  * and starts postgres unless it runs already; does not wait.  0 or -1. */
 int compute_start(const cluster *c, cli_err *err);

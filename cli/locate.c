@@ -4,6 +4,7 @@
 #include "cli/locate.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,5 +79,74 @@ int locate_pg_program(const char *name, char *out, cli_err *err)
     if (access(out, X_OK) != 0)
         return cli_err_set(err, "PostgreSQL program %s not found in %s (set STRATA_PG_BINDIR)",
                            name, bindir);
+    return 0;
+}
+
+#ifndef STRATA_PG_PREFIX_DEFAULT
+#define STRATA_PG_PREFIX_DEFAULT ""
+#endif
+#ifndef STRATA_SOURCE_DIR_DEFAULT
+#define STRATA_SOURCE_DIR_DEFAULT ""
+#endif
+
+/* Runs `bash <src>/compute/postgres/build.sh --prefix-only` and reads the
+ * one line it prints.  0, or -1 with a reason. */
+static int locate_prefix_from_script(char *out, cli_err *err)
+{
+    char script[PATH_MAX];
+    int n =
+        snprintf(script, sizeof script, "%s/compute/postgres/build.sh", STRATA_SOURCE_DIR_DEFAULT);
+    if (STRATA_SOURCE_DIR_DEFAULT[0] == '\0' || n < 0 || n >= (int)sizeof script ||
+        access(script, R_OK) != 0)
+        return cli_err_set(err, "patched PostgreSQL not found: STRATA_PG_PREFIX is not set and "
+                                "no build script to ask (set STRATA_PG_PREFIX)");
+    /* The script never builds with --prefix-only; it only looks in its cache. */
+    char cmd[PATH_MAX + 64];
+    snprintf(cmd, sizeof cmd, "bash '%s' --prefix-only 2>/dev/null", script);
+    FILE *p = popen(cmd, "re");
+    if (p == NULL)
+        return cli_err_set(err, "running %s: %s", script, strerror(errno));
+    char line[PATH_MAX];
+    bool got = fgets(line, sizeof line, p) != NULL;
+    int status = pclose(p);
+    if (!got || status != 0)
+        return cli_err_set(err,
+                           "patched PostgreSQL not built (`bash %s --prefix-only` found none; "
+                           "run `make postgres` or set STRATA_PG_PREFIX)",
+                           script);
+    line[strcspn(line, "\r\n")] = '\0';
+    snprintf(out, PATH_MAX, "%s", line);
+    return 0;
+}
+
+int locate_patched_pg_bindir(char *out, cli_err *err)
+{
+    char prefix[PATH_MAX];
+    const char *env = getenv("STRATA_PG_PREFIX");
+    const char *source = "STRATA_PG_PREFIX";
+    if (env != NULL && env[0] != '\0') {
+        if (strlen(env) >= sizeof prefix)
+            return cli_err_set(err, "STRATA_PG_PREFIX is too long");
+        snprintf(prefix, sizeof prefix, "%s", env);
+    } else if (STRATA_PG_PREFIX_DEFAULT[0] != '\0' &&
+               access(STRATA_PG_PREFIX_DEFAULT "/bin/postgres", X_OK) == 0) {
+        snprintf(prefix, sizeof prefix, "%s", STRATA_PG_PREFIX_DEFAULT);
+        source = "the build's STRATA_PG_PREFIX";
+    } else {
+        if (locate_prefix_from_script(prefix, err) != 0)
+            return -1;
+        source = "compute/postgres/build.sh --prefix-only";
+    }
+    if (prefix[0] != '/')
+        return cli_err_set(err, "the patched PostgreSQL prefix must be absolute: %s (from %s)",
+                           prefix, source);
+    int n = snprintf(out, PATH_MAX, "%s/bin", prefix);
+    if (n < 0 || n >= PATH_MAX)
+        return cli_err_set(err, "path too long: %s/bin", prefix);
+    char postgres[PATH_MAX + 16];
+    snprintf(postgres, sizeof postgres, "%s/postgres", out);
+    if (access(postgres, X_OK) != 0)
+        return cli_err_set(err, "patched PostgreSQL not found: no executable %s (from %s)",
+                           postgres, source);
     return 0;
 }

@@ -2,6 +2,8 @@
  * main.c: the `strata` command line.  Parses arguments and dispatches to
  * the cmd_* functions; nothing else happens here.
  */
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +20,7 @@ enum {
     OPT_NAME = 1 << 4,     /* one positional NAME */
     OPT_PASS = 1 << 5,     /* arguments after -- are passed on */
     OPT_PASS_ALL = 1 << 6, /* every argument after NAME is passed on */
+    OPT_PAGE = 1 << 7,     /* "get" and --rel, --fork, --blk, --lsn */
 };
 
 typedef struct command {
@@ -38,6 +41,8 @@ static const command commands[] = {
      "sync-safekeepers [--dir D] [-- ARGS]"},
     {"bench", cmd_bench, OPT_DIR | OPT_NAME | OPT_PASS_ALL, "bench NAME [--dir D] [ARGS...]"},
     {"demo", cmd_demo, OPT_DIR | OPT_PORT_BASE, "demo [--dir D] [--port-base N]"},
+    {"page", cmd_page, OPT_DIR | OPT_PAGE,
+     "page get [--dir D] --rel SPC/DB/REL [--fork main|fsm|vm|init] --blk N [--lsn X/Y]"},
 };
 
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
@@ -79,6 +84,46 @@ static bool parse_port_base(const char *s, int *out)
     return true;
 }
 
+static bool parse_u32(const char *s, uint32_t *out)
+{
+    char *end;
+    errno = 0;
+    if (*s < '0' || *s > '9')
+        return false;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v > UINT32_MAX)
+        return false;
+    *out = (uint32_t)v;
+    return true;
+}
+
+/* "SPC/DB/REL", three decimal OIDs. */
+static bool parse_rel(const char *s, cli_page_args *p)
+{
+    char buf[64];
+    if (strlen(s) >= sizeof buf)
+        return false;
+    strcpy(buf, s);
+    char *db = strchr(buf, '/');
+    char *rel = db ? strchr(db + 1, '/') : NULL;
+    if (rel == NULL)
+        return false;
+    *db++ = '\0';
+    *rel++ = '\0';
+    return parse_u32(buf, &p->spc) && parse_u32(db, &p->db) && parse_u32(rel, &p->rel);
+}
+
+static bool parse_fork(const char *s, uint8_t *out)
+{
+    static const char *const forks[] = {"main", "fsm", "vm", "init"};
+    for (uint8_t i = 0; i < 4; i++)
+        if (strcmp(s, forks[i]) == 0) {
+            *out = i;
+            return true;
+        }
+    return false;
+}
+
 /* Returns the value of "--opt V" or "--opt=V" at argv[*i], advancing *i. */
 static const char *option_value(int argc, char **argv, int *i, const char *opt)
 {
@@ -112,6 +157,7 @@ int main(int argc, char **argv)
         return usage_error("unknown command '%s'", argv[1]);
 
     cli_opts o = {.dir = ".strata"};
+    bool have_rel = false, have_blk = false;
     for (int i = 2; i < argc; i++) {
         const char *arg = argv[i];
         const char *value;
@@ -135,6 +181,31 @@ int main(int argc, char **argv)
             o.json = true;
         } else if ((cmd->opts & OPT_IMMEDIATE) && strcmp(arg, "--immediate") == 0) {
             o.immediate = true;
+        } else if ((cmd->opts & OPT_PAGE) && o.name == NULL && strcmp(arg, "get") == 0) {
+            o.name = arg;
+        } else if ((cmd->opts & OPT_PAGE) && is_option(arg, "--rel")) {
+            value = option_value(argc, argv, &i, "--rel");
+            if (value == NULL || !parse_rel(value, &o.page))
+                return usage_error("--rel needs SPC/DB/REL (three decimal OIDs), got '%s'",
+                                   value ? value : "");
+            have_rel = true;
+        } else if ((cmd->opts & OPT_PAGE) && is_option(arg, "--fork")) {
+            value = option_value(argc, argv, &i, "--fork");
+            if (value == NULL || !parse_fork(value, &o.page.fork))
+                return usage_error("--fork needs main, fsm, vm or init, got '%s'",
+                                   value ? value : "");
+        } else if ((cmd->opts & OPT_PAGE) && is_option(arg, "--blk")) {
+            value = option_value(argc, argv, &i, "--blk");
+            /* 0xFFFFFFFF is InvalidBlockNumber. */
+            if (value == NULL || !parse_u32(value, &o.page.blkno) || o.page.blkno == UINT32_MAX)
+                return usage_error("--blk needs a block number, got '%s'", value ? value : "");
+            have_blk = true;
+        } else if ((cmd->opts & OPT_PAGE) && is_option(arg, "--lsn")) {
+            value = option_value(argc, argv, &i, "--lsn");
+            if (value == NULL || !lsn_parse(value, &o.page.lsn) || o.page.lsn == 0 ||
+                o.page.lsn == LSN_MAX)
+                return usage_error("--lsn needs an LSN X/Y, got '%s'", value ? value : "");
+            o.page.has_lsn = true;
         } else if ((cmd->opts & OPT_NAME) && o.name == NULL && arg[0] != '-') {
             o.name = arg;
             if (cmd->opts & OPT_PASS_ALL) {
@@ -152,6 +223,12 @@ int main(int argc, char **argv)
         } else {
             return usage_error("unexpected argument '%s'", arg);
         }
+    }
+    if (cmd->opts & OPT_PAGE) {
+        if (o.name == NULL)
+            return usage_error("%s", "page needs a subcommand: page get");
+        if (!have_rel || !have_blk)
+            return usage_error("%s", "page get needs --rel SPC/DB/REL and --blk N");
     }
     if ((cmd->opts & OPT_NAME) && o.name == NULL)
         return usage_error("%s needs a NAME", cmd->name);

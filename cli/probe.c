@@ -86,33 +86,48 @@ static bool probe_wait(int fd, short events, long long deadline)
     }
 }
 
-int probe_http_get(int port, const char *path, int timeout_ms, char **body, cli_err *err)
+int probe_http_request(int port, const char *method, const char *path, const char *body,
+                       int timeout_ms, int *status, char **resp, cli_err *err)
 {
     long long deadline = proc_now_ms() + timeout_ms;
+    size_t body_len = body ? strlen(body) : 0;
+    if (body_len > PROBE_HTTP_MAX_BODY)
+        return cli_err_set(err, "%s %s: request body too large", method, path);
     int fd = probe_connect(port, deadline);
     if (fd < 0)
         return cli_err_set(err, "connect 127.0.0.1:%d: %s", port, strerror(errno));
-    char req[512];
-    int len =
-        snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: 127.0.0.1:%d\r\n\r\n", path, port);
-    if (len < 0 || len >= (int)sizeof req) {
+    char head[1024];
+    int head_len;
+    if (body != NULL)
+        head_len = snprintf(head, sizeof head,
+                            "%s %s HTTP/1.0\r\nHost: 127.0.0.1:%d\r\n"
+                            "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+                            method, path, port, body_len);
+    else
+        head_len = snprintf(head, sizeof head, "%s %s HTTP/1.0\r\nHost: 127.0.0.1:%d\r\n\r\n",
+                            method, path, port);
+    if (head_len < 0 || head_len >= (int)sizeof head) {
         close(fd);
         return cli_err_set(err, "HTTP path too long");
     }
-    for (int sent = 0; sent < len;) {
-        if (!probe_wait(fd, POLLOUT, deadline)) {
-            close(fd);
-            return cli_err_set(err, "GET %s on port %d: timed out", path, port);
+    const char *parts[2] = {head, body};
+    size_t lens[2] = {(size_t)head_len, body_len};
+    for (int part = 0; part < 2; part++) {
+        for (size_t sent = 0; sent < lens[part];) {
+            if (!probe_wait(fd, POLLOUT, deadline)) {
+                close(fd);
+                return cli_err_set(err, "%s %s on port %d: timed out", method, path, port);
+            }
+            ssize_t n = send(fd, parts[part] + sent, lens[part] - sent, MSG_NOSIGNAL);
+            if (n < 0 && (errno == EINTR || errno == EAGAIN))
+                continue;
+            if (n < 0) {
+                int e = errno;
+                close(fd);
+                return cli_err_set(err, "%s %s on port %d: %s", method, path, port, strerror(e));
+            }
+            sent += (size_t)n;
         }
-        ssize_t n = send(fd, req + sent, (size_t)(len - sent), MSG_NOSIGNAL);
-        if (n < 0 && (errno == EINTR || errno == EAGAIN))
-            continue;
-        if (n < 0) {
-            int e = errno;
-            close(fd);
-            return cli_err_set(err, "GET %s on port %d: %s", path, port, strerror(e));
-        }
-        sent += (int)n;
     }
     size_t cap = 8192, got = 0;
     char *buf = malloc(cap);
@@ -124,7 +139,7 @@ int probe_http_get(int port, const char *path, int timeout_ms, char **body, cli_
     for (;;) {
         if (got + 1 >= cap) {
             if (cap >= PROBE_HTTP_MAX_BODY + 4096) {
-                cli_err_set(err, "GET %s on port %d: response too large", path, port);
+                cli_err_set(err, "%s %s on port %d: response too large", method, path, port);
                 goto out;
             }
             char *bigger = realloc(buf, cap * 2);
@@ -136,14 +151,15 @@ int probe_http_get(int port, const char *path, int timeout_ms, char **body, cli_
             cap *= 2;
         }
         if (!probe_wait(fd, POLLIN, deadline)) {
-            cli_err_set(err, "GET %s on port %d: timed out", path, port);
+            cli_err_set(err, "%s %s on port %d: timed out after %d s", method, path, port,
+                        timeout_ms / 1000);
             goto out;
         }
         ssize_t n = recv(fd, buf + got, cap - got - 1, 0);
         if (n < 0 && (errno == EINTR || errno == EAGAIN))
             continue;
         if (n < 0) {
-            cli_err_set(err, "GET %s on port %d: %s", path, port, strerror(errno));
+            cli_err_set(err, "%s %s on port %d: %s", method, path, port, strerror(errno));
             goto out;
         }
         if (n == 0)
@@ -151,29 +167,38 @@ int probe_http_get(int port, const char *path, int timeout_ms, char **body, cli_
         got += (size_t)n;
     }
     buf[got] = '\0';
-    int status = 0;
-    if (sscanf(buf, "HTTP/%*d.%*d %d", &status) != 1) {
-        cli_err_set(err, "GET %s on port %d: not an HTTP response", path, port);
-        goto out;
-    }
-    if (status != 200) {
-        cli_err_set(err, "GET %s on port %d: HTTP status %d", path, port, status);
+    if (sscanf(buf, "HTTP/%*d.%*d %d", status) != 1) {
+        cli_err_set(err, "%s %s on port %d: not an HTTP response", method, path, port);
         goto out;
     }
     char *start = strstr(buf, "\r\n\r\n");
     if (start == NULL) {
-        cli_err_set(err, "GET %s on port %d: truncated response", path, port);
+        cli_err_set(err, "%s %s on port %d: truncated response", method, path, port);
         goto out;
     }
     start += 4;
     memmove(buf, start, strlen(start) + 1);
-    *body = buf;
+    *resp = buf;
     buf = NULL;
     rc = 0;
 out:
     free(buf);
     close(fd);
     return rc;
+}
+
+int probe_http_get(int port, const char *path, int timeout_ms, char **body, cli_err *err)
+{
+    int status = 0;
+    char *resp = NULL;
+    if (probe_http_request(port, "GET", path, NULL, timeout_ms, &status, &resp, err) != 0)
+        return -1;
+    if (status != 200) {
+        free(resp);
+        return cli_err_set(err, "GET %s on port %d: HTTP status %d", path, port, status);
+    }
+    *body = resp;
+    return 0;
 }
 
 bool probe_pg_ready(const char *connstr)

@@ -46,6 +46,14 @@ def strata_bin():
     return os.path.join(SAN_BUILD, "bin", "strata")
 
 
+def pageserver_bin():
+    return os.path.join(SAN_BUILD, "bin", "strata-pageserver")
+
+
+def pageserver_built():
+    return os.access(pageserver_bin(), os.X_OK)
+
+
 def extension_path():
     return os.path.join(BUILD, "lib", "strata.so")
 
@@ -154,6 +162,7 @@ class StrataCluster:
 
     def __init__(self, directory):
         self.dir = directory
+        self.strata = strata_bin()
         self.env = dict(os.environ)
         self.env["STRATA_EXTENSION"] = extension_path()
         self.env.setdefault("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0")
@@ -163,11 +172,25 @@ class StrataCluster:
         args = list(args)
         if "--dir" not in args and args and args[0] != "demo":
             args[1:1] = ["--dir", self.dir]
-        cmd = [strata_bin()] + args
+        cmd = [self.strata] + args
         proc = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=timeout)
         if check and proc.returncode != 0:
             raise AssertionError("%s exited %d\nstdout:\n%s\nstderr:\n%s\n%s" % (
                 " ".join(cmd), proc.returncode, proc.stdout, proc.stderr, self.log_tails()))
+        return proc
+
+    def page_get(self, rel, blk, fork=None, lsn=None, check=True, timeout=120):
+        """`strata page get`; stdout stays bytes (the raw page)."""
+        cmd = [self.strata, "page", "get", "--dir", self.dir, "--rel", rel, "--blk", str(blk)]
+        if fork is not None:
+            cmd += ["--fork", fork]
+        if lsn is not None:
+            cmd += ["--lsn", lsn]
+        proc = subprocess.run(cmd, env=self.env, capture_output=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError("%s exited %d\nstderr:\n%s\n%s" % (
+                " ".join(cmd), proc.returncode, proc.stderr.decode(errors="replace"),
+                self.log_tails()))
         return proc
 
     def up(self, *extra):
@@ -251,7 +274,7 @@ class StrataCluster:
 
     def log_tails(self, lines=25):
         out = []
-        for name in ("sk1", "sk2", "sk3", "compute", "initdb"):
+        for name in ("sk1", "sk2", "sk3", "pageserver", "compute", "initdb"):
             path = os.path.join(self.dir, name + ".log")
             if os.path.exists(path):
                 with open(path, errors="replace") as f:

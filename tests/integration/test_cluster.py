@@ -1,18 +1,21 @@
 """The strata CLI's cluster lifecycle: up, status --json, down, stop/start.
 
-Drives real processes: three strata-safekeeper daemons and a PostgreSQL 15
-compute with strata.so, on loopback ports.
+Drives real processes: three strata-safekeeper daemons, the pageserver when
+it is built, and a PostgreSQL 15 compute with strata.so, on loopback ports.
+What the CLI does with the pageserver is tested in test_cli_pageserver.py;
+here it is only a component that starts and stops with the others.
 """
 
 import os
+import shutil
 import socket
 import subprocess
 import time
 
 import pytest
 
-from conftest import (LSN_RE, lsn_to_int, make_shared_dir, pid_alive, processes_using, strata_bin,
-                      wait_until)
+from conftest import (LSN_RE, SAN_BUILD, lsn_to_int, make_shared_dir, pageserver_built, pid_alive,
+                      processes_using, strata_bin, wait_until)
 
 
 def check_status_schema(st, directory):
@@ -26,9 +29,16 @@ def check_status_schema(st, directory):
     assert compute["datadir"].startswith(directory + "/")
     ps = st["pageserver"]
     assert set(ps) == {"pid", "pg_port", "http_port", "last_record_lsn", "disk_consistent_lsn"}
-    assert ps["pid"] is None  # no pageserver in this stage
+    assert ps["pid"] is None or isinstance(ps["pid"], int)
+    if not pageserver_built():
+        assert ps["pid"] is None
+    if ps["pid"] is None:
+        assert ps["last_record_lsn"] is None and ps["disk_consistent_lsn"] is None
+    for key in ("last_record_lsn", "disk_consistent_lsn"):
+        assert ps[key] is None or LSN_RE.match(ps[key]), ps[key]
+    assert isinstance(ps["pg_port"], int) and isinstance(ps["http_port"], int)
     assert [sk["name"] for sk in st["safekeepers"]] == ["sk1", "sk2", "sk3"]
-    ports = {compute["port"]}
+    ports = {compute["port"], ps["pg_port"], ps["http_port"]}
     for sk in st["safekeepers"]:
         assert set(sk) == {"name", "pid", "pg_port", "http_port", "term", "flush_lsn",
                            "commit_lsn"}
@@ -37,7 +47,7 @@ def check_status_schema(st, directory):
         for key in ("flush_lsn", "commit_lsn"):
             assert sk[key] is None or LSN_RE.match(sk[key]), sk[key]
         ports.update([sk["pg_port"], sk["http_port"]])
-    assert len(ports) == 7, "every port is distinct"
+    assert len(ports) == 9, "every port is distinct"
 
 
 def test_up_status_down(cluster):
@@ -46,6 +56,7 @@ def test_up_status_down(cluster):
     assert pid_alive(st["compute"]["pid"])
     for sk in st["safekeepers"]:
         assert pid_alive(sk["pid"]), sk
+    assert (st["pageserver"]["pid"] is not None) == pageserver_built()
 
     # A commit goes through the walproposer, so the safekeepers report it.
     cluster.sql("create table t (x int)")
@@ -66,10 +77,13 @@ def test_up_status_down(cluster):
         assert name in human
 
     pids = [st["compute"]["pid"]] + [sk["pid"] for sk in st["safekeepers"]]
+    if st["pageserver"]["pid"] is not None:
+        pids.append(st["pageserver"]["pid"])
     cluster.down()
     st = cluster.status()
     check_status_schema(st, cluster.dir)
     assert st["compute"]["pid"] is None
+    assert st["pageserver"]["pid"] is None
     assert all(sk["pid"] is None for sk in st["safekeepers"])
     for pid in pids:
         assert not pid_alive(pid), pid
@@ -85,6 +99,7 @@ def test_up_is_idempotent(cluster):
     assert "already running" in out
     after = cluster.status()
     assert after["compute"]["pid"] == before["compute"]["pid"]
+    assert after["pageserver"]["pid"] == before["pageserver"]["pid"]
     assert [s["pid"] for s in after["safekeepers"]] == [s["pid"] for s in before["safekeepers"]]
     with open(os.path.join(cluster.dir, "cluster.json")) as f:
         assert f.read() == state_before
@@ -119,7 +134,9 @@ def test_stop_start_each_component(cluster):
     cluster.sql("insert into kept values (4)")
     assert cluster.sql("select sum(x) from kept") == [(10,)]
 
-    # Stopping what is not running succeeds; the pageserver is absent for now.
+    # Stopping what is not running succeeds.
+    cluster.stop("pageserver")
+    assert cluster.status()["pageserver"]["pid"] is None
     cluster.stop("pageserver")
     cluster.stop("compute")
     cluster.stop("compute")
@@ -165,6 +182,19 @@ def test_usage_and_failure_exit_codes():
         assert run("stop", "sk9", "--dir", directory).returncode == 2
         assert run("stop", "--dir", directory).returncode == 2
         assert run("up", "--port-base", "x", "--dir", directory).returncode == 2
+        assert run("page", "--dir", directory).returncode == 2
+        assert run("page", "get", "--blk", "0", "--dir", directory).returncode == 2
+        assert run("page", "get", "--rel", "1663/5", "--blk", "0", "--dir", directory).returncode == 2
+        assert run("page", "get", "--rel", "1663/5/1259", "--blk", "x",
+                   "--dir", directory).returncode == 2
+        assert run("page", "get", "--rel", "1663/5/1259", "--blk", "0", "--fork", "heap",
+                   "--dir", directory).returncode == 2
+        assert run("page", "get", "--rel", "1663/5/1259", "--blk", "0", "--lsn", "0/zz",
+                   "--dir", directory).returncode == 2
+        nocluster = run("page", "get", "--rel", "1663/5/1259", "--blk", "0",
+                        "--dir", os.path.join(directory, "nope"))
+        assert nocluster.returncode == 1 and nocluster.stderr.count("\n") == 1
+        assert nocluster.stdout == ""
         missing = run("status", "--dir", os.path.join(directory, "nope"))
         assert missing.returncode == 1
         assert missing.stderr.count("\n") == 1 and "no cluster" in missing.stderr
@@ -173,7 +203,7 @@ def test_usage_and_failure_exit_codes():
         helped = run("--help")
         assert helped.returncode == 0
         for name in ("up", "down", "status", "stop", "start", "psql", "sync-safekeepers",
-                     "bench", "demo"):
+                     "bench", "demo", "page get"):
             assert name in helped.stdout
     finally:
         os.rmdir(directory)
@@ -266,5 +296,33 @@ def test_down_without_a_majority_is_prompt(cluster):
     assert time.monotonic() - started < 20, "down waited for a fast shutdown that cannot finish"
     st = cluster.status()
     assert st["compute"]["pid"] is None and all(sk["pid"] is None for sk in st["safekeepers"])
+    assert st["pageserver"]["pid"] is None
     cluster.up()
     assert cluster.sql("select x from before_down") == [(7,)]
+
+
+def test_up_without_a_pageserver_binary(cluster_dir):
+    """A strata whose directory has no strata-pageserver runs the cluster
+    without one, says so, and refuses only `start pageserver`."""
+    bindir = make_shared_dir("strata-it-bin-")
+    try:
+        for name in ("strata", "strata-safekeeper", "strata-sync-safekeepers"):
+            shutil.copy2(os.path.join(SAN_BUILD, "bin", name), bindir)
+        cluster_dir.strata = os.path.join(bindir, "strata")
+        out = cluster_dir.up().stdout
+        assert "pageserver: not built" in out
+        st = cluster_dir.status()
+        check_status_schema(st, cluster_dir.dir)
+        assert st["pageserver"]["pid"] is None
+        assert st["compute"]["pid"] is not None
+        cluster_dir.sql("create table nops (x int)")
+        human = cluster_dir.run("status").stdout
+        assert "not built" in human
+        refused = cluster_dir.run("start", "pageserver", check=False)
+        assert refused.returncode == 1 and "strata-pageserver not found" in refused.stderr
+        assert refused.stderr.count("\n") == 1
+        cluster_dir.stop("pageserver")
+        cluster_dir.down()
+    finally:
+        cluster_dir.strata = strata_bin()
+        shutil.rmtree(bindir, ignore_errors=True)
