@@ -205,7 +205,7 @@ int cmd_page(const cli_opts *o)
     char connstr[256];
     snprintf(connstr, sizeof connstr,
              "host=127.0.0.1 port=%d user=%s dbname=postgres connect_timeout=%d "
-             "application_name=strata-page-get",
+             "sslmode=disable gssencmode=disable application_name=strata-page-get",
              c.pageserver_pg_port, c.pg_user, PAGE_CONNECT_TIMEOUT_S);
     long long deadline = proc_now_ms() + PAGE_TIMEOUT_MS;
     PGconn *conn = PQconnectdb(connstr);
