@@ -1,0 +1,45 @@
+/*
+ * http_api.h: the pageserver's HTTP admin API and /metrics (DESIGN 5.6).
+ *
+ *   GET    /v1/status                                  every timeline: LSNs, WAL receiver
+ *   POST   /v1/tenant/<t>/timeline/<tl>                create: {"safekeepers": ["h:p", ...],
+ *                                                      "import_pgdata": "/dir"} or
+ *                                                      {"initdb": true}; answers {"lsn": "X/Y"}
+ *   GET    /v1/tenant/<t>/timeline/<tl>                LSNs, sizes, store counters
+ *   DELETE /v1/tenant/<t>/timeline/<tl>                delete
+ *   GET    /v1/tenant/<t>/timeline/<tl>/rels?lsn=X/Y   every relation fork existing at that LSN
+ *                                                      (default: last_record_lsn) with nblocks
+ *   GET    /metrics                                    Prometheus text
+ * Errors are JSON {"error": "..."} with 400 (malformed), 404 (unknown), 409
+ * (exists), 500 (failure); a malformed request changes nothing.
+ *
+ * Not for: the page service, or deciding what a timeline is (tenants.h).
+ *
+ * Threads: handlers run on the HTTP server's thread (common/http.h) and use
+ * only thread-safe calls (tenants.h, timeline.h reads).  A refresh thread
+ * copies store, redo, page-cache and per-timeline figures into the metrics
+ * registry every 500 ms, so /metrics is at most that stale for them.
+ */
+#ifndef STRATA_PAGESERVER_HTTP_API_H
+#define STRATA_PAGESERVER_HTTP_API_H
+
+#include <stddef.h>
+
+#include "pageserver/pagecache.h"
+#include "pageserver/redo.h"
+#include "pageserver/tenants.h"
+
+typedef struct ps_http ps_http;
+
+/* Starts listening on host:port.  redo and cache may be NULL.  All must
+ * outlive the server.  NULL with err on failure. */
+ps_http *ps_http_start(tenants *t, redo_pool *redo, pagecache *cache, const char *host, int port,
+                       char *err, size_t errlen);
+
+int ps_http_port(const ps_http *h);
+
+/* Stops the HTTP thread and the refresh thread (waiting for a running
+ * handler) and frees. */
+void ps_http_stop(ps_http *h);
+
+#endif

@@ -1,0 +1,524 @@
+/*
+ * tenants.c: the table of timelines and their directories.  See tenants.h.
+ *
+ * Not for: page reads or ingest (timeline.c).
+ */
+#include "pageserver/tenants.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <grp.h>
+#include <limits.h>
+#include <pthread.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/durable.h"
+#include "common/log.h"
+
+#define CREATING_SUFFIX ".creating"
+#define DELETING_SUFFIX ".deleting"
+
+typedef struct entry {
+    strata_id tenant;
+    strata_id timeline;
+    timeline *tl; /* NULL while busy (being created) */
+    bool busy;
+} entry;
+
+struct tenants {
+    char datadir[PATH_MAX];
+    char pg_bindir[PATH_MAX];
+    char run_as_user[64];
+    uint32_t initdb_timeout_s;
+    timeline_services svc;
+    pthread_mutex_t mu;
+    int n;
+    entry entries[TENANTS_MAX_TIMELINES];
+    atomic_uint_fast64_t next_owner;
+};
+
+static int fail(int *status, int code, char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+static int fail(int *status, int code, char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    if (status != NULL)
+        *status = code;
+    return -1;
+}
+
+static int mkdir_p(const char *path, mode_t mode)
+{
+    char buf[PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p != '\0'; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, mode) != 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    return mkdir(buf, mode) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    if (remove(path) != 0 && errno != ENOENT)
+        log_warn("cannot remove %s: %s", path, strerror(errno));
+    return 0;
+}
+
+static void remove_tree(const char *path)
+{
+    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void timeline_path(const tenants *t, const strata_id *tenant, const strata_id *tl,
+                          const char *suffix, char *out, size_t len)
+{
+    char a[STRATA_ID_HEX_LEN], b[STRATA_ID_HEX_LEN];
+    snprintf(out, len, "%s/tenants/%s/timelines/%s%s", t->datadir, strata_id_format(tenant, a),
+             strata_id_format(tl, b), suffix);
+}
+
+/* Index of (tenant, tl) in the table, or -1.  t->mu held. */
+static int find(const tenants *t, const strata_id *tenant, const strata_id *tl)
+{
+    for (int i = 0; i < t->n; i++) {
+        if (strata_id_equal(&t->entries[i].tenant, tenant) &&
+            strata_id_equal(&t->entries[i].timeline, tl))
+            return i;
+    }
+    return -1;
+}
+
+static void remove_at(tenants *t, int i)
+{
+    t->entries[i] = t->entries[t->n - 1];
+    t->n--;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* Opens every timeline of one tenant directory. */
+static void load_tenant(tenants *t, const char *tenant_dir, const strata_id *tenant)
+{
+    char tls[PATH_MAX];
+    snprintf(tls, sizeof tls, "%s/timelines", tenant_dir);
+    DIR *d = opendir(tls);
+    if (d == NULL)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", tls, de->d_name);
+        if (ends_with(de->d_name, CREATING_SUFFIX) || ends_with(de->d_name, DELETING_SUFFIX)) {
+            log_info("removing leftover %s", path);
+            remove_tree(path);
+            continue;
+        }
+        strata_id id;
+        if (!strata_id_parse(de->d_name, &id)) {
+            log_warn("ignoring %s: not a timeline id", path);
+            continue;
+        }
+        if (t->n == TENANTS_MAX_TIMELINES) {
+            log_error("ignoring %s: more than %d timelines", path, TENANTS_MAX_TIMELINES);
+            continue;
+        }
+        char err[512];
+        timeline *tl = NULL;
+        if (timeline_open(path, &t->svc, atomic_fetch_add(&t->next_owner, 1), &tl, err,
+                          sizeof err) != 0) {
+            log_error("cannot open timeline %s: %s", path, err);
+            continue;
+        }
+        const timeline_meta *m = timeline_get_meta(tl);
+        if (!strata_id_equal(&m->tenant, tenant) || !strata_id_equal(&m->timeline, &id)) {
+            log_error("ignoring %s: its %s names another tenant or timeline", path,
+                      TIMELINE_META_FILE);
+            timeline_unref(tl);
+            continue;
+        }
+        char lb[LSN_FMT_LEN];
+        log_info("loaded timeline %s at disk_consistent_lsn %s", path,
+                 lsn_format(timeline_disk_consistent_lsn(tl), lb));
+        t->entries[t->n++] = (entry){.tenant = *tenant, .timeline = id, .tl = tl};
+    }
+    closedir(d);
+}
+
+int tenants_open(const tenants_options *o, tenants **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    tenants *t = calloc(1, sizeof *t);
+    if (t == NULL)
+        return fail(NULL, 500, err, errlen, "out of memory");
+    snprintf(t->datadir, sizeof t->datadir, "%s", o->datadir);
+    snprintf(t->pg_bindir, sizeof t->pg_bindir, "%s", o->pg_bindir ? o->pg_bindir : "");
+    snprintf(t->run_as_user, sizeof t->run_as_user, "%s",
+             o->run_as_user ? o->run_as_user : "postgres");
+    t->initdb_timeout_s = o->initdb_timeout_s ? o->initdb_timeout_s : 120;
+    t->svc = o->svc;
+    atomic_init(&t->next_owner, 1);
+    pthread_mutex_init(&t->mu, NULL);
+
+    char root[PATH_MAX];
+    snprintf(root, sizeof root, "%s/tenants", t->datadir);
+    if (mkdir_p(root, 0755) != 0) {
+        fail(NULL, 500, err, errlen, "cannot create %s: %s", root, strerror(errno));
+        pthread_mutex_destroy(&t->mu);
+        free(t);
+        return -1;
+    }
+    DIR *d = opendir(root);
+    if (d == NULL) {
+        fail(NULL, 500, err, errlen, "cannot read %s: %s", root, strerror(errno));
+        pthread_mutex_destroy(&t->mu);
+        free(t);
+        return -1;
+    }
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        strata_id tenant;
+        if (de->d_name[0] == '.')
+            continue;
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", root, de->d_name);
+        if (!strata_id_parse(de->d_name, &tenant)) {
+            log_warn("ignoring %s: not a tenant id", path);
+            continue;
+        }
+        load_tenant(t, path, &tenant);
+    }
+    closedir(d);
+    *out = t;
+    return 0;
+}
+
+void tenants_close(tenants *t)
+{
+    if (t == NULL)
+        return;
+    for (int i = 0; i < t->n; i++) {
+        if (t->entries[i].tl != NULL)
+            timeline_unref(t->entries[i].tl);
+    }
+    pthread_mutex_destroy(&t->mu);
+    free(t);
+}
+
+timeline *tenants_get(tenants *t, const strata_id *tenant, const strata_id *tl)
+{
+    pthread_mutex_lock(&t->mu);
+    int i = find(t, tenant, tl);
+    timeline *r = i >= 0 ? t->entries[i].tl : NULL;
+    if (r != NULL)
+        timeline_ref(r);
+    pthread_mutex_unlock(&t->mu);
+    return r;
+}
+
+int tenants_list(tenants *t, timeline **out, int cap)
+{
+    int n = 0;
+    pthread_mutex_lock(&t->mu);
+    for (int i = 0; i < t->n && n < cap; i++) {
+        if (t->entries[i].tl != NULL) {
+            timeline_ref(t->entries[i].tl);
+            out[n++] = t->entries[i].tl;
+        }
+    }
+    pthread_mutex_unlock(&t->mu);
+    return n;
+}
+
+/*
+ * Runs argv (argv[0] absolute) with stdout and stderr to logpath, as user
+ * when we are root, waiting at most timeout_s.  0 or -1 with err.
+ */
+static int run_as(char *const argv[], const char *logpath, const char *user, uint32_t timeout_s,
+                  char *err, size_t errlen)
+{
+    uid_t uid = 0;
+    gid_t gid = 0;
+    bool drop = geteuid() == 0;
+    if (drop) {
+        struct passwd *pw = getpwnam(user);
+        if (pw == NULL)
+            return fail(NULL, 500, err, errlen, "user \"%s\" does not exist", user);
+        uid = pw->pw_uid;
+        gid = pw->pw_gid;
+    }
+    int logfd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (logfd < 0)
+        return fail(NULL, 500, err, errlen, "cannot create %s: %s", logpath, strerror(errno));
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(logfd);
+        return fail(NULL, 500, err, errlen, "fork: %s", strerror(errno));
+    }
+    if (pid == 0) {
+        dup2(logfd, STDOUT_FILENO);
+        dup2(logfd, STDERR_FILENO);
+        int devnull = open("/dev/null", O_RDONLY);
+        if (devnull >= 0)
+            dup2(devnull, STDIN_FILENO);
+        if (drop && (setgroups(0, NULL) != 0 || setgid(gid) != 0 || setuid(uid) != 0)) {
+            dprintf(STDERR_FILENO, "cannot become user %s: %s\n", user, strerror(errno));
+            _exit(126);
+        }
+        execv(argv[0], argv);
+        dprintf(STDERR_FILENO, "cannot execute %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    close(logfd);
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    int wstatus = 0;
+    for (;;) {
+        pid_t r = waitpid(pid, &wstatus, WNOHANG);
+        if (r == pid)
+            break;
+        if (r < 0 && errno != EINTR)
+            return fail(NULL, 500, err, errlen, "waitpid: %s", strerror(errno));
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec - start.tv_sec > (time_t)timeout_s) {
+            kill(pid, SIGKILL);
+            while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR)
+                ;
+            return fail(NULL, 500, err, errlen, "%s did not finish within %u s; see %s", argv[0],
+                        timeout_s, logpath);
+        }
+        usleep(20000);
+    }
+    if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)
+        return 0;
+    /* The log's last line is usually the reason. */
+    char tail[256] = "";
+    FILE *f = fopen(logpath, "r");
+    if (f != NULL) {
+        char line[256];
+        while (fgets(line, sizeof line, f) != NULL) {
+            if (line[0] != '\n')
+                snprintf(tail, sizeof tail, "%s", line);
+        }
+        fclose(f);
+        tail[strcspn(tail, "\n")] = '\0';
+    }
+    if (WIFEXITED(wstatus))
+        return fail(NULL, 500, err, errlen, "%s exited with status %d: %s", argv[0],
+                    WEXITSTATUS(wstatus), tail);
+    return fail(NULL, 500, err, errlen, "%s was killed by signal %d", argv[0],
+                WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : 0);
+}
+
+/* Runs the patched initdb into a fresh temporary directory; *tmpdir is the
+ * directory to remove afterwards, pgdata inside it the result. */
+static int run_initdb(tenants *t, char *tmpdir, size_t tmplen, char *pgdata, size_t pglen,
+                      char *err, size_t errlen)
+{
+    if (t->pg_bindir[0] == '\0')
+        return fail(NULL, 500, err, errlen,
+                    "initdb needs the patched Postgres build: start the pageserver with "
+                    "--pg-bindir");
+    char initdb[PATH_MAX];
+    snprintf(initdb, sizeof initdb, "%s/initdb", t->pg_bindir);
+    if (access(initdb, X_OK) != 0)
+        return fail(NULL, 500, err, errlen, "cannot execute %s: %s", initdb, strerror(errno));
+    const char *base = getenv("TMPDIR");
+    snprintf(tmpdir, tmplen, "%s/strata-initdb-XXXXXX", base && *base ? base : "/tmp");
+    if (mkdtemp(tmpdir) == NULL)
+        return fail(NULL, 500, err, errlen, "mkdtemp %s: %s", tmpdir, strerror(errno));
+    if (geteuid() == 0) {
+        struct passwd *pw = getpwnam(t->run_as_user);
+        if (pw == NULL || chown(tmpdir, pw->pw_uid, pw->pw_gid) != 0) {
+            fail(NULL, 500, err, errlen, "cannot give %s to user %s: %s", tmpdir, t->run_as_user,
+                 pw == NULL ? "no such user" : strerror(errno));
+            remove_tree(tmpdir);
+            return -1;
+        }
+    }
+    snprintf(pgdata, pglen, "%s/pgdata", tmpdir);
+    char logpath[PATH_MAX];
+    snprintf(logpath, sizeof logpath, "%s/initdb.log", tmpdir);
+    char *argv[] = {initdb, "-D",         pgdata,      "--auth=trust",      "-E",
+                    "UTF8", "--locale=C", "--no-sync", "--no-instructions", NULL};
+    if (run_as(argv, logpath, t->run_as_user, t->initdb_timeout_s, err, errlen) != 0) {
+        remove_tree(tmpdir);
+        return -1;
+    }
+    return 0;
+}
+
+int tenants_create_timeline(tenants *t, const strata_id *tenant, const strata_id *tlid,
+                            const tenants_create_request *req, lsn_t *out_lsn, int *status,
+                            char *err, size_t errlen)
+{
+    if ((req->import_pgdata != NULL) == req->initdb)
+        return fail(status, 400, err, errlen,
+                    "give exactly one of \"import_pgdata\" (a directory) and \"initdb\": true");
+    if (req->n_safekeepers < 0 || req->n_safekeepers > TIMELINE_MAX_SAFEKEEPERS)
+        return fail(status, 400, err, errlen, "at most %d safekeepers", TIMELINE_MAX_SAFEKEEPERS);
+    timeline_meta meta = {.tenant = *tenant, .timeline = *tlid};
+    for (int i = 0; i < req->n_safekeepers; i++) {
+        const char *s = req->safekeepers[i];
+        const char *colon = s ? strrchr(s, ':') : NULL;
+        if (s == NULL || colon == NULL || colon == s || colon[1] == '\0' ||
+            strlen(s) >= TIMELINE_SAFEKEEPER_LEN ||
+            strspn(colon + 1, "0123456789") != strlen(colon + 1))
+            return fail(status, 400, err, errlen, "safekeeper address \"%s\" is not HOST:PORT",
+                        s ? s : "(null)");
+        snprintf(meta.safekeepers[meta.n_safekeepers++], TIMELINE_SAFEKEEPER_LEN, "%s", s);
+    }
+
+    pthread_mutex_lock(&t->mu);
+    int i = find(t, tenant, tlid);
+    bool full = t->n == TENANTS_MAX_TIMELINES;
+    if (i < 0 && !full)
+        t->entries[t->n++] = (entry){.tenant = *tenant, .timeline = *tlid, .busy = true};
+    pthread_mutex_unlock(&t->mu);
+    char a[STRATA_ID_HEX_LEN], b[STRATA_ID_HEX_LEN];
+    strata_id_format(tenant, a);
+    strata_id_format(tlid, b);
+    if (i >= 0)
+        return fail(status, 409, err, errlen, "tenant %s timeline %s already exists", a, b);
+    if (full)
+        return fail(status, 409, err, errlen, "this pageserver already has %d timelines",
+                    TENANTS_MAX_TIMELINES);
+
+    char final[PATH_MAX], building[PATH_MAX], tmpdir[PATH_MAX] = "", pgdata[PATH_MAX];
+    timeline_path(t, tenant, tlid, "", final, sizeof final);
+    timeline_path(t, tenant, tlid, CREATING_SUFFIX, building, sizeof building);
+    timeline *tl = NULL;
+    lsn_t lsn = LSN_INVALID;
+    int code = 500;
+    remove_tree(building);
+    struct stat sb;
+    if (stat(final, &sb) == 0) {
+        code = 409;
+        fail(NULL, 0, err, errlen, "%s exists on disk but is not loaded; remove it first", final);
+        goto out;
+    }
+    if (mkdir_p(building, 0755) != 0) {
+        fail(NULL, 0, err, errlen, "cannot create %s: %s", building, strerror(errno));
+        goto out;
+    }
+    const char *source = req->import_pgdata;
+    if (req->initdb) {
+        if (run_initdb(t, tmpdir, sizeof tmpdir, pgdata, sizeof pgdata, err, errlen) != 0)
+            goto out;
+        source = pgdata;
+    } else if (stat(source, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        code = 400;
+        fail(NULL, 0, err, errlen, "import_pgdata %s is not a directory", source);
+        goto out;
+    }
+    if (timeline_build_from_pgdata(building, &meta, source, &t->svc, &lsn, err, errlen) != 0) {
+        /* A directory that is not a clean Postgres data directory is the
+         * caller's mistake; everything else is ours. */
+        code = req->initdb ? 500 : 400;
+        goto out;
+    }
+    int rc = durable_rename(building, final);
+    if (rc == 0)
+        rc = durable_fsync_parent(final);
+    if (rc != 0) {
+        fail(NULL, 0, err, errlen, "cannot rename %s to %s: %s", building, final, strerror(-rc));
+        goto out;
+    }
+    if (timeline_open(final, &t->svc, atomic_fetch_add(&t->next_owner, 1), &tl, err, errlen) != 0)
+        goto out;
+    code = 201;
+out:
+    if (tmpdir[0] != '\0')
+        remove_tree(tmpdir);
+    if (code != 201)
+        remove_tree(building);
+    pthread_mutex_lock(&t->mu);
+    i = find(t, tenant, tlid);
+    if (i >= 0 && tl != NULL) {
+        t->entries[i].tl = tl;
+        t->entries[i].busy = false;
+    } else if (i >= 0) {
+        remove_at(t, i);
+    }
+    pthread_mutex_unlock(&t->mu);
+    if (code != 201) {
+        if (status != NULL)
+            *status = code;
+        return -1;
+    }
+    char lb[LSN_FMT_LEN];
+    log_info("created tenant %s timeline %s at %s", a, b, lsn_format(lsn, lb));
+    *out_lsn = lsn;
+    if (status != NULL)
+        *status = code;
+    return 0;
+}
+
+int tenants_delete_timeline(tenants *t, const strata_id *tenant, const strata_id *tlid, int *status,
+                            char *err, size_t errlen)
+{
+    char a[STRATA_ID_HEX_LEN], b[STRATA_ID_HEX_LEN];
+    strata_id_format(tenant, a);
+    strata_id_format(tlid, b);
+    pthread_mutex_lock(&t->mu);
+    int i = find(t, tenant, tlid);
+    timeline *tl = NULL;
+    bool busy = false;
+    if (i >= 0) {
+        busy = t->entries[i].busy;
+        if (!busy) {
+            tl = t->entries[i].tl;
+            remove_at(t, i);
+        }
+    }
+    pthread_mutex_unlock(&t->mu);
+    if (i < 0)
+        return fail(status, 404, err, errlen, "tenant %s timeline %s not found", a, b);
+    if (busy)
+        return fail(status, 409, err, errlen, "tenant %s timeline %s is being created", a, b);
+    char final[PATH_MAX], gone[PATH_MAX];
+    timeline_path(t, tenant, tlid, "", final, sizeof final);
+    timeline_path(t, tenant, tlid, DELETING_SUFFIX, gone, sizeof gone);
+    remove_tree(gone);
+    /* Renamed first, so a crash before the removal finishes leaves a
+     * .deleting directory that the next start removes, never a timeline
+     * that comes back. */
+    int rc = durable_rename(final, gone);
+    if (rc != 0)
+        log_error("cannot rename %s to %s: %s; removing in place", final, gone, strerror(-rc));
+    timeline_mark_deleted(tl, rc == 0 ? gone : final);
+    timeline_unref(tl);
+    log_info("deleted tenant %s timeline %s", a, b);
+    if (status != NULL)
+        *status = 200;
+    return 0;
+}

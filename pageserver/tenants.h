@@ -1,0 +1,79 @@
+/*
+ * tenants.h: the set of timelines a pageserver serves, and their
+ * directories.
+ *
+ * For: finding a timeline by (tenant, timeline), creating one (import of a
+ * cleanly shut down data directory, or of a fresh initdb run with the
+ * patched build as the unprivileged user), deleting one, and loading every
+ * timeline on disk at start.  Layout:
+ *   <datadir>/tenants/<tenant>/timelines/<timeline>/          a timeline
+ *   <datadir>/tenants/<tenant>/timelines/<timeline>.creating  being built
+ *   <datadir>/tenants/<tenant>/timelines/<timeline>.deleting  being removed
+ * A timeline appears under its final name only once it is complete (built
+ * in the .creating directory, then renamed durably), so a crash never
+ * leaves a half-imported timeline; leftovers of both temporary kinds are
+ * removed at load.
+ * Not for: what a timeline does (timeline.h) or the network.
+ *
+ * Threads: every function may be called from any thread.  One mutex guards
+ * the table; it is held only to look up, insert or remove an entry (never
+ * across an import or a page read).  Creation and deletion of the same
+ * timeline are serialised by a per-entry "busy" mark.
+ *
+ * Errors: -1 with a message in err and *status set to the HTTP status that
+ * fits (400 bad request, 404 unknown, 409 exists / busy, 500 failure).
+ */
+#ifndef STRATA_PAGESERVER_TENANTS_H
+#define STRATA_PAGESERVER_TENANTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "common/lsn.h"
+#include "pageserver/timeline.h"
+
+#define TENANTS_MAX_TIMELINES 1024
+
+typedef struct tenants tenants;
+
+typedef struct tenants_options {
+    const char *datadir;       /* copied */
+    const char *pg_bindir;     /* patched build's bin/ for initdb; "" or NULL: initdb fails */
+    const char *run_as_user;   /* initdb runs as this user when we are root ["postgres"] */
+    uint32_t initdb_timeout_s; /* [120] */
+    timeline_services svc;     /* shared by every timeline (pointers must outlive the set) */
+} tenants_options;
+
+/* Loads every timeline under datadir/tenants (starting their WAL
+ * receivers).  A timeline that fails to open is logged and skipped (it stays
+ * on disk).  0 or -1 with err (datadir/tenants cannot be created or read). */
+int tenants_open(const tenants_options *o, tenants **out, char *err, size_t errlen);
+
+/* Drops every timeline (the last reference of each flushes and closes it)
+ * and frees the set.  No other call may race this. */
+void tenants_close(tenants *t);
+
+/* The timeline with a new reference (timeline_unref when done), or NULL. */
+timeline *tenants_get(tenants *t, const strata_id *tenant, const strata_id *tl);
+
+/* Up to cap timelines, each with a new reference; returns the count. */
+int tenants_list(tenants *t, timeline **out, int cap);
+
+typedef struct tenants_create_request {
+    const char *safekeepers[TIMELINE_MAX_SAFEKEEPERS]; /* "host:port" */
+    int n_safekeepers;
+    const char *import_pgdata; /* import this directory, or */
+    bool initdb;               /* run initdb and import its result */
+} tenants_create_request;
+
+/* Creates and opens the timeline; *out_lsn is its start LSN. */
+int tenants_create_timeline(tenants *t, const strata_id *tenant, const strata_id *tl,
+                            const tenants_create_request *req, lsn_t *out_lsn, int *status,
+                            char *err, size_t errlen);
+
+/* Removes the timeline from the set, stops its WAL receiver and deletes its
+ * directory once the last reader lets go. */
+int tenants_delete_timeline(tenants *t, const strata_id *tenant, const strata_id *tl, int *status,
+                            char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,672 @@
+/*
+ * timeline.c: one timeline -- store, ingest, WAL receiver, and the page
+ * read path (page cache -> store versions -> redo).  See timeline.h.
+ *
+ * Not for: where timelines live or how they are created and deleted as
+ * directories (tenants.c), or the network.
+ */
+#include "pageserver/timeline.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <ftw.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cjson/cJSON.h>
+
+#include "common/durable.h"
+#include "common/log.h"
+#include "common/metrics.h"
+#include "pageserver/import.h"
+#include "pageserver/ingest.h"
+#include "pageserver/walreceiver.h"
+
+#define META_MAX_BYTES (64 * 1024)
+#define DEFAULT_MAX_CHAIN 10000
+
+struct timeline {
+    atomic_int refs;
+    atomic_bool deleted;
+    char dir[PATH_MAX];
+    timeline_meta meta;
+    timeline_services svc;
+    uint64_t owner;
+    store *st;
+    ingest_state *ing;
+    pthread_mutex_t wr_mu; /* guards wr against stop racing status */
+    walreceiver *wr;
+};
+
+/* ---- process-wide read metrics ---- */
+
+static const double chain_bounds[] = {0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096};
+
+static struct {
+    pthread_once_t once;
+    metrics_counter *cache_hits, *cache_misses, *images, *redo_reads, *zero_pages, *pages;
+    metrics_histogram *chain;
+    metrics_gauge *chain_max;
+    atomic_uint_fast64_t max_chain;
+} rm = {.once = PTHREAD_ONCE_INIT};
+
+static void read_metrics_init(void)
+{
+    metrics_registry *r = metrics_default_registry();
+    rm.pages =
+        metrics_counter_register(r, "pageserver_pages_read_total",
+                                 "Relation and SLRU pages materialised for readers", 0, NULL, NULL);
+    rm.cache_hits =
+        metrics_counter_register(r, "pageserver_page_cache_hits_total",
+                                 "Page reads answered by the page cache", 0, NULL, NULL);
+    rm.cache_misses = metrics_counter_register(
+        r, "pageserver_page_cache_misses_total",
+        "Page reads that needed redo and were not in the page cache", 0, NULL, NULL);
+    rm.images = metrics_counter_register(r, "pageserver_page_images_read_total",
+                                         "Page reads whose newest version was a complete image", 0,
+                                         NULL, NULL);
+    rm.redo_reads =
+        metrics_counter_register(r, "pageserver_page_redo_reads_total",
+                                 "Page reads built by applying WAL (redo)", 0, NULL, NULL);
+    rm.zero_pages = metrics_counter_register(
+        r, "pageserver_zero_pages_read_total",
+        "Page reads of blocks with no version or past the relation size (all-zero pages)", 0, NULL,
+        NULL);
+    rm.chain = metrics_histogram_register(
+        r, "pageserver_chain_length", "Versions replayed to build one page (0: image or cache)",
+        chain_bounds, (int)(sizeof chain_bounds / sizeof chain_bounds[0]), 0, NULL, NULL);
+    rm.chain_max =
+        metrics_gauge_register(r, "pageserver_chain_length_max",
+                               "Longest version chain replayed since start", 0, NULL, NULL);
+}
+
+static void read_metrics(void)
+{
+    pthread_once(&rm.once, read_metrics_init);
+}
+
+static void observe_chain(int n)
+{
+    metrics_histogram_observe(rm.chain, n);
+    uint_fast64_t cur = atomic_load(&rm.max_chain);
+    while ((uint64_t)n > cur && !atomic_compare_exchange_weak(&rm.max_chain, &cur, (uint64_t)n))
+        ;
+    if ((uint64_t)n > cur)
+        metrics_gauge_set(rm.chain_max, n);
+}
+
+void timeline_get_read_stats(timeline_read_stats *out)
+{
+    read_metrics();
+    out->pages_read = metrics_counter_value(rm.pages);
+    out->cache_hits = metrics_counter_value(rm.cache_hits);
+    out->cache_misses = metrics_counter_value(rm.cache_misses);
+    out->images_read = metrics_counter_value(rm.images);
+    out->redo_reads = metrics_counter_value(rm.redo_reads);
+    out->zero_pages = metrics_counter_value(rm.zero_pages);
+    out->max_chain = atomic_load(&rm.max_chain);
+}
+
+/* ---- timeline.json ---- */
+
+static int meta_write(const char *dir, const timeline_meta *m, char *err, size_t errlen)
+{
+    char t[STRATA_ID_HEX_LEN], l[STRATA_ID_HEX_LEN], lsn[LSN_FMT_LEN];
+    cJSON *o = cJSON_CreateObject();
+    if (o == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    cJSON_AddStringToObject(o, "tenant_id", strata_id_format(&m->tenant, t));
+    cJSON_AddStringToObject(o, "timeline_id", strata_id_format(&m->timeline, l));
+    cJSON_AddStringToObject(o, "start_lsn", lsn_format(m->start_lsn, lsn));
+    cJSON *arr = cJSON_AddArrayToObject(o, "safekeepers");
+    for (int i = 0; arr != NULL && i < m->n_safekeepers; i++)
+        cJSON_AddItemToArray(arr, cJSON_CreateString(m->safekeepers[i]));
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    if (text == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, TIMELINE_META_FILE);
+    int rc = durable_write_file(path, text, strlen(text), 0600);
+    free(text);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(-rc));
+        return -1;
+    }
+    return 0;
+}
+
+int timeline_meta_read(const char *dir, timeline_meta *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, TIMELINE_META_FILE);
+    void *buf = NULL;
+    size_t len = 0;
+    int rc = durable_read_file(path, META_MAX_BYTES, &buf, &len);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot read %s: %s", path, strerror(-rc));
+        return -1;
+    }
+    cJSON *o = cJSON_ParseWithLength(buf, len);
+    free(buf);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tenant_id");
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(o, "timeline_id");
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "start_lsn");
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(o, "safekeepers");
+    bool ok = o != NULL && cJSON_IsString(t) && strata_id_parse(t->valuestring, &out->tenant) &&
+              cJSON_IsString(l) && strata_id_parse(l->valuestring, &out->timeline) &&
+              cJSON_IsString(s) && lsn_parse(s->valuestring, &out->start_lsn) &&
+              cJSON_IsArray(arr) && cJSON_GetArraySize(arr) <= TIMELINE_MAX_SAFEKEEPERS;
+    const cJSON *e;
+    const cJSON *walk = ok ? arr : NULL;
+    cJSON_ArrayForEach(e, walk)
+    {
+        if (!cJSON_IsString(e) || strlen(e->valuestring) >= TIMELINE_SAFEKEEPER_LEN) {
+            ok = false;
+            break;
+        }
+        strcpy(out->safekeepers[out->n_safekeepers++], e->valuestring);
+    }
+    cJSON_Delete(o);
+    if (!ok) {
+        snprintf(err, errlen, "%s is not a valid timeline description", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- building, opening, closing ---- */
+
+static void store_dir(const char *dir, char *out, size_t len)
+{
+    snprintf(out, len, "%s/%s", dir, TIMELINE_STORE_DIR);
+}
+
+int timeline_build_from_pgdata(const char *dir, timeline_meta *meta, const char *pgdata,
+                               const timeline_services *svc, lsn_t *out_lsn, char *err,
+                               size_t errlen)
+{
+    char sdir[PATH_MAX];
+    store_dir(dir, sdir, sizeof sdir);
+    if (mkdir(sdir, 0700) != 0 && errno != EEXIST) {
+        snprintf(err, errlen, "cannot create %s: %s", sdir, strerror(errno));
+        return -1;
+    }
+    store *st = NULL;
+    if (store_open(sdir, &svc->store, &st, err, errlen) != 0)
+        return -1;
+    import_stats stats;
+    lsn_t lsn = LSN_INVALID;
+    int rc = import_pgdata(st, pgdata, &lsn, &stats, err, errlen);
+    if (rc == 0 && store_flush(st, err, errlen) != 0)
+        rc = -1;
+    store_close(st);
+    if (rc != 0)
+        return -1;
+    meta->start_lsn = lsn;
+    if (meta_write(dir, meta, err, errlen) != 0)
+        return -1;
+    char lb[LSN_FMT_LEN];
+    log_info("imported %s at %s: %llu relation forks, %llu blocks, %llu databases, %llu SLRU "
+             "segments",
+             pgdata, lsn_format(lsn, lb), (unsigned long long)stats.rel_forks,
+             (unsigned long long)stats.blocks, (unsigned long long)stats.databases,
+             (unsigned long long)stats.slru_segments);
+    *out_lsn = lsn;
+    return 0;
+}
+
+static int start_walreceiver(timeline *tl, char *err, size_t errlen)
+{
+    if (tl->meta.n_safekeepers == 0)
+        return 0;
+    walreceiver_options o;
+    walreceiver_options_default(&o);
+    for (int i = 0; i < tl->meta.n_safekeepers && i < WALRECEIVER_MAX_SAFEKEEPERS; i++)
+        o.safekeepers[o.n_safekeepers++] = tl->meta.safekeepers[i];
+    o.tenant = tl->meta.tenant;
+    o.timeline = tl->meta.timeline;
+    o.start_lsn = tl->meta.start_lsn;
+    walreceiver *wr = NULL;
+    if (walreceiver_start(&o, tl->st, tl->ing, &wr, err, errlen) != 0)
+        return -1;
+    pthread_mutex_lock(&tl->wr_mu);
+    tl->wr = wr;
+    pthread_mutex_unlock(&tl->wr_mu);
+    return 0;
+}
+
+static void stop_walreceiver(timeline *tl)
+{
+    pthread_mutex_lock(&tl->wr_mu);
+    walreceiver *wr = tl->wr;
+    tl->wr = NULL;
+    pthread_mutex_unlock(&tl->wr_mu);
+    walreceiver_stop(wr);
+}
+
+int timeline_open(const char *dir, const timeline_services *svc, uint64_t owner, timeline **out,
+                  char *err, size_t errlen)
+{
+    *out = NULL;
+    read_metrics();
+    timeline *tl = calloc(1, sizeof *tl);
+    if (tl == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    atomic_init(&tl->refs, 1);
+    atomic_init(&tl->deleted, false);
+    pthread_mutex_init(&tl->wr_mu, NULL);
+    snprintf(tl->dir, sizeof tl->dir, "%s", dir);
+    tl->svc = *svc;
+    if (tl->svc.max_chain <= 0)
+        tl->svc.max_chain = DEFAULT_MAX_CHAIN;
+    tl->owner = owner;
+    char sdir[PATH_MAX];
+    store_dir(dir, sdir, sizeof sdir);
+    if (timeline_meta_read(dir, &tl->meta, err, errlen) != 0 ||
+        store_open(sdir, &svc->store, &tl->st, err, errlen) != 0)
+        goto fail;
+    tl->ing = ingest_create(tl->st, svc->redo);
+    if (tl->ing == NULL) {
+        snprintf(err, errlen, "out of memory creating the ingest state");
+        goto fail;
+    }
+    if (start_walreceiver(tl, err, errlen) != 0)
+        goto fail;
+    *out = tl;
+    return 0;
+fail:
+    if (tl->ing != NULL)
+        ingest_destroy(tl->ing);
+    if (tl->st != NULL)
+        store_close(tl->st);
+    pthread_mutex_destroy(&tl->wr_mu);
+    free(tl);
+    return -1;
+}
+
+void timeline_ref(timeline *tl)
+{
+    int before = atomic_fetch_add(&tl->refs, 1);
+    assert(before > 0);
+    (void)before;
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    if (remove(path) != 0)
+        log_warn("cannot remove %s: %s", path, strerror(errno));
+    return 0;
+}
+
+void timeline_unref(timeline *tl)
+{
+    int before = atomic_fetch_sub(&tl->refs, 1);
+    assert(before > 0);
+    if (before != 1)
+        return;
+    bool deleted = atomic_load(&tl->deleted);
+    stop_walreceiver(tl);
+    if (!deleted) {
+        char err[256];
+        if (store_flush(tl->st, err, sizeof err) != 0)
+            log_error("timeline %s: flush at close failed: %s", tl->dir, err);
+    }
+    ingest_destroy(tl->ing);
+    store_close(tl->st);
+    if (deleted) {
+        nftw(tl->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+        durable_fsync_parent(tl->dir);
+        log_info("removed deleted timeline directory %s", tl->dir);
+    }
+    pthread_mutex_destroy(&tl->wr_mu);
+    free(tl);
+}
+
+void timeline_mark_deleted(timeline *tl, const char *dir_now)
+{
+    atomic_store(&tl->deleted, true);
+    stop_walreceiver(tl);
+    if (dir_now != NULL)
+        snprintf(tl->dir, sizeof tl->dir, "%s", dir_now);
+}
+
+bool timeline_is_deleted(const timeline *tl)
+{
+    return atomic_load(&((timeline *)tl)->deleted);
+}
+
+const timeline_meta *timeline_get_meta(const timeline *tl)
+{
+    return &tl->meta;
+}
+
+const char *timeline_dir(const timeline *tl)
+{
+    return tl->dir;
+}
+
+lsn_t timeline_last_record_lsn(const timeline *tl)
+{
+    return store_last_record_lsn(tl->st);
+}
+
+lsn_t timeline_disk_consistent_lsn(const timeline *tl)
+{
+    return store_disk_consistent_lsn(tl->st);
+}
+
+int timeline_wait_lsn(timeline *tl, lsn_t lsn, uint32_t timeout_ms)
+{
+    if (timeline_is_deleted(tl))
+        return -1;
+    return store_wait_lsn(tl->st, lsn, timeout_ms);
+}
+
+void timeline_get_status(timeline *tl, timeline_status *out)
+{
+    memset(out, 0, sizeof *out);
+    out->last_record_lsn = store_last_record_lsn(tl->st);
+    out->disk_consistent_lsn = store_disk_consistent_lsn(tl->st);
+    out->start_lsn = tl->meta.start_lsn;
+    store_get_stats(tl->st, &out->store);
+    pthread_mutex_lock(&tl->wr_mu);
+    if (tl->wr != NULL) {
+        walreceiver_status_info wi;
+        walreceiver_status(tl->wr, &wi);
+        out->walreceiver_running = wi.running;
+        out->walreceiver_connected = wi.connected;
+        out->upstream_lsn = wi.upstream_lsn;
+        out->walreceiver_errors = wi.errors;
+        snprintf(out->walreceiver_error, sizeof out->walreceiver_error, "%s", wi.last_error);
+    }
+    pthread_mutex_unlock(&tl->wr_mu);
+    if (out->upstream_lsn > out->last_record_lsn)
+        out->ingest_lag_bytes = out->upstream_lsn - out->last_record_lsn;
+}
+
+/* ---- reads ---- */
+
+static uint32_t get_be32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static int deleted_error(const timeline *tl, char *err, size_t errlen, const char **sqlstate)
+{
+    char t[STRATA_ID_HEX_LEN], l[STRATA_ID_HEX_LEN];
+    snprintf(err, errlen, "tenant %s timeline %s was deleted",
+             strata_id_format(&tl->meta.tenant, t), strata_id_format(&tl->meta.timeline, l));
+    if (sqlstate != NULL)
+        *sqlstate = "58P01";
+    return -1;
+}
+
+/* Size of a KEY_REL_SIZE or KEY_SLRU_SIZE key at lsn: 1, 0 (absent or
+ * tombstone) or -1. */
+static int read_size(timeline *tl, const pg_key *k, lsn_t lsn, uint32_t *nblocks, char *err,
+                     size_t errlen)
+{
+    value_ref v;
+    lsn_t found;
+    int rc = store_get_latest(tl->st, k, lsn, &v, &found, err, errlen);
+    if (rc <= 0)
+        return rc;
+    int result;
+    if (v.kind == VAL_SIZE && v.len == 4) {
+        *nblocks = get_be32(v.payload);
+        result = 1;
+    } else if (v.kind == VAL_TOMBSTONE) {
+        result = 0;
+    } else {
+        char kb[96];
+        snprintf(err, errlen, "%s holds value kind %u where a size belongs",
+                 pg_key_format(k, kb, sizeof kb), v.kind);
+        result = -1;
+    }
+    free((void *)v.payload);
+    return result;
+}
+
+int timeline_rel_size(timeline *tl, uint32_t spc, uint32_t db, uint32_t rel, uint8_t fork,
+                      lsn_t lsn, uint32_t *nblocks, char *err, size_t errlen, const char **sqlstate)
+{
+    if (timeline_is_deleted(tl))
+        return deleted_error(tl, err, errlen, sqlstate);
+    pg_key k = pg_key_rel_size(spc, db, rel, fork);
+    *nblocks = 0;
+    int rc = read_size(tl, &k, lsn, nblocks, err, errlen);
+    if (rc < 0 && sqlstate != NULL)
+        *sqlstate = "XX000";
+    return rc;
+}
+
+/*
+ * The page of k at lsn into out: 1 built, 0 no version at or below lsn, -1
+ * error.  *chain is the number of versions replayed.
+ */
+static int read_page(timeline *tl, const pg_key *k, lsn_t lsn, uint8_t out[PG_BLCKSZ], int *chain,
+                     char *err, size_t errlen)
+{
+    char kb[96], lb[LSN_FMT_LEN];
+    value_ref v;
+    lsn_t found;
+    *chain = 0;
+    int rc = store_get_latest(tl->st, k, lsn, &v, &found, err, errlen);
+    if (rc <= 0)
+        return rc;
+    uint8_t kind = v.kind;
+    bool image_ok = kind == VAL_IMAGE && v.len == PG_BLCKSZ;
+    if (image_ok)
+        memcpy(out, v.payload, PG_BLCKSZ);
+    free((void *)v.payload);
+    if (image_ok || kind == VAL_ZERO_PAGE) {
+        if (kind == VAL_ZERO_PAGE)
+            memset(out, 0, PG_BLCKSZ);
+        metrics_counter_inc(rm.images);
+        return 1;
+    }
+    if (kind == VAL_IMAGE || kind == VAL_SIZE || kind == VAL_TOMBSTONE || kind == VAL_BLOB) {
+        snprintf(err, errlen, "%s at %s holds value kind %u, not a page version",
+                 pg_key_format(k, kb, sizeof kb), lsn_format(found, lb), kind);
+        return -1;
+    }
+    if (tl->svc.cache != NULL && pagecache_lookup(tl->svc.cache, tl->owner, k, found, out)) {
+        metrics_counter_inc(rm.cache_hits);
+        return 1;
+    }
+    metrics_counter_inc(rm.cache_misses);
+    version_list *vl = NULL;
+    if (store_get_versions(tl->st, k, lsn, tl->svc.max_chain, &vl, err, errlen) != 0)
+        return -1;
+    if (vl->n == 0) {
+        version_list_free(vl);
+        return 0;
+    }
+    if (tl->svc.redo == NULL) {
+        snprintf(err, errlen,
+                 "%s at %s needs WAL redo but no redo pool is configured (set --pg-bindir to the "
+                 "patched Postgres build's bin directory)",
+                 pg_key_format(k, kb, sizeof kb), lsn_format(vl->lsn[0], lb));
+        version_list_free(vl);
+        return -1;
+    }
+    rc = redo_apply(tl->svc.redo, k, vl, out, err, errlen);
+    if (rc == 0) {
+        /* Deltas replayed: every version but a base image. */
+        const value_ref *oldest = &vl->value[vl->n - 1];
+        bool base = oldest->kind == VAL_IMAGE || oldest->kind == VAL_ZERO_PAGE;
+        *chain = vl->n - (base ? 1 : 0);
+        metrics_counter_inc(rm.redo_reads);
+        if (tl->svc.cache != NULL)
+            pagecache_insert(tl->svc.cache, tl->owner, k, vl->lsn[0], out);
+    }
+    version_list_free(vl);
+    return rc == 0 ? 1 : -1;
+}
+
+int timeline_get_rel_page(timeline *tl, uint32_t spc, uint32_t db, uint32_t rel, uint8_t fork,
+                          uint32_t blk, lsn_t lsn, uint8_t out[PG_BLCKSZ], int *chain, char *err,
+                          size_t errlen, const char **sqlstate)
+{
+    int dummy;
+    if (chain == NULL)
+        chain = &dummy;
+    *chain = 0;
+    if (timeline_is_deleted(tl))
+        return deleted_error(tl, err, errlen, sqlstate);
+    uint32_t nblocks = 0;
+    int rc = timeline_rel_size(tl, spc, db, rel, fork, lsn, &nblocks, err, errlen, sqlstate);
+    if (rc < 0)
+        return -1;
+    if (rc == 0) {
+        char lb[LSN_FMT_LEN];
+        snprintf(err, errlen, "relation %u/%u/%u fork %u does not exist at LSN %s", spc, db, rel,
+                 fork, lsn_format(lsn, lb));
+        if (sqlstate != NULL)
+            *sqlstate = "58P01";
+        return -1;
+    }
+    metrics_counter_inc(rm.pages);
+    if (blk >= nblocks) {
+        memset(out, 0, PG_BLCKSZ);
+        metrics_counter_inc(rm.zero_pages);
+        return 0;
+    }
+    pg_key k = pg_key_rel_block(spc, db, rel, fork, blk);
+    rc = read_page(tl, &k, lsn, out, chain, err, errlen);
+    if (rc < 0) {
+        if (sqlstate != NULL)
+            *sqlstate = "XX000";
+        return -1;
+    }
+    if (rc == 0) {
+        memset(out, 0, PG_BLCKSZ);
+        metrics_counter_inc(rm.zero_pages);
+    }
+    observe_chain(*chain);
+    return 0;
+}
+
+/* Keys [from, to) covering every KEY_REL_SIZE key. */
+static void rel_size_range(pg_key *from, pg_key *to)
+{
+    memset(from, 0, sizeof *from);
+    memset(to, 0, sizeof *to);
+    from->kind = KEY_REL_SIZE;
+    to->kind = KEY_DB;
+}
+
+typedef struct db_size_arg {
+    uint32_t db;
+    uint64_t blocks;
+} db_size_arg;
+
+static int add_db_size(const pg_key *k, lsn_t lsn, const value_ref *v, void *arg)
+{
+    (void)lsn;
+    db_size_arg *a = arg;
+    if (k->kind == KEY_REL_SIZE && k->db == a->db && v->kind == VAL_SIZE && v->len == 4)
+        a->blocks += get_be32(v->payload);
+    return 0;
+}
+
+int timeline_db_size(timeline *tl, uint32_t db, lsn_t lsn, int64_t *bytes, char *err, size_t errlen,
+                     const char **sqlstate)
+{
+    if (timeline_is_deleted(tl))
+        return deleted_error(tl, err, errlen, sqlstate);
+    pg_key from, to;
+    rel_size_range(&from, &to);
+    db_size_arg a = {.db = db};
+    if (store_scan(tl->st, &from, &to, lsn, add_db_size, &a, err, errlen) != 0) {
+        if (sqlstate != NULL)
+            *sqlstate = "XX000";
+        return -1;
+    }
+    *bytes = (int64_t)(a.blocks * PG_BLCKSZ);
+    return 0;
+}
+
+int timeline_get_slru_segment(timeline *tl, uint8_t kind, uint32_t segno, lsn_t lsn, uint8_t *out,
+                              uint32_t max_blocks, uint32_t *nblocks, char *err, size_t errlen,
+                              const char **sqlstate)
+{
+    if (timeline_is_deleted(tl))
+        return deleted_error(tl, err, errlen, sqlstate);
+    char lb[LSN_FMT_LEN];
+    pg_key sk = {.kind = KEY_SLRU_SIZE, .fork = kind, .rel = segno};
+    uint32_t n = 0;
+    int rc = read_size(tl, &sk, lsn, &n, err, errlen);
+    if (rc <= 0) {
+        if (rc == 0)
+            snprintf(err, errlen, "SLRU segment %u of kind %u does not exist at LSN %s", segno,
+                     kind, lsn_format(lsn, lb));
+        if (sqlstate != NULL)
+            *sqlstate = rc == 0 ? "58P01" : "XX000";
+        return -1;
+    }
+    if (n > max_blocks) {
+        snprintf(err, errlen, "SLRU segment %u of kind %u has %u blocks, more than %u", segno, kind,
+                 n, max_blocks);
+        if (sqlstate != NULL)
+            *sqlstate = "XX000";
+        return -1;
+    }
+    for (uint32_t b = 0; b < n; b++) {
+        pg_key k = pg_key_slru_block((slru_kind)kind, segno, b);
+        int chain = 0;
+        rc = read_page(tl, &k, lsn, out + (size_t)b * PG_BLCKSZ, &chain, err, errlen);
+        if (rc < 0) {
+            if (sqlstate != NULL)
+                *sqlstate = "XX000";
+            return -1;
+        }
+        if (rc == 0)
+            memset(out + (size_t)b * PG_BLCKSZ, 0, PG_BLCKSZ);
+        metrics_counter_inc(rm.pages);
+        observe_chain(chain);
+    }
+    *nblocks = n;
+    return 0;
+}
+
+typedef struct list_arg {
+    timeline_rel_fn fn;
+    void *arg;
+} list_arg;
+
+static int list_one(const pg_key *k, lsn_t lsn, const value_ref *v, void *arg)
+{
+    (void)lsn;
+    list_arg *a = arg;
+    if (k->kind != KEY_REL_SIZE || v->kind != VAL_SIZE || v->len != 4)
+        return 0;
+    return a->fn(k->spc, k->db, k->rel, k->fork, get_be32(v->payload), a->arg);
+}
+
+int timeline_list_rels(timeline *tl, lsn_t lsn, timeline_rel_fn fn, void *arg, char *err,
+                       size_t errlen)
+{
+    if (timeline_is_deleted(tl))
+        return deleted_error(tl, err, errlen, NULL);
+    pg_key from, to;
+    rel_size_range(&from, &to);
+    list_arg a = {fn, arg};
+    return store_scan(tl->st, &from, &to, lsn, list_one, &a, err, errlen) != 0 ? -1 : 0;
+}

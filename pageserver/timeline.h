@@ -1,0 +1,169 @@
+/*
+ * timeline.h: one timeline of the pageserver -- its store, its ingest and
+ * WAL receiver, waiting for an LSN, and page reads (store versions + redo +
+ * page cache) answering the questions of the page service and the HTTP API.
+ *
+ * For: everything one timeline knows, behind one handle.  A timeline lives
+ * in a directory (see tenants.h for where) holding
+ *   timeline.json   {"tenant_id", "timeline_id", "start_lsn", "safekeepers"}
+ *                   written durably once at creation
+ *   store/          the page-version store (store.h)
+ * Not for: the set of timelines, creating or deleting their directories
+ * (tenants.h), the network (page_service.h, http_api.h).
+ *
+ * Reads follow DESIGN 5.3 and 8.1: a relation fork exists at LSN L iff its
+ * newest KEY_REL_SIZE value at or below L is a size; a block at or past the
+ * size, or below it with no version, reads as an all-zero page (the gap of
+ * an extension); a block of a fork that does not exist is an error.
+ *
+ * Threads: every read function may be called from any number of threads at
+ * once (the store's readers never block each other; the page cache is
+ * sharded).  The one writer of the store is the WAL receiver's thread, or the
+ * caller of timeline_import_* before the receiver starts.  Lifetime is
+ * reference counted: timeline_ref()/timeline_unref() from any thread; the
+ * last unref stops the receiver, flushes and closes the store, and, when the
+ * timeline was marked deleted, removes its directory.
+ *
+ * Errors: functions that can fail return -1 (or a negative code below) with
+ * a message naming the key, LSN and cause in err, and a SQLSTATE in
+ * *sqlstate when that argument is not NULL.
+ */
+#ifndef STRATA_PAGESERVER_TIMELINE_H
+#define STRATA_PAGESERVER_TIMELINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/lsn.h"
+#include "pageserver/key.h"
+#include "pageserver/pagecache.h"
+#include "pageserver/redo.h"
+#include "pageserver/store.h"
+
+#define TIMELINE_META_FILE "timeline.json"
+#define TIMELINE_STORE_DIR "store"
+#define TIMELINE_MAX_SAFEKEEPERS 16
+#define TIMELINE_SAFEKEEPER_LEN 128
+
+/* Services every timeline shares; owned by the daemon, outlive timelines. */
+typedef struct timeline_services {
+    redo_pool *redo;     /* NULL: a page needing redo fails with a clear error */
+    pagecache *cache;    /* NULL: no caching */
+    int max_chain;       /* longest version chain one read may replay [10000] */
+    store_options store; /* options every store opens with */
+} timeline_services;
+
+/* What timeline.json holds. */
+typedef struct timeline_meta {
+    strata_id tenant;
+    strata_id timeline;
+    lsn_t start_lsn; /* where the timeline begins (import LSN) */
+    int n_safekeepers;
+    char safekeepers[TIMELINE_MAX_SAFEKEEPERS][TIMELINE_SAFEKEEPER_LEN];
+} timeline_meta;
+
+typedef struct timeline timeline;
+
+/*
+ * Builds a timeline's directory contents in dir (which exists and is empty):
+ * opens a store, imports pgdata into it (import.h), writes timeline.json
+ * with start_lsn = the import LSN, flushes and closes.  The caller renames
+ * dir into place (tenants.h).  *out_lsn is the import LSN.  0 or -1 with err.
+ */
+int timeline_build_from_pgdata(const char *dir, timeline_meta *meta, const char *pgdata,
+                               const timeline_services *svc, lsn_t *out_lsn, char *err,
+                               size_t errlen);
+
+/* Reads and checks dir/timeline.json.  0 or -1 with err. */
+int timeline_meta_read(const char *dir, timeline_meta *out, char *err, size_t errlen);
+
+/*
+ * Opens the timeline in dir (store reopens at its disk_consistent_lsn) and,
+ * if it names safekeepers, starts its WAL receiver from
+ * max(disk_consistent_lsn, start_lsn).  owner is the page-cache owner
+ * number, unique per timeline instance.  The handle starts with one
+ * reference.  0 or -1 with err.
+ */
+int timeline_open(const char *dir, const timeline_services *svc, uint64_t owner, timeline **out,
+                  char *err, size_t errlen);
+
+void timeline_ref(timeline *tl);
+void timeline_unref(timeline *tl);
+
+/* Marks the timeline deleted: reads fail from now on with SQLSTATE 58P01,
+ * the WAL receiver stops now, and the last unref removes the directory
+ * (which the caller may have renamed first: dir is updated). */
+void timeline_mark_deleted(timeline *tl, const char *dir_now);
+bool timeline_is_deleted(const timeline *tl);
+
+const timeline_meta *timeline_get_meta(const timeline *tl);
+const char *timeline_dir(const timeline *tl);
+
+lsn_t timeline_last_record_lsn(const timeline *tl);
+lsn_t timeline_disk_consistent_lsn(const timeline *tl);
+
+/* Waits until last_record_lsn >= lsn, at most timeout_ms: 0, or -1 on
+ * timeout (or when the timeline is deleted meanwhile). */
+int timeline_wait_lsn(timeline *tl, lsn_t lsn, uint32_t timeout_ms);
+
+/* Status for HTTP and metrics: receiver state and the store's counters. */
+typedef struct timeline_status {
+    lsn_t last_record_lsn;
+    lsn_t disk_consistent_lsn;
+    lsn_t start_lsn;
+    bool walreceiver_running; /* a receiver thread exists and has not failed */
+    bool walreceiver_connected;
+    lsn_t upstream_lsn;        /* the safekeeper's commit LSN as last seen */
+    uint64_t ingest_lag_bytes; /* upstream_lsn - last_record_lsn, 0 if none */
+    uint64_t walreceiver_errors;
+    char walreceiver_error[256];
+    store_stats store;
+} timeline_status;
+void timeline_get_status(timeline *tl, timeline_status *out);
+
+/* ---- reads (any thread; lsn is the effective read LSN) ---- */
+
+/* 1 exists with *nblocks, 0 does not exist, -1 error. */
+int timeline_rel_size(timeline *tl, uint32_t spc, uint32_t db, uint32_t rel, uint8_t fork,
+                      lsn_t lsn, uint32_t *nblocks, char *err, size_t errlen,
+                      const char **sqlstate);
+
+/* The page of a relation block at lsn.  0 or -1 (58P01 when the fork does
+ * not exist, XX000 otherwise).  *chain, if not NULL, is the number of
+ * versions replayed (0 for a cached or stored image). */
+int timeline_get_rel_page(timeline *tl, uint32_t spc, uint32_t db, uint32_t rel, uint8_t fork,
+                          uint32_t blk, lsn_t lsn, uint8_t out[PG_BLCKSZ], int *chain, char *err,
+                          size_t errlen, const char **sqlstate);
+
+/* Sum of the sizes of the database's relation forks at lsn, in bytes. */
+int timeline_db_size(timeline *tl, uint32_t db, lsn_t lsn, int64_t *bytes, char *err, size_t errlen,
+                     const char **sqlstate);
+
+/* An SLRU segment's pages at lsn (at most max_blocks, else an error):
+ * out gets *nblocks * PG_BLCKSZ bytes.  58P01 when the segment does not
+ * exist. */
+int timeline_get_slru_segment(timeline *tl, uint8_t kind, uint32_t segno, lsn_t lsn, uint8_t *out,
+                              uint32_t max_blocks, uint32_t *nblocks, char *err, size_t errlen,
+                              const char **sqlstate);
+
+/* Calls fn for every relation fork that exists at lsn, in key order; fn
+ * returns non-zero to stop.  0 or -1. */
+typedef int (*timeline_rel_fn)(uint32_t spc, uint32_t db, uint32_t rel, uint8_t fork,
+                               uint32_t nblocks, void *arg);
+int timeline_list_rels(timeline *tl, lsn_t lsn, timeline_rel_fn fn, void *arg, char *err,
+                       size_t errlen);
+
+/* Read counters (process-wide, all timelines). */
+typedef struct timeline_read_stats {
+    uint64_t pages_read;
+    uint64_t cache_hits;
+    uint64_t cache_misses;
+    uint64_t images_read; /* newest version was complete: no redo */
+    uint64_t redo_reads;  /* pages built by redo */
+    uint64_t zero_pages;  /* blocks with no version, or past the size */
+    uint64_t max_chain;   /* longest chain replayed */
+} timeline_read_stats;
+void timeline_get_read_stats(timeline_read_stats *out);
+
+#endif
