@@ -38,6 +38,7 @@
 #include <stdint.h>
 
 #include "common/lsn.h"
+#include "pageserver/ingest.h"
 #include "pageserver/store.h"
 
 typedef struct import_stats {
@@ -62,6 +63,15 @@ typedef struct import_stats {
  */
 int import_pgdata(store *st, const char *pgdata, lsn_t *out_lsn, import_stats *stats, char *err,
                   size_t errlen);
+
+/*
+ * The same import through an ingest backend (ingest.h) instead of a store:
+ * every value is put at the import LSN through b->put; nothing is advanced
+ * or flushed (the caller owns that).  min_lsn is the backend's last LSN (the
+ * import LSN must be above it).  For tests and tools.  0 or -1 with err.
+ */
+int import_pgdata_backend(const ingest_backend *b, const char *pgdata, lsn_t min_lsn,
+                          lsn_t *out_lsn, import_stats *stats, char *err, size_t errlen);
 
 /*
  * Reads pg_control and the checkpoint record only (no store): the import

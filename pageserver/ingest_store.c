@@ -1,14 +1,16 @@
 /*
- * ingest_store.c: the ingest backend over a real store (and an optional redo
- * pool for FILE_COPY database creation): ingest_create().
+ * ingest_store.c: the store-backed entry points of ingest and import: the
+ * ingest backend over a real store (and an optional redo pool for FILE_COPY
+ * database creation) -- ingest_create() -- and import_pgdata().
  *
- * Kept apart from ingest.c so that the ingest core links without the store
- * (unit tests and the fuzzer give ingest an in-memory backend).
+ * Kept apart from ingest.c and import.c so that those link without the store
+ * (unit tests and the fuzzer give them an in-memory backend).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "pageserver/import.h"
 #include "pageserver/ingest_internal.h"
 
 /* ---- store-backed backend -------------------------------------------- */
@@ -86,3 +88,21 @@ ingest_state *ingest_create(store *st, redo_pool *redo)
     return ing;
 }
 
+
+int import_pgdata(store *st, const char *pgdata, lsn_t *out_lsn, import_stats *stats, char *err,
+                  size_t errlen)
+{
+    store_backend sb = {.st = st, .redo = NULL};
+    ingest_backend b = {
+        .arg = &sb, .put = sb_put, .get_latest = sb_get_latest, .scan = sb_scan,
+        .get_page = sb_get_page,
+    };
+    lsn_t lsn;
+    if (import_pgdata_backend(&b, pgdata, store_last_record_lsn(st), &lsn, stats, err, errlen) != 0)
+        return -1;
+    store_advance(st, lsn);
+    if (store_flush(st, err, errlen) != 0)
+        return -1;
+    *out_lsn = lsn;
+    return 0;
+}
