@@ -231,7 +231,9 @@ def test_sync_safekeepers_through_the_cli(cluster):
     assert LSN_RE.match(out), out
     assert lsn_to_int(out) >= end
     st = cluster.status()
-    assert all(sk["term"] > term_before for sk in st["safekeepers"])
+    # Paxos needs a majority: sync-safekeepers may finish before the third
+    # safekeeper has even seen the new term.
+    assert sum(sk["term"] > term_before for sk in st["safekeepers"]) >= 2, st
     assert all(lsn_to_int(sk["commit_lsn"]) >= lsn_to_int(out) for sk in st["safekeepers"])
 
     # The compute comes back on top of the synced safekeepers.
