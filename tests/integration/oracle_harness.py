@@ -66,6 +66,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import threading
 import time
@@ -294,32 +295,45 @@ class Pageserver:
 
 class PageReader:
     """GetPage@LSN and GetSlruSegment@LSN through tests/integration/pagestream.py
-    (the page service's Python client), adapted to the calls the oracle makes."""
+    (the page service's Python client), pipelined in batches."""
 
-    BATCH = 256
+    BATCH = 64
 
     def __init__(self, pageserver, timeline):
         try:
             import pagestream
         except ImportError:
             pytest.skip("not written yet: tests/integration/pagestream.py")
-        self.mod = pagestream
+        self.ps = pagestream
         self.client = pagestream.connect("127.0.0.1", pageserver.pg_port, TENANT, timeline)
 
     def get_pages(self, requests, lsn):
-        """[(spc, db, rel, fork, blk)] -> [8 KB bytes], pipelined in batches."""
+        """[(spc, db, rel, fork, blk)] -> [8 KB bytes, or the PagestreamError
+        the server answered for that block], in order."""
         out = []
         for i in range(0, len(requests), self.BATCH):
-            batch = requests[i:i + self.BATCH]
-            if hasattr(self.client, "get_pages"):
-                out.extend(self.client.get_pages(batch, lsn, lsn))
-            else:
-                out.extend(self.client.get_page(spc, db, rel, fork, blk, lsn, lsn)
-                           for spc, db, rel, fork, blk in batch)
+            ids = []
+            for spc, db, rel, fork, blk in requests[i:i + self.BATCH]:
+                body = self.ps.rel_body(spc, db, rel, fork) + struct.pack(">I", blk)
+                ids.append(self.client.send_request(self.ps.REQ_GETPAGE, lsn, body, lsn))
+            for reqid in ids:
+                try:
+                    tag, rid, payload = self.client.read_response()
+                except self.ps.PagestreamError as e:
+                    assert e.reqid == reqid, (e.reqid, reqid)
+                    out.append(e)
+                    continue
+                assert rid == reqid and tag == 0x80 | self.ps.REQ_GETPAGE, (tag, rid, reqid)
+                assert len(payload) == BLCKSZ, len(payload)
+                out.append(payload)
         return out
 
     def slru_segment(self, kind, segno, lsn):
-        return self.client.slru_segment(kind, segno, lsn, lsn)
+        """The segment's pages (bytes), or the PagestreamError answered."""
+        try:
+            return self.client.slru_segment(kind, segno, lsn, lsn)
+        except self.ps.PagestreamError as e:
+            return e
 
     def close(self):
         self.client.close()
@@ -819,6 +833,10 @@ def compare_at(point, standby_datadir, pageserver, timeline, reader):
     for req, files, actual in zip(requests, expected, pages):
         spc, db, rel, fork, blk = req
         want = read_block(files, blk)
+        if isinstance(actual, Exception):
+            cmp.add("%s blk %d: GetPage@%s failed: %s" % (relname(req[:4]), blk,
+                                                          int_to_lsn(point.lsn), actual))
+            continue
         am = pagemask.identify_am(want, fork)
         if fork == pagemask.FORK_MAIN and am not in ("zero", "unknown"):
             am = point.catalog.get((db, rel), am)
@@ -836,6 +854,9 @@ def compare_at(point, standby_datadir, pageserver, timeline, reader):
 
     for segno, data in sorted(standby_clog_segments(standby_datadir).items()):
         got = reader.slru_segment(SLRU_CLOG, segno, point.lsn)
+        if isinstance(got, Exception):
+            cmp.add("pg_xact/%04X: GetSlruSegment failed: %s" % (segno, got))
+            continue
         if len(got) != len(data):
             cmp.add("pg_xact/%04X: %d pages on the standby, %d at the pageserver" % (
                 segno, len(data) // BLCKSZ, len(got) // BLCKSZ))
