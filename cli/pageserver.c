@@ -264,6 +264,25 @@ int pageserver_create_timeline(const cluster *c, const char *pgdata, lsn_t *lsn,
     free(body);
     if (rc != 0)
         return -1;
+    if (status == 409) {
+        /* It has the timeline already: an earlier import whose answer was
+         * lost (strata died or timed out before recording it).  Adopt the
+         * LSN it started the timeline at. */
+        char *got = NULL;
+        cli_err get_err = {{0}};
+        bool adopted = false;
+        if (probe_http_get(c->pageserver_http_port, path, PAGESERVER_QUERY_TIMEOUT_MS, &got,
+                           &get_err) == 0) {
+            cJSON *root = cJSON_Parse(got);
+            adopted = root != NULL && json_lsn(root, "start_lsn", lsn);
+            cJSON_Delete(root);
+            free(got);
+        }
+        if (adopted) {
+            free(resp);
+            return 0;
+        }
+    }
     if (status < 200 || status > 299) {
         char why[512];
         ps_error_text(resp, why, sizeof why);

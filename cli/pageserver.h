@@ -60,8 +60,10 @@ void pageserver_query(const cluster *c, pageserver_timeline *out);
  * Creates the cluster's timeline on the running pageserver from pgdata, a
  * cleanly shut down data directory, which it imports as page images at the
  * LSN where that directory's WAL ends; from there it streams WAL from the
- * safekeepers.  *lsn is that LSN.  Bounded by a timeout.  0, or -1 with a
- * reason that includes the pageserver's own message.
+ * safekeepers.  *lsn is that LSN.  When the pageserver has the timeline
+ * already (an import whose answer was lost), *lsn is the LSN it started it
+ * at.  Bounded by a timeout.  0, or -1 with a reason that includes the
+ * pageserver's own message.
  */
 int pageserver_create_timeline(const cluster *c, const char *pgdata, lsn_t *lsn, cli_err *err);
 

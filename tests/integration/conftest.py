@@ -58,6 +58,13 @@ def extension_path():
     return os.path.join(BUILD, "lib", "strata.so")
 
 
+def walredo_lib_path():
+    """The redo helper library of the release build (the sanitized build does
+    not build Postgres extensions); the pageserver finds it through
+    STRATA_WALREDO_LIB."""
+    return os.path.join(BUILD, "lib", "strata_walredo.so")
+
+
 def require_binaries(*paths):
     """Skips the test when one of paths has not been built."""
     for path in paths:
@@ -165,6 +172,7 @@ class StrataCluster:
         self.strata = strata_bin()
         self.env = dict(os.environ)
         self.env["STRATA_EXTENSION"] = extension_path()
+        self.env.setdefault("STRATA_WALREDO_LIB", walredo_lib_path())
         self.env.setdefault("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0")
 
     # -- the CLI ---------------------------------------------------------

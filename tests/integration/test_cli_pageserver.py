@@ -17,10 +17,15 @@ import struct
 import pytest
 
 from conftest import (LSN_RE, SAN_BUILD, int_to_lsn, lsn_to_int, make_shared_dir,
-                      pageserver_bin, pageserver_built, pid_alive, strata_bin, wait_until)
+                      pageserver_bin, pageserver_built, pid_alive, strata_bin, wait_until,
+                      walredo_lib_path)
 
-pytestmark = pytest.mark.skipif(
-    not pageserver_built(), reason="strata-pageserver is not built yet (no %s)" % pageserver_bin())
+pytestmark = [
+    pytest.mark.skipif(not pageserver_built(),
+                       reason="strata-pageserver is not built yet (no %s)" % pageserver_bin()),
+    pytest.mark.skipif(not os.access(walredo_lib_path(), os.R_OK),
+                       reason="the redo helper is not built yet (no %s)" % walredo_lib_path()),
+]
 
 BLCKSZ = 8192
 PAGE_SIZE_VERSION = BLCKSZ | 4  # PG_PAGE_LAYOUT_VERSION 4
