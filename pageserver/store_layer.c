@@ -1,0 +1,351 @@
+/*
+ * store_layer.c: the store's in-memory layer (see store_layer.h).
+ *
+ * For: a single-writer, lock-free-reader index of recently ingested values
+ * whose bytes live in an append-only file.  The hash table has a fixed
+ * bucket count chosen at creation (the store freezes the layer before chains
+ * get long); nodes are prepended with a release store so a reader that
+ * loads a bucket head with acquire sees a fully built node.
+ * Not for: ordering across layers, durability, or eviction: a layer only
+ * grows until the store freezes it, and is freed as a whole.
+ */
+#include "pageserver/store_layer.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/durable.h"
+
+struct store_layer {
+    _Atomic int refs;
+    int fd;
+    char *path;
+    uint32_t nbuckets; /* power of two */
+    _Atomic(store_layer_key *) *buckets;
+    _Atomic(store_layer_key *) kind_head[KEY_CONTROL + 1];
+    _Atomic uint64_t file_len; /* bytes appended (published after the write) */
+    _Atomic uint64_t nvalues;
+    _Atomic uint64_t nkeys;
+    _Atomic lsn_t freeze_lsn;
+    uint64_t created_ms;
+    store_layer_vec *retired; /* writer-only: replaced arrays, freed with the layer */
+};
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static uint64_t key_hash(const uint8_t key[PG_KEY_LEN])
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (int i = 0; i < PG_KEY_LEN; i++) {
+        h ^= key[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h ^ (h >> 29);
+}
+
+int store_layer_create(const char *path, uint32_t nbuckets, store_layer **out, char *err,
+                       size_t errlen)
+{
+    uint32_t nb = 1024;
+    while (nb < nbuckets && nb < (1u << 24))
+        nb <<= 1;
+    store_layer *l = calloc(1, sizeof *l);
+    if (l == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    l->buckets = calloc(nb, sizeof *l->buckets);
+    l->path = strdup(path);
+    if (l->buckets == NULL || l->path == NULL) {
+        free(l->buckets);
+        free(l->path);
+        free(l);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    l->fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (l->fd < 0) {
+        snprintf(err, errlen, "create open layer file %s: %s", path, strerror(errno));
+        free(l->buckets);
+        free(l->path);
+        free(l);
+        return -1;
+    }
+    l->nbuckets = nb;
+    atomic_init(&l->refs, 1);
+    l->created_ms = now_ms();
+    *out = l;
+    return 0;
+}
+
+void store_layer_ref(store_layer *l)
+{
+    int was = atomic_fetch_add(&l->refs, 1);
+    (void)was;
+    /* A reference can only be taken from one already held. */
+    if (was <= 0)
+        abort();
+}
+
+void store_layer_unref(store_layer *l)
+{
+    if (l == NULL)
+        return;
+    int was = atomic_fetch_sub(&l->refs, 1);
+    if (was <= 0)
+        abort();
+    if (was > 1)
+        return;
+    close(l->fd);
+    unlink(l->path);
+    for (uint32_t b = 0; b < l->nbuckets; b++) {
+        store_layer_key *k = atomic_load_explicit(&l->buckets[b], memory_order_relaxed);
+        while (k != NULL) {
+            store_layer_key *next = k->hash_next;
+            free(atomic_load_explicit(&k->vec, memory_order_relaxed));
+            free(k);
+            k = next;
+        }
+    }
+    while (l->retired != NULL) {
+        store_layer_vec *next = l->retired->retired;
+        free(l->retired);
+        l->retired = next;
+    }
+    free(l->buckets);
+    free(l->path);
+    free(l);
+}
+
+static store_layer_key *find_key(const store_layer *l, const uint8_t key[PG_KEY_LEN], uint64_t h)
+{
+    store_layer_key *k =
+        atomic_load_explicit(&l->buckets[h & (l->nbuckets - 1)], memory_order_acquire);
+    for (; k != NULL; k = k->hash_next)
+        if (memcmp(k->key, key, PG_KEY_LEN) == 0)
+            return k;
+    return NULL;
+}
+
+const store_layer_key *store_layer_find(const store_layer *l, const uint8_t key[PG_KEY_LEN])
+{
+    return find_key(l, key, key_hash(key));
+}
+
+const store_layer_version *store_layer_versions(const store_layer_key *k, uint32_t *n)
+{
+    store_layer_vec *vec = atomic_load_explicit(&((store_layer_key *)k)->vec, memory_order_acquire);
+    *n = atomic_load_explicit(&vec->n, memory_order_acquire);
+    return vec->v;
+}
+
+int store_layer_find_at(const store_layer_version *v, uint32_t n, lsn_t at)
+{
+    /* First index with lsn > at, minus one. */
+    uint32_t lo = 0, hi = n;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (v[mid].lsn <= at)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return (int)lo - 1;
+}
+
+int store_layer_read(const store_layer *l, const store_layer_version *ver, uint8_t *buf, char *err,
+                     size_t errlen)
+{
+    ssize_t got = durable_pread_all(l->fd, buf, ver->len, ver->off);
+    if (got < 0 || (size_t)got != ver->len) {
+        snprintf(err, errlen, "read open layer file %s: %s", l->path,
+                 got < 0 ? strerror((int)-got) : "short read");
+        return -1;
+    }
+    return 0;
+}
+
+/* Writer: a copy of old (or a new array) with room for one more entry,
+ * holding old's entries with ver inserted in LSN order (replacing an entry
+ * with the same LSN). */
+static store_layer_vec *vec_with(const store_layer_vec *old, const store_layer_version *ver)
+{
+    uint32_t n = old ? atomic_load_explicit(&old->n, memory_order_relaxed) : 0;
+    uint32_t cap = old ? old->cap * 2 : 2;
+    if (cap < n + 1)
+        cap = n + 1;
+    store_layer_vec *vec = malloc(sizeof *vec + (size_t)cap * sizeof vec->v[0]);
+    if (vec == NULL)
+        return NULL;
+    vec->cap = cap;
+    vec->retired = NULL;
+    int pos = old ? store_layer_find_at(old->v, n, ver->lsn) : -1;
+    uint32_t out = 0;
+    for (int i = 0; i <= pos; i++)
+        vec->v[out++] = old->v[i];
+    if (pos >= 0 && old->v[pos].lsn == ver->lsn)
+        out--; /* same LSN: the new value replaces the old */
+    vec->v[out++] = *ver;
+    for (uint32_t i = (uint32_t)(pos + 1); i < n; i++)
+        vec->v[out++] = old->v[i];
+    atomic_init(&vec->n, out);
+    return vec;
+}
+
+int store_layer_put(store_layer *l, const uint8_t key[PG_KEY_LEN], lsn_t lsn, const value_ref *v,
+                    char *err, size_t errlen)
+{
+    uint8_t hdr[VALUE_HEADER_LEN];
+    hdr[0] = v->kind;
+    hdr[1] = v->flags;
+    hdr[2] = (uint8_t)(v->len >> 24);
+    hdr[3] = (uint8_t)(v->len >> 16);
+    hdr[4] = (uint8_t)(v->len >> 8);
+    hdr[5] = (uint8_t)v->len;
+
+    uint64_t off = atomic_load_explicit(&l->file_len, memory_order_relaxed);
+    int rc = durable_pwrite_all(l->fd, hdr, sizeof hdr, off);
+    if (rc == 0 && v->len > 0)
+        rc = durable_pwrite_all(l->fd, v->payload, v->len, off + sizeof hdr);
+    if (rc != 0) {
+        /* A partial append is overwritten by the next one: file_len did not move. */
+        snprintf(err, errlen, "append to open layer file %s: %s", l->path, strerror(-rc));
+        return -1;
+    }
+    store_layer_version ver = {.lsn = lsn,
+                               .off = off,
+                               .len = VALUE_HEADER_LEN + v->len,
+                               .kind = v->kind,
+                               .flags = v->flags};
+
+    uint64_t hsh = key_hash(key);
+    store_layer_key *k = find_key(l, key, hsh);
+    if (k == NULL) {
+        k = malloc(sizeof *k);
+        store_layer_vec *vec = vec_with(NULL, &ver);
+        if (k == NULL || vec == NULL) {
+            free(k);
+            free(vec);
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        memcpy(k->key, key, PG_KEY_LEN);
+        atomic_init(&k->vec, vec);
+        _Atomic(store_layer_key *) *bucket = &l->buckets[hsh & (l->nbuckets - 1)];
+        k->hash_next = atomic_load_explicit(bucket, memory_order_relaxed);
+        uint8_t kind = key[0] <= KEY_CONTROL ? key[0] : KEY_CONTROL;
+        k->kind_next = atomic_load_explicit(&l->kind_head[kind], memory_order_relaxed);
+        atomic_store_explicit(bucket, k, memory_order_release);
+        atomic_store_explicit(&l->kind_head[kind], k, memory_order_release);
+        atomic_fetch_add_explicit(&l->nkeys, 1, memory_order_relaxed);
+    } else {
+        store_layer_vec *vec = atomic_load_explicit(&k->vec, memory_order_relaxed);
+        uint32_t n = atomic_load_explicit(&vec->n, memory_order_relaxed);
+        if (n < vec->cap && (n == 0 || vec->v[n - 1].lsn < lsn)) {
+            /* The common case: a newer version appended in place. */
+            vec->v[n] = ver;
+            atomic_store_explicit(&vec->n, n + 1, memory_order_release);
+        } else {
+            store_layer_vec *nv = vec_with(vec, &ver);
+            if (nv == NULL) {
+                snprintf(err, errlen, "out of memory");
+                return -1;
+            }
+            atomic_store_explicit(&k->vec, nv, memory_order_release);
+            vec->retired = l->retired;
+            l->retired = vec;
+        }
+    }
+    atomic_fetch_add_explicit(&l->nvalues, 1, memory_order_relaxed);
+    atomic_store_explicit(&l->file_len, off + ver.len, memory_order_release);
+    return 0;
+}
+
+static int cmp_key_ptr(const void *a, const void *b)
+{
+    const store_layer_key *x = *(const store_layer_key *const *)a;
+    const store_layer_key *y = *(const store_layer_key *const *)b;
+    return memcmp(x->key, y->key, PG_KEY_LEN);
+}
+
+int store_layer_sorted_keys(const store_layer *l, const uint8_t *from, const uint8_t *to,
+                            const store_layer_key ***out, size_t *n)
+{
+    int kind_lo = from ? from[0] : 0;
+    int kind_hi = to ? to[0] : KEY_CONTROL;
+    if (kind_hi > KEY_CONTROL)
+        kind_hi = KEY_CONTROL;
+    size_t cap = 64, cnt = 0;
+    const store_layer_key **arr = malloc(cap * sizeof *arr);
+    if (arr == NULL)
+        return -1;
+    for (int kind = kind_lo; kind <= kind_hi; kind++) {
+        const store_layer_key *k =
+            atomic_load_explicit(&((store_layer *)l)->kind_head[kind], memory_order_acquire);
+        for (; k != NULL; k = k->kind_next) {
+            if (from != NULL && memcmp(k->key, from, PG_KEY_LEN) < 0)
+                continue;
+            if (to != NULL && memcmp(k->key, to, PG_KEY_LEN) >= 0)
+                continue;
+            if (cnt == cap) {
+                const store_layer_key **bigger = realloc(arr, cap * 2 * sizeof *arr);
+                if (bigger == NULL) {
+                    free(arr);
+                    return -1;
+                }
+                arr = bigger;
+                cap *= 2;
+            }
+            arr[cnt++] = k;
+        }
+    }
+    qsort(arr, cnt, sizeof *arr, cmp_key_ptr);
+    *out = arr;
+    *n = cnt;
+    return 0;
+}
+
+uint64_t store_layer_bytes(const store_layer *l)
+{
+    return atomic_load_explicit(&((store_layer *)l)->file_len, memory_order_acquire);
+}
+
+uint64_t store_layer_values(const store_layer *l)
+{
+    return atomic_load_explicit(&((store_layer *)l)->nvalues, memory_order_relaxed);
+}
+
+uint64_t store_layer_keys(const store_layer *l)
+{
+    return atomic_load_explicit(&((store_layer *)l)->nkeys, memory_order_relaxed);
+}
+
+uint32_t store_layer_buckets(const store_layer *l)
+{
+    return l->nbuckets;
+}
+
+void store_layer_set_freeze_lsn(store_layer *l, lsn_t lsn)
+{
+    atomic_store(&l->freeze_lsn, lsn);
+}
+
+lsn_t store_layer_freeze_lsn(const store_layer *l)
+{
+    return atomic_load(&((store_layer *)l)->freeze_lsn);
+}
+
+uint64_t store_layer_created_ms(const store_layer *l)
+{
+    return l->created_ms;
+}

@@ -1,0 +1,1091 @@
+/*
+ * Unit tests for pageserver/store*.c: the page-version store, on real files
+ * in a temporary directory.  Covers reads across the open layer, frozen
+ * layers and flushed data files (newest first, stopping at a complete value),
+ * scans with tombstones, wait_lsn, restart from disk_consistent_lsn (clean
+ * and after SIGKILL), orphan removal, checksum failures, GC (what readers at
+ * the horizon need stays), concurrent readers during ingest and flushes, out
+ * of space, and a timing run that prints throughput and latency figures.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pageserver/key.h"
+#include "pageserver/store.h"
+#include "pageserver/store_datafile.h"
+
+static char tmpdir[256];
+static char storedir[512];
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void rm_rf(const char *path)
+{
+    nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/test_store.XXXXXX");
+    if (mkdtemp(tmpdir) == NULL)
+        return -1;
+    snprintf(storedir, sizeof storedir, "%s/store", tmpdir);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char mnt[300];
+    snprintf(mnt, sizeof mnt, "%s/small", tmpdir);
+    umount2(mnt, MNT_DETACH);
+    rm_rf(tmpdir);
+    return 0;
+}
+
+static store_options small_opts(void)
+{
+    store_options o;
+    store_options_default(&o);
+    o.lmdb_map_size = (size_t)1 << 30;
+    o.open_layer_max_age_ms = 60000; /* tests freeze explicitly unless they say otherwise */
+    return o;
+}
+
+static store *open_store(const store_options *o)
+{
+    store *st = NULL;
+    char err[512] = "";
+    int rc = store_open(storedir, o, &st, err, sizeof err);
+    if (rc != 0)
+        fail_msg("store_open: %s", err);
+    return st;
+}
+
+/* A WAL-record delta whose bytes name (tag, lsn). */
+static void make_record(uint8_t *rec, uint32_t len, uint32_t tag, lsn_t lsn)
+{
+    memset(rec, 0, len);
+    rec[0] = (uint8_t)len;
+    rec[1] = (uint8_t)(len >> 8);
+    rec[2] = (uint8_t)(len >> 16);
+    rec[3] = (uint8_t)(len >> 24);
+    memcpy(rec + 4, &tag, 4);
+    memcpy(rec + 8, &lsn, 8);
+    for (uint32_t i = 24; i < len; i++)
+        rec[i] = (uint8_t)(tag * 31 + lsn + i);
+}
+
+static void make_page(uint8_t *page, uint32_t tag, lsn_t lsn)
+{
+    for (int i = 0; i < PG_BLCKSZ; i++)
+        page[i] = (uint8_t)((i % 97) ^ tag);
+    memcpy(page, &lsn, 8);
+    memcpy(page + 8, &tag, 4);
+}
+
+static void put_record(store *st, const pg_key *k, lsn_t lsn, uint32_t len, bool will_init)
+{
+    uint8_t rec[4096];
+    assert_true(len <= sizeof rec);
+    make_record(rec, len, k->blk, lsn);
+    value_ref v = {VAL_WAL_RECORD, will_init ? VALUE_WILL_INIT : 0, len, rec};
+    char err[256];
+    if (store_put(st, k, lsn, &v, err, sizeof err) != 0)
+        fail_msg("store_put: %s", err);
+}
+
+static void put_page(store *st, const pg_key *k, lsn_t lsn)
+{
+    uint8_t page[PG_BLCKSZ];
+    make_page(page, k->blk, lsn);
+    value_ref v = {VAL_IMAGE, 0, PG_BLCKSZ, page};
+    char err[256];
+    if (store_put(st, k, lsn, &v, err, sizeof err) != 0)
+        fail_msg("store_put: %s", err);
+}
+
+static void put_size(store *st, const pg_key *k, lsn_t lsn, uint32_t nblocks)
+{
+    uint8_t b[4] = {(uint8_t)(nblocks >> 24), (uint8_t)(nblocks >> 16), (uint8_t)(nblocks >> 8),
+                    (uint8_t)nblocks};
+    value_ref v = {VAL_SIZE, 0, 4, b};
+    char err[256];
+    if (store_put(st, k, lsn, &v, err, sizeof err) != 0)
+        fail_msg("store_put: %s", err);
+}
+
+static void put_tombstone(store *st, const pg_key *k, lsn_t lsn)
+{
+    value_ref v = {VAL_TOMBSTONE, 0, 0, NULL};
+    char err[256];
+    if (store_put(st, k, lsn, &v, err, sizeof err) != 0)
+        fail_msg("store_put: %s", err);
+}
+
+/* Checks that get_versions(k, at) returns exactly the LSNs in want (newest
+ * first), each value's bytes matching what put_record/put_page wrote. */
+static void expect_versions(store *st, const pg_key *k, lsn_t at, const lsn_t *want, int nwant,
+                            bool complete)
+{
+    version_list *vl = NULL;
+    char err[512];
+    if (store_get_versions(st, k, at, 1000, &vl, err, sizeof err) != 0)
+        fail_msg("get_versions: %s", err);
+    assert_int_equal(vl->n, nwant);
+    assert_int_equal(vl->complete, complete);
+    for (int i = 0; i < nwant; i++) {
+        assert_int_equal(vl->lsn[i], want[i]);
+        const value_ref *v = &vl->value[i];
+        if (v->kind == VAL_IMAGE) {
+            uint8_t page[PG_BLCKSZ];
+            make_page(page, k->blk, want[i]);
+            assert_int_equal(v->len, PG_BLCKSZ);
+            assert_memory_equal(v->payload, page, PG_BLCKSZ);
+        } else {
+            assert_int_equal(v->kind, VAL_WAL_RECORD);
+            uint8_t rec[4096];
+            make_record(rec, v->len, k->blk, want[i]);
+            assert_memory_equal(v->payload, rec, v->len);
+        }
+    }
+    version_list_free(vl);
+}
+
+static void flush(store *st)
+{
+    char err[512];
+    if (store_flush(st, err, sizeof err) != 0)
+        fail_msg("store_flush: %s", err);
+}
+
+static int count_data_files(void)
+{
+    char d[600];
+    snprintf(d, sizeof d, "%s/data", storedir);
+    DIR *dir = opendir(d);
+    assert_non_null(dir);
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(dir)) != NULL)
+        if (de->d_name[0] != '.')
+            n++;
+    closedir(dir);
+    return n;
+}
+
+/* The same chain read while it lives in the open layer, then with part of it
+ * flushed (one inline, one in a data file), part frozen-then-flushed, and
+ * part still open. */
+static void test_versions_across_layers(void **state)
+{
+    (void)state;
+    store_options o = small_opts();
+    o.inline_max_bytes = 100; /* 64-byte records inline, 300-byte ones in files */
+    store *st = open_store(&o);
+    pg_key k = pg_key_rel_block(1663, 5, 16384, FORK_MAIN, 7);
+    pg_key other = pg_key_rel_block(1663, 5, 16384, FORK_MAIN, 8);
+
+    /* Nothing yet. */
+    expect_versions(st, &k, LSN_MAX, NULL, 0, false);
+    /* An incomplete chain: deltas only. */
+    put_record(st, &k, 0x10, 64, false);
+    put_record(st, &k, 0x20, 300, false);
+    put_record(st, &other, 0x20, 64, true);
+    store_advance(st, 0x20);
+    expect_versions(st, &k, 0x20, (lsn_t[]){0x20, 0x10}, 2, false);
+    expect_versions(st, &k, 0x1F, (lsn_t[]){0x10}, 1, false);
+    expect_versions(st, &k, 0x0F, NULL, 0, false);
+    expect_versions(st, &other, 0x30, (lsn_t[]){0x20}, 1, true); /* will_init stops the chain */
+
+    put_page(st, &k, 0x30);
+    put_record(st, &k, 0x40, 300, false);
+    store_advance(st, 0x40);
+    flush(st);
+    assert_int_equal(store_disk_consistent_lsn(st), 0x40);
+    expect_versions(st, &k, 0x40, (lsn_t[]){0x40, 0x30}, 2, true);
+    expect_versions(st, &k, 0x2F, (lsn_t[]){0x20, 0x10}, 2, false);
+
+    put_record(st, &k, 0x50, 64, false);
+    put_record(st, &k, 0x60, 300, false);
+    store_advance(st, 0x60);
+    expect_versions(st, &k, LSN_MAX, (lsn_t[]){0x60, 0x50, 0x40, 0x30}, 4, true);
+    flush(st);
+    put_record(st, &k, 0x70, 64, false);
+    store_advance(st, 0x70);
+    expect_versions(st, &k, LSN_MAX, (lsn_t[]){0x70, 0x60, 0x50, 0x40, 0x30}, 5, true);
+    expect_versions(st, &k, 0x55, (lsn_t[]){0x50, 0x40, 0x30}, 3, true);
+
+    /* Image generation lands an image at an older LSN, in the open layer:
+     * reads at or above it stop there. */
+    uint8_t page[PG_BLCKSZ];
+    make_page(page, k.blk, 0x60);
+    char err[256];
+    assert_int_equal(store_put_image(st, &k, 0x60, page, err, sizeof err), 0);
+    expect_versions(st, &k, LSN_MAX, (lsn_t[]){0x70, 0x60}, 2, true);
+    expect_versions(st, &k, 0x5F, (lsn_t[]){0x50, 0x40, 0x30}, 3, true);
+    flush(st);
+    expect_versions(st, &k, LSN_MAX, (lsn_t[]){0x70, 0x60}, 2, true);
+
+    /* Bounded: a chain longer than max_versions is an error. */
+    version_list *vl = NULL;
+    assert_int_equal(store_get_versions(st, &k, 0x5F, 2, &vl, err, sizeof err), -1);
+    assert_non_null(strstr(err, "chain too long"));
+    assert_int_equal(store_get_versions(st, &k, 0x5F, 3, &vl, err, sizeof err), 0);
+    version_list_free(vl);
+
+    /* Puts must move forward (except images). */
+    uint8_t rec[64];
+    make_record(rec, 64, 7, 0x70);
+    value_ref v = {VAL_WAL_RECORD, 0, 64, rec};
+    assert_int_equal(store_put(st, &k, 0x70, &v, err, sizeof err), -1);
+    /* Malformed values are refused at put. */
+    rec[0] = 65;
+    assert_int_equal(store_put(st, &k, 0x80, &v, err, sizeof err), -1);
+    value_ref bad_img = {VAL_IMAGE, 0, 100, rec};
+    assert_int_equal(store_put(st, &k, 0x80, &bad_img, err, sizeof err), -1);
+    store_close(st);
+}
+
+static void test_get_latest(void **state)
+{
+    (void)state;
+    store_options o = small_opts();
+    store *st = open_store(&o);
+    pg_key sz = pg_key_rel_size(1663, 5, 16384, FORK_MAIN);
+    put_size(st, &sz, 0x100, 3);
+    store_advance(st, 0x100);
+    flush(st);
+    put_size(st, &sz, 0x200, 9);
+    store_advance(st, 0x200);
+    value_ref out;
+    lsn_t found;
+    char err[256];
+    assert_int_equal(store_get_latest(st, &sz, 0xFF, &out, &found, err, sizeof err), 0);
+    assert_int_equal(store_get_latest(st, &sz, 0x1FF, &out, &found, err, sizeof err), 1);
+    assert_int_equal(found, 0x100);
+    assert_int_equal(out.kind, VAL_SIZE);
+    assert_int_equal(out.payload[3], 3);
+    free((void *)out.payload);
+    assert_int_equal(store_get_latest(st, &sz, LSN_MAX, &out, &found, err, sizeof err), 1);
+    assert_int_equal(found, 0x200);
+    assert_int_equal(out.payload[3], 9);
+    free((void *)out.payload);
+    store_close(st);
+}
+
+typedef struct scan_rec {
+    int n;
+    pg_key keys[64];
+    lsn_t lsn[64];
+    uint8_t kind[64];
+    uint32_t size[64];
+} scan_rec;
+
+static int scan_collect(const pg_key *k, lsn_t lsn, const value_ref *v, void *arg)
+{
+    scan_rec *r = arg;
+    assert_true(r->n < 64);
+    r->keys[r->n] = *k;
+    r->lsn[r->n] = lsn;
+    r->kind[r->n] = v->kind;
+    r->size[r->n] = v->kind == VAL_SIZE ? (uint32_t)v->payload[3] : 0;
+    r->n++;
+    return 0;
+}
+
+static int scan_stop_after_two(const pg_key *k, lsn_t lsn, const value_ref *v, void *arg)
+{
+    (void)k;
+    (void)lsn;
+    (void)v;
+    int *n = arg;
+    return ++*n == 2;
+}
+
+static void test_scan_with_tombstones(void **state)
+{
+    (void)state;
+    store_options o = small_opts();
+    store *st = open_store(&o);
+    /* Relations 100..105 of db 5, some in LMDB, some only in the layer, one
+     * dropped; db 6's relation must not show up in db 5's range. */
+    for (uint32_t r = 100; r < 104; r++) {
+        pg_key k = pg_key_rel_size(1663, 5, r, FORK_MAIN);
+        put_size(st, &k, 0x100 + r, r - 99);
+    }
+    pg_key elsewhere = pg_key_rel_size(1663, 6, 100, FORK_MAIN);
+    put_size(st, &elsewhere, 0x200, 1);
+    store_advance(st, 0x200);
+    flush(st);
+    pg_key k101 = pg_key_rel_size(1663, 5, 101, FORK_MAIN);
+    put_tombstone(st, &k101, 0x300);
+    pg_key k104 = pg_key_rel_size(1663, 5, 104, FORK_MAIN);
+    put_size(st, &k104, 0x300, 7);
+    pg_key k102 = pg_key_rel_size(1663, 5, 102, FORK_MAIN);
+    put_size(st, &k102, 0x310, 42);
+    store_advance(st, 0x310);
+
+    pg_key from = pg_key_rel_size(1663, 5, 0, FORK_MAIN);
+    pg_key to = pg_key_rel_size(1663, 6, 0, FORK_MAIN);
+    char err[256];
+    scan_rec r = {0};
+    assert_int_equal(store_scan(st, &from, &to, LSN_MAX, scan_collect, &r, err, sizeof err), 0);
+    assert_int_equal(r.n, 5);
+    uint32_t want_rel[] = {100, 101, 102, 103, 104};
+    uint8_t want_kind[] = {VAL_SIZE, VAL_TOMBSTONE, VAL_SIZE, VAL_SIZE, VAL_SIZE};
+    uint32_t want_size[] = {1, 0, 42, 4, 7};
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(r.keys[i].rel, want_rel[i]);
+        assert_int_equal(r.keys[i].kind, KEY_REL_SIZE);
+        assert_int_equal(r.kind[i], want_kind[i]);
+        assert_int_equal(r.size[i], want_size[i]);
+    }
+    assert_int_equal(r.lsn[2], 0x310);
+    /* At an older LSN: the state before the drop and the new relation. */
+    memset(&r, 0, sizeof r);
+    assert_int_equal(store_scan(st, &from, &to, 0x2FF, scan_collect, &r, err, sizeof err), 0);
+    assert_int_equal(r.n, 4);
+    assert_int_equal(r.kind[1], VAL_SIZE);
+    assert_int_equal(r.size[2], 3);
+    /* After flushing everything the answers are the same. */
+    flush(st);
+    memset(&r, 0, sizeof r);
+    assert_int_equal(store_scan(st, &from, &to, LSN_MAX, scan_collect, &r, err, sizeof err), 0);
+    assert_int_equal(r.n, 5);
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(r.keys[i].rel, want_rel[i]);
+        assert_int_equal(r.kind[i], want_kind[i]);
+        assert_int_equal(r.size[i], want_size[i]);
+    }
+    /* A sub-range, and stopping early. */
+    pg_key mid_from = pg_key_rel_size(1663, 5, 102, FORK_MAIN);
+    pg_key mid_to = pg_key_rel_size(1663, 5, 104, FORK_MAIN);
+    memset(&r, 0, sizeof r);
+    assert_int_equal(store_scan(st, &mid_from, &mid_to, LSN_MAX, scan_collect, &r, err, sizeof err),
+                     0);
+    assert_int_equal(r.n, 2);
+    assert_int_equal(r.keys[0].rel, 102);
+    assert_int_equal(r.keys[1].rel, 103);
+    int seen = 0;
+    assert_int_equal(store_scan(st, &from, &to, LSN_MAX, scan_stop_after_two, &seen, err, sizeof err),
+                     0);
+    assert_int_equal(seen, 2);
+    store_close(st);
+}
+
+typedef struct waiter_arg {
+    store *st;
+    lsn_t lsn;
+    int rc;
+    uint64_t waited_ms;
+} waiter_arg;
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void *waiter_main(void *p)
+{
+    waiter_arg *a = p;
+    uint64_t t0 = now_ms();
+    a->rc = store_wait_lsn(a->st, a->lsn, 5000);
+    a->waited_ms = now_ms() - t0;
+    return NULL;
+}
+
+static void test_wait_lsn(void **state)
+{
+    (void)state;
+    store_options o = small_opts();
+    store *st = open_store(&o);
+    store_advance(st, 0x100);
+    assert_int_equal(store_wait_lsn(st, 0x100, 0), 0);
+    uint64_t t0 = now_ms();
+    assert_int_equal(store_wait_lsn(st, 0x101, 150), -1);
+    uint64_t waited = now_ms() - t0;
+    assert_true(waited >= 140 && waited < 2000);
+    waiter_arg a = {.st = st, .lsn = 0x200};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, waiter_main, &a), 0);
+    usleep(100 * 1000);
+    store_advance(st, 0x1FF); /* not enough */
+    usleep(50 * 1000);
+    store_advance(st, 0x200);
+    pthread_join(th, NULL);
+    assert_int_equal(a.rc, 0);
+    assert_true(a.waited_ms >= 140 && a.waited_ms < 3000);
+    store_close(st);
+}
+
+static void test_reopen_after_flush(void **state)
+{
+    (void)state;
+    store_options o = small_opts();
+    o.inline_max_bytes = 100;
+    store *st = open_store(&o);
+    pg_key k = pg_key_rel_block(1663, 5, 16384, FORK_MAIN, 1);
+    pg_key sz = pg_key_rel_size(1663, 5, 16384, FORK_MAIN);
+    put_page(st, &k, 0x100);
+    put_record(st, &k, 0x200, 64, false);
+    put_size(st, &sz, 0x200, 2);
+    store_advance(st, 0x200);
+    flush(st);
+    put_record(st, &k, 0x300, 300, false); /* never flushed */
+    store_advance(st, 0x300);
+    store_stats s;
+    store_get_stats(st, &s);
+    assert_int_equal(s.flushes, 1);
+    assert_int_equal(s.data_files, 1);
+    assert_true(s.data_file_bytes > STORE_DF_HEADER_LEN + STORE_DF_BLOCK_HEADER_LEN);
+    assert_true(s.index_bytes > 0);
+    store_close(st);
+
+    st = open_store(&o);
+    assert_int_equal(store_last_record_lsn(st), 0x200);
+    assert_int_equal(store_disk_consistent_lsn(st), 0x200);
+    expect_versions(st, &k, LSN_MAX, (lsn_t[]){0x200, 0x100}, 2, true);
+    value_ref out;
+    lsn_t found;
+    char err[256];
+    assert_int_equal(store_get_latest(st, &sz, LSN_MAX, &out, &found, err, sizeof err), 1);
+    assert_int_equal(out.payload[3], 2);
+    free((void *)out.payload);
+    /* Ingest resumes after disk_consistent_lsn: the lost value comes again. */
+    put_record(st, &k, 0x300, 300, false);
+    store_advance(st, 0x300);
+    expect_versions(st, &k, LSN_MAX, (lsn_t[]){0x300, 0x200, 0x100}, 3, true);
+    store_close(st);
+}
+
+/* A child ingests, flushes part, ingests more and is killed; the reopened
+ * store has exactly the flushed part, and a data file written but never
+ * indexed (as if the crash hit between file and LMDB commit) is removed. */
+static void test_crash_recovery(void **state)
+{
+    (void)state;
+    store_options o = small_opts();
+    o.inline_max_bytes = 16;
+    int pfd[2];
+    assert_int_equal(pipe(pfd), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(pfd[0]);
+        store *st = NULL;
+        char err[256];
+        if (store_open(storedir, &o, &st, err, sizeof err) != 0)
+            _exit(2);
+        for (uint32_t b = 0; b < 50; b++) {
+            pg_key k = pg_key_rel_block(1663, 5, 1, FORK_MAIN, b);
+            put_page(st, &k, 0x1000 + b);
+        }
+        store_advance(st, 0x1000 + 49);
+        if (store_flush(st, err, sizeof err) != 0)
+            _exit(3);
+        for (uint32_t b = 0; b < 50; b++) {
+            pg_key k = pg_key_rel_block(1663, 5, 1, FORK_MAIN, b);
+            put_record(st, &k, 0x2000 + b, 64, false);
+        }
+        store_advance(st, 0x2000 + 49);
+        if (write(pfd[1], "x", 1) != 1)
+            _exit(4);
+        pause();
+        _exit(0);
+    }
+    close(pfd[1]);
+    char c;
+    assert_int_equal(read(pfd[0], &c, 1), 1);
+    close(pfd[0]);
+    kill(pid, SIGKILL);
+    int status;
+    waitpid(pid, &status, 0);
+    assert_true(WIFSIGNALED(status));
+
+    /* The orphan: a complete, valid data file that no index entry names,
+     * plus a temporary file. */
+    char data_dir[600], err[256];
+    snprintf(data_dir, sizeof data_dir, "%s/data", storedir);
+    store_df_writer *w;
+    assert_int_equal(store_df_writer_open(data_dir, 0xABCDEF, 1, &w, err, sizeof err), 0);
+    uint8_t ikey[PG_INDEX_KEY_LEN], val[VALUE_HEADER_LEN + 3];
+    pg_key ok = pg_key_rel_block(1663, 5, 1, FORK_MAIN, 0);
+    pg_index_key_encode(&ok, 0x9999, ikey);
+    value_ref bv = {VAL_BLOB, 0, 3, (const uint8_t *)"abc"};
+    value_encode(&bv, val, sizeof val);
+    store_df_loc loc;
+    assert_int_equal(store_df_writer_add(w, ikey, val, sizeof val, &loc, err, sizeof err), 0);
+    uint64_t size;
+    assert_int_equal(store_df_writer_finish(w, &size, err, sizeof err), 0);
+    store_df_writer_free(w);
+    char tmp[700];
+    snprintf(tmp, sizeof tmp, "%s/0000000000000077.dat.tmp", data_dir);
+    int fd = open(tmp, O_CREAT | O_WRONLY, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(count_data_files(), 3);
+
+    store *st = open_store(&o);
+    assert_int_equal(store_last_record_lsn(st), 0x1000 + 49);
+    assert_int_equal(store_disk_consistent_lsn(st), 0x1000 + 49);
+    assert_int_equal(count_data_files(), 1); /* orphan and temp file gone */
+    for (uint32_t b = 0; b < 50; b++) {
+        pg_key k = pg_key_rel_block(1663, 5, 1, FORK_MAIN, b);
+        expect_versions(st, &k, LSN_MAX, (lsn_t[]){0x1000 + b}, 1, true);
+    }
+    store_close(st);
+}
+
+/* A flipped byte in a data file is caught by the block checksum. */
+static void test_corruption_detected(void **state)
+{
+    (void)state;
+    store_options o = small_opts();
+    store *st = open_store(&o);
+    pg_key k = pg_key_rel_block(1663, 5, 1, FORK_MAIN, 3);
+    put_page(st, &k, 0x100);
+    store_advance(st, 0x100);
+    flush(st);
+    store_close(st);
+    char data_dir[600];
+    snprintf(data_dir, sizeof data_dir, "%s/data", storedir);
+    DIR *d = opendir(data_dir);
+    struct dirent *de;
+    char path[1000] = "";
+    while ((de = readdir(d)) != NULL)
+        if (de->d_name[0] != '.')
+            snprintf(path, sizeof path, "%s/%s", data_dir, de->d_name);
+    closedir(d);
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    uint8_t b;
+    off_t at = STORE_DF_HEADER_LEN + STORE_DF_BLOCK_HEADER_LEN + 10;
+    assert_int_equal(pread(fd, &b, 1, at), 1);
+    b ^= 0x40;
+    assert_int_equal(pwrite(fd, &b, 1, at), 1);
+    close(fd);
+    st = open_store(&o);
+    version_list *vl = NULL;
+    char err[512];
+    assert_int_equal(store_get_versions(st, &k, LSN_MAX, 10, &vl, err, sizeof err), -1);
+    assert_non_null(strstr(err, "checksum"));
+    store_close(st);
+}
+
+/* GC at a horizon: readers at or above it see exactly what they saw before;
+ * older versions are gone; a mostly dead data file is rewritten. */
+static void test_gc(void **state)
+{
+    (void)state;
+    store_options o = small_opts();
+    o.inline_max_bytes = 100;
+    store *st = open_store(&o);
+    enum { NKEYS = 40 };
+    /* Each key: image@1, 300-byte deltas @2..4, image@5, deltas @6..7 (LSN
+     * units of 0x100). */
+    for (int step = 1; step <= 7; step++) {
+        for (uint32_t b = 0; b < NKEYS; b++) {
+            pg_key k = pg_key_rel_block(1663, 5, 9, FORK_MAIN, b);
+            lsn_t lsn = (lsn_t)step * 0x100 + b;
+            if (step == 1 || step == 5)
+                put_page(st, &k, lsn);
+            else
+                put_record(st, &k, lsn, 300, false);
+        }
+        store_advance(st, (lsn_t)step * 0x100 + 0xFF);
+        flush(st); /* one data file per step */
+    }
+    pg_key sz = pg_key_rel_size(1663, 5, 9, FORK_MAIN);
+    put_size(st, &sz, 0x800, 40);
+    store_advance(st, 0x800);
+    pg_key dropped = pg_key_rel_size(1663, 5, 10, FORK_MAIN);
+    put_size(st, &dropped, 0x810, 1);
+    store_advance(st, 0x810);
+    put_tombstone(st, &dropped, 0x820);
+    store_advance(st, 0x820);
+    flush(st);
+    store_stats before;
+    store_get_stats(st, &before);
+    assert_int_equal(before.data_files, 7);
+
+    lsn_t horizon = 0x5FF; /* just after the second image of every key */
+    char err[512];
+    long removed = store_gc(st, horizon, err, sizeof err);
+    if (removed < 0)
+        fail_msg("store_gc: %s", err);
+    /* 4 versions per key below the second image; the sizes are all above
+     * the horizon. */
+    assert_int_equal(removed, NKEYS * 4);
+    for (uint32_t b = 0; b < NKEYS; b++) {
+        pg_key k = pg_key_rel_block(1663, 5, 9, FORK_MAIN, b);
+        expect_versions(st, &k, horizon, (lsn_t[]){0x500 + b}, 1, true);
+        expect_versions(st, &k, LSN_MAX, (lsn_t[]){0x700 + b, 0x600 + b, 0x500 + b}, 3, true);
+        /* Below the horizon history is gone. */
+        expect_versions(st, &k, 0x4FF, NULL, 0, false);
+    }
+    store_stats after;
+    store_get_stats(st, &after);
+    assert_int_equal(after.gc_removed, NKEYS * 4);
+    /* The step-1 file held only images (all dead): dropped; steps 2-4 held
+     * only dead deltas: dropped.  Steps 5-7 and the last (sizes inline, no
+     * file) stay. */
+    assert_int_equal(after.data_files, 3);
+    assert_int_equal(count_data_files(), 3);
+    assert_true(after.data_file_bytes < before.data_file_bytes);
+
+    /* A horizon above the tombstone drops the dropped relation entirely
+     * (size and tombstone) and leaves the living one's size; the blocks'
+     * newest image is still the one at step 5. */
+    removed = store_gc(st, 0x900, err, sizeof err);
+    assert_int_equal(removed, 2);
+    value_ref out;
+    lsn_t found;
+    assert_int_equal(store_get_latest(st, &dropped, LSN_MAX, &out, &found, err, sizeof err), 0);
+    assert_int_equal(store_get_latest(st, &sz, LSN_MAX, &out, &found, err, sizeof err), 1);
+    free((void *)out.payload);
+    for (uint32_t b = 0; b < NKEYS; b++) {
+        pg_key k = pg_key_rel_block(1663, 5, 9, FORK_MAIN, b);
+        expect_versions(st, &k, LSN_MAX, (lsn_t[]){0x700 + b, 0x600 + b, 0x500 + b}, 3, true);
+    }
+    /* Survives a restart. */
+    store_close(st);
+    st = open_store(&o);
+    for (uint32_t b = 0; b < NKEYS; b++) {
+        pg_key k = pg_key_rel_block(1663, 5, 9, FORK_MAIN, b);
+        expect_versions(st, &k, LSN_MAX, (lsn_t[]){0x700 + b, 0x600 + b, 0x500 + b}, 3, true);
+    }
+    store_close(st);
+}
+
+/* GC rewrites a file that is partly live: live entries move, the old file
+ * goes, reads are unchanged. */
+static void test_gc_rewrites_partly_live_file(void **state)
+{
+    (void)state;
+    store_options o = small_opts();
+    o.inline_max_bytes = 100;
+    store *st = open_store(&o);
+    enum { NKEYS = 30 };
+    /* File 1: images of 30 keys at 0x100.  File 2: new images of keys
+     * 5..29 at 0x200.  GC at 0x2FF kills 25 of file 1's 30 entries. */
+    for (uint32_t b = 0; b < NKEYS; b++) {
+        pg_key k = pg_key_rel_block(1663, 5, 3, FORK_MAIN, b);
+        put_page(st, &k, 0x100 + b);
+    }
+    store_advance(st, 0x1FF);
+    flush(st);
+    for (uint32_t b = 5; b < NKEYS; b++) {
+        pg_key k = pg_key_rel_block(1663, 5, 3, FORK_MAIN, b);
+        put_page(st, &k, 0x200 + b);
+    }
+    store_advance(st, 0x2FF);
+    flush(st);
+    char err[512];
+    long removed = store_gc(st, 0x2FF, err, sizeof err);
+    assert_int_equal(removed, NKEYS - 5);
+    store_stats s;
+    store_get_stats(st, &s);
+    /* File 1 had 30 images, 5 live (< half): rewritten into a new file. */
+    assert_int_equal(s.data_files, 2);
+    assert_int_equal(count_data_files(), 2);
+    for (uint32_t b = 0; b < NKEYS; b++) {
+        pg_key k = pg_key_rel_block(1663, 5, 3, FORK_MAIN, b);
+        lsn_t want = b < 5 ? 0x100 + b : 0x200 + b;
+        expect_versions(st, &k, LSN_MAX, &want, 1, true);
+    }
+    store_close(st);
+    st = open_store(&o);
+    for (uint32_t b = 0; b < 5; b++) {
+        pg_key k = pg_key_rel_block(1663, 5, 3, FORK_MAIN, b);
+        lsn_t want = 0x100 + b;
+        expect_versions(st, &k, LSN_MAX, &want, 1, true);
+    }
+    store_close(st);
+}
+
+/* ---- concurrency ---- */
+
+enum { CK_KEYS = 64, CK_STEPS = 6000, CK_READERS = 3 };
+
+/* Step i writes key i % CK_KEYS at LSN (i + 1) * 16: an image every 5th
+ * version of the key, otherwise a delta. */
+static lsn_t ck_lsn(int i)
+{
+    return (lsn_t)(i + 1) * 16;
+}
+
+typedef struct ck_arg {
+    store *st;
+    _Atomic bool *done;
+    _Atomic lsn_t *gc_horizon;
+    long reads;
+    int failures;
+    char why[700];
+} ck_arg;
+
+static void *ck_reader(void *p)
+{
+    ck_arg *a = p;
+    unsigned seed = (unsigned)(uintptr_t)a;
+    while (!atomic_load(a->done)) {
+        lsn_t at = store_last_record_lsn(a->st);
+        if (at < 16)
+            continue;
+        uint32_t key = (uint32_t)rand_r(&seed) % CK_KEYS;
+        /* Every step up to at is visible: the newest version of key <= at. */
+        int last = (int)(at / 16) - 1;
+        int newest = last - ((last - (int)key) % CK_KEYS + CK_KEYS) % CK_KEYS;
+        pg_key k = pg_key_rel_block(1663, 5, 77, FORK_MAIN, key);
+        version_list *vl = NULL;
+        char err[512];
+        if (store_get_versions(a->st, &k, at, 100, &vl, err, sizeof err) != 0) {
+            a->failures++;
+            snprintf(a->why, sizeof a->why, "get_versions: %s", err);
+            continue;
+        }
+        a->reads++;
+        if (at < atomic_load(a->gc_horizon)) {
+            /* GC at a horizon above our read LSN may have run meanwhile:
+             * only readers at or above the horizon are promised anything. */
+            version_list_free(vl);
+            continue;
+        }
+        if (newest < 0) {
+            if (vl->n != 0) {
+                a->failures++;
+                snprintf(a->why, sizeof a->why, "key %u: found versions before its first", key);
+            }
+            version_list_free(vl);
+            continue;
+        }
+        /* Expected chain: versions newest, newest-K, ... down to an image. */
+        int i = newest, n = 0;
+        bool bad = false;
+        for (;; i -= CK_KEYS, n++) {
+            if (n >= vl->n || vl->lsn[n] != ck_lsn(i)) {
+                bad = true;
+                break;
+            }
+            int version = i / CK_KEYS;
+            const value_ref *v = &vl->value[n];
+            if (version % 5 == 0) {
+                uint8_t page[PG_BLCKSZ];
+                make_page(page, key, ck_lsn(i));
+                bad = v->kind != VAL_IMAGE || memcmp(v->payload, page, PG_BLCKSZ) != 0;
+                n++;
+                break;
+            }
+            uint8_t rec[512];
+            make_record(rec, v->len, key, ck_lsn(i));
+            if (v->kind != VAL_WAL_RECORD || memcmp(v->payload, rec, v->len) != 0) {
+                bad = true;
+                break;
+            }
+        }
+        if (bad || n != vl->n || !vl->complete) {
+            a->failures++;
+            snprintf(a->why, sizeof a->why, "key %u at %llx: chain of %d, expected through step %d",
+                     key, (unsigned long long)at, vl->n, newest);
+        }
+        version_list_free(vl);
+    }
+    return NULL;
+}
+
+static void test_concurrent_readers_during_ingest(void **state)
+{
+    (void)state;
+    store_options o = small_opts();
+    o.open_layer_max_bytes = 256 * 1024; /* many freezes and flushes */
+    o.inline_max_bytes = 120;
+    store *st = open_store(&o);
+    _Atomic bool done = false;
+    _Atomic lsn_t gc_horizon = 0;
+    ck_arg args[CK_READERS];
+    pthread_t th[CK_READERS];
+    for (int r = 0; r < CK_READERS; r++) {
+        args[r] = (ck_arg){.st = st, .done = &done, .gc_horizon = &gc_horizon};
+        assert_int_equal(pthread_create(&th[r], NULL, ck_reader, &args[r]), 0);
+    }
+    long gc_removed = 0;
+    for (int i = 0; i < CK_STEPS; i++) {
+        uint32_t key = (uint32_t)(i % CK_KEYS);
+        pg_key k = pg_key_rel_block(1663, 5, 77, FORK_MAIN, key);
+        if ((i / CK_KEYS) % 5 == 0)
+            put_page(st, &k, ck_lsn(i));
+        else
+            put_record(st, &k, ck_lsn(i), 64 + (uint32_t)(i % 3) * 100, false);
+        store_advance(st, ck_lsn(i));
+        if (i % 1500 == 1499) {
+            char err[256];
+            /* GC while reading: keeps everything a reader at >= horizon needs. */
+            lsn_t h = ck_lsn(i - 700);
+            atomic_store(&gc_horizon, h);
+            long removed = store_gc(st, h, err, sizeof err);
+            if (removed < 0)
+                fail_msg("store_gc: %s", err);
+            gc_removed += removed;
+        }
+    }
+    flush(st);
+    usleep(100 * 1000);
+    atomic_store(&done, true);
+    long reads = 0;
+    for (int r = 0; r < CK_READERS; r++) {
+        pthread_join(th[r], NULL);
+        if (args[r].failures)
+            fail_msg("reader %d: %d failures, last: %s", r, args[r].failures, args[r].why);
+        reads += args[r].reads;
+    }
+    store_stats s;
+    store_get_stats(st, &s);
+    print_message("concurrent: %ld consistent reads during %d puts, %llu flushes, %llu data "
+                  "files, %ld versions GCed\n",
+                  reads, CK_STEPS, (unsigned long long)s.flushes,
+                  (unsigned long long)s.data_files, gc_removed);
+    assert_true(reads > 100);
+    assert_true(gc_removed > 0);
+    assert_true(s.flushes >= 5);
+    store_close(st);
+}
+
+/* ---- out of space ---- */
+
+static void test_out_of_space(void **state)
+{
+    (void)state;
+    char mnt[300];
+    snprintf(mnt, sizeof mnt, "%s/small", tmpdir);
+    assert_int_equal(mkdir(mnt, 0700), 0);
+    if (mount("tmpfs", mnt, "tmpfs", 0, "size=3m") != 0) {
+        print_message("skipping: cannot mount a small tmpfs (%s)\n", strerror(errno));
+        skip();
+    }
+    snprintf(storedir, sizeof storedir, "%s/store", mnt);
+    store_options o = small_opts();
+    o.lmdb_map_size = 64u * 1024 * 1024;
+    o.inline_max_bytes = 16;
+    store *st = open_store(&o);
+    /* Ballast leaves little room. */
+    char ballast[400];
+    snprintf(ballast, sizeof ballast, "%s/ballast", mnt);
+    int fd = open(ballast, O_CREAT | O_WRONLY, 0600);
+    assert_true(fd >= 0);
+    static uint8_t chunk[65536];
+    memset(chunk, 0x5A, sizeof chunk);
+    while (write(fd, chunk, sizeof chunk) > 0) {
+    }
+    close(fd);
+    /* Again, leaving about 0.75 MB free. */
+    unlink(ballast);
+    fd = open(ballast, O_CREAT | O_WRONLY, 0600);
+    for (int i = 0; i < 3 * 16 - 12; i++)
+        assert_int_equal(write(fd, chunk, sizeof chunk), (ssize_t)sizeof chunk);
+    close(fd);
+
+    /* Puts into the open layer file until space runs out: a clear error. */
+    char err[512] = "";
+    int failed_at = -1;
+    for (int i = 0; i < 400; i++) {
+        pg_key k = pg_key_rel_block(1663, 5, 1, FORK_MAIN, (uint32_t)i);
+        uint8_t page[PG_BLCKSZ];
+        make_page(page, (uint32_t)i, 0x100 + (lsn_t)i);
+        value_ref v = {VAL_IMAGE, 0, PG_BLCKSZ, page};
+        if (store_put(st, &k, 0x100 + (lsn_t)i, &v, err, sizeof err) != 0) {
+            failed_at = i;
+            break;
+        }
+        store_advance(st, 0x100 + (lsn_t)i);
+    }
+    assert_true(failed_at > 0);
+    assert_non_null(strstr(err, "No space left on device"));
+    /* Flushing needs room for the data file too: it fails, nothing is lost. */
+    int frc = store_flush(st, err, sizeof err);
+    if (frc == 0) {
+        print_message("flush found room (%s); checking consistency only\n", err);
+    } else {
+        assert_non_null(strstr(err, "No space left on device"));
+        assert_int_equal(store_disk_consistent_lsn(st), 0);
+    }
+    /* Space returns: retry works, everything put is readable. */
+    unlink(ballast);
+    flush(st);
+    assert_int_equal(store_disk_consistent_lsn(st), 0x100 + (lsn_t)failed_at - 1);
+    for (int i = 0; i < failed_at; i++) {
+        pg_key k = pg_key_rel_block(1663, 5, 1, FORK_MAIN, (uint32_t)i);
+        expect_versions(st, &k, LSN_MAX, (lsn_t[]){0x100 + (lsn_t)i}, 1, true);
+    }
+    store_close(st);
+    st = open_store(&o);
+    assert_int_equal(store_disk_consistent_lsn(st), 0x100 + (lsn_t)failed_at - 1);
+    pg_key k0 = pg_key_rel_block(1663, 5, 1, FORK_MAIN, 0);
+    expect_versions(st, &k0, LSN_MAX, (lsn_t[]){0x100}, 1, true);
+    store_close(st);
+    umount(mnt);
+    snprintf(storedir, sizeof storedir, "%s/store", tmpdir);
+}
+
+/* ---- timing ---- */
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * Not a benchmark suite: one run that prints figures for the report.
+ * 16000 pages x (image + 7 deltas of 100-300 bytes) ingested, flushed, then
+ * get_versions latency for a hot key (cached block) and cold keys (each
+ * needs a block read + decompression).  STORE_TIMING_SCALE multiplies N.
+ */
+static void test_timing(void **state)
+{
+    (void)state;
+    int scale = getenv("STORE_TIMING_SCALE") ? atoi(getenv("STORE_TIMING_SCALE")) : 1;
+    if (scale < 1)
+        scale = 1;
+    int npages = 16000 * scale;
+    store_options o = small_opts();
+    o.open_layer_max_bytes = (size_t)1 << 30; /* one flush, timed on its own */
+    store *st = open_store(&o);
+    uint8_t page[PG_BLCKSZ];
+    uint8_t rec[400];
+    char err[256];
+    uint64_t t0 = now_ns();
+    long puts = 0;
+    uint64_t bytes = 0;
+    lsn_t lsn = 0x1000;
+    for (int round = 0; round < 8; round++) {
+        for (int b = 0; b < npages; b++) {
+            pg_key k = pg_key_rel_block(1663, 5, 1000 + (uint32_t)(b / 10000), FORK_MAIN,
+                                        (uint32_t)b % 10000);
+            lsn += 8;
+            value_ref v;
+            if (round == 0) {
+                /* Half random, half zero: compresses about 2:1, like a
+                 * half-full heap page, unlike make_page's pattern. */
+                uint64_t x = lsn * 0x9E3779B97F4A7C15ULL + 1;
+                for (int i = 0; i < PG_BLCKSZ / 2; i += 8) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    memcpy(page + i, &x, 8);
+                }
+                memset(page + PG_BLCKSZ / 2, 0, PG_BLCKSZ / 2);
+                v = (value_ref){VAL_IMAGE, 0, PG_BLCKSZ, page};
+            } else {
+                uint32_t len = 100 + (uint32_t)((b * 7 + round) % 200);
+                make_record(rec, len, k.blk, lsn);
+                v = (value_ref){VAL_WAL_RECORD, 0, len, rec};
+            }
+            assert_int_equal(store_put(st, &k, lsn, &v, err, sizeof err), 0);
+            store_advance(st, lsn);
+            puts++;
+            bytes += v.len;
+        }
+    }
+    uint64_t t1 = now_ns();
+    flush(st);
+    uint64_t t2 = now_ns();
+    store_stats s;
+    store_get_stats(st, &s);
+    double put_s = (double)(t1 - t0) / 1e9, flush_s = (double)(t2 - t1) / 1e9;
+
+    enum { NS = 2000 };
+    static uint64_t hot[NS], cold[NS];
+    pg_key hk = pg_key_rel_block(1663, 5, 1000, FORK_MAIN, 5);
+    for (int i = 0; i < NS; i++) {
+        version_list *vl;
+        uint64_t a = now_ns();
+        assert_int_equal(store_get_versions(st, &hk, LSN_MAX, 100, &vl, err, sizeof err), 0);
+        hot[i] = now_ns() - a;
+        assert_int_equal(vl->n, 8);
+        version_list_free(vl);
+    }
+    unsigned seed = 7;
+    for (int i = 0; i < NS; i++) {
+        /* A different key each time, spread so most blocks are not cached
+         * (the cache holds 64 MB; the data is larger at scale >= 4). */
+        int b = (int)((uint32_t)rand_r(&seed) % (uint32_t)npages);
+        pg_key k = pg_key_rel_block(1663, 5, 1000 + (uint32_t)(b / 10000), FORK_MAIN,
+                                    (uint32_t)b % 10000);
+        version_list *vl;
+        uint64_t a = now_ns();
+        assert_int_equal(store_get_versions(st, &k, LSN_MAX, 100, &vl, err, sizeof err), 0);
+        cold[i] = now_ns() - a;
+        assert_int_equal(vl->n, 8);
+        version_list_free(vl);
+    }
+    qsort(hot, NS, sizeof hot[0], cmp_u64);
+    qsort(cold, NS, sizeof cold[0], cmp_u64);
+    print_message("timing: %ld puts (%.1f MB payload) in %.2f s = %.0f puts/s, %.1f MB/s\n", puts,
+                  (double)bytes / 1e6, put_s, (double)puts / put_s, (double)bytes / 1e6 / put_s);
+    print_message("timing: flush of %.1f MB in %.2f s = %.1f MB/s; data file %.1f MB, index %.1f MB\n",
+                  (double)bytes / 1e6, flush_s, (double)bytes / 1e6 / flush_s,
+                  (double)s.data_file_bytes / 1e6, (double)s.index_bytes / 1e6);
+    print_message("timing: per value: %.1f data-file bytes, %.1f index bytes (payload %.1f)\n",
+                  (double)s.data_file_bytes / (double)puts, (double)s.index_bytes / (double)puts,
+                  (double)bytes / (double)puts);
+    print_message("timing: get_versions (8-version chain) hot p50 %.1f us p99 %.1f us; "
+                  "random keys p50 %.1f us p99 %.1f us\n",
+                  (double)hot[NS / 2] / 1e3, (double)hot[NS * 99 / 100] / 1e3,
+                  (double)cold[NS / 2] / 1e3, (double)cold[NS * 99 / 100] / 1e3);
+    assert_int_equal(s.values_put, (uint64_t)puts);
+    store_close(st);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_versions_across_layers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_get_latest, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_scan_with_tombstones, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wait_lsn, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reopen_after_flush, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_crash_recovery, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_corruption_detected, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gc, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gc_rewrites_partly_live_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_concurrent_readers_during_ingest, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_out_of_space, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_timing, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
