@@ -199,8 +199,10 @@ def run(request):
         started = False
         ctl = as_postgres(f"{PGBIN}/pg_controldata", data).stdout
         shutdown_cp = lsn_int(re.search(r"Latest checkpoint location:\s+(\S+)", ctl).group(1))
-        out = subprocess.run([tool, "--import", snap, "--wal", os.path.join(data, "pg_wal")],
-                             check=True, capture_output=True, text=True, timeout=300).stdout
+        proc = subprocess.run([tool, "--import", snap, "--wal", os.path.join(data, "pg_wal")],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        out = proc.stdout
         yield {"out": out, "xids": xids, "prepared": prepared, "statuses": statuses,
                "dbs": dbs, "noconn": noconn, "rels": rels, "shutdown_cp": shutdown_cp}
     finally:

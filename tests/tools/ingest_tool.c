@@ -292,5 +292,10 @@ int main(int argc, char **argv)
     }
     free(all);
     ingest_destroy(ing);
+    for (size_t i = 0; i < cap; i++)
+        free(tab[i].payload);
+    free(tab);
+    free(rbuf);
+    free(sbuf);
     return 0;
 }
