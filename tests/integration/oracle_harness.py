@@ -248,6 +248,9 @@ class Pageserver:
             os.unlink(ports_file)
         env = dict(os.environ)
         env.setdefault("ASAN_OPTIONS", "detect_leaks=0")
+        # The redo helper library comes from the release build (the sanitized
+        # build does not build Postgres extensions).
+        env.setdefault("STRATA_WALREDO_LIB", os.path.join(BUILD, "lib", "strata_walredo.so"))
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [daemon("strata-pageserver"), "--datadir", self.datadir,
@@ -326,6 +329,34 @@ class PageReader:
                 assert rid == reqid and tag == 0x80 | self.ps.REQ_GETPAGE, (tag, rid, reqid)
                 assert len(payload) == BLCKSZ, len(payload)
                 out.append(payload)
+        return out
+
+    def rel_sizes(self, forks, lsn):
+        """[(spc, db, rel, fork)] -> [(exists, nblocks or None)], pipelined:
+        what a compute's smgr asks (Exists, Nblocks).  Errors come back as
+        the PagestreamError in place of nblocks."""
+        out = []
+        for i in range(0, len(forks), self.BATCH):
+            batch = forks[i:i + self.BATCH]
+            sent = []
+            for key in batch:
+                body = self.ps.rel_body(*key)
+                sent.append(self.client.send_request(self.ps.REQ_EXISTS, lsn, body, lsn))
+                sent.append(self.client.send_request(self.ps.REQ_NBLOCKS, lsn, body, lsn))
+            answers = []
+            for reqid in sent:
+                try:
+                    tag, rid, payload = self.client.read_response()
+                except self.ps.PagestreamError as e:
+                    assert e.reqid == reqid, (e.reqid, reqid)
+                    answers.append(e)
+                    continue
+                assert rid == reqid, (rid, reqid)
+                if tag == 0x80 | self.ps.REQ_EXISTS:
+                    answers.append(payload == b"\x01")
+                else:
+                    answers.append(struct.unpack(">I", payload)[0])
+            out.extend(zip(answers[0::2], answers[1::2]))
         return out
 
     def slru_segment(self, kind, segno, lsn):
@@ -778,6 +809,7 @@ class Comparison:
         self.blocks = 0
         self.clog_pages = 0
         self.fsm_forks_skipped = 0
+        self.gone_checked = 0
         self.by_am = {}
         self.mismatches = []
         self.nmismatch = 0
@@ -788,8 +820,9 @@ class Comparison:
             self.mismatches.append(text)
 
     def summary(self):
-        head = ("%s at %s: %d forks, %d blocks (%s), %d CLOG pages, %d FSM forks skipped, "
-                "%d mismatches" % (self.point.name, int_to_lsn(self.point.lsn), self.forks,
+        head = ("%s at %s: %d forks (+%d dropped ones absent), %d blocks (%s), %d CLOG pages, "
+                "%d FSM forks skipped, %d mismatches" % (
+                    self.point.name, int_to_lsn(self.point.lsn), self.forks, self.gone_checked,
                                    self.blocks, ", ".join("%s %d" % kv for kv in
                                                           sorted(self.by_am.items())),
                                    self.clog_pages, self.fsm_forks_skipped, self.nmismatch))
@@ -801,8 +834,10 @@ def relname(key):
     return "%d/%d/%d.%s" % (spc, db, rel, pagemask.FORK_NAMES[fork])
 
 
-def compare_at(point, standby_datadir, pageserver, timeline, reader):
-    """Compares the stopped standby's files with the pageserver at point.lsn."""
+def compare_at(point, standby_datadir, pageserver, timeline, reader, seen_before=None):
+    """Compares the stopped standby's files with the pageserver at point.lsn.
+    seen_before (a set, updated here) holds the forks of earlier points: those
+    gone from the standby must not exist at the pageserver either."""
     cmp = Comparison(point)
     standby_forks = standby_relation_forks(standby_datadir)
     ps_forks = pageserver.rels(timeline, point.lsn)
@@ -817,6 +852,21 @@ def compare_at(point, standby_datadir, pageserver, timeline, reader):
     for key in sorted(set(ps_forks) - set(standby_forks)):
         cmp.add("%s: in the pageserver's rels (%d blocks), not on the standby" % (
             relname(key), ps_forks[key]))
+
+    # What a compute asks: Exists and Nblocks, for every fork the standby has
+    # and for every fork of an earlier point it no longer has (dropped).
+    gone = sorted(set(seen_before or ()) - set(standby_forks))
+    asked = sorted(standby_forks) + gone
+    for key, (exists, nblocks) in zip(asked, reader.rel_sizes(asked, point.lsn)):
+        want = standby_forks[key][0] if key in standby_forks else None
+        if want is None and exists is not False:
+            cmp.add("%s: dropped before this point, but Exists says %s" % (relname(key), exists))
+        elif want is not None and (exists is not True or nblocks != want):
+            cmp.add("%s: %d blocks on the standby, Exists %s Nblocks %s at the pageserver" % (
+                relname(key), want, exists, nblocks))
+    cmp.gone_checked = len(gone)
+    if seen_before is not None:
+        seen_before.update(standby_forks)
 
     requests, expected = [], []
     for key in sorted(standby_forks):

@@ -36,13 +36,13 @@ ALL_AMS = ("heap", "btree", "hash", "gist", "spgist", "gin", "brin", "sequence",
 def check_points(cluster, reader, timings):
     """Stops the standby at every point in turn and compares; returns the
     comparisons."""
-    results = []
+    results, seen = [], set()
     for point in cluster.points:
         t0 = time.monotonic()
         cluster.standby.stop_at(point)
         t1 = time.monotonic()
         results.append(compare_at(point, cluster.standby.datadir, cluster.pageserver,
-                                  cluster.timeline, reader))
+                                  cluster.timeline, reader, seen))
         timings.append((point.name, t1 - t0, time.monotonic() - t1))
     return results
 

@@ -102,13 +102,13 @@ def test_pageserver_killed_during_ingest_restarts_and_the_oracle_holds():
                                                   int_to_lsn(persisted), removed))
 
         reader = PageReader(cluster.pageserver, cluster.timeline)
-        results, timings = [], []
+        results, timings, seen = [], [], set()
         for point in cluster.points:
             t0 = time.monotonic()
             cluster.standby.stop_at(point)
             t1 = time.monotonic()
             results.append(compare_at(point, cluster.standby.datadir, cluster.pageserver,
-                                      cluster.timeline, reader))
+                                      cluster.timeline, reader, seen))
             timings.append((point.name, t1 - t0, time.monotonic() - t1))
         assert_oracle_holds(results, timings)
     except BaseException:
