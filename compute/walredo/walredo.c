@@ -426,6 +426,14 @@ strata_walredo_main(PG_FUNCTION_ARGS)
 	drop_db_buffers(InvalidOid);
 	reachedConsistency = true;
 
+	/* Resource managers set up their redo state (btree, gin, gist, spgist
+	 * create memory contexts here), as recovery does before replay. */
+	for (int rmid = 0; rmid <= RM_MAX_ID; rmid++)
+	{
+		if (RmgrIdExists((RmgrId) rmid) && GetRmgr((RmgrId) rmid).rm_startup != NULL)
+			GetRmgr((RmgrId) rmid).rm_startup();
+	}
+
 	if (walredo_seccomp)
 		walredo_enter_seccomp();
 	if (walredo_test_forbidden_syscall)
