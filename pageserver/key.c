@@ -127,8 +127,8 @@ pg_key pg_key_rel_size(uint32_t spc, uint32_t db, uint32_t rel, uint8_t fork)
 
 pg_key pg_key_slru_block(slru_kind kind, uint32_t segno, uint32_t blk)
 {
-    pg_key k = {.kind = KEY_SLRU_BLOCK, .spc = 0, .db = 0, .rel = segno, .fork = (uint8_t)kind,
-                .blk = blk};
+    pg_key k = {
+        .kind = KEY_SLRU_BLOCK, .spc = 0, .db = 0, .rel = segno, .fork = (uint8_t)kind, .blk = blk};
     return k;
 }
 
@@ -223,8 +223,8 @@ static const char *value_check_payload(uint8_t kind, const uint8_t *p, uint32_t 
          * first) covers the whole record. */
         if (len < 24)
             return "WAL record payload shorter than a record header";
-        if (((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-             (uint32_t)p[3] << 24) != len)
+        if (((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24) !=
+            len)
             return "WAL record payload length differs from xl_tot_len";
         return NULL;
     case VAL_CLOG_SET:

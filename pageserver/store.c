@@ -451,7 +451,8 @@ int store_read_idxv(store *st, const store_snap *snap, const store_idxv *iv,
     if (store_df_entry_decode(blk->data, blk->len, iv->off_in_block, &found_key, out, &used,
                               &why) != 0 ||
         used != iv->entry_len || memcmp(found_key, ikey, PG_INDEX_KEY_LEN) != 0) {
-        snprintf(err, errlen, "data file %016llx block at %llu: entry at %u is not the indexed one%s%s",
+        snprintf(err, errlen,
+                 "data file %016llx block at %llu: entry at %u is not the indexed one%s%s",
                  (unsigned long long)iv->file_id, (unsigned long long)iv->block_off,
                  iv->off_in_block, why ? ": " : "", why ? why : "");
         store_cache_release(st->cache, blk);
@@ -515,7 +516,8 @@ static int remove_leftovers(store *st, char *err, size_t errlen)
     }
     while ((de = readdir(d)) != NULL) {
         size_t n = strlen(de->d_name);
-        if (strncmp(de->d_name, "layer-", 6) == 0 && n > 5 && strcmp(de->d_name + n - 5, ".open") == 0) {
+        if (strncmp(de->d_name, "layer-", 6) == 0 && n > 5 &&
+            strcmp(de->d_name + n - 5, ".open") == 0) {
             char path[4500];
             snprintf(path, sizeof path, "%s/%s", st->dir, de->d_name);
             unlink(path);
@@ -528,8 +530,7 @@ static int remove_leftovers(store *st, char *err, size_t errlen)
 static int new_open_layer(store *st, store_layer **out, char *err, size_t errlen)
 {
     char path[4400];
-    snprintf(path, sizeof path, "%s/layer-%llu.open", st->dir,
-             (unsigned long long)++st->layer_seq);
+    snprintf(path, sizeof path, "%s/layer-%llu.open", st->dir, (unsigned long long)++st->layer_seq);
     /* About one bucket per 256 bytes of layer, so chains stay short. */
     size_t nb = st->o.open_layer_max_bytes / 256;
     if (nb > (1u << 20))
@@ -1285,7 +1286,9 @@ static void *bg_main(void *arg)
         pthread_mutex_unlock(&st->bg_mu);
         pthread_mutex_lock(&st->write_mu);
         store_layer *open = st->open;
-        bool stale = now - store_layer_created_ms(open) >= st->o.open_layer_max_age_ms &&
+        /* The layer may be newer than `now`: sample the clock again, here. */
+        uint64_t born = store_layer_created_ms(open), at = now_ms();
+        bool stale = at >= born && at - born >= st->o.open_layer_max_age_ms &&
                      (store_layer_values(open) > 0 ||
                       atomic_load(&st->last_record_lsn) > atomic_load(&st->disk_consistent_lsn));
         int frc = 1;
@@ -1837,7 +1840,8 @@ int store_scan(store *st, const pg_key *from, const pg_key *to, lsn_t lsn, store
         const store_cache_block *hold = NULL;
         bool found = false;
         lsn_t found_lsn = 0;
-        if (have_db && (best < 0 || get_be64((const uint8_t *)mk.mv_data + PG_KEY_LEN) > best_lsn)) {
+        if (have_db &&
+            (best < 0 || get_be64((const uint8_t *)mk.mv_data + PG_KEY_LEN) > best_lsn)) {
             store_idxv iv;
             const char *why;
             if (store_idxv_decode(mv.mv_data, mv.mv_size, &iv, &why) != 0) {

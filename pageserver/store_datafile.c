@@ -215,7 +215,7 @@ struct store_df_writer {
     uint8_t *comp;
     size_t comp_cap;
     stage stages[2];
-    int cur; /* the stage being filled */
+    int cur;           /* the stage being filled */
     uint64_t file_len; /* bytes handed to stages so far */
     store_df_block_info *blocks;
     uint32_t nblocks, blocks_cap;
@@ -375,8 +375,7 @@ int store_df_writer_open(const char *dir, uint64_t file_id, int zstd_level, stor
     w->raw = malloc(w->raw_cap);
     w->stages[0].buf = malloc(STAGE_BYTES);
     w->stages[1].buf = malloc(STAGE_BYTES);
-    if (w->cctx == NULL || w->raw == NULL || w->stages[0].buf == NULL ||
-        w->stages[1].buf == NULL) {
+    if (w->cctx == NULL || w->raw == NULL || w->stages[0].buf == NULL || w->stages[1].buf == NULL) {
         snprintf(err, errlen, "out of memory");
         store_df_writer_free(w);
         return -1;

@@ -83,7 +83,8 @@ static long gc_batch(store *st, lsn_t horizon, uint8_t pos[PG_KEY_LEN], bool *do
     int ndeltas = 0;
     long deletes = 0;
     int keys_seen = 0;
-    while (deletes < STORE_GC_BATCH && keys_seen < 20 * STORE_GC_BATCH && ndeltas < MAX_DELTAS / 2) {
+    while (deletes < STORE_GC_BATCH && keys_seen < 20 * STORE_GC_BATCH &&
+           ndeltas < MAX_DELTAS / 2) {
         uint8_t probe[PG_INDEX_KEY_LEN] = {0};
         memcpy(probe, pos, PG_KEY_LEN);
         MDB_val k = {sizeof probe, probe}, v;
@@ -99,7 +100,8 @@ static long gc_batch(store *st, lsn_t horizon, uint8_t pos[PG_KEY_LEN], bool *do
         keys_seen++;
         /* This key's versions at or below the horizon, oldest first. */
         size_t n = 0;
-        while (rc == 0 && k.mv_size == PG_INDEX_KEY_LEN && memcmp(k.mv_data, key, PG_KEY_LEN) == 0 &&
+        while (rc == 0 && k.mv_size == PG_INDEX_KEY_LEN &&
+               memcmp(k.mv_data, key, PG_KEY_LEN) == 0 &&
                get_be64((const uint8_t *)k.mv_data + PG_KEY_LEN) <= horizon) {
             store_idxv iv;
             const char *why;
@@ -294,8 +296,8 @@ static int gc_rewrite_file(store *st, uint64_t id, uint64_t old_size, char *err,
         uint32_t raw_len, comp_len;
         if (durable_pread_all(f->fd, bh, sizeof bh, off) != (ssize_t)sizeof bh ||
             store_df_block_header_decode(bh, sizeof bh, &raw_len, &comp_len, &why) != 0) {
-            snprintf(err, errlen, "data file %016llx at %llu: bad block header", (unsigned long long)id,
-                     (unsigned long long)off);
+            snprintf(err, errlen, "data file %016llx at %llu: bad block header",
+                     (unsigned long long)id, (unsigned long long)off);
             goto out;
         }
         size_t blen = STORE_DF_BLOCK_HEADER_LEN + (size_t)comp_len;

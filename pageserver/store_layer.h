@@ -33,17 +33,17 @@
 
 typedef struct store_layer_version {
     lsn_t lsn;
-    uint64_t off;  /* of the encoded value (header + payload) in the layer file */
-    uint32_t len;  /* encoded length */
-    uint8_t kind;  /* value kind and flags, so completeness needs no read */
+    uint64_t off; /* of the encoded value (header + payload) in the layer file */
+    uint32_t len; /* encoded length */
+    uint8_t kind; /* value kind and flags, so completeness needs no read */
     uint8_t flags;
 } store_layer_version;
 
 typedef struct store_layer_vec {
     uint32_t cap;
-    _Atomic uint32_t n;               /* entries [0, n) are published */
-    struct store_layer_vec *retired;  /* writer-only: chain of replaced arrays */
-    store_layer_version v[];          /* sorted by lsn ascending, unique lsn */
+    _Atomic uint32_t n;              /* entries [0, n) are published */
+    struct store_layer_vec *retired; /* writer-only: chain of replaced arrays */
+    store_layer_version v[];         /* sorted by lsn ascending, unique lsn */
 } store_layer_vec;
 
 typedef struct store_layer_key {

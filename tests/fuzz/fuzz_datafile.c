@@ -21,8 +21,8 @@
 static void fix_crc(uint8_t *blk, size_t len)
 {
     uint32_t crc = crc32c_update(crc32c_init(), blk, 12);
-    crc = crc32c_final(crc32c_update(crc, blk + STORE_DF_BLOCK_HEADER_LEN,
-                                     len - STORE_DF_BLOCK_HEADER_LEN));
+    crc = crc32c_final(
+        crc32c_update(crc, blk + STORE_DF_BLOCK_HEADER_LEN, len - STORE_DF_BLOCK_HEADER_LEN));
     blk[12] = (uint8_t)(crc >> 24);
     blk[13] = (uint8_t)(crc >> 16);
     blk[14] = (uint8_t)(crc >> 8);

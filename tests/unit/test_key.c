@@ -24,8 +24,8 @@ static uint64_t rng_next(void)
 /* Small value ranges so random keys often share prefixes. */
 static uint32_t pick_u32(void)
 {
-    static const uint32_t edge[] = {0, 1, 2, 255, 256, 0x7FFFFFFF, 0x80000000u, 0xFFFFFFFEu,
-                                    0xFFFFFFFFu};
+    static const uint32_t edge[] = {0,          1,           2,           255,        256,
+                                    0x7FFFFFFF, 0x80000000u, 0xFFFFFFFEu, 0xFFFFFFFFu};
     uint64_t r = rng_next();
     if (r % 3 == 0)
         return edge[(r >> 8) % (sizeof edge / sizeof edge[0])];
@@ -115,7 +115,7 @@ static void test_index_key_lsn_descending_walk(void **state)
 {
     (void)state;
     enum { N = 600 };
-    uint8_t (*ik)[PG_INDEX_KEY_LEN] = calloc(N, PG_INDEX_KEY_LEN);
+    uint8_t(*ik)[PG_INDEX_KEY_LEN] = calloc(N, PG_INDEX_KEY_LEN);
     assert_non_null(ik);
     pg_key keys[3] = {pg_key_rel_block(1663, 5, 16384, 0, 6),
                       pg_key_rel_block(1663, 5, 16384, 0, 7),

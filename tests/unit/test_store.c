@@ -394,9 +394,43 @@ static void test_scan_with_tombstones(void **state)
     assert_int_equal(r.keys[0].rel, 102);
     assert_int_equal(r.keys[1].rel, 103);
     int seen = 0;
-    assert_int_equal(store_scan(st, &from, &to, LSN_MAX, scan_stop_after_two, &seen, err, sizeof err),
-                     0);
+    assert_int_equal(
+        store_scan(st, &from, &to, LSN_MAX, scan_stop_after_two, &seen, err, sizeof err), 0);
     assert_int_equal(seen, 2);
+    store_close(st);
+}
+
+/* Without store_flush, an old open layer is frozen and flushed by the
+ * background thread: disk_consistent_lsn follows ingest within max_age. */
+static void test_age_freeze(void **state)
+{
+    (void)state;
+    store_options o = small_opts();
+    o.open_layer_max_age_ms = 200;
+    store *st = open_store(&o);
+    pg_key k = pg_key_rel_block(1663, 5, 16384, FORK_MAIN, 1);
+    put_page(st, &k, 0x100);
+    store_advance(st, 0x100);
+    assert_int_equal(store_disk_consistent_lsn(st), 0);
+    int waited = 0;
+    while (store_disk_consistent_lsn(st) < 0x100 && waited < 5000) {
+        usleep(10 * 1000);
+        waited += 10;
+    }
+    assert_int_equal(store_disk_consistent_lsn(st), 0x100);
+    assert_true(waited >= 150);
+    /* Advancing without values also becomes durable (an empty layer). */
+    store_advance(st, 0x200);
+    waited = 0;
+    while (store_disk_consistent_lsn(st) < 0x200 && waited < 5000) {
+        usleep(10 * 1000);
+        waited += 10;
+    }
+    assert_int_equal(store_disk_consistent_lsn(st), 0x200);
+    store_close(st);
+    st = open_store(&o);
+    assert_int_equal(store_last_record_lsn(st), 0x200);
+    expect_versions(st, &k, LSN_MAX, (lsn_t[]){0x100}, 1, true);
     store_close(st);
 }
 
@@ -870,8 +904,8 @@ static void test_concurrent_readers_during_ingest(void **state)
     store_get_stats(st, &s);
     print_message("concurrent: %ld consistent reads during %d puts, %llu flushes, %llu data "
                   "files, %ld versions GCed\n",
-                  reads, CK_STEPS, (unsigned long long)s.flushes,
-                  (unsigned long long)s.data_files, gc_removed);
+                  reads, CK_STEPS, (unsigned long long)s.flushes, (unsigned long long)s.data_files,
+                  gc_removed);
     assert_true(reads > 100);
     assert_true(gc_removed > 0);
     assert_true(s.flushes >= 5);
@@ -935,6 +969,13 @@ static void test_out_of_space(void **state)
     } else {
         assert_non_null(strstr(err, "No space left on device"));
         assert_int_equal(store_disk_consistent_lsn(st), 0);
+        /* The frozen layer whose flush failed still serves reads. */
+        for (int i = 0; i < failed_at; i += 7) {
+            pg_key k = pg_key_rel_block(1663, 5, 1, FORK_MAIN, (uint32_t)i);
+            expect_versions(st, &k, LSN_MAX, (lsn_t[]){0x100 + (lsn_t)i}, 1, true);
+        }
+        /* Still failing while the disk is full. */
+        assert_int_equal(store_flush(st, err, sizeof err), -1);
     }
     /* Space returns: retry works, everything put is readable. */
     unlink(ballast);
@@ -1044,8 +1085,8 @@ static void test_timing(void **state)
         /* A different key each time, spread so most blocks are not cached
          * (the cache holds 64 MB; the data is larger at scale >= 4). */
         int b = (int)((uint32_t)rand_r(&seed) % (uint32_t)npages);
-        pg_key k = pg_key_rel_block(1663, 5, 1000 + (uint32_t)(b / 10000), FORK_MAIN,
-                                    (uint32_t)b % 10000);
+        pg_key k =
+            pg_key_rel_block(1663, 5, 1000 + (uint32_t)(b / 10000), FORK_MAIN, (uint32_t)b % 10000);
         version_list *vl;
         uint64_t a = now_ns();
         assert_int_equal(store_get_versions(st, &k, LSN_MAX, 100, &vl, err, sizeof err), 0);
@@ -1057,9 +1098,10 @@ static void test_timing(void **state)
     qsort(cold, NS, sizeof cold[0], cmp_u64);
     print_message("timing: %ld puts (%.1f MB payload) in %.2f s = %.0f puts/s, %.1f MB/s\n", puts,
                   (double)bytes / 1e6, put_s, (double)puts / put_s, (double)bytes / 1e6 / put_s);
-    print_message("timing: flush of %.1f MB in %.2f s = %.1f MB/s; data file %.1f MB, index %.1f MB\n",
-                  (double)bytes / 1e6, flush_s, (double)bytes / 1e6 / flush_s,
-                  (double)s.data_file_bytes / 1e6, (double)s.index_bytes / 1e6);
+    print_message(
+        "timing: flush of %.1f MB in %.2f s = %.1f MB/s; data file %.1f MB, index %.1f MB\n",
+        (double)bytes / 1e6, flush_s, (double)bytes / 1e6 / flush_s,
+        (double)s.data_file_bytes / 1e6, (double)s.index_bytes / 1e6);
     print_message("timing: per value: %.1f data-file bytes, %.1f index bytes (payload %.1f)\n",
                   (double)s.data_file_bytes / (double)puts, (double)s.index_bytes / (double)puts,
                   (double)bytes / (double)puts);
@@ -1078,6 +1120,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_get_latest, setup, teardown),
         cmocka_unit_test_setup_teardown(test_scan_with_tombstones, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wait_lsn, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_age_freeze, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reopen_after_flush, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash_recovery, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corruption_detected, setup, teardown),
