@@ -63,6 +63,20 @@ static int fail(int *status, int code, char *err, size_t errlen, const char *fmt
     return -1;
 }
 
+/* vsnprintf into out; false when the result did not fit (paths longer
+ * than PATH_MAX are refused, never silently cut). */
+static bool path_fmt(char *out, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static bool path_fmt(char *out, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(out, len, fmt, ap);
+    va_end(ap);
+    return n >= 0 && (size_t)n < len;
+}
+
 static int mkdir_p(const char *path, mode_t mode)
 {
     char buf[PATH_MAX];
@@ -93,12 +107,12 @@ static void remove_tree(const char *path)
     nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-static void timeline_path(const tenants *t, const strata_id *tenant, const strata_id *tl,
+static bool timeline_path(const tenants *t, const strata_id *tenant, const strata_id *tl,
                           const char *suffix, char *out, size_t len)
 {
     char a[STRATA_ID_HEX_LEN], b[STRATA_ID_HEX_LEN];
-    snprintf(out, len, "%s/tenants/%s/timelines/%s%s", t->datadir, strata_id_format(tenant, a),
-             strata_id_format(tl, b), suffix);
+    return path_fmt(out, len, "%s/tenants/%s/timelines/%s%s", t->datadir,
+                    strata_id_format(tenant, a), strata_id_format(tl, b), suffix);
 }
 
 /* Index of (tenant, tl) in the table, or -1.  t->mu held. */
@@ -128,7 +142,8 @@ static bool ends_with(const char *s, const char *suffix)
 static void load_tenant(tenants *t, const char *tenant_dir, const strata_id *tenant)
 {
     char tls[PATH_MAX];
-    snprintf(tls, sizeof tls, "%s/timelines", tenant_dir);
+    if (!path_fmt(tls, sizeof tls, "%s/timelines", tenant_dir))
+        return;
     DIR *d = opendir(tls);
     if (d == NULL)
         return;
@@ -137,7 +152,8 @@ static void load_tenant(tenants *t, const char *tenant_dir, const strata_id *ten
         if (de->d_name[0] == '.')
             continue;
         char path[PATH_MAX];
-        snprintf(path, sizeof path, "%s/%s", tls, de->d_name);
+        if (!path_fmt(path, sizeof path, "%s/%s", tls, de->d_name))
+            continue;
         if (ends_with(de->d_name, CREATING_SUFFIX) || ends_with(de->d_name, DELETING_SUFFIX)) {
             log_info("removing leftover %s", path);
             remove_tree(path);
@@ -190,7 +206,13 @@ int tenants_open(const tenants_options *o, tenants **out, char *err, size_t errl
     pthread_mutex_init(&t->mu, NULL);
 
     char root[PATH_MAX];
-    snprintf(root, sizeof root, "%s/tenants", t->datadir);
+    if (!path_fmt(root, sizeof root, "%s/tenants", t->datadir)) {
+        errno = ENAMETOOLONG;
+        fail(NULL, 500, err, errlen, "data directory path too long: %s", t->datadir);
+        pthread_mutex_destroy(&t->mu);
+        free(t);
+        return -1;
+    }
     if (mkdir_p(root, 0755) != 0) {
         fail(NULL, 500, err, errlen, "cannot create %s: %s", root, strerror(errno));
         pthread_mutex_destroy(&t->mu);
@@ -210,7 +232,8 @@ int tenants_open(const tenants_options *o, tenants **out, char *err, size_t errl
         if (de->d_name[0] == '.')
             continue;
         char path[PATH_MAX];
-        snprintf(path, sizeof path, "%s/%s", root, de->d_name);
+        if (!path_fmt(path, sizeof path, "%s/%s", root, de->d_name))
+            continue;
         if (!strata_id_parse(de->d_name, &tenant)) {
             log_warn("ignoring %s: not a tenant id", path);
             continue;
@@ -349,7 +372,8 @@ static int run_initdb(tenants *t, char *tmpdir, size_t tmplen, char *pgdata, siz
                     "initdb needs the patched Postgres build: start the pageserver with "
                     "--pg-bindir");
     char initdb[PATH_MAX];
-    snprintf(initdb, sizeof initdb, "%s/initdb", t->pg_bindir);
+    if (!path_fmt(initdb, sizeof initdb, "%s/initdb", t->pg_bindir))
+        return fail(NULL, 500, err, errlen, "--pg-bindir is too long");
     if (access(initdb, X_OK) != 0)
         return fail(NULL, 500, err, errlen, "cannot execute %s: %s", initdb, strerror(errno));
     const char *base = getenv("TMPDIR");
@@ -398,6 +422,11 @@ int tenants_create_timeline(tenants *t, const strata_id *tenant, const strata_id
         snprintf(meta.safekeepers[meta.n_safekeepers++], TIMELINE_SAFEKEEPER_LEN, "%s", s);
     }
 
+    char final[PATH_MAX], building[PATH_MAX], tmpdir[PATH_MAX] = "", pgdata[PATH_MAX];
+    if (!timeline_path(t, tenant, tlid, "", final, sizeof final) ||
+        !timeline_path(t, tenant, tlid, CREATING_SUFFIX, building, sizeof building))
+        return fail(status, 500, err, errlen, "timeline path too long under %s", t->datadir);
+
     pthread_mutex_lock(&t->mu);
     int i = find(t, tenant, tlid);
     bool full = t->n == TENANTS_MAX_TIMELINES;
@@ -413,9 +442,6 @@ int tenants_create_timeline(tenants *t, const strata_id *tenant, const strata_id
         return fail(status, 409, err, errlen, "this pageserver already has %d timelines",
                     TENANTS_MAX_TIMELINES);
 
-    char final[PATH_MAX], building[PATH_MAX], tmpdir[PATH_MAX] = "", pgdata[PATH_MAX];
-    timeline_path(t, tenant, tlid, "", final, sizeof final);
-    timeline_path(t, tenant, tlid, CREATING_SUFFIX, building, sizeof building);
     timeline *tl = NULL;
     lsn_t lsn = LSN_INVALID;
     int code = 500;
@@ -489,6 +515,10 @@ int tenants_delete_timeline(tenants *t, const strata_id *tenant, const strata_id
     char a[STRATA_ID_HEX_LEN], b[STRATA_ID_HEX_LEN];
     strata_id_format(tenant, a);
     strata_id_format(tlid, b);
+    char final[PATH_MAX], gone[PATH_MAX];
+    if (!timeline_path(t, tenant, tlid, "", final, sizeof final) ||
+        !timeline_path(t, tenant, tlid, DELETING_SUFFIX, gone, sizeof gone))
+        return fail(status, 500, err, errlen, "timeline path too long under %s", t->datadir);
     pthread_mutex_lock(&t->mu);
     int i = find(t, tenant, tlid);
     timeline *tl = NULL;
@@ -505,9 +535,6 @@ int tenants_delete_timeline(tenants *t, const strata_id *tenant, const strata_id
         return fail(status, 404, err, errlen, "tenant %s timeline %s not found", a, b);
     if (busy)
         return fail(status, 409, err, errlen, "tenant %s timeline %s is being created", a, b);
-    char final[PATH_MAX], gone[PATH_MAX];
-    timeline_path(t, tenant, tlid, "", final, sizeof final);
-    timeline_path(t, tenant, tlid, DELETING_SUFFIX, gone, sizeof gone);
     remove_tree(gone);
     /* Renamed first, so a crash before the removal finishes leaves a
      * .deleting directory that the next start removes, never a timeline
