@@ -13,6 +13,30 @@
  * version wanted (LSN_MAX = latest); not_modified_since promises the page did
  * not change between it and request_lsn; request_lsn < not_modified_since is
  * an error; a not_modified_since beyond what is ingested waits (bounded).
+ *
+ * Wire layout (what proto/pagestream.c implements; big-endian, one message
+ * per CopyData payload, lengths in parentheses are the whole message):
+ *
+ *   request  = tag u8 | reqid u64 | request_lsn u64 | not_modified_since u64 | body
+ *     EXISTS, NBLOCKS   body = spc u32 | db u32 | rel u32 | fork u8          (38 bytes)
+ *     GETPAGE           body = spc u32 | db u32 | rel u32 | fork u8 | blk u32 (42 bytes)
+ *     DBSIZE            body = db u32                                       (29 bytes)
+ *     GET_SLRU_SEGMENT  body = kind u8 | segno u32                          (30 bytes)
+ *
+ *   response = tag u8 | reqid u64 | result
+ *     EXISTS            u8 0 or 1                                          (10 bytes)
+ *     NBLOCKS           u32                                                (13 bytes)
+ *     GETPAGE           8192 bytes                                         (8201 bytes)
+ *     DBSIZE            i64, never negative                                (17 bytes)
+ *     GET_SLRU_SEGMENT  nblocks u32 (<= 32) | nblocks x 8192 bytes         (13 + n*8192)
+ *     ERROR             sqlstate 5 bytes [0-9A-Z] | len u32 (<= 1024) | message
+ *                       (printable text, no NUL)                           (18 + len)
+ *
+ * Ranges checked by the decoders: fork 0..3, SLRU kind 0..2 (slru_kind in
+ * pageserver/key.h).  Every message has exactly one valid length; a short,
+ * long (trailing bytes), unknown-tag or out-of-range message is rejected
+ * with a reason.  The encoding is canonical: decode then encode gives back
+ * the input bytes.
  */
 #ifndef STRATA_PROTO_PAGESTREAM_H
 #define STRATA_PROTO_PAGESTREAM_H
