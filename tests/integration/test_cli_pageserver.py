@@ -150,6 +150,14 @@ def test_up_imports_and_status_follows_the_workload(cluster):
     last, disk = lsn_to_int(st["last_record_lsn"]), lsn_to_int(st["disk_consistent_lsn"])
     assert last >= end > first
     assert lsn_to_int(imported) <= disk <= last
+    # What it ingested becomes durable on its disk too (the open layer is
+    # flushed at a size or age limit), never ahead of what it ingested.
+    def durable():
+        ps_now = cluster.status()["pageserver"]
+        d, l = lsn_to_int(ps_now["disk_consistent_lsn"]), lsn_to_int(ps_now["last_record_lsn"])
+        assert d <= l
+        return d >= end
+    wait_until(durable, INGEST_TIMEOUT, "disk_consistent_lsn to reach %s" % int_to_lsn(end))
 
     human = cluster.run("status").stdout
     line = [l for l in human.splitlines() if l.startswith("pageserver")][0]
