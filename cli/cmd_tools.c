@@ -18,6 +18,7 @@
 #include "cli/cluster.h"
 #include "cli/compute.h"
 #include "cli/locate.h"
+#include "cli/pageserver.h"
 #include "cli/proc.h"
 #include "cli/safekeepers.h"
 
@@ -176,5 +177,11 @@ int cmd_demo(const cli_opts *o)
            "  crash one: strata stop sk2 --immediate --dir %s   (commits go on)\n"
            "  stop all:  strata down --dir %s\n",
            c.dir, c.dir, connstr, c.dir, c.dir);
+    if (pageserver_pid(&c) != 0)
+        /* pg_class (relfilenode 1259 until rewritten) in the postgres
+         * database (OID 5 since PostgreSQL 15). */
+        printf("  a page:    strata page get --dir %s --rel 1663/5/1259 --blk 0 | od -A d -t x1 "
+               "| head\n",
+               c.dir);
     return CLI_OK;
 }

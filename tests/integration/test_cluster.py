@@ -265,6 +265,7 @@ def test_demo(cluster_dir):
     assert "progress:" in proc.stdout + proc.stderr
     assert "number of transactions actually processed" in out
     assert "connect:" in out
+    assert ("strata page get" in out) == pageserver_built()
     st = cluster_dir.status()
     assert st["compute"]["pid"] is not None
     assert cluster_dir.sql("select count(*) > 0 from pgbench_history") == [(True,)]
