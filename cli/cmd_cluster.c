@@ -235,6 +235,13 @@ static int up_prepare(const cli_opts *o, const char *dir, cluster *c, cli_err *e
                                "the cluster under %s runs with port base %d; "
                                "run `strata down` before changing it",
                                dir, c->compute_port);
+        /* The pageserver stored the safekeepers' addresses with the timeline
+         * and has no way yet to change them: it would stream from nowhere. */
+        if (c->pageserver_imported)
+            return cli_err_set(err,
+                               "the pageserver's timeline names the safekeepers at port base "
+                               "%d; moving a cluster whose pageserver holds it is not supported",
+                               c->compute_port);
         cluster_assign_ports(c, o->port_base);
         if (cluster_save(c, err) != 0)
             return -1;

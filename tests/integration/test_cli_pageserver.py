@@ -263,6 +263,12 @@ def test_down_stops_the_pageserver_and_up_brings_it_back(cluster):
     assert not pid_alive(pid)
     assert cluster.status()["pageserver"]["pid"] is None
 
+    # Its timeline names the safekeepers' ports: moving them is refused.
+    moved = cluster.run("up", "--port-base", "30000", check=False)
+    assert moved.returncode == 1 and moved.stderr.count("\n") == 1
+    assert "not supported" in moved.stderr
+    assert open(os.path.join(cluster.dir, "cluster.json")).read() == before
+
     out = cluster.up().stdout
     assert "importing" not in out
     assert open(os.path.join(cluster.dir, "cluster.json")).read() == before
