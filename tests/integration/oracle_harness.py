@@ -653,6 +653,7 @@ class OracleCluster:
         self.receivewal = None
         self.points = []
         self.import_lsn = None
+        self.failed = False  # set by a test that fails: keeps the directory if asked
         self.feedback_history = []  # (time, disk_consistent_lsn) seen by the watcher
         self._watch_stop = threading.Event()
         self._watcher = None
@@ -705,6 +706,12 @@ class OracleCluster:
         wait_until(commits, 60, "the primary to commit through the safekeepers")
 
     def start_receivewal(self):
+        # pg_receivewal starts at the segment of the position IDENTIFY_SYSTEM
+        # reports: wait until sk1 holds WAL, or it would start at 0/0, fail,
+        # and retry from a later segment, leaving a hole in the archive.
+        flush = lsn_to_int(self.primary.sql("select pg_current_wal_flush_lsn()::text")[0][0])
+        wait_until(lambda: lsn_to_int(self.safekeepers[0].status(self.timeline)["flush_lsn"])
+                   >= flush, 60, "sk1 to hold WAL up to %s" % int_to_lsn(flush))
         log = os.path.join(self.root, "receivewal.log")
         conninfo = ("host=127.0.0.1 port=%d user=postgres options='-c tenant_id=%s "
                     "-c timeline_id=%s'" % (self.safekeepers[0].pg_port, TENANT, self.timeline))
@@ -759,8 +766,6 @@ class OracleCluster:
         end = lsn_to_int(self.primary.sql("select pg_current_wal_flush_lsn()::text")[0][0])
         wait_until(lambda: self.committed_lsn() >= end, 60,
                    "the safekeepers to commit %s" % int_to_lsn(end))
-        if self.with_pageserver:
-            self.wait_ingested(end)
         return end
 
     def wait_ingested(self, lsn, timeout=120):
@@ -771,6 +776,7 @@ class OracleCluster:
 
     # -- teardown -------------------------------------------------------------
     def diagnostics(self):
+        self.failed = True
         out = []
         for name, path in [("primary", getattr(self.primary, "log", "")),
                            ("standby", getattr(self.standby, "log", "")),
@@ -793,6 +799,10 @@ class OracleCluster:
             self.pageserver.stop()
         for sk in self.safekeepers:
             sk.stop()
+        if self.failed and os.environ.get("STRATA_KEEP_FAILED"):
+            print("kept %s" % self.root)
+        else:
+            shutil.rmtree(self.root, ignore_errors=True)
 
 
 # -- the comparison -------------------------------------------------------------

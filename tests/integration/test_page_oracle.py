@@ -38,6 +38,11 @@ def check_points(cluster, reader, timings):
     comparisons."""
     results, seen = [], set()
     for point in cluster.points:
+        try:
+            cluster.wait_ingested(point.lsn)
+        except AssertionError as e:
+            raise AssertionError("%s; the points before it:\n%s" % (
+                e, "\n".join(r.summary() for r in results) or "(none)"))
         t0 = time.monotonic()
         cluster.standby.stop_at(point)
         t1 = time.monotonic()
@@ -77,7 +82,7 @@ def test_pageserver_pages_equal_a_stock_standby_at_every_point(fpw):
         reader = PageReader(cluster.pageserver, cluster.timeline)
         timings = []
         results = check_points(cluster, reader, timings)
-        print("workload and ingest up to %s: %.1f s; checks %.1f s" % (
+        print("workload up to %s: %.1f s; ingest waits and checks %.1f s" % (
             int_to_lsn(end), workload_done - started, time.monotonic() - workload_done))
         assert_oracle_holds(results, timings)
     except BaseException:
