@@ -31,6 +31,7 @@ Run: python3 bench/pageserver_bench.py [--quick] ...   (or `strata bench pageser
 import argparse
 import datetime
 import json
+import math
 import os
 import re
 import shutil
@@ -48,7 +49,6 @@ sys.path.insert(0, HERE)
 # pylint: disable=wrong-import-position
 from bench_pg import pg_tool, psql
 from bench_proc import BenchError, run
-from bench_stats import percentile
 from bench_strata import StrataCluster, prometheus_counter
 from quorum_commit import default_strata_build, load_average, machine_description
 
@@ -125,13 +125,20 @@ def lsn_text(v):
     return "%X/%X" % (v >> 32, v & 0xFFFFFFFF)
 
 
+def percentile(sorted_values, pct):
+    """Nearest-rank percentile of an ascending non-empty list; the rank is rounded to 9
+    decimals first so that 99.9% of 1000 is rank 999, not 1000 (float error)."""
+    assert sorted_values and 0 < pct <= 100
+    rank = math.ceil(round(pct / 100.0 * len(sorted_values), 9))
+    return sorted_values[max(rank, 1) - 1]
+
+
 def latency_curve_us(latencies_ns):
     """[(x, pct, us)] on the -log10(1-p) scale from unsorted nanosecond latencies."""
     lat = sorted(latencies_ns)
     if not lat:
         return []
     pcts = (1, 10, 25, 50, 75, 90, 95, 99, 99.5, 99.9, 99.95, 99.99)
-    import math  # pylint: disable=import-outside-toplevel
     return [(round(-math.log10(1 - p / 100.0), 4), p, percentile(lat, p) / 1000.0)
             for p in pcts]
 
