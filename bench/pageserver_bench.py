@@ -572,7 +572,11 @@ def markdown_section(results, images):
             f"at the start, {m.get('loadavg_end')} at the end.", ""]
     out += ["Targets:", "", "| what | value | target | verdict |", "|---|---:|---|---|"]
     for row in results.get("targets", []):
-        out.append(f"| {row['name']} | {_f(row['value'], 3)} | {row['target']} | {_met(row)} |")
+        v = row["value"]
+        shown = _f(v, 3) if v is None or v < 100 else f"{v:.0f}"
+        quick = " (quick run: indicative only)" if results["quick"] and row["met"] is not None \
+            else ""
+        out.append(f"| {row['name']} | {shown} | {row['target']} | {_met(row)}{quick} |")
     gp = results.get("getpage_params") or {}
     out += ["", "### GetPage@LSN over loopback", "",
             f"A `strata up` cluster. Tables c0, c1, c16, c128 (fillfactor 10, "
@@ -673,7 +677,8 @@ def write_plots(results, out_dir):
                     f.write(f"{x} {pct} {us}\n")
             clauses.append(f"'{dat}' using 1:3 with linespoints lw 2 pt 7 ps 0.6 "
                            f"title '{c['case']}'")
-        script += ["set terminal pngcairo size 800,500 font 'sans,10'", f"set output '{png}'",
+        script += ["set terminal pngcairo noenhanced size 800,500 font 'sans,10'",
+                   f"set output '{png}'",
                    "set title 'GetPage@LSN latency, serial, loopback'", "set logscale y",
                    "set grid", "set key top left", "set xlabel 'percentile'",
                    "set xtics ('50%%' 0.301, '90%%' 1, '99%%' 2, '99.9%%' 3, '99.99%%' 4)",
@@ -686,7 +691,7 @@ def write_plots(results, out_dir):
         with open(dat, "w", encoding="utf-8") as f:
             for s, b in ing["series"]:
                 f.write(f"{s} {b / 1e6}\n")
-        script += ["reset", "set terminal pngcairo size 800,400 font 'sans,10'",
+        script += ["reset", "set terminal pngcairo noenhanced size 800,400 font 'sans,10'",
                    f"set output '{png}'", "set title 'Ingest of a pgbench -c16 WAL backlog'",
                    "set grid", "set xlabel 'seconds after the pageserver was ready'",
                    "set ylabel 'MB of the backlog ingested'", "set key off",
