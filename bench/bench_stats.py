@@ -49,10 +49,13 @@ def parse_log_lines(lines):
 
 
 def percentile(sorted_values, pct):
-    """Nearest-rank percentile (0 < pct <= 100) of an ascending non-empty list."""
+    """Nearest-rank percentile (0 < pct <= 100) of an ascending non-empty list.
+
+    The rank is rounded to 9 decimals before ceil so that float error cannot
+    push it up one place (99.9% of 1000 values is rank 999, not 1000)."""
     assert sorted_values, "percentile of nothing"
     assert 0 < pct <= 100
-    rank = math.ceil(pct / 100.0 * len(sorted_values))
+    rank = math.ceil(round(pct / 100.0 * len(sorted_values), 9))
     return sorted_values[max(rank, 1) - 1]
 
 

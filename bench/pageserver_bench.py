@@ -49,6 +49,7 @@ sys.path.insert(0, HERE)
 # pylint: disable=wrong-import-position
 from bench_pg import pg_tool, psql
 from bench_proc import BenchError, run
+from bench_stats import percentile
 from bench_strata import StrataCluster, prometheus_counter
 from quorum_commit import default_strata_build, load_average, machine_description
 
@@ -123,14 +124,6 @@ def lsn_int(text):
 
 def lsn_text(v):
     return "%X/%X" % (v >> 32, v & 0xFFFFFFFF)
-
-
-def percentile(sorted_values, pct):
-    """Nearest-rank percentile of an ascending non-empty list; the rank is rounded to 9
-    decimals first so that 99.9% of 1000 is rank 999, not 1000 (float error)."""
-    assert sorted_values and 0 < pct <= 100
-    rank = math.ceil(round(pct / 100.0 * len(sorted_values), 9))
-    return sorted_values[max(rank, 1) - 1]
 
 
 def latency_curve_us(latencies_ns):
