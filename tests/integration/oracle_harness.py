@@ -771,6 +771,11 @@ class OracleCluster:
     def wait_ingested(self, lsn, timeout=120):
         def ingested():
             st = self.pageserver.timeline_status(self.timeline)
+            wr = st.get("walreceiver") or {}
+            # A WAL receiver that stopped on an error will not catch up.
+            assert wr.get("state") != "failed", (
+                "the pageserver's WAL receiver failed at %s: %s" % (
+                    st["last_record_lsn"], wr.get("last_error")))
             return lsn_to_int(st["last_record_lsn"]) >= lsn
         wait_until(ingested, timeout, "the pageserver to ingest up to %s" % int_to_lsn(lsn))
 

@@ -70,9 +70,7 @@ def test_pageserver_killed_during_ingest_restarts_and_the_oracle_holds():
         worker = threading.Thread(target=phase, daemon=True)
         worker.start()
         before = cluster.points[-1].lsn
-        wait_until(lambda: lsn_to_int(cluster.pageserver.timeline_status(
-            cluster.timeline)["last_record_lsn"]) > before, 60,
-            "the pageserver to ingest past %s" % int_to_lsn(before))
+        cluster.wait_ingested(before + 1, timeout=60)
         cluster.pageserver.kill()
         reported = recorded_feedback(cluster)
         history = max([lsn for _, _, lsn in cluster.feedback_history] + [0])
