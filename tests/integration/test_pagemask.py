@@ -16,7 +16,6 @@ What these tests show:
 """
 
 import hashlib
-import os
 import struct
 
 import pagemask
