@@ -181,7 +181,9 @@ int store_layer_read(const store_layer *l, const store_layer_version *ver, uint8
 static store_layer_vec *vec_with(const store_layer_vec *old, const store_layer_version *ver)
 {
     uint32_t n = old ? atomic_load_explicit(&old->n, memory_order_relaxed) : 0;
-    uint32_t cap = old ? old->cap * 2 : 2;
+    /* Grow only when full: a same-LSN replacement keeps n, and doubling
+     * the capacity on every one of them overflows after ~30 puts. */
+    uint32_t cap = old == NULL ? 2 : n < old->cap ? old->cap : old->cap * 2;
     if (cap < n + 1)
         cap = n + 1;
     store_layer_vec *vec = malloc(sizeof *vec + (size_t)cap * sizeof vec->v[0]);

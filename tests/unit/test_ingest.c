@@ -7,7 +7,8 @@
  * relmap, VM clears, the checkpoint, and rejection of malformed main data.
  *
  * Ingest runs over an in-memory backend here (a list of (key, LSN, value)),
- * so what it puts is observed exactly, without the store.
+ * so what it puts is observed exactly, without the store -- except the last
+ * test, which runs a many-block FPI record over the real store.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "common/walformat.h"
@@ -976,6 +978,74 @@ static void test_page_hook(void **state)
     mem_free(&m);
 }
 
+/* ---- over the real store ---------------------------------------------- */
+
+/*
+ * A standalone FPI record with 32 images of a new relation (what
+ * log_newpage_range writes for a GIN or GiST build) over the real store:
+ * each block extends the fork, so the size key gets 32 versions at the same
+ * LSN.  The open layer used to double a key's version capacity on every
+ * same-LSN replacement and failed with "out of memory" near the 30th.
+ */
+static void test_fpi_32_blocks_real_store(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/test_ingest_store.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    store_options so;
+    store_options_default(&so);
+    store *st = NULL;
+    char err[256];
+    if (store_open(dir, &so, &st, err, sizeof err) != 0)
+        fail_msg("store_open: %s", err);
+    store_advance(st, 0x1000000);
+    ingest_state *ing = ingest_create(st, NULL);
+    assert_non_null(ing);
+
+    static uint8_t images[WAL_XLR_MAX_BLOCK_ID + 1][PG_BLCKSZ];
+    rec_builder *b = calloc(1, sizeof *b);
+    assert_non_null(b);
+    wal_record *r = mk(b, PG_RM_XLOG, PG_XLOG_FPI, 0, 0);
+    for (int id = 0; id < 32; id++) {
+        memset(images[id], 0, PG_BLCKSZ);
+        pg_put_u16(images[id] + PG_PAGE_UPPER_OFF, 8000);
+        images[id][100] = (uint8_t)(id + 1);
+        add_block(r, id, 24576, 0, (uint32_t)id, false);
+        r->blocks[id].has_image = true;
+        r->blocks[id].apply_image = true;
+        r->blocks[id].bimg = images[id];
+        r->blocks[id].bimg_len = PG_BLCKSZ;
+    }
+    lsn_t end = 0x1000100;
+    ingest_ok(ing, end, r);
+    store_advance(st, end);
+
+    uint32_t n = 0;
+    assert_int_equal(ingest_rel_size(ing, 1663, 5, 24576, 0, &n, err, sizeof err), 1);
+    assert_int_equal(n, 32);
+    pg_key sk = pg_key_rel_size(1663, 5, 24576, 0);
+    value_ref v;
+    lsn_t found;
+    assert_int_equal(store_get_latest(st, &sk, end, &v, &found, err, sizeof err), 1);
+    assert_int_equal(v.kind, VAL_SIZE);
+    assert_int_equal(be32(v.payload), 32);
+    assert_true(found == end);
+    free((void *)v.payload);
+    for (uint32_t blk = 0; blk < 32; blk++) {
+        pg_key k = pg_key_rel_block(1663, 5, 24576, 0, blk);
+        assert_int_equal(store_get_latest(st, &k, end, &v, &found, err, sizeof err), 1);
+        assert_int_equal(v.kind, VAL_IMAGE);
+        assert_int_equal(v.payload[100], blk + 1);
+        free((void *)v.payload);
+    }
+    free(b);
+    ingest_destroy(ing);
+    store_close(st);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -986,6 +1056,7 @@ int main(void)
         cmocka_unit_test(test_dbase_relmap_vm),
         cmocka_unit_test(test_checkpoint_records),
         cmocka_unit_test(test_page_hook),
+        cmocka_unit_test(test_fpi_32_blocks_real_store),
     };
     return cmocka_run_group_tests(tests, load_sample, free_sample);
 }
