@@ -801,15 +801,17 @@ static int freeze_locked(store *st, char *err, size_t errlen)
  * a flush fails meanwhile. */
 static int freeze_wait_locked(store *st, char *err, size_t errlen)
 {
+    /* Only a flush attempt that starts after this call may fail it: one
+     * already running may have met a full disk that has room again now. */
     pthread_mutex_lock(&st->bg_mu);
-    uint64_t fail_seq = st->flush_fail_seq;
+    uint64_t since = st->flush_attempts;
     pthread_mutex_unlock(&st->bg_mu);
     for (;;) {
         int rc = freeze_locked(st, err, errlen);
         if (rc <= 0)
             return rc;
         pthread_mutex_lock(&st->bg_mu);
-        if (st->flush_fail_seq != fail_seq) {
+        if (st->flush_failed_attempt > since) {
             snprintf(err, errlen, "open layer full and flushing fails: %s", st->flush_err);
             pthread_mutex_unlock(&st->bg_mu);
             return -1;
@@ -1263,6 +1265,7 @@ static void *bg_main(void *arg)
         uint64_t now = now_ms();
         store_layer *f = now >= retry_at ? oldest_frozen(st) : NULL;
         if (f != NULL) {
+            uint64_t attempt = ++st->flush_attempts;
             pthread_mutex_unlock(&st->bg_mu);
             char err[512];
             int rc = flush_layer(st, f, err, sizeof err);
@@ -1272,7 +1275,7 @@ static void *bg_main(void *arg)
                 log_error("store: flush failed (retrying in %llu ms): %s",
                           (unsigned long long)backoff, err);
                 snprintf(st->flush_err, sizeof st->flush_err, "%s", err);
-                st->flush_fail_seq++;
+                st->flush_failed_attempt = attempt;
                 retry_at = now_ms() + backoff;
                 backoff = backoff * 2 > 5000 ? 5000 : backoff * 2;
             } else {
@@ -1329,7 +1332,7 @@ int store_flush(store *st, char *err, size_t errlen)
 {
     lsn_t target = atomic_load(&st->last_record_lsn);
     pthread_mutex_lock(&st->bg_mu);
-    uint64_t fail_seq = st->flush_fail_seq;
+    uint64_t since = st->flush_attempts;
     pthread_mutex_unlock(&st->bg_mu);
     pthread_mutex_lock(&st->write_mu);
     if (store_layer_values(st->open) > 0 || atomic_load(&st->disk_consistent_lsn) < target) {
@@ -1349,7 +1352,7 @@ int store_flush(store *st, char *err, size_t errlen)
         store_layer_unref(f);
         if (!pending && atomic_load(&st->disk_consistent_lsn) >= target)
             break;
-        if (st->flush_fail_seq != fail_seq) {
+        if (st->flush_failed_attempt > since) {
             snprintf(err, errlen, "flush failed: %s", st->flush_err);
             ret = -1;
             break;

@@ -180,27 +180,26 @@ int store_layer_read(const store_layer *l, const store_layer_version *ver, uint8
  * with the same LSN). */
 static store_layer_vec *vec_with(const store_layer_vec *old, const store_layer_version *ver)
 {
-    uint32_t n = old ? atomic_load_explicit(&old->n, memory_order_relaxed) : 0;
-    /* Grow only when full: a same-LSN replacement keeps n, and doubling
-     * the capacity on every one of them overflows after ~30 puts. */
-    uint32_t cap = old == NULL ? 2 : n < old->cap ? old->cap : old->cap * 2;
+    size_t n = old ? atomic_load_explicit(&old->n, memory_order_relaxed) : 0;
+    size_t cap = old ? (size_t)old->cap * 2 : 2;
     if (cap < n + 1)
         cap = n + 1;
-    store_layer_vec *vec = malloc(sizeof *vec + (size_t)cap * sizeof vec->v[0]);
+    store_layer_vec *vec = malloc(sizeof *vec + cap * sizeof vec->v[0]);
     if (vec == NULL)
         return NULL;
-    vec->cap = cap;
+    vec->cap = (uint32_t)cap;
     vec->retired = NULL;
-    int pos = old ? store_layer_find_at(old->v, n, ver->lsn) : -1;
-    uint32_t out = 0;
-    for (int i = 0; i <= pos; i++)
-        vec->v[out++] = old->v[i];
-    if (pos >= 0 && old->v[pos].lsn == ver->lsn)
-        out--; /* same LSN: the new value replaces the old */
-    vec->v[out++] = *ver;
-    for (uint32_t i = (uint32_t)(pos + 1); i < n; i++)
-        vec->v[out++] = old->v[i];
-    atomic_init(&vec->n, out);
+    /* below: entries older than ver; above: the first entry newer than it. */
+    size_t below = old ? (size_t)(store_layer_find_at(old->v, (uint32_t)n, ver->lsn) + 1) : 0;
+    size_t above = below;
+    if (below > 0 && old->v[below - 1].lsn == ver->lsn)
+        below--; /* same LSN: the new value replaces the old */
+    if (below > 0)
+        memcpy(vec->v, old->v, below * sizeof vec->v[0]);
+    vec->v[below] = *ver;
+    if (n > above)
+        memcpy(vec->v + below + 1, old->v + above, (n - above) * sizeof vec->v[0]);
+    atomic_init(&vec->n, (uint32_t)(below + 1 + (n - above)));
     return vec;
 }
 

@@ -93,7 +93,8 @@ struct store {
     pthread_cond_t flush_cv; /* a flush finished or failed */
     bool stop;
     bool retry_now;
-    uint64_t flush_fail_seq;
+    uint64_t flush_attempts;       /* flush attempts started */
+    uint64_t flush_failed_attempt; /* the number of the last attempt that failed */
     char flush_err[512];
 
     _Atomic uint64_t next_file_id;
