@@ -181,7 +181,10 @@ int store_layer_read(const store_layer *l, const store_layer_version *ver, uint8
 static store_layer_vec *vec_with(const store_layer_vec *old, const store_layer_version *ver)
 {
     size_t n = old ? atomic_load_explicit(&old->n, memory_order_relaxed) : 0;
-    size_t cap = old ? (size_t)old->cap * 2 : 2;
+    /* Grow only when full: a same-LSN replacement keeps n, and doubling
+     * the capacity on every one of them overflows after ~30 puts (a
+     * 32-image FPI record extends one fork 32 times at one LSN). */
+    size_t cap = old == NULL ? 2 : n < old->cap ? old->cap : (size_t)old->cap * 2;
     if (cap < n + 1)
         cap = n + 1;
     store_layer_vec *vec = malloc(sizeof *vec + cap * sizeof vec->v[0]);
