@@ -7,10 +7,19 @@
 
 #include <assert.h>
 
+#include "pageserver/redo_synthetic.h"
+
 bool redo_plan_is_synthetic(uint8_t kind)
 {
     return kind == VAL_CLOG_SET || kind == VAL_VM_CLEAR || kind == VAL_MXACT_OFFSET ||
            kind == VAL_MXACT_MEMBERS;
+}
+
+/* A value redo_synthetic applies: a synthetic delta, or the smgr truncate
+ * record ingest stores on a visibility-map page. */
+static bool applied_in_c(const value_ref *v)
+{
+    return redo_plan_is_synthetic(v->kind) || redo_synthetic_is_vm_truncate(v);
 }
 
 static bool is_complete(const value_ref *v)
@@ -64,10 +73,9 @@ int redo_plan_make(const version_list *vl, redo_step *steps, int cap, redo_plan 
     }
 
     while (next >= 0) {
-        bool synthetic = redo_plan_is_synthetic(vl->value[next].kind);
+        bool synthetic = applied_in_c(&vl->value[next]);
         int count = 0;
-        while (next - count >= 0 &&
-               redo_plan_is_synthetic(vl->value[next - count].kind) == synthetic)
+        while (next - count >= 0 && applied_in_c(&vl->value[next - count]) == synthetic)
             count++;
         if (out->nsteps >= cap) {
             *why = "too many redo steps for the caller's plan";

@@ -63,7 +63,9 @@ typedef struct redo_plan {
 int redo_plan_make(const version_list *vl, redo_step *steps, int cap, redo_plan *out,
                    const char **why);
 
-/* True for the delta kinds redo_synthetic applies. */
+/* True for the delta kinds redo_synthetic applies (by kind alone; redo_plan_make
+ * also routes the smgr truncate record on a VM page there, see
+ * redo_synthetic_is_vm_truncate). */
 bool redo_plan_is_synthetic(uint8_t kind);
 
 #endif

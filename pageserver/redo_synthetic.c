@@ -1,5 +1,6 @@
 /*
- * redo_synthetic.c: CLOG, visibility-map and multixact deltas applied in C.
+ * redo_synthetic.c: CLOG, visibility-map and multixact deltas applied in C,
+ * and the visibility-map side of an smgr truncate record.
  * See redo_synthetic.h.
  *
  * The bit layouts restate PostgreSQL 15's macros (clog.c TransactionIdToByte
@@ -187,6 +188,100 @@ static int apply_mxact_members(const pg_key *k, const value_ref *v, uint8_t *pag
     return 0;
 }
 
+/* ---- the visibility-map side of an smgr truncate ------------------------ */
+
+#define XLOG_HEADER_LEN 24
+#define RM_SMGR 2
+#define SMGR_TRUNCATE_INFO 0x20
+#define SMGR_TRUNCATE_VM_FLAG 0x0004
+#define SMGR_TRUNCATE_LEN 20 /* xl_smgr_truncate: blkno, rnode (3 × u32), flags */
+
+static uint32_t get_le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* The main data of a raw XLogRecord with no block references (the only
+ * headers before it may name an origin or a top-level xid).  NULL if the
+ * record has block references or is malformed. */
+static const uint8_t *record_main_data(const value_ref *v, uint32_t *len)
+{
+    if (v->len < XLOG_HEADER_LEN + 2 || get_le32(v->payload) != v->len)
+        return NULL;
+    const uint8_t *p = v->payload + XLOG_HEADER_LEN, *end = v->payload + v->len;
+    while (p < end) {
+        uint8_t id = *p++;
+        if (id == 255) { /* XLR_BLOCK_ID_DATA_SHORT */
+            if (p >= end)
+                return NULL;
+            *len = *p++;
+        } else if (id == 254) { /* XLR_BLOCK_ID_DATA_LONG */
+            if (end - p < 4)
+                return NULL;
+            *len = get_le32(p);
+            p += 4;
+        } else if (id == 253) { /* XLR_BLOCK_ID_ORIGIN */
+            if (end - p < 2)
+                return NULL;
+            p += 2;
+            continue;
+        } else if (id == 252) { /* XLR_BLOCK_ID_TOPLEVEL_XID */
+            if (end - p < 4)
+                return NULL;
+            p += 4;
+            continue;
+        } else {
+            return NULL; /* a block reference */
+        }
+        if ((size_t)(end - p) != *len)
+            return NULL;
+        return p;
+    }
+    return NULL;
+}
+
+bool redo_synthetic_is_vm_truncate(const value_ref *v)
+{
+    return v->kind == VAL_WAL_RECORD && v->len >= XLOG_HEADER_LEN &&
+           v->payload[17] == RM_SMGR && (v->payload[16] & 0xF0) == SMGR_TRUNCATE_INFO;
+}
+
+/* visibilitymap_prepare_truncate as smgr_redo runs it: on the VM page that
+ * keeps the last heap blocks, clear the bits of every heap block at or past
+ * the new size (the page LSN stays: redo does not set it). */
+static int apply_vm_truncate(const pg_key *k, const value_ref *v, uint8_t *page,
+                             const char **why)
+{
+    if (k->kind != KEY_REL_BLOCK || k->fork != FORK_VM) {
+        *why = "smgr truncate record on a page that is not a visibility-map page";
+        return -1;
+    }
+    uint32_t len = 0;
+    const uint8_t *d = record_main_data(v, &len);
+    if (d == NULL || len != SMGR_TRUNCATE_LEN) {
+        *why = "smgr truncate record malformed";
+        return -1;
+    }
+    uint32_t blkno = get_le32(d);
+    if (get_le32(d + 4) != k->spc || get_le32(d + 8) != k->db || get_le32(d + 12) != k->rel ||
+        (get_le32(d + 16) & SMGR_TRUNCATE_VM_FLAG) == 0 ||
+        blkno / REDO_VM_HEAPBLOCKS_PER_PAGE != k->blk) {
+        *why = "smgr truncate record does not cut this visibility-map page";
+        return -1;
+    }
+    uint32_t idx = blkno % REDO_VM_HEAPBLOCKS_PER_PAGE;
+    if (idx == 0)
+        return 0; /* the whole page goes: nothing to clear on it */
+    if (page_is_zero(page))
+        page_init(page); /* vm_readbuf initialises a new page */
+    uint8_t *map = page + 24;
+    uint32_t byte = idx / 4;
+    unsigned shift = (idx % 4) * 2;
+    memset(map + byte + 1, 0, REDO_VM_MAPSIZE - byte - 1);
+    map[byte] &= (uint8_t)((1u << shift) - 1);
+    return 0;
+}
+
 int redo_synthetic_apply(const pg_key *k, const value_ref *v, uint8_t page[PG_BLCKSZ],
                          const char **why)
 {
@@ -199,6 +294,11 @@ int redo_synthetic_apply(const pg_key *k, const value_ref *v, uint8_t page[PG_BL
         return apply_mxact_offset(k, v, page, why);
     case VAL_MXACT_MEMBERS:
         return apply_mxact_members(k, v, page, why);
+    case VAL_WAL_RECORD:
+        if (redo_synthetic_is_vm_truncate(v))
+            return apply_vm_truncate(k, v, page, why);
+        *why = "not a synthetic delta kind";
+        return -1;
     default:
         *why = "not a synthetic delta kind";
         return -1;

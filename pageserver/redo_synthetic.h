@@ -4,7 +4,10 @@
  *
  * For: the delta kinds ingest synthesises (key.h): VAL_CLOG_SET on a CLOG
  * SLRU page, VAL_VM_CLEAR on a visibility-map page, VAL_MXACT_OFFSET and
- * VAL_MXACT_MEMBERS on multixact SLRU pages.  The page layouts are
+ * VAL_MXACT_MEMBERS on multixact SLRU pages; and one Postgres record, the
+ * smgr truncate that ingest stores on the visibility-map page keeping the
+ * last heap blocks (smgr_redo clears that page's bits past the new size
+ * without referencing the page, so a redo helper cannot apply it).  The page layouts are
  * PostgreSQL 15's (clog.c, visibilitymap.c, multixact.c); payload integers
  * are big-endian, as ingest writes them.
  *
@@ -16,6 +19,7 @@
 #ifndef STRATA_PAGESERVER_REDO_SYNTHETIC_H
 #define STRATA_PAGESERVER_REDO_SYNTHETIC_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "pageserver/key.h"
@@ -42,5 +46,10 @@
  */
 int redo_synthetic_apply(const pg_key *k, const value_ref *v, uint8_t page[PG_BLCKSZ],
                          const char **why);
+
+/* True if v is a VAL_WAL_RECORD holding an smgr truncate record (applied
+ * here by redo_synthetic_apply, never by a helper).  Looks only at the
+ * record header; redo_synthetic_apply validates the rest. */
+bool redo_synthetic_is_vm_truncate(const value_ref *v);
 
 #endif

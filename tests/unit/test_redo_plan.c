@@ -19,12 +19,16 @@
 
 /* A version list from a string, newest first: I image, Z zero page,
  * W WAL record, w will-init WAL record, C CLOG set, V VM clear,
- * O multixact offset, M members, S size, T tombstone, B blob. */
+ * O multixact offset, M members, S size, T tombstone, B blob,
+ * X the smgr truncate record ingest stores on a VM page. */
 typedef struct fixture {
     version_list vl;
     lsn_t lsn[MAXV];
     value_ref value[MAXV];
 } fixture;
+
+/* The header of an smgr truncate record (RM_SMGR_ID, XLOG_SMGR_TRUNCATE). */
+static uint8_t truncate_rec[46] = {46, 0, 0, 0, [16] = 0x21, [17] = 2};
 
 static void make(fixture *f, const char *spec, bool complete)
 {
@@ -46,6 +50,11 @@ static void make(fixture *f, const char *spec, bool complete)
         case 'w':
             v->kind = VAL_WAL_RECORD;
             v->flags = VALUE_WILL_INIT;
+            break;
+        case 'X':
+            v->kind = VAL_WAL_RECORD;
+            v->payload = truncate_rec;
+            v->len = sizeof truncate_rec;
             break;
         case 'C':
             v->kind = VAL_CLOG_SET;
@@ -238,6 +247,25 @@ static void test_refuses_non_page_values(void **state)
     assert_int_equal(redo_plan_make(&f.vl, steps, 3, &p, &why), 0);
 }
 
+/* The smgr truncate record on a VM page is applied in C: it splits the run
+ * of records around it into helper, synthetic, helper steps. */
+static void test_vm_truncate_record_is_synthetic(void **state)
+{
+    (void)state;
+    fixture f;
+    redo_plan p;
+    redo_step steps[MAXV];
+    make(&f, "WWXVWI", true);
+    plan(&f, &p, steps);
+    assert_int_equal(p.base, REDO_BASE_IMAGE);
+    assert_int_equal(p.nsteps, 3);
+    expect_step(&p, 0, REDO_STEP_HELPER, 4, 1);
+    expect_step(&p, 1, REDO_STEP_SYNTHETIC, 3, 2);
+    expect_step(&p, 2, REDO_STEP_HELPER, 1, 2);
+    assert_int_equal(p.records, 3);
+    assert_int_equal(p.synthetic, 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -248,6 +276,7 @@ int main(void)
         cmocka_unit_test(test_zero_page_and_incomplete_list),
         cmocka_unit_test(test_runs_alternate),
         cmocka_unit_test(test_refuses_non_page_values),
+        cmocka_unit_test(test_vm_truncate_record_is_synthetic),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -234,6 +234,85 @@ static void test_mxact_members(void **state)
     assert_non_null(why);
 }
 
+/* A raw smgr truncate record (XLogRecord header, short main data header,
+ * xl_smgr_truncate) cutting relation 1663/5/rel to blkno heap blocks. */
+static uint32_t truncate_record(uint8_t *r, uint32_t rel, uint32_t blkno, uint32_t flags)
+{
+    memset(r, 0, 46);
+    uint32_t tot = 24 + 2 + 20;
+    memcpy(r, &tot, 4);
+    r[16] = 0x20 | 0x01; /* XLOG_SMGR_TRUNCATE | XLR_SPECIAL_REL_UPDATE */
+    r[17] = 2;           /* RM_SMGR_ID */
+    r[24] = 255;         /* XLR_BLOCK_ID_DATA_SHORT */
+    r[25] = 20;
+    uint32_t md[5] = {blkno, 1663, 5, rel, flags};
+    memcpy(r + 26, md, sizeof md);
+    return tot;
+}
+
+static void test_vm_truncate(void **state)
+{
+    (void)state;
+    uint8_t rec[46];
+    uint32_t len = truncate_record(rec, 16384, 32672 + 9, 7);
+    value_ref v = {.kind = VAL_WAL_RECORD, .len = len, .payload = rec};
+    assert_true(redo_synthetic_is_vm_truncate(&v));
+    value_ref other = {.kind = VAL_WAL_RECORD, .len = len, .payload = rec};
+    uint8_t heap[46];
+    memcpy(heap, rec, sizeof heap);
+    heap[17] = 10; /* RM_HEAP_ID */
+    other.payload = heap;
+    assert_false(redo_synthetic_is_vm_truncate(&other));
+
+    /* Page 1 keeps heap blocks 32672..32680: their bits stay, the rest go. */
+    memset(page, 0xFF, sizeof page);
+    memcpy(before, page, sizeof page);
+    pg_key k = pg_key_rel_block(1663, 5, 16384, FORK_VM, 1);
+    const char *why;
+    assert_int_equal(apply(&k, VAL_WAL_RECORD, rec, len, &why), 0);
+    for (uint32_t h = 0; h < 32672; h++)
+        assert_int_equal(get2(page, 24, h), h < 9 ? 3u : 0u);
+    assert_memory_equal(page, before, 24); /* header (and LSN) untouched */
+    /* By hand: heap block 9 is bits 2-3 of map byte 2 = page byte 26. */
+    assert_int_equal(page[26], 0x03);
+    assert_int_equal(page[25], 0xFF);
+
+    /* A page never written is initialised first, as vm_readbuf does. */
+    memset(page, 0, sizeof page);
+    assert_int_equal(apply(&k, VAL_WAL_RECORD, rec, len, &why), 0);
+    assert_int_equal(le32(page + 12) & 0xFFFF, 24);
+    assert_int_equal(page[14] | page[15] << 8, PG_BLCKSZ);
+
+    /* A cut at a page boundary leaves the kept page alone. */
+    len = truncate_record(rec, 16384, 32672, 7);
+    pg_key k0 = pg_key_rel_block(1663, 5, 16384, FORK_VM, 0);
+    memset(page, 0xFF, sizeof page);
+    memcpy(before, page, sizeof page);
+    why = NULL;
+    assert_int_equal(apply(&k0, VAL_WAL_RECORD, rec, len, &why), -1); /* cuts page 1, not 0 */
+    assert_non_null(why);
+    len = truncate_record(rec, 16384, 32672 * 2, 7);
+    assert_int_equal(apply(&k, VAL_WAL_RECORD, rec, len, &why), -1);
+    len = truncate_record(rec, 16384, 32672, 7);
+    assert_int_equal(apply(&k, VAL_WAL_RECORD, rec, len, &why), 0);
+    assert_memory_equal(page, before, sizeof page);
+
+    /* Refusals: another relation, no VM flag, not a VM page, malformed. */
+    len = truncate_record(rec, 16385, 32672 + 9, 7);
+    assert_int_equal(apply(&k, VAL_WAL_RECORD, rec, len, &why), -1);
+    len = truncate_record(rec, 16384, 32672 + 9, 1);
+    assert_int_equal(apply(&k, VAL_WAL_RECORD, rec, len, &why), -1);
+    len = truncate_record(rec, 16384, 32672 + 9, 7);
+    pg_key main_k = pg_key_rel_block(1663, 5, 16384, FORK_MAIN, 1);
+    assert_int_equal(apply(&main_k, VAL_WAL_RECORD, rec, len, &why), -1);
+    rec[25] = 19;
+    assert_int_equal(apply(&k, VAL_WAL_RECORD, rec, len, &why), -1);
+    rec[25] = 20;
+    rec[24] = 0; /* a block reference */
+    assert_int_equal(apply(&k, VAL_WAL_RECORD, rec, len, &why), -1);
+    assert_int_equal(apply(&k, VAL_WAL_RECORD, heap, len, &why), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -241,6 +320,7 @@ int main(void)
         cmocka_unit_test(test_vm_clear),
         cmocka_unit_test(test_mxact_offset),
         cmocka_unit_test(test_mxact_members),
+        cmocka_unit_test(test_vm_truncate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
