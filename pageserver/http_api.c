@@ -21,7 +21,7 @@
 
 typedef struct tl_series {
     strata_id tenant, timeline;
-    metrics_gauge *last_record, *disk_consistent, *lag;
+    metrics_gauge *last_record, *disk_consistent, *lag, *gc_horizon;
 } tl_series;
 
 struct ps_http {
@@ -76,8 +76,19 @@ static cJSON *timeline_json(timeline *tl)
     cJSON_AddStringToObject(wr, "state", state);
     add_lsn(wr, "upstream_lsn", st.upstream_lsn);
     cJSON_AddNumberToObject(wr, "lag_bytes", (double)st.ingest_lag_bytes);
+    cJSON_AddStringToObject(wr, "safekeeper", st.walreceiver_safekeeper);
+    cJSON_AddNumberToObject(wr, "connects", (double)st.walreceiver_connects);
+    cJSON_AddNumberToObject(wr, "switches", (double)st.walreceiver_switches);
     cJSON_AddNumberToObject(wr, "errors", (double)st.walreceiver_errors);
+    cJSON_AddNumberToObject(wr, "probe_errors", (double)st.walreceiver_probe_errors);
     cJSON_AddStringToObject(wr, "last_error", st.walreceiver_error);
+    cJSON_AddNumberToObject(wr, "last_error_time", (double)st.walreceiver_error_time);
+    cJSON *gc = cJSON_AddObjectToObject(o, "gc");
+    add_lsn(gc, "horizon", st.gc_horizon);
+    cJSON_AddNumberToObject(gc, "runs", (double)st.gc_runs);
+    cJSON_AddNumberToObject(gc, "removed", (double)st.gc_removed);
+    cJSON_AddNumberToObject(gc, "last_run_time", (double)st.gc_last_run_time);
+    cJSON_AddStringToObject(gc, "last_error", st.gc_last_error);
     cJSON *s = cJSON_AddObjectToObject(o, "store");
     cJSON_AddNumberToObject(s, "values_put", (double)st.store.values_put);
     cJSON_AddNumberToObject(s, "bytes_put", (double)st.store.bytes_put);
@@ -195,6 +206,13 @@ static void get_rels(ps_http *h, timeline *tl, const http_request *req, http_res
         return;
     }
     (void)h;
+    lsn_t horizon = timeline_gc_horizon(tl);
+    if (lsn < horizon) {
+        http_response_error(resp, 400,
+                            "requested LSN %s is below the GC horizon %s of this timeline",
+                            lsn_format(lsn, lb), lsn_format(horizon, lb2));
+        return;
+    }
     cJSON *o = cJSON_CreateObject();
     add_lsn(o, "lsn", lsn);
     rels_arg a = {.arr = cJSON_AddArrayToObject(o, "rels")};
@@ -394,6 +412,9 @@ static tl_series *series_for(ps_http *h, const timeline_meta *m)
         r, "pageserver_ingest_lag_bytes",
         "Safekeeper commit LSN minus last ingested record LSN (WAL not yet ingested)", 2, names,
         values);
+    s->gc_horizon = metrics_gauge_register(
+        r, "pageserver_gc_horizon_lsn",
+        "GC horizon: reads below this LSN are refused (0: no GC yet)", 2, names, values);
     return s;
 }
 
@@ -415,6 +436,7 @@ static void refresh(ps_http *h, timeline **list)
             metrics_gauge_set(s->last_record, (double)st.last_record_lsn);
             metrics_gauge_set(s->disk_consistent, (double)st.disk_consistent_lsn);
             metrics_gauge_set(s->lag, (double)st.ingest_lag_bytes);
+            metrics_gauge_set(s->gc_horizon, (double)st.gc_horizon);
         }
         if (st.ingest_lag_bytes > lag_max)
             lag_max = st.ingest_lag_bytes;

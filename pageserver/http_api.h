@@ -5,10 +5,13 @@
  *   POST   /v1/tenant/<t>/timeline/<tl>                create: {"safekeepers": ["h:p", ...],
  *                                                      "import_pgdata": "/dir"} or
  *                                                      {"initdb": true}; answers {"lsn": "X/Y"}
- *   GET    /v1/tenant/<t>/timeline/<tl>                LSNs, sizes, store counters
+ *   GET    /v1/tenant/<t>/timeline/<tl>                LSNs, store counters, WAL receiver
+ *                                                      (safekeeper streamed from, errors),
+ *                                                      gc {horizon, runs, removed, ...}
  *   DELETE /v1/tenant/<t>/timeline/<tl>                delete
  *   GET    /v1/tenant/<t>/timeline/<tl>/rels?lsn=X/Y   every relation fork existing at that LSN
- *                                                      (default: last_record_lsn) with nblocks
+ *                                                      (default: last_record_lsn) with nblocks;
+ *                                                      400 below the GC horizon
  *   GET    /metrics                                    Prometheus text
  * Errors are JSON {"error": "..."} with 400 (malformed), 404 (unknown), 409
  * (exists), 500 (failure); a malformed request changes nothing.

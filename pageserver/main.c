@@ -49,6 +49,12 @@ enum {
     OPT_PAGE_CACHE_MB,
     OPT_WORKERS,
     OPT_LOG_LEVEL,
+    OPT_WALREDO_LIB,
+    OPT_PITR_BYTES,
+    OPT_PITR_SECONDS,
+    OPT_GC_INTERVAL,
+    OPT_WR_PROBE_INTERVAL,
+    OPT_WR_SWITCH_LAG,
     OPT_CONFIG,
     OPT_COUNT
 };
@@ -67,6 +73,18 @@ static const option_def option_defs[OPT_COUNT] = {
     {"page-cache-mb", "PAGESERVER_PAGE_CACHE_MB", "256", "materialised page cache size in MB"},
     {"workers", "PAGESERVER_WORKERS", "4", "page service worker threads"},
     {"log-level", "PAGESERVER_LOG_LEVEL", "info", "debug, info, warn or error"},
+    {"walredo-lib", "PAGESERVER_WALREDO_LIB", "",
+     "path of strata_walredo.so; empty: $STRATA_WALREDO_LIB, else <exe dir>/../lib"},
+    {"pitr-window-bytes", "PAGESERVER_PITR_WINDOW_BYTES", "64MB",
+     "keep this much WAL readable behind the last record (e.g. 64MB, 1GB; 0: no byte window)"},
+    {"pitr-window-seconds", "PAGESERVER_PITR_WINDOW_SECONDS", "0",
+     "keep the last N seconds readable (0: no time window; with both, the longer one wins)"},
+    {"gc-interval", "PAGESERVER_GC_INTERVAL", "60s",
+     "run GC on every timeline this often (e.g. 60s, 500ms; 0: never)"},
+    {"walreceiver-probe-interval", "PAGESERVER_WALRECEIVER_PROBE_INTERVAL", "10s",
+     "how often a streaming WAL receiver asks the other safekeepers how far they are"},
+    {"walreceiver-switch-lag", "PAGESERVER_WALRECEIVER_SWITCH_LAG", "1GB",
+     "switch to a safekeeper that is this much further ahead (e.g. 1GB, 16MB)"},
     {"config", "PAGESERVER_CONFIG", NULL, "config file of 'key = value' lines (keys as flags)"},
 };
 
@@ -86,12 +104,12 @@ static void usage(FILE *f)
 {
     fprintf(f, "Usage: " PROGRAM " --datadir DIR [options]\n\nOptions:\n");
     for (int i = 0; i < OPT_COUNT; i++)
-        fprintf(f, "  --%-17s %s\n  %19s env %s, default: %s\n", option_defs[i].name,
+        fprintf(f, "  --%-26s %s\n  %28s env %s, default: %s\n", option_defs[i].name,
                 option_defs[i].help, "", option_defs[i].env,
                 option_defs[i].def == NULL      ? "(none)"
                 : option_defs[i].def[0] == '\0' ? "(empty)"
                                                 : option_defs[i].def);
-    fprintf(f, "  --%-17s this text\n", "help");
+    fprintf(f, "  --%-26s this text\n", "help");
 }
 
 static int find_option(const char *key)
@@ -187,6 +205,40 @@ static long parse_int(const char *name, const char *s, long min, long max)
     return v;
 }
 
+/* "4096", "64kB", "64MB", "1GB" (powers of 1024) -> bytes in [0, 2^50];
+ * exits on bad input. */
+static uint64_t parse_bytes(const char *name, const char *s)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    unsigned shift = 0;
+    if (errno != 0 || end == s || s[0] == '-')
+        goto bad;
+    if (strcmp(end, "kB") == 0 || strcmp(end, "KB") == 0)
+        shift = 10;
+    else if (strcmp(end, "MB") == 0)
+        shift = 20;
+    else if (strcmp(end, "GB") == 0)
+        shift = 30;
+    else if (*end != '\0')
+        goto bad;
+    if (v > (1ULL << 50) >> shift)
+        goto bad;
+    return (uint64_t)v << shift;
+bad:
+    fprintf(stderr, PROGRAM ": invalid --%s \"%s\" (want bytes, e.g. 4096, 64kB, 64MB, 1GB)\n",
+            name, s);
+    exit(2);
+}
+
+/* "0" -> 0, else as parse_duration_ms. */
+static uint32_t parse_duration_ms(const char *name, const char *s);
+static uint32_t parse_duration_or_zero_ms(const char *name, const char *s)
+{
+    return strcmp(s, "0") == 0 ? 0 : parse_duration_ms(name, s);
+}
+
 /* "60", "60s", "500ms" -> milliseconds; exits on bad input. */
 static uint32_t parse_duration_ms(const char *name, const char *s)
 {
@@ -238,6 +290,12 @@ int main(int argc, char **argv)
         {"page-cache-mb", required_argument, NULL, OPT_PAGE_CACHE_MB},
         {"workers", required_argument, NULL, OPT_WORKERS},
         {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+        {"walredo-lib", required_argument, NULL, OPT_WALREDO_LIB},
+        {"pitr-window-bytes", required_argument, NULL, OPT_PITR_BYTES},
+        {"pitr-window-seconds", required_argument, NULL, OPT_PITR_SECONDS},
+        {"gc-interval", required_argument, NULL, OPT_GC_INTERVAL},
+        {"walreceiver-probe-interval", required_argument, NULL, OPT_WR_PROBE_INTERVAL},
+        {"walreceiver-switch-lag", required_argument, NULL, OPT_WR_SWITCH_LAG},
         {"config", required_argument, NULL, OPT_CONFIG},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -300,6 +358,23 @@ int main(int argc, char **argv)
     int workers = (int)parse_int("workers", values[OPT_WORKERS], 1, 256);
     uint32_t wait_ms = parse_duration_ms("wait-lsn-timeout", values[OPT_WAIT_LSN_TIMEOUT]);
     const char *bindir = values[OPT_PG_BINDIR];
+    const char *walredo_lib = values[OPT_WALREDO_LIB];
+    uint64_t pitr_bytes = parse_bytes("pitr-window-bytes", values[OPT_PITR_BYTES]);
+    uint32_t pitr_seconds =
+        (uint32_t)parse_int("pitr-window-seconds", values[OPT_PITR_SECONDS], 0, 10L * 366 * 86400);
+    uint32_t gc_ms = parse_duration_or_zero_ms("gc-interval", values[OPT_GC_INTERVAL]);
+    uint32_t probe_ms =
+        parse_duration_ms("walreceiver-probe-interval", values[OPT_WR_PROBE_INTERVAL]);
+    uint64_t switch_lag = parse_bytes("walreceiver-switch-lag", values[OPT_WR_SWITCH_LAG]);
+    if (walredo_lib[0] != '\0' && walredo_lib[0] != '/') {
+        fprintf(stderr, PROGRAM ": --walredo-lib must be an absolute path (got \"%s\")\n",
+                walredo_lib);
+        return 2;
+    }
+    if (switch_lag == 0) {
+        fprintf(stderr, PROGRAM ": --walreceiver-switch-lag must be positive\n");
+        return 2;
+    }
 
     const char *datadir = values[OPT_DATADIR];
     if (mkdir(datadir, 0755) != 0 && errno != EEXIST)
@@ -326,6 +401,7 @@ int main(int argc, char **argv)
         ro.pg_bindir = bindir;
         ro.work_dir = redo_dir;
         ro.helpers = helpers;
+        ro.walredo_lib = walredo_lib;
         if (redo_pool_create(&ro, &d.redo, err, sizeof err) != 0)
             log_fatal("cannot set up the redo pool: %s", err);
     } else {
@@ -336,6 +412,11 @@ int main(int argc, char **argv)
     to.svc.redo = d.redo;
     to.svc.cache = d.cache;
     store_options_default(&to.svc.store);
+    to.svc.gc.pitr_window_bytes = pitr_bytes;
+    to.svc.gc.pitr_window_seconds = pitr_seconds;
+    to.svc.wr_probe_interval_ms = probe_ms;
+    to.svc.wr_switch_lag_bytes = switch_lag;
+    to.gc_interval_ms = gc_ms;
     if (tenants_open(&to, &d.tenants, err, sizeof err) != 0)
         log_fatal("cannot load timelines: %s", err);
 
@@ -364,9 +445,10 @@ int main(int argc, char **argv)
     uv_signal_start(&d.sigint, on_signal, SIGINT);
 
     log_info("ready pg_port=%d http_port=%d datadir=%s pg_bindir=%s redo_helpers=%d "
-             "page_cache_mb=%ld wait_lsn_timeout_ms=%u",
+             "page_cache_mb=%ld wait_lsn_timeout_ms=%u pitr_window_bytes=%llu "
+             "pitr_window_seconds=%u gc_interval_ms=%u",
              page_service_port(d.ps), ps_http_port(d.http), datadir, bindir[0] ? bindir : "(none)",
-             helpers, cache_mb, wait_ms);
+             helpers, cache_mb, wait_ms, (unsigned long long)pitr_bytes, pitr_seconds, gc_ms);
     uv_run(d.loop, UV_RUN_DEFAULT);
     uv_loop_close(d.loop);
     /* Every timeline: stop its WAL receiver, flush its store, close. */

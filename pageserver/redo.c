@@ -15,8 +15,9 @@
  * the patched initdb and holding the strata_walredo_main() SQL function;
  * single-user mode locks its data directory, so helpers cannot share one).
  * The library is found through dynamic_library_path: the directory of
- * $STRATA_WALREDO_LIB (a path to strata_walredo.so) if set, else
- * <directory of this executable>/../lib, where the build puts it.  When we
+ * options.walredo_lib (a path to a file named strata_walredo.so) if given,
+ * else of $STRATA_WALREDO_LIB if set, else <directory of this
+ * executable>/../lib, where the build puts it.  When we
  * run as root the helper drops to run_as_user (setgid, setgroups, setuid)
  * before exec; it gets PR_SET_PDEATHSIG so it dies with us, no core dumps,
  * and its stderr goes to work_dir/walredo/helper-<i>.log, whose tail names
@@ -94,7 +95,8 @@ typedef struct helper {
 
 struct redo_pool {
     char *pg_bindir;
-    char *dir; /* work_dir/walredo */
+    char *walredo_lib; /* options.walredo_lib, NULL: the default rule */
+    char *dir;         /* work_dir/walredo */
     char *template_dir;
     char lib_dir[PATH_MAX + 64];
     bool lib_known;
@@ -289,7 +291,9 @@ static int find_library(redo_pool *p, char *err, size_t errlen)
     if (p->lib_known)
         return 0;
     char so[PATH_MAX + 128];
-    const char *env = getenv("STRATA_WALREDO_LIB");
+    const char *env = p->walredo_lib;
+    if (env == NULL)
+        env = getenv("STRATA_WALREDO_LIB");
     if (env != NULL && env[0] != '\0') {
         snprintf(p->lib_dir, sizeof p->lib_dir, "%s", env);
         char *slash = strrchr(p->lib_dir, '/');
@@ -313,7 +317,9 @@ static int find_library(redo_pool *p, char *err, size_t errlen)
     }
     snprintf(so, sizeof so, "%s/strata_walredo.so", p->lib_dir);
     if (access(so, R_OK) != 0) {
-        set_err(err, errlen, "cannot find the redo helper library %s (%s); set STRATA_WALREDO_LIB",
+        set_err(err, errlen,
+                "cannot find the redo helper library %s (%s); give its path as walredo_lib "
+                "(pageserver --walredo-lib) or set STRATA_WALREDO_LIB",
                 so, strerror(errno));
         return -1;
     }
@@ -962,6 +968,22 @@ int redo_pool_create(const redo_pool_options *o, redo_pool **out, char *err, siz
         p->gid = pw.pw_gid;
     }
     p->pg_bindir = strdup(o->pg_bindir);
+    if (o->walredo_lib != NULL && o->walredo_lib[0] != '\0') {
+        const char *base = strrchr(o->walredo_lib, '/');
+        base = base == NULL ? o->walredo_lib : base + 1;
+        if (strcmp(base, "strata_walredo.so") != 0 || strlen(o->walredo_lib) >= PATH_MAX) {
+            set_err(err, errlen,
+                    "redo pool: walredo_lib \"%s\" must be a path to a file named "
+                    "strata_walredo.so",
+                    o->walredo_lib);
+            goto fail;
+        }
+        p->walredo_lib = strdup(o->walredo_lib);
+        if (p->walredo_lib == NULL) {
+            set_err(err, errlen, "out of memory");
+            goto fail;
+        }
+    }
     size_t dlen = strlen(o->work_dir) + 16;
     p->dir = malloc(dlen);
     if (p->pg_bindir == NULL || p->dir == NULL) {
@@ -1010,6 +1032,7 @@ int redo_pool_create(const redo_pool_options *o, redo_pool **out, char *err, siz
     return 0;
 fail:
     free(p->pg_bindir);
+    free(p->walredo_lib);
     free(p->dir);
     free(p->template_dir);
     free(p);
@@ -1044,6 +1067,7 @@ void redo_pool_destroy(redo_pool *p)
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
     free(p->pg_bindir);
+    free(p->walredo_lib);
     free(p->dir);
     free(p->template_dir);
     free(p);

@@ -31,6 +31,10 @@ typedef struct redo_pool redo_pool;
 typedef struct redo_pool_options {
     const char *pg_bindir;   /* the patched build's bin/ (postgres) */
     const char *work_dir;    /* where helpers keep their tiny data directory */
+    /* Path of strata_walredo.so (the file must have that name; copied).
+     * NULL or "": $STRATA_WALREDO_LIB if set, else <exe dir>/../lib/strata_walredo.so.
+     * Checked when the first helper starts (a missing file fails that request). */
+    const char *walredo_lib;
     const char *run_as_user; /* drop privileges to this user when root (default "postgres") */
     int helpers;             /* pool size (default 2) */
     uint32_t timeout_ms;     /* per request (default 10000) */

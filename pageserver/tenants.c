@@ -1,7 +1,13 @@
 /*
  * tenants.c: the table of timelines and their directories.  See tenants.h.
  *
- * Not for: page reads or ingest (timeline.c).
+ * The GC thread: every GC_TICK_MS (or gc_interval when shorter) it takes
+ * references to the timelines, samples each one's LSN, and when the interval
+ * has passed runs timeline_gc() on each in turn, checking for a stop between
+ * timelines.  It holds no lock while GC runs, so creation, deletion and
+ * reads go on; a timeline deleted meanwhile is skipped (timeline_gc checks).
+ *
+ * Not for: page reads, ingest or the GC policy itself (timeline.c).
  */
 #include "pageserver/tenants.h"
 
@@ -27,6 +33,7 @@
 #include "common/durable.h"
 #include "common/log.h"
 
+#define GC_TICK_MS 1000
 #define CREATING_SUFFIX ".creating"
 #define DELETING_SUFFIX ".deleting"
 
@@ -47,7 +54,104 @@ struct tenants {
     int n;
     entry entries[TENANTS_MAX_TIMELINES];
     atomic_uint_fast64_t next_owner;
+
+    /* GC thread. */
+    uint32_t gc_interval_ms;
+    pthread_t gc_thread;
+    bool gc_started;
+    pthread_mutex_t gc_mu;
+    pthread_cond_t gc_cv; /* CLOCK_MONOTONIC */
+    bool gc_quit;
 };
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static bool gc_should_quit(tenants *t)
+{
+    pthread_mutex_lock(&t->gc_mu);
+    bool q = t->gc_quit;
+    pthread_mutex_unlock(&t->gc_mu);
+    return q;
+}
+
+static void *gc_main(void *arg)
+{
+    tenants *t = arg;
+    timeline **list = calloc(TENANTS_MAX_TIMELINES, sizeof *list);
+    if (list == NULL) {
+        log_error("GC thread: out of memory; no GC will run");
+        return NULL;
+    }
+    uint32_t tick = t->gc_interval_ms < GC_TICK_MS ? t->gc_interval_ms : GC_TICK_MS;
+    int64_t next_gc = mono_ms() + t->gc_interval_ms;
+    pthread_mutex_lock(&t->gc_mu);
+    while (!t->gc_quit) {
+        pthread_mutex_unlock(&t->gc_mu);
+        int n = tenants_list(t, list, TENANTS_MAX_TIMELINES);
+        int64_t now = mono_ms();
+        for (int i = 0; i < n; i++)
+            timeline_sample_lsn(list[i], now);
+        if (now >= next_gc) {
+            for (int i = 0; i < n && !gc_should_quit(t); i++) {
+                char err[512];
+                /* Failures are logged and counted by timeline_gc; the next
+                 * pass tries again. */
+                (void)timeline_gc(list[i], mono_ms(), err, sizeof err);
+            }
+            next_gc = mono_ms() + t->gc_interval_ms;
+        }
+        for (int i = 0; i < n; i++)
+            timeline_unref(list[i]);
+        pthread_mutex_lock(&t->gc_mu);
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += (long)tick * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        while (!t->gc_quit && pthread_cond_timedwait(&t->gc_cv, &t->gc_mu, &ts) != ETIMEDOUT)
+            ;
+    }
+    pthread_mutex_unlock(&t->gc_mu);
+    free(list);
+    return NULL;
+}
+
+static int gc_start(tenants *t, char *err, size_t errlen)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&t->gc_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&t->gc_mu, NULL);
+    if (t->gc_interval_ms == 0)
+        return 0;
+    int rc = pthread_create(&t->gc_thread, NULL, gc_main, t);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot start the GC thread: %s", strerror(rc));
+        return -1;
+    }
+    t->gc_started = true;
+    return 0;
+}
+
+static void gc_stop(tenants *t)
+{
+    pthread_mutex_lock(&t->gc_mu);
+    t->gc_quit = true;
+    pthread_cond_broadcast(&t->gc_cv);
+    pthread_mutex_unlock(&t->gc_mu);
+    if (t->gc_started)
+        pthread_join(t->gc_thread, NULL);
+    t->gc_started = false;
+    pthread_mutex_destroy(&t->gc_mu);
+    pthread_cond_destroy(&t->gc_cv);
+}
 
 static int fail(int *status, int code, char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
@@ -241,6 +345,11 @@ int tenants_open(const tenants_options *o, tenants **out, char *err, size_t errl
         load_tenant(t, path, &tenant);
     }
     closedir(d);
+    t->gc_interval_ms = o->gc_interval_ms;
+    if (gc_start(t, err, errlen) != 0) {
+        tenants_close(t);
+        return -1;
+    }
     *out = t;
     return 0;
 }
@@ -249,6 +358,7 @@ void tenants_close(tenants *t)
 {
     if (t == NULL)
         return;
+    gc_stop(t);
     for (int i = 0; i < t->n; i++) {
         if (t->entries[i].tl != NULL)
             timeline_unref(t->entries[i].tl);

@@ -15,7 +15,8 @@
  * removed at load.
  * Not for: what a timeline does (timeline.h) or the network.
  *
- * Threads: every function may be called from any thread.  One mutex guards
+ * Threads: every function may be called from any thread.  The set runs one
+ * background GC thread (see tenants_options.gc_interval_ms).  One mutex guards
  * the table; it is held only to look up, insert or remove an entry (never
  * across an import or a page read).  Creation and deletion of the same
  * timeline are serialised by a per-entry "busy" mark.
@@ -42,6 +43,10 @@ typedef struct tenants_options {
     const char *run_as_user;   /* initdb runs as this user when we are root ["postgres"] */
     uint32_t initdb_timeout_s; /* [120] */
     timeline_services svc;     /* shared by every timeline (pointers must outlive the set) */
+    /* Retention: a GC thread samples every timeline's last_record_lsn each
+     * second (for the time window) and every gc_interval_ms runs
+     * timeline_gc() on each timeline in turn.  0: no GC thread at all. */
+    uint32_t gc_interval_ms;
 } tenants_options;
 
 /* Loads every timeline under datadir/tenants (starting their WAL
@@ -49,8 +54,9 @@ typedef struct tenants_options {
  * on disk).  0 or -1 with err (datadir/tenants cannot be created or read). */
 int tenants_open(const tenants_options *o, tenants **out, char *err, size_t errlen);
 
-/* Drops every timeline (the last reference of each flushes and closes it)
- * and frees the set.  No other call may race this. */
+/* Stops the GC thread (waiting for the pass on the current timeline to
+ * end), drops every timeline (the last reference of each flushes and
+ * closes it) and frees the set.  No other call may race this. */
 void tenants_close(tenants *t);
 
 /* The timeline with a new reference (timeline_unref when done), or NULL. */

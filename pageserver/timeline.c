@@ -2,8 +2,16 @@
  * timeline.c: one timeline -- store, ingest, WAL receiver, and the page
  * read path (page cache -> store versions -> redo).  See timeline.h.
  *
+ * Retention: timeline_gc() raises the GC horizon (persisted in
+ * TIMELINE_GC_FILE before any value below it is removed, so a restart never
+ * serves a read GC made wrong) and runs store_gc() at it.  Readers check
+ * the horizon before and after reading: GC publishes the new horizon before
+ * deleting, so a read that overlapped a deletion sees the new horizon on
+ * its second check and fails instead of returning a page built from a
+ * partial chain.
+ *
  * Not for: where timelines live or how they are created and deleted as
- * directories (tenants.c), or the network.
+ * directories (tenants.c), scheduling GC (tenants.c), or the network.
  */
 #include "pageserver/timeline.h"
 
@@ -17,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include <cjson/cJSON.h>
 
@@ -41,7 +50,22 @@ struct timeline {
     ingest_state *ing;
     pthread_mutex_t wr_mu; /* guards wr against stop racing status */
     walreceiver *wr;
+
+    /* Retention. */
+    _Atomic lsn_t gc_horizon;
+    pthread_mutex_t gc_mu; /* guards the samples and the gc_* figures below */
+    struct {
+        int64_t ms;
+        lsn_t lsn;
+    } samples[TIMELINE_LSN_SAMPLES];
+    int nsamples, sample_head; /* ring: next write at sample_head */
+    uint64_t gc_runs, gc_removed;
+    int64_t gc_last_run_time;
+    char gc_last_error[256];
 };
+
+#define GC_SQLSTATE "55000"
+#define GC_FILE_MAX 64
 
 /* ---- process-wide read metrics ---- */
 
@@ -53,6 +77,7 @@ static struct {
     metrics_histogram *chain;
     metrics_gauge *chain_max;
     atomic_uint_fast64_t max_chain;
+    metrics_counter *gc_runs, *gc_removed, *gc_failures, *gc_refused;
 } rm = {.once = PTHREAD_ONCE_INIT};
 
 static void read_metrics_init(void)
@@ -83,6 +108,16 @@ static void read_metrics_init(void)
     rm.chain_max =
         metrics_gauge_register(r, "pageserver_chain_length_max",
                                "Longest version chain replayed since start", 0, NULL, NULL);
+    rm.gc_runs = metrics_counter_register(r, "pageserver_gc_runs_total",
+                                          "GC passes that moved a timeline's horizon", 0, NULL,
+                                          NULL);
+    rm.gc_removed = metrics_counter_register(r, "pageserver_gc_values_removed_total",
+                                             "Values removed by GC (all timelines)", 0, NULL, NULL);
+    rm.gc_failures = metrics_counter_register(r, "pageserver_gc_failures_total",
+                                              "GC passes that failed", 0, NULL, NULL);
+    rm.gc_refused = metrics_counter_register(
+        r, "pageserver_gc_horizon_refusals_total",
+        "Reads refused because their LSN is below the timeline's GC horizon", 0, NULL, NULL);
 }
 
 static void read_metrics(void)
@@ -98,6 +133,14 @@ static void observe_chain(int n)
         ;
     if ((uint64_t)n > cur)
         metrics_gauge_set(rm.chain_max, n);
+}
+
+void timeline_get_gc_stats(timeline_gc_stats *out)
+{
+    read_metrics();
+    out->runs = metrics_counter_value(rm.gc_runs);
+    out->removed = metrics_counter_value(rm.gc_removed);
+    out->failures = metrics_counter_value(rm.gc_failures);
 }
 
 void timeline_get_read_stats(timeline_read_stats *out)
@@ -226,6 +269,48 @@ int timeline_build_from_pgdata(const char *dir, timeline_meta *meta, const char 
     return 0;
 }
 
+/* The persisted GC horizon: 0 (LSN_INVALID in *out when there is none), or
+ * -1 with err when the file exists but cannot be read or parsed. */
+static int gc_file_read(const char *dir, lsn_t *out, char *err, size_t errlen)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, TIMELINE_GC_FILE);
+    *out = LSN_INVALID;
+    void *buf = NULL;
+    size_t len = 0;
+    int rc = durable_read_file(path, GC_FILE_MAX, &buf, &len);
+    if (rc == -ENOENT)
+        return 0;
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot read %s: %s", path, strerror(-rc));
+        return -1;
+    }
+    char text[GC_FILE_MAX + 1];
+    memcpy(text, buf, len);
+    text[len] = '\0';
+    free(buf);
+    if (len > 0 && text[len - 1] == '\n')
+        text[len - 1] = '\0';
+    if (!lsn_parse(text, out)) {
+        snprintf(err, errlen, "%s does not hold an LSN", path);
+        return -1;
+    }
+    return 0;
+}
+
+static int gc_file_write(const char *dir, lsn_t horizon, char *err, size_t errlen)
+{
+    char path[PATH_MAX], text[LSN_FMT_LEN + 2], lb[LSN_FMT_LEN];
+    snprintf(path, sizeof path, "%s/%s", dir, TIMELINE_GC_FILE);
+    int n = snprintf(text, sizeof text, "%s\n", lsn_format(horizon, lb));
+    int rc = durable_write_file(path, text, (size_t)n, 0600);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(-rc));
+        return -1;
+    }
+    return 0;
+}
+
 static int start_walreceiver(timeline *tl, char *err, size_t errlen)
 {
     if (tl->meta.n_safekeepers == 0)
@@ -237,6 +322,12 @@ static int start_walreceiver(timeline *tl, char *err, size_t errlen)
     o.tenant = tl->meta.tenant;
     o.timeline = tl->meta.timeline;
     o.start_lsn = tl->meta.start_lsn;
+    if (tl->svc.wr_probe_interval_ms != 0)
+        o.probe_interval_ms = tl->svc.wr_probe_interval_ms;
+    if (tl->svc.wr_switch_lag_bytes != 0)
+        o.switch_lag_bytes = tl->svc.wr_switch_lag_bytes;
+    if (tl->svc.wr_status_interval_ms != 0)
+        o.status_interval_ms = tl->svc.wr_status_interval_ms;
     walreceiver *wr = NULL;
     if (walreceiver_start(&o, tl->st, tl->ing, &wr, err, errlen) != 0)
         return -1;
@@ -267,7 +358,9 @@ int timeline_open(const char *dir, const timeline_services *svc, uint64_t owner,
     }
     atomic_init(&tl->refs, 1);
     atomic_init(&tl->deleted, false);
+    atomic_init(&tl->gc_horizon, LSN_INVALID);
     pthread_mutex_init(&tl->wr_mu, NULL);
+    pthread_mutex_init(&tl->gc_mu, NULL);
     snprintf(tl->dir, sizeof tl->dir, "%s", dir);
     tl->svc = *svc;
     if (tl->svc.max_chain <= 0)
@@ -275,9 +368,12 @@ int timeline_open(const char *dir, const timeline_services *svc, uint64_t owner,
     tl->owner = owner;
     char sdir[PATH_MAX];
     store_dir(dir, sdir, sizeof sdir);
+    lsn_t horizon = LSN_INVALID;
     if (timeline_meta_read(dir, &tl->meta, err, errlen) != 0 ||
+        gc_file_read(dir, &horizon, err, errlen) != 0 ||
         store_open(sdir, &svc->store, &tl->st, err, errlen) != 0)
         goto fail;
+    atomic_store(&tl->gc_horizon, horizon);
     tl->ing = ingest_create(tl->st, svc->redo);
     if (tl->ing == NULL) {
         snprintf(err, errlen, "out of memory creating the ingest state");
@@ -293,6 +389,7 @@ fail:
     if (tl->st != NULL)
         store_close(tl->st);
     pthread_mutex_destroy(&tl->wr_mu);
+    pthread_mutex_destroy(&tl->gc_mu);
     free(tl);
     return -1;
 }
@@ -335,6 +432,7 @@ void timeline_unref(timeline *tl)
         log_info("removed deleted timeline directory %s", tl->dir);
     }
     pthread_mutex_destroy(&tl->wr_mu);
+    pthread_mutex_destroy(&tl->gc_mu);
     free(tl);
 }
 
@@ -393,11 +491,146 @@ void timeline_get_status(timeline *tl, timeline_status *out)
         out->walreceiver_connected = wi.connected;
         out->upstream_lsn = wi.upstream_lsn;
         out->walreceiver_errors = wi.errors;
+        out->walreceiver_probe_errors = wi.probe_errors;
+        out->walreceiver_switches = wi.switches;
+        out->walreceiver_connects = wi.connects;
+        out->walreceiver_error_time = wi.last_error_time;
         snprintf(out->walreceiver_error, sizeof out->walreceiver_error, "%s", wi.last_error);
+        if (wi.connected && wi.safekeeper >= 0 && wi.safekeeper < tl->meta.n_safekeepers)
+            snprintf(out->walreceiver_safekeeper, sizeof out->walreceiver_safekeeper, "%s",
+                     tl->meta.safekeepers[wi.safekeeper]);
     }
     pthread_mutex_unlock(&tl->wr_mu);
+    out->gc_horizon = atomic_load(&tl->gc_horizon);
+    pthread_mutex_lock(&tl->gc_mu);
+    out->gc_runs = tl->gc_runs;
+    out->gc_removed = tl->gc_removed;
+    out->gc_last_run_time = tl->gc_last_run_time;
+    snprintf(out->gc_last_error, sizeof out->gc_last_error, "%s", tl->gc_last_error);
+    pthread_mutex_unlock(&tl->gc_mu);
     if (out->upstream_lsn > out->last_record_lsn)
         out->ingest_lag_bytes = out->upstream_lsn - out->last_record_lsn;
+}
+
+/* ---- retention and GC ---- */
+
+lsn_t timeline_gc_horizon(const timeline *tl)
+{
+    return atomic_load(&((timeline *)tl)->gc_horizon);
+}
+
+static int64_t sample_spacing_ms(const timeline *tl)
+{
+    int64_t spacing = (int64_t)tl->svc.gc.pitr_window_seconds * 1000 / (TIMELINE_LSN_SAMPLES / 2);
+    return spacing < 1000 ? 1000 : spacing;
+}
+
+void timeline_sample_lsn(timeline *tl, int64_t now_ms)
+{
+    lsn_t lsn = store_last_record_lsn(tl->st);
+    pthread_mutex_lock(&tl->gc_mu);
+    int newest = (tl->sample_head + TIMELINE_LSN_SAMPLES - 1) % TIMELINE_LSN_SAMPLES;
+    if (tl->nsamples == 0 || now_ms - tl->samples[newest].ms >= sample_spacing_ms(tl)) {
+        tl->samples[tl->sample_head].ms = now_ms;
+        tl->samples[tl->sample_head].lsn = lsn;
+        tl->sample_head = (tl->sample_head + 1) % TIMELINE_LSN_SAMPLES;
+        if (tl->nsamples < TIMELINE_LSN_SAMPLES)
+            tl->nsamples++;
+    }
+    pthread_mutex_unlock(&tl->gc_mu);
+}
+
+/* The LSN ingested at or before now_ms - window: the newest sample at least
+ * that old; LSN_INVALID if no sample is that old yet. */
+static lsn_t time_horizon(timeline *tl, int64_t now_ms)
+{
+    int64_t cutoff = now_ms - (int64_t)tl->svc.gc.pitr_window_seconds * 1000;
+    lsn_t found = LSN_INVALID;
+    pthread_mutex_lock(&tl->gc_mu);
+    for (int i = 0; i < tl->nsamples; i++) {
+        int idx = (tl->sample_head + TIMELINE_LSN_SAMPLES - 1 - i) % TIMELINE_LSN_SAMPLES;
+        if (tl->samples[idx].ms <= cutoff) {
+            found = tl->samples[idx].lsn;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&tl->gc_mu);
+    return found;
+}
+
+lsn_t timeline_gc_target(timeline *tl, int64_t now_ms)
+{
+    const timeline_gc_policy *g = &tl->svc.gc;
+    if (g->pitr_window_bytes == 0 && g->pitr_window_seconds == 0)
+        return LSN_INVALID;
+    lsn_t last = store_last_record_lsn(tl->st);
+    lsn_t target = LSN_MAX;
+    if (g->pitr_window_bytes != 0)
+        target = last > g->pitr_window_bytes ? last - g->pitr_window_bytes : LSN_INVALID;
+    if (g->pitr_window_seconds != 0) {
+        lsn_t t = time_horizon(tl, now_ms);
+        if (t < target)
+            target = t;
+    }
+    lsn_t disk = store_disk_consistent_lsn(tl->st);
+    if (target > disk)
+        target = disk;
+    if (target <= tl->meta.start_lsn)
+        return LSN_INVALID;
+    return target;
+}
+
+long timeline_gc(timeline *tl, int64_t now_ms, char *err, size_t errlen)
+{
+    read_metrics();
+    if (timeline_is_deleted(tl))
+        return 0;
+    lsn_t target = timeline_gc_target(tl, now_ms);
+    lsn_t cur = atomic_load(&tl->gc_horizon);
+    if (target == LSN_INVALID || target <= cur)
+        return 0;
+    long removed = -1;
+    /* Durable first: after a crash the horizon still covers what GC removed. */
+    if (gc_file_write(tl->dir, target, err, errlen) == 0) {
+        atomic_store(&tl->gc_horizon, target);
+        removed = store_gc(tl->st, target, err, errlen);
+    }
+    pthread_mutex_lock(&tl->gc_mu);
+    tl->gc_last_run_time = (int64_t)time(NULL);
+    if (removed >= 0) {
+        tl->gc_runs++;
+        tl->gc_removed += (uint64_t)removed;
+        tl->gc_last_error[0] = '\0';
+    } else {
+        snprintf(tl->gc_last_error, sizeof tl->gc_last_error, "%s", err);
+    }
+    pthread_mutex_unlock(&tl->gc_mu);
+    char lb[LSN_FMT_LEN];
+    if (removed < 0) {
+        metrics_counter_inc(rm.gc_failures);
+        log_error("timeline %s: GC at %s failed: %s", tl->dir, lsn_format(target, lb), err);
+        return -1;
+    }
+    metrics_counter_inc(rm.gc_runs);
+    metrics_counter_add(rm.gc_removed, (uint64_t)removed);
+    log_info("timeline %s: GC horizon %s, %ld values removed", tl->dir, lsn_format(target, lb),
+             removed);
+    return removed;
+}
+
+/* -1 with the GC error when lsn is below the horizon, else 0. */
+static int check_horizon(timeline *tl, lsn_t lsn, char *err, size_t errlen, const char **sqlstate)
+{
+    lsn_t h = atomic_load(&tl->gc_horizon);
+    if (lsn >= h)
+        return 0;
+    char a[LSN_FMT_LEN], b[LSN_FMT_LEN];
+    snprintf(err, errlen, "requested LSN %s is below the GC horizon %s of this timeline",
+             lsn_format(lsn, a), lsn_format(h, b));
+    if (sqlstate != NULL)
+        *sqlstate = GC_SQLSTATE;
+    metrics_counter_inc(rm.gc_refused);
+    return -1;
 }
 
 /* ---- reads ---- */
@@ -448,11 +681,15 @@ int timeline_rel_size(timeline *tl, uint32_t spc, uint32_t db, uint32_t rel, uin
 {
     if (timeline_is_deleted(tl))
         return deleted_error(tl, err, errlen, sqlstate);
+    if (check_horizon(tl, lsn, err, errlen, sqlstate) != 0)
+        return -1;
     pg_key k = pg_key_rel_size(spc, db, rel, fork);
     *nblocks = 0;
     int rc = read_size(tl, &k, lsn, nblocks, err, errlen);
     if (rc < 0 && sqlstate != NULL)
         *sqlstate = "XX000";
+    if (rc >= 0 && check_horizon(tl, lsn, err, errlen, sqlstate) != 0)
+        return -1;
     return rc;
 }
 
@@ -559,6 +796,8 @@ int timeline_get_rel_page(timeline *tl, uint32_t spc, uint32_t db, uint32_t rel,
         memset(out, 0, PG_BLCKSZ);
         metrics_counter_inc(rm.zero_pages);
     }
+    if (check_horizon(tl, lsn, err, errlen, sqlstate) != 0)
+        return -1;
     observe_chain(*chain);
     return 0;
 }
@@ -591,6 +830,8 @@ int timeline_db_size(timeline *tl, uint32_t db, lsn_t lsn, int64_t *bytes, char 
 {
     if (timeline_is_deleted(tl))
         return deleted_error(tl, err, errlen, sqlstate);
+    if (check_horizon(tl, lsn, err, errlen, sqlstate) != 0)
+        return -1;
     pg_key from, to;
     rel_size_range(&from, &to);
     db_size_arg a = {.db = db};
@@ -599,6 +840,8 @@ int timeline_db_size(timeline *tl, uint32_t db, lsn_t lsn, int64_t *bytes, char 
             *sqlstate = "XX000";
         return -1;
     }
+    if (check_horizon(tl, lsn, err, errlen, sqlstate) != 0)
+        return -1;
     *bytes = (int64_t)(a.blocks * PG_BLCKSZ);
     return 0;
 }
@@ -609,6 +852,8 @@ int timeline_get_slru_segment(timeline *tl, uint8_t kind, uint32_t segno, lsn_t 
 {
     if (timeline_is_deleted(tl))
         return deleted_error(tl, err, errlen, sqlstate);
+    if (check_horizon(tl, lsn, err, errlen, sqlstate) != 0)
+        return -1;
     char lb[LSN_FMT_LEN];
     pg_key sk = {.kind = KEY_SLRU_SIZE, .fork = kind, .rel = segno};
     uint32_t n = 0;
@@ -642,6 +887,8 @@ int timeline_get_slru_segment(timeline *tl, uint8_t kind, uint32_t segno, lsn_t 
         metrics_counter_inc(rm.pages);
         observe_chain(chain);
     }
+    if (check_horizon(tl, lsn, err, errlen, sqlstate) != 0)
+        return -1;
     *nblocks = n;
     return 0;
 }
@@ -665,8 +912,14 @@ int timeline_list_rels(timeline *tl, lsn_t lsn, timeline_rel_fn fn, void *arg, c
 {
     if (timeline_is_deleted(tl))
         return deleted_error(tl, err, errlen, NULL);
+    /* fn sees the listing as it goes; a horizon that rises meanwhile makes
+     * the call fail at the end, and the caller must discard what it saw. */
+    if (check_horizon(tl, lsn, err, errlen, NULL) != 0)
+        return -1;
     pg_key from, to;
     rel_size_range(&from, &to);
     list_arg a = {fn, arg};
-    return store_scan(tl->st, &from, &to, lsn, list_one, &a, err, errlen) != 0 ? -1 : 0;
+    if (store_scan(tl->st, &from, &to, lsn, list_one, &a, err, errlen) != 0)
+        return -1;
+    return check_horizon(tl, lsn, err, errlen, NULL);
 }

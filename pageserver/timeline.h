@@ -26,7 +26,9 @@
  *
  * Errors: functions that can fail return -1 (or a negative code below) with
  * a message naming the key, LSN and cause in err, and a SQLSTATE in
- * *sqlstate when that argument is not NULL.
+ * *sqlstate when that argument is not NULL.  Every read at an LSN below the
+ * GC horizon fails (55000), also when GC raised the horizon while the read
+ * was running (the horizon is checked again after the read).
  */
 #ifndef STRATA_PAGESERVER_TIMELINE_H
 #define STRATA_PAGESERVER_TIMELINE_H
@@ -43,8 +45,26 @@
 
 #define TIMELINE_META_FILE "timeline.json"
 #define TIMELINE_STORE_DIR "store"
+#define TIMELINE_GC_FILE "gc_horizon" /* "X/Y\n", written durably before each GC */
+#define TIMELINE_LSN_SAMPLES 256      /* (time, LSN) samples kept per timeline */
 #define TIMELINE_MAX_SAFEKEEPERS 16
 #define TIMELINE_SAFEKEEPER_LEN 128
+
+/*
+ * Retention (DESIGN 8.5): the PITR window.  The GC horizon is the oldest LSN
+ * that must stay readable:
+ *   by bytes:   last_record_lsn - pitr_window_bytes
+ *   by time:    the LSN ingested pitr_window_seconds ago (from the timeline's
+ *               ring of (time, last_record_lsn) samples; the newest sample at
+ *               least that old, so the horizon errs on the side of keeping)
+ * With both windows set the lower horizon wins (keep what either asks for);
+ * with neither, there is no GC.  The horizon never exceeds
+ * disk_consistent_lsn, never goes below start_lsn, and never moves back.
+ */
+typedef struct timeline_gc_policy {
+    uint64_t pitr_window_bytes;   /* 0: no byte window */
+    uint32_t pitr_window_seconds; /* 0: no time window */
+} timeline_gc_policy;
 
 /* Services every timeline shares; owned by the daemon, outlive timelines. */
 typedef struct timeline_services {
@@ -52,6 +72,11 @@ typedef struct timeline_services {
     pagecache *cache;    /* NULL: no caching */
     int max_chain;       /* longest version chain one read may replay [10000] */
     store_options store; /* options every store opens with */
+    timeline_gc_policy gc;
+    /* WAL receiver knobs (0: walreceiver.h defaults). */
+    uint32_t wr_probe_interval_ms;
+    uint64_t wr_switch_lag_bytes;
+    uint32_t wr_status_interval_ms;
 } timeline_services;
 
 /* What timeline.json holds. */
@@ -117,10 +142,51 @@ typedef struct timeline_status {
     lsn_t upstream_lsn;        /* the safekeeper's commit LSN as last seen */
     uint64_t ingest_lag_bytes; /* upstream_lsn - last_record_lsn, 0 if none */
     uint64_t walreceiver_errors;
-    char walreceiver_error[256];
+    uint64_t walreceiver_probe_errors;
+    uint64_t walreceiver_switches;
+    uint64_t walreceiver_connects;
+    int64_t walreceiver_error_time; /* Unix seconds of the last error, 0 none */
+    char walreceiver_error[256];    /* "" once streaming works again */
+    char walreceiver_safekeeper[TIMELINE_SAFEKEEPER_LEN]; /* streaming from, "" none */
+    lsn_t gc_horizon;          /* reads below it fail; LSN_INVALID before any GC */
+    uint64_t gc_runs;          /* GC passes run on this timeline (this process) */
+    uint64_t gc_removed;       /* values they removed */
+    int64_t gc_last_run_time;  /* Unix seconds, 0 never */
+    char gc_last_error[256];   /* "" if the last pass succeeded */
     store_stats store;
 } timeline_status;
 void timeline_get_status(timeline *tl, timeline_status *out);
+
+/* ---- retention and GC (DESIGN 8.5) ---- */
+
+/* The GC horizon: reads at a lower LSN fail with "requested LSN X is below
+ * the GC horizon Y of this timeline" (SQLSTATE 55000).  Any thread. */
+lsn_t timeline_gc_horizon(const timeline *tl);
+
+/* Records a (now_ms, last_record_lsn) sample in the timeline's bounded ring
+ * (at most one per max(1 s, window / 128), so the ring spans two windows).
+ * now_ms is CLOCK_MONOTONIC milliseconds (the same clock for every call).
+ * One thread (the GC thread). */
+void timeline_sample_lsn(timeline *tl, int64_t now_ms);
+
+/* The horizon the policy asks for now (not yet applied); LSN_INVALID when
+ * the policy allows no GC yet.  Any thread. */
+lsn_t timeline_gc_target(timeline *tl, int64_t now_ms);
+
+/*
+ * One GC pass: computes the target; if it is above the current horizon,
+ * writes it durably to TIMELINE_GC_FILE, publishes it (reads below now
+ * fail), then runs store_gc() at it (small LMDB transactions: reads and
+ * ingest go on).  Returns values removed (0 when the horizon did not move),
+ * or -1 with err.  One thread at a time (the GC thread).
+ */
+long timeline_gc(timeline *tl, int64_t now_ms, char *err, size_t errlen);
+
+/* Process-wide GC counters (for tests and the HTTP API). */
+typedef struct timeline_gc_stats {
+    uint64_t runs, removed, failures;
+} timeline_gc_stats;
+void timeline_get_gc_stats(timeline_gc_stats *out);
 
 /* ---- reads (any thread; lsn is the effective read LSN) ---- */
 

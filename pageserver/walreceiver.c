@@ -39,6 +39,7 @@ struct walreceiver {
     pthread_mutex_t mu; /* guards status */
     walreceiver_status_info status;
     int last_failed; /* safekeeper index that failed last, -1 none */
+    bool probing;    /* receiver thread only: probing others while streaming */
 };
 
 void walreceiver_options_default(walreceiver_options *o)
@@ -73,10 +74,27 @@ static void set_error(walreceiver *wr, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     pthread_mutex_lock(&wr->mu);
-    wr->status.errors++;
-    snprintf(wr->status.last_error, sizeof wr->status.last_error, "%s", msg);
+    if (wr->probing) {
+        /* A safekeeper we are not streaming from did not answer a probe:
+         * not an error of the stream, which is fine. */
+        wr->status.probe_errors++;
+    } else {
+        wr->status.errors++;
+        wr->status.last_error_time = time(NULL);
+        snprintf(wr->status.last_error, sizeof wr->status.last_error, "%s", msg);
+    }
     pthread_mutex_unlock(&wr->mu);
-    log_write(LOG_LEVEL_WARN, "walreceiver: %s", msg);
+    log_write(wr->probing ? LOG_LEVEL_INFO : LOG_LEVEL_WARN, "walreceiver: %s%s",
+              wr->probing ? "probe: " : "", msg);
+}
+
+/* Streaming works again: the last error is history (its time and the
+ * error count stay). */
+static void clear_error(walreceiver *wr)
+{
+    pthread_mutex_lock(&wr->mu);
+    wr->status.last_error[0] = '\0';
+    pthread_mutex_unlock(&wr->mu);
 }
 
 /* Builds a libpq connection string for safekeeper i.  0 or -1. */
@@ -290,6 +308,7 @@ static int stream(walreceiver *wr, int i)
     wal_reader_init(&r, start, wr->o.wal_seg_size, wr->buf, wr->o.reassembly_buf);
     uint64_t next_status = 0, next_probe = now_ms() + wr->o.probe_interval_ms;
     int result = STREAM_RETRY;
+    bool healthy = false; /* a message arrived on this connection */
     while (!atomic_load(&wr->stop)) {
         char *msg = NULL;
         int n = PQgetCopyData(c, &msg, 1);
@@ -303,7 +322,9 @@ static int stream(walreceiver *wr, int i)
             if (wr->o.n_safekeepers > 1 && now >= next_probe) {
                 next_probe = now + wr->o.probe_interval_ms;
                 lsn_t other;
+                wr->probing = true;
                 int j = choose(wr, i, &other);
+                wr->probing = false;
                 lsn_t got = wal_reader_last_record_end(&r);
                 if (j >= 0 && other > got && other - got > wr->o.switch_lag_bytes) {
                     log_write(LOG_LEVEL_INFO, "walreceiver: switching from %s to %s (ahead by %" PRIu64
@@ -342,6 +363,10 @@ static int stream(walreceiver *wr, int i)
             set_error(wr, "bad message from %s: %s", wr->sk[i], why);
             PQfreemem(msg);
             break;
+        }
+        if (!healthy) {
+            healthy = true;
+            clear_error(wr);
         }
         int rc = 1;
         if (m.kind == REPLICATION_XLOGDATA) {

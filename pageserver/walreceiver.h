@@ -28,7 +28,9 @@
  * disconnects, waits with exponential backoff (reconnect_min_ms doubling to
  * reconnect_max_ms) and tries again, preferring another safekeeper.  An
  * ingest error (corrupt record or store failure) is fatal for the timeline:
- * the thread stops and walreceiver_status() reports it.
+ * the thread stops and walreceiver_status() reports it.  last_error is
+ * cleared as soon as streaming works again; a probe of another safekeeper
+ * that fails while streaming counts as a probe error, not a stream error.
  *
  * Not for: decoding records (ingest.h) or storage (store.h).
  *
@@ -101,8 +103,13 @@ typedef struct walreceiver_status_info {
     uint64_t bytes;        /* WAL bytes received */
     uint64_t connects;     /* successful START_REPLICATIONs */
     uint64_t errors;       /* connection / protocol errors (each led to a reconnect) */
+    uint64_t probe_errors; /* other safekeepers not answering a probe while streaming */
     uint64_t switches;     /* switches to a safekeeper further ahead */
-    char last_error[256];  /* the most recent error, "" if none */
+    int64_t last_error_time; /* Unix seconds of the most recent error, 0 if none */
+    /* The most recent error; cleared ("") once a message arrives on a new
+     * connection, i.e. streaming works again (errors and last_error_time
+     * keep the history). */
+    char last_error[256];
 } walreceiver_status_info;
 
 void walreceiver_status(walreceiver *wr, walreceiver_status_info *out);

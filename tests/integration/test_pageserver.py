@@ -228,12 +228,26 @@ def test_help_lists_every_flag_with_env_and_default():
                                ("wait-lsn-timeout", "PAGESERVER_WAIT_LSN_TIMEOUT", "60s"),
                                ("page-cache-mb", "PAGESERVER_PAGE_CACHE_MB", "256"),
                                ("log-level", "PAGESERVER_LOG_LEVEL", "info"),
+                               ("walredo-lib", "PAGESERVER_WALREDO_LIB", "(empty)"),
+                               ("pitr-window-bytes", "PAGESERVER_PITR_WINDOW_BYTES", "64MB"),
+                               ("pitr-window-seconds", "PAGESERVER_PITR_WINDOW_SECONDS", "0"),
+                               ("gc-interval", "PAGESERVER_GC_INTERVAL", "60s"),
+                               ("walreceiver-probe-interval",
+                                "PAGESERVER_WALRECEIVER_PROBE_INTERVAL", "10s"),
+                               ("walreceiver-switch-lag", "PAGESERVER_WALRECEIVER_SWITCH_LAG",
+                                "1GB"),
                                ("config", "PAGESERVER_CONFIG", "(none)")]:
         assert "--" + flag in out.stdout
         assert "env %s, default: %s" % (env, default) in out.stdout
     bad = subprocess.run([PS_BIN, "--datadir", "/tmp/x", "--wait-lsn-timeout", "soon"],
                          capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and "wait-lsn-timeout" in bad.stderr
+    for flag, value in [("pitr-window-bytes", "lots"), ("pitr-window-bytes", "-5"),
+                        ("gc-interval", "often"), ("walredo-lib", "relative/strata_walredo.so"),
+                        ("walreceiver-switch-lag", "0")]:
+        bad = subprocess.run([PS_BIN, "--datadir", "/tmp/x", "--" + flag, value],
+                             capture_output=True, text=True, timeout=30)
+        assert bad.returncode == 2 and flag in bad.stderr, (flag, value, bad.stderr)
 
 
 def test_config_file_env_and_lock(workdir):
