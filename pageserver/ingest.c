@@ -20,6 +20,7 @@
 
 #include <zstd.h>
 
+#include "common/log.h"
 #include "pageserver/ingest_internal.h"
 #include "pageserver/pgstructs.h"
 
@@ -30,6 +31,7 @@ void ingest_options_default(ingest_options *o)
     memset(o, 0, sizeof *o);
     o->relsize_cache_entries = 65536;
     o->max_gap_fill = 65536;
+    o->image_track_entries = 65536;
 }
 
 static size_t pow2_at_least(size_t n)
@@ -71,16 +73,25 @@ int ingest_create_with_backend(const ingest_options *o, const ingest_backend *b,
         snprintf(err, errlen, "out of memory");
         return -1;
     }
+    if (o->image_threshold > 0 &&
+        (o->image_track_entries < 16 || o->image_track_entries > (1u << 24))) {
+        free(ing->cache);
+        free(ing);
+        snprintf(err, errlen, "image_track_entries must be in [16, 16777216]");
+        return -1;
+    }
     *out = ing;
     return 0;
 }
 
 void ingest_set_options(ingest_state *ing, const ingest_options *o)
 {
-    /* The cache capacity stays what it was created with. */
+    /* The cache capacities stay what they were created with. */
     size_t entries = ing->o.relsize_cache_entries;
+    size_t track = ing->o.image_track_entries;
     ing->o = *o;
     ing->o.relsize_cache_entries = entries;
+    ing->o.image_track_entries = track;
 }
 
 void ingest_destroy(ingest_state *ing)
@@ -88,6 +99,7 @@ void ingest_destroy(ingest_state *ing)
     if (ing == NULL)
         return;
     free(ing->cache);
+    free(ing->chains);
     free(ing->owned_backend_arg);
     free(ing);
 }
@@ -104,6 +116,104 @@ static bool is_page_key(const pg_key *k)
     return k->kind == KEY_REL_BLOCK || k->kind == KEY_SLRU_BLOCK;
 }
 
+/* ---- image safety net ------------------------------------------------- */
+
+static uint64_t page_hash(const pg_key *k)
+{
+    uint64_t h = 1469598103934665603ull;
+    uint32_t parts[6] = {k->kind, k->spc, k->db, k->rel, k->fork, k->blk};
+    for (int i = 0; i < 6; i++) {
+        h ^= parts[i];
+        h *= 1099511628211ull;
+        h ^= h >> 29;
+    }
+    return h;
+}
+
+/* The counter of page k, inserted at 0 if absent; NULL only if the table
+ * cannot be allocated (the safety net then does nothing). */
+static chain_entry *chain_find(ingest_state *ing, const pg_key *k)
+{
+    if (ing->chains == NULL) {
+        ing->chains_cap = pow2_at_least(ing->o.image_track_entries * 2);
+        ing->chains = calloc(ing->chains_cap, sizeof *ing->chains);
+        if (ing->chains == NULL)
+            return NULL;
+    }
+    size_t mask = ing->chains_cap - 1;
+    size_t i = (size_t)page_hash(k) & mask;
+    for (;;) {
+        chain_entry *e = &ing->chains[i];
+        if (!e->used) {
+            if (ing->chains_count >= ing->o.image_track_entries) {
+                /* Full: start counting afresh (chains may then grow past the
+                 * threshold, never without bound while pages stay hot). */
+                memset(ing->chains, 0, ing->chains_cap * sizeof *ing->chains);
+                ing->chains_count = 0;
+                return chain_find(ing, k);
+            }
+            e->used = true;
+            e->k = *k;
+            e->deltas = 0;
+            ing->chains_count++;
+            return e;
+        }
+        if (pg_key_compare(&e->k, k) == 0)
+            return e;
+        i = (i + 1) & mask;
+    }
+}
+
+static void chain_note(ingest_state *ing, const pg_key *k, bool complete)
+{
+    chain_entry *e = chain_find(ing, k);
+    if (e == NULL)
+        return;
+    if (complete) {
+        e->deltas = 0;
+        return;
+    }
+    if (e->deltas < UINT32_MAX)
+        e->deltas++;
+    if (e->deltas < ing->o.image_threshold)
+        return;
+    for (int i = 0; i < ing->npending; i++)
+        if (pg_key_compare(&ing->pending[i], k) == 0)
+            return;
+    /* A full list leaves the count past the threshold: the page's next
+     * delta tries again. */
+    if (ing->npending < INGEST_MAX_PENDING_IMAGES)
+        ing->pending[ing->npending++] = *k;
+}
+
+/* Rebuilds the pages whose chains reached the threshold in the record that
+ * ends at end, and stores each as an image at end.  A page that cannot be
+ * rebuilt is logged and counted, not fatal: its reads fail the same way. */
+static int make_pending_images(ingest_state *ing, lsn_t end, char *err, size_t errlen)
+{
+    int n = ing->npending;
+    ing->npending = 0;
+    for (int i = 0; i < n; i++) {
+        const pg_key *k = &ing->pending[i];
+        uint8_t page[PG_BLCKSZ];
+        char gerr[256];
+        if (ing->b.get_page(ing->b.arg, k, end, page, gerr, sizeof gerr) != 0) {
+            char kb[96], lb[LSN_FMT_LEN];
+            log_warn("ingest: cannot rebuild %s at %s for an image: %s",
+                     pg_key_format(k, kb, sizeof kb), lsn_format(end, lb), gerr);
+            ing->stats.image_failures++;
+            chain_entry *e = chain_find(ing, k);
+            if (e != NULL)
+                e->deltas = 0; /* try again only after another threshold */
+            continue;
+        }
+        if (ingest_put(ing, k, end, VAL_IMAGE, 0, page, PG_BLCKSZ, err, errlen) != 0)
+            return -1;
+        ing->stats.images_generated++;
+    }
+    return 0;
+}
+
 int ingest_put(ingest_state *ing, const pg_key *k, lsn_t lsn, uint8_t kind, uint8_t flags,
                const uint8_t *payload, uint32_t len, char *err, size_t errlen)
 {
@@ -111,8 +221,13 @@ int ingest_put(ingest_state *ing, const pg_key *k, lsn_t lsn, uint8_t kind, uint
     if (ing->b.put(ing->b.arg, k, lsn, &v, err, errlen) != 0)
         return -1;
     ing->stats.values_put++;
-    if (ing->o.page_hook != NULL && is_page_key(k))
-        ing->o.page_hook(ing->o.page_hook_arg, k, lsn, value_is_complete(&v));
+    if (is_page_key(k)) {
+        bool complete = value_is_complete(&v);
+        if (ing->o.page_hook != NULL)
+            ing->o.page_hook(ing->o.page_hook_arg, k, lsn, complete);
+        if (ing->o.image_threshold > 0)
+            chain_note(ing, k, complete);
+    }
     return 0;
 }
 
@@ -565,6 +680,7 @@ int ingest_record(ingest_state *ing, lsn_t start, lsn_t end, const wal_record *r
     }
     if (ingest_checkpoint_load(ing, err, errlen) != 0)
         return -1;
+    ing->npending = 0; /* a failed record's list is stale */
     if (ingest_blocks(ing, end, rec, err, errlen) != 0)
         return -1;
     int rc = 0;
@@ -598,6 +714,8 @@ int ingest_record(ingest_state *ing, lsn_t start, lsn_t end, const wal_record *r
         break;
     }
     if (rc != 0)
+        return -1;
+    if (ing->npending > 0 && make_pending_images(ing, end, err, errlen) != 0)
         return -1;
     ingest_note_xid(ing, rec->hdr.xid);
     if (ing->cp_dirty && ingest_checkpoint_store(ing, end, err, errlen) != 0)

@@ -91,7 +91,20 @@ typedef struct ingest_options {
     uint32_t max_gap_fill;        /* most VAL_ZERO_PAGE puts for one extension (default 65536) */
     ingest_page_hook page_hook;   /* optional */
     void *page_hook_arg;
+    /* Image safety net (0 = off; ingest_create sets INGEST_IMAGE_THRESHOLD
+     * when it has a redo pool): a page that gathers this many deltas since
+     * its last complete value is rebuilt through backend get_page at the end
+     * of the record that reached the count, and stored as VAL_IMAGE at that
+     * record's LSN (replacing that record's delta, same content).  Keeps
+     * every chain a read replays under the count, so a hot page (an index
+     * metapage, a CLOG page) never outgrows the read side's chain limit.
+     * Runs on the writer thread; background image generation (DESIGN 8.4)
+     * with a lower threshold would make it rare. */
+    uint32_t image_threshold;
+    size_t image_track_entries;   /* pages counted at once (default 65536) */
 } ingest_options;
+
+#define INGEST_IMAGE_THRESHOLD 1000
 
 void ingest_options_default(ingest_options *o);
 
@@ -132,6 +145,8 @@ typedef struct ingest_stats {
     uint64_t checkpoint_updates;
     uint64_t relsize_cache_hits;
     uint64_t relsize_cache_misses;
+    uint64_t images_generated;  /* images stored by the safety net */
+    uint64_t image_failures;    /* pages it could not rebuild (logged) */
     lsn_t last_end;           /* end of the last record ingested */
 } ingest_stats;
 

@@ -22,6 +22,14 @@ typedef struct size_entry {
     uint32_t nblocks;
 } size_entry;
 
+typedef struct chain_entry {
+    bool used;
+    pg_key k;
+    uint32_t deltas; /* since the page's last complete value */
+} chain_entry;
+
+#define INGEST_MAX_PENDING_IMAGES 64
+
 struct ingest_state {
     ingest_backend b;
     ingest_options o;
@@ -34,6 +42,11 @@ struct ingest_state {
     bool cp_valid;           /* cp holds a checkpoint */
     bool cp_dirty;           /* changed by the record being ingested */
     ingest_stats stats;
+    chain_entry *chains;     /* delta counts per page (image_threshold > 0) */
+    size_t chains_cap;       /* power of two, >= 2 * image_track_entries */
+    size_t chains_count;
+    pg_key pending[INGEST_MAX_PENDING_IMAGES]; /* pages to rebuild after this record */
+    int npending;
 };
 
 static inline uint32_t ingest_get_be32(const uint8_t *p)

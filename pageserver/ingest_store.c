@@ -77,9 +77,13 @@ ingest_state *ingest_create(store *st, redo_pool *redo)
         .arg = sb, .put = sb_put, .get_latest = sb_get_latest, .scan = sb_scan,
         .get_page = sb_get_page,
     };
+    ingest_options o;
+    ingest_options_default(&o);
+    if (redo != NULL)
+        o.image_threshold = INGEST_IMAGE_THRESHOLD;
     ingest_state *ing = NULL;
     char err[128];
-    if (ingest_create_with_backend(NULL, &b, &ing, err, sizeof err) != 0) {
+    if (ingest_create_with_backend(&o, &b, &ing, err, sizeof err) != 0) {
         free(sb);
         return NULL;
     }

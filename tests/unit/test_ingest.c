@@ -141,6 +141,11 @@ static int mem_get_page(void *arg, const pg_key *k, lsn_t lsn, uint8_t out[PG_BL
         memset(out, 0, PG_BLCKSZ);
         return 0;
     }
+    const mem_store *m = arg;
+    if (m->page_fill != 0) {
+        memset(out, m->page_fill, PG_BLCKSZ);
+        return 0;
+    }
     snprintf(err, errlen, "no redo in this test");
     return -1;
 }
@@ -978,6 +983,72 @@ static void test_page_hook(void **state)
     mem_free(&m);
 }
 
+/* The image safety net: the 4th delta since a page's last complete value
+ * makes ingest rebuild the page and store it as an image at that record's
+ * LSN (replacing the delta); counting starts again from there, a failed
+ * rebuild is counted and not fatal, and other pages keep their own counts. */
+static void test_image_threshold(void **state)
+{
+    (void)state;
+    mem_store m = {0};
+    m.page_fill = 0xAB;
+    ingest_options o;
+    ingest_options_default(&o);
+    o.image_threshold = 4;
+    ingest_state *ing = new_ingest(&m, &o);
+    rec_builder *b = calloc(1, sizeof *b);
+    wal_record *r = mk(b, PG_RM_HEAP, PG_XLOG_HEAP_INSERT, 700, PG_HEAP_INSERT_SIZE);
+    memset(b->main, 0, 3);
+    add_block(r, 0, 610, FORK_MAIN, 0, true);
+    ingest_ok(ing, 0x100, r); /* will-init: complete, count 0 */
+    r->blocks[0].will_init = false;
+    pg_key k = pg_key_rel_block(1663, 5, 610, FORK_MAIN, 0);
+    pg_key k1 = pg_key_rel_block(1663, 5, 610, FORK_MAIN, 1);
+    lsn_t lsn = 0x100;
+    for (int i = 1; i <= 9; i++) {
+        lsn += 8;
+        /* Block 1 gets a delta every other record. */
+        r->max_block_id = -1;
+        add_block(r, 0, 610, FORK_MAIN, 0, false);
+        if (i % 2 == 0)
+            add_block(r, 1, 610, FORK_MAIN, 1, i == 2);
+        ingest_ok(ing, lsn, r);
+        const mem_value *v = value_at(&m, &k, lsn);
+        assert_non_null(v);
+        if (i == 4 || i == 8) {
+            assert_int_equal(v->kind, VAL_IMAGE);
+            assert_int_equal(v->payload[100], 0xAB);
+        } else {
+            assert_int_equal(v->kind, VAL_WAL_RECORD);
+        }
+    }
+    ingest_stats st;
+    ingest_get_stats(ing, &st);
+    assert_int_equal(st.images_generated, 2);
+    assert_int_equal(st.image_failures, 0);
+    /* Block 1: will-init at i=2, deltas at 4, 6, 8: three, no image. */
+    for (lsn_t l = 0x100; l <= lsn; l += 8) {
+        const mem_value *v = value_at(&m, &k1, l);
+        assert_true(v == NULL || v->kind == VAL_WAL_RECORD || v->kind == VAL_ZERO_PAGE);
+    }
+
+    /* A rebuild that fails is logged and counted; ingest goes on. */
+    m.page_fill = 0;
+    r->max_block_id = -1;
+    add_block(r, 0, 610, FORK_MAIN, 0, false);
+    for (int i = 0; i < 4; i++) {
+        lsn += 8;
+        ingest_ok(ing, lsn, r);
+    }
+    ingest_get_stats(ing, &st);
+    assert_int_equal(st.images_generated, 2);
+    assert_int_equal(st.image_failures, 1);
+    assert_int_equal(value_at(&m, &k, lsn)->kind, VAL_WAL_RECORD);
+    free(b);
+    ingest_destroy(ing);
+    mem_free(&m);
+}
+
 /* ---- over the real store ---------------------------------------------- */
 
 /*
@@ -1056,6 +1127,7 @@ int main(void)
         cmocka_unit_test(test_dbase_relmap_vm),
         cmocka_unit_test(test_checkpoint_records),
         cmocka_unit_test(test_page_hook),
+        cmocka_unit_test(test_image_threshold),
         cmocka_unit_test(test_fpi_32_blocks_real_store),
     };
     return cmocka_run_group_tests(tests, load_sample, free_sample);
