@@ -240,13 +240,20 @@ def sk_timeline(sk, ps):
     return body
 
 
+def safekeepers(cluster):
+    """The safekeepers from cluster.json (`strata status` would wait for a
+    stopped one)."""
+    with open(os.path.join(cluster.dir, "cluster.json")) as f:
+        return json.load(f)["safekeepers"]
+
+
 def streaming_from(cluster, info):
     """Name of the safekeeper the walreceiver streams from, or None."""
     addr = info["walreceiver"]["safekeeper"]
     if not addr:
         return None
     port = int(addr.rsplit(":", 1)[1])
-    for sk in cluster.status()["safekeepers"]:
+    for sk in safekeepers(cluster):
         if sk["pg_port"] == port:
             return sk["name"]
     raise AssertionError("walreceiver streams from unknown %s" % addr)
@@ -257,10 +264,16 @@ def sk_pid(cluster, name):
         return int(f.read().strip())
 
 
-def commit_lsn(cluster):
-    cluster.sql("INSERT INTO wr_t SELECT g, repeat('w', 100) FROM generate_series(1, 200) g")
-    (lsn,), = cluster.sql("SELECT pg_current_wal_lsn()::text")
+def commit_lsn(conn, rows=200):
+    """Commits rows rows (about 150 bytes of WAL each); the LSN after."""
+    conn.execute("INSERT INTO wr_t SELECT g, repeat('w', 100) FROM generate_series(1, %d) g"
+                 % rows)
+    (lsn,), = conn.execute("SELECT pg_current_wal_lsn()::text").fetchall()
     return lsn_to_int(lsn)
+
+
+def sk_by_name(cluster, name):
+    return next(sk for sk in safekeepers(cluster) if sk["name"] == name)
 
 
 def test_walreceiver_feedback_switch_and_failover(cluster_dir):
@@ -270,15 +283,16 @@ def test_walreceiver_feedback_switch_and_failover(cluster_dir):
     cluster.env["PAGESERVER_WALRECEIVER_SWITCH_LAG"] = "1MB"
     cluster.up()
     ps = PS(cluster)
-    cluster.sql("CREATE TABLE wr_t (a int, b text)")
+    conn = cluster.connect()
+    conn.execute("CREATE TABLE wr_t (a int, b text)")
 
     # 'z' feedback: the safekeeper streamed from hears how far we got.
-    lsn = commit_lsn(cluster)
+    lsn = commit_lsn(conn)
     info = ps.wait_ingested(lsn)
     name = wait_until(lambda: streaming_from(cluster, ps.info()), 30, "a streaming receiver")
-    sk = cluster.safekeeper(name)
+    sk = sk_by_name(cluster, name)
     fb0 = sk_timeline(sk, ps)["pageserver_feedback"]
-    lsn = commit_lsn(cluster)
+    lsn = commit_lsn(conn)
     ps.wait_ingested(lsn)
     fb = wait_until(lambda: (lambda f: lsn_to_int(f["last_received_lsn"]) >= lsn and f)(
         sk_timeline(sk, ps)["pageserver_feedback"]), 30, "last_received feedback to advance")
@@ -296,11 +310,8 @@ def test_walreceiver_feedback_switch_and_failover(cluster_dir):
     os.kill(pid, signal.SIGSTOP)
     try:
         switches = ps.info()["walreceiver"]["switches"]
-        (start,), = cluster.sql("SELECT pg_current_wal_lsn()::text")
-        target = lsn_to_int(start) + 3 * 1024 * 1024
-        while commit_lsn(cluster) < target:
-            pass
-        lsn = commit_lsn(cluster)
+        # About 3 MB of WAL: three times the switch lag.
+        lsn = commit_lsn(conn, rows=20000)
         info = ps.wait_ingested(lsn, timeout=90)
         new = streaming_from(cluster, info)
         assert info["walreceiver"]["switches"] > switches, info["walreceiver"]
@@ -315,9 +326,9 @@ def test_walreceiver_feedback_switch_and_failover(cluster_dir):
     assert victim is not None
     errors = info["walreceiver"]["errors"]
     os.kill(sk_pid(cluster, victim), signal.SIGKILL)
-    lsn = commit_lsn(cluster)
+    lsn = commit_lsn(conn)
     info = ps.wait_ingested(lsn, timeout=90)
-    lsn = commit_lsn(cluster)
+    lsn = commit_lsn(conn)
     info = ps.wait_ingested(lsn, timeout=90)
     now_from = wait_until(lambda: streaming_from(cluster, ps.info()), 30, "streaming again")
     assert now_from != victim
@@ -328,7 +339,8 @@ def test_walreceiver_feedback_switch_and_failover(cluster_dir):
     # Streaming again: the error is history, not the current state.
     assert wr["last_error"] == "", wr
     # The new safekeeper gets our feedback too.
-    sk = cluster.safekeeper(now_from)
+    sk = sk_by_name(cluster, now_from)
     wait_until(lambda: lsn_to_int(sk_timeline(sk, ps)["pageserver_feedback"]
                                   ["last_received_lsn"]) >= lsn, 30,
                "feedback on the new safekeeper")
+    conn.close()
