@@ -369,11 +369,11 @@ int main(int argc, char **argv)
     if (walredo_lib[0] != '\0' && walredo_lib[0] != '/') {
         fprintf(stderr, PROGRAM ": --walredo-lib must be an absolute path (got \"%s\")\n",
                 walredo_lib);
-        return 2;
+        exit(2);
     }
     if (switch_lag == 0) {
         fprintf(stderr, PROGRAM ": --walreceiver-switch-lag must be positive\n");
-        return 2;
+        exit(2);
     }
 
     const char *datadir = values[OPT_DATADIR];
