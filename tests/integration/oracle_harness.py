@@ -77,7 +77,7 @@ import psycopg
 import pytest
 
 import pagemask
-from conftest import (BUILD, SAN_BUILD, STOCK_PG_BINDIR, as_pg_user_kwargs, chown_to_pg_user,
+from conftest import (BUILD, SAN_BUILD, as_pg_user_kwargs, chown_to_pg_user,
                       int_to_lsn, kill_hard, lsn_to_int, make_shared_dir, pid_alive, wait_until)
 
 BLCKSZ = 8192
@@ -116,7 +116,14 @@ def patched_pg_bindir():
 
 
 def stock(name):
-    return os.path.join(STOCK_PG_BINDIR, name)
+    """The primary's and the standby's programs: the patched build, run with no
+    hook set, i.e. a stock PostgreSQL of the same minor version as the redo
+    helpers.  Debian's binaries are a newer minor (15.20) whose GiST VACUUM
+    and its redo no longer set F_TUPLES_DELETED, while 15.18's do: the oracle
+    would then compare two minor versions' redo, not the pageserver.  Set
+    STRATA_ORACLE_PG_BINDIR to run them from another build."""
+    bindir = os.environ.get("STRATA_ORACLE_PG_BINDIR") or patched_pg_bindir()
+    return os.path.join(bindir, name)
 
 
 def require(*paths):
