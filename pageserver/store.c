@@ -1285,9 +1285,22 @@ static void *bg_main(void *arg)
             continue;
         }
         /* Age-based freeze, so ingested data becomes durable within
-         * open_layer_max_age_ms even when ingest is slow. */
+         * open_layer_max_age_ms even when ingest is slow.  Never wait for
+         * write_mu here: its holder may be waiting for this thread to flush
+         * (a full frozen queue); a busy writer is not idle anyway. */
         pthread_mutex_unlock(&st->bg_mu);
-        pthread_mutex_lock(&st->write_mu);
+        if (pthread_mutex_trylock(&st->write_mu) != 0) {
+            pthread_mutex_lock(&st->bg_mu);
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            ts.tv_nsec += 10 * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&st->bg_cv, &st->bg_mu, &ts);
+            continue;
+        }
         store_layer *open = st->open;
         /* The layer may be newer than `now`: sample the clock again, here. */
         uint64_t born = store_layer_created_ms(open), at = now_ms();

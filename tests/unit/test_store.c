@@ -434,6 +434,65 @@ static void test_age_freeze(void **state)
     store_close(st);
 }
 
+typedef struct hammer_arg {
+    store *st;
+    int steps;
+    _Atomic int done;
+    char err[512];
+} hammer_arg;
+
+static void *hammer_main(void *p)
+{
+    hammer_arg *a = p;
+    for (int i = 0; i < a->steps; i++) {
+        pg_key k = pg_key_rel_block(1663, 5, 1, FORK_MAIN, (uint32_t)(i % 97));
+        uint8_t page[PG_BLCKSZ];
+        make_page(page, k.blk, 0x100 + (lsn_t)i);
+        value_ref v = {VAL_IMAGE, 0, PG_BLCKSZ, page};
+        if (store_put(a->st, &k, 0x100 + (lsn_t)i, &v, a->err, sizeof a->err) != 0) {
+            atomic_store(&a->done, -1);
+            return NULL;
+        }
+        store_advance(a->st, 0x100 + (lsn_t)i);
+    }
+    atomic_store(&a->done, 1);
+    return NULL;
+}
+
+/* Regression: with a tiny open layer the frozen queue fills and the writer
+ * waits for flushes while the background thread, which also freezes by age
+ * (here: always), must not wait for the writer.  It once did: deadlock. */
+static void test_writer_backpressure_no_deadlock(void **state)
+{
+    (void)state;
+    store_options o = small_opts();
+    o.open_layer_max_bytes = 4096;
+    o.open_layer_max_age_ms = 0;
+    store *st = open_store(&o);
+    hammer_arg a = {.st = st, .steps = 3000};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, hammer_main, &a), 0);
+    int waited = 0;
+    while (atomic_load(&a.done) == 0 && waited < 60000) {
+        usleep(10 * 1000);
+        waited += 10;
+    }
+    if (atomic_load(&a.done) == 0)
+        fail_msg("writer stuck for 60 s: deadlock between backpressure and age freezes");
+    pthread_join(th, NULL);
+    if (atomic_load(&a.done) < 0)
+        fail_msg("put failed: %s", a.err);
+    flush(st);
+    assert_int_equal(store_disk_consistent_lsn(st), 0x100 + 2999);
+    store_stats s;
+    store_get_stats(st, &s);
+    assert_true(s.flushes > 100);
+    pg_key k = pg_key_rel_block(1663, 5, 1, FORK_MAIN, 5);
+    lsn_t want = 0x100 + 2915; /* the last i with i % 97 == 5 */
+    expect_versions(st, &k, LSN_MAX, &want, 1, true);
+    store_close(st);
+}
+
 typedef struct waiter_arg {
     store *st;
     lsn_t lsn;
@@ -597,6 +656,29 @@ static void test_crash_recovery(void **state)
         expect_versions(st, &k, LSN_MAX, (lsn_t[]){0x1000 + b}, 1, true);
     }
     store_close(st);
+}
+
+/* Two stores cannot share a directory; a data file the index lists but the
+ * disk lacks is an error at open, not silently missing data. */
+static void test_open_refuses_shared_or_damaged_dir(void **state)
+{
+    (void)state;
+    store_options o = small_opts();
+    store *st = open_store(&o);
+    store *second = NULL;
+    char err[512] = "";
+    assert_int_equal(store_open(storedir, &o, &second, err, sizeof err), -1);
+    assert_non_null(strstr(err, "in use"));
+    pg_key k = pg_key_rel_block(1663, 5, 1, FORK_MAIN, 3);
+    put_page(st, &k, 0x100);
+    store_advance(st, 0x100);
+    flush(st);
+    store_close(st);
+    char path[700];
+    snprintf(path, sizeof path, "%s/data/0000000000000001.dat", storedir);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(store_open(storedir, &o, &second, err, sizeof err), -1);
+    assert_non_null(strstr(err, "0000000000000001.dat"));
 }
 
 /* A flipped byte in a data file is caught by the block checksum. */
@@ -1121,8 +1203,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_scan_with_tombstones, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wait_lsn, setup, teardown),
         cmocka_unit_test_setup_teardown(test_age_freeze, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_writer_backpressure_no_deadlock, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reopen_after_flush, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash_recovery, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_open_refuses_shared_or_damaged_dir, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corruption_detected, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gc, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gc_rewrites_partly_live_file, setup, teardown),
