@@ -12,6 +12,7 @@ settings) or running pgbench.
 
 import json
 import os
+import shutil
 import signal
 import time
 import urllib.request
@@ -66,12 +67,33 @@ def prometheus_counter(text, name):
 
 
 class StrataCluster:
-    def __init__(self, build_dir, cluster_dir):
+    def __init__(self, build_dir, cluster_dir, with_pageserver=True):
+        """with_pageserver=False runs exactly what the quorum-commit setup is
+        about (compute + walproposer + three safekeepers): `strata up` starts
+        the pageserver only when strata-pageserver sits beside the strata
+        binary, so the CLI, the safekeeper and sync-safekeepers binaries and
+        strata.so are copied into a directory of their own first."""
         self.build_dir = os.path.abspath(build_dir)
         self.cluster_dir = cluster_dir
         self.cli = os.path.join(self.build_dir, "bin", "strata")
         self.extension = os.path.join(self.build_dir, "lib", "strata.so")
+        self.with_pageserver = with_pageserver
         self.pids = {}  # pid -> start time (/proc/PID/stat), so a reused pid is left alone
+
+    def _private_binaries(self):
+        """Copies what a cluster without a pageserver needs; returns the CLI path."""
+        root = os.path.abspath(self.cluster_dir) + "-bin"
+        for sub in ("bin", "lib"):
+            os.makedirs(os.path.join(root, sub), exist_ok=True)
+            os.chmod(os.path.join(root, sub), 0o755)
+        os.chmod(root, 0o755)
+        for name in ("strata", "strata-safekeeper", "strata-sync-safekeepers"):
+            src = os.path.join(self.build_dir, "bin", name)
+            if os.path.exists(src):
+                shutil.copy2(src, os.path.join(root, "bin", name))
+        shutil.copy2(self.extension, os.path.join(root, "lib", "strata.so"))
+        os.chmod(os.path.join(root, "lib", "strata.so"), 0o755)
+        return os.path.join(root, "bin", "strata")
 
     def missing(self):
         """None when the build has what (c) needs, else a reason it cannot run."""
@@ -84,6 +106,8 @@ class StrataCluster:
         return run([self.cli] + list(args), timeout=timeout)
 
     def up(self):
+        if not self.with_pageserver:
+            self.cli = self._private_binaries()
         self._cli("up", "--dir", self.cluster_dir, timeout=600)
         status = self.status()
         if status.get("compute", {}).get("pid") is None:

@@ -276,7 +276,8 @@ def run_stock_sync_standbys(args, work, sock):
 
 
 def run_strata(args, work):
-    cluster = StrataCluster(args.strata_build, os.path.join(work, "strata"))
+    # (c) is compute + walproposer + three safekeepers: no pageserver ingesting beside it.
+    cluster = StrataCluster(args.strata_build, os.path.join(work, "strata"), with_pageserver=False)
     missing = cluster.missing()
     if missing:
         raise SkipSetup(missing)
