@@ -30,6 +30,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/pgwire.h"
+#include "pageserver/basebackup_service.h"
 #include "proto/pagestream.h"
 
 #define MAX_PIPELINE_DEPTH 1024
@@ -531,6 +532,10 @@ static void on_query(pgwire_conn *c, const char *sql, void *arg)
     if (n == 0) {
         pgwire_send_empty_query(c);
         pgwire_send_ready(c);
+        return;
+    }
+    if (strcmp(w[0], "basebackup") == 0) {
+        basebackup_service_query(ps->loop, c, ps->tenants, sql);
         return;
     }
     if (strcmp(w[0], "pagestream_v1") != 0) {

@@ -1,0 +1,29 @@
+/*
+ * basebackup_service.h: the "basebackup" command of the pageserver's
+ * wire-protocol port (DESIGN 5.4, 9.4).
+ *
+ * For: answering `basebackup <tenant_id> <timeline_id> <lsn> [full]` on a
+ * connection of the page service: checks the arguments, waits (bounded) for
+ * the LSN to be ingested, and streams basebackup.h's tar archive as CopyOut
+ * data, off the event loop.
+ * Not for: the archive's contents (basebackup.c), pagestream requests
+ * (page_service.c), which only dispatches the command here.
+ *
+ * Threads: called on the page service's loop thread; any work that reads
+ * pages runs elsewhere and hands chunks back to the loop.
+ * Errors: every refusal is an ErrorResponse on c that says what was wrong
+ * (unknown timeline, malformed or misaligned LSN, LSN not ingested in time,
+ * LSN below the GC horizon); other connections are not affected.
+ */
+#ifndef STRATA_PAGESERVER_BASEBACKUP_SERVICE_H
+#define STRATA_PAGESERVER_BASEBACKUP_SERVICE_H
+
+#include <uv.h>
+
+#include "common/pgwire.h"
+#include "pageserver/tenants.h"
+
+/* sql is the whole query text (starts with "basebackup"). */
+void basebackup_service_query(uv_loop_t *loop, pgwire_conn *c, tenants *t, const char *sql);
+
+#endif
