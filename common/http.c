@@ -228,6 +228,12 @@ static void dispatch(http_server *s, struct MHD_Connection *conn, http_request *
             continue;
         if (strcmp(r->method, req->method) == 0) {
             req->impl = conn;
+            if (s->cfg.authorize != NULL &&
+                s->cfg.authorize(s->cfg.authorize_arg, req, resp) != 0) {
+                if (resp->status == 0)
+                    http_response_error(resp, 403, "not allowed");
+                return;
+            }
             r->handler(req, resp, r->arg);
             if (resp->status == 0)
                 http_response_error(resp, 500, "handler produced no response");

@@ -16,7 +16,8 @@
  * loop through a thread-safe channel (uv_async); never touch loop-owned
  * structures directly.
  *
- * Not here: TLS, authentication, streaming bodies.
+ * Not here: TLS, streaming bodies, deciding who may do what (the
+ * authorize hook of http_config asks common/auth.h).
  */
 #ifndef STRATA_COMMON_HTTP_H
 #define STRATA_COMMON_HTTP_H
@@ -57,6 +58,12 @@ typedef struct http_config {
     unsigned max_connections;  /* concurrent connections [64] */
     unsigned timeout_s;        /* idle connection timeout [30] */
     metrics_registry *metrics; /* rendered by GET /metrics [default registry] */
+    /* Optional: runs on the HTTP thread before the handler of every routed
+     * request (built-in /metrics included; not for 404/405/413 answers).
+     * 0 lets it through; non-zero refuses, with the response it set (403
+     * if it set none).  common/auth.h has one (auth_http_authorize). */
+    int (*authorize)(void *arg, const http_request *req, http_response *resp);
+    void *authorize_arg;
 } http_config;
 
 /* A server with the built-in routes, not yet listening.  NULL with a

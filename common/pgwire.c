@@ -9,6 +9,12 @@
  * The state machine never touches a socket, so a detached connection (no
  * socket) runs exactly the same code for the fuzz target and tests.
  *
+ * Authentication: trust, one shared password (cleartext or MD5), or an
+ * authenticator (token per principal, common/auth.h) that may also veto
+ * each query.  The process-wide default authenticator is the only mutable
+ * global here; it is written before any server starts and copied into each
+ * server's settings, so connections never read it.
+ *
  * Not here: TLS, SCRAM, the extended query protocol, anything about SQL.
  */
 #include "common/pgwire.h"
@@ -62,7 +68,22 @@ typedef struct wire_settings {
     char password[256];
     char server_version[64];
     size_t inbuf_max;
+    bool has_authn;
+    pgwire_authenticator authn;
 } wire_settings;
+
+static pgwire_authenticator default_authn;
+static bool default_authn_set;
+
+void pgwire_set_default_authenticator(const pgwire_authenticator *a)
+{
+    assert(a == NULL || a->check_password != NULL);
+    default_authn_set = a != NULL;
+    if (a != NULL)
+        default_authn = *a;
+    else
+        memset(&default_authn, 0, sizeof default_authn);
+}
 
 struct pgwire_conn {
     pgwire_server *server; /* NULL when detached */
@@ -107,6 +128,7 @@ struct pgwire_conn {
     uint32_t backend_secret;
     uint8_t md5_salt[4];
     char peer[PEER_LEN];
+    char principal[PGWIRE_PRINCIPAL_LEN]; /* "" until an authenticator named one */
 
     /* Socket mode only. */
     uv_tcp_t tcp;
@@ -243,6 +265,14 @@ static void settings_init(wire_settings *ws, const pgwire_config *in)
     ws->cfg.host = ws->host;
     ws->cfg.password = ws->password;
     ws->cfg.server_version = ws->server_version;
+    if (in->authenticator != NULL) {
+        ws->has_authn = true;
+        ws->authn = *in->authenticator;
+    } else if (in->auth == PGWIRE_AUTH_TRUST && default_authn_set) {
+        ws->has_authn = true;
+        ws->authn = default_authn;
+    }
+    ws->cfg.authenticator = ws->has_authn ? &ws->authn : NULL;
     if (ws->cfg.max_message == 0)
         ws->cfg.max_message = DEFAULT_MAX_MESSAGE;
     if (ws->cfg.max_copy_message == 0)
@@ -605,7 +635,7 @@ static void conn_handle_startup_params(pgwire_conn *c, uint32_t code, const uint
         if (msg_end(&m) != 0)
             return;
     }
-    switch (c->ws->cfg.auth) {
+    switch (c->ws->has_authn ? PGWIRE_AUTH_PASSWORD : c->ws->cfg.auth) {
     case PGWIRE_AUTH_PASSWORD: {
         msg_builder m = msg_begin(c, 'R');
         msg_put_u32(&m, 3);
@@ -735,6 +765,23 @@ static void conn_handle_password(pgwire_conn *c, const pgwire_frame *f)
     const char *given = (const char *)f->body;
     const char *user = pgwire_conn_param(c, "user");
     bool ok;
+    if (c->ws->has_authn) {
+        char sqlstate[6] = "28P01";
+        char principal[PGWIRE_PRINCIPAL_LEN] = "";
+        if (c->ws->authn.check_password(c->ws->authn.arg, c, given, principal, sqlstate, err,
+                                        sizeof err) != 0) {
+            sqlstate[5] = '\0';
+            log_warn("pgwire: %s: %s", c->peer, err);
+            pgwire_send_error(c, "FATAL", sqlstate, err, NULL);
+            conn_close_after_flush(c);
+            return;
+        }
+        principal[sizeof principal - 1] = '\0';
+        assert(principal[0] != '\0');
+        memcpy(c->principal, principal, sizeof principal);
+        send_auth_ok_and_finish_startup(c);
+        return;
+    }
     if (c->ws->cfg.auth == PGWIRE_AUTH_MD5) {
         /* "md5" + md5(md5(password || user) in hex || salt) in hex. */
         char inner[33], outer[36];
@@ -795,6 +842,15 @@ static void conn_handle_query(pgwire_conn *c, const pgwire_frame *f)
     if (!c->h->on_query) {
         pgwire_send_error(c, "ERROR", "0A000", "this server accepts no queries", NULL);
         return;
+    }
+    if (c->ws->has_authn && c->ws->authn.check_query != NULL) {
+        char sqlstate[6] = "42501", err[256];
+        if (c->ws->authn.check_query(c->ws->authn.arg, c, sql, sqlstate, err, sizeof err) != 0) {
+            sqlstate[5] = '\0';
+            log_warn("pgwire: %s: %s", c->peer, err);
+            pgwire_send_error(c, "ERROR", sqlstate, err, NULL);
+            return;
+        }
     }
     c->h->on_query(c, sql, c->arg);
 }
@@ -1147,6 +1203,11 @@ const char *pgwire_conn_option(const pgwire_conn *c, const char *name)
 bool pgwire_conn_is_replication(const pgwire_conn *c)
 {
     return c->replication;
+}
+
+const char *pgwire_conn_principal(const pgwire_conn *c)
+{
+    return c->principal[0] != '\0' ? c->principal : NULL;
 }
 
 const char *pgwire_conn_peer(const pgwire_conn *c)
@@ -1528,7 +1589,8 @@ pgwire_server *pgwire_server_start(uv_loop_t *loop, const pgwire_config *cfg,
     settings_init(&s->ws, cfg);
     s->h = *h;
     s->arg = arg;
-    if ((s->ws.cfg.auth == PGWIRE_AUTH_PASSWORD || s->ws.cfg.auth == PGWIRE_AUTH_MD5) &&
+    if (!s->ws.has_authn &&
+        (s->ws.cfg.auth == PGWIRE_AUTH_PASSWORD || s->ws.cfg.auth == PGWIRE_AUTH_MD5) &&
         !cfg->password) {
         snprintf(err, errlen, "password authentication needs a password");
         free(s);

@@ -62,6 +62,36 @@ typedef enum pgwire_auth {
     PGWIRE_AUTH_MD5 = 2,      /* AuthenticationMD5Password */
 } pgwire_auth;
 
+#define PGWIRE_PRINCIPAL_LEN 64
+
+/*
+ * Token authentication (common/auth.h builds one): the server asks for a
+ * cleartext password and the authenticator decides who it names.  When a
+ * server has one, cfg.auth and cfg.password are not used.  Both callbacks
+ * run on the loop thread.
+ */
+typedef struct pgwire_authenticator {
+    /* 0 with a NUL-terminated principal (e.g. "admin") written into
+     * principal[0..PGWIRE_PRINCIPAL_LEN), or -1 with a 5-character SQLSTATE
+     * in sqlstate and a message in err: the connection then gets FATAL. */
+    int (*check_password)(void *arg, const pgwire_conn *c, const char *password, char *principal,
+                          char sqlstate[6], char *err, size_t errlen);
+    /* Optional.  Runs before each non-empty Query reaches on_query: 0 lets
+     * it through; -1 with sqlstate and err answers ERROR instead (the
+     * connection stays, ReadyForQuery follows). */
+    int (*check_query)(void *arg, const pgwire_conn *c, const char *sql, char sqlstate[6],
+                       char *err, size_t errlen);
+    void *arg;
+} pgwire_authenticator;
+
+/*
+ * The process-wide authenticator (copied), used by every server started
+ * afterwards whose config names none and asks for TRUST; NULL removes it.
+ * Lets a daemon's main turn authentication on for listeners that other
+ * modules create.  Call before starting servers, from one thread.
+ */
+void pgwire_set_default_authenticator(const pgwire_authenticator *a);
+
 /* Zero or NULL fields take the default in brackets. */
 typedef struct pgwire_config {
     const char *host;            /* listen address ["127.0.0.1"] */
@@ -76,6 +106,9 @@ typedef struct pgwire_config {
     size_t out_low_watermark;    /* on_writable below this [high / 4] */
     size_t out_hard_limit;       /* close the connection above this [16 * high] */
     const char *server_version;  /* ParameterStatus server_version ["15.20 (strata)"] */
+    /* Token authentication (copied); NULL: the process default, if any,
+     * when auth is TRUST (see pgwire_set_default_authenticator). */
+    const pgwire_authenticator *authenticator;
 } pgwire_config;
 
 /* Binds and listens on cfg->host:cfg->port on loop.  Returns NULL with a
@@ -108,6 +141,11 @@ const char *pgwire_conn_option(const pgwire_conn *c, const char *name);
 /* True if the startup packet asked for a replication connection
  * (replication=true/on/yes/1 or database). */
 bool pgwire_conn_is_replication(const pgwire_conn *c);
+
+/* Who the authenticator said this connection is (e.g. "admin",
+ * "tenant:<hex>"), or NULL when the server has no authenticator (trust or
+ * a single shared password). */
+const char *pgwire_conn_principal(const pgwire_conn *c);
 
 /* "ip:port" of the client, for logs; never NULL. */
 const char *pgwire_conn_peer(const pgwire_conn *c);
