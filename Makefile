@@ -56,3 +56,9 @@ demo: deps build
 
 clean:
 	rm -rf $(BUILD) $(SAN_BUILD)
+
+# Docker Compose stack (docker/), built and run for real with podman: config, build, up,
+# pgbench from the bench service, kill one safekeeper, commits go on, down -v.
+.PHONY: compose-test
+compose-test:
+	bash tests/compose/run.sh
