@@ -4,6 +4,7 @@
  */
 #include "pageserver/http_api.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/auth.h"
 #include "common/http.h"
 #include "common/log.h"
 #include "common/metrics.h"
@@ -122,40 +124,6 @@ static void on_status(const http_request *req, http_response *resp, void *arg)
     cJSON_Delete(o);
 }
 
-/* Parses /v1/tenant/<t>/timeline/<tl>[/<rest>]: 0, or -1 with a response. */
-static int parse_timeline_path(const http_request *req, http_response *resp, strata_id *tenant,
-                               strata_id *tl, const char **rest)
-{
-    const char *p = req->path + strlen("/v1/tenant/");
-    char a[64], b[64];
-    const char *slash = strchr(p, '/');
-    if (slash == NULL || (size_t)(slash - p) >= sizeof a || strncmp(slash, "/timeline/", 10) != 0) {
-        http_response_error(resp, 404, "expected /v1/tenant/<tenant_id>/timeline/<timeline_id>");
-        return -1;
-    }
-    memcpy(a, p, (size_t)(slash - p));
-    a[slash - p] = '\0';
-    const char *q = slash + 10;
-    const char *end = strchr(q, '/');
-    size_t len = end ? (size_t)(end - q) : strlen(q);
-    if (len >= sizeof b) {
-        http_response_error(resp, 400, "invalid timeline_id: expected 32 hex digits");
-        return -1;
-    }
-    memcpy(b, q, len);
-    b[len] = '\0';
-    *rest = end ? end : "";
-    if (!strata_id_parse(a, tenant)) {
-        http_response_error(resp, 400, "invalid tenant_id \"%s\": expected 32 hex digits", a);
-        return -1;
-    }
-    if (!strata_id_parse(b, tl)) {
-        http_response_error(resp, 400, "invalid timeline_id \"%s\": expected 32 hex digits", b);
-        return -1;
-    }
-    return 0;
-}
-
 static timeline *get_or_404(ps_http *h, const strata_id *tenant, const strata_id *tlid,
                             http_response *resp)
 {
@@ -226,13 +194,18 @@ static void get_rels(ps_http *h, timeline *tl, const http_request *req, http_res
     cJSON_Delete(o);
 }
 
-static void create_timeline(ps_http *h, const strata_id *tenant, const strata_id *tlid,
+/* POST .../timeline/<tl> (tlid given) or POST .../timeline (tlid NULL: the
+ * body's "timeline_id", else a new random id; the tenant must exist). */
+static void create_timeline(ps_http *h, const strata_id *tenant, const strata_id *tlid_in,
                             const http_request *req, http_response *resp)
 {
     cJSON *body = http_request_json(req, resp);
     if (body == NULL)
         return;
     tenants_create_request cr = {0};
+    strata_id tlid_buf;
+    const strata_id *tlid = tlid_in;
+    bool have_id = false;
     const cJSON *e;
     if (!cJSON_IsObject(body)) {
         http_response_error(resp, 400, "the body must be a JSON object");
@@ -269,13 +242,34 @@ static void create_timeline(ps_http *h, const strata_id *tenant, const strata_id
                 goto out;
             }
             cr.initdb = cJSON_IsTrue(e);
+        } else if (tlid_in == NULL && strcmp(e->string, "timeline_id") == 0) {
+            if (!cJSON_IsString(e) || !strata_id_parse(e->valuestring, &tlid_buf)) {
+                http_response_error(resp, 400, "\"timeline_id\" must be 32 hex digits");
+                goto out;
+            }
+            have_id = true;
         } else {
             http_response_error(resp, 400,
-                                "unknown field \"%s\" (expected safekeepers, "
+                                "unknown field \"%s\" (expected %ssafekeepers, "
                                 "import_pgdata, initdb)",
-                                e->string);
+                                e->string, tlid_in == NULL ? "timeline_id, " : "");
             goto out;
         }
+    }
+    if (tlid_in == NULL) {
+        char a[STRATA_ID_HEX_LEN];
+        if (!tenants_tenant_exists(h->tenants, tenant)) {
+            http_response_error(resp, 404,
+                                "tenant %s not found on this pageserver (create it with POST "
+                                "/v1/tenant)",
+                                strata_id_format(tenant, a));
+            goto out;
+        }
+        if (!have_id && !strata_id_generate(&tlid_buf)) {
+            http_response_error(resp, 500, "cannot generate a timeline id: getrandom failed");
+            goto out;
+        }
+        tlid = &tlid_buf;
     }
     lsn_t lsn = LSN_INVALID;
     int status = 500;
@@ -286,31 +280,250 @@ static void create_timeline(ps_http *h, const strata_id *tenant, const strata_id
         goto out;
     }
     cJSON *o = cJSON_CreateObject();
+    char a[STRATA_ID_HEX_LEN], b[STRATA_ID_HEX_LEN];
     add_lsn(o, "lsn", lsn);
+    cJSON_AddStringToObject(o, "tenant_id", strata_id_format(tenant, a));
+    cJSON_AddStringToObject(o, "timeline_id", strata_id_format(tlid, b));
     http_response_json(resp, 201, o);
     cJSON_Delete(o);
 out:
     cJSON_Delete(body);
 }
 
-static void on_timeline(const http_request *req, http_response *resp, void *arg)
+/* Splits the path below /v1/tenant/ into at most 4 segments of < 64
+ * characters (a trailing '/' is ignored).  The count, or -1 when the path
+ * is not of that shape. */
+#define SEG_MAX 4
+#define SEG_LEN 64
+static int split_path(const char *p, char seg[SEG_MAX][SEG_LEN])
+{
+    int n = 0;
+    while (*p != '\0') {
+        size_t len = strcspn(p, "/");
+        if (len == 0 || len >= SEG_LEN || n == SEG_MAX)
+            return -1;
+        memcpy(seg[n], p, len);
+        seg[n][len] = '\0';
+        n++;
+        p += len;
+        if (*p == '/')
+            p++;
+    }
+    return n;
+}
+
+static bool parse_id_or_400(const char *what, const char *s, strata_id *id, http_response *resp)
+{
+    if (strata_id_parse(s, id))
+        return true;
+    http_response_error(resp, 400, "invalid %s \"%s\": expected 32 hex digits", what, s);
+    return false;
+}
+
+static void list_tenants(ps_http *h, http_response *resp)
+{
+    strata_id *ids = calloc(TENANTS_MAX_TENANTS, sizeof *ids);
+    int *counts = calloc(TENANTS_MAX_TENANTS, sizeof *counts);
+    if (ids == NULL || counts == NULL) {
+        free(ids);
+        free(counts);
+        http_response_error(resp, 500, "out of memory");
+        return;
+    }
+    int n = tenants_list_tenants(h->tenants, ids, counts, TENANTS_MAX_TENANTS);
+    cJSON *o = cJSON_CreateObject();
+    cJSON *arr = cJSON_AddArrayToObject(o, "tenants");
+    for (int i = 0; i < n; i++) {
+        char a[STRATA_ID_HEX_LEN];
+        cJSON *t = cJSON_CreateObject();
+        cJSON_AddStringToObject(t, "tenant_id", strata_id_format(&ids[i], a));
+        cJSON_AddNumberToObject(t, "timelines", counts[i]);
+        cJSON_AddItemToArray(arr, t);
+    }
+    http_response_json(resp, 200, o);
+    cJSON_Delete(o);
+    free(ids);
+    free(counts);
+}
+
+/* POST /v1/tenant: {} or {"tenant_id": "<hex>"}; an empty body is {}. */
+static void create_tenant(ps_http *h, const http_request *req, http_response *resp)
+{
+    strata_id id;
+    bool have_id = false;
+    if (req->body_len > 0) {
+        cJSON *body = http_request_json(req, resp);
+        if (body == NULL)
+            return;
+        if (!cJSON_IsObject(body)) {
+            cJSON_Delete(body);
+            http_response_error(resp, 400, "the body must be a JSON object");
+            return;
+        }
+        const cJSON *e;
+        cJSON_ArrayForEach(e, body)
+        {
+            if (strcmp(e->string, "tenant_id") != 0) {
+                http_response_error(resp, 400, "unknown field \"%s\" (expected tenant_id)",
+                                    e->string);
+                cJSON_Delete(body);
+                return;
+            }
+            if (!cJSON_IsString(e) || !strata_id_parse(e->valuestring, &id)) {
+                http_response_error(resp, 400, "\"tenant_id\" must be 32 hex digits");
+                cJSON_Delete(body);
+                return;
+            }
+            have_id = true;
+        }
+        cJSON_Delete(body);
+    }
+    if (!have_id && !strata_id_generate(&id)) {
+        http_response_error(resp, 500, "cannot generate a tenant id: getrandom failed");
+        return;
+    }
+    int status = 500;
+    char err[512];
+    if (tenants_create_tenant(h->tenants, &id, &status, err, sizeof err) != 0) {
+        http_response_error(resp, status, "%s", err);
+        return;
+    }
+    char a[STRATA_ID_HEX_LEN];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "tenant_id", strata_id_format(&id, a));
+    http_response_json(resp, 201, o);
+    cJSON_Delete(o);
+}
+
+static void on_tenant_root(const http_request *req, http_response *resp, void *arg)
 {
     ps_http *h = arg;
-    strata_id tenant, tlid;
-    const char *rest;
-    if (parse_timeline_path(req, resp, &tenant, &tlid, &rest) != 0)
+    if (strcmp(req->method, "GET") == 0)
+        list_tenants(h, resp);
+    else
+        create_tenant(h, req, resp);
+}
+
+/* The timelines of one tenant, each as GET .../timeline/<tl> shows it. */
+static void list_timelines(ps_http *h, const strata_id *tenant, http_response *resp)
+{
+    char a[STRATA_ID_HEX_LEN];
+    if (!tenants_tenant_exists(h->tenants, tenant)) {
+        http_response_error(resp, 404, "tenant %s not found on this pageserver",
+                            strata_id_format(tenant, a));
         return;
+    }
+    timeline **list = calloc(LIST_MAX, sizeof *list);
+    if (list == NULL) {
+        http_response_error(resp, 500, "out of memory");
+        return;
+    }
+    int n = tenants_list(h->tenants, list, LIST_MAX);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "tenant_id", strata_id_format(tenant, a));
+    cJSON *arr = cJSON_AddArrayToObject(o, "timelines");
+    for (int i = 0; i < n; i++) {
+        if (strata_id_equal(&timeline_get_meta(list[i])->tenant, tenant))
+            cJSON_AddItemToArray(arr, timeline_json(list[i]));
+        timeline_unref(list[i]);
+    }
+    free(list);
+    http_response_json(resp, 200, o);
+    cJSON_Delete(o);
+}
+
+/*
+ * Everything under /v1/tenant/:
+ *   <t>                              GET (its timelines' ids), DELETE
+ *   <t>/timeline                     GET list, POST create (id in the body or new)
+ *   <t>/timeline/<tl>                GET, POST create, DELETE
+ *   <t>/timeline/<tl>/rels           GET
+ */
+static void on_tenant_tree(const http_request *req, http_response *resp, void *arg)
+{
+    ps_http *h = arg;
+    char seg[SEG_MAX][SEG_LEN];
+    int n = split_path(req->path + strlen("/v1/tenant/"), seg);
     bool get = strcmp(req->method, "GET") == 0;
-    if (strcmp(rest, "/rels") == 0 && get) {
+    bool post = strcmp(req->method, "POST") == 0;
+    bool del = strcmp(req->method, "DELETE") == 0;
+    if (n < 1 || (n >= 2 && strcmp(seg[1], "timeline") != 0) ||
+        (n == 4 && strcmp(seg[3], "rels") != 0)) {
+        http_response_error(resp, 404,
+                            "no such endpoint: %s (expected /v1/tenant/<tenant_id>[/timeline[/"
+                            "<timeline_id>[/rels]]])",
+                            req->path);
+        return;
+    }
+    strata_id tenant, tlid;
+    if (!parse_id_or_400("tenant_id", seg[0], &tenant, resp))
+        return;
+    if (n >= 3 && !parse_id_or_400("timeline_id", seg[2], &tlid, resp))
+        return;
+    char a[STRATA_ID_HEX_LEN];
+    if (n == 1) {
+        if (post) {
+            http_response_error(resp, 405, "method POST not allowed on %s (create a tenant with "
+                                           "POST /v1/tenant)",
+                                req->path);
+        } else if (get) {
+            strata_id id;
+            int count = 0;
+            bool found = false;
+            strata_id *ids = calloc(TENANTS_MAX_TENANTS, sizeof *ids);
+            int *counts = calloc(TENANTS_MAX_TENANTS, sizeof *counts);
+            if (ids != NULL && counts != NULL) {
+                int m = tenants_list_tenants(h->tenants, ids, counts, TENANTS_MAX_TENANTS);
+                for (int i = 0; i < m; i++)
+                    if (strata_id_equal(&ids[i], &tenant)) {
+                        found = true;
+                        count = counts[i];
+                        id = ids[i];
+                    }
+            }
+            free(ids);
+            free(counts);
+            if (!found) {
+                http_response_error(resp, 404, "tenant %s not found on this pageserver",
+                                    strata_id_format(&tenant, a));
+                return;
+            }
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "tenant_id", strata_id_format(&id, a));
+            cJSON_AddNumberToObject(o, "timelines", count);
+            http_response_json(resp, 200, o);
+            cJSON_Delete(o);
+        } else {
+            int status = 500;
+            char err[512];
+            if (tenants_delete_tenant(h->tenants, &tenant, &status, err, sizeof err) != 0)
+                http_response_error(resp, status, "%s", err);
+            else
+                http_response_set(resp, 200, NULL, "{}", 2);
+        }
+        return;
+    }
+    if (n == 2) {
+        if (get)
+            list_timelines(h, &tenant, resp);
+        else if (post)
+            create_timeline(h, &tenant, NULL, req, resp);
+        else
+            http_response_error(resp, 405, "method %s not allowed on %s", req->method,
+                                req->path);
+        return;
+    }
+    if (n == 4) {
+        if (!get) {
+            http_response_error(resp, 405, "method %s not allowed on %s", req->method,
+                                req->path);
+            return;
+        }
         timeline *tl = get_or_404(h, &tenant, &tlid, resp);
         if (tl != NULL) {
             get_rels(h, tl, req, resp);
             timeline_unref(tl);
         }
-        return;
-    }
-    if (rest[0] != '\0' && strcmp(rest, "/") != 0) {
-        http_response_error(resp, 404, "no such endpoint: %s", req->path);
         return;
     }
     if (get) {
@@ -321,9 +534,11 @@ static void on_timeline(const http_request *req, http_response *resp, void *arg)
             http_response_json(resp, 200, o);
             cJSON_Delete(o);
         }
-    } else if (strcmp(req->method, "POST") == 0) {
+    } else if (post) {
         create_timeline(h, &tenant, &tlid, req, resp);
     } else {
+        assert(del);
+        (void)del;
         int status = 500;
         char err[512];
         if (tenants_delete_timeline(h->tenants, &tenant, &tlid, &status, err, sizeof err) != 0) {
@@ -493,8 +708,8 @@ static void *refresh_main(void *arg)
     return NULL;
 }
 
-ps_http *ps_http_start(tenants *t, redo_pool *redo, pagecache *cache, const char *host, int port,
-                       char *err, size_t errlen)
+ps_http *ps_http_start(tenants *t, redo_pool *redo, pagecache *cache, auth_store *auth,
+                       const char *host, int port, char *err, size_t errlen)
 {
     ps_http *h = calloc(1, sizeof *h);
     tl_series *series = calloc(LIST_MAX, sizeof *series);
@@ -512,13 +727,19 @@ ps_http *ps_http_start(tenants *t, redo_pool *redo, pagecache *cache, const char
     pthread_cond_init(&h->cv, NULL);
     register_metrics(h);
     http_config cfg = {.host = host, .port = port};
+    if (auth != NULL) {
+        cfg.authorize = auth_http_authorize;
+        cfg.authorize_arg = auth;
+    }
     h->server = http_server_new(&cfg, err, errlen);
     if (h->server == NULL)
         goto fail;
     if (http_server_route(h->server, "GET", "/v1/status", on_status, h) != 0 ||
-        http_server_route(h->server, "GET", "/v1/tenant/", on_timeline, h) != 0 ||
-        http_server_route(h->server, "POST", "/v1/tenant/", on_timeline, h) != 0 ||
-        http_server_route(h->server, "DELETE", "/v1/tenant/", on_timeline, h) != 0) {
+        http_server_route(h->server, "GET", "/v1/tenant", on_tenant_root, h) != 0 ||
+        http_server_route(h->server, "POST", "/v1/tenant", on_tenant_root, h) != 0 ||
+        http_server_route(h->server, "GET", "/v1/tenant/", on_tenant_tree, h) != 0 ||
+        http_server_route(h->server, "POST", "/v1/tenant/", on_tenant_tree, h) != 0 ||
+        http_server_route(h->server, "DELETE", "/v1/tenant/", on_tenant_tree, h) != 0) {
         snprintf(err, errlen, "could not add HTTP routes");
         goto fail;
     }

@@ -20,6 +20,7 @@
 
 #include <uv.h>
 
+#include "common/auth.h"
 #include "common/durable.h"
 #include "common/log.h"
 #include "pageserver/http_api.h"
@@ -49,6 +50,8 @@ enum {
     OPT_PAGE_CACHE_MB,
     OPT_WORKERS,
     OPT_LOG_LEVEL,
+    OPT_AUTH_FILE,
+    OPT_SAFEKEEPER_PASSWORD,
     OPT_WALREDO_LIB,
     OPT_PITR_BYTES,
     OPT_PITR_SECONDS,
@@ -73,6 +76,10 @@ static const option_def option_defs[OPT_COUNT] = {
     {"page-cache-mb", "PAGESERVER_PAGE_CACHE_MB", "256", "materialised page cache size in MB"},
     {"workers", "PAGESERVER_WORKERS", "4", "page service worker threads"},
     {"log-level", "PAGESERVER_LOG_LEVEL", "info", "debug, info, warn or error"},
+    {"auth-file", "PAGESERVER_AUTH_FILE", "",
+     "JSON tokens file (mode 0600; see docs/operations.md); empty: trust every client"},
+    {"safekeeper-password", "PAGESERVER_SAFEKEEPER_PASSWORD", "",
+     "token the WAL receivers give safekeepers that use an auth file (prefer the env var)"},
     {"walredo-lib", "PAGESERVER_WALREDO_LIB", "",
      "path of strata_walredo.so; empty: $STRATA_WALREDO_LIB, else <exe dir>/../lib"},
     {"pitr-window-bytes", "PAGESERVER_PITR_WINDOW_BYTES", "64MB",
@@ -97,6 +104,8 @@ typedef struct daemon_state {
     ps_http *http;
     uv_signal_t sigterm;
     uv_signal_t sigint;
+    uv_signal_t sighup;
+    auth_store *auth;
     int lock_fd;
 } daemon_state;
 
@@ -263,12 +272,22 @@ bad:
     exit(2);
 }
 
+static void on_sighup(uv_signal_t *sig, int signum)
+{
+    (void)signum;
+    daemon_state *d = sig->data;
+    char err[512];
+    if (d->auth != NULL)
+        (void)auth_store_reload(d->auth, err, sizeof err); /* logs either way */
+}
+
 static void on_signal(uv_signal_t *sig, int signum)
 {
     daemon_state *d = sig->data;
     log_info("received signal %d, shutting down", signum);
     uv_close((uv_handle_t *)&d->sigterm, NULL);
     uv_close((uv_handle_t *)&d->sigint, NULL);
+    uv_close((uv_handle_t *)&d->sighup, NULL);
     ps_http_stop(d->http);
     d->http = NULL;
     page_service_stop(d->ps);
@@ -290,6 +309,8 @@ int main(int argc, char **argv)
         {"page-cache-mb", required_argument, NULL, OPT_PAGE_CACHE_MB},
         {"workers", required_argument, NULL, OPT_WORKERS},
         {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+        {"auth-file", required_argument, NULL, OPT_AUTH_FILE},
+        {"safekeeper-password", required_argument, NULL, OPT_SAFEKEEPER_PASSWORD},
         {"walredo-lib", required_argument, NULL, OPT_WALREDO_LIB},
         {"pitr-window-bytes", required_argument, NULL, OPT_PITR_BYTES},
         {"pitr-window-seconds", required_argument, NULL, OPT_PITR_SECONDS},
@@ -420,13 +441,33 @@ int main(int argc, char **argv)
     if (tenants_open(&to, &d.tenants, err, sizeof err) != 0)
         log_fatal("cannot load timelines: %s", err);
 
+    if (values[OPT_AUTH_FILE][0] != '\0') {
+        d.auth = auth_store_open(values[OPT_AUTH_FILE], err, sizeof err);
+        if (d.auth == NULL)
+            log_fatal("%s", err);
+        int ntenants;
+        bool admin;
+        auth_store_counts(d.auth, &ntenants, &admin);
+        log_info("auth: %s: %d tenant tokens, admin token %s", values[OPT_AUTH_FILE], ntenants,
+                 admin ? "set" : "not set");
+        /* Every pgwire listener of this process (the page service) asks for
+         * a token from now on. */
+        pgwire_authenticator authn;
+        auth_pgwire_authenticator(d.auth, &authn);
+        pgwire_set_default_authenticator(&authn);
+    }
+    /* libpq (the WAL receivers' connections) reads it from the environment. */
+    if (values[OPT_SAFEKEEPER_PASSWORD][0] != '\0')
+        setenv("PGPASSWORD", values[OPT_SAFEKEEPER_PASSWORD], 1);
+
     d.loop = uv_default_loop();
     page_service_options po = {
         .host = pg_host, .port = pg_port, .workers = workers, .wait_lsn_timeout_ms = wait_ms};
     d.ps = page_service_start(d.loop, d.tenants, &po, err, sizeof err);
     if (d.ps == NULL)
         log_fatal("cannot listen on %s: %s", values[OPT_LISTEN_PG], err);
-    d.http = ps_http_start(d.tenants, d.redo, d.cache, http_host, http_port, err, sizeof err);
+    d.http = ps_http_start(d.tenants, d.redo, d.cache, d.auth, http_host, http_port, err,
+                           sizeof err);
     if (d.http == NULL)
         log_fatal("cannot listen on %s: %s", values[OPT_LISTEN_HTTP], err);
 
@@ -443,6 +484,9 @@ int main(int argc, char **argv)
     d.sigterm.data = d.sigint.data = &d;
     uv_signal_start(&d.sigterm, on_signal, SIGTERM);
     uv_signal_start(&d.sigint, on_signal, SIGINT);
+    uv_signal_init(d.loop, &d.sighup);
+    d.sighup.data = &d;
+    uv_signal_start(&d.sighup, on_sighup, SIGHUP);
 
     log_info("ready pg_port=%d http_port=%d datadir=%s pg_bindir=%s redo_helpers=%d "
              "page_cache_mb=%ld wait_lsn_timeout_ms=%u pitr_window_bytes=%llu "
@@ -456,6 +500,8 @@ int main(int argc, char **argv)
     redo_pool_destroy(d.redo);
     pagecache_destroy(d.cache);
     durable_unlock_dir(d.lock_fd);
+    pgwire_set_default_authenticator(NULL);
+    auth_store_free(d.auth);
     log_info("stopped");
     for (int i = 0; i < OPT_COUNT; i++)
         free(values[i]);

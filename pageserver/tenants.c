@@ -11,6 +11,7 @@
  */
 #include "pageserver/tenants.h"
 
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -53,6 +54,8 @@ struct tenants {
     pthread_mutex_t mu;
     int n;
     entry entries[TENANTS_MAX_TIMELINES];
+    int ntenants;
+    strata_id tenant_ids[TENANTS_MAX_TENANTS];
     atomic_uint_fast64_t next_owner;
 
     /* GC thread. */
@@ -236,6 +239,33 @@ static void remove_at(tenants *t, int i)
     t->n--;
 }
 
+/* Index of tenant in tenant_ids, or -1.  t->mu held. */
+static int find_tenant(const tenants *t, const strata_id *tenant)
+{
+    for (int i = 0; i < t->ntenants; i++)
+        if (strata_id_equal(&t->tenant_ids[i], tenant))
+            return i;
+    return -1;
+}
+
+/* Adds tenant unless known; false when the table is full.  t->mu held. */
+static bool add_tenant(tenants *t, const strata_id *tenant)
+{
+    if (find_tenant(t, tenant) >= 0)
+        return true;
+    if (t->ntenants == TENANTS_MAX_TENANTS)
+        return false;
+    t->tenant_ids[t->ntenants++] = *tenant;
+    return true;
+}
+
+static bool tenant_path(const tenants *t, const strata_id *tenant, const char *suffix, char *out,
+                        size_t len)
+{
+    char a[STRATA_ID_HEX_LEN];
+    return path_fmt(out, len, "%s/tenants/%s%s", t->datadir, strata_id_format(tenant, a), suffix);
+}
+
 static bool ends_with(const char *s, const char *suffix)
 {
     size_t n = strlen(s), m = strlen(suffix);
@@ -338,8 +368,17 @@ int tenants_open(const tenants_options *o, tenants **out, char *err, size_t errl
         char path[PATH_MAX];
         if (!path_fmt(path, sizeof path, "%s/%s", root, de->d_name))
             continue;
+        if (ends_with(de->d_name, DELETING_SUFFIX)) {
+            log_info("removing leftover %s", path);
+            remove_tree(path);
+            continue;
+        }
         if (!strata_id_parse(de->d_name, &tenant)) {
             log_warn("ignoring %s: not a tenant id", path);
+            continue;
+        }
+        if (!add_tenant(t, &tenant)) {
+            log_error("ignoring %s: more than %d tenants", path, TENANTS_MAX_TENANTS);
             continue;
         }
         load_tenant(t, path, &tenant);
@@ -539,7 +578,8 @@ int tenants_create_timeline(tenants *t, const strata_id *tenant, const strata_id
 
     pthread_mutex_lock(&t->mu);
     int i = find(t, tenant, tlid);
-    bool full = t->n == TENANTS_MAX_TIMELINES;
+    bool full = t->n == TENANTS_MAX_TIMELINES ||
+                (find_tenant(t, tenant) < 0 && t->ntenants == TENANTS_MAX_TENANTS);
     if (i < 0 && !full)
         t->entries[t->n++] = (entry){.tenant = *tenant, .timeline = *tlid, .busy = true};
     pthread_mutex_unlock(&t->mu);
@@ -602,6 +642,9 @@ out:
     if (i >= 0 && tl != NULL) {
         t->entries[i].tl = tl;
         t->entries[i].busy = false;
+        bool added = add_tenant(t, tenant);
+        assert(added); /* room was checked when the entry was inserted */
+        (void)added;
     } else if (i >= 0) {
         remove_at(t, i);
     }
@@ -655,6 +698,111 @@ int tenants_delete_timeline(tenants *t, const strata_id *tenant, const strata_id
     timeline_mark_deleted(tl, rc == 0 ? gone : final);
     timeline_unref(tl);
     log_info("deleted tenant %s timeline %s", a, b);
+    if (status != NULL)
+        *status = 200;
+    return 0;
+}
+
+int tenants_create_tenant(tenants *t, const strata_id *tenant, int *status, char *err,
+                          size_t errlen)
+{
+    char a[STRATA_ID_HEX_LEN], path[PATH_MAX];
+    strata_id_format(tenant, a);
+    if (!tenant_path(t, tenant, "", path, sizeof path))
+        return fail(status, 500, err, errlen, "tenant path too long under %s", t->datadir);
+    pthread_mutex_lock(&t->mu);
+    int rc = 0;
+    if (find_tenant(t, tenant) >= 0) {
+        rc = fail(status, 409, err, errlen, "tenant %s already exists", a);
+    } else if (t->ntenants == TENANTS_MAX_TENANTS) {
+        rc = fail(status, 409, err, errlen, "this pageserver already has %d tenants",
+                  TENANTS_MAX_TENANTS);
+    } else if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+        rc = fail(status, 500, err, errlen, "cannot create %s: %s", path, strerror(errno));
+    } else {
+        /* Held across the directory fsync so that a concurrent delete of the
+         * same id cannot rename it away half made. */
+        int frc = durable_fsync_parent(path);
+        if (frc != 0) {
+            rc = fail(status, 500, err, errlen, "cannot make %s durable: %s", path, strerror(-frc));
+            rmdir(path);
+        } else {
+            t->tenant_ids[t->ntenants++] = *tenant;
+        }
+    }
+    pthread_mutex_unlock(&t->mu);
+    if (rc != 0)
+        return -1;
+    log_info("created tenant %s", a);
+    if (status != NULL)
+        *status = 201;
+    return 0;
+}
+
+int tenants_list_tenants(tenants *t, strata_id *out, int *ntimelines, int cap)
+{
+    pthread_mutex_lock(&t->mu);
+    int n = 0;
+    for (int i = 0; i < t->ntenants && n < cap; i++, n++) {
+        out[n] = t->tenant_ids[i];
+        if (ntimelines != NULL) {
+            ntimelines[n] = 0;
+            for (int k = 0; k < t->n; k++)
+                if (strata_id_equal(&t->entries[k].tenant, &out[n]))
+                    ntimelines[n]++;
+        }
+    }
+    pthread_mutex_unlock(&t->mu);
+    return n;
+}
+
+bool tenants_tenant_exists(tenants *t, const strata_id *tenant)
+{
+    pthread_mutex_lock(&t->mu);
+    bool r = find_tenant(t, tenant) >= 0;
+    pthread_mutex_unlock(&t->mu);
+    return r;
+}
+
+int tenants_delete_tenant(tenants *t, const strata_id *tenant, int *status, char *err,
+                          size_t errlen)
+{
+    char a[STRATA_ID_HEX_LEN], path[PATH_MAX], gone[PATH_MAX];
+    strata_id_format(tenant, a);
+    if (!tenant_path(t, tenant, "", path, sizeof path) ||
+        !tenant_path(t, tenant, DELETING_SUFFIX, gone, sizeof gone))
+        return fail(status, 500, err, errlen, "tenant path too long under %s", t->datadir);
+    pthread_mutex_lock(&t->mu);
+    int i = find_tenant(t, tenant);
+    int timelines = 0;
+    for (int k = 0; k < t->n; k++)
+        if (strata_id_equal(&t->entries[k].tenant, tenant))
+            timelines++;
+    int rc = 0;
+    if (i < 0) {
+        rc = fail(status, 404, err, errlen, "tenant %s not found", a);
+    } else if (timelines > 0) {
+        rc = fail(status, 409, err, errlen,
+                  "tenant %s still has %d timeline%s: delete %s first", a, timelines,
+                  timelines == 1 ? "" : "s", timelines == 1 ? "it" : "them");
+    } else {
+        /* Renamed under the lock: a timeline created right after this starts
+         * from a fresh directory, never inside the one being removed. */
+        remove_tree(gone);
+        int r = durable_rename(path, gone);
+        if (r != 0 && r != -ENOENT) {
+            rc = fail(status, 500, err, errlen, "cannot rename %s to %s: %s", path, gone,
+                      strerror(-r));
+        } else {
+            t->tenant_ids[i] = t->tenant_ids[t->ntenants - 1];
+            t->ntenants--;
+        }
+    }
+    pthread_mutex_unlock(&t->mu);
+    if (rc != 0)
+        return -1;
+    remove_tree(gone);
+    log_info("deleted tenant %s", a);
     if (status != NULL)
         *status = 200;
     return 0;

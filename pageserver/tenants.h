@@ -9,6 +9,10 @@
  *   <datadir>/tenants/<tenant>/timelines/<timeline>/          a timeline
  *   <datadir>/tenants/<tenant>/timelines/<timeline>.creating  being built
  *   <datadir>/tenants/<tenant>/timelines/<timeline>.deleting  being removed
+ * A tenant is its directory <datadir>/tenants/<tenant>/: created empty by
+ * tenants_create_tenant or implicitly by the first timeline created under
+ * it, removed (renamed to <tenant>.deleting, then deleted) only when it has
+ * no timeline left.
  * A timeline appears under its final name only once it is complete (built
  * in the .creating directory, then renamed durably), so a crash never
  * leaves a half-imported timeline; leftovers of both temporary kinds are
@@ -34,6 +38,7 @@
 #include "pageserver/timeline.h"
 
 #define TENANTS_MAX_TIMELINES 1024
+#define TENANTS_MAX_TENANTS 1024
 
 typedef struct tenants tenants;
 
@@ -76,6 +81,24 @@ typedef struct tenants_create_request {
 int tenants_create_timeline(tenants *t, const strata_id *tenant, const strata_id *tl,
                             const tenants_create_request *req, lsn_t *out_lsn, int *status,
                             char *err, size_t errlen);
+
+/* Creates an empty tenant: its directory, durably.  409 when it exists or
+ * the table is full. */
+int tenants_create_tenant(tenants *t, const strata_id *tenant, int *status, char *err,
+                          size_t errlen);
+
+/* Up to cap tenant ids (in no particular order); returns the count.  When
+ * ntimelines is not NULL, ntimelines[i] is tenant i's number of timelines
+ * (being created included). */
+int tenants_list_tenants(tenants *t, strata_id *out, int *ntimelines, int cap);
+
+/* True when the tenant exists. */
+bool tenants_tenant_exists(tenants *t, const strata_id *tenant);
+
+/* Deletes a tenant that has no timelines: 404 unknown, 409 while it has
+ * one (or one is being created).  Nothing changes on refusal. */
+int tenants_delete_tenant(tenants *t, const strata_id *tenant, int *status, char *err,
+                          size_t errlen);
 
 /* Removes the timeline from the set, stops its WAL receiver and deletes its
  * directory once the last reader lets go. */
