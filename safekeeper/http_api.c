@@ -4,6 +4,7 @@
  */
 #include "safekeeper/http_api.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,58 +57,134 @@ static void on_status(const http_request *req, http_response *resp, void *arg)
     free(snap);
 }
 
+/* A snapshot of every timeline (caller frees), or NULL with a 500 set. */
+static sk_timeline_status *snapshot(sk_node *node, int *n, http_response *resp)
+{
+    sk_timeline_status *snap = calloc(SK_MAX_TIMELINES, sizeof *snap);
+    if (snap == NULL) {
+        http_response_error(resp, 500, "out of memory");
+        return NULL;
+    }
+    *n = sk_node_snapshot(node, snap, SK_MAX_TIMELINES, NULL);
+    return snap;
+}
+
+static void on_tenants(const http_request *req, http_response *resp, void *arg)
+{
+    (void)req;
+    int n;
+    sk_timeline_status *snap = snapshot(arg, &n, resp);
+    if (snap == NULL)
+        return;
+    cJSON *o = cJSON_CreateObject();
+    cJSON *arr = cJSON_AddArrayToObject(o, "tenants");
+    for (int i = 0; i < n; i++) {
+        bool seen = false;
+        int count = 0;
+        for (int k = 0; k < n; k++) {
+            if (!strata_id_equal(&snap[k].tenant_id, &snap[i].tenant_id))
+                continue;
+            seen |= k < i;
+            count++;
+        }
+        if (seen)
+            continue;
+        char t[STRATA_ID_HEX_LEN];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "tenant_id", strata_id_format(&snap[i].tenant_id, t));
+        cJSON_AddNumberToObject(e, "timelines", count);
+        cJSON_AddItemToArray(arr, e);
+    }
+    http_response_json(resp, 200, o);
+    cJSON_Delete(o);
+    free(snap);
+}
+
 static void on_timeline(const http_request *req, http_response *resp, void *arg)
 {
     sk_node *node = arg;
-    /* /v1/tenant/<32 hex>/timeline/<32 hex> */
+    /* /v1/tenant/<32 hex>/timeline[/<32 hex>] */
     const char *p = req->path + strlen("/v1/tenant/");
-    char tbuf[64], lbuf[64];
+    char tbuf[64], lbuf[64] = "";
     const char *slash = strchr(p, '/');
-    if (slash == NULL || (size_t)(slash - p) >= sizeof tbuf ||
-        strncmp(slash, "/timeline/", 10) != 0 || strlen(slash + 10) >= sizeof lbuf) {
-        http_response_error(resp, 404, "expected /v1/tenant/<tenant_id>/timeline/<timeline_id>");
+    bool list = false;
+    if (slash != NULL && (strcmp(slash, "/timeline") == 0 || strcmp(slash, "/timeline/") == 0))
+        list = true;
+    else if (slash == NULL || strncmp(slash, "/timeline/", 10) != 0 ||
+             strlen(slash + 10) >= sizeof lbuf || strchr(slash + 10, '/') != NULL) {
+        http_response_error(resp, 404,
+                            "no such endpoint: %s (expected /v1/tenant/<tenant_id>/timeline[/"
+                            "<timeline_id>])",
+                            req->path);
+        return;
+    }
+    if ((size_t)(slash - p) >= sizeof tbuf) {
+        http_response_error(resp, 400, "invalid tenant_id: expected 32 hex digits");
         return;
     }
     memcpy(tbuf, p, (size_t)(slash - p));
     tbuf[slash - p] = '\0';
-    strcpy(lbuf, slash + 10);
+    if (!list)
+        strcpy(lbuf, slash + 10);
     strata_id tenant, timeline;
     if (!strata_id_parse(tbuf, &tenant)) {
         http_response_error(resp, 400, "invalid tenant_id \"%s\": expected 32 hex digits", tbuf);
         return;
     }
-    if (!strata_id_parse(lbuf, &timeline)) {
+    if (!list && !strata_id_parse(lbuf, &timeline)) {
         http_response_error(resp, 400, "invalid timeline_id \"%s\": expected 32 hex digits", lbuf);
         return;
     }
-    sk_timeline_status *snap = calloc(SK_MAX_TIMELINES, sizeof *snap);
-    if (snap == NULL) {
-        http_response_error(resp, 500, "out of memory");
+    int n;
+    sk_timeline_status *snap = snapshot(node, &n, resp);
+    if (snap == NULL)
         return;
+    cJSON *o = NULL, *arr = NULL;
+    if (list) {
+        o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "tenant_id", tbuf);
+        arr = cJSON_AddArrayToObject(o, "timelines");
     }
-    int n = sk_node_snapshot(node, snap, SK_MAX_TIMELINES, NULL);
+    int found = 0;
     for (int i = 0; i < n; i++) {
-        if (strata_id_equal(&snap[i].tenant_id, &tenant) &&
-            strata_id_equal(&snap[i].timeline_id, &timeline)) {
-            cJSON *o = timeline_json(&snap[i]);
-            http_response_json(resp, 200, o);
-            cJSON_Delete(o);
-            free(snap);
-            return;
+        if (!strata_id_equal(&snap[i].tenant_id, &tenant))
+            continue;
+        if (list) {
+            cJSON_AddItemToArray(arr, timeline_json(&snap[i]));
+            found++;
+        } else if (strata_id_equal(&snap[i].timeline_id, &timeline)) {
+            o = timeline_json(&snap[i]);
+            found++;
+            break;
         }
     }
     free(snap);
-    http_response_error(resp, 404, "tenant %s timeline %s not found on this safekeeper", tbuf,
-                        lbuf);
+    if (found == 0) {
+        cJSON_Delete(o);
+        if (list)
+            http_response_error(resp, 404, "tenant %s has no timeline on this safekeeper", tbuf);
+        else
+            http_response_error(resp, 404, "tenant %s timeline %s not found on this safekeeper",
+                                tbuf, lbuf);
+        return;
+    }
+    http_response_json(resp, 200, o);
+    cJSON_Delete(o);
 }
 
-http_server *sk_http_start(sk_node *node, const char *host, int port, char *err, size_t errlen)
+http_server *sk_http_start(sk_node *node, auth_store *auth, const char *host, int port, char *err,
+                           size_t errlen)
 {
     http_config cfg = {.host = host, .port = port};
+    if (auth != NULL) {
+        cfg.authorize = auth_http_authorize;
+        cfg.authorize_arg = auth;
+    }
     http_server *s = http_server_new(&cfg, err, errlen);
     if (s == NULL)
         return NULL;
     if (http_server_route(s, "GET", "/v1/status", on_status, node) != 0 ||
+        http_server_route(s, "GET", "/v1/tenant", on_tenants, node) != 0 ||
         http_server_route(s, "GET", "/v1/tenant/", on_timeline, node) != 0) {
         snprintf(err, errlen, "could not add HTTP routes");
         http_server_free(s);

@@ -18,6 +18,7 @@
 
 #include <uv.h>
 
+#include "common/auth.h"
 #include "common/durable.h"
 #include "common/log.h"
 #include "common/pgwire.h"
@@ -43,6 +44,7 @@ enum {
     OPT_LISTEN_PG,
     OPT_LISTEN_HTTP,
     OPT_PASSWORD,
+    OPT_AUTH_FILE,
     OPT_LOG_LEVEL,
     OPT_CONFIG,
     OPT_COUNT
@@ -56,6 +58,8 @@ static const option_def option_defs[OPT_COUNT] = {
     {"listen-http", "SAFEKEEPER_LISTEN_HTTP", "127.0.0.1:7676",
      "HTTP listen address HOST:PORT (port 0: ephemeral)"},
     {"password", "SAFEKEEPER_PASSWORD", NULL, "password clients must give (MD5); trust if unset"},
+    {"auth-file", "SAFEKEEPER_AUTH_FILE", NULL,
+     "JSON tokens file (mode 0600; see docs/operations.md); replaces --password"},
     {"log-level", "SAFEKEEPER_LOG_LEVEL", "info", "debug, info, warn or error"},
     {"config", "SAFEKEEPER_CONFIG", NULL, "config file of 'key = value' lines (keys as flags)"},
 };
@@ -68,6 +72,9 @@ typedef struct daemon_state {
     http_server *http;
     uv_signal_t sigterm;
     uv_signal_t sigint;
+    uv_signal_t sighup;
+    auth_store *auth;
+    pgwire_authenticator authn;
     uv_timer_t drain;
     int lock_fd;
 } daemon_state;
@@ -175,12 +182,22 @@ static void on_drain(uv_timer_t *t)
     sk_node_shutdown(&d->node);
 }
 
+static void on_sighup(uv_signal_t *sig, int signum)
+{
+    (void)signum;
+    daemon_state *d = sig->data;
+    char err[512];
+    if (d->auth != NULL)
+        (void)auth_store_reload(d->auth, err, sizeof err); /* logs either way */
+}
+
 static void on_signal(uv_signal_t *sig, int signum)
 {
     daemon_state *d = sig->data;
     log_info("received signal %d, shutting down", signum);
     uv_close((uv_handle_t *)&d->sigterm, NULL);
     uv_close((uv_handle_t *)&d->sigint, NULL);
+    uv_close((uv_handle_t *)&d->sighup, NULL);
     if (d->http != NULL) {
         http_server_free(d->http);
         d->http = NULL;
@@ -201,6 +218,7 @@ int main(int argc, char **argv)
         {"listen-pg", required_argument, NULL, OPT_LISTEN_PG},
         {"listen-http", required_argument, NULL, OPT_LISTEN_HTTP},
         {"password", required_argument, NULL, OPT_PASSWORD},
+        {"auth-file", required_argument, NULL, OPT_AUTH_FILE},
         {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
         {"config", required_argument, NULL, OPT_CONFIG},
         {"help", no_argument, NULL, 'h'},
@@ -288,14 +306,29 @@ int main(int argc, char **argv)
         log_fatal("cannot load timelines: %s", err);
 
     pgwire_config pcfg = {.host = pg_host, .port = pg_port};
+    if (values[OPT_PASSWORD] != NULL && values[OPT_AUTH_FILE] != NULL &&
+        values[OPT_AUTH_FILE][0] != '\0')
+        log_fatal("give --password or --auth-file, not both");
     if (values[OPT_PASSWORD] != NULL) {
         pcfg.auth = PGWIRE_AUTH_MD5;
         pcfg.password = values[OPT_PASSWORD];
     }
+    if (values[OPT_AUTH_FILE] != NULL && values[OPT_AUTH_FILE][0] != '\0') {
+        d.auth = auth_store_open(values[OPT_AUTH_FILE], err, sizeof err);
+        if (d.auth == NULL)
+            log_fatal("%s", err);
+        int ntenants;
+        bool admin;
+        auth_store_counts(d.auth, &ntenants, &admin);
+        log_info("auth: %s: %d tenant tokens, admin token %s", values[OPT_AUTH_FILE], ntenants,
+                 admin ? "set" : "not set");
+        auth_pgwire_authenticator(d.auth, &d.authn);
+        pcfg.authenticator = &d.authn;
+    }
     d.pg = sk_conn_server_start(&d.node, &pcfg, err, sizeof err);
     if (d.pg == NULL)
         log_fatal("cannot listen on %s: %s", values[OPT_LISTEN_PG], err);
-    d.http = sk_http_start(&d.node, http_host, http_port, err, sizeof err);
+    d.http = sk_http_start(&d.node, d.auth, http_host, http_port, err, sizeof err);
     if (d.http == NULL)
         log_fatal("cannot listen on %s: %s", values[OPT_LISTEN_HTTP], err);
 
@@ -312,12 +345,16 @@ int main(int argc, char **argv)
     d.sigterm.data = d.sigint.data = &d;
     uv_signal_start(&d.sigterm, on_signal, SIGTERM);
     uv_signal_start(&d.sigint, on_signal, SIGINT);
+    uv_signal_init(d.loop, &d.sighup);
+    d.sighup.data = &d;
+    uv_signal_start(&d.sighup, on_sighup, SIGHUP);
 
     log_info("ready node_id=%llu pg_port=%d http_port=%d datadir=%s timelines=%d", id,
              pgwire_server_port(d.pg), http_server_port(d.http), datadir, d.node.n_timelines);
     uv_run(d.loop, UV_RUN_DEFAULT);
     uv_loop_close(d.loop);
     durable_unlock_dir(d.lock_fd);
+    auth_store_free(d.auth);
     log_info("stopped");
     for (int i = 0; i < OPT_COUNT; i++)
         free(values[i]);
