@@ -134,6 +134,37 @@ static int start_safekeeper(const cluster *c, const cluster_safekeeper *sk, cli_
     return 0;
 }
 
+/* A compute on a new empty data directory from a basebackup (DESIGN 9.4),
+ * each step's time printed. */
+static int start_compute_from_pageserver(const cluster *c, cli_err *err)
+{
+    long long t0 = proc_now_ms();
+    compute_start_report rep;
+    int rc = compute_start_from_pageserver(c, &rep, err);
+    char lb[LSN_FMT_LEN];
+    if (rep.sync_ms > 0 || rep.lsn != LSN_INVALID)
+        printf("compute: sync-safekeepers: start at %s%s (%.3f s)\n", lsn_format(rep.lsn, lb),
+               rep.empty_timeline ? ", the timeline's start (no WAL on the safekeepers yet)" : "",
+               (double)rep.sync_ms / 1000.0);
+    if (rc != 0)
+        return -1;
+    printf("compute: old data directory removed (%.3f s)\n", (double)rep.cleanup_ms / 1000.0);
+    printf("compute: %s basebackup at %s: %u files, %.1f MB (%.3f s)\n",
+           rep.stateless ? "stateless" : "full", lb, rep.basebackup_files,
+           (double)rep.basebackup_bytes / 1e6, (double)rep.basebackup_ms / 1000.0);
+    printf("compute: configured and postgres started (%.3f s)\n",
+           (double)rep.configure_ms / 1000.0);
+    fflush(stdout);
+    long long t1 = proc_now_ms();
+    if (compute_wait_ready(c, COMPUTE_READY_TIMEOUT_MS, err) != 0)
+        return -1;
+    long long t2 = proc_now_ms();
+    printf("compute: accepting connections (%.3f s)\n", (double)(t2 - t1) / 1000.0);
+    printf("compute: ready in %.3f s from start to first query (pid %d)\n",
+           (double)(t2 - t0) / 1000.0, (int)compute_pid(c));
+    return 0;
+}
+
 static int start_compute(const cluster *c, cli_err *err)
 {
     pid_t pid = compute_pid(c);
@@ -143,6 +174,8 @@ static int start_compute(const cluster *c, cli_err *err)
     }
     printf("compute: starting on 127.0.0.1:%d\n", c->compute_port);
     fflush(stdout);
+    if (c->pageserver_imported)
+        return start_compute_from_pageserver(c, err);
     long long t0 = proc_now_ms();
     if (compute_start(c, err) != 0 || compute_wait_ready(c, COMPUTE_READY_TIMEOUT_MS, err) != 0)
         return -1;
@@ -187,6 +220,33 @@ static int attach_pageserver(cluster *c, cli_err *err)
                "compute (strata stop compute) and run `strata up` to import it\n");
         return 0;
     }
+    char pgdata[PATH_MAX];
+    if (compute_datadir(c, pgdata, err) != 0)
+        return -1;
+    char version[PATH_MAX + 16];
+    snprintf(version, sizeof version, "%s/PG_VERSION", pgdata);
+    if (access(version, F_OK) != 0) {
+        /* A new cluster: the timeline comes from a template made by the
+         * patched initdb; every compute then starts from a basebackup. */
+        char template[PATH_MAX];
+        printf("pageserver: creating the timeline from a new initdb\n");
+        fflush(stdout);
+        long long t0 = proc_now_ms();
+        lsn_t lsn;
+        if (compute_make_template(c, template, err) != 0 ||
+            pageserver_create_timeline(c, template, &lsn, err) != 0)
+            return -1;
+        c->pageserver_imported = true;
+        c->pageserver_import_lsn = lsn;
+        if (cluster_save(c, err) != 0 || compute_remove_template(c, err) != 0)
+            return -1;
+        char buf[LSN_FMT_LEN];
+        printf("pageserver: imported at %s in %.1f s; streaming WAL from the safekeepers\n",
+               lsn_format(lsn, buf), (double)(proc_now_ms() - t0) / 1000.0);
+        return 0;
+    }
+    /* A cluster whose compute ran before the pageserver existed: import its
+     * own data directory (it must be cleanly shut down). */
     bool created, clean;
     if (compute_init_datadir(c, &created, err) != 0 ||
         compute_cleanly_shut_down(c, &clean, err) != 0)
@@ -196,9 +256,6 @@ static int attach_pageserver(cluster *c, cli_err *err)
                "was not shut down cleanly; start and stop the compute, then run `strata up`\n");
         return 0;
     }
-    char pgdata[PATH_MAX];
-    if (compute_datadir(c, pgdata, err) != 0)
-        return -1;
     printf("pageserver: importing %s\n", pgdata);
     fflush(stdout);
     long long t0 = proc_now_ms();

@@ -27,6 +27,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "cli/basebackup_fetch.h"
 #include "cli/locate.h"
 #include "cli/probe.h"
 #include "cli/proc.h"
@@ -129,11 +130,26 @@ static const char compute_hba[] =
 
 /* Runs initdb into a staging directory and renames it into place, so a
  * failed or interrupted initdb never leaves a half-made pgdata behind. */
+/* A program of the PATCHED PostgreSQL build, which every compute runs
+ * (the stock binaries are test oracles only). */
+static int compute_program(const char *name, char *out, cli_err *err)
+{
+    char bindir[PATH_MAX];
+    if (locate_patched_pg_bindir(bindir, err) != 0)
+        return -1;
+    int n = snprintf(out, PATH_MAX, "%s/%s", bindir, name);
+    if (n < 0 || n >= PATH_MAX)
+        return cli_err_set(err, "path too long: %s/%s", bindir, name);
+    if (access(out, X_OK) != 0)
+        return cli_err_set(err, "PostgreSQL program %s not found in %s", name, bindir);
+    return 0;
+}
+
 static int compute_initdb(const cluster *c, const compute_paths *p, const proc_user *user,
                           cli_err *err)
 {
     char initdb[PATH_MAX];
-    if (locate_pg_program("initdb", initdb, err) != 0)
+    if (compute_program("initdb", initdb, err) != 0)
         return -1;
     if (access(p->staging, F_OK) == 0 &&
         nftw(p->staging, remove_one, 32, FTW_DEPTH | FTW_PHYS) != 0)
@@ -164,12 +180,23 @@ static int compute_initdb(const cluster *c, const compute_paths *p, const proc_u
     return 0;
 }
 
-static int compute_write_config(const cluster *c, const compute_paths *p, cli_err *err)
+/* How the compute's data directory was made: by initdb (the cluster runs
+ * without a pageserver) or from a pageserver basebackup, full (a complete
+ * copy, smgr off) or stateless (no relation files, pages from the
+ * pageserver through the strata smgr). */
+typedef enum compute_kind { COMPUTE_INITDB, COMPUTE_BB_FULL, COMPUTE_BB_STATELESS } compute_kind;
+
+static int compute_write_config(const cluster *c, const compute_paths *p, compute_kind kind,
+                                cli_err *err)
 {
     char extension[PATH_MAX], sks[256], tenant[STRATA_ID_HEX_LEN], timeline[STRATA_ID_HEX_LEN];
     if (locate_extension(extension, err) != 0)
         return -1;
     safekeepers_list(c, sks, sizeof sks);
+    /* Stateless: every permanent relation through the strata smgr. */
+    char smgr[128] = "";
+    if (kind == COMPUTE_BB_STATELESS)
+        snprintf(smgr, sizeof smgr, "strata.pageserver = '127.0.0.1:%d'\n", c->pageserver_pg_port);
     char conf[8192];
     int n = snprintf(conf, sizeof conf,
                      "# Written by `strata` at every start from %s/cluster.json; edits are lost.\n"
@@ -185,13 +212,16 @@ static int compute_write_config(const cluster *c, const compute_paths *p, cli_er
                      "wal_level = replica\n"
                      "max_wal_senders = 10\n"
                      "wal_keep_size = '1GB'\n"
-                     "full_page_writes = on\n"
+                     "full_page_writes = %s\n"
                      "fsync = off\n"
                      "restart_after_crash = off\n"
-                     "log_line_prefix = '%%m [%%p] '\n",
+                     "log_line_prefix = '%%m [%%p] '\n"
+                     "%s",
                      c->dir, c->compute_port, p->sockdir, extension, sks,
                      strata_id_format(&c->tenant_id, tenant),
-                     strata_id_format(&c->timeline_id, timeline));
+                     strata_id_format(&c->timeline_id, timeline),
+                     kind == COMPUTE_INITDB ? "on" : "off",
+                     smgr);
     if (n < 0 || n >= (int)sizeof conf)
         return cli_err_set(err, "compute configuration too long");
     char path[PATH_MAX + 32];
@@ -235,8 +265,8 @@ int compute_preflight(const cluster *c, cli_err *err)
     compute_paths p;
     char program[PATH_MAX];
     proc_user user;
-    if (compute_paths_get(c, &p, err) != 0 || locate_pg_program("postgres", program, err) != 0 ||
-        locate_pg_program("initdb", program, err) != 0 || locate_extension(program, err) != 0 ||
+    if (compute_paths_get(c, &p, err) != 0 || compute_program("postgres", program, err) != 0 ||
+        compute_program("initdb", program, err) != 0 || locate_extension(program, err) != 0 ||
         proc_user_for_postgres(c->pg_user, &user, err) != 0)
         return -1;
     if (proc_check_access(c->dir, X_OK, &user, err) != 0 ||
@@ -311,14 +341,15 @@ int compute_start(const cluster *c, cli_err *err)
     if (compute_pid(c) != 0)
         return 0;
     char postgres[PATH_MAX], extension[PATH_MAX];
-    if (locate_pg_program("postgres", postgres, err) != 0 || locate_extension(extension, err) != 0)
+    if (compute_program("postgres", postgres, err) != 0 || locate_extension(extension, err) != 0)
         return -1;
     proc_user user;
     bool created;
     if (proc_user_for_postgres(c->pg_user, &user, err) != 0 ||
         compute_init_datadir(c, &created, err) != 0)
         return -1;
-    if (compute_write_config(c, &p, err) != 0 || proc_chown_tree(p.root, &user, err) != 0)
+    if (compute_write_config(c, &p, COMPUTE_INITDB, err) != 0 ||
+        proc_chown_tree(p.root, &user, err) != 0)
         return -1;
 
     if (compute_remove_stale_locks(c, &p, err) != 0)
@@ -353,7 +384,7 @@ int compute_wait_ready(const cluster *c, int timeout_ms, cli_err *err)
                                "compute did not accept connections on port %d within %d s; "
                                "see %s",
                                c->compute_port, timeout_ms / 1000, p.logfile);
-        proc_sleep_ms(100);
+        proc_sleep_ms(20);
     }
 }
 
@@ -403,4 +434,196 @@ int compute_stop(const cluster *c, bool immediate, cli_err *err)
         return 0;
     log_warn("compute (pid %d) ignored an immediate shutdown; sending SIGKILL", (int)pid);
     return compute_kill(pid, err);
+}
+
+/* ---- computes started from a pageserver basebackup (DESIGN 9.4) ---- */
+
+#define COMPUTE_SYNC_TIMEOUT_S 60
+#define COMPUTE_BASEBACKUP_TIMEOUT_MS 120000
+
+int compute_make_template(const cluster *c, char *out, cli_err *err)
+{
+    compute_paths p;
+    if (compute_paths_get(c, &p, err) != 0)
+        return -1;
+    proc_user user;
+    if (proc_user_for_postgres(c->pg_user, &user, err) != 0)
+        return -1;
+    if ((mkdir(p.root, 0750) != 0 && errno != EEXIST) ||
+        (mkdir(p.sockdir, 0750) != 0 && errno != EEXIST))
+        return cli_err_set(err, "mkdir under %s: %s", p.root, strerror(errno));
+    if (proc_chown_tree(p.root, &user, err) != 0)
+        return -1;
+    if (cluster_path(c, "compute/template", p.pgdata, err) != 0 ||
+        cluster_path(c, "compute/template.initdb", p.staging, err) != 0)
+        return -1;
+    snprintf(out, PATH_MAX, "%s", p.pgdata);
+    char version[PATH_MAX + 16];
+    snprintf(version, sizeof version, "%s/PG_VERSION", p.pgdata);
+    if (access(version, F_OK) == 0)
+        return 0;
+    return compute_initdb(c, &p, &user, err);
+}
+
+int compute_remove_template(const cluster *c, cli_err *err)
+{
+    char path[PATH_MAX];
+    if (cluster_path(c, "compute/template", path, err) != 0)
+        return -1;
+    if (access(path, F_OK) == 0 && nftw(path, remove_one, 32, FTW_DEPTH | FTW_PHYS) != 0)
+        return cli_err_set(err, "removing %s: %s", path, strerror(errno));
+    return 0;
+}
+
+/* Removes path (a directory tree) if it exists. */
+static int remove_tree(const char *path, cli_err *err)
+{
+    if (access(path, F_OK) != 0)
+        return 0;
+    if (nftw(path, remove_one, 32, FTW_DEPTH | FTW_PHYS) != 0)
+        return cli_err_set(err, "removing %s: %s", path, strerror(errno));
+    return 0;
+}
+
+/*
+ * Step 1: the LSN to start at.  strata-sync-safekeepers elects a term (which
+ * fences any compute still running), brings a majority to the end of
+ * committed WAL and prints it.  On a timeline no safekeeper has WAL for yet
+ * it refuses ("no acceptor has WAL"): the compute then starts at the
+ * pageserver timeline's start LSN.
+ */
+static int compute_sync(const cluster *c, lsn_t *x, bool *empty, cli_err *err)
+{
+    char program[PATH_MAX], sks[256], tenant[STRATA_ID_HEX_LEN], timeline[STRATA_ID_HEX_LEN],
+        log[PATH_MAX], timeout[16];
+    if (locate_sibling("strata-sync-safekeepers", program, err) != 0 ||
+        cluster_path(c, "sync-safekeepers.log", log, err) != 0)
+        return -1;
+    safekeepers_list(c, sks, sizeof sks);
+    snprintf(timeout, sizeof timeout, "%d", COMPUTE_SYNC_TIMEOUT_S);
+    char *argv[] = {program,     "--safekeepers", sks,     "--tenant",
+                    strata_id_format(&c->tenant_id, tenant), "--timeline",
+                    strata_id_format(&c->timeline_id, timeline), "--timeout",
+                    timeout,     NULL};
+    if (unlink(log) != 0 && errno != ENOENT)
+        return cli_err_set(err, "removing %s: %s", log, strerror(errno));
+    cli_err run_err = {{0}};
+    proc_user self = {.drop = false}; /* it touches no files: run it as we are */
+    int rc = proc_run(argv, log, &self, COMPUTE_SYNC_TIMEOUT_S + 10, &run_err);
+    FILE *f = fopen(log, "re");
+    char line[512], last[512] = "";
+    bool no_wal = false;
+    while (f != NULL && fgets(line, sizeof line, f) != NULL) {
+        line[strcspn(line, "\r\n")] = '\0';
+        if (strstr(line, "no acceptor has WAL") != NULL)
+            no_wal = true;
+        if (line[0] != '\0')
+            snprintf(last, sizeof last, "%s", line);
+    }
+    if (f != NULL)
+        fclose(f);
+    *empty = false;
+    if (rc != 0 && no_wal) {
+        *empty = true;
+        *x = c->pageserver_import_lsn;
+        return 0;
+    }
+    if (rc != 0)
+        return cli_err_set(err, "sync-safekeepers failed: %s (log %s)",
+                           last[0] ? last : run_err.msg, log);
+    if (!lsn_parse(last, x) || *x == LSN_INVALID)
+        return cli_err_set(err, "sync-safekeepers printed \"%s\", not an LSN (log %s)", last, log);
+    return 0;
+}
+
+/* Step 3: the files a basebackup leaves to the launcher. */
+static int compute_configure(const cluster *c, const compute_paths *p, compute_kind kind,
+                             lsn_t x, cli_err *err)
+{
+    char path[PATH_MAX + 32], lb[LSN_FMT_LEN], text[LSN_FMT_LEN + 2];
+    snprintf(path, sizeof path, "%s/pg_hba.conf", p->pgdata);
+    if (write_file(path, compute_hba, err) != 0)
+        return -1;
+    snprintf(path, sizeof path, "%s/postgresql.conf", p->pgdata);
+    if (write_file(path,
+                   "# Written by strata for a compute started from a basebackup.\n"
+                   "include 'strata.conf'\n",
+                   err) != 0)
+        return -1;
+    /* The walproposer begins an empty timeline here and checks that its
+     * term starts here (compute/extension/walproposer_pg.c). */
+    snprintf(path, sizeof path, "%s/strata.signal", p->pgdata);
+    snprintf(text, sizeof text, "%s\n", lsn_format(x, lb));
+    if (write_file(path, text, err) != 0)
+        return -1;
+    return compute_write_config(c, p, kind, err);
+}
+
+static bool compute_stateless_default(void)
+{
+    const char *mode = getenv("STRATA_COMPUTE_MODE");
+    return mode != NULL && strcmp(mode, "stateless") == 0;
+}
+
+int compute_start_from_pageserver(const cluster *c, compute_start_report *rep, cli_err *err)
+{
+    memset(rep, 0, sizeof *rep);
+    compute_paths p;
+    if (compute_paths_get(c, &p, err) != 0)
+        return -1;
+    if (compute_pid(c) != 0)
+        return cli_err_set(err, "the compute is running (strata stop compute first)");
+    char postgres[PATH_MAX];
+    proc_user user;
+    if (compute_program("postgres", postgres, err) != 0 ||
+        proc_user_for_postgres(c->pg_user, &user, err) != 0)
+        return -1;
+    if ((mkdir(p.root, 0750) != 0 && errno != EEXIST) ||
+        (mkdir(p.sockdir, 0750) != 0 && errno != EEXIST))
+        return cli_err_set(err, "mkdir under %s: %s", p.root, strerror(errno));
+    compute_kind kind = compute_stateless_default() ? COMPUTE_BB_STATELESS : COMPUTE_BB_FULL;
+    rep->stateless = kind == COMPUTE_BB_STATELESS;
+    long long t0 = proc_now_ms();
+
+    if (compute_sync(c, &rep->lsn, &rep->empty_timeline, err) != 0)
+        return -1;
+    long long t1 = proc_now_ms();
+    rep->sync_ms = t1 - t0;
+
+    /* Step 2: a new, empty data directory.  The old one goes first. */
+    char fresh[PATH_MAX + 16], old[PATH_MAX + 16];
+    snprintf(fresh, sizeof fresh, "%s.new", p.pgdata);
+    snprintf(old, sizeof old, "%s.old", p.pgdata);
+    if (remove_tree(fresh, err) != 0 || remove_tree(old, err) != 0)
+        return -1;
+    if (access(p.pgdata, F_OK) == 0 && rename(p.pgdata, old) != 0)
+        return cli_err_set(err, "rename %s: %s", p.pgdata, strerror(errno));
+    if (remove_tree(old, err) != 0)
+        return -1;
+    long long t2 = proc_now_ms();
+    rep->cleanup_ms = t2 - t1;
+    bbfetch_result bres;
+    if (bbfetch_run(c, rep->lsn, kind == COMPUTE_BB_FULL, fresh, COMPUTE_BASEBACKUP_TIMEOUT_MS,
+                    &bres, err) != 0)
+        return -1;
+    if (rename(fresh, p.pgdata) != 0)
+        return cli_err_set(err, "rename %s: %s", fresh, strerror(errno));
+    long long t3 = proc_now_ms();
+    rep->basebackup_ms = t3 - t2;
+    rep->basebackup_bytes = bres.bytes;
+    rep->basebackup_files = bres.files;
+
+    if (compute_configure(c, &p, kind, rep->lsn, err) != 0 ||
+        proc_chown_tree(p.root, &user, err) != 0 || compute_remove_stale_locks(c, &p, err) != 0)
+        return -1;
+    char *argv[] = {postgres, "-D", p.pgdata, NULL};
+    pid_t pid;
+    if (proc_spawn_detached(argv, p.logfile, p.pgdata, &user, &pid, err) != 0)
+        return -1;
+    if (proc_pidfile_write(p.pidfile, pid, err) != 0) {
+        compute_kill(pid, err);
+        return -1;
+    }
+    rep->configure_ms = proc_now_ms() - t3;
+    return 0;
 }

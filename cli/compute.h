@@ -15,6 +15,7 @@
 #define STRATA_CLI_COMPUTE_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "cli/cli.h"
@@ -56,5 +57,36 @@ int compute_wait_ready(const cluster *c, int timeout_ms, cli_err *err);
  * success.  0 or -1 with a reason.
  */
 int compute_stop(const cluster *c, bool immediate, cli_err *err);
+
+/*
+ * Computes started from the pageserver (DESIGN 9.4).  Layout adds
+ * D/compute/template (the patched initdb the pageserver imports the
+ * timeline from; removed after the import) and D/sync-safekeepers.log.
+ */
+
+/* Runs the PATCHED initdb into D/compute/template unless it exists; out
+ * (PATH_MAX bytes) gets its path.  0 or -1. */
+int compute_make_template(const cluster *c, char *out, cli_err *err);
+int compute_remove_template(const cluster *c, cli_err *err);
+
+typedef struct compute_start_report {
+    lsn_t lsn;           /* X: where the compute starts */
+    bool empty_timeline; /* no safekeeper had WAL: X is the timeline's start */
+    bool stateless;      /* non-full basebackup + strata.pageserver */
+    long long sync_ms, cleanup_ms, basebackup_ms, configure_ms;
+    uint64_t basebackup_bytes;
+    uint32_t basebackup_files;
+} compute_start_report;
+
+/*
+ * `strata start compute` with a pageserver: sync-safekeepers -> X (the
+ * timeline's start LSN when no safekeeper has WAL yet), the old data
+ * directory removed, a basebackup at X fetched into a new empty one
+ * (full unless STRATA_COMPUTE_MODE=stateless), the settings of DESIGN 9.3
+ * and strata.signal (X) written, everything chowned to the postgres user,
+ * the PATCHED postgres started (not waited for: compute_wait_ready).  The
+ * compute must not run.  0 or -1 with a reason.
+ */
+int compute_start_from_pageserver(const cluster *c, compute_start_report *rep, cli_err *err);
 
 #endif

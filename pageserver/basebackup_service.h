@@ -23,7 +23,20 @@
 #include "common/pgwire.h"
 #include "pageserver/tenants.h"
 
-/* sql is the whole query text (starts with "basebackup"). */
+/* How long a basebackup waits for its LSN to be ingested. */
+#define BASEBACKUP_SERVICE_WAIT_MS 60000
+
+/* sql is the whole query text (starts with "basebackup").  At most 4
+ * basebackups run at once; more get SQLSTATE 53300. */
 void basebackup_service_query(uv_loop_t *loop, pgwire_conn *c, tenants *t, const char *sql);
+
+/* The page service MUST call this from its on_close for every connection
+ * (a no-op when c runs no basebackup): the running basebackup is cancelled
+ * and c is never touched again. */
+void basebackup_service_conn_closed(pgwire_conn *c);
+
+/* Optional, from on_writable: resumes sending at once (otherwise a 5 ms
+ * timer retries while the connection is congested). */
+void basebackup_service_conn_writable(pgwire_conn *c);
 
 #endif

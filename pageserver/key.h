@@ -39,6 +39,12 @@ typedef enum pg_key_kind {
     KEY_CONTROL = 0x08,    /* the pg_control file as imported */
 } pg_key_kind;
 
+/* KEY_CHECKPOINT with rel = KEY_CHECKPOINT_REL_RECORD_START: at the end LSN E
+ * of the last complete record of each WAL message ingested, the start LSN of
+ * that record (VAL_BLOB, u64 little-endian), so that a basebackup at E can
+ * write the exact xl_prev (the store keeps record ends only). */
+#define KEY_CHECKPOINT_REL_RECORD_START 1u
+
 /* SLRU kinds, stored in pg_key.fork for KEY_SLRU_*. */
 typedef enum slru_kind {
     SLRU_CLOG = 0,

@@ -42,6 +42,45 @@ struct walreceiver {
     bool probing;    /* receiver thread only: probing others while streaming */
 };
 
+/* Running receivers, for walreceiver_store_of(): a short list under its
+ * own mutex (one entry per timeline with a receiver). */
+static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
+static walreceiver *registry[WALRECEIVER_MAX_REGISTERED];
+
+static void registry_add(walreceiver *wr)
+{
+    pthread_mutex_lock(&registry_mu);
+    for (int i = 0; i < WALRECEIVER_MAX_REGISTERED; i++)
+        if (registry[i] == NULL) {
+            registry[i] = wr;
+            break;
+        }
+    pthread_mutex_unlock(&registry_mu);
+}
+
+static void registry_remove(walreceiver *wr)
+{
+    pthread_mutex_lock(&registry_mu);
+    for (int i = 0; i < WALRECEIVER_MAX_REGISTERED; i++)
+        if (registry[i] == wr)
+            registry[i] = NULL;
+    pthread_mutex_unlock(&registry_mu);
+}
+
+store *walreceiver_store_of(const strata_id *tenant, const strata_id *timeline)
+{
+    store *st = NULL;
+    pthread_mutex_lock(&registry_mu);
+    for (int i = 0; i < WALRECEIVER_MAX_REGISTERED; i++) {
+        walreceiver *wr = registry[i];
+        if (wr != NULL && memcmp(&wr->o.tenant, tenant, sizeof *tenant) == 0 &&
+            memcmp(&wr->o.timeline, timeline, sizeof *timeline) == 0)
+            st = wr->st;
+    }
+    pthread_mutex_unlock(&registry_mu);
+    return st;
+}
+
 void walreceiver_options_default(walreceiver_options *o)
 {
     memset(o, 0, sizeof *o);
@@ -214,6 +253,26 @@ static int send_status(walreceiver *wr, PGconn *c, lsn_t received)
 
 enum { STREAM_RETRY = 0, STREAM_FATAL = -1, STREAM_SWITCH = 1 };
 
+/* Records, at the end e of the last record of a message, that record's
+ * start s (see KEY_CHECKPOINT_REL_RECORD_START): a basebackup at e then
+ * writes the exact xl_prev.  A store failure is fatal like an ingest one. */
+static int put_record_start(walreceiver *wr, lsn_t s, lsn_t e)
+{
+    pg_key k = {.kind = KEY_CHECKPOINT, .rel = KEY_CHECKPOINT_REL_RECORD_START};
+    uint8_t payload[8];
+    for (int i = 0; i < 8; i++)
+        payload[i] = (uint8_t)(s >> (8 * i));
+    value_ref v = {.kind = VAL_BLOB, .len = sizeof payload, .payload = payload};
+    char err[256];
+    if (store_put(wr->st, &k, e, &v, err, sizeof err) != 0) {
+        char a[LSN_FMT_LEN];
+        set_error(wr, "storing the record start at %s: %s", lsn_format(e, a), err);
+        store_advance(wr->st, e);
+        return -1;
+    }
+    return 0;
+}
+
 /* Feeds one XLogData into the reader and ingests every record completed. */
 static int ingest_xlogdata(walreceiver *wr, wal_reader *r, const replication_xlogdata *x)
 {
@@ -225,7 +284,7 @@ static int ingest_xlogdata(walreceiver *wr, wal_reader *r, const replication_xlo
     }
     const uint8_t *data = x->data;
     size_t len = x->data_len;
-    lsn_t at = x->wal_start, last = LSN_INVALID;
+    lsn_t at = x->wal_start, last = LSN_INVALID, last_start = LSN_INVALID;
     uint64_t nrec = 0;
     while (len > 0) {
         size_t used;
@@ -254,10 +313,14 @@ static int ingest_xlogdata(walreceiver *wr, wal_reader *r, const replication_xlo
             return STREAM_FATAL;
         }
         last = e;
+        last_start = s;
         nrec++;
     }
-    if (last != LSN_INVALID)
+    if (last != LSN_INVALID) {
+        if (put_record_start(wr, last_start, last) != 0)
+            return STREAM_FATAL;
         store_advance(wr->st, last);
+    }
     pthread_mutex_lock(&wr->mu);
     wr->status.bytes += x->data_len;
     wr->status.records += nrec;
@@ -502,6 +565,7 @@ int walreceiver_start(const walreceiver_options *o, store *st, ingest_state *ing
         snprintf(err, errlen, "pthread_create: %s", strerror(rc));
         return -1;
     }
+    registry_add(wr);
     *out = wr;
     return 0;
 }
@@ -510,6 +574,7 @@ void walreceiver_stop(walreceiver *wr)
 {
     if (wr == NULL)
         return;
+    registry_remove(wr);
     atomic_store(&wr->stop, true);
     pthread_join(wr->thread, NULL);
     free_wr(wr);

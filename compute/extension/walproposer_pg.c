@@ -33,6 +33,7 @@
 #include "postgres.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -44,6 +45,7 @@
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "postmaster/postmaster.h"
+#include "storage/fd.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "tcop/tcopprot.h"
@@ -121,6 +123,13 @@ static struct {
 } wp;
 
 static void wp_stop(const char *reason) pg_attribute_noreturn();
+static void basebackup_signal_consumed(void);
+
+/* The name of the file the compute launcher writes (see read_basebackup_signal). */
+#define STRATA_SIGNAL_FILE "strata.signal"
+
+/* X when started from a basebackup at X and not yet elected; 0 otherwise. */
+static XLogRecPtr basebackup_lsn = InvalidXLogRecPtr;
 
 /* ---- registration ------------------------------------------------------ */
 
@@ -452,6 +461,24 @@ static void on_elected(const proposer_effect *e, TimestampTz now)
         wp_stop(psprintf("the safekeepers' WAL ends at %s, beyond this server's WAL at %s: this "
                          "compute did not write that WAL",
                          tstart, lsn_format(local_flush, flush)));
+    /*
+     * A compute started from a basebackup at X holds no WAL before X (the
+     * bootstrap segment is zeros there) and must begin its term exactly at
+     * X: safekeepers that end elsewhere hold WAL this compute never had
+     * (someone wrote after our sync-safekeepers) or lack WAL it assumed.
+     */
+    if (basebackup_lsn != InvalidXLogRecPtr && e->u.elected.term_start_lsn != basebackup_lsn) {
+        char bb[LSN_FMT_LEN];
+        wp_stop(psprintf("the elected term starts at %s but this compute was started from a "
+                         "basebackup at %s: the safekeepers' WAL %s; start a new compute "
+                         "(strata start compute) so that it syncs the safekeepers again",
+                         tstart, lsn_format(basebackup_lsn, bb),
+                         e->u.elected.term_start_lsn > basebackup_lsn
+                             ? "continues past the basebackup (another compute wrote it)"
+                             : "ends before the basebackup"));
+    }
+    if (basebackup_lsn != InvalidXLogRecPtr)
+        basebackup_signal_consumed();
     wp.local_wanted = true;
     wp.local_start = e->u.elected.start_streaming_at;
     walbuf_reset(&wp.buf, wp.local_start);
@@ -732,9 +759,54 @@ static long next_timeout(TimestampTz now)
 }
 
 /*
+ * The basebackup LSN X of a compute started from a basebackup: the launcher
+ * (strata start compute) writes "X/Y\n" into $PGDATA/strata.signal.  0 when
+ * there is no such file (a data directory made by initdb, or a restart
+ * after the term started).  A malformed file stops the server.
+ */
+static XLogRecPtr read_basebackup_signal(void)
+{
+    char path[MAXPGPATH], buf[64];
+    FILE *f;
+    size_t n;
+    lsn_t lsn;
+
+    snprintf(path, sizeof(path), "%s/%s", DataDir, STRATA_SIGNAL_FILE);
+    f = AllocateFile(path, "r");
+    if (f == NULL)
+        return InvalidXLogRecPtr;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    FreeFile(f);
+    buf[n] = '\0';
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+        buf[--n] = '\0';
+    if (!lsn_parse(buf, &lsn) || lsn == 0)
+        ereport(FATAL, (errcode(ERRCODE_CONFIG_FILE_ERROR),
+                        errmsg("strata walproposer: %s does not hold an LSN: \"%s\"", path,
+                               buf)));
+    return (XLogRecPtr)lsn;
+}
+
+/* After the first election the term started at X: a later restart of this
+ * data directory is an ordinary restart, not a start from the basebackup. */
+static void basebackup_signal_consumed(void)
+{
+    char from[MAXPGPATH], to[MAXPGPATH];
+
+    snprintf(from, sizeof(from), "%s/%s", DataDir, STRATA_SIGNAL_FILE);
+    snprintf(to, sizeof(to), "%s/%s.done", DataDir, STRATA_SIGNAL_FILE);
+    if (rename(from, to) != 0 && errno != ENOENT)
+        ereport(WARNING, (errcode_for_file_access(),
+                          errmsg("strata walproposer: could not rename \"%s\": %m", from)));
+    basebackup_lsn = InvalidXLogRecPtr;
+}
+
+/*
  * Starts the proposer core.  A new timeline (every safekeeper empty) begins
- * at the start of the WAL segment that holds our current insert position:
- * that segment is certainly still in pg_wal, so the walsender can stream it.
+ * at the basebackup LSN when this compute was started from a basebackup
+ * (its pg_wal holds nothing before it), else at the start of the WAL
+ * segment that holds our current insert position: that segment is
+ * certainly still in pg_wal, so the walsender can stream it.
  */
 static void start_core(void)
 {
@@ -749,7 +821,11 @@ static void start_core(void)
     cfg.pg_version = PG_VERSION_NUM;
     cfg.system_id = GetSystemIdentifier();
     cfg.wal_seg_size = (uint32)wal_segment_size;
-    cfg.bootstrap_lsn = insert - XLogSegmentOffset(insert, wal_segment_size);
+    basebackup_lsn = read_basebackup_signal();
+    if (basebackup_lsn != InvalidXLogRecPtr)
+        cfg.bootstrap_lsn = basebackup_lsn;
+    else
+        cfg.bootstrap_lsn = insert - XLogSegmentOffset(insert, wal_segment_size);
     cfg.sync_safekeepers = false;
     cfg.heartbeat_ms = (uint32)strata_safekeeper_heartbeat_interval;
     cfg.timeout_ms = (uint32)strata_safekeeper_timeout;
