@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/admin.h"
 #include "cli/cli.h"
 #include "common/log.h"
 
@@ -21,6 +22,7 @@ enum {
     OPT_PASS = 1 << 5,     /* arguments after -- are passed on */
     OPT_PASS_ALL = 1 << 6, /* every argument after NAME is passed on */
     OPT_PAGE = 1 << 7,     /* "get" and --rel, --fork, --blk, --lsn */
+    OPT_RAW = 1 << 8,      /* the command parses every argument itself */
 };
 
 typedef struct command {
@@ -43,6 +45,12 @@ static const command commands[] = {
     {"demo", cmd_demo, OPT_DIR | OPT_PORT_BASE, "demo [--dir D] [--port-base N]"},
     {"page", cmd_page, OPT_DIR | OPT_PAGE,
      "page get [--dir D] --rel SPC/DB/REL [--fork main|fsm|vm|init] --blk N [--lsn X/Y]"},
+    {"tenant", cmd_tenant, OPT_RAW,
+     "tenant create [--id T] | list | show T | delete T  [--dir D] [--pageserver H:P] "
+     "[--auth-file F] [--json]"},
+    {"timeline", cmd_timeline, OPT_RAW,
+     "timeline create [--id TL] [--initdb|--import PGDATA] [--safekeepers H:P,..] | list | "
+     "show TL | delete TL  [--tenant T] [--dir D] [--pageserver H:P] [--auth-file F] [--json]"},
 };
 
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
@@ -157,6 +165,11 @@ int main(int argc, char **argv)
         return usage_error("unknown command '%s'", argv[1]);
 
     cli_opts o = {.dir = ".strata"};
+    if (cmd->opts & OPT_RAW) {
+        o.argc = argc - 2;
+        o.argv = argv + 2;
+        return cmd->run(&o);
+    }
     bool have_rel = false, have_blk = false;
     for (int i = 2; i < argc; i++) {
         const char *arg = argv[i];
