@@ -7,6 +7,8 @@
  * checking that this Postgres is configured so that no commit can be
  * acknowledged before a majority of safekeepers holds it.
  *
+ * When strata.pageserver is set it also installs the smgr (smgr.c).
+ *
  * Not for: the worker itself, or anything that runs in backends per query.
  */
 #include "postgres.h"
@@ -19,6 +21,7 @@
 #include "utils/guc.h"
 
 #include "common/lsn.h"
+#include "compute/extension/smgr_int.h"
 #include "compute/extension/strata.h"
 
 PG_MODULE_MAGIC;
@@ -34,6 +37,12 @@ int strata_safekeeper_heartbeat_interval = 1000;
 int strata_safekeeper_timeout = 10000;
 int strata_wal_buffer_size = 16 * 1024;
 char *strata_local_user = NULL;
+char *strata_pageserver = NULL;
+bool strata_log_evicted_pages = true;
+int strata_relsize_cache_size = 65536;
+int strata_lwlsn_cache_size = 131072;
+int strata_prefetch_depth = 32;
+int strata_pageserver_timeout = 120000;
 
 extern PGDLLEXPORT void _PG_init(void);
 
@@ -124,6 +133,32 @@ static void define_gucs(void)
         "strata.local_user", "Role of the walproposer's replication connection to its own server.",
         "Empty: the operating-system user running the server.", &strata_local_user, "",
         PGC_POSTMASTER, 0, NULL, NULL, NULL);
+    DefineCustomStringVariable(
+        "strata.pageserver", "Pagestream address (host:port) of the pageserver holding this "
+        "compute's permanent relations.",
+        "Empty: no Strata smgr, every relation stays on local disk.", &strata_pageserver, "",
+        PGC_POSTMASTER, 0, NULL, NULL, NULL);
+    DefineCustomBoolVariable(
+        "strata.log_evicted_pages", "WAL-log evicted pages whose state the WAL does not carry.",
+        "FSM/VM pages, heap pages of running transactions, btree pages with a cycle id, pages "
+        "with LSN 0.  Turn off only to test what it protects against.",
+        &strata_log_evicted_pages, true, PGC_SIGHUP, 0, NULL, NULL, NULL);
+    DefineCustomIntVariable("strata.relsize_cache_size", "Entries of the shared relation size cache.",
+                            NULL, &strata_relsize_cache_size, 65536, 64, 16 * 1024 * 1024,
+                            PGC_POSTMASTER, 0, NULL, NULL, NULL);
+    DefineCustomIntVariable("strata.lwlsn_cache_size",
+                            "Entries of the shared last-written-LSN cache.", NULL,
+                            &strata_lwlsn_cache_size, 131072, 64, 64 * 1024 * 1024,
+                            PGC_POSTMASTER, 0, NULL, NULL, NULL);
+    DefineCustomIntVariable("strata.prefetch_depth",
+                            "GetPage requests a backend keeps in flight ahead of its reads.",
+                            "0 disables prefetch.", &strata_prefetch_depth, 32, 0,
+                            STRATA_PREFETCH_MAX, PGC_USERSET, 0, NULL, NULL, NULL);
+    DefineCustomIntVariable(
+        "strata.pageserver_timeout",
+        "Fail a query after the pageserver was unreachable or silent this long.", NULL,
+        &strata_pageserver_timeout, 120000, 100, 3600 * 1000, PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL,
+        NULL);
     MarkGUCPrefixReserved("strata");
 }
 
@@ -164,4 +199,5 @@ void _PG_init(void)
         check_server_settings();
         strata_walproposer_register();
     }
+    strata_smgr_setup();
 }

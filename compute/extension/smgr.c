@@ -1,0 +1,540 @@
+/*
+ * smgr.c: the compute's storage manager (DESIGN 9.2): permanent relations
+ * live on the pageserver, temporary and unlogged ones on local md.c.
+ *
+ * Installed through the patched server's smgr_hook, which strata.so reaches
+ * with dlsym(RTLD_DEFAULT, "smgr_hook") so that the same module still loads
+ * into stock PostgreSQL (walproposer only).  See README.md for the rules:
+ *
+ *  - routing: temp relations (backend != InvalidBackendId) get md.c from the
+ *    hook.  Every INIT fork operation goes to md.  A relation is unlogged
+ *    once a local INIT fork exists (checked once per relation and process,
+ *    refreshed when this process creates the INIT fork, which then also
+ *    creates the MAIN fork locally); everything of an unlogged relation goes
+ *    to md.
+ *  - permanent relations: read = GetPage(latest, not_modified_since = the
+ *    block's last-written LSN), flushing local WAL up to that LSN first;
+ *    write (eviction) sends nothing, WAL-logs the page when it carries state
+ *    the WAL does not (eviction-time logging), and records the LSN.
+ *  - sizes: the relsize cache, else Nblocks/Exists at the relation's
+ *    last-written LSN.
+ *
+ * Not for: the connection (pagestore.c) or the caches (smgr_cache.c).
+ */
+#include "postgres.h"
+
+#include <dlfcn.h>
+
+#include "compute/extension/smgr_int.h"
+#include "compute/extension/strata.h"
+
+#ifdef STRATA_HAVE_SMGR_HOOK
+
+#include "access/nbtree.h"
+#include "access/htup_details.h"
+#include "access/multixact.h"
+#include "access/xlog.h"
+#include "access/xloginsert.h"
+#include "catalog/pg_control.h"
+#include "common/controldata_utils.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "storage/bufpage.h"
+#include "storage/ipc.h"
+#include "storage/md.h"
+#include "storage/procarray.h"
+#include "storage/smgr.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+
+/* Page ids that share btree's 16-byte special space (hash.h, gist.h). */
+#define STRATA_HASHO_PAGE_ID 0xFF80
+#define STRATA_GIST_PAGE_ID 0xFF81
+/* Local persistence cache bound: cleared (it is only a cache of stat
+ * results) when it grows past this. */
+#define PERSISTENCE_CACHE_MAX 8192
+
+typedef struct persistence_entry {
+    RelFileNode rnode; /* key */
+    bool unlogged;
+} persistence_entry;
+
+static HTAB *persistence = NULL;
+static bool checkpointer_shutting_down = false;
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+/* ---- routing --------------------------------------------------------- */
+
+static persistence_entry *persistence_lookup(RelFileNode rnode, bool *found)
+{
+    if (persistence == NULL || hash_get_num_entries(persistence) >= PERSISTENCE_CACHE_MAX) {
+        HASHCTL ctl;
+
+        if (persistence != NULL)
+            hash_destroy(persistence);
+        memset(&ctl, 0, sizeof ctl);
+        ctl.keysize = sizeof(RelFileNode);
+        ctl.entrysize = sizeof(persistence_entry);
+        ctl.hcxt = TopMemoryContext;
+        persistence = hash_create("strata relation persistence", 256, &ctl,
+                                  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+    }
+    return hash_search(persistence, &rnode, HASH_ENTER, found);
+}
+
+/* True when every operation on reln's fork must go to md.c. */
+static bool is_local(SMgrRelation reln, ForkNumber fork)
+{
+    persistence_entry *e;
+    bool found;
+
+    if (fork == INIT_FORKNUM)
+        return true;
+    e = persistence_lookup(reln->smgr_rnode.node, &found);
+    if (!found)
+        e->unlogged = mdexists(reln, INIT_FORKNUM);
+    return e->unlogged;
+}
+
+static void mark_unlogged(SMgrRelation reln)
+{
+    bool found;
+
+    persistence_lookup(reln->smgr_rnode.node, &found)->unlogged = true;
+}
+
+/* ---- helpers ---------------------------------------------------------- */
+
+/* The pageserver sees only WAL the safekeepers committed, and the
+ * walproposer sends only flushed WAL: flush before asking for it. */
+static void flush_upto(XLogRecPtr lsn)
+{
+    if (lsn == InvalidXLogRecPtr || RecoveryInProgress())
+        return;
+    if (lsn > GetFlushRecPtr(NULL)) {
+        strata_stat_add(STAT_WAL_FLUSH, 1);
+        XLogFlush(lsn);
+    }
+}
+
+static bool page_all_zero(const char *page)
+{
+    static const char zero[BLCKSZ];
+
+    return memcmp(page, zero, BLCKSZ) == 0;
+}
+
+/* A heap page (no special space) with a tuple whose xmin or xmax may be a
+ * transaction still running: its command ids are not in the WAL. */
+static bool heap_page_in_progress(Page page)
+{
+    OffsetNumber maxoff;
+
+    if (PageIsNew(page) || PageGetSpecialSize(page) != 0 || ((PageHeader)page)->pd_lower < SizeOfPageHeaderData)
+        return false;
+    maxoff = PageGetMaxOffsetNumber(page);
+    for (OffsetNumber off = FirstOffsetNumber; off <= maxoff; off++) {
+        ItemId id = PageGetItemId(page, off);
+        HeapTupleHeader tup;
+        TransactionId xmin, xmax;
+
+        if (!ItemIdIsNormal(id) || ItemIdGetLength(id) < SizeofHeapTupleHeader ||
+            ItemIdGetOffset(id) + ItemIdGetLength(id) > BLCKSZ)
+            continue;
+        tup = (HeapTupleHeader)PageGetItem(page, id);
+        xmin = HeapTupleHeaderGetRawXmin(tup);
+        if ((tup->t_infomask & (HEAP_XMIN_COMMITTED | HEAP_XMIN_INVALID)) == 0 &&
+            TransactionIdIsNormal(xmin) && TransactionIdIsInProgress(xmin))
+            return true;
+        xmax = HeapTupleHeaderGetRawXmax(tup);
+        if ((tup->t_infomask & (HEAP_XMAX_COMMITTED | HEAP_XMAX_INVALID)) == 0 &&
+            TransactionIdIsNormal(xmax)) {
+            /* A multixact may hide an updater still running: log, to be safe. */
+            if (tup->t_infomask & HEAP_XMAX_IS_MULTI)
+                return true;
+            if (TransactionIdIsInProgress(xmax))
+                return true;
+        }
+    }
+    return false;
+}
+
+/* A btree page (16-byte special space that is not hash's or GiST's) whose
+ * split happened during a VACUUM: the cycle id is not in the WAL. */
+static bool btree_page_has_cycleid(Page page)
+{
+    uint16 page_id;
+
+    if (PageIsNew(page) || PageGetSpecialSize(page) != MAXALIGN(sizeof(BTPageOpaqueData)))
+        return false;
+    page_id = *(uint16 *)(page + BLCKSZ - sizeof(uint16));
+    if (page_id == STRATA_HASHO_PAGE_ID || page_id == STRATA_GIST_PAGE_ID)
+        return false;
+    return BTPageGetOpaque(page)->btpo_cycleid != 0;
+}
+
+/* During the shutdown checkpoint no WAL may be inserted (CreateCheckPoint
+ * PANICs on concurrent WAL): the checkpointer reads the control file state. */
+static bool shutdown_checkpoint_running(void)
+{
+    ControlFileData *cf;
+    bool crc_ok;
+
+    if (MyBackendType != B_CHECKPOINTER)
+        return false;
+    if (checkpointer_shutting_down)
+        return true;
+    cf = get_controlfile(DataDir, &crc_ok);
+    if (crc_ok && cf->state == DB_SHUTDOWNING)
+        checkpointer_shutting_down = true;
+    pfree(cf);
+    return checkpointer_shutting_down;
+}
+
+/*
+ * Eviction-time logging (DESIGN 9.2).  Returns the LSN to record as the
+ * block's last-written LSN: the new record's when the page was logged, else
+ * the page's own.
+ */
+static XLogRecPtr log_evicted_page(SMgrRelation reln, ForkNumber fork, BlockNumber blkno, char *buffer)
+{
+    Page page = (Page)buffer;
+    XLogRecPtr lsn = PageGetLSN(page);
+    strata_stat reason = STAT_COUNT;
+    bool page_std = false;
+    PGAlignedBlock copy;
+    RelFileNode rnode = reln->smgr_rnode.node;
+
+    if (strata_log_evicted_pages) {
+        if (fork == FSM_FORKNUM || fork == VISIBILITYMAP_FORKNUM)
+            reason = STAT_LOGGED_FSM_VM;
+        else if (lsn == InvalidXLogRecPtr && !page_all_zero(buffer))
+            reason = STAT_LOGGED_ZERO_LSN;
+        else if (fork == MAIN_FORKNUM && heap_page_in_progress(page)) {
+            reason = STAT_LOGGED_INPROGRESS;
+            page_std = true;
+        } else if (fork == MAIN_FORKNUM && btree_page_has_cycleid(page)) {
+            reason = STAT_LOGGED_CYCLEID;
+            page_std = true;
+        }
+    }
+    if (reason == STAT_COUNT && lsn == InvalidXLogRecPtr)
+        reason = STAT_LOGGED_NEW_PAGE; /* all zeros: logged so the WAL has the size */
+    if (reason == STAT_COUNT)
+        return lsn;
+    if (!XLogInsertAllowed() || shutdown_checkpoint_running()) {
+        strata_stat_add(STAT_LOGGING_SKIPPED, 1);
+        return lsn;
+    }
+    /* Log a copy: the caller's buffer may be the shared buffer itself, under
+     * a share lock only, and log_newpage would stamp its LSN. */
+    memcpy(copy.data, buffer, BLCKSZ);
+    lsn = log_newpage(&rnode, fork, blkno, copy.data, page_std);
+    strata_stat_add(reason, 1);
+    return lsn;
+}
+
+/* ---- f_smgr ------------------------------------------------------------ */
+
+static void strata_open(SMgrRelation reln)
+{
+    mdopen(reln);
+}
+
+static void strata_close(SMgrRelation reln, ForkNumber fork)
+{
+    mdclose(reln, fork);
+}
+
+static void strata_create(SMgrRelation reln, ForkNumber fork, bool isRedo)
+{
+    if (fork == INIT_FORKNUM) {
+        /* The relation is unlogged: its MAIN fork (whose creation was not
+         * WAL-logged) lives locally from now on. */
+        mdcreate(reln, INIT_FORKNUM, isRedo);
+        mark_unlogged(reln);
+        mdcreate(reln, MAIN_FORKNUM, true);
+        strata_relsize_forget(reln->smgr_rnode.node, MAIN_FORKNUM);
+        return;
+    }
+    if (is_local(reln, fork)) {
+        mdcreate(reln, fork, isRedo);
+        return;
+    }
+    if (!isRedo)
+        strata_relsize_set(reln->smgr_rnode.node, fork, 0, true);
+}
+
+static bool strata_exists(SMgrRelation reln, ForkNumber fork)
+{
+    RelFileNode rnode = reln->smgr_rnode.node;
+    bool exists;
+    BlockNumber n;
+    XLogRecPtr nms;
+
+    if (is_local(reln, fork))
+        return mdexists(reln, fork);
+    if (strata_relsize_get(rnode, fork, &exists, &n)) {
+        strata_stat_add(STAT_RELSIZE_HIT, 1);
+        return exists;
+    }
+    nms = strata_lwlsn_get(rnode, fork, InvalidBlockNumber);
+    flush_upto(nms);
+    exists = strata_ps_exists(rnode, fork, nms);
+    if (!exists)
+        strata_relsize_learn(rnode, fork, false, 0);
+    return exists;
+}
+
+static void strata_unlink(RelFileNodeBackend rnode, ForkNumber fork, bool isRedo)
+{
+    bool found;
+
+    /* Local files, if any (unlogged relations; a data directory that once
+     * held the relation), go; the pageserver learns the drop from WAL. */
+    mdunlink(rnode, fork, isRedo);
+    if (fork == INIT_FORKNUM || fork == InvalidForkNumber)
+        return;
+    strata_relsize_forget(rnode.node, fork);
+    if (!RecoveryInProgress())
+        strata_lwlsn_set(rnode.node, fork, InvalidBlockNumber, GetXLogInsertRecPtr());
+    if (persistence != NULL && fork == MAIN_FORKNUM)
+        hash_search(persistence, &rnode.node, HASH_REMOVE, &found);
+}
+
+static void strata_extend(SMgrRelation reln, ForkNumber fork, BlockNumber blkno, char *buffer,
+                          bool skipFsync)
+{
+    RelFileNode rnode = reln->smgr_rnode.node;
+    XLogRecPtr lsn;
+
+    if (is_local(reln, fork)) {
+        mdextend(reln, fork, blkno, buffer, skipFsync);
+        return;
+    }
+    lsn = PageGetLSN((Page)buffer);
+    if (!strata_relsize_extend(rnode, fork, blkno, lsn != InvalidXLogRecPtr)) {
+        /* No room in the relsize cache for a size the WAL does not show:
+         * make the WAL show it. */
+        if (lsn == InvalidXLogRecPtr && XLogInsertAllowed()) {
+            PGAlignedBlock copy;
+
+            memcpy(copy.data, buffer, BLCKSZ);
+            lsn = log_newpage(&rnode, fork, blkno, copy.data, false);
+            strata_stat_add(STAT_LOGGED_EXTEND, 1);
+        }
+    }
+    /* A new page's version at the pageserver must be read after any
+     * truncation this compute did: use the insert LSN for LSN-0 pages. */
+    if (lsn == InvalidXLogRecPtr && !RecoveryInProgress())
+        lsn = GetXLogInsertRecPtr();
+    strata_lwlsn_set(rnode, fork, blkno, lsn);
+}
+
+static bool strata_prefetch(SMgrRelation reln, ForkNumber fork, BlockNumber blkno)
+{
+    XLogRecPtr nms;
+
+    if (is_local(reln, fork))
+        return mdprefetch(reln, fork, blkno);
+    if (strata_prefetch_depth <= 0)
+        return true;
+    nms = strata_lwlsn_get(reln->smgr_rnode.node, fork, blkno);
+    flush_upto(nms);
+    strata_ps_prefetch(reln->smgr_rnode.node, fork, blkno, nms);
+    return true;
+}
+
+static void strata_read(SMgrRelation reln, ForkNumber fork, BlockNumber blkno, char *buffer)
+{
+    XLogRecPtr nms;
+
+    if (is_local(reln, fork)) {
+        mdread(reln, fork, blkno, buffer);
+        return;
+    }
+    nms = strata_lwlsn_get(reln->smgr_rnode.node, fork, blkno);
+    flush_upto(nms);
+    strata_ps_getpage(reln->smgr_rnode.node, fork, blkno, nms, buffer);
+}
+
+static void strata_write(SMgrRelation reln, ForkNumber fork, BlockNumber blkno, char *buffer,
+                         bool skipFsync)
+{
+    XLogRecPtr lsn;
+
+    if (is_local(reln, fork)) {
+        mdwrite(reln, fork, blkno, buffer, skipFsync);
+        return;
+    }
+    lsn = log_evicted_page(reln, fork, blkno, buffer);
+    if (lsn != InvalidXLogRecPtr) {
+        strata_lwlsn_set(reln->smgr_rnode.node, fork, blkno, lsn);
+        strata_relsize_wal_saw(reln->smgr_rnode.node, fork, blkno);
+    }
+}
+
+static void strata_writeback(SMgrRelation reln, ForkNumber fork, BlockNumber blkno, BlockNumber n)
+{
+    if (is_local(reln, fork))
+        mdwriteback(reln, fork, blkno, n);
+}
+
+static BlockNumber strata_nblocks(SMgrRelation reln, ForkNumber fork)
+{
+    RelFileNode rnode = reln->smgr_rnode.node;
+    bool exists;
+    BlockNumber n;
+    XLogRecPtr nms;
+
+    if (is_local(reln, fork))
+        return mdnblocks(reln, fork);
+    if (strata_relsize_get(rnode, fork, &exists, &n)) {
+        strata_stat_add(STAT_RELSIZE_HIT, 1);
+        return n;
+    }
+    nms = strata_lwlsn_get(rnode, fork, InvalidBlockNumber);
+    flush_upto(nms);
+    n = strata_ps_nblocks(rnode, fork, nms);
+    strata_relsize_learn(rnode, fork, true, n);
+    /* A concurrent local extension may have made a newer entry. */
+    if (strata_relsize_get(rnode, fork, &exists, &n))
+        return n;
+    return n;
+}
+
+static void strata_truncate(SMgrRelation reln, ForkNumber fork, BlockNumber old_blocks,
+                            BlockNumber nblocks)
+{
+    if (is_local(reln, fork)) {
+        mdtruncate(reln, fork, old_blocks, nblocks);
+        return;
+    }
+    strata_relsize_set(reln->smgr_rnode.node, fork, nblocks, true);
+    if (!RecoveryInProgress())
+        strata_lwlsn_set(reln->smgr_rnode.node, fork, InvalidBlockNumber, GetXLogInsertRecPtr());
+}
+
+static void strata_immedsync(SMgrRelation reln, ForkNumber fork)
+{
+    if (is_local(reln, fork))
+        mdimmedsync(reln, fork);
+}
+
+static const f_smgr strata_smgr = {
+    .smgr_init = NULL,
+    .smgr_shutdown = NULL,
+    .smgr_open = strata_open,
+    .smgr_close = strata_close,
+    .smgr_create = strata_create,
+    .smgr_exists = strata_exists,
+    .smgr_unlink = strata_unlink,
+    .smgr_extend = strata_extend,
+    .smgr_prefetch = strata_prefetch,
+    .smgr_read = strata_read,
+    .smgr_write = strata_write,
+    .smgr_writeback = strata_writeback,
+    .smgr_nblocks = strata_nblocks,
+    .smgr_truncate = strata_truncate,
+    .smgr_immedsync = strata_immedsync,
+};
+
+/* ---- hooks -------------------------------------------------------------- */
+
+static const f_smgr *strata_smgr_choose(BackendId backend, RelFileNode rnode)
+{
+    /* Temporary relations: md.c (NULL).  Must not elog(ERROR). */
+    if (backend != InvalidBackendId)
+        return NULL;
+    return &strata_smgr;
+}
+
+static void strata_smgr_init(void)
+{
+}
+
+static void strata_smgr_shutdown(void)
+{
+    strata_ps_disconnect();
+}
+
+static void strata_shmem_request(void)
+{
+    if (prev_shmem_request_hook)
+        prev_shmem_request_hook();
+    strata_cache_shmem_request();
+}
+
+static void strata_shmem_startup(void)
+{
+    if (prev_shmem_startup_hook)
+        prev_shmem_startup_hook();
+    strata_cache_shmem_startup();
+}
+
+void strata_smgr_setup(void)
+{
+    smgr_hook_type *hook;
+    smgr_init_hook_type *init_hook;
+    smgr_shutdown_hook_type *shutdown_hook;
+
+    if (strata_pageserver == NULL || strata_pageserver[0] == '\0')
+        return;
+    hook = (smgr_hook_type *)dlsym(RTLD_DEFAULT, "smgr_hook");
+    init_hook = (smgr_init_hook_type *)dlsym(RTLD_DEFAULT, "smgr_init_hook");
+    shutdown_hook = (smgr_shutdown_hook_type *)dlsym(RTLD_DEFAULT, "smgr_shutdown_hook");
+    if (hook == NULL || init_hook == NULL || shutdown_hook == NULL)
+        ereport(FATAL,
+                (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                 errmsg("strata.pageserver is set but this PostgreSQL has no smgr_hook"),
+                 errdetail("A stateless compute needs the patched PostgreSQL 15 build "
+                           "(compute/postgres/build.sh); stock PostgreSQL can only run the "
+                           "walproposer."),
+                 errhint("Start the patched postgres, or set strata.pageserver = ''.")));
+    if (strata_tenant_id[0] == '\0' || strata_timeline_id[0] == '\0')
+        ereport(FATAL, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("strata.pageserver requires strata.tenant_id and strata.timeline_id")));
+    *hook = strata_smgr_choose;
+    *init_hook = strata_smgr_init;
+    *shutdown_hook = strata_smgr_shutdown;
+    prev_shmem_request_hook = shmem_request_hook;
+    shmem_request_hook = strata_shmem_request;
+    prev_shmem_startup_hook = shmem_startup_hook;
+    shmem_startup_hook = strata_shmem_startup;
+}
+
+/* SQL: strata_smgr_stats() returns setof (name text, value bigint). */
+extern PGDLLEXPORT Datum strata_smgr_stats(PG_FUNCTION_ARGS);
+PG_FUNCTION_INFO_V1(strata_smgr_stats);
+Datum strata_smgr_stats(PG_FUNCTION_ARGS)
+{
+    ReturnSetInfo *rsinfo = (ReturnSetInfo *)fcinfo->resultinfo;
+
+    InitMaterializedSRF(fcinfo, 0);
+    for (int i = 0; i < STAT_COUNT; i++) {
+        Datum values[2];
+        bool nulls[2] = {false, false};
+
+        values[0] = CStringGetTextDatum(strata_stat_names[i]);
+        values[1] = Int64GetDatum((int64)strata_stat_get((strata_stat)i));
+        tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+    }
+    return (Datum)0;
+}
+
+#else /* !STRATA_HAVE_SMGR_HOOK */
+
+void strata_smgr_setup(void)
+{
+    if (strata_pageserver != NULL && strata_pageserver[0] != '\0')
+        ereport(FATAL, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                        errmsg("strata.pageserver is set but this strata.so was built without "
+                               "the smgr"),
+                        errdetail("Build strata.so against the patched PostgreSQL headers "
+                                  "(make build passes STRATA_PG_PREFIX).")));
+}
+
+#endif /* STRATA_HAVE_SMGR_HOOK */

@@ -1,0 +1,114 @@
+/*
+ * smgr_int.h: what the files of the compute's storage manager share
+ * (DESIGN 9.2): the shared caches (smgr_cache.c), the per-backend pagestream
+ * connection (pagestore.c) and the f_smgr itself (smgr.c).
+ *
+ * Not an API for other programs and not exported from strata.so.  Everything
+ * here exists only when strata.so is built against the PATCHED server headers
+ * (STRATA_HAVE_SMGR_HOOK); strata.c calls strata_smgr_setup() either way.
+ *
+ * Threads: Postgres processes are single-threaded.  The caches live in shared
+ * memory and take their own LWLocks (never held across a call out of this
+ * module); the connection is per process (static state in pagestore.c).
+ * Errors: ereport(ERROR) as everywhere in Postgres, with an SQLSTATE.
+ */
+#ifndef STRATA_EXTENSION_SMGR_INT_H
+#define STRATA_EXTENSION_SMGR_INT_H
+
+#include "postgres.h"
+
+#include "access/xlogdefs.h"
+#include "common/relpath.h"
+#include "storage/block.h"
+#include "storage/relfilenode.h"
+
+/* ---- GUCs (strata.c defines them) ---------------------------------- */
+extern char *strata_pageserver;          /* "host:port"; "" = no smgr */
+extern bool strata_log_evicted_pages;    /* DESIGN 9.2 eviction-time logging */
+extern int strata_relsize_cache_size;    /* entries */
+extern int strata_lwlsn_cache_size;      /* entries */
+extern int strata_prefetch_depth;        /* GetPage requests in flight */
+extern int strata_pageserver_timeout;    /* ms */
+
+/* Upper bound of strata.prefetch_depth (the per-backend ring's size). */
+#define STRATA_PREFETCH_MAX 128
+
+/* Called from _PG_init during preload: installs the smgr hooks and the
+ * shared-memory hooks when strata.pageserver is set; FATAL when it is set but
+ * this server has no smgr_hook. */
+extern void strata_smgr_setup(void);
+
+/* ---- statistics (smgr_cache.c; shared counters) --------------------- */
+typedef enum strata_stat {
+    STAT_GETPAGE = 0,        /* GetPage requests sent (prefetch included) */
+    STAT_PREFETCH_SENT,      /* of them, sent ahead by smgrprefetch */
+    STAT_PREFETCH_HIT,       /* reads answered by a prefetched response */
+    STAT_PREFETCH_DISCARD,   /* prefetched responses thrown away */
+    STAT_NBLOCKS,            /* Nblocks requests */
+    STAT_EXISTS,             /* Exists requests */
+    STAT_RELSIZE_HIT,        /* nblocks/exists answered by the relsize cache */
+    STAT_RECONNECT,          /* connections re-established after a failure */
+    STAT_WAL_FLUSH,          /* XLogFlush calls made before a request */
+    STAT_LOGGED_FSM_VM,      /* eviction logging, reason (a) */
+    STAT_LOGGED_INPROGRESS,  /* reason (b) */
+    STAT_LOGGED_CYCLEID,     /* reason (c) */
+    STAT_LOGGED_ZERO_LSN,    /* reason (d) */
+    STAT_LOGGED_NEW_PAGE,    /* all-zero page, LSN 0: logged so WAL has the size */
+    STAT_LOGGED_EXTEND,      /* extension WAL-logged because the relsize cache was full */
+    STAT_LOGGING_SKIPPED,    /* would have logged, but WAL insertion was not allowed */
+    STAT_COUNT
+} strata_stat;
+extern const char *const strata_stat_names[STAT_COUNT];
+
+void strata_stat_add(strata_stat which, uint64 n);
+uint64 strata_stat_get(strata_stat which);
+
+/* ---- shared caches (smgr_cache.c) ----------------------------------- */
+Size strata_cache_shmem_size(void);
+void strata_cache_shmem_request(void); /* from shmem_request_hook */
+void strata_cache_shmem_startup(void); /* from shmem_startup_hook */
+
+/* Last-written LSN of a block, or of the relation's metadata (size,
+ * existence) with blkno = InvalidBlockNumber.  Never older than the newest
+ * change this compute made to it: blocks not in the cache get the watermark
+ * (the highest LSN ever evicted from the cache, initialised to the server's
+ * insert LSN at the first use after startup). */
+XLogRecPtr strata_lwlsn_get(RelFileNode rnode, ForkNumber fork, BlockNumber blkno);
+/* Raises (never lowers) the entry to lsn; may evict another entry. */
+void strata_lwlsn_set(RelFileNode rnode, ForkNumber fork, BlockNumber blkno, XLogRecPtr lsn);
+
+/* Relsize cache.  get: true, with the size and existence, when cached. */
+bool strata_relsize_get(RelFileNode rnode, ForkNumber fork, bool *exists, BlockNumber *nblocks);
+/* Remembers what the pageserver answered, unless an entry exists already
+ * (a local extension raced it and is newer).  Entries made this way are
+ * known to the WAL. */
+void strata_relsize_learn(RelFileNode rnode, ForkNumber fork, bool exists, BlockNumber nblocks);
+/* Sets the size after create (0) or truncate (n); wal_known as given. */
+void strata_relsize_set(RelFileNode rnode, ForkNumber fork, BlockNumber nblocks, bool wal_known);
+/* After extending to blkno: size = max(size, blkno + 1).  wal_known says
+ * whether WAL already shows the new block.  Returns false when no entry could
+ * be made (cache full of entries the WAL does not show): the caller must then
+ * WAL-log the extension. */
+bool strata_relsize_extend(RelFileNode rnode, ForkNumber fork, BlockNumber blkno, bool wal_known);
+/* The WAL now shows block blkno (a record at a non-zero LSN touched it):
+ * marks the entry known if blkno is its last block. */
+void strata_relsize_wal_saw(RelFileNode rnode, ForkNumber fork, BlockNumber blkno);
+/* Forgets every fork of a relation (unlink). */
+void strata_relsize_forget(RelFileNode rnode, ForkNumber fork);
+
+/* ---- the pagestream connection (pagestore.c) ------------------------ */
+/* Synchronous requests; ERROR on pageserver error or timeout. */
+bool strata_ps_exists(RelFileNode rnode, ForkNumber fork, XLogRecPtr nms);
+BlockNumber strata_ps_nblocks(RelFileNode rnode, ForkNumber fork, XLogRecPtr nms);
+int64 strata_ps_dbsize(Oid db, XLogRecPtr nms);
+/* Reads a page into buffer: uses a prefetched answer if one is queued for
+ * this block and was requested with not_modified_since >= nms; else asks. */
+void strata_ps_getpage(RelFileNode rnode, ForkNumber fork, BlockNumber blkno, XLogRecPtr nms,
+                       char *buffer);
+/* Queues a GetPage without waiting (bounded by strata.prefetch_depth);
+ * false when the ring was full or the block is already queued. */
+bool strata_ps_prefetch(RelFileNode rnode, ForkNumber fork, BlockNumber blkno, XLogRecPtr nms);
+/* Closes the connection (process exit). */
+void strata_ps_disconnect(void);
+
+#endif
