@@ -354,13 +354,21 @@ static int write_database(bb *b, uint32_t spc, uint32_t db)
 
 static const char *const fork_suffix[] = {"", "_fsm", "_vm", "_init"};
 
+static int write_relation_as(bb *b, const pg_key *k, const pg_key *name_as, uint32_t nblocks);
+
 /* Every segment file of one relation fork, blocks read at the LSN. */
 static int write_relation(bb *b, const pg_key *k, uint32_t nblocks)
+{
+    return write_relation_as(b, k, k, nblocks);
+}
+
+/* The blocks of fork k written under the file name of fork name_as. */
+static int write_relation_as(bb *b, const pg_key *k, const pg_key *name_as, uint32_t nblocks)
 {
     char dir[64], path[128];
     if (db_path(b, k->spc, k->db, dir, sizeof dir) != 0)
         return -1;
-    if (k->fork > FORK_MAX) {
+    if (k->fork > FORK_MAX || name_as->fork > FORK_MAX) {
         snprintf(b->err, b->errlen, "relation %u has fork %u", k->rel, k->fork);
         return read_fail(b);
     }
@@ -369,9 +377,10 @@ static int write_relation(bb *b, const pg_key *k, uint32_t nblocks)
         uint32_t first = s * REL_SEG_BLOCKS;
         uint32_t n = nblocks - first < REL_SEG_BLOCKS ? nblocks - first : REL_SEG_BLOCKS;
         if (s == 0)
-            snprintf(path, sizeof path, "%s/%u%s", dir, k->rel, fork_suffix[k->fork]);
+            snprintf(path, sizeof path, "%s/%u%s", dir, name_as->rel, fork_suffix[name_as->fork]);
         else
-            snprintf(path, sizeof path, "%s/%u%s.%u", dir, k->rel, fork_suffix[k->fork], s);
+            snprintf(path, sizeof path, "%s/%u%s.%u", dir, name_as->rel,
+                     fork_suffix[name_as->fork], s);
         if (tar_header(&b->w, path, '0', (uint64_t)n * PG_BLCKSZ) != 0)
             return write_fail(b);
         for (uint32_t i = 0; i < n; i++) {
@@ -509,7 +518,7 @@ static int write_all(bb *b)
     if (list_kind(b->src, KEY_DB, b->lsn, &dbs, b->err, b->errlen) != 0 ||
         list_kind(b->src, KEY_SLRU_SIZE, b->lsn, &slrus, b->err, b->errlen) != 0 ||
         list_kind(b->src, KEY_TWOPHASE, b->lsn, &twophase, b->err, b->errlen) != 0 ||
-        (b->o->full && list_kind(b->src, KEY_REL_SIZE, b->lsn, &rels, b->err, b->errlen) != 0)) {
+        list_kind(b->src, KEY_REL_SIZE, b->lsn, &rels, b->err, b->errlen) != 0) {
         read_fail(b);
         goto out;
     }
@@ -524,9 +533,23 @@ static int write_all(bb *b)
     for (size_t i = 0; i < dbs.n; i++)
         if (write_database(b, dbs.k[i].spc, dbs.k[i].db) != 0)
             goto out;
-    for (size_t i = 0; i < rels.n; i++)
-        if (write_relation(b, &rels.k[i], rels.size[i]) != 0)
+    for (size_t i = 0; i < rels.n; i++) {
+        if (b->o->full) {
+            if (write_relation(b, &rels.k[i], rels.size[i]) != 0)
+                goto out;
+            continue;
+        }
+        /* Stateless: only unlogged relations have files, their init fork
+         * and a main fork with the same contents (Postgres resets unlogged
+         * relations only in crash recovery, which a compute never runs). */
+        if (rels.k[i].fork != FORK_INIT)
+            continue;
+        pg_key main_as = rels.k[i];
+        main_as.fork = FORK_MAIN;
+        if (write_relation(b, &rels.k[i], rels.size[i]) != 0 ||
+            write_relation_as(b, &rels.k[i], &main_as, rels.size[i]) != 0)
             goto out;
+    }
     for (size_t i = 0; i < slrus.n; i++)
         if (write_slru(b, &slrus.k[i]) != 0)
             goto out;

@@ -10,12 +10,20 @@
  * bootstrap WAL segment(s) and global/pg_control (pgcontrol.h), pg_control
  * last so that a truncated stream cannot start.  With full = true it also
  * holds every relation file (all forks, all blocks, 1 GB segments): a
- * Postgres with no smgr hook can start from it.
+ * Postgres with no smgr hook can start from it.  Without, the only
+ * relation files are those of unlogged relations: the init fork and a main
+ * fork with the init fork's contents (Postgres resets unlogged relations
+ * only in crash recovery, which a compute started this way never runs).
  * Not for: the network (page_service.c streams the chunks), waiting for
  * the LSN to be ingested (the caller does), compressing.
  *
  * The archive is written by hand as POSIX ustar (512-byte headers, two zero
  * blocks at the end): every name is short and every file far below 8 GB.
+ * Why not libarchive (issue #4 asks for it): strata_pageserver_core and
+ * strata_cli do not link it (their CMakeLists are not this module's), and
+ * the writer is 60 lines that the reader (cli/basebackup_tar.h, fuzzed)
+ * and stock tar/Postgres accept; switching is a local change of the
+ * tar_* functions below once the build links libarchive.
  *
  * LSN rules (the caller's, documented here once): lsn must be a record end
  * as common/walformat.h defines it (8-aligned) and <= the last ingested
