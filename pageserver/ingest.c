@@ -681,6 +681,8 @@ int ingest_record(ingest_state *ing, lsn_t start, lsn_t end, const wal_record *r
     if (ingest_checkpoint_load(ing, err, errlen) != 0)
         return -1;
     ing->npending = 0; /* a failed record's list is stale */
+    if (ing->o.record_hook != NULL)
+        ing->o.record_hook(ing->o.record_hook_arg);
     if (ingest_blocks(ing, end, rec, err, errlen) != 0)
         return -1;
     int rc = 0;

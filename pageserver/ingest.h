@@ -86,11 +86,21 @@ typedef struct ingest_backend {
  */
 typedef void (*ingest_page_hook)(void *arg, const pg_key *k, lsn_t lsn, bool complete);
 
+/*
+ * Called at the start of every ingest_record(), before any value of the
+ * record is put: the writer thread's turn to store what background image
+ * generation finished (imagegen_drain), at LSNs <= the last record ingested.
+ * Must not block on other threads.
+ */
+typedef void (*ingest_record_hook)(void *arg);
+
 typedef struct ingest_options {
     size_t relsize_cache_entries; /* bound of the relation-size cache (default 65536) */
     uint32_t max_gap_fill;        /* most VAL_ZERO_PAGE puts for one extension (default 65536) */
     ingest_page_hook page_hook;   /* optional */
     void *page_hook_arg;
+    ingest_record_hook record_hook; /* optional */
+    void *record_hook_arg;
     /* Image safety net (0 = off; ingest_create sets INGEST_IMAGE_THRESHOLD
      * when it has a redo pool): a page that gathers this many deltas since
      * its last complete value is rebuilt through backend get_page at the end
@@ -98,8 +108,9 @@ typedef struct ingest_options {
      * record's LSN (replacing that record's delta, same content).  Keeps
      * every chain a read replays under the count, so a hot page (an index
      * metapage, a CLOG page) never outgrows the read side's chain limit.
-     * Runs on the writer thread; background image generation (DESIGN 8.4)
-     * with a lower threshold would make it rare. */
+     * Runs on the writer thread and blocks ingest on redo: the last resort
+     * kept for when background image generation (imagegen.h, DESIGN 8.4)
+     * is off; timeline.c turns it off when background generation is on. */
     uint32_t image_threshold;
     size_t image_track_entries;   /* pages counted at once (default 65536) */
 } ingest_options;
@@ -117,7 +128,9 @@ ingest_state *ingest_create(store *st, redo_pool *redo);
 int ingest_create_with_backend(const ingest_options *o, const ingest_backend *b,
                                ingest_state **out, char *err, size_t errlen);
 
-/* Replaces the options of a state (e.g. to install the page hook). */
+/* Replaces the options of a state (e.g. to install the hooks).  A state
+ * created with image_threshold 0 keeps no chain table: raising it later
+ * allocates one on the first page put. */
 void ingest_set_options(ingest_state *ing, const ingest_options *o);
 
 void ingest_destroy(ingest_state *ing);

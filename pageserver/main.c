@@ -32,6 +32,8 @@
 #define LOCK_FILE "pageserver.lock"
 #define PORTS_FILE "pageserver.ports"
 #define PROGRAM "strata-pageserver"
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 typedef struct option_def {
     const char *name; /* flag and config key */
@@ -58,6 +60,8 @@ enum {
     OPT_GC_INTERVAL,
     OPT_WR_PROBE_INTERVAL,
     OPT_WR_SWITCH_LAG,
+    OPT_IMAGE_THRESHOLD,
+    OPT_IMAGE_WORKERS,
     OPT_CONFIG,
     OPT_COUNT
 };
@@ -92,6 +96,11 @@ static const option_def option_defs[OPT_COUNT] = {
      "how often a streaming WAL receiver asks the other safekeepers how far they are"},
     {"walreceiver-switch-lag", "PAGESERVER_WALRECEIVER_SWITCH_LAG", "1GB",
      "switch to a safekeeper that is this much further ahead (e.g. 1GB, 16MB)"},
+    {"image-threshold", "PAGESERVER_IMAGE_THRESHOLD", STR(TIMELINE_DEFAULT_IMAGE_THRESHOLD),
+     "deltas since a page's newest image that queue it for background image generation "
+     "(0: off; see docs/benchmarks.md for how the default was chosen)"},
+    {"image-workers", "PAGESERVER_IMAGE_WORKERS", "2",
+     "image generation threads per timeline"},
     {"config", "PAGESERVER_CONFIG", NULL, "config file of 'key = value' lines (keys as flags)"},
 };
 
@@ -317,6 +326,8 @@ int main(int argc, char **argv)
         {"gc-interval", required_argument, NULL, OPT_GC_INTERVAL},
         {"walreceiver-probe-interval", required_argument, NULL, OPT_WR_PROBE_INTERVAL},
         {"walreceiver-switch-lag", required_argument, NULL, OPT_WR_SWITCH_LAG},
+        {"image-threshold", required_argument, NULL, OPT_IMAGE_THRESHOLD},
+        {"image-workers", required_argument, NULL, OPT_IMAGE_WORKERS},
         {"config", required_argument, NULL, OPT_CONFIG},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -387,6 +398,9 @@ int main(int argc, char **argv)
     uint32_t probe_ms =
         parse_duration_ms("walreceiver-probe-interval", values[OPT_WR_PROBE_INTERVAL]);
     uint64_t switch_lag = parse_bytes("walreceiver-switch-lag", values[OPT_WR_SWITCH_LAG]);
+    int32_t image_threshold =
+        (int32_t)parse_int("image-threshold", values[OPT_IMAGE_THRESHOLD], 0, 1000000);
+    int image_workers = (int)parse_int("image-workers", values[OPT_IMAGE_WORKERS], 1, 64);
     if (walredo_lib[0] != '\0' && walredo_lib[0] != '/') {
         fprintf(stderr, PROGRAM ": --walredo-lib must be an absolute path (got \"%s\")\n",
                 walredo_lib);
@@ -437,6 +451,8 @@ int main(int argc, char **argv)
     to.svc.gc.pitr_window_seconds = pitr_seconds;
     to.svc.wr_probe_interval_ms = probe_ms;
     to.svc.wr_switch_lag_bytes = switch_lag;
+    to.svc.image_threshold = image_threshold > 0 ? image_threshold : -1; /* 0: off */
+    to.svc.image_workers = image_workers;
     to.gc_interval_ms = gc_ms;
     if (tenants_open(&to, &d.tenants, err, sizeof err) != 0)
         log_fatal("cannot load timelines: %s", err);

@@ -38,6 +38,7 @@
 
 #define META_MAX_BYTES (64 * 1024)
 #define DEFAULT_MAX_CHAIN 10000
+#define IMAGE_WAIT_MS 1000 /* longest wait of an image worker for ingest */
 
 struct timeline {
     atomic_int refs;
@@ -48,6 +49,7 @@ struct timeline {
     uint64_t owner;
     store *st;
     ingest_state *ing;
+    imagegen *ig; /* NULL: background image generation off */
     pthread_mutex_t wr_mu; /* guards wr against stop racing status */
     walreceiver *wr;
 
@@ -133,6 +135,7 @@ static void observe_chain(int n)
         ;
     if ((uint64_t)n > cur)
         metrics_gauge_set(rm.chain_max, n);
+    imagegen_observe_read_chain(n);
 }
 
 void timeline_get_gc_stats(timeline_gc_stats *out)
@@ -346,6 +349,103 @@ static void stop_walreceiver(timeline *tl)
     walreceiver_stop(wr);
 }
 
+/* ---- image generation (DESIGN 8.4; the machinery is imagegen.c) ---- */
+
+static int read_size(timeline *tl, const pg_key *k, lsn_t lsn, uint32_t *nblocks, char *err,
+                     size_t errlen);
+static int read_page(timeline *tl, const pg_key *k, lsn_t lsn, uint8_t out[PG_BLCKSZ], int *chain,
+                     bool *newest_complete, char *err, size_t errlen);
+
+/* Worker threads: the page at the latest ingested LSN (>= min_lsn), read
+ * the way a reader at that LSN would read it. */
+static int image_rebuild(void *arg, const pg_key *k, lsn_t min_lsn, uint8_t out[PG_BLCKSZ],
+                         lsn_t *at, char *err, size_t errlen)
+{
+    timeline *tl = arg;
+    if (timeline_is_deleted(tl))
+        return 0;
+    if (store_wait_lsn(tl->st, min_lsn, IMAGE_WAIT_MS) != 0) {
+        char lb[LSN_FMT_LEN];
+        snprintf(err, errlen, "ingest did not reach %s within %d ms", lsn_format(min_lsn, lb),
+                 IMAGE_WAIT_MS);
+        return -1;
+    }
+    lsn_t lsn = store_last_record_lsn(tl->st);
+    pg_key sk;
+    if (k->kind == KEY_REL_BLOCK)
+        sk = pg_key_rel_size(k->spc, k->db, k->rel, k->fork);
+    else if (k->kind == KEY_SLRU_BLOCK)
+        sk = (pg_key){.kind = KEY_SLRU_SIZE, .fork = k->fork, .rel = k->rel};
+    else
+        return 0;
+    uint32_t nblocks = 0;
+    int rc = read_size(tl, &sk, lsn, &nblocks, err, errlen);
+    if (rc <= 0 || k->blk >= nblocks)
+        return rc < 0 ? -1 : 0; /* gone at lsn: reads do not need the page */
+    int chain = 0;
+    bool newest_complete = false;
+    rc = read_page(tl, k, lsn, out, &chain, &newest_complete, err, errlen);
+    if (rc <= 0 || newest_complete)
+        return rc < 0 ? -1 : 0;
+    *at = lsn;
+    return 1;
+}
+
+/* Writer thread (imagegen_drain inside ingest_record). */
+static int image_put(void *arg, const pg_key *k, lsn_t lsn, const uint8_t page[PG_BLCKSZ],
+                     char *err, size_t errlen)
+{
+    timeline *tl = arg;
+    assert(lsn <= store_last_record_lsn(tl->st));
+    return store_put_image(tl->st, k, lsn, page, err, errlen);
+}
+
+static void image_note(void *arg, const pg_key *k, lsn_t lsn, bool complete)
+{
+    imagegen_note(arg, k, lsn, complete);
+}
+
+static void image_drain(void *arg)
+{
+    imagegen_drain(arg);
+}
+
+static int start_imagegen(timeline *tl, char *err, size_t errlen)
+{
+    int32_t threshold = tl->svc.image_threshold;
+    if (threshold == 0)
+        threshold = TIMELINE_DEFAULT_IMAGE_THRESHOLD;
+    if (threshold < 0 || tl->svc.redo == NULL)
+        return 0; /* ingest keeps its safety net */
+    imagegen_options o;
+    imagegen_options_default(&o);
+    o.threshold = (uint32_t)threshold;
+    if (tl->svc.image_workers > 0)
+        o.workers = tl->svc.image_workers;
+    if (tl->svc.image_queue > 0)
+        o.queue_cap = tl->svc.image_queue;
+    if (imagegen_create(&o, image_rebuild, image_put, tl, &tl->ig, err, errlen) != 0)
+        return -1;
+    ingest_options io;
+    ingest_options_default(&io);
+    io.image_threshold = 0; /* background generation replaces the safety net */
+    io.page_hook = image_note;
+    io.page_hook_arg = tl->ig;
+    io.record_hook = image_drain;
+    io.record_hook_arg = tl->ig;
+    ingest_set_options(tl->ing, &io);
+    return 0;
+}
+
+bool timeline_image_stats(timeline *tl, imagegen_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (tl->ig == NULL)
+        return false;
+    imagegen_get_stats(tl->ig, out);
+    return true;
+}
+
 int timeline_open(const char *dir, const timeline_services *svc, uint64_t owner, timeline **out,
                   char *err, size_t errlen)
 {
@@ -379,11 +479,14 @@ int timeline_open(const char *dir, const timeline_services *svc, uint64_t owner,
         snprintf(err, errlen, "out of memory creating the ingest state");
         goto fail;
     }
+    if (start_imagegen(tl, err, errlen) != 0)
+        goto fail;
     if (start_walreceiver(tl, err, errlen) != 0)
         goto fail;
     *out = tl;
     return 0;
 fail:
+    imagegen_destroy(tl->ig);
     if (tl->ing != NULL)
         ingest_destroy(tl->ing);
     if (tl->st != NULL)
@@ -419,6 +522,8 @@ void timeline_unref(timeline *tl)
         return;
     bool deleted = atomic_load(&tl->deleted);
     stop_walreceiver(tl);
+    imagegen_destroy(tl->ig);
+    tl->ig = NULL;
     if (!deleted) {
         char err[256];
         if (store_flush(tl->st, err, sizeof err) != 0)
@@ -698,12 +803,13 @@ int timeline_rel_size(timeline *tl, uint32_t spc, uint32_t db, uint32_t rel, uin
  * error.  *chain is the number of versions replayed.
  */
 static int read_page(timeline *tl, const pg_key *k, lsn_t lsn, uint8_t out[PG_BLCKSZ], int *chain,
-                     char *err, size_t errlen)
+                     bool *newest_complete, char *err, size_t errlen)
 {
     char kb[96], lb[LSN_FMT_LEN];
     value_ref v;
     lsn_t found;
     *chain = 0;
+    *newest_complete = false;
     int rc = store_get_latest(tl->st, k, lsn, &v, &found, err, errlen);
     if (rc <= 0)
         return rc;
@@ -715,6 +821,7 @@ static int read_page(timeline *tl, const pg_key *k, lsn_t lsn, uint8_t out[PG_BL
     if (image_ok || kind == VAL_ZERO_PAGE) {
         if (kind == VAL_ZERO_PAGE)
             memset(out, 0, PG_BLCKSZ);
+        *newest_complete = true;
         metrics_counter_inc(rm.images);
         return 1;
     }
@@ -786,7 +893,8 @@ int timeline_get_rel_page(timeline *tl, uint32_t spc, uint32_t db, uint32_t rel,
         return 0;
     }
     pg_key k = pg_key_rel_block(spc, db, rel, fork, blk);
-    rc = read_page(tl, &k, lsn, out, chain, err, errlen);
+    bool newest_complete;
+    rc = read_page(tl, &k, lsn, out, chain, &newest_complete, err, errlen);
     if (rc < 0) {
         if (sqlstate != NULL)
             *sqlstate = "XX000";
@@ -876,7 +984,9 @@ int timeline_get_slru_segment(timeline *tl, uint8_t kind, uint32_t segno, lsn_t 
     for (uint32_t b = 0; b < n; b++) {
         pg_key k = pg_key_slru_block((slru_kind)kind, segno, b);
         int chain = 0;
-        rc = read_page(tl, &k, lsn, out + (size_t)b * PG_BLCKSZ, &chain, err, errlen);
+        bool newest_complete;
+        rc = read_page(tl, &k, lsn, out + (size_t)b * PG_BLCKSZ, &chain, &newest_complete, err,
+                       errlen);
         if (rc < 0) {
             if (sqlstate != NULL)
                 *sqlstate = "XX000";
@@ -922,4 +1032,68 @@ int timeline_list_rels(timeline *tl, lsn_t lsn, timeline_rel_fn fn, void *arg, c
     if (store_scan(tl->st, &from, &to, lsn, list_one, &a, err, errlen) != 0)
         return -1;
     return check_horizon(tl, lsn, err, errlen, NULL);
+}
+
+/* ---- the page service's fast path (no redo, no wait) ---- */
+
+int timeline_get_rel_page_noredo(timeline *tl, uint32_t spc, uint32_t db, uint32_t rel,
+                                 uint8_t fork, uint32_t blk, lsn_t lsn, uint8_t out[PG_BLCKSZ],
+                                 char *err, size_t errlen, const char **sqlstate)
+{
+    if (timeline_is_deleted(tl))
+        return deleted_error(tl, err, errlen, sqlstate);
+    uint32_t nblocks = 0;
+    int rc = timeline_rel_size(tl, spc, db, rel, fork, lsn, &nblocks, err, errlen, sqlstate);
+    if (rc < 0)
+        return -1;
+    if (rc == 0) {
+        char lb[LSN_FMT_LEN];
+        snprintf(err, errlen, "relation %u/%u/%u fork %u does not exist at LSN %s", spc, db, rel,
+                 fork, lsn_format(lsn, lb));
+        if (sqlstate != NULL)
+            *sqlstate = "58P01";
+        return -1;
+    }
+    bool zero = blk >= nblocks;
+    if (!zero) {
+        pg_key k = pg_key_rel_block(spc, db, rel, fork, blk);
+        value_ref v;
+        lsn_t found;
+        rc = store_get_latest(tl->st, &k, lsn, &v, &found, err, errlen);
+        if (rc < 0) {
+            if (sqlstate != NULL)
+                *sqlstate = "XX000";
+            return -1;
+        }
+        zero = rc == 0;
+        if (rc == 1) {
+            bool image = v.kind == VAL_IMAGE && v.len == PG_BLCKSZ;
+            bool delta = v.kind != VAL_IMAGE && v.kind != VAL_ZERO_PAGE && v.kind != VAL_SIZE &&
+                         v.kind != VAL_TOMBSTONE && v.kind != VAL_BLOB;
+            if (image)
+                memcpy(out, v.payload, PG_BLCKSZ);
+            else if (v.kind == VAL_ZERO_PAGE)
+                memset(out, 0, PG_BLCKSZ);
+            free((void *)v.payload);
+            if (delta) {
+                if (tl->svc.cache == NULL ||
+                    !pagecache_lookup(tl->svc.cache, tl->owner, &k, found, out))
+                    return 1; /* needs redo (the full read counts the miss) */
+                metrics_counter_inc(rm.cache_hits);
+            } else if (image || v.kind == VAL_ZERO_PAGE) {
+                metrics_counter_inc(rm.images);
+            } else {
+                return 1; /* a value that is no page version: the full read names it */
+            }
+        }
+    }
+    metrics_counter_inc(rm.pages);
+    if (zero) {
+        memset(out, 0, PG_BLCKSZ);
+        metrics_counter_inc(rm.zero_pages);
+    }
+    if (check_horizon(tl, lsn, err, errlen, sqlstate) != 0)
+        return -1;
+    observe_chain(0);
+    return 0;
 }

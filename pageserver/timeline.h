@@ -38,6 +38,7 @@
 #include <stdint.h>
 
 #include "common/lsn.h"
+#include "pageserver/imagegen.h"
 #include "pageserver/key.h"
 #include "pageserver/pagecache.h"
 #include "pageserver/redo.h"
@@ -77,7 +78,19 @@ typedef struct timeline_services {
     uint32_t wr_probe_interval_ms;
     uint64_t wr_switch_lag_bytes;
     uint32_t wr_status_interval_ms;
+    /* Image generation (DESIGN 8.4, imagegen.h): image_threshold > 0 is the
+     * threshold, 0 means TIMELINE_DEFAULT_IMAGE_THRESHOLD, < 0 turns
+     * background generation off (ingest's synchronous safety net at
+     * INGEST_IMAGE_THRESHOLD then stays the only bound).  Without a redo pool
+     * it is off too.  image_workers 0: IMAGEGEN_DEFAULT_WORKERS; image_queue
+     * 0: the imagegen default. */
+    int32_t image_threshold;
+    int image_workers;
+    uint32_t image_queue;
 } timeline_services;
+
+/* Chosen from the sweep in docs/benchmarks.md ("Image threshold"). */
+#define TIMELINE_DEFAULT_IMAGE_THRESHOLD 16
 
 /* What timeline.json holds. */
 typedef struct timeline_meta {
@@ -131,6 +144,10 @@ lsn_t timeline_disk_consistent_lsn(const timeline *tl);
 /* Waits until last_record_lsn >= lsn, at most timeout_ms: 0, or -1 on
  * timeout (or when the timeline is deleted meanwhile). */
 int timeline_wait_lsn(timeline *tl, lsn_t lsn, uint32_t timeout_ms);
+
+/* Image generation counters of this timeline; false (and *out zeroed) when
+ * background image generation is off for it.  Any thread. */
+bool timeline_image_stats(timeline *tl, imagegen_stats *out);
 
 /* Status for HTTP and metrics: receiver state and the store's counters. */
 typedef struct timeline_status {
@@ -201,6 +218,17 @@ int timeline_rel_size(timeline *tl, uint32_t spc, uint32_t db, uint32_t rel, uin
 int timeline_get_rel_page(timeline *tl, uint32_t spc, uint32_t db, uint32_t rel, uint8_t fork,
                           uint32_t blk, lsn_t lsn, uint8_t out[PG_BLCKSZ], int *chain, char *err,
                           size_t errlen, const char **sqlstate);
+
+/* timeline_get_rel_page() without redo and without blocking on anything but
+ * the store's read (for answering on a network loop thread): 0 with the page
+ * in out when the newest version at lsn is an image or zero page, is in the
+ * page cache, or the block has no version or is past the size; 1 when the
+ * page needs redo (call timeline_get_rel_page()); -1 with err and *sqlstate
+ * as timeline_get_rel_page() would fail.  Counts the read in the read stats
+ * only when it returns 0 or -1. */
+int timeline_get_rel_page_noredo(timeline *tl, uint32_t spc, uint32_t db, uint32_t rel,
+                                 uint8_t fork, uint32_t blk, lsn_t lsn, uint8_t out[PG_BLCKSZ],
+                                 char *err, size_t errlen, const char **sqlstate);
 
 /* Sum of the sizes of the database's relation forks at lsn, in bytes. */
 int timeline_db_size(timeline *tl, uint32_t db, lsn_t lsn, int64_t *bytes, char *err, size_t errlen,

@@ -1,0 +1,544 @@
+/*
+ * imagegen.c: image generation pushdown -- the counter table (writer
+ * thread), the bounded pipeline (queue -> workers -> finished), the workers,
+ * and the process-wide metrics.  See imagegen.h for the contract.
+ *
+ * Not for: how a page is rebuilt or stored (the callbacks, timeline.c).
+ *
+ * The pipeline: one mutex guards the queue ring, the finished ring and the
+ * busy count; its critical sections are O(1) (drain copies the finished
+ * entries out and works outside it).  in_pipeline = queued + busy + finished
+ * never exceeds queue_cap, so the finished ring (queue_cap slots) cannot
+ * overflow.  The counter table is private to the writer thread.
+ */
+#include "pageserver/imagegen.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/metrics.h"
+
+typedef struct ig_entry {
+    pg_key k;
+    uint32_t deltas;       /* since the page's newest complete value */
+    uint32_t since_queued; /* deltas counted since it was queued */
+    bool used;
+    bool in_flight;
+} ig_entry;
+
+typedef struct ig_job {
+    pg_key k;
+    lsn_t min_lsn;
+} ig_job;
+
+enum { DONE_IMAGE = 1, DONE_SKIPPED = 0, DONE_FAILED = -1 };
+
+typedef struct ig_done {
+    pg_key k;
+    int result;
+    lsn_t at;
+    uint8_t *page; /* malloc'd for DONE_IMAGE */
+} ig_done;
+
+struct imagegen {
+    imagegen_options o;
+    imagegen_rebuild_fn rebuild;
+    imagegen_put_fn put;
+    void *arg;
+
+    /* Writer thread only. */
+    ig_entry *table; /* allocated on first note */
+    size_t table_cap; /* power of two, >= 2 * track_entries */
+    size_t table_count;
+    ig_done *scratch; /* queue_cap slots for drain */
+
+    /* Guarded by mu. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    ig_job *queue; /* ring of queue_cap */
+    size_t qhead, qlen;
+    ig_done *done; /* ring of queue_cap */
+    size_t dhead, dlen;
+    size_t busy;
+    bool stop;
+
+    pthread_t *threads;
+    int nthreads;
+
+    _Atomic uint64_t requested, drops, written, written_bytes, skipped, failures, forgotten;
+};
+
+/* ---- process-wide metrics ---- */
+
+static const double read_chain_bounds[] = {0,  1,  2,  4,   8,   12,  16,   24,  32,
+                                           48, 64, 96, 128, 256, 512, 1024, 4096};
+
+static struct {
+    pthread_once_t once;
+    metrics_gauge *depth;
+    metrics_counter *requested, *written, *written_bytes, *drops, *failures, *skipped;
+    metrics_histogram *read_chain;
+    metrics_gauge *read_chain_max_g;
+    atomic_uint_fast64_t read_chain_max;
+} im = {.once = PTHREAD_ONCE_INIT};
+
+static void metrics_init(void)
+{
+    metrics_registry *r = metrics_default_registry();
+    im.depth = metrics_gauge_register(
+        r, "pageserver_image_queue_depth",
+        "Pages queued for image generation, being rebuilt or waiting to be stored", 0, NULL, NULL);
+    im.requested = metrics_counter_register(r, "pageserver_image_requests_total",
+                                            "Pages queued for image generation", 0, NULL, NULL);
+    im.written = metrics_counter_register(r, "pageserver_image_written_total",
+                                          "Images stored by image generation", 0, NULL, NULL);
+    im.written_bytes =
+        metrics_counter_register(r, "pageserver_image_written_bytes_total",
+                                 "Bytes of images stored by image generation", 0, NULL, NULL);
+    im.drops = metrics_counter_register(
+        r, "pageserver_image_queue_drops_total",
+        "Pages not queued for image generation because the queue was full", 0, NULL, NULL);
+    im.failures = metrics_counter_register(r, "pageserver_image_failures_total",
+                                           "Pages image generation could not rebuild or store", 0,
+                                           NULL, NULL);
+    im.skipped = metrics_counter_register(
+        r, "pageserver_image_skipped_total",
+        "Queued pages that needed no image when rebuilt (gone, or already complete)", 0, NULL,
+        NULL);
+    im.read_chain = metrics_histogram_register(
+        r, "pageserver_read_chain_length",
+        "Delta records replayed to build one page for a reader (0: image or cache)",
+        read_chain_bounds, (int)(sizeof read_chain_bounds / sizeof read_chain_bounds[0]), 0, NULL,
+        NULL);
+    im.read_chain_max_g = metrics_gauge_register(
+        r, "pageserver_read_chain_max", "Longest delta chain replayed for a reader since start", 0,
+        NULL, NULL);
+}
+
+static void metrics_once(void)
+{
+    pthread_once(&im.once, metrics_init);
+}
+
+void imagegen_observe_read_chain(int n)
+{
+    metrics_once();
+    if (n < 0)
+        n = 0;
+    metrics_histogram_observe(im.read_chain, n);
+    uint_fast64_t cur = atomic_load(&im.read_chain_max);
+    while ((uint64_t)n > cur && !atomic_compare_exchange_weak(&im.read_chain_max, &cur, (uint64_t)n))
+        ;
+    if ((uint64_t)n > cur)
+        metrics_gauge_set(im.read_chain_max_g, n);
+}
+
+uint64_t imagegen_read_chain_max(void)
+{
+    return atomic_load(&im.read_chain_max);
+}
+
+/* ---- creation ---- */
+
+void imagegen_options_default(imagegen_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->threshold = 16;
+    o->track_entries = 131072;
+    o->queue_cap = 1024;
+    o->workers = IMAGEGEN_DEFAULT_WORKERS;
+}
+
+static size_t pow2_at_least(size_t n)
+{
+    size_t c = 16;
+    while (c < n)
+        c <<= 1;
+    return c;
+}
+
+static void *worker_main(void *arg);
+
+int imagegen_create(const imagegen_options *o, imagegen_rebuild_fn rebuild, imagegen_put_fn put,
+                    void *arg, imagegen **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    metrics_once();
+    if (rebuild == NULL || put == NULL) {
+        snprintf(err, errlen, "image generation needs a rebuild and a put function");
+        return -1;
+    }
+    if (o->threshold < 1) {
+        snprintf(err, errlen, "image threshold must be at least 1");
+        return -1;
+    }
+    if (o->track_entries < 16 || o->track_entries > (1u << 24)) {
+        snprintf(err, errlen, "image track entries must be in [16, 16777216]");
+        return -1;
+    }
+    if (o->queue_cap < 1 || o->queue_cap > 65536) {
+        snprintf(err, errlen, "image queue capacity must be in [1, 65536]");
+        return -1;
+    }
+    if (o->workers < 0 || o->workers > 64) {
+        snprintf(err, errlen, "image workers must be in [0, 64]");
+        return -1;
+    }
+    imagegen *g = calloc(1, sizeof *g);
+    if (g == NULL)
+        goto oom;
+    g->o = *o;
+    g->rebuild = rebuild;
+    g->put = put;
+    g->arg = arg;
+    g->table_cap = pow2_at_least(o->track_entries * 2);
+    g->queue = calloc(o->queue_cap, sizeof *g->queue);
+    g->done = calloc(o->queue_cap, sizeof *g->done);
+    g->scratch = calloc(o->queue_cap, sizeof *g->scratch);
+    g->threads = calloc(o->workers > 0 ? (size_t)o->workers : 1, sizeof *g->threads);
+    if (g->queue == NULL || g->done == NULL || g->scratch == NULL || g->threads == NULL)
+        goto oom;
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    for (int i = 0; i < o->workers; i++) {
+        int rc = pthread_create(&g->threads[i], NULL, worker_main, g);
+        if (rc != 0) {
+            snprintf(err, errlen, "cannot start an image worker: %s", strerror(rc));
+            imagegen_destroy(g);
+            return -1;
+        }
+        g->nthreads++;
+    }
+    *out = g;
+    return 0;
+oom:
+    if (g != NULL) {
+        free(g->queue);
+        free(g->done);
+        free(g->scratch);
+        free(g->threads);
+        free(g);
+    }
+    snprintf(err, errlen, "out of memory");
+    return -1;
+}
+
+void imagegen_destroy(imagegen *g)
+{
+    if (g == NULL)
+        return;
+    pthread_mutex_lock(&g->mu);
+    g->stop = true;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    for (int i = 0; i < g->nthreads; i++)
+        pthread_join(g->threads[i], NULL);
+    size_t in_pipeline = g->qlen + g->dlen + g->busy;
+    for (size_t i = 0; i < g->dlen; i++)
+        free(g->done[(g->dhead + i) % g->o.queue_cap].page);
+    metrics_gauge_add(im.depth, -(double)in_pipeline);
+    pthread_cond_destroy(&g->cv);
+    pthread_mutex_destroy(&g->mu);
+    free(g->queue);
+    free(g->done);
+    free(g->scratch);
+    free(g->threads);
+    free(g->table);
+    free(g);
+}
+
+/* ---- the counter table (writer thread) ---- */
+
+static uint64_t page_hash(const pg_key *k)
+{
+    uint64_t h = 1469598103934665603ull;
+    uint32_t parts[6] = {k->kind, k->spc, k->db, k->rel, k->fork, k->blk};
+    for (int i = 0; i < 6; i++) {
+        h ^= parts[i];
+        h *= 1099511628211ull;
+        h ^= h >> 29;
+    }
+    return h;
+}
+
+static bool key_eq(const pg_key *a, const pg_key *b)
+{
+    return a->kind == b->kind && a->spc == b->spc && a->db == b->db && a->rel == b->rel &&
+           a->fork == b->fork && a->blk == b->blk;
+}
+
+static ig_entry *table_slot(ig_entry *t, size_t cap, const pg_key *k)
+{
+    size_t mask = cap - 1;
+    size_t i = (size_t)page_hash(k) & mask;
+    while (t[i].used && !key_eq(&t[i].k, k))
+        i = (i + 1) & mask;
+    return &t[i];
+}
+
+/*
+ * The table is full: keep the pages in flight and those with at least half
+ * a threshold of deltas (their chains matter most), forget the rest; if that
+ * frees too little, keep only the pages in flight.  Rebuilt into a fresh
+ * array; without memory for one, everything is forgotten (a page in flight
+ * may then be queued twice, which costs one redundant image).
+ */
+static void table_evict(imagegen *g)
+{
+    ig_entry *fresh = calloc(g->table_cap, sizeof *fresh);
+    size_t before = g->table_count;
+    if (fresh == NULL) {
+        memset(g->table, 0, g->table_cap * sizeof *g->table);
+        g->table_count = 0;
+        atomic_fetch_add(&g->forgotten, before);
+        return;
+    }
+    uint32_t keep_min = g->o.threshold / 2;
+    size_t keep = 0;
+    for (size_t i = 0; i < g->table_cap; i++)
+        if (g->table[i].used && (g->table[i].in_flight || g->table[i].deltas >= keep_min))
+            keep++;
+    if (keep > g->o.track_entries * 3 / 4)
+        keep_min = UINT32_MAX;
+    size_t count = 0;
+    for (size_t i = 0; i < g->table_cap; i++) {
+        const ig_entry *e = &g->table[i];
+        if (!e->used || !(e->in_flight || e->deltas >= keep_min))
+            continue;
+        *table_slot(fresh, g->table_cap, &e->k) = *e;
+        count++;
+    }
+    free(g->table);
+    g->table = fresh;
+    g->table_count = count;
+    atomic_fetch_add(&g->forgotten, before - count);
+}
+
+/* The entry of k, inserted at zero if absent; NULL when the table cannot
+ * be allocated (image generation then does nothing). */
+static ig_entry *table_get(imagegen *g, const pg_key *k)
+{
+    if (g->table == NULL) {
+        g->table = calloc(g->table_cap, sizeof *g->table);
+        if (g->table == NULL)
+            return NULL;
+    }
+    ig_entry *e = table_slot(g->table, g->table_cap, k);
+    if (e->used)
+        return e;
+    if (g->table_count >= g->o.track_entries) {
+        table_evict(g);
+        e = table_slot(g->table, g->table_cap, k);
+        assert(!e->used);
+    }
+    memset(e, 0, sizeof *e);
+    e->used = true;
+    e->k = *k;
+    g->table_count++;
+    assert(g->table_count < g->table_cap);
+    return e;
+}
+
+uint32_t imagegen_page_deltas(imagegen *g, const pg_key *k, bool *in_flight)
+{
+    *in_flight = false;
+    if (g->table == NULL)
+        return 0;
+    ig_entry *e = table_slot(g->table, g->table_cap, k);
+    if (!e->used)
+        return 0;
+    *in_flight = e->in_flight;
+    return e->deltas;
+}
+
+/* ---- the pipeline ---- */
+
+static size_t in_pipeline_locked(const imagegen *g)
+{
+    return g->qlen + g->busy + g->dlen;
+}
+
+/* Queues e's page to be rebuilt at or after min_lsn, or counts a drop when
+ * the pipeline is full (the counter stays: the next delta asks again). */
+static void try_enqueue(imagegen *g, ig_entry *e, lsn_t min_lsn)
+{
+    assert(!e->in_flight);
+    bool queued = false;
+    pthread_mutex_lock(&g->mu);
+    if (in_pipeline_locked(g) < g->o.queue_cap) {
+        g->queue[(g->qhead + g->qlen) % g->o.queue_cap] = (ig_job){.k = e->k, .min_lsn = min_lsn};
+        g->qlen++;
+        queued = true;
+        pthread_cond_signal(&g->cv);
+    }
+    pthread_mutex_unlock(&g->mu);
+    if (!queued) {
+        atomic_fetch_add(&g->drops, 1);
+        metrics_counter_inc(im.drops);
+        return;
+    }
+    e->in_flight = true;
+    e->since_queued = 0;
+    atomic_fetch_add(&g->requested, 1);
+    metrics_counter_inc(im.requested);
+    metrics_gauge_add(im.depth, 1);
+}
+
+void imagegen_note(imagegen *g, const pg_key *k, lsn_t lsn, bool complete)
+{
+    ig_entry *e = table_get(g, k);
+    if (e == NULL)
+        return;
+    if (complete) {
+        e->deltas = 0;
+        e->since_queued = 0;
+        return;
+    }
+    if (e->deltas < UINT32_MAX)
+        e->deltas++;
+    if (e->since_queued < UINT32_MAX)
+        e->since_queued++;
+    if (!e->in_flight && e->deltas >= g->o.threshold)
+        try_enqueue(g, e, lsn);
+}
+
+int imagegen_drain(imagegen *g)
+{
+    pthread_mutex_lock(&g->mu);
+    size_t n = g->dlen;
+    for (size_t i = 0; i < n; i++)
+        g->scratch[i] = g->done[(g->dhead + i) % g->o.queue_cap];
+    g->dhead = (g->dhead + n) % g->o.queue_cap;
+    g->dlen = 0;
+    pthread_mutex_unlock(&g->mu);
+    if (n == 0)
+        return 0;
+    metrics_gauge_add(im.depth, -(double)n);
+    int stored = 0;
+    for (size_t i = 0; i < n; i++) {
+        ig_done *d = &g->scratch[i];
+        bool ok = false;
+        if (d->result == DONE_IMAGE) {
+            char err[256];
+            if (g->put(g->arg, &d->k, d->at, d->page, err, sizeof err) == 0) {
+                ok = true;
+                stored++;
+                atomic_fetch_add(&g->written, 1);
+                atomic_fetch_add(&g->written_bytes, PG_BLCKSZ);
+                metrics_counter_inc(im.written);
+                metrics_counter_add(im.written_bytes, PG_BLCKSZ);
+            } else {
+                char kb[96], lb[LSN_FMT_LEN];
+                log_warn("image generation: cannot store the image of %s at %s: %s",
+                         pg_key_format(&d->k, kb, sizeof kb), lsn_format(d->at, lb), err);
+                atomic_fetch_add(&g->failures, 1);
+                metrics_counter_inc(im.failures);
+            }
+        }
+        free(d->page);
+        d->page = NULL;
+        ig_entry *e = table_get(g, &d->k);
+        if (e == NULL)
+            continue;
+        e->in_flight = false;
+        if (ok || d->result == DONE_SKIPPED) {
+            /* Every delta above the image was counted since the page was
+             * queued (the image is at or after the queuing record).  A
+             * skipped page (gone, or complete at its newest version) keeps
+             * only those too. */
+            if (e->since_queued < e->deltas)
+                e->deltas = e->since_queued;
+        } else {
+            e->deltas = 0; /* failed: retry only after another threshold */
+        }
+        e->since_queued = 0;
+        /* A page that gathered a threshold of deltas while in flight (a hot
+         * page) goes again now rather than at its next delta, so it does not
+         * keep a long chain if it turns quiet. */
+        if (ok && e->deltas >= g->o.threshold)
+            try_enqueue(g, e, d->at);
+    }
+    return stored;
+}
+
+/* Takes one job (waiting unless nowait), rebuilds it and files the result.
+ * 1 done, 0 no job (nowait and empty, or stopping). */
+static int work_one(imagegen *g, bool nowait)
+{
+    pthread_mutex_lock(&g->mu);
+    while (!g->stop && g->qlen == 0 && !nowait)
+        pthread_cond_wait(&g->cv, &g->mu);
+    if (g->stop || g->qlen == 0) {
+        pthread_mutex_unlock(&g->mu);
+        return 0;
+    }
+    ig_job job = g->queue[g->qhead];
+    g->qhead = (g->qhead + 1) % g->o.queue_cap;
+    g->qlen--;
+    g->busy++;
+    pthread_mutex_unlock(&g->mu);
+
+    ig_done d = {.k = job.k, .result = DONE_FAILED};
+    d.page = malloc(PG_BLCKSZ);
+    char err[256] = "out of memory";
+    int rc = -1;
+    if (d.page != NULL)
+        rc = g->rebuild(g->arg, &job.k, job.min_lsn, d.page, &d.at, err, sizeof err);
+    if (rc == 1) {
+        d.result = DONE_IMAGE;
+        assert(d.at >= job.min_lsn);
+    } else {
+        free(d.page);
+        d.page = NULL;
+        if (rc == 0) {
+            d.result = DONE_SKIPPED;
+            atomic_fetch_add(&g->skipped, 1);
+            metrics_counter_inc(im.skipped);
+        } else {
+            char kb[96], lb[LSN_FMT_LEN];
+            log_warn("image generation: cannot rebuild %s at or after %s: %s",
+                     pg_key_format(&job.k, kb, sizeof kb), lsn_format(job.min_lsn, lb), err);
+            atomic_fetch_add(&g->failures, 1);
+            metrics_counter_inc(im.failures);
+        }
+    }
+    pthread_mutex_lock(&g->mu);
+    assert(g->dlen < g->o.queue_cap);
+    g->done[(g->dhead + g->dlen) % g->o.queue_cap] = d;
+    g->dlen++;
+    g->busy--;
+    pthread_mutex_unlock(&g->mu);
+    return 1;
+}
+
+static void *worker_main(void *arg)
+{
+    imagegen *g = arg;
+    while (work_one(g, false) == 1)
+        ;
+    return NULL;
+}
+
+int imagegen_work_one(imagegen *g)
+{
+    return work_one(g, true);
+}
+
+void imagegen_get_stats(imagegen *g, imagegen_stats *out)
+{
+    out->requested = atomic_load(&g->requested);
+    out->drops = atomic_load(&g->drops);
+    out->written = atomic_load(&g->written);
+    out->written_bytes = atomic_load(&g->written_bytes);
+    out->skipped = atomic_load(&g->skipped);
+    out->failures = atomic_load(&g->failures);
+    out->forgotten = atomic_load(&g->forgotten);
+    pthread_mutex_lock(&g->mu);
+    out->depth = in_pipeline_locked(g);
+    pthread_mutex_unlock(&g->mu);
+}

@@ -1,0 +1,134 @@
+/*
+ * imagegen.h: image generation pushdown (DESIGN 8.4) -- per-page delta
+ * counters, a bounded queue of pages to materialise, background workers that
+ * rebuild them, and the hand-back of finished images to the store's writer.
+ *
+ * For: keeping the delta chain a read replays short when the compute runs
+ * with full_page_writes=off (no record resets a chain).  Ingest tells
+ * imagegen_note() about every page value it puts; a page whose count of
+ * deltas since its newest complete value reaches the threshold is queued
+ * once (a page already in flight is not queued again).  A worker rebuilds it
+ * through the rebuild callback at an LSN L >= the end of the record that
+ * queued it (the timeline reads at its latest ingested LSN, a record end),
+ * and the writer thread, in imagegen_drain(), stores the page as an image at
+ * L through the put callback.  An image is only a cached materialisation:
+ * it equals what a read at L returns.
+ * Not for: reading pages (timeline.c), storing values (store.h), deciding
+ * when ingest runs (walreceiver.c).
+ *
+ * Bounds: the counter table holds at most track_entries pages (when full it
+ * forgets the pages with the fewest deltas, so a forgotten page's chain may
+ * grow past the threshold by what it had); at most queue_cap pages are in
+ * the pipeline (queued + being rebuilt + waiting for the writer).  A page
+ * that would overflow the pipeline is dropped and counted; its counter stays
+ * at or past the threshold, so its next delta asks again.
+ *
+ * Threads: imagegen_note() and imagegen_drain() belong to the one writer
+ * thread of the store (never concurrently with each other); they never wait
+ * for a worker (one short mutex around the queue).  Workers call the rebuild
+ * callback from their own threads.  imagegen_get_stats() and
+ * imagegen_observe_read_chain() are for any thread.  imagegen_destroy()
+ * stops and joins the workers; the writer must not use the handle during or
+ * after it.
+ *
+ * Errors: creation fails with a message (bad options, out of memory,
+ * threads).  A page that cannot be rebuilt or stored is logged and counted
+ * (stats.failures), never fatal: reads of that page replay the chain as
+ * before, and its counter restarts from zero so it is retried only after
+ * another threshold of deltas.
+ */
+#ifndef STRATA_PAGESERVER_IMAGEGEN_H
+#define STRATA_PAGESERVER_IMAGEGEN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/lsn.h"
+#include "pageserver/key.h"
+
+typedef struct imagegen imagegen;
+
+/*
+ * Rebuilds page k at some LSN >= min_lsn that readers may read (a record end
+ * <= last_record_lsn); may wait for ingest to reach min_lsn.  Returns 1 with
+ * the page in out and that LSN in *at; 0 when no image is useful (the page
+ * does not exist there, or its newest version is already complete); -1 with
+ * err.  Called on worker threads.
+ */
+typedef int (*imagegen_rebuild_fn)(void *arg, const pg_key *k, lsn_t min_lsn,
+                                   uint8_t out[PG_BLCKSZ], lsn_t *at, char *err, size_t errlen);
+
+/* Stores page as an image of k at lsn (<= last_record_lsn).  0 or -1 with
+ * err.  Called on the writer thread inside imagegen_drain(). */
+typedef int (*imagegen_put_fn)(void *arg, const pg_key *k, lsn_t lsn,
+                               const uint8_t page[PG_BLCKSZ], char *err, size_t errlen);
+
+typedef struct imagegen_options {
+    uint32_t threshold;   /* deltas since the newest complete value that queue a page (>= 1) */
+    size_t track_entries; /* pages counted at once [16, 2^24] (default 131072) */
+    size_t queue_cap;     /* pages in the pipeline at once [1, 65536] (default 1024) */
+    int workers;          /* rebuild threads [0, 64] (default 2); 0: only imagegen_work_one() */
+} imagegen_options;
+
+#define IMAGEGEN_DEFAULT_WORKERS 2
+
+void imagegen_options_default(imagegen_options *o);
+
+/* Starts the workers.  rebuild, put and arg must outlive the handle.
+ * 0, or -1 with err. */
+int imagegen_create(const imagegen_options *o, imagegen_rebuild_fn rebuild, imagegen_put_fn put,
+                    void *arg, imagegen **out, char *err, size_t errlen);
+
+/* Stops and joins the workers (each finishes the page it is rebuilding),
+ * drops what is queued or finished and not yet stored, frees.  NULL is a
+ * no-op. */
+void imagegen_destroy(imagegen *g);
+
+/* ---- writer thread ---- */
+
+/* One page value was put at lsn (a record end); complete = the value is an
+ * image, a zero page or a will_init record.  Never blocks on workers. */
+void imagegen_note(imagegen *g, const pg_key *k, lsn_t lsn, bool complete);
+
+/* Stores every finished image (put callback) and settles its counter: a
+ * page's deltas become those counted since it was queued (an upper bound of
+ * the deltas above the image); a page still at or past the threshold (hot
+ * while in flight) is queued again at once.  Returns the number of images
+ * stored. */
+int imagegen_drain(imagegen *g);
+
+/* ---- tests ---- */
+
+/* Rebuilds one queued page on the calling thread (for workers == 0): 1 if a
+ * page was taken from the queue, 0 if the queue was empty. */
+int imagegen_work_one(imagegen *g);
+
+/* The counter of page k (0 when not tracked) and whether it is in flight.
+ * Writer thread only. */
+uint32_t imagegen_page_deltas(imagegen *g, const pg_key *k, bool *in_flight);
+
+/* ---- any thread ---- */
+
+typedef struct imagegen_stats {
+    uint64_t requested; /* pages queued */
+    uint64_t drops;     /* pages refused by a full pipeline */
+    uint64_t written;   /* images stored */
+    uint64_t written_bytes;
+    uint64_t skipped;   /* rebuilds that found no image useful */
+    uint64_t failures;  /* rebuilds or puts that failed */
+    uint64_t forgotten; /* counters dropped from a full table */
+    uint64_t depth;     /* pages in the pipeline now */
+} imagegen_stats;
+
+void imagegen_get_stats(imagegen *g, imagegen_stats *out);
+
+/* The read path's chain lengths (versions replayed per page read): feeds the
+ * process-wide pageserver_read_chain_length histogram and
+ * pageserver_read_chain_max gauge. */
+void imagegen_observe_read_chain(int n);
+
+/* The longest chain observed since start (process-wide). */
+uint64_t imagegen_read_chain_max(void);
+
+#endif

@@ -1,0 +1,440 @@
+/*
+ * test_imagegen.c: image generation pushdown's counters and pipeline
+ * (pageserver/imagegen.h) over fake rebuild and put functions: a page is
+ * queued once when its deltas reach the threshold (dedup while in flight),
+ * complete values reset counters, a full pipeline drops and counts (and the
+ * page asks again on its next delta), failures and skips settle counters,
+ * the image lands at the LSN the rebuild chose, the counter table stays
+ * bounded and keeps the pages that matter, real worker threads deliver every
+ * page, and the read-chain metrics.
+ *
+ * Most tests run with workers = 0 and step the pipeline with
+ * imagegen_work_one(), so every state in between is observed exactly.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "common/metrics.h"
+#include "pageserver/imagegen.h"
+
+#define MAX_PUTS 4096
+
+typedef struct fake {
+    uint32_t fail_blk;   /* rebuild of this block fails */
+    uint32_t skip_blk;   /* rebuild of this block finds nothing to image */
+    lsn_t advance;       /* rebuild answers min_lsn + advance */
+    bool put_fails;
+    int rebuilds;        /* only counted with workers = 0 */
+    int nputs;
+    pg_key put_key[MAX_PUTS];
+    lsn_t put_lsn[MAX_PUTS];
+    uint8_t put_fill[MAX_PUTS];
+} fake;
+
+static int fake_rebuild(void *arg, const pg_key *k, lsn_t min_lsn, uint8_t out[PG_BLCKSZ],
+                        lsn_t *at, char *err, size_t errlen)
+{
+    fake *f = arg;
+    if (k->blk == f->fail_blk) {
+        snprintf(err, errlen, "injected failure");
+        return -1;
+    }
+    if (k->blk == f->skip_blk)
+        return 0;
+    memset(out, (int)(k->blk & 0xff), PG_BLCKSZ);
+    *at = min_lsn + f->advance;
+    return 1;
+}
+
+static int fake_put(void *arg, const pg_key *k, lsn_t lsn, const uint8_t page[PG_BLCKSZ],
+                    char *err, size_t errlen)
+{
+    fake *f = arg;
+    if (f->put_fails) {
+        snprintf(err, errlen, "injected put failure");
+        return -1;
+    }
+    assert_true(f->nputs < MAX_PUTS);
+    f->put_key[f->nputs] = *k;
+    f->put_lsn[f->nputs] = lsn;
+    f->put_fill[f->nputs] = page[PG_BLCKSZ - 1];
+    assert_int_equal(page[0], page[PG_BLCKSZ - 1]);
+    f->nputs++;
+    return 0;
+}
+
+static pg_key blk(uint32_t b)
+{
+    return pg_key_rel_block(1663, 5, 16384, 0, b);
+}
+
+static imagegen *make(fake *f, uint32_t threshold, size_t queue_cap, size_t track, int workers)
+{
+    memset(f, 0, sizeof *f);
+    f->fail_blk = UINT32_MAX;
+    f->skip_blk = UINT32_MAX;
+    imagegen_options o;
+    imagegen_options_default(&o);
+    o.threshold = threshold;
+    o.queue_cap = queue_cap;
+    o.track_entries = track;
+    o.workers = workers;
+    imagegen *g = NULL;
+    char err[256];
+    int rc = imagegen_create(&o, fake_rebuild, fake_put, f, &g, err, sizeof err);
+    if (rc != 0)
+        fail_msg("imagegen_create: %s", err);
+    return g;
+}
+
+static void test_options_rejected(void **state)
+{
+    (void)state;
+    imagegen_options o;
+    imagegen_options_default(&o);
+    assert_true(o.threshold >= 1 && o.workers >= 1 && o.queue_cap >= 1);
+    imagegen *g = NULL;
+    char err[256];
+    fake f = {0};
+    o.threshold = 0;
+    assert_int_equal(imagegen_create(&o, fake_rebuild, fake_put, &f, &g, err, sizeof err), -1);
+    assert_non_null(strstr(err, "threshold"));
+    imagegen_options_default(&o);
+    o.queue_cap = 0;
+    assert_int_equal(imagegen_create(&o, fake_rebuild, fake_put, &f, &g, err, sizeof err), -1);
+    imagegen_options_default(&o);
+    o.track_entries = 4;
+    assert_int_equal(imagegen_create(&o, fake_rebuild, fake_put, &f, &g, err, sizeof err), -1);
+    imagegen_options_default(&o);
+    assert_int_equal(imagegen_create(&o, NULL, fake_put, &f, &g, err, sizeof err), -1);
+    assert_null(g);
+}
+
+/* Threshold, dedup while in flight, image at the rebuild's LSN, and the
+ * counter afterwards = deltas since queued. */
+static void test_threshold_and_dedup(void **state)
+{
+    (void)state;
+    fake f;
+    imagegen *g = make(&f, 4, 8, 1024, 0);
+    pg_key a = blk(7);
+    bool fl;
+    for (int i = 1; i <= 3; i++)
+        imagegen_note(g, &a, 0x1000 + (lsn_t)i, false);
+    imagegen_stats s;
+    imagegen_get_stats(g, &s);
+    assert_int_equal(s.requested, 0);
+    assert_int_equal(imagegen_page_deltas(g, &a, &fl), 3);
+    assert_false(fl);
+    imagegen_note(g, &a, 0x1004, false); /* the 4th delta reaches it */
+    imagegen_get_stats(g, &s);
+    assert_int_equal(s.requested, 1);
+    assert_int_equal(s.depth, 1);
+    assert_int_equal(imagegen_page_deltas(g, &a, &fl), 4);
+    assert_true(fl);
+    for (int i = 5; i <= 10; i++) /* in flight: counted, never queued twice */
+        imagegen_note(g, &a, 0x1000 + (lsn_t)i, false);
+    imagegen_get_stats(g, &s);
+    assert_int_equal(s.requested, 1);
+    assert_int_equal(s.depth, 1);
+    assert_int_equal(imagegen_drain(g), 0); /* nothing rebuilt yet */
+    assert_int_equal(imagegen_work_one(g), 1);
+    assert_int_equal(imagegen_work_one(g), 0);
+    imagegen_get_stats(g, &s);
+    assert_int_equal(s.depth, 1); /* finished, not yet stored */
+    assert_int_equal(f.nputs, 0);
+    assert_int_equal(imagegen_drain(g), 1);
+    assert_int_equal(f.nputs, 1);
+    assert_int_equal(f.put_lsn[0], 0x1004); /* at the queuing record (advance 0) */
+    assert_int_equal(f.put_fill[0], 7);
+    assert_true(f.put_key[0].blk == 7 && f.put_key[0].rel == 16384);
+    imagegen_get_stats(g, &s);
+    assert_int_equal(s.written, 1);
+    assert_int_equal(s.written_bytes, PG_BLCKSZ);
+    /* The six deltas after the queuing record are above the image: still
+     * past the threshold, so the page went straight back into the queue. */
+    assert_int_equal(imagegen_page_deltas(g, &a, &fl), 6);
+    assert_true(fl);
+    imagegen_get_stats(g, &s);
+    assert_int_equal(s.requested, 2);
+    assert_int_equal(s.depth, 1);
+    assert_int_equal(imagegen_work_one(g), 1);
+    assert_int_equal(imagegen_drain(g), 1);
+    assert_int_equal(f.put_lsn[1], 0x1004);
+    assert_int_equal(imagegen_page_deltas(g, &a, &fl), 0);
+    assert_false(fl);
+    imagegen_get_stats(g, &s);
+    assert_int_equal(s.requested, 2);
+    assert_int_equal(s.depth, 0);
+    imagegen_destroy(g);
+}
+
+/* A complete value resets the counter; one that arrives while the page is
+ * in flight leaves only the deltas after it. */
+static void test_complete_resets(void **state)
+{
+    (void)state;
+    fake f;
+    imagegen *g = make(&f, 3, 8, 1024, 0);
+    pg_key a = blk(1);
+    bool fl;
+    imagegen_note(g, &a, 0x10, false);
+    imagegen_note(g, &a, 0x20, false);
+    imagegen_note(g, &a, 0x30, true);
+    assert_int_equal(imagegen_page_deltas(g, &a, &fl), 0);
+    imagegen_note(g, &a, 0x40, false);
+    imagegen_note(g, &a, 0x50, false);
+    imagegen_stats s;
+    imagegen_get_stats(g, &s);
+    assert_int_equal(s.requested, 0);
+    imagegen_note(g, &a, 0x60, false);
+    imagegen_get_stats(g, &s);
+    assert_int_equal(s.requested, 1);
+    imagegen_note(g, &a, 0x70, false);
+    imagegen_note(g, &a, 0x80, true); /* an FPI while in flight */
+    imagegen_note(g, &a, 0x90, false);
+    assert_int_equal(imagegen_page_deltas(g, &a, &fl), 1);
+    assert_true(fl);
+    assert_int_equal(imagegen_work_one(g), 1);
+    assert_int_equal(imagegen_drain(g), 1);
+    assert_int_equal(imagegen_page_deltas(g, &a, &fl), 1);
+    assert_false(fl);
+    imagegen_destroy(g);
+}
+
+/* The pipeline holds at most queue_cap pages; more are dropped and counted,
+ * and a dropped page asks again on its next delta once there is room. */
+static void test_full_pipeline_drops(void **state)
+{
+    (void)state;
+    fake f;
+    imagegen *g = make(&f, 1, 2, 1024, 0);
+    pg_key a = blk(1), b = blk(2), c = blk(3);
+    imagegen_note(g, &a, 0x10, false);
+    imagegen_note(g, &b, 0x10, false);
+    imagegen_note(g, &c, 0x10, false);
+    imagegen_stats s;
+    imagegen_get_stats(g, &s);
+    assert_int_equal(s.requested, 2);
+    assert_int_equal(s.drops, 1);
+    assert_int_equal(s.depth, 2);
+    bool fl;
+    assert_int_equal(imagegen_page_deltas(g, &c, &fl), 1);
+    assert_false(fl);
+    /* Rebuilt but not stored still occupies the pipeline. */
+    assert_int_equal(imagegen_work_one(g), 1);
+    imagegen_note(g, &c, 0x20, false);
+    imagegen_get_stats(g, &s);
+    assert_int_equal(s.drops, 2);
+    assert_int_equal(s.depth, 2);
+    assert_int_equal(imagegen_drain(g), 1);
+    imagegen_note(g, &c, 0x30, false);
+    imagegen_get_stats(g, &s);
+    assert_int_equal(s.requested, 3);
+    assert_int_equal(s.drops, 2);
+    assert_int_equal(imagegen_page_deltas(g, &c, &fl), 3);
+    assert_true(fl);
+    while (imagegen_work_one(g) == 1)
+        ;
+    assert_int_equal(imagegen_drain(g), 2);
+    imagegen_get_stats(g, &s);
+    assert_int_equal(s.written, 3);
+    assert_int_equal(s.depth, 0);
+    imagegen_destroy(g);
+}
+
+/* Failed rebuilds and puts are counted and restart the counter; a skipped
+ * page stores nothing. */
+static void test_failures_and_skips(void **state)
+{
+    (void)state;
+    fake f;
+    imagegen *g = make(&f, 2, 8, 1024, 0);
+    f.fail_blk = 1;
+    f.skip_blk = 2;
+    pg_key a = blk(1), b = blk(2), c = blk(3);
+    for (int i = 0; i < 2; i++) {
+        imagegen_note(g, &a, 0x10 + (lsn_t)i, false);
+        imagegen_note(g, &b, 0x10 + (lsn_t)i, false);
+        imagegen_note(g, &c, 0x10 + (lsn_t)i, false);
+    }
+    while (imagegen_work_one(g) == 1)
+        ;
+    f.put_fails = true;
+    assert_int_equal(imagegen_drain(g), 0);
+    imagegen_stats s;
+    imagegen_get_stats(g, &s);
+    assert_int_equal(s.requested, 3);
+    assert_int_equal(s.failures, 2); /* a's rebuild, c's put */
+    assert_int_equal(s.skipped, 1);
+    assert_int_equal(s.written, 0);
+    assert_int_equal(s.depth, 0);
+    assert_int_equal(f.nputs, 0);
+    bool fl;
+    assert_int_equal(imagegen_page_deltas(g, &a, &fl), 0);
+    assert_false(fl);
+    assert_int_equal(imagegen_page_deltas(g, &b, &fl), 0);
+    assert_false(fl);
+    /* c's put failed: its counter restarts too, so it is not retried at
+     * once; two more deltas queue it again. */
+    f.put_fails = false;
+    imagegen_note(g, &c, 0x20, false);
+    imagegen_get_stats(g, &s);
+    assert_int_equal(s.requested, 3);
+    imagegen_note(g, &c, 0x21, false);
+    imagegen_get_stats(g, &s);
+    assert_int_equal(s.requested, 4);
+    assert_int_equal(imagegen_work_one(g), 1);
+    assert_int_equal(imagegen_drain(g), 1);
+    assert_int_equal(f.put_lsn[0], 0x21);
+    imagegen_destroy(g);
+}
+
+/* The table never holds more than track_entries pages; when full it keeps
+ * the pages in flight and those with many deltas. */
+static void test_table_bounded(void **state)
+{
+    (void)state;
+    fake f;
+    imagegen *g = make(&f, 8, 4, 16, 0);
+    pg_key hot = blk(1000), busy = blk(2000);
+    for (int i = 0; i < 5; i++)
+        imagegen_note(g, &hot, 0x10 + (lsn_t)i, false);
+    for (int i = 0; i < 8; i++)
+        imagegen_note(g, &busy, 0x10 + (lsn_t)i, false);
+    for (uint32_t b = 0; b < 14; b++) {
+        pg_key k = blk(b);
+        imagegen_note(g, &k, 0x100, false);
+    }
+    imagegen_stats s;
+    imagegen_get_stats(g, &s);
+    assert_int_equal(s.forgotten, 0);
+    pg_key extra = blk(500); /* the 17th page */
+    imagegen_note(g, &extra, 0x200, false);
+    imagegen_get_stats(g, &s);
+    assert_int_equal(s.forgotten, 14);
+    bool fl;
+    assert_int_equal(imagegen_page_deltas(g, &hot, &fl), 5);
+    assert_int_equal(imagegen_page_deltas(g, &busy, &fl), 8);
+    assert_true(fl);
+    assert_int_equal(imagegen_page_deltas(g, &extra, &fl), 1);
+    pg_key k0 = blk(0);
+    assert_int_equal(imagegen_page_deltas(g, &k0, &fl), 0);
+    /* Many more pages than the table holds: bounded, and the one in
+     * flight survives every eviction. */
+    for (uint32_t b = 10000; b < 10200; b++) {
+        pg_key k = blk(b);
+        imagegen_note(g, &k, 0x300, false);
+    }
+    assert_int_equal(imagegen_page_deltas(g, &busy, &fl), 8);
+    assert_true(fl);
+    assert_int_equal(imagegen_work_one(g), 1);
+    assert_int_equal(imagegen_drain(g), 1);
+    assert_int_equal(f.nputs, 1);
+    assert_int_equal(f.put_key[0].blk, 2000);
+    imagegen_destroy(g);
+}
+
+/* Real worker threads: every queued page comes back, at an LSN at or after
+ * the record that queued it, with its own content. */
+static void test_worker_threads(void **state)
+{
+    (void)state;
+    fake f;
+    imagegen *g = make(&f, 4, 64, 4096, 2);
+    f.advance = 0x8;
+    lsn_t lsn = 0x10000;
+    for (int round = 0; round < 4; round++)
+        for (uint32_t b = 0; b < 50; b++) {
+            pg_key k = blk(b);
+            imagegen_note(g, &k, lsn, false);
+            lsn += 0x10;
+            imagegen_drain(g);
+        }
+    imagegen_stats s;
+    for (int i = 0; i < 2000; i++) {
+        imagegen_drain(g);
+        imagegen_get_stats(g, &s);
+        if (s.depth == 0)
+            break;
+        usleep(1000);
+    }
+    imagegen_get_stats(g, &s);
+    assert_int_equal(s.depth, 0);
+    assert_int_equal(s.requested, 50);
+    assert_int_equal(s.drops, 0);
+    assert_int_equal(s.written, 50);
+    assert_int_equal(f.nputs, 50);
+    bool seen[50] = {0};
+    for (int i = 0; i < f.nputs; i++) {
+        uint32_t b = f.put_key[i].blk;
+        assert_true(b < 50);
+        assert_false(seen[b]);
+        seen[b] = true;
+        assert_int_equal(f.put_fill[i], b);
+        /* Queued by its 4th delta, in round 3 at 0x10000 + (150 + b) * 0x10. */
+        assert_int_equal(f.put_lsn[i], 0x10000 + (lsn_t)(150 + b) * 0x10 + 0x8);
+    }
+    imagegen_destroy(g);
+}
+
+/* Destroying with work queued and finished frees everything (ASan). */
+static void test_destroy_with_work(void **state)
+{
+    (void)state;
+    fake f;
+    imagegen *g = make(&f, 1, 8, 64, 0);
+    for (uint32_t b = 0; b < 6; b++) {
+        pg_key k = blk(b);
+        imagegen_note(g, &k, 0x10, false);
+    }
+    assert_int_equal(imagegen_work_one(g), 1);
+    assert_int_equal(imagegen_work_one(g), 1);
+    imagegen_destroy(g);
+    g = make(&f, 1, 8, 64, 2);
+    for (uint32_t b = 0; b < 6; b++) {
+        pg_key k = blk(b);
+        imagegen_note(g, &k, 0x10, false);
+    }
+    imagegen_destroy(g);
+}
+
+static void test_read_chain_metrics(void **state)
+{
+    (void)state;
+    imagegen_observe_read_chain(3);
+    imagegen_observe_read_chain(21);
+    imagegen_observe_read_chain(7);
+    assert_true(imagegen_read_chain_max() >= 21);
+    size_t len = 0;
+    char *text = metrics_render(metrics_default_registry(), &len);
+    assert_non_null(text);
+    assert_non_null(strstr(text, "pageserver_read_chain_length_bucket{le=\"24\"}"));
+    assert_non_null(strstr(text, "pageserver_read_chain_max 21"));
+    assert_non_null(strstr(text, "pageserver_image_queue_depth"));
+    assert_non_null(strstr(text, "pageserver_image_queue_drops_total"));
+    free(text);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_options_rejected),
+        cmocka_unit_test(test_threshold_and_dedup),
+        cmocka_unit_test(test_complete_resets),
+        cmocka_unit_test(test_full_pipeline_drops),
+        cmocka_unit_test(test_failures_and_skips),
+        cmocka_unit_test(test_table_bounded),
+        cmocka_unit_test(test_worker_threads),
+        cmocka_unit_test(test_destroy_with_work),
+        cmocka_unit_test(test_read_chain_metrics),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
