@@ -29,6 +29,7 @@
 
 #include "common/log.h"
 #include "common/lsn.h"
+#include "common/metrics.h"
 
 #define AUTH_FILE_MAX (1024 * 1024)
 #define RECHECK_MS 1000
@@ -55,7 +56,20 @@ struct auth_store {
     off_t size;
     struct timespec mtime;
     int64_t next_check_ms;
+    /* Refusals by reason (default registry; NULL series are ignored). */
+    metrics_counter *refused_password, *refused_tenant, *refused_http_missing,
+        *refused_http_token;
+    metrics_counter *reloads, *reload_failures;
 };
+
+static metrics_counter *refusal_counter(const char *reason)
+{
+    static const char *const names[] = {"reason"};
+    const char *values[] = {reason};
+    return metrics_counter_register(metrics_default_registry(), "strata_auth_refusals_total",
+                                    "Connections or requests refused by authentication", 1,
+                                    names, values);
+}
 
 /* ------------------------------------------------------------- compare */
 
@@ -327,6 +341,17 @@ auth_store *auth_store_open(const char *path, char *err, size_t errlen)
     }
     remember(a, &st);
     pthread_mutex_init(&a->mu, NULL);
+    a->refused_password = refusal_counter("bad_password");
+    a->refused_tenant = refusal_counter("other_tenant");
+    a->refused_http_missing = refusal_counter("http_no_token");
+    a->refused_http_token = refusal_counter("http_not_admin");
+    metrics_registry *r = metrics_default_registry();
+    a->reloads = metrics_counter_register(r, "strata_auth_reloads_total",
+                                          "Auth file reloads that succeeded", 0, NULL, NULL);
+    a->reload_failures =
+        metrics_counter_register(r, "strata_auth_reload_failures_total",
+                                 "Auth file reloads that failed (previous tokens kept)", 0, NULL,
+                                 NULL);
     a->next_check_ms = mono_ms() + RECHECK_MS;
     return a;
 }
@@ -346,11 +371,14 @@ static int reload_locked(auth_store *a, char *err, size_t errlen)
 {
     auth_table *t = NULL;
     struct stat st;
-    if (load_file(a->path, &t, &st, err, errlen) != 0)
+    if (load_file(a->path, &t, &st, err, errlen) != 0) {
+        metrics_counter_inc(a->reload_failures);
         return -1;
+    }
     auth_table_free(a->table);
     a->table = t;
     remember(a, &st);
+    metrics_counter_inc(a->reloads);
     return 0;
 }
 
@@ -478,6 +506,7 @@ static int pg_check_password(void *arg, const pgwire_conn *c, const char *passwo
     auth_principal p = auth_store_check(a, password);
     const char *user = pgwire_conn_param(c, "user");
     if (p.role == AUTH_ROLE_NONE) {
+        metrics_counter_inc(a->refused_password);
         memcpy(sqlstate, "28P01", 6);
         snprintf(err, errlen,
                  "password authentication failed for user \"%.64s\": the password is not a "
@@ -489,6 +518,7 @@ static int pg_check_password(void *arg, const pgwire_conn *c, const char *passwo
     auth_principal_format(&p, text);
     const char *tenant = pgwire_conn_option(c, "tenant_id");
     if (tenant != NULL && !auth_principal_allows(text, tenant)) {
+        metrics_counter_inc(a->refused_tenant);
         refuse_tenant(text, tenant, sqlstate, err, errlen);
         return -1;
     }
@@ -503,7 +533,7 @@ static const char *const tenant_commands[] = {"pagestream_v1", "pagestream", "ba
 static int pg_check_query(void *arg, const pgwire_conn *c, const char *sql, char sqlstate[6],
                           char *err, size_t errlen)
 {
-    (void)arg;
+    auth_store *a = arg;
     const char *principal = pgwire_conn_principal(c);
     const char *p = sql;
     while (isspace((unsigned char)*p))
@@ -525,6 +555,7 @@ static int pg_check_query(void *arg, const pgwire_conn *c, const char *sql, char
     snprintf(tenant, sizeof tenant, "%.*s", (int)(tl < 71 ? tl : 71), p);
     if (auth_principal_allows(principal, tenant))
         return 0;
+    metrics_counter_inc(a->refused_tenant);
     refuse_tenant(principal, tenant, sqlstate, err, errlen);
     return -1;
 }
@@ -559,6 +590,7 @@ int auth_http_authorize(void *arg, const http_request *req, http_response *resp)
         return 0;
     const char *h = http_request_header(req, "Authorization");
     if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0) {
+        metrics_counter_inc(a->refused_http_missing);
         http_response_error(resp, 401,
                             "authentication required: send the header \"Authorization: Bearer "
                             "<admin token>\"");
@@ -570,6 +602,7 @@ int auth_http_authorize(void *arg, const http_request *req, http_response *resp)
     auth_principal p = auth_store_check(a, token);
     if (p.role == AUTH_ROLE_ADMIN)
         return 0;
+    metrics_counter_inc(a->refused_http_token);
     if (p.role == AUTH_ROLE_TENANT)
         http_response_error(resp, 403, "permission denied: a tenant token may not use the admin API "
                                        "(%s %s needs the admin token)",

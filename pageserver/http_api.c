@@ -23,7 +23,7 @@
 
 typedef struct tl_series {
     strata_id tenant, timeline;
-    metrics_gauge *last_record, *disk_consistent, *lag, *gc_horizon;
+    metrics_gauge *last_record, *disk_consistent, *lag, *gc_horizon, *store_bytes;
 } tl_series;
 
 struct ps_http {
@@ -100,6 +100,14 @@ static cJSON *timeline_json(timeline *tl)
     cJSON_AddNumberToObject(s, "index_bytes", (double)st.store.index_bytes);
     cJSON_AddNumberToObject(s, "open_layer_bytes", (double)st.store.open_layer_bytes);
     cJSON_AddNumberToObject(s, "gc_removed", (double)st.store.gc_removed);
+    add_lsn(o, "gc_horizon_lsn", st.gc_horizon);
+    cJSON *z = cJSON_AddObjectToObject(o, "sizes");
+    cJSON_AddNumberToObject(z, "data_file_bytes", (double)st.store.data_file_bytes);
+    cJSON_AddNumberToObject(z, "index_bytes", (double)st.store.index_bytes);
+    cJSON_AddNumberToObject(z, "open_layer_bytes", (double)st.store.open_layer_bytes);
+    cJSON_AddNumberToObject(z, "total_bytes", (double)(st.store.data_file_bytes +
+                                                       st.store.index_bytes +
+                                                       st.store.open_layer_bytes));
     return o;
 }
 
@@ -630,6 +638,10 @@ static tl_series *series_for(ps_http *h, const timeline_meta *m)
     s->gc_horizon = metrics_gauge_register(
         r, "pageserver_gc_horizon_lsn",
         "GC horizon: reads below this LSN are refused (0: no GC yet)", 2, names, values);
+    s->store_bytes = metrics_gauge_register(
+        r, "pageserver_timeline_store_bytes",
+        "Bytes the timeline's store holds: data files + LMDB index + open layers", 2, names,
+        values);
     return s;
 }
 
@@ -642,6 +654,7 @@ static void refresh(ps_http *h, timeline **list)
     for (int i = 0; i < h->nseries; i++) {
         /* Timelines that are gone read as zero. */
         metrics_gauge_set(h->series[i].lag, 0);
+        metrics_gauge_set(h->series[i].store_bytes, 0);
     }
     for (int i = 0; i < n; i++) {
         timeline_status st;
@@ -652,6 +665,9 @@ static void refresh(ps_http *h, timeline **list)
             metrics_gauge_set(s->disk_consistent, (double)st.disk_consistent_lsn);
             metrics_gauge_set(s->lag, (double)st.ingest_lag_bytes);
             metrics_gauge_set(s->gc_horizon, (double)st.gc_horizon);
+            metrics_gauge_set(s->store_bytes,
+                              (double)(st.store.data_file_bytes + st.store.index_bytes +
+                                       st.store.open_layer_bytes));
         }
         if (st.ingest_lag_bytes > lag_max)
             lag_max = st.ingest_lag_bytes;

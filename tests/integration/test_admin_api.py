@@ -257,6 +257,20 @@ def test_timeline_round_trip(ps):
     assert show["last_record_lsn"] == start and show["disk_consistent_lsn"] == start
     assert "horizon" in show["gc"]
     assert show["store"]["data_file_bytes"] + show["store"]["open_layer_bytes"] > 8192
+    assert show["gc_horizon_lsn"] == show["gc"]["horizon"]
+    sizes = show["sizes"]
+    assert sizes["total_bytes"] == (sizes["data_file_bytes"] + sizes["index_bytes"] +
+                                    sizes["open_layer_bytes"]) > 8192
+    # The same figure per timeline in /metrics (refreshed every 500 ms).
+    want = 'pageserver_timeline_store_bytes{tenant_id="%s",timeline_id="%s"}' % (tenant, tl)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        metrics = ps.http("GET", "/metrics")[1]
+        line = [l for l in metrics.splitlines() if l.startswith(want)]
+        if line and float(line[0].split()[-1]) > 8192:
+            break
+        time.sleep(0.2)
+    assert line and float(line[0].split()[-1]) > 8192, line
     assert tenants_of(ps) == [(tenant, 1)]
 
     # Refusals that change nothing.

@@ -96,6 +96,14 @@ def simple_query(conn, sql):
     return res.status, (sqlstate.decode() if sqlstate else None), msg
 
 
+def metric(d, name):
+    text = d.http("GET", "/metrics")[1]
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
 def test_auth_file_refused_at_start(workdir):
     require_built()
     path = os.path.join(workdir, "auth.json")
@@ -130,6 +138,8 @@ def test_pageserver_http_auth(workdir, auth_file):
                 assert got[0] == status and msg in got[1]["error"], (token, method, path, got)
         # Nothing changed.
         assert ps.http("GET", "/v1/tenant", token=ADMIN) == listing
+        assert metric(ps, 'strata_auth_refusals_total{reason="http_no_token"}') == 4
+        assert metric(ps, 'strata_auth_refusals_total{reason="http_not_admin"}') == 8
         # Open endpoints.
         assert ps.http("GET", "/v1/status")[0] == 200
         assert ps.http("GET", "/metrics")[0] == 200
@@ -177,6 +187,8 @@ def test_pageserver_pgwire_auth(workdir, auth_file):
         with pg_connect(ps.pg_port, password=ADMIN) as c:
             status, code, msg = simple_query(c, "pagestream_v1 %s %s" % (TENANT_B, tl))
             assert code != "42501" and "not found" in msg, (code, msg)
+        assert metric(ps, 'strata_auth_refusals_total{reason="bad_password"}') == 1
+        assert metric(ps, 'strata_auth_refusals_total{reason="other_tenant"}') == 2
     finally:
         ps.stop()
 
