@@ -21,8 +21,10 @@
  *
  * Threads: every function may be called from any thread.  The set runs one
  * background GC thread (see tenants_options.gc_interval_ms).  One mutex guards
- * the table; it is held only to look up, insert or remove an entry (never
- * across an import or a page read).  Creation and deletion of the same
+ * the table; it is held only to look up, insert or remove an entry, and
+ * across the mkdir + fsync or rename of a tenant's own directory (so that
+ * creating and deleting one tenant cannot interleave) -- never across an
+ * import or a page read.  Creation and deletion of the same
  * timeline are serialised by a per-entry "busy" mark.
  *
  * Errors: -1 with a message in err and *status set to the HTTP status that
