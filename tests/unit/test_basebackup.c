@@ -11,6 +11,11 @@
  *     at the planned end, with redo = its own start; pg_control has the
  *     right CRC, state, checkPoint and checkpoint copy;
  *   - bad LSNs (0, misaligned) and a bad pg_control CRC are refused;
+ *   - the CLI's tar reader (cli/basebackup_tar.h) reads both archives fed
+ *     in odd-sized pieces, entry for entry and byte for byte what the
+ *     writer reports, and refuses absolute names, "..", links, bad
+ *     checksums, non-octal sizes, oversized files, truncation, a lone zero
+ *     block and data after the end;
  *   - a real initdb imported into a store gives a full tar that stock
  *     PostgreSQL 15 starts from without replaying WAL ("database system was
  *     shut down"), with every row there, accepting writes, and whose new WAL
@@ -32,6 +37,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "cli/basebackup_tar.h"
 #include "common/crc32c.h"
 #include "common/walformat.h"
 #include "pageserver/basebackup.h"
@@ -322,6 +328,168 @@ static char *dump_lsn(lsn_t l, char *buf)
     return buf;
 }
 
+
+/* ---- the tar reader ---- */
+
+typedef struct tar_count {
+    uint32_t files, dirs;
+    uint64_t bytes, data_bytes;
+    bool refuse_dir_named_bad;
+} tar_count;
+
+static int tc_begin(const bbtar_entry *e, void *arg)
+{
+    tar_count *t = arg;
+    if (e->is_dir)
+        t->dirs++;
+    else
+        t->files++;
+    t->bytes += e->size;
+    return 0;
+}
+
+static int tc_data(const uint8_t *p, size_t n, void *arg)
+{
+    (void)p;
+    ((tar_count *)arg)->data_bytes += n;
+    return 0;
+}
+
+/* Reads the archive in path in pieces of step bytes. */
+static int read_tar_file(const char *path, size_t step, tar_count *t, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    bbtar_reader r;
+    bbtar_callbacks cb = {.begin = tc_begin, .data = tc_data, .arg = t};
+    bbtar_init(&r, &cb);
+    uint8_t *buf = malloc(step);
+    size_t n;
+    int rc = 0;
+    while (rc == 0 && (n = fread(buf, 1, step, f)) > 0)
+        rc = bbtar_feed(&r, buf, n);
+    if (rc == 0)
+        rc = bbtar_finish(&r);
+    snprintf(err, errlen, "%s", r.err);
+    free(buf);
+    fclose(f);
+    return rc;
+}
+
+/* One ustar header with a valid checksum. */
+static void make_header(uint8_t h[512], const char *name, char type, const char *size_field)
+{
+    memset(h, 0, 512);
+    memcpy(h, name, strlen(name));
+    memcpy(h + 100, "0000600", 7);
+    memcpy(h + 108, "0000000", 7);
+    memcpy(h + 116, "0000000", 7);
+    memcpy(h + 124, size_field, strlen(size_field));
+    memcpy(h + 136, "00000000000", 11);
+    memset(h + 148, ' ', 8);
+    h[156] = (uint8_t)type;
+    memcpy(h + 257, "ustar", 6);
+    memcpy(h + 263, "00", 2);
+    unsigned sum = 0;
+    for (int i = 0; i < 512; i++)
+        sum += h[i];
+    snprintf((char *)h + 148, 8, "%06o", sum);
+    h[155] = ' ';
+}
+
+/* Feeds blocks; returns the reader's verdict after finish. */
+static int feed_blocks(const uint8_t *blocks, size_t n, char *err, size_t errlen)
+{
+    tar_count t = {0};
+    bbtar_reader r;
+    bbtar_callbacks cb = {.begin = tc_begin, .data = tc_data, .arg = &t};
+    bbtar_init(&r, &cb);
+    int rc = bbtar_feed(&r, blocks, n);
+    if (rc == 0)
+        rc = bbtar_finish(&r);
+    snprintf(err, errlen, "%s", r.err);
+    return rc;
+}
+
+static void expect_refused(const char *name, char type, const char *size, const char *why)
+{
+    uint8_t a[512 * 4];
+    memset(a, 0, sizeof a);
+    make_header(a, name, type, size);
+    char err[400];
+    assert_int_equal(feed_blocks(a, sizeof a, err, sizeof err), -1);
+    if (strstr(err, why) == NULL)
+        fail_msg("%s: expected \"%s\" in \"%s\"", name, why, err);
+}
+
+static void test_tar_reader(void **state)
+{
+    (void)state;
+    char err[400];
+    /* A good archive: a directory, a 3-byte file, the end. */
+    uint8_t good[512 * 5];
+    memset(good, 0, sizeof good);
+    make_header(good, "base", '5', "00000000000");
+    make_header(good + 512, "base/PG_VERSION", '0', "00000000003");
+    memcpy(good + 1024, "15\n", 3);
+    assert_int_equal(feed_blocks(good, sizeof good, err, sizeof err), 0);
+    /* Fed byte by byte too. */
+    {
+        tar_count t = {0};
+        bbtar_reader r;
+        bbtar_callbacks cb = {.begin = tc_begin, .data = tc_data, .arg = &t};
+        bbtar_init(&r, &cb);
+        for (size_t i = 0; i < sizeof good; i++)
+            assert_int_equal(bbtar_feed(&r, good + i, 1), 0);
+        assert_int_equal(bbtar_finish(&r), 0);
+        assert_int_equal(t.files, 1);
+        assert_int_equal(t.dirs, 1);
+        assert_int_equal(t.data_bytes, 3);
+    }
+    /* Truncations. */
+    assert_int_equal(feed_blocks(good, 512 * 3, err, sizeof err), -1);
+    assert_non_null(strstr(err, "truncated"));
+    assert_int_equal(feed_blocks(good, 1024 + 2, err, sizeof err), -1);
+    assert_non_null(strstr(err, "inside a file"));
+    /* Data after the end. */
+    uint8_t after[512 * 6];
+    memset(after, 0, sizeof after);
+    memcpy(after, good, sizeof good);
+    after[sizeof after - 1] = 1;
+    assert_int_equal(feed_blocks(after, sizeof after, err, sizeof err), -1);
+    assert_non_null(strstr(err, "after the end"));
+    /* A lone zero block before an entry. */
+    uint8_t lone[512 * 5];
+    memset(lone, 0, sizeof lone);
+    make_header(lone + 512, "x", '0', "00000000000");
+    assert_int_equal(feed_blocks(lone, sizeof lone, err, sizeof err), -1);
+    assert_non_null(strstr(err, "lone zero block"));
+    /* Bad checksum. */
+    uint8_t bad[512 * 3];
+    memset(bad, 0, sizeof bad);
+    make_header(bad, "x", '0', "00000000000");
+    bad[0] = 'y';
+    assert_int_equal(feed_blocks(bad, sizeof bad, err, sizeof err), -1);
+    assert_non_null(strstr(err, "checksum"));
+
+    expect_refused("/etc/passwd", '0', "00000000000", "unsafe name");
+    expect_refused("../x", '0', "00000000000", "unsafe name");
+    expect_refused("base/../../x", '0', "00000000000", "unsafe name");
+    expect_refused("base/./x", '0', "00000000000", "unsafe name");
+    expect_refused("base//x", '0', "00000000000", "unsafe name");
+    expect_refused("a\nb", '0', "00000000000", "unsafe name");
+    expect_refused("link", '2', "00000000000", "entry type");
+    expect_refused("hard", '1', "00000000000", "entry type");
+    expect_refused("pax", 'x', "00000000000", "entry type");
+    expect_refused("dev", '3', "00000000000", "entry type");
+    expect_refused("big", '0', "20000000001", "larger than 1 GB");
+    expect_refused("nonoctal", '0', "0000000009", "octal");
+    expect_refused("dirdata", '5', "00000000001", "directory with data");
+    assert_true(bbtar_name_is_safe("pg_wal/000000010000000000000001"));
+    assert_false(bbtar_name_is_safe(""));
+    assert_false(bbtar_name_is_safe(".."));
+}
+
 static void test_initdb_tar_starts(void **state)
 {
     (void)state;
@@ -379,6 +547,14 @@ static void test_initdb_tar_starts(void **state)
                                       &sqlstate),
                      0);
     fclose(f);
+    /* The CLI's reader reads both, in odd-sized pieces, entry for entry. */
+    tar_count tf = {0}, tl = {0};
+    assert_int_equal(read_tar_file(full_tar, 777, &tf, err, sizeof err), 0);
+    assert_int_equal(read_tar_file(light_tar, 65536 + 3, &tl, err, sizeof err), 0);
+    assert_int_equal(tf.files, full_res.files);
+    assert_int_equal(tl.files, light_res.files);
+    assert_int_equal(tf.bytes, tf.data_bytes);
+    assert_true(tf.dirs > 20);
     assert_true(full_res.rel_files > 100);
     assert_int_equal(light_res.rel_files, 0);
     assert_int_equal(full_res.checkpoint_lsn, lsn);
@@ -473,6 +649,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layouts),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_tar_reader),
         cmocka_unit_test(test_initdb_tar_starts),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
