@@ -5,11 +5,17 @@
  *
  * Not for: how a page is rebuilt or stored (the callbacks, timeline.c).
  *
- * The pipeline: one mutex guards the queue ring, the finished ring and the
- * busy count; its critical sections are O(1) (drain copies the finished
- * entries out and works outside it).  in_pipeline = queued + busy + finished
- * never exceeds queue_cap, so the finished ring (queue_cap slots) cannot
- * overflow.  The counter table is private to the writer thread.
+ * The pipeline: one mutex guards the two queue rings, the finished ring and
+ * the busy count; its critical sections are O(1) (drain copies the finished
+ * entries out and works outside it).  A page enters the normal queue while
+ * in_pipeline = queued + busy + finished < queue_cap.  When ingest outruns
+ * the workers (a bulk load queues every page it fills) the normal queue
+ * stays full and a hot page would lose every race for a slot while its
+ * chain grows without bound; so a page with IMAGEGEN_URGENT_FACTOR
+ * thresholds of deltas may take one of urgent_cap reserved slots, and
+ * workers serve that lane first.  in_pipeline never exceeds
+ * queue_cap + urgent_cap = the finished ring's size, so it cannot overflow.
+ * The counter table is private to the writer thread.
  */
 #include "pageserver/imagegen.h"
 
@@ -34,6 +40,7 @@ typedef struct ig_entry {
 typedef struct ig_job {
     pg_key k;
     lsn_t min_lsn;
+    uint32_t deltas; /* when queued: the urgent lane keeps the largest */
 } ig_job;
 
 enum { DONE_IMAGE = 1, DONE_SKIPPED = 0, DONE_FAILED = -1 };
@@ -55,22 +62,27 @@ struct imagegen {
     ig_entry *table; /* allocated on first note */
     size_t table_cap; /* power of two, >= 2 * track_entries */
     size_t table_count;
-    ig_done *scratch; /* queue_cap slots for drain */
+    ig_done *scratch; /* total_cap slots for drain */
 
     /* Guarded by mu. */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     ig_job *queue; /* ring of queue_cap */
     size_t qhead, qlen;
-    ig_done *done; /* ring of queue_cap */
+    ig_job *urgent; /* ring of urgent_cap */
+    size_t uhead, ulen;
+    ig_done *done; /* ring of total_cap */
     size_t dhead, dlen;
     size_t busy;
     bool stop;
 
+    size_t urgent_cap, total_cap;
+    uint32_t urgent_deltas; /* deltas that make a page urgent */
     pthread_t *threads;
     int nthreads;
 
-    _Atomic uint64_t requested, drops, written, written_bytes, skipped, failures, forgotten;
+    _Atomic uint64_t requested, urgent_requested, drops, written, written_bytes, skipped, failures,
+        forgotten;
 };
 
 /* ---- process-wide metrics ---- */
@@ -81,7 +93,7 @@ static const double read_chain_bounds[] = {0,  1,  2,  4,   8,   12,  16,   24, 
 static struct {
     pthread_once_t once;
     metrics_gauge *depth;
-    metrics_counter *requested, *written, *written_bytes, *drops, *failures, *skipped;
+    metrics_counter *requested, *urgent, *written, *written_bytes, *drops, *failures, *skipped;
     metrics_histogram *read_chain;
     metrics_gauge *read_chain_max_g;
     atomic_uint_fast64_t read_chain_max;
@@ -95,6 +107,10 @@ static void metrics_init(void)
         "Pages queued for image generation, being rebuilt or waiting to be stored", 0, NULL, NULL);
     im.requested = metrics_counter_register(r, "pageserver_image_requests_total",
                                             "Pages queued for image generation", 0, NULL, NULL);
+    im.urgent = metrics_counter_register(
+        r, "pageserver_image_urgent_requests_total",
+        "Pages queued in the reserved lane (a full queue and a chain of several thresholds)", 0,
+        NULL, NULL);
     im.written = metrics_counter_register(r, "pageserver_image_written_total",
                                           "Images stored by image generation", 0, NULL, NULL);
     im.written_bytes =
@@ -197,11 +213,18 @@ int imagegen_create(const imagegen_options *o, imagegen_rebuild_fn rebuild, imag
     g->put = put;
     g->arg = arg;
     g->table_cap = pow2_at_least(o->track_entries * 2);
+    g->urgent_cap = o->queue_cap / 8 > 8 ? o->queue_cap / 8 : 8;
+    g->total_cap = o->queue_cap + g->urgent_cap;
+    g->urgent_deltas = o->threshold > UINT32_MAX / IMAGEGEN_URGENT_FACTOR
+                           ? UINT32_MAX
+                           : o->threshold * IMAGEGEN_URGENT_FACTOR;
     g->queue = calloc(o->queue_cap, sizeof *g->queue);
-    g->done = calloc(o->queue_cap, sizeof *g->done);
-    g->scratch = calloc(o->queue_cap, sizeof *g->scratch);
+    g->urgent = calloc(g->urgent_cap, sizeof *g->urgent);
+    g->done = calloc(g->total_cap, sizeof *g->done);
+    g->scratch = calloc(g->total_cap, sizeof *g->scratch);
     g->threads = calloc(o->workers > 0 ? (size_t)o->workers : 1, sizeof *g->threads);
-    if (g->queue == NULL || g->done == NULL || g->scratch == NULL || g->threads == NULL)
+    if (g->queue == NULL || g->urgent == NULL || g->done == NULL || g->scratch == NULL ||
+        g->threads == NULL)
         goto oom;
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
@@ -219,6 +242,7 @@ int imagegen_create(const imagegen_options *o, imagegen_rebuild_fn rebuild, imag
 oom:
     if (g != NULL) {
         free(g->queue);
+        free(g->urgent);
         free(g->done);
         free(g->scratch);
         free(g->threads);
@@ -238,13 +262,14 @@ void imagegen_destroy(imagegen *g)
     pthread_mutex_unlock(&g->mu);
     for (int i = 0; i < g->nthreads; i++)
         pthread_join(g->threads[i], NULL);
-    size_t in_pipeline = g->qlen + g->dlen + g->busy;
+    size_t in_pipeline = g->qlen + g->ulen + g->dlen + g->busy;
     for (size_t i = 0; i < g->dlen; i++)
-        free(g->done[(g->dhead + i) % g->o.queue_cap].page);
+        free(g->done[(g->dhead + i) % g->total_cap].page);
     metrics_gauge_add(im.depth, -(double)in_pipeline);
     pthread_cond_destroy(&g->cv);
     pthread_mutex_destroy(&g->mu);
     free(g->queue);
+    free(g->urgent);
     free(g->done);
     free(g->scratch);
     free(g->threads);
@@ -360,7 +385,7 @@ uint32_t imagegen_page_deltas(imagegen *g, const pg_key *k, bool *in_flight)
 
 static size_t in_pipeline_locked(const imagegen *g)
 {
-    return g->qlen + g->busy + g->dlen;
+    return g->qlen + g->ulen + g->busy + g->dlen;
 }
 
 /* Queues e's page to be rebuilt at or after min_lsn, or counts a drop when
@@ -368,24 +393,62 @@ static size_t in_pipeline_locked(const imagegen *g)
 static void try_enqueue(imagegen *g, ig_entry *e, lsn_t min_lsn)
 {
     assert(!e->in_flight);
-    bool queued = false;
+    bool queued = false, urgent = false, displaced = false;
+    ig_job job = {.k = e->k, .min_lsn = min_lsn, .deltas = e->deltas};
+    pg_key displaced_key;
     pthread_mutex_lock(&g->mu);
-    if (in_pipeline_locked(g) < g->o.queue_cap) {
-        g->queue[(g->qhead + g->qlen) % g->o.queue_cap] = (ig_job){.k = e->k, .min_lsn = min_lsn};
+    size_t in_pipeline = in_pipeline_locked(g);
+    if (in_pipeline < g->o.queue_cap) {
+        g->queue[(g->qhead + g->qlen) % g->o.queue_cap] = job;
         g->qlen++;
         queued = true;
-        pthread_cond_signal(&g->cv);
+    } else if (e->deltas >= g->urgent_deltas && g->ulen < g->urgent_cap &&
+               in_pipeline < g->total_cap) {
+        g->urgent[(g->uhead + g->ulen) % g->urgent_cap] = job;
+        g->ulen++;
+        queued = urgent = true;
+    } else if (e->deltas >= g->urgent_deltas && g->ulen > 0) {
+        /* The reserved lane is full too: take the place of the page with
+         * the fewest deltas when this one has more than twice as many. */
+        size_t min_i = 0;
+        for (size_t i = 1; i < g->ulen; i++)
+            if (g->urgent[(g->uhead + i) % g->urgent_cap].deltas <
+                g->urgent[(g->uhead + min_i) % g->urgent_cap].deltas)
+                min_i = i;
+        ig_job *victim = &g->urgent[(g->uhead + min_i) % g->urgent_cap];
+        if (e->deltas / 2 > victim->deltas) {
+            displaced_key = victim->k;
+            *victim = job;
+            queued = urgent = displaced = true;
+        }
     }
+    if (queued)
+        pthread_cond_signal(&g->cv);
     pthread_mutex_unlock(&g->mu);
     if (!queued) {
         atomic_fetch_add(&g->drops, 1);
         metrics_counter_inc(im.drops);
         return;
     }
+    if (displaced) {
+        /* Out of the pipeline again, with its deltas: it asks again later. */
+        ig_entry *v = table_slot(g->table, g->table_cap, &displaced_key);
+        if (v->used) {
+            v->in_flight = false;
+            v->since_queued = 0;
+        }
+        atomic_fetch_add(&g->drops, 1);
+        metrics_counter_inc(im.drops);
+        metrics_gauge_add(im.depth, -1);
+    }
     e->in_flight = true;
     e->since_queued = 0;
     atomic_fetch_add(&g->requested, 1);
     metrics_counter_inc(im.requested);
+    if (urgent) {
+        atomic_fetch_add(&g->urgent_requested, 1);
+        metrics_counter_inc(im.urgent);
+    }
     metrics_gauge_add(im.depth, 1);
 }
 
@@ -412,8 +475,8 @@ int imagegen_drain(imagegen *g)
     pthread_mutex_lock(&g->mu);
     size_t n = g->dlen;
     for (size_t i = 0; i < n; i++)
-        g->scratch[i] = g->done[(g->dhead + i) % g->o.queue_cap];
-    g->dhead = (g->dhead + n) % g->o.queue_cap;
+        g->scratch[i] = g->done[(g->dhead + i) % g->total_cap];
+    g->dhead = (g->dhead + n) % g->total_cap;
     g->dlen = 0;
     pthread_mutex_unlock(&g->mu);
     if (n == 0)
@@ -471,15 +534,22 @@ int imagegen_drain(imagegen *g)
 static int work_one(imagegen *g, bool nowait)
 {
     pthread_mutex_lock(&g->mu);
-    while (!g->stop && g->qlen == 0 && !nowait)
+    while (!g->stop && g->qlen + g->ulen == 0 && !nowait)
         pthread_cond_wait(&g->cv, &g->mu);
-    if (g->stop || g->qlen == 0) {
+    if (g->stop || g->qlen + g->ulen == 0) {
         pthread_mutex_unlock(&g->mu);
         return 0;
     }
-    ig_job job = g->queue[g->qhead];
-    g->qhead = (g->qhead + 1) % g->o.queue_cap;
-    g->qlen--;
+    ig_job job;
+    if (g->ulen > 0) {
+        job = g->urgent[g->uhead];
+        g->uhead = (g->uhead + 1) % g->urgent_cap;
+        g->ulen--;
+    } else {
+        job = g->queue[g->qhead];
+        g->qhead = (g->qhead + 1) % g->o.queue_cap;
+        g->qlen--;
+    }
     g->busy++;
     pthread_mutex_unlock(&g->mu);
 
@@ -508,8 +578,8 @@ static int work_one(imagegen *g, bool nowait)
         }
     }
     pthread_mutex_lock(&g->mu);
-    assert(g->dlen < g->o.queue_cap);
-    g->done[(g->dhead + g->dlen) % g->o.queue_cap] = d;
+    assert(g->dlen < g->total_cap);
+    g->done[(g->dhead + g->dlen) % g->total_cap] = d;
     g->dlen++;
     g->busy--;
     pthread_mutex_unlock(&g->mu);
@@ -532,6 +602,7 @@ int imagegen_work_one(imagegen *g)
 void imagegen_get_stats(imagegen *g, imagegen_stats *out)
 {
     out->requested = atomic_load(&g->requested);
+    out->urgent = atomic_load(&g->urgent_requested);
     out->drops = atomic_load(&g->drops);
     out->written = atomic_load(&g->written);
     out->written_bytes = atomic_load(&g->written_bytes);

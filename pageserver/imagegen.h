@@ -18,10 +18,13 @@
  *
  * Bounds: the counter table holds at most track_entries pages (when full it
  * forgets the pages with the fewest deltas, so a forgotten page's chain may
- * grow past the threshold by what it had); at most queue_cap pages are in
- * the pipeline (queued + being rebuilt + waiting for the writer).  A page
- * that would overflow the pipeline is dropped and counted; its counter stays
- * at or past the threshold, so its next delta asks again.
+ * grow past the threshold by what it had); pages enter the pipeline (queued
+ * + being rebuilt + waiting for the writer) while it holds fewer than
+ * queue_cap.  A page that finds it full is dropped and counted; its counter
+ * stays at or past the threshold, so its next delta asks again -- and once
+ * it has IMAGEGEN_URGENT_FACTOR thresholds of deltas it may take one of
+ * max(8, queue_cap / 8) slots reserved for such pages, which workers serve
+ * first (so a hot page cannot starve while a bulk load fills the queue).
  *
  * Threads: imagegen_note() and imagegen_drain() belong to the one writer
  * thread of the store (never concurrently with each other); they never wait
@@ -72,6 +75,7 @@ typedef struct imagegen_options {
 } imagegen_options;
 
 #define IMAGEGEN_DEFAULT_WORKERS 2
+#define IMAGEGEN_URGENT_FACTOR 4
 
 void imagegen_options_default(imagegen_options *o);
 
@@ -112,6 +116,7 @@ uint32_t imagegen_page_deltas(imagegen *g, const pg_key *k, bool *in_flight);
 
 typedef struct imagegen_stats {
     uint64_t requested; /* pages queued */
+    uint64_t urgent;    /* of which in the reserved lane */
     uint64_t drops;     /* pages refused by a full pipeline */
     uint64_t written;   /* images stored */
     uint64_t written_bytes;

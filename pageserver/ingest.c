@@ -104,6 +104,20 @@ void ingest_destroy(ingest_state *ing)
     free(ing);
 }
 
+void ingest_idle(ingest_state *ing)
+{
+    if (ing->o.record_hook != NULL)
+        ing->o.record_hook(ing->o.record_hook_arg);
+}
+
+static void chain_note(ingest_state *ing, const pg_key *k, bool complete);
+
+void ingest_note_image(ingest_state *ing, const pg_key *k)
+{
+    if (ing->o.image_threshold > 0 && ing->chains != NULL)
+        chain_note(ing, k, true);
+}
+
 void ingest_get_stats(const ingest_state *ing, ingest_stats *out)
 {
     *out = ing->stats;

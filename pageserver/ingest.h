@@ -108,9 +108,11 @@ typedef struct ingest_options {
      * record's LSN (replacing that record's delta, same content).  Keeps
      * every chain a read replays under the count, so a hot page (an index
      * metapage, a CLOG page) never outgrows the read side's chain limit.
-     * Runs on the writer thread and blocks ingest on redo: the last resort
-     * kept for when background image generation (imagegen.h, DESIGN 8.4)
-     * is off; timeline.c turns it off when background generation is on. */
+     * Runs on the writer thread and blocks ingest on redo: with background
+     * image generation (imagegen.h, DESIGN 8.4) on it is only the backstop
+     * that guarantees the bound when the workers cannot keep up (its
+     * counters also restart at the images they store, ingest_note_image),
+     * so it rarely fires. */
     uint32_t image_threshold;
     size_t image_track_entries;   /* pages counted at once (default 65536) */
 } ingest_options;
@@ -142,6 +144,19 @@ void ingest_destroy(ingest_state *ing);
  */
 int ingest_record(ingest_state *ing, lsn_t start, lsn_t end, const wal_record *rec, char *err,
                   size_t errlen);
+
+/*
+ * The writer thread has no record to ingest now (its WAL receiver waits for
+ * WAL, after store_advance): runs the record hook, so images that background
+ * generation finished are stored without waiting for the next record.
+ * Writer thread only; never blocks on other threads.
+ */
+void ingest_idle(ingest_state *ing);
+
+/* An image of page k was stored outside ingest (background generation) at
+ * an LSN <= the last record: the safety net's count for k starts again.
+ * Writer thread only. */
+void ingest_note_image(ingest_state *ing, const pg_key *k);
 
 /* Counters for /metrics and tests. */
 typedef struct ingest_stats {

@@ -397,7 +397,10 @@ static int image_put(void *arg, const pg_key *k, lsn_t lsn, const uint8_t page[P
 {
     timeline *tl = arg;
     assert(lsn <= store_last_record_lsn(tl->st));
-    return store_put_image(tl->st, k, lsn, page, err, errlen);
+    if (store_put_image(tl->st, k, lsn, page, err, errlen) != 0)
+        return -1;
+    ingest_note_image(tl->ing, k);
+    return 0;
 }
 
 static void image_note(void *arg, const pg_key *k, lsn_t lsn, bool complete)
@@ -428,7 +431,8 @@ static int start_imagegen(timeline *tl, char *err, size_t errlen)
         return -1;
     ingest_options io;
     ingest_options_default(&io);
-    io.image_threshold = 0; /* background generation replaces the safety net */
+    /* The safety net stays as the backstop (see ingest.h). */
+    io.image_threshold = INGEST_IMAGE_THRESHOLD;
     io.page_hook = image_note;
     io.page_hook_arg = tl->ig;
     io.record_hook = image_drain;

@@ -81,8 +81,8 @@ typedef struct timeline_services {
     /* Image generation (DESIGN 8.4, imagegen.h): image_threshold > 0 is the
      * threshold, 0 means TIMELINE_DEFAULT_IMAGE_THRESHOLD, < 0 turns
      * background generation off (ingest's synchronous safety net at
-     * INGEST_IMAGE_THRESHOLD then stays the only bound).  Without a redo pool
-     * it is off too.  image_workers 0: IMAGEGEN_DEFAULT_WORKERS; image_queue
+     * INGEST_IMAGE_THRESHOLD, the backstop either way, then is the only
+     * bound).  Without a redo pool it is off too.  image_workers 0: IMAGEGEN_DEFAULT_WORKERS; image_queue
      * 0: the imagegen default. */
     int32_t image_threshold;
     int image_workers;

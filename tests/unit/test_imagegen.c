@@ -250,6 +250,74 @@ static void test_full_pipeline_drops(void **state)
     imagegen_destroy(g);
 }
 
+/* A full queue does not starve a hot page: past IMAGEGEN_URGENT_FACTOR
+ * thresholds it takes a reserved slot, served first; when those are full
+ * too, a page with more than twice the deltas of the smallest takes its
+ * place (that page leaves the pipeline and keeps its count). */
+static void test_urgent_lane(void **state)
+{
+    (void)state;
+    fake f;
+    imagegen *g = make(&f, 2, 2, 1024, 0); /* 8 reserved slots; urgent at 8 deltas */
+    lsn_t lsn = 0x100;
+    pg_key a = blk(1), b = blk(2), c = blk(3);
+    for (int i = 0; i < 2; i++) {
+        imagegen_note(g, &a, lsn++, false);
+        imagegen_note(g, &b, lsn++, false);
+    }
+    for (int i = 0; i < 7; i++)
+        imagegen_note(g, &c, lsn++, false);
+    imagegen_stats s;
+    imagegen_get_stats(g, &s);
+    assert_int_equal(s.requested, 2);
+    assert_int_equal(s.drops, 6); /* deltas 2..7 of c */
+    bool fl;
+    imagegen_note(g, &c, lsn++, false); /* the 8th */
+    imagegen_get_stats(g, &s);
+    assert_int_equal(s.requested, 3);
+    assert_int_equal(s.urgent, 1);
+    assert_int_equal(imagegen_page_deltas(g, &c, &fl), 8);
+    assert_true(fl);
+    for (uint32_t p = 10; p < 17; p++) { /* seven more fill the reserved lane */
+        pg_key k = blk(p);
+        for (int i = 0; i < 8; i++)
+            imagegen_note(g, &k, lsn++, false);
+    }
+    imagegen_get_stats(g, &s);
+    assert_int_equal(s.urgent, 8);
+    assert_int_equal(s.depth, 10);
+    pg_key hot = blk(99);
+    for (int i = 0; i < 17; i++) /* 17 / 2 = 8: not more than twice 8 */
+        imagegen_note(g, &hot, lsn++, false);
+    imagegen_get_stats(g, &s);
+    assert_int_equal(s.urgent, 8);
+    assert_int_equal(imagegen_page_deltas(g, &hot, &fl), 17);
+    assert_false(fl);
+    imagegen_note(g, &hot, lsn++, false); /* 18: displaces c (8, the oldest smallest) */
+    imagegen_get_stats(g, &s);
+    assert_int_equal(s.urgent, 9);
+    assert_int_equal(s.depth, 10);
+    assert_int_equal(imagegen_page_deltas(g, &hot, &fl), 18);
+    assert_true(fl);
+    assert_int_equal(imagegen_page_deltas(g, &c, &fl), 8);
+    assert_false(fl);
+    /* Workers serve the reserved lane first: the hot page comes back first. */
+    assert_int_equal(imagegen_work_one(g), 1);
+    assert_int_equal(imagegen_drain(g), 1);
+    assert_int_equal(f.put_key[0].blk, 99);
+    while (imagegen_work_one(g) == 1)
+        ;
+    imagegen_drain(g);
+    imagegen_get_stats(g, &s);
+    assert_int_equal(s.written, 10);
+    assert_int_equal(s.depth, 0);
+    /* c asks again with its next delta, into the now empty normal queue. */
+    imagegen_note(g, &c, lsn++, false);
+    assert_int_equal(imagegen_page_deltas(g, &c, &fl), 9);
+    assert_true(fl);
+    imagegen_destroy(g);
+}
+
 /* Failed rebuilds and puts are counted and restart the counter; a skipped
  * page stores nothing. */
 static void test_failures_and_skips(void **state)
@@ -430,6 +498,7 @@ int main(void)
         cmocka_unit_test(test_threshold_and_dedup),
         cmocka_unit_test(test_complete_resets),
         cmocka_unit_test(test_full_pipeline_drops),
+        cmocka_unit_test(test_urgent_lane),
         cmocka_unit_test(test_failures_and_skips),
         cmocka_unit_test(test_table_bounded),
         cmocka_unit_test(test_worker_threads),
