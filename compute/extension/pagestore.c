@@ -500,8 +500,14 @@ bool strata_ps_prefetch(RelFileNode rnode, ForkNumber fork, BlockNumber blkno, X
     return true;
 }
 
+/* The pageserver's SQLSTATE for a relation fork it does not know. */
+static bool slot_missing_relation(const ps_slot *s)
+{
+    return s->failed && memcmp(s->sqlstate, "58P01", 5) == 0;
+}
+
 void strata_ps_getpage(RelFileNode rnode, ForkNumber fork, BlockNumber blkno, XLogRecPtr nms,
-                       char *buffer)
+                       bool zero_if_missing, char *buffer)
 {
     pagestream_request req;
     int i;
@@ -536,8 +542,15 @@ void strata_ps_getpage(RelFileNode rnode, ForkNumber fork, BlockNumber blkno, XL
     req = page_request(rnode, fork, blkno, nms);
     strata_stat_add(STAT_GETPAGE, 1);
     i = call(&req);
-    if (!ring[i].failed)
+    if (!ring[i].failed) {
         memcpy(buffer, ring[i].page, BLCKSZ);
+    } else if (zero_if_missing && slot_missing_relation(&ring[i])) {
+        /* A fork this compute created and extended, which the WAL does not
+         * show yet: its pages are new, i.e. zeros. */
+        MemSet(buffer, 0, BLCKSZ);
+        remove_slot(i);
+        return;
+    }
     finish_slot(i);
 }
 

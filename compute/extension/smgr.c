@@ -239,6 +239,9 @@ static XLogRecPtr log_evicted_page(SMgrRelation reln, ForkNumber fork, BlockNumb
 
 /* ---- f_smgr ------------------------------------------------------------ */
 
+static bool strata_exists(SMgrRelation reln, ForkNumber fork);
+static BlockNumber strata_nblocks(SMgrRelation reln, ForkNumber fork);
+
 static void strata_open(SMgrRelation reln)
 {
     mdopen(reln);
@@ -249,23 +252,54 @@ static void strata_close(SMgrRelation reln, ForkNumber fork)
     mdclose(reln, fork);
 }
 
+/*
+ * A relation turned out unlogged (its INIT fork is being created): its MAIN
+ * fork lives locally from now on.  An index build writes the MAIN fork BEFORE
+ * the INIT fork exists (index_build creates INIT after ambuild), so pages may
+ * already have gone the permanent way; every such page with content was
+ * WAL-logged by strata_extend/strata_write (LSN 0 pages are always logged):
+ * copy them from the pageserver into the local file.
+ */
+static void become_unlogged(SMgrRelation reln, bool isRedo)
+{
+    RelFileNode rnode = reln->smgr_rnode.node;
+    bool exists = false;
+    BlockNumber n = 0;
+    PGAlignedBlock page;
+
+    if (!isRedo && !is_local(reln, MAIN_FORKNUM) &&
+        !strata_relsize_get(rnode, MAIN_FORKNUM, &exists, &n)) {
+        exists = strata_exists(reln, MAIN_FORKNUM);
+        n = exists ? strata_nblocks(reln, MAIN_FORKNUM) : 0;
+    }
+    mdcreate(reln, INIT_FORKNUM, isRedo);
+    mark_unlogged(reln);
+    mdcreate(reln, MAIN_FORKNUM, true);
+    for (BlockNumber blk = 0; exists && blk < n; blk++) {
+        XLogRecPtr nms = strata_lwlsn_get(rnode, MAIN_FORKNUM, blk);
+
+        flush_upto(nms);
+        strata_ps_getpage(rnode, MAIN_FORKNUM, blk, nms, true, page.data);
+        mdextend(reln, MAIN_FORKNUM, blk, page.data, false);
+    }
+    strata_relsize_forget(rnode, MAIN_FORKNUM);
+}
+
 static void strata_create(SMgrRelation reln, ForkNumber fork, bool isRedo)
 {
     if (fork == INIT_FORKNUM) {
-        /* The relation is unlogged: its MAIN fork (whose creation was not
-         * WAL-logged) lives locally from now on. */
-        mdcreate(reln, INIT_FORKNUM, isRedo);
-        mark_unlogged(reln);
-        mdcreate(reln, MAIN_FORKNUM, true);
-        strata_relsize_forget(reln->smgr_rnode.node, MAIN_FORKNUM);
+        become_unlogged(reln, isRedo);
         return;
     }
     if (is_local(reln, fork)) {
         mdcreate(reln, fork, isRedo);
         return;
     }
+    /* Only a MAIN fork's creation is WAL-logged (XLOG_SMGR_CREATE); an FSM
+     * or VM fork made by fsm_extend/vm_extend is unknown to the pageserver
+     * until a record touches one of its pages. */
     if (!isRedo)
-        strata_relsize_set(reln->smgr_rnode.node, fork, 0, true);
+        strata_relsize_set(reln->smgr_rnode.node, fork, 0, fork == MAIN_FORKNUM);
 }
 
 static bool strata_exists(SMgrRelation reln, ForkNumber fork)
@@ -316,6 +350,15 @@ static void strata_extend(SMgrRelation reln, ForkNumber fork, BlockNumber blkno,
         return;
     }
     lsn = PageGetLSN((Page)buffer);
+    /* Content the WAL does not show (an unlogged index's build before its
+     * INIT fork exists, see become_unlogged): log it like an eviction would. */
+    if (lsn == InvalidXLogRecPtr && XLogInsertAllowed() && !page_all_zero(buffer)) {
+        PGAlignedBlock copy;
+
+        memcpy(copy.data, buffer, BLCKSZ);
+        lsn = log_newpage(&rnode, fork, blkno, copy.data, false);
+        strata_stat_add(STAT_LOGGED_ZERO_LSN, 1);
+    }
     if (!strata_relsize_extend(rnode, fork, blkno, lsn != InvalidXLogRecPtr)) {
         /* No room in the relsize cache for a size the WAL does not show:
          * make the WAL show it. */
@@ -351,6 +394,8 @@ static bool strata_prefetch(SMgrRelation reln, ForkNumber fork, BlockNumber blkn
 static void strata_read(SMgrRelation reln, ForkNumber fork, BlockNumber blkno, char *buffer)
 {
     XLogRecPtr nms;
+    bool exists, known;
+    BlockNumber n;
 
     if (is_local(reln, fork)) {
         mdread(reln, fork, blkno, buffer);
@@ -358,7 +403,10 @@ static void strata_read(SMgrRelation reln, ForkNumber fork, BlockNumber blkno, c
     }
     nms = strata_lwlsn_get(reln->smgr_rnode.node, fork, blkno);
     flush_upto(nms);
-    strata_ps_getpage(reln->smgr_rnode.node, fork, blkno, nms, buffer);
+    /* A block this compute extended may belong to a fork the WAL does not
+     * show yet (FSM/VM creation is not WAL-logged): such a page is new. */
+    known = strata_relsize_get(reln->smgr_rnode.node, fork, &exists, &n) && exists && blkno < n;
+    strata_ps_getpage(reln->smgr_rnode.node, fork, blkno, nms, known, buffer);
 }
 
 static void strata_write(SMgrRelation reln, ForkNumber fork, BlockNumber blkno, char *buffer,

@@ -14,9 +14,14 @@
  * To make room, the way with the lowest LSN is evicted and the watermark is
  * raised to it; a block without an entry gets the watermark.  So the answer
  * is never older than the newest change recorded for the block.  The
- * watermark starts at the server's insert LSN at the first use after
- * recovery, so a fresh compute never asks for a version older than WAL it
- * may have written before its restart.
+ * watermark starts at the checkpoint the server started from (pg_control, read
+ * when shared memory is made), and is raised to the end of WAL replay at the
+ * first use after recovery: every change made before this server started is
+ * before that point, and every change it makes itself is recorded when its
+ * page leaves shared buffers.  It must not start at the insert LSN: WAL
+ * written at startup reaches the safekeepers only through the walproposer's
+ * local replication connection, whose backend reads shared catalogs through
+ * this smgr -- asking for that WAL would wait for itself (deadlock).
  *
  * Relsize: an entry holds a fork's size (or that it does not exist) and
  * whether the WAL already shows that size ("wal_known").  Only wal_known
@@ -35,6 +40,9 @@
 #ifdef STRATA_HAVE_SMGR_HOOK
 
 #include "access/xlog.h"
+#include "access/xlogrecovery.h"
+#include "catalog/pg_control.h"
+#include "common/controldata_utils.h"
 #include "common/hashfn.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
@@ -73,7 +81,7 @@ typedef struct relsize_entry {
 
 typedef struct cache_header {
     pg_atomic_uint64 watermark;
-    pg_atomic_uint32 watermark_needs_init;
+    pg_atomic_uint32 watermark_needs_init; /* raise to the replay end at first use */
     pg_atomic_uint64 stats[STAT_COUNT];
     uint32 lw_nsets;
     uint32 rs_nsets;
@@ -106,6 +114,22 @@ void strata_cache_shmem_request(void)
     RequestNamedLWLockTranche(TRANCHE_NAME, CACHE_LOCKS);
 }
 
+/* The checkpoint this server starts from (0 when pg_control is unreadable:
+ * then requests ask for the pageserver's latest version until the first use
+ * after recovery raises the watermark). */
+static XLogRecPtr startup_checkpoint_lsn(void)
+{
+    ControlFileData *cf;
+    bool crc_ok;
+    XLogRecPtr lsn = InvalidXLogRecPtr;
+
+    cf = get_controlfile(DataDir, &crc_ok);
+    if (crc_ok)
+        lsn = cf->checkPoint;
+    pfree(cf);
+    return lsn;
+}
+
 void strata_cache_shmem_startup(void)
 {
     bool found;
@@ -115,7 +139,7 @@ void strata_cache_shmem_startup(void)
     if (!found) {
         cache->lw_nsets = nsets_for(strata_lwlsn_cache_size);
         cache->rs_nsets = nsets_for(strata_relsize_cache_size);
-        pg_atomic_init_u64(&cache->watermark, 0);
+        pg_atomic_init_u64(&cache->watermark, startup_checkpoint_lsn());
         pg_atomic_init_u32(&cache->watermark_needs_init, 1);
         for (int i = 0; i < STAT_COUNT; i++)
             pg_atomic_init_u64(&cache->stats[i], 0);
@@ -159,7 +183,8 @@ static void watermark_raise(XLogRecPtr lsn)
 static XLogRecPtr watermark_get(void)
 {
     if (pg_atomic_read_u32(&cache->watermark_needs_init) != 0 && !RecoveryInProgress()) {
-        watermark_raise(GetXLogInsertRecPtr());
+        /* 0 when the server started without replaying any WAL. */
+        watermark_raise(GetXLogReplayRecPtr(NULL));
         pg_atomic_write_u32(&cache->watermark_needs_init, 0);
     }
     return pg_atomic_read_u64(&cache->watermark);

@@ -71,8 +71,9 @@ void strata_cache_shmem_startup(void); /* from shmem_startup_hook */
 /* Last-written LSN of a block, or of the relation's metadata (size,
  * existence) with blkno = InvalidBlockNumber.  Never older than the newest
  * change this compute made to it: blocks not in the cache get the watermark
- * (the highest LSN ever evicted from the cache, initialised to the server's
- * insert LSN at the first use after startup). */
+ * (the highest LSN ever evicted from the cache, initialised to the checkpoint
+ * the server started from and raised to the end of WAL replay at the first
+ * use after recovery). */
 XLogRecPtr strata_lwlsn_get(RelFileNode rnode, ForkNumber fork, BlockNumber blkno);
 /* Raises (never lowers) the entry to lsn; may evict another entry. */
 void strata_lwlsn_set(RelFileNode rnode, ForkNumber fork, BlockNumber blkno, XLogRecPtr lsn);
@@ -102,9 +103,12 @@ bool strata_ps_exists(RelFileNode rnode, ForkNumber fork, XLogRecPtr nms);
 BlockNumber strata_ps_nblocks(RelFileNode rnode, ForkNumber fork, XLogRecPtr nms);
 int64 strata_ps_dbsize(Oid db, XLogRecPtr nms);
 /* Reads a page into buffer: uses a prefetched answer if one is queued for
- * this block and was requested with not_modified_since >= nms; else asks. */
+ * this block and was requested with not_modified_since >= nms; else asks.
+ * zero_if_missing: the caller knows the block exists locally (a fork created
+ * here whose creation the WAL does not show): a "relation does not exist"
+ * answer (58P01) yields a zero page instead of an ERROR. */
 void strata_ps_getpage(RelFileNode rnode, ForkNumber fork, BlockNumber blkno, XLogRecPtr nms,
-                       char *buffer);
+                       bool zero_if_missing, char *buffer);
 /* Queues a GetPage without waiting (bounded by strata.prefetch_depth);
  * false when the ring was full or the block is already queued. */
 bool strata_ps_prefetch(RelFileNode rnode, ForkNumber fork, BlockNumber blkno, XLogRecPtr nms);

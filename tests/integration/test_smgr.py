@@ -1,0 +1,140 @@
+"""
+The compute's smgr end to end (DESIGN 9.2): a compute running the patched
+PostgreSQL with strata.pageserver set and tiny shared_buffers, so pages
+round-trip through the pageserver.
+
+- a pgbench run gives consistent results, also after a compute restart
+  (empty buffers), and its tables have no local file at all;
+- temp and unlogged tables work and live in local files;
+- a pageserver killed and restarted under a running query: the query waits
+  and succeeds, and the reconnect is counted.
+"""
+import os
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import pid_alive, require_binaries, walredo_lib_path, as_pg_user_kwargs
+import smgr_harness
+from smgr_harness import create_evict_table, destroy, new_cluster
+
+
+@pytest.fixture
+def smgr_cluster(request):
+    c = new_cluster()
+    require_binaries(c.strata, smgr_harness.os.path.join(smgr_harness.CLI_BUILD, "bin",
+                                                         "strata-pageserver"),
+                     walredo_lib_path())
+    try:
+        c.up()
+        yield c
+    finally:
+        rep = getattr(request.node, "rep_call", None)
+        destroy(c, failed=rep is not None and rep.failed)
+
+
+def pgbench(c, *args, timeout=300):
+    cmd = [c.pg_program("pgbench"), "-h", "127.0.0.1", "-p", str(c.status()["compute"]["port"]),
+           "-U", "postgres", *args, "postgres"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          **as_pg_user_kwargs())
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    return proc.stdout
+
+
+def check_pgbench_consistent(c, scale):
+    with c.connect() as conn:
+        (n,), = conn.execute("select count(*) from pgbench_accounts").fetchall()
+        assert n == scale * 100000
+        (a, h), = conn.execute("select (select sum(abalance) from pgbench_accounts), "
+                               "(select coalesce(sum(delta), 0) from pgbench_history)").fetchall()
+        (b,), = conn.execute("select sum(bbalance) from pgbench_branches").fetchall()
+        (t,), = conn.execute("select sum(tbalance) from pgbench_tellers").fetchall()
+        assert a == h == b == t
+        conn.execute("create extension if not exists amcheck")
+        conn.execute("select bt_index_check('pgbench_accounts_pkey', true)")
+        return h
+
+
+def test_pgbench_tiny_shared_buffers(smgr_cluster):
+    c = smgr_cluster
+    c.make_stateless(shared_buffers="1MB")
+    pgbench(c, "-i", "-s", "2", "-q")
+    pgbench(c, "-c", "4", "-j", "2", "-T", "15")
+    total = check_pgbench_consistent(c, 2)
+    stats = c.stats()
+    assert stats["getpage"] > 1000, stats
+    # Nothing of the permanent tables is on local disk: they were created
+    # under the smgr, whose writes send nothing anywhere.
+    for rel in ("pgbench_accounts", "pgbench_accounts_pkey", "pgbench_history"):
+        path = c.local_file(rel)
+        assert not os.path.exists(path) or os.path.getsize(path) == 0, path
+    # A restarted compute (empty buffers) reads the same from the pageserver.
+    c.stop("compute")
+    c.start("compute")
+    assert check_pgbench_consistent(c, 2) == total
+
+
+def test_temp_and_unlogged_are_local(smgr_cluster):
+    c = smgr_cluster
+    c.make_stateless(shared_buffers="1MB")
+    with c.connect() as conn:
+        create_evict_table(conn)
+        conn.execute("create unlogged table u (id int primary key, v text)")
+        conn.execute("insert into u select g, md5(g::text) from generate_series(1, 20000) g")
+        conn.execute("create temp table tt (id int primary key, v text)")
+        conn.execute("insert into tt select g, md5(g::text) from generate_series(1, 20000) g")
+        c.evict(conn)
+        conn.execute("checkpoint")
+        for rel in ("u", "u_pkey", "tt", "tt_pkey"):
+            (n,), = conn.execute("select count(*) from %s" % rel.replace("_pkey", "")).fetchall()
+            assert n == 20000
+            path = c.local_file(rel, conn)
+            # 20000 rows: ~170 heap pages, ~55 index pages, all in local files.
+            assert os.path.getsize(path) > 40 * 8192, (rel, path)
+        (s,), = conn.execute("select sum(id) from u where v = md5(id::text)").fetchall()
+        assert s == 20000 * 20001 // 2
+        (s,), = conn.execute("select sum(id) from tt where v = md5(id::text)").fetchall()
+        assert s == 20000 * 20001 // 2
+        conn.execute("create extension if not exists amcheck")
+        conn.execute("select bt_index_check('u_pkey', true)")
+    stats = c.stats()
+    assert stats["getpage"] > 0
+
+
+def test_pageserver_restart_under_query(smgr_cluster):
+    c = smgr_cluster
+    c.make_stateless(shared_buffers="1MB", extra={"strata.prefetch_depth": "0"})
+    with c.connect() as conn:
+        create_evict_table(conn, rows=120000)
+        (expect,), = conn.execute("select sum(id::bigint * length(pad)) from strata_evict_big").fetchall()
+    c.stop("compute")
+    c.start("compute")  # empty buffers: everything comes from the pageserver
+    result = {}
+
+    def run():
+        try:
+            with c.connect() as conn:
+                conn.execute("set enable_seqscan = off")
+                conn.execute("set enable_bitmapscan = off")
+                (v,), = conn.execute("select sum(id::bigint * length(pad)) from strata_evict_big "
+                                     "where id > 0 and pg_sleep(0.00003) is not null").fetchall()
+                result["value"] = v
+        except Exception as e:  # reported below
+            result["error"] = e
+
+    th = threading.Thread(target=run)
+    th.start()
+    time.sleep(2.0)
+    assert th.is_alive(), result
+    pid = c.status()["pageserver"]["pid"]
+    os.kill(pid, 9)
+    time.sleep(1.5)
+    c.start("pageserver")
+    th.join(180)
+    assert not th.is_alive()
+    assert "error" not in result, result
+    assert result["value"] == expect
+    assert c.stats()["reconnect"] >= 1
