@@ -115,6 +115,10 @@ def parse_args(argv):
                     help="update docs/benchmarks.md and docs/img/ (auto: unless --quick)")
     ap.add_argument("--from-json", metavar="RESULTS_JSON",
                     help="measure nothing: rewrite the reports from an earlier results.json")
+    ap.add_argument("--add-to", metavar="RESULTS_JSON",
+                    help="merge into an earlier results.json: the setups measured now replace "
+                         "the ones with the same letter there (the others are kept, with their "
+                         "own date in the report)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = ap.parse_args(argv)
     if args.duration is None:
@@ -425,6 +429,8 @@ def markdown_section(results, image_paths):
     out += ["", "Setups:", ""]
     for s in results["setups"]:
         line = f"- **{s['title']}**: {s['description']}"
+        if results.get("merged_from") and s.get("date"):
+            line += f" (measured {s['date']})"
         if s["status"] != "ok":
             line += f" *{s['status']}: {s['reason']}*"
         out.append(line)
@@ -548,6 +554,22 @@ def write_reports(args, results):
     log(f"updated {doc_path}")
 
 
+def merge_results(path, new):
+    """new's setups replacing those of the same key in the results at path."""
+    with open(path, encoding="utf-8") as f:
+        old = json.load(f)
+    if old.get("params", {}).get("scale") != new["params"]["scale"] or \
+            old.get("params", {}).get("clients") != new["params"]["clients"]:
+        raise SystemExit(f"--add-to {path}: scale/clients differ from this run's")
+    fresh = {s["key"] for s in new["setups"]}
+    kept = [dict(s, date=s.get("date", old.get("date"))) for s in old["setups"]
+            if s["key"] not in fresh]
+    new["setups"] = sorted(kept + new["setups"], key=lambda s: s["key"])
+    new["params"]["setups"] = [s["key"] for s in new["setups"]]
+    new["merged_from"] = path
+    return new
+
+
 def _raise_interrupt(signum, _frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -591,6 +613,10 @@ def main(argv):
             shutil.rmtree(work, ignore_errors=True)
     results["machine"]["loadavg_end"] = load_average()
     results["elapsed_s"] = round(time.monotonic() - started, 1)
+    for s in results["setups"]:
+        s["date"] = results["date"]
+    if args.add_to:
+        results = merge_results(args.add_to, results)
     results["targets"] = targets(results)
     print()
     print(console_table(results))
