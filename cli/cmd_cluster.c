@@ -148,6 +148,16 @@ static int start_compute_from_pageserver(const cluster *c, cli_err *err)
                (double)rep.sync_ms / 1000.0);
     if (rc != 0)
         return -1;
+    if (rep.legacy) {
+        printf("compute: the safekeepers lack the imported shutdown checkpoint: starting once on "
+               "the data directory made before the pageserver\n");
+        fflush(stdout);
+        if (compute_wait_ready(c, COMPUTE_READY_TIMEOUT_MS, err) != 0)
+            return -1;
+        printf("compute: ready in %.3f s (pid %d)\n", (double)(proc_now_ms() - t0) / 1000.0,
+               (int)compute_pid(c));
+        return 0;
+    }
     printf("compute: old data directory removed (%.3f s)\n", (double)rep.cleanup_ms / 1000.0);
     printf("compute: %s basebackup at %s: %u files, %.1f MB (%.3f s)\n",
            rep.stateless ? "stateless" : "full", lb, rep.basebackup_files,

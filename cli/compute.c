@@ -589,6 +589,22 @@ int compute_start_from_pageserver(const cluster *c, compute_start_report *rep, c
         return -1;
     long long t1 = proc_now_ms();
     rep->sync_ms = t1 - t0;
+    /* A data directory made before the pageserver existed was imported at
+     * its shutdown checkpoint, which its walproposer never streamed: that
+     * compute must run once more on it to bring the safekeepers there. */
+    if (rep->lsn < c->pageserver_import_lsn) {
+        char version[PATH_MAX + 16];
+        snprintf(version, sizeof version, "%s/PG_VERSION", p.pgdata);
+        if (access(version, F_OK) != 0) {
+            char a[LSN_FMT_LEN], b[LSN_FMT_LEN];
+            return cli_err_set(err,
+                               "the safekeepers end at %s, before the pageserver's timeline "
+                               "start %s, and there is no data directory holding that WAL",
+                               lsn_format(rep->lsn, a), lsn_format(c->pageserver_import_lsn, b));
+        }
+        rep->legacy = true;
+        return compute_start(c, err);
+    }
 
     /* Step 2: a new, empty data directory.  The old one goes first. */
     char fresh[PATH_MAX + 16], old[PATH_MAX + 16];

@@ -73,6 +73,7 @@ typedef struct compute_start_report {
     lsn_t lsn;           /* X: where the compute starts */
     bool empty_timeline; /* no safekeeper had WAL: X is the timeline's start */
     bool stateless;      /* non-full basebackup + strata.pageserver */
+    bool legacy;         /* started on its own pre-pageserver data directory */
     long long sync_ms, cleanup_ms, basebackup_ms, configure_ms;
     uint64_t basebackup_bytes;
     uint32_t basebackup_files;
@@ -85,7 +86,10 @@ typedef struct compute_start_report {
  * (full unless STRATA_COMPUTE_MODE=stateless), the settings of DESIGN 9.3
  * and strata.signal (X) written, everything chowned to the postgres user,
  * the PATCHED postgres started (not waited for: compute_wait_ready).  The
- * compute must not run.  0 or -1 with a reason.
+ * compute must not run.  Exception (rep->legacy): a data directory made
+ * before the pageserver existed, imported at a shutdown checkpoint the
+ * safekeepers do not have yet, is started as it is, once, so that its
+ * walproposer brings them there.  0 or -1 with a reason.
  */
 int compute_start_from_pageserver(const cluster *c, compute_start_report *rep, cli_err *err);
 

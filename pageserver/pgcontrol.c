@@ -207,8 +207,21 @@ void pgcontrol_make_segment(const pgcontrol_boot *b, uint64_t segno, uint8_t *se
      * a reader starting at the record itself ignores it. */
     lsn_t first_page = b->record_start - b->record_start % WAL_BLCKSZ;
     uint32_t gap = (uint32_t)(b->record_start - first_page - page_header_size(first_page, b->seg_size));
-    if (segno == b->first_segno)
+    if (segno == b->first_segno) {
         put_page_header(b, first_page, gap, seg + (first_page - seg_start));
+        /* Every page before it, back to the segment start, continues that
+         * fake record too (xlp_rem_len = its bytes left, headers excluded),
+         * so that the whole segment reads as valid WAL from its first byte:
+         * the walproposer streams an empty timeline from the segment start
+         * and stock readers of the safekeepers' segment (pg_waldump) skip
+         * to our record. */
+        uint32_t rem = gap;
+        for (lsn_t page = first_page; page > seg_start;) {
+            page -= WAL_BLCKSZ;
+            rem += WAL_BLCKSZ - page_header_size(page, b->seg_size);
+            put_page_header(b, page, rem, seg + (page - seg_start));
+        }
+    }
     /* In a later segment, page 0 continues the record: lay_out rewrites it. */
     placer p = {.b = b, .segno = segno, .seg = seg};
     (void)lay_out(&p, b->record_start, NULL);

@@ -22,8 +22,12 @@
  *     xlp_rem_len where the record continues), everything else zero.  The
  *     header of the page holding S also says XLP_FIRST_IS_CONTRECORD with
  *     xlp_rem_len = the zero bytes before S, so a reader that searches from
- *     the page start (pg_waldump -s) finds S; the walproposer streams from
- *     X, so the safekeepers never see that header;
+ *     the page start (pg_waldump -s) finds S.  Every page from the segment
+ *     start to that one says the same (a fake continued record covering
+ *     everything before S), so the segment is valid WAL from its first
+ *     byte: on an empty timeline the walproposer streams it from the
+ *     segment start, and a reader of the safekeepers' segment (pg_waldump)
+ *     skips to S;
  *   - E = the record's end, MAXALIGNed: the compute's first new record
  *     starts there (after a page header if E is a page boundary).  The
  *     walproposer's term must start at X, so that this checkpoint record is

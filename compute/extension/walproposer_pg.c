@@ -462,12 +462,15 @@ static void on_elected(const proposer_effect *e, TimestampTz now)
                          "compute did not write that WAL",
                          tstart, lsn_format(local_flush, flush)));
     /*
-     * A compute started from a basebackup at X holds no WAL before X (the
-     * bootstrap segment is zeros there) and must begin its term exactly at
-     * X: safekeepers that end elsewhere hold WAL this compute never had
-     * (someone wrote after our sync-safekeepers) or lack WAL it assumed.
+     * A compute started from a basebackup at X holds no real WAL before X
+     * and must begin its term exactly at X (or, on an empty timeline, at
+     * the start of X's segment, the bootstrap LSN): safekeepers that end
+     * elsewhere hold WAL this compute never had (someone wrote after our
+     * sync-safekeepers) or lack WAL it assumed.
      */
-    if (basebackup_lsn != InvalidXLogRecPtr && e->u.elected.term_start_lsn != basebackup_lsn) {
+    if (basebackup_lsn != InvalidXLogRecPtr && e->u.elected.term_start_lsn != basebackup_lsn &&
+        e->u.elected.term_start_lsn !=
+            basebackup_lsn - XLogSegmentOffset(basebackup_lsn, wal_segment_size)) {
         char bb[LSN_FMT_LEN];
         wp_stop(psprintf("the elected term starts at %s but this compute was started from a "
                          "basebackup at %s: the safekeepers' WAL %s; start a new compute "
@@ -803,8 +806,9 @@ static void basebackup_signal_consumed(void)
 
 /*
  * Starts the proposer core.  A new timeline (every safekeeper empty) begins
- * at the basebackup LSN when this compute was started from a basebackup
- * (its pg_wal holds nothing before it), else at the start of the WAL
+ * at the start of the WAL segment that holds the basebackup LSN when this
+ * compute was started from a basebackup (the bootstrap segment is valid WAL
+ * from its first byte: pageserver/pgcontrol.h), else at the start of the
  * segment that holds our current insert position: that segment is
  * certainly still in pg_wal, so the walsender can stream it.
  */
@@ -823,7 +827,7 @@ static void start_core(void)
     cfg.wal_seg_size = (uint32)wal_segment_size;
     basebackup_lsn = read_basebackup_signal();
     if (basebackup_lsn != InvalidXLogRecPtr)
-        cfg.bootstrap_lsn = basebackup_lsn;
+        cfg.bootstrap_lsn = basebackup_lsn - XLogSegmentOffset(basebackup_lsn, wal_segment_size);
     else
         cfg.bootstrap_lsn = insert - XLogSegmentOffset(insert, wal_segment_size);
     cfg.sync_safekeepers = false;

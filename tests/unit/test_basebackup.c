@@ -8,7 +8,9 @@
  *     carry a valid long header on page 0 and a checkpoint record that our
  *     streaming WAL reader (common/walformat.h: page headers, continuation
  *     flags and lengths, record CRC) reads back at the planned start, ending
- *     at the planned end, with redo = its own start; pg_control has the
+ *     at the planned end, with redo = its own start, also when read from
+ *     the segment's first byte (every page before the record continues a
+ *     fake record up to it); pg_control has the
  *     right CRC, state, checkPoint and checkpoint copy;
  *   - bad LSNs (0, misaligned) and a bad pg_control CRC are refused;
  *   - the CLI's tar reader (cli/basebackup_tar.h) reads both archives fed
@@ -124,6 +126,30 @@ static void check_layout(lsn_t lsn, lsn_t want_start, bool two_segments)
     assert_int_equal(pg_get_u64(rec->main_data + PG_CP_REDO), b.record_start);
     assert_int_equal(pg_get_u32(rec->main_data + PG_CP_OLDEST_ACTIVE_XID), 0);
     assert_int_equal(pg_get_u32(rec->main_data + PG_CP_NEXT_OID), 16390);
+    /* The segment is valid WAL from its first byte (the walproposer streams
+     * an empty timeline from there): a reader started at the segment start
+     * skips the fake continuation and finds the same record. */
+    {
+        wal_reader r2;
+        uint8_t *buf2 = malloc(WAL_READER_DEFAULT_BUF);
+        wal_reader_init(&r2, base, SEG, buf2, WAL_READER_DEFAULT_BUF);
+        size_t at = 0;
+        int rc2 = 0;
+        while (at < nseg * SEG) {
+            size_t u = 0;
+            rc2 = wal_reader_feed(&r2, base + at, wal + at, nseg * SEG - at, &u, &why);
+            assert_int_not_equal(rc2, WAL_READER_ERROR);
+            at += u;
+            if (rc2 == WAL_READER_RECORD)
+                break;
+        }
+        assert_int_equal(rc2, WAL_READER_RECORD);
+        lsn_t s2, e2;
+        assert_non_null(wal_reader_record(&r2, &s2, &e2));
+        assert_int_equal(s2, b.record_start);
+        assert_int_equal(e2, b.record_end);
+        free(buf2);
+    }
     /* Everything else is zero: after the record the reader sees no record. */
     size_t consumed_to = off + used;
     for (size_t i = consumed_to; i < nseg * SEG; i++)
