@@ -559,10 +559,12 @@ static int compute_configure(const cluster *c, const compute_paths *p, compute_k
     return compute_write_config(c, p, kind, err);
 }
 
+/* Stateless unless STRATA_COMPUTE_MODE=full asks for a complete copy
+ * (a compute that reads its own files; for debugging and comparisons). */
 static bool compute_stateless_default(void)
 {
     const char *mode = getenv("STRATA_COMPUTE_MODE");
-    return mode != NULL && strcmp(mode, "stateless") == 0;
+    return mode == NULL || strcmp(mode, "full") != 0;
 }
 
 int compute_start_from_pageserver(const cluster *c, compute_start_report *rep, cli_err *err)

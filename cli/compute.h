@@ -83,7 +83,9 @@ typedef struct compute_start_report {
  * `strata start compute` with a pageserver: sync-safekeepers -> X (the
  * timeline's start LSN when no safekeeper has WAL yet), the old data
  * directory removed, a basebackup at X fetched into a new empty one
- * (full unless STRATA_COMPUTE_MODE=stateless), the settings of DESIGN 9.3
+ * (stateless: no permanent relation file, pages through the strata smgr;
+ * STRATA_COMPUTE_MODE=full fetches every relation file and turns the smgr
+ * off), the settings of DESIGN 9.3
  * and strata.signal (X) written, everything chowned to the postgres user,
  * the PATCHED postgres started (not waited for: compute_wait_ready).  The
  * compute must not run.  Exception (rep->legacy): a data directory made
