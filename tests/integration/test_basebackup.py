@@ -12,6 +12,7 @@ import re
 import subprocess
 import tarfile
 import tempfile
+import urllib.request
 
 import psycopg
 import pytest
@@ -164,6 +165,14 @@ def test_bad_requests_get_clear_errors(cluster):
         # The connection (and the pageserver) still serve a good request.
         with conn.cursor().copy("basebackup %s %s latest" % (tenant, timeline)) as copy:
             assert sum(len(c) for c in copy) > 0
+    # The metrics count them: the two started (`before the start` and
+    # `latest`), one of them failed; plus the computes' own basebackups.
+    port = cluster.status()["pageserver"]["http_port"]
+    body = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10).read().decode()
+    values = dict(re.findall(r"^(pageserver_basebackup\w*(?:_total|_count)) (\d+)", body, re.M))
+    assert int(values["pageserver_basebackups_total"]) >= 3, values
+    assert int(values["pageserver_basebackup_failures_total"]) >= 1, values
+    assert int(values["pageserver_basebackup_seconds_count"]) >= 2, values
 
 
 def test_xl_prev_lets_pg_waldump_read_across_a_compute_restart(cluster):
