@@ -1,0 +1,155 @@
+"""Tests of bench/stateless_tpcb.py (python3 -m pytest -q bench/test_stateless_tpcb.py).
+
+The verdicts and the docs section on hand-made results (a target that is
+missed must say so; a setup that did not run must say NOT MEASURED), and one
+real --quick run of a stock setup (a) and a Strata setup (c) that checks
+the figures it wrote and that nothing it started is left running.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+# pylint: disable=wrong-import-position
+import stateless_tpcb as tpcb  # noqa: E402
+
+
+def _setup(key, tps, wal, starts=None, status="ok"):
+    return {"key": key, "title": tpcb.SETUPS[key][0], "description": "", "status": status,
+            "reason": "" if status == "ok" else "no build", "settings": {},
+            "run": None if status != "ok" else {
+                "tps": tps, "txns": 100, "failed": 0, "wal_bytes_per_txn": wal,
+                "lat_ms": {"p50": 1.0, "p99": 2.0}, "tps_series": [(0, tps)],
+                "latency_curve": [(0.301, 50, 1.0)]},
+            "start_s": starts}
+
+
+def _results(setups):
+    return {"date": "today", "quick": False, "setups": setups,
+            "params": {"argv": [], "scale": 50, "clients": 16, "duration_s": 300},
+            "machine": {"nproc": 2, "cpu_model": "x", "mem_total": "1 GiB",
+                        "filesystem": "ext4", "loadavg_start": "0", "loadavg_end": "0"}}
+
+
+def test_targets_met_and_missed():
+    res = _results([_setup("a", 100, 10000), _setup("b", 50, 12000),
+                    _setup("c", 60, 900, [0.5, 0.7]), _setup("d", 40, 9000, [2.5])])
+    t = {x["name"]: x for x in tpcb.targets(res)}
+    assert t["WAL/txn (c) / (a)"]["met"] is True and t["WAL/txn (c) / (a)"]["value"] == "0.090"
+    assert t["TPS (c) / (b)"]["met"] is True
+    # The worst start of (c) and (d) counts: 2.5 s misses the 2 s target.
+    start = t["strata start compute -> first query (worst)"]
+    assert start["met"] is False and start["value"] == "2.50 s"
+    res = _results([_setup("a", 100, 10000), _setup("b", 50, 12000),
+                    _setup("c", 40, 1100, [0.5])])
+    t = {x["name"]: x for x in tpcb.targets(res)}
+    assert t["WAL/txn (c) / (a)"]["met"] is False
+    assert t["TPS (c) / (b)"]["met"] is False
+    assert "NOT met" in tpcb.console_table(res)
+
+
+def test_not_measured_is_said():
+    res = _results([_setup("a", 100, 10000), _setup("c", 0, 0, status="skipped")])
+    assert all(x["met"] is None for x in tpcb.targets(res))
+    md = tpcb.markdown_section(res, None)
+    assert md.count("NOT MEASURED") == 3
+    assert "skipped: no build" in md
+
+
+def test_docs_section_replaced_once():
+    md = tpcb.markdown_section(_results([_setup("a", 100, 10000)]), None)
+    doc = "# Benchmarks\n\nintro\n"
+    once = tpcb.replace_doc_section(doc, md)
+    twice = tpcb.replace_doc_section(once + "\nafter\n", md)
+    assert twice.count(tpcb.SECTION_BEGIN) == 1 and twice.count(tpcb.SECTION_END) == 1
+    assert twice.startswith(doc) and twice.endswith("\nafter\n")
+
+
+def _pids_mentioning(path):
+    pids = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if path in cmd:
+            pids.append(int(pid))
+    return pids
+
+
+def _strata_build():
+    return os.environ.get("STRATA_BUILD", os.path.join(REPO, "build"))
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/lib/postgresql/15/bin/pgbench"),
+                    reason="PostgreSQL 15 binaries not installed")
+def test_quick_run_of_a_and_c(tmp_path):
+    build = _strata_build()
+    for need in ("bin/strata", "bin/strata-pageserver", "lib/strata.so"):
+        if not os.path.exists(os.path.join(build, need)):
+            pytest.skip(f"not built: {os.path.join(build, need)}")
+    work = tempfile.mkdtemp(prefix="tpcb-test-", dir="/tmp")
+    os.chmod(work, 0o755)
+    out = tmp_path / "out"
+    try:
+        cp = subprocess.run([sys.executable, os.path.join(HERE, "stateless_tpcb.py"), "--quick",
+                             "--setups", "a,c", "--duration", "3", "--strata-build", build,
+                             "--workdir", work, "--out", str(out), "--docs", "no"],
+                            capture_output=True, text=True, timeout=600)
+        assert cp.returncode == 0, cp.stdout + cp.stderr
+        with open(out / "results.json", encoding="utf-8") as f:
+            res = json.load(f)
+        a, c = res["setups"]
+        for s in (a, c):
+            assert s["status"] == "ok", s
+            r = s["run"]
+            assert r["txns"] > 0 and r["failed"] == 0 and r["tps"] > 0
+            assert 0 < r["lat_ms"]["p50"] <= r["lat_ms"]["p99"] <= r["lat_ms"]["max"]
+            assert abs(r["tps"] - r["pgbench_tps"]) / r["pgbench_tps"] < 0.25
+            # A TPC-B transaction writes WAL: update three rows, insert one.
+            assert r["wal_bytes_per_txn"] > 100
+        assert a["settings"]["full_page_writes"] == "on"
+        assert c["settings"]["full_page_writes"] == "off"
+        assert c["settings"]["strata.pageserver"]
+        assert len(c["start_s"]) == 1 and 0 < c["start_s"][0] < 60
+        assert a["start_s"] is None
+        assert len(res["targets"]) == 3
+        assert (out / "results.md").exists()
+        assert _pids_mentioning(work) == []
+        assert os.listdir(work) == []
+    finally:
+        for pid in _pids_mentioning(work):
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_merge_replaces_setups_of_the_same_letter(tmp_path):
+    old = _results([_setup("a", 100, 10000), _setup("c", 0, 0, status="failed")])
+    old["date"] = "earlier"
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(old))
+    new = _results([_setup("c", 60, 900, [0.5])])
+    new["date"] = "now"
+    merged = tpcb.merge_results(str(path), new)
+    assert [s["key"] for s in merged["setups"]] == ["a", "c"]
+    a, c = merged["setups"]
+    assert a["date"] == "earlier" and a["run"]["tps"] == 100
+    assert c["status"] == "ok" and c["run"]["tps"] == 60
+    new["params"]["scale"] = 1
+    with pytest.raises(SystemExit):
+        tpcb.merge_results(str(path), new)
