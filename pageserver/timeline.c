@@ -38,7 +38,8 @@
 
 #define META_MAX_BYTES (64 * 1024)
 #define DEFAULT_MAX_CHAIN 10000
-#define IMAGE_WAIT_MS 1000 /* longest wait of an image worker for ingest */
+#define IMAGE_WAIT_MS 30000 /* longest wait of an image worker for ingest */
+#define IMAGE_WAIT_SLICE_MS 100 /* ... in slices, to notice the timeline closing */
 
 struct timeline {
     atomic_int refs;
@@ -50,6 +51,7 @@ struct timeline {
     store *st;
     ingest_state *ing;
     imagegen *ig; /* NULL: background image generation off */
+    atomic_bool closing; /* the last reference is going: image workers stop waiting */
     pthread_mutex_t wr_mu; /* guards wr against stop racing status */
     walreceiver *wr;
 
@@ -362,14 +364,22 @@ static int image_rebuild(void *arg, const pg_key *k, lsn_t min_lsn, uint8_t out[
                          lsn_t *at, char *err, size_t errlen)
 {
     timeline *tl = arg;
+    /* Ingest advances the store once per WAL message, so the record that
+     * queued the page may not be readable yet; on a loaded machine that can
+     * take seconds. */
+    for (int waited = 0; store_wait_lsn(tl->st, min_lsn, IMAGE_WAIT_SLICE_MS) != 0;
+         waited += IMAGE_WAIT_SLICE_MS) {
+        if (timeline_is_deleted(tl) || atomic_load(&tl->closing))
+            return 0;
+        if (waited >= IMAGE_WAIT_MS) {
+            char lb[LSN_FMT_LEN];
+            snprintf(err, errlen, "ingest did not reach %s within %d ms",
+                     lsn_format(min_lsn, lb), IMAGE_WAIT_MS);
+            return -1;
+        }
+    }
     if (timeline_is_deleted(tl))
         return 0;
-    if (store_wait_lsn(tl->st, min_lsn, IMAGE_WAIT_MS) != 0) {
-        char lb[LSN_FMT_LEN];
-        snprintf(err, errlen, "ingest did not reach %s within %d ms", lsn_format(min_lsn, lb),
-                 IMAGE_WAIT_MS);
-        return -1;
-    }
     lsn_t lsn = store_last_record_lsn(tl->st);
     pg_key sk;
     if (k->kind == KEY_REL_BLOCK)
@@ -463,6 +473,7 @@ int timeline_open(const char *dir, const timeline_services *svc, uint64_t owner,
     atomic_init(&tl->refs, 1);
     atomic_init(&tl->deleted, false);
     atomic_init(&tl->gc_horizon, LSN_INVALID);
+    atomic_init(&tl->closing, false);
     pthread_mutex_init(&tl->wr_mu, NULL);
     pthread_mutex_init(&tl->gc_mu, NULL);
     snprintf(tl->dir, sizeof tl->dir, "%s", dir);
@@ -526,6 +537,7 @@ void timeline_unref(timeline *tl)
         return;
     bool deleted = atomic_load(&tl->deleted);
     stop_walreceiver(tl);
+    atomic_store(&tl->closing, true);
     imagegen_destroy(tl->ig);
     tl->ig = NULL;
     if (!deleted) {

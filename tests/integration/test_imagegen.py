@@ -19,15 +19,12 @@ stored (the writer thread stores them while ingesting), so the test commits
 small transactions until the image queue is empty.
 """
 
-import os
 import re
 import subprocess
 import time
 import urllib.request
 
-import pytest
-
-from conftest import int_to_lsn, lsn_to_int, wait_until
+from conftest import int_to_lsn, lsn_to_int
 from oracle_harness import OracleCluster, PageReader, compare_at, stock
 
 THRESHOLD = 16
