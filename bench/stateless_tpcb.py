@@ -186,7 +186,11 @@ def measure(args, key, conninfo, work):
     """pgbench -i, settings, one TPC-B run; returns (settings, run dict)."""
     log(f"({key}) pgbench -i -s {args.scale}")
     pgbench_init(conninfo, args.scale, timeout=3600)
-    size = psql(conninfo, "SELECT pg_size_pretty(pg_database_size(current_database()))").strip()
+    # Relation sizes through smgr (nblocks): pg_database_size sums the local
+    # files, which a stateless compute does not have.
+    size = psql(conninfo, "SELECT pg_size_pretty(sum(pg_relation_size(oid, fork))) FROM pg_class, "
+                          "unnest(ARRAY['main', 'fsm', 'vm']) fork "
+                          "WHERE relkind IN ('r', 'i', 't', 'm')").strip()
     prepare_run(conninfo)
     settings = read_settings(conninfo)
     settings["database size after init"] = size
@@ -419,6 +423,14 @@ def markdown_section(results, image_paths):
             f"-c{p['clients']}, {p['duration_s']} s per setup, one run each, same machine "
             f"({m['nproc']} CPUs, {m['cpu_model']}, {m['mem_total']}; {m['filesystem']}; "
             f"load {m.get('loadavg_start')} at start, {m.get('loadavg_end')} at end).", ""]
+    try:
+        busy = max(float((m.get(k) or "0").split()[0]) for k in ("loadavg_start", "loadavg_end"))
+    except ValueError:
+        busy = 0.0
+    if busy > (m.get("nproc") or 1):
+        out += [f"**The machine was busy (load average up to {busy:.0f} on {m['nproc']} CPUs, "
+                "other work running beside the benchmark): every figure is disturbed and "
+                "only indicative; rerun on a quiet machine.**", ""]
     out += ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     for row in table_rows(results):
         out.append("| " + " | ".join(row) + " |")
