@@ -21,6 +21,9 @@
  *
  * Threads: start/stop and every callback run on the loop's thread; worker
  * threads only run timeline reads and hand results back through a uv_async.
+ * Reads that need neither redo nor a scan (Exists, Nblocks, a GetPage whose
+ * newest version is an image or is in the page cache) are answered on the
+ * loop thread itself, without a hand-off (unless no_inline).
  *
  * Lifetime: page_service_stop() stops listening, closes every connection,
  * stops the workers (waiting for requests already running), and frees the
@@ -30,6 +33,7 @@
 #ifndef STRATA_PAGESERVER_PAGE_SERVICE_H
 #define STRATA_PAGESERVER_PAGE_SERVICE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -47,6 +51,8 @@ typedef struct page_service_options {
     int pipeline_depth;           /* requests in flight per connection [32] (max 1024) */
     uint32_t wait_lsn_timeout_ms; /* [60000] */
     int max_connections;          /* [100] */
+    bool no_inline;               /* every read on a worker (comparisons, tests) [false: cheap
+                                     reads are answered on the loop thread] */
 } page_service_options;
 
 /* Binds and listens.  NULL with err on failure (address in use, threads). */
