@@ -27,9 +27,16 @@
  * the helper with the fewest requests in flight (at most
  * MAX_INFLIGHT_PER_HELPER each; beyond that callers wait, up to the timeout,
  * so the queue is bounded).  Per helper, wmu serialises whole requests on
- * the helper's stdin and hands out sequence numbers; responses come back in
- * that order, and the thread whose number is next reads its own response
- * (the others wait on a condition variable).  Lock order: wmu, then mu.
+ * the helper's stdin and hands out sequence numbers; each request registers
+ * a waiter (on its caller's stack: the output buffer, a result, its own
+ * condition variable) in the helper's slot for its number.  Responses come
+ * back in that order.  One waiting thread at a time is the reader: it reads
+ * whatever the pipe holds (the helper answers a batch with one write) and
+ * delivers every complete response to its waiter, waking only that thread;
+ * when its own response is in, it hands the reader role to the waiter of the
+ * next outstanding response.  So a batch of N answers costs one read and N-1
+ * targeted wakeups, not N reads and a broadcast to every waiter per answer.
+ * Lock order: wmu, then mu.
  *
  * Failures.  A helper that dies (EOF), sends garbage, or does not answer
  * before the request's deadline is killed (SIGKILL) and reaped; its
@@ -77,6 +84,15 @@
 #define MAX_PRELUDE (64 * 1024)
 #define DEATH_LEN 512
 
+/* A request waiting for its response (lives on the caller's stack). */
+typedef enum { WS_PENDING = 0, WS_OK, WS_REFUSED, WS_LOST } waiter_state;
+typedef struct waiter {
+    pthread_cond_t cv; /* with the helper's mu */
+    uint8_t *out;      /* the page goes here */
+    waiter_state state;
+    char msg[256]; /* the helper's refusal */
+} waiter;
+
 typedef struct helper {
     int idx;
     pthread_mutex_t wmu; /* whole requests on in_fd; seq numbers */
@@ -85,9 +101,13 @@ typedef struct helper {
     pid_t pid; /* 0: not running */
     int in_fd, out_fd;
     uint64_t generation;
+    uint64_t started_ms; /* when this incarnation finished starting */
     uint64_t next_write_seq, next_read_seq;
-    bool reading; /* the turn holder is reading out_fd */
+    bool reading; /* a waiter is reading out_fd (the reader role) */
     int inflight; /* guarded by the pool's mu */
+    /* Waiters of the requests written and not yet answered, by seq %
+     * MAX_INFLIGHT_PER_HELPER (at most that many are in flight). */
+    waiter *slots[MAX_INFLIGHT_PER_HELPER];
     uint8_t *rbuf;
     size_t rlen;
     char death[DEATH_LEN]; /* why the last incarnation ended */
@@ -451,6 +471,14 @@ static void helper_reset(redo_pool *p, helper *h, uint64_t gen, bool holding_wmu
         h->rlen = 0;
         h->generation++;
         h->next_read_seq = h->next_write_seq = 0;
+        for (int i = 0; i < MAX_INFLIGHT_PER_HELPER; i++) {
+            waiter *w = h->slots[i];
+            if (w == NULL)
+                continue;
+            h->slots[i] = NULL;
+            w->state = WS_LOST;
+            pthread_cond_signal(&w->cv);
+        }
         pthread_cond_broadcast(&h->cv);
     }
     pthread_mutex_unlock(&h->mu);
@@ -458,10 +486,13 @@ static void helper_reset(redo_pool *p, helper *h, uint64_t gen, bool holding_wmu
         pthread_mutex_unlock(&h->wmu);
 }
 
-/* Reads from out_fd into rbuf until at least want more bytes arrived or the
- * deadline: 1 read something, 0 timeout, -1 EOF/error. */
+/* Reads from out_fd into rbuf whatever is there, waiting until something
+ * arrives or the deadline: 1 read something, 0 timeout, -1 EOF/error.
+ * (No spinning before the poll: measured, it lost more than it won on a
+ * loaded 2-core machine, where the spinner takes the core the helper needs.) */
 static int read_some(helper *h, uint64_t deadline)
 {
+    assert(h->rlen < READ_CHUNK + MAX_PRELUDE);
     for (;;) {
         struct pollfd pfd = {.fd = h->out_fd, .events = POLLIN};
         int rc = poll(&pfd, 1, remaining_ms(deadline));
@@ -727,8 +758,8 @@ static void release_helper(redo_pool *p, helper *h)
     pthread_mutex_unlock(&p->mu);
 }
 
-static req_result send_request(redo_pool *p, helper *h, const request *rq, uint64_t *deadlinep,
-                               uint64_t *seq, uint64_t *gen, char *err, size_t errlen)
+static req_result send_request(redo_pool *p, helper *h, const request *rq, waiter *w,
+                               uint64_t *deadlinep, uint64_t *gen, char *err, size_t errlen)
 {
     pthread_mutex_lock(&h->wmu);
     pthread_mutex_lock(&h->mu);
@@ -741,13 +772,22 @@ static req_result send_request(redo_pool *p, helper *h, const request *rq, uint6
         }
         if (h->generation > 0)
             count(&p->stats.helper_restarts, 1);
-        /* Starting (copying the template, booting postgres) is not the
-         * request's time. */
-        *deadlinep = now_ms() + p->timeout_ms;
+        h->started_ms = now_ms();
     }
+    /* Starting (copying the template, booting postgres) is not the request's
+     * time: neither for the request that started the helper nor for those
+     * that waited for wmu meanwhile (on a loaded machine a start takes
+     * seconds, and their stale deadlines killed the fresh helper). */
+    if (*deadlinep < h->started_ms + p->timeout_ms)
+        *deadlinep = h->started_ms + p->timeout_ms;
     uint64_t deadline = *deadlinep;
     *gen = h->generation;
-    *seq = h->next_write_seq++;
+    uint64_t seq = h->next_write_seq++;
+    assert(seq - h->next_read_seq < MAX_INFLIGHT_PER_HELPER);
+    assert(h->slots[seq % MAX_INFLIGHT_PER_HELPER] == NULL);
+    w->out = rq->out;
+    w->state = WS_PENDING;
+    h->slots[seq % MAX_INFLIGHT_PER_HELPER] = w;
     int fd = h->in_fd;
     pthread_mutex_unlock(&h->mu);
 
@@ -810,90 +850,131 @@ static req_result send_request(redo_pool *p, helper *h, const request *rq, uint6
     return REQ_OK;
 }
 
-static req_result read_response(redo_pool *p, helper *h, uint64_t seq, uint64_t gen,
-                                uint64_t deadline, uint8_t *out, char *err, size_t errlen)
+/*
+ * Delivers every complete response in rbuf to its waiter (under mu).  NULL,
+ * or why the helper is broken (a malformed or unexpected frame, a refusal:
+ * the helper exits after an 'E').  Only the reader calls this.
+ */
+static const char *deliver(helper *h, char *err, size_t errlen)
 {
-    pthread_mutex_lock(&h->mu);
-    while (h->generation == gen && h->next_read_seq != seq) {
-        struct timespec ts;
-        deadline_timespec(deadline, &ts);
-        if (pthread_cond_timedwait(&h->cv, &h->mu, &ts) == ETIMEDOUT)
-            break;
-    }
-    if (h->generation != gen) {
-        set_err(err, errlen, "%s", h->death);
-        pthread_mutex_unlock(&h->mu);
-        return REQ_LOST;
-    }
-    if (h->next_read_seq != seq) {
-        pthread_mutex_unlock(&h->mu);
-        count(&p->stats.timeouts, 1);
-        helper_reset(p, h, gen, false, "timed out");
-        set_err(err, errlen, "%s", h->death);
-        return REQ_LOST;
-    }
-    h->reading = true;
-    pthread_mutex_unlock(&h->mu);
-
-    /* Our turn: only we touch out_fd and rbuf until reading is cleared. */
+    size_t off = 0;
     const char *broken = NULL;
-    req_result result = REQ_LOST;
     for (;;) {
         walredo_msg m;
         size_t used = 0;
         const char *why = NULL;
-        int rc = walredo_decode(h->rbuf, h->rlen, &m, &used, &why);
+        int rc = walredo_decode(h->rbuf + off, h->rlen - off, &m, &used, &why);
+        if (rc == 0)
+            break;
         if (rc < 0) {
-            broken = "sent a malformed frame";
             set_err(err, errlen, "redo helper %d: %s", h->idx, why);
+            broken = "sent a malformed frame";
             break;
         }
-        if (rc == 1) {
-            if (m.type == WALREDO_PAGE) {
-                memcpy(out, m.page, WALREDO_PAGE_SIZE);
-                result = REQ_OK;
-            } else if (m.type == WALREDO_ERROR) {
-                set_err(err, errlen, "redo helper refused: %.*s", (int)m.data_len,
-                        (const char *)m.data);
-                broken = "refused a record";
-                result = REQ_REFUSED;
-            } else {
-                broken = "sent an unexpected frame";
-                set_err(err, errlen, "redo helper %d: unexpected frame '%c'", h->idx, m.type);
-            }
-            memmove(h->rbuf, h->rbuf + used, h->rlen - used);
-            h->rlen -= used;
+        off += used;
+        waiter *w = h->next_read_seq < h->next_write_seq
+                        ? h->slots[h->next_read_seq % MAX_INFLIGHT_PER_HELPER]
+                        : NULL;
+        if (w == NULL || (m.type != WALREDO_PAGE && m.type != WALREDO_ERROR)) {
+            set_err(err, errlen, "redo helper %d: unexpected frame '%c'", h->idx, m.type);
+            broken = "sent an unexpected frame";
             break;
         }
-        int r = read_some(h, deadline);
-        if (r == 0) {
-            count(&p->stats.timeouts, 1);
-            broken = "timed out";
-            set_err(err, errlen, "timed out");
-            break;
-        }
-        if (r < 0) {
-            broken = "died";
-            set_err(err, errlen, "died");
-            break;
-        }
-    }
-
-    pthread_mutex_lock(&h->mu);
-    h->reading = false;
-    if (result == REQ_OK)
+        h->slots[h->next_read_seq % MAX_INFLIGHT_PER_HELPER] = NULL;
         h->next_read_seq++;
-    pthread_cond_broadcast(&h->cv);
-    pthread_mutex_unlock(&h->mu);
-    if (broken != NULL) {
-        char first[256];
-        snprintf(first, sizeof first, "%s", err);
-        helper_reset(p, h, gen, false, broken);
-        if (result == REQ_LOST)
-            set_err(err, errlen, "%s", h->death);
-        else
-            set_err(err, errlen, "%s", first);
+        if (m.type == WALREDO_PAGE) {
+            memcpy(w->out, m.page, WALREDO_PAGE_SIZE);
+            w->state = WS_OK;
+        } else {
+            snprintf(w->msg, sizeof w->msg, "redo helper refused: %.*s", (int)m.data_len,
+                     (const char *)m.data);
+            w->state = WS_REFUSED;
+            broken = "refused a record";
+        }
+        pthread_cond_signal(&w->cv);
+        if (broken != NULL)
+            break;
     }
+    memmove(h->rbuf, h->rbuf + off, h->rlen - off);
+    h->rlen -= off;
+    return broken;
+}
+
+/* Waits for w's response; reads the pipe (for everyone) while no one else
+ * does.  Takes and releases mu. */
+static req_result read_response(redo_pool *p, helper *h, waiter *w, uint64_t gen,
+                                uint64_t deadline, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&h->mu);
+    while (w->state == WS_PENDING && h->generation == gen) {
+        if (!h->reading) {
+            /* The reader role: only we touch out_fd and rbuf until it is
+             * given up. */
+            h->reading = true;
+            const char *broken = NULL;
+            char why[256] = "";
+            for (;;) {
+                broken = deliver(h, why, sizeof why);
+                if (broken != NULL || w->state != WS_PENDING)
+                    break;
+                pthread_mutex_unlock(&h->mu);
+                int r = read_some(h, deadline);
+                pthread_mutex_lock(&h->mu);
+                if (r == 0) {
+                    count(&p->stats.timeouts, 1);
+                    broken = "timed out";
+                    break;
+                }
+                if (r < 0) {
+                    broken = "died";
+                    break;
+                }
+            }
+            h->reading = false;
+            pthread_cond_broadcast(&h->cv); /* helper_reset waits for this */
+            if (broken == NULL) {
+                /* Hand the role to the waiter of the next outstanding answer. */
+                if (h->next_read_seq < h->next_write_seq) {
+                    waiter *next = h->slots[h->next_read_seq % MAX_INFLIGHT_PER_HELPER];
+                    if (next != NULL)
+                        pthread_cond_signal(&next->cv);
+                }
+                continue;
+            }
+            pthread_mutex_unlock(&h->mu);
+            if (why[0] != '\0')
+                set_err(err, errlen, "%s", why);
+            helper_reset(p, h, gen, false, broken);
+            pthread_mutex_lock(&h->mu);
+            continue;
+        }
+        struct timespec ts;
+        deadline_timespec(deadline, &ts);
+        if (pthread_cond_timedwait(&w->cv, &h->mu, &ts) == ETIMEDOUT && w->state == WS_PENDING &&
+            h->generation == gen) {
+            pthread_mutex_unlock(&h->mu);
+            count(&p->stats.timeouts, 1);
+            helper_reset(p, h, gen, false, "timed out");
+            pthread_mutex_lock(&h->mu);
+        }
+    }
+    req_result result;
+    switch (w->state) {
+    case WS_OK:
+        result = REQ_OK;
+        break;
+    case WS_REFUSED:
+        set_err(err, errlen, "%s", w->msg);
+        result = REQ_REFUSED;
+        break;
+    default:
+        /* Lost: the helper died, timed out or broke protocol (reset marked
+         * us, or its generation moved on). */
+        set_err(err, errlen, "%s", h->death);
+        result = REQ_LOST;
+        break;
+    }
+    pthread_mutex_unlock(&h->mu);
     return result;
 }
 
@@ -907,10 +988,14 @@ static int helper_request(redo_pool *p, const request *rq, char *err, size_t err
             set_err(err, errlen, "redo pool saturated for %u ms", p->timeout_ms);
             return -1;
         }
-        uint64_t seq, gen;
-        req_result r = send_request(p, h, rq, &deadline, &seq, &gen, err, errlen);
+        waiter w;
+        memset(&w, 0, sizeof w);
+        init_monotonic_cond(&w.cv);
+        uint64_t gen;
+        req_result r = send_request(p, h, rq, &w, &deadline, &gen, err, errlen);
         if (r == REQ_OK)
-            r = read_response(p, h, seq, gen, deadline, rq->out, err, errlen);
+            r = read_response(p, h, &w, gen, deadline, err, errlen);
+        pthread_cond_destroy(&w.cv);
         release_helper(p, h);
         if (r == REQ_OK) {
             count(&p->stats.records_applied, (uint64_t)rq->count);

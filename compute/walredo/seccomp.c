@@ -20,7 +20,7 @@
 
 /* What the request loop needs, and why. */
 static const int allowed_syscalls[] = {
-	SCMP_SYS(read),				/* frames on stdin (fread) */
+	SCMP_SYS(read),				/* frames on stdin */
 	SCMP_SYS(write),			/* frames on stdout, log lines on stderr */
 	SCMP_SYS(writev),			/* stdio may gather */
 	SCMP_SYS(brk),				/* malloc under palloc */

@@ -64,7 +64,25 @@ static bool have_target = false;
 static walredo_tag target;
 static RelFileNode target_rnode;
 
-/* Buffers, in TopMemoryContext, grown to the largest frame seen. */
+/*
+ * I/O batching.  Frames are read from stdin (fd 0) into in_buf with plain
+ * read(2), as many as the pipe holds, and decoded in place; responses are
+ * appended to out_buf and written only when no complete frame is left in
+ * in_buf (just before a read that may block), or when out_buf is full.  So a
+ * pipelining pool gets one read and one write per batch of requests, not a
+ * read per frame and a write per page; and a serial pool still gets each
+ * answer before we block.  in_buf grows to the largest frame seen (bounded by
+ * WALREDO_MAX_PAYLOAD); out_buf is fixed.
+ */
+#define IN_BUF_INITIAL (256 * 1024)
+#define OUT_BUF_SIZE (128 * 1024)
+static uint8 *in_buf;
+static size_t in_cap, in_start, in_end;
+static uint8 out_buf[OUT_BUF_SIZE];
+static size_t out_len;
+
+/* Aligned copy of an apply frame's record (in_buf offsets are arbitrary),
+ * in TopMemoryContext, grown to the largest record seen. */
 static uint8 *frame_buf;
 static size_t frame_cap;
 static DecodedXLogRecord *decoded_buf;
@@ -106,14 +124,29 @@ write_all(const void *buf, size_t len)
 }
 
 static void
+flush_out(void)
+{
+	if (out_len > 0)
+		write_all(out_buf, out_len);
+	out_len = 0;
+}
+
+/* Queues a frame on out_buf (written by flush_out). */
+static void
 send_msg(const walredo_msg *m)
 {
-	uint8		buf[WALREDO_FRAME_HEADER_LEN + WALREDO_PAGE_SIZE + WALREDO_TAG_LEN];
-	size_t		n = walredo_encode(m, buf, sizeof buf);
+	size_t		need = walredo_encoded_len(m);
+	size_t		n;
 
+	/* Every response (page, pong, hello, error) fits with room to spare. */
+	if (need == 0 || need > OUT_BUF_SIZE)
+		_exit(1);
+	if (out_len + need > OUT_BUF_SIZE)
+		flush_out();
+	n = walredo_encode(m, out_buf + out_len, OUT_BUF_SIZE - out_len);
 	if (n == 0)
 		_exit(1);
-	write_all(buf, n);
+	out_len += n;
 }
 
 static void fail_and_exit(const char *message) pg_attribute_noreturn();
@@ -131,25 +164,10 @@ fail_and_exit(const char *message)
 		len = WALREDO_MAX_ERROR;
 	m.data = (const uint8 *) message;
 	m.data_len = (uint32) len;
+	/* The answers to earlier requests go first, in order. */
 	send_msg(&m);
+	flush_out();
 	_exit(1);
-}
-
-/*
- * Reads exactly len bytes from stdin through stdio (single-user mode read the
- * SELECT line with stdio, which may have buffered frames after it).
- * Returns false on EOF before the first byte; a short frame exits.
- */
-static bool
-read_exact(void *buf, size_t len, bool eof_ok)
-{
-	size_t		got = fread(buf, 1, len, stdin);
-
-	if (got == len)
-		return true;
-	if (got == 0 && eof_ok && feof(stdin))
-		return false;
-	fail_and_exit("walredo: stdin ended inside a frame");
 }
 
 static void
@@ -159,40 +177,76 @@ ensure_frame_cap(size_t need)
 		return;
 	if (frame_buf)
 		pfree(frame_buf);
-	frame_buf = MemoryContextAlloc(TopMemoryContext, need);
+	frame_buf = MemoryContextAllocExtended(TopMemoryContext, need, MCXT_ALLOC_HUGE);
 	frame_cap = need;
 }
 
-/* Reads one frame into frame_buf and decodes it.  False at clean EOF. */
+/*
+ * The next frame from stdin, decoded in place in in_buf (m's pointers stay
+ * valid until the next call).  Writes the queued responses before any read
+ * that may block.  False at clean EOF; a malformed or truncated frame exits.
+ */
 static bool
-read_frame(walredo_msg *m)
+next_frame(walredo_msg *m)
 {
-	uint8		hdr[WALREDO_FRAME_HEADER_LEN];
-	const char *why = NULL;
-	size_t		used;
-	int			rc;
-	uint32		plen;
+	for (;;)
+	{
+		size_t		avail = in_end - in_start;
+		size_t		used = 0;
+		size_t		need = WALREDO_FRAME_HEADER_LEN;
+		const char *why = NULL;
+		int			rc = 0;
+		ssize_t		n;
 
-	if (!read_exact(hdr, sizeof hdr, true))
-		return false;
-	/* The decoder judges the header before the payload is read. */
-	rc = walredo_decode(hdr, sizeof hdr, m, &used, &why);
-	if (rc < 0)
-		fail_and_exit(why);
-	plen = (uint32) hdr[1] << 24 | (uint32) hdr[2] << 16 | (uint32) hdr[3] << 8 | hdr[4];
-	ensure_frame_cap(MAXALIGN(WALREDO_FRAME_HEADER_LEN) + plen);
-	/* Payload at an aligned offset: the record is read in place. */
-	memcpy(frame_buf + MAXALIGN(WALREDO_FRAME_HEADER_LEN) - WALREDO_FRAME_HEADER_LEN, hdr,
-		   sizeof hdr);
-	if (plen > 0)
-		read_exact(frame_buf + MAXALIGN(WALREDO_FRAME_HEADER_LEN), plen, false);
-	rc = walredo_decode(frame_buf + MAXALIGN(WALREDO_FRAME_HEADER_LEN) - WALREDO_FRAME_HEADER_LEN,
-						WALREDO_FRAME_HEADER_LEN + plen, m, &used, &why);
-	if (rc != 1)
-		fail_and_exit(why ? why : "walredo: frame did not decode");
-	if (!walredo_is_request(m->type))
-		fail_and_exit("walredo: a response frame on stdin");
-	return true;
+		if (avail > 0)
+		{
+			/* Judges the header before the payload is read. */
+			rc = walredo_decode(in_buf + in_start, avail, m, &used, &why);
+			if (rc < 0)
+				fail_and_exit(why ? why : "walredo: malformed frame");
+		}
+		if (rc == 1)
+		{
+			Assert(used <= avail);
+			in_start += used;
+			if (!walredo_is_request(m->type))
+				fail_and_exit("walredo: a response frame on stdin");
+			return true;
+		}
+		if (avail >= WALREDO_FRAME_HEADER_LEN)
+		{
+			const uint8 *h = in_buf + in_start;
+
+			need += (size_t) ((uint32) h[1] << 24 | (uint32) h[2] << 16 |
+							  (uint32) h[3] << 8 | h[4]);
+		}
+		/* Keep the partial frame at the front, with room for all of it. */
+		if (in_start > 0)
+		{
+			memmove(in_buf, in_buf + in_start, avail);
+			in_start = 0;
+			in_end = avail;
+		}
+		if (need > in_cap)
+		{
+			in_buf = repalloc_huge(in_buf, need);
+			in_cap = need;
+		}
+		/* About to read, perhaps to block: answer what is done first. */
+		flush_out();
+		n = read(STDIN_FILENO, in_buf + in_end, in_cap - in_end);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			fail_and_exit("walredo: cannot read stdin");
+		if (n == 0)
+		{
+			if (avail == 0)
+				return false;
+			fail_and_exit("walredo: stdin ended inside a frame");
+		}
+		in_end += (size_t) n;
+	}
 }
 
 static void
@@ -369,7 +423,7 @@ serve(void)
 
 	for (;;)
 	{
-		if (!read_frame(&m))
+		if (!next_frame(&m))
 			_exit(0);			/* the pool closed our stdin: done */
 		switch (m.type)
 		{
@@ -381,6 +435,13 @@ serve(void)
 				inmem_smgr_set_page((const char *) m.page);
 				break;
 			case WALREDO_APPLY:
+				/* DecodeXLogRecord reads the record in place: align it. */
+				if ((uintptr_t) m.data % MAXIMUM_ALIGNOF != 0)
+				{
+					ensure_frame_cap(m.data_len);
+					memcpy(frame_buf, m.data, m.data_len);
+					m.data = frame_buf;
+				}
 				handle_apply(&m);
 				break;
 			case WALREDO_GET_PAGE:
@@ -407,6 +468,26 @@ strata_walredo_main(PG_FUNCTION_ARGS)
 	/* Whatever single-user mode printed must precede the hello. */
 	fflush(stdout);
 
+	/*
+	 * From here on frames are read from fd 0 directly.  The pool sends
+	 * nothing after the SELECT line until it has our hello, so stdio holds
+	 * no buffered input; take it over anyway should that ever change.
+	 */
+	in_cap = IN_BUF_INITIAL;
+	in_buf = MemoryContextAllocExtended(TopMemoryContext, in_cap, MCXT_ALLOC_HUGE);
+#ifdef __GLIBC__
+	if (stdin->_IO_read_ptr < stdin->_IO_read_end)
+	{
+		size_t		buffered = (size_t) (stdin->_IO_read_end - stdin->_IO_read_ptr);
+
+		if (buffered > in_cap)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROTOCOL_VIOLATION),
+					 errmsg("walredo: %zu bytes of input before the hello", buffered)));
+		in_end = fread(in_buf, 1, buffered, stdin);
+	}
+#endif
+
 	reader = XLogReaderAllocate(wal_segment_size, NULL, XL_ROUTINE(), NULL);
 	if (reader == NULL)
 		ereport(ERROR,
@@ -414,7 +495,7 @@ strata_walredo_main(PG_FUNCTION_ARGS)
 				 errmsg("walredo: out of memory allocating a WAL reader")));
 	record_cxt = AllocSetContextCreate(TopMemoryContext, "strata walredo record",
 									   ALLOCSET_DEFAULT_SIZES);
-	ensure_frame_cap(MAXALIGN(WALREDO_FRAME_HEADER_LEN) + WALREDO_TAG_LEN + WALREDO_PAGE_SIZE);
+	ensure_frame_cap(BLCKSZ);
 
 	/*
 	 * From here on every relation is in-memory, and none of the catalog pages
@@ -444,6 +525,7 @@ strata_walredo_main(PG_FUNCTION_ARGS)
 		elog(WARNING, "walredo: socket() was allowed (fd %d)", fd);
 	}
 	send_msg(&hello);
+	flush_out();
 
 	PG_TRY();
 	{
