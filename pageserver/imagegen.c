@@ -141,6 +141,11 @@ static void metrics_once(void)
     pthread_once(&im.once, metrics_init);
 }
 
+void imagegen_metrics_init(void)
+{
+    metrics_once();
+}
+
 void imagegen_observe_read_chain(int n)
 {
     metrics_once();

@@ -133,6 +133,10 @@ void imagegen_get_stats(imagegen *g, imagegen_stats *out);
  * pageserver_read_chain_max gauge. */
 void imagegen_observe_read_chain(int n);
 
+/* Registers the process-wide image and read-chain metrics (idempotent), so
+ * /metrics shows them, at zero, also where image generation is off. */
+void imagegen_metrics_init(void);
+
 /* The longest chain observed since start (process-wide). */
 uint64_t imagegen_read_chain_max(void);
 

@@ -127,6 +127,7 @@ static void read_metrics_init(void)
 static void read_metrics(void)
 {
     pthread_once(&rm.once, read_metrics_init);
+    imagegen_metrics_init();
 }
 
 static void observe_chain(int n)
