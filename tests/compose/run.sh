@@ -154,7 +154,7 @@ progress "init: $(dc logs --no-color init | grep -E 'imported|nothing to do|alre
 
 # --- 3. pgbench from the bench service ------------------------------------------------
 progress "bench service: pgbench -i, then ${bench_seconds} s of TPC-B"
-timeout $((bench_seconds + 300)) "${DC[@]}" run --rm -e BENCH_SECONDS="$bench_seconds" bench \
+timeout $((bench_seconds + 300)) "${DC[@]}" run --rm --no-deps -e BENCH_SECONDS="$bench_seconds" bench \
   >"$CTR_WORK/bench1.log" 2>&1 || {
   cat "$CTR_WORK/bench1.log" >&2
   fail "the first pgbench run failed"
@@ -182,7 +182,7 @@ for i in $(seq 1 20); do
 done
 [ "$(psql_host 'select count(*) from compose_ledger')" = 20 ] || fail "ledger does not hold 20 rows"
 progress "20 single-row commits returned with sk3 down"
-timeout $((bench_seconds + 300)) "${DC[@]}" run --rm -e BENCH_SECONDS=10 bench >"$CTR_WORK/bench2.log" 2>&1 || {
+timeout $((bench_seconds + 300)) "${DC[@]}" run --rm --no-deps -e BENCH_SECONDS=10 bench >"$CTR_WORK/bench2.log" 2>&1 || {
   cat "$CTR_WORK/bench2.log" >&2
   fail "pgbench with sk3 down failed"
 }
