@@ -91,6 +91,7 @@ struct page_service {
     uv_async_t async;
     uv_timer_t park_timer;
     int handles_open;
+    int conns_live; /* ps_conn objects not yet freed (they point at ps) */
     bool stopping;
     job *parked; /* loop thread only */
     int nparked;
@@ -322,11 +323,14 @@ static void dispatch(page_service *ps, job *j)
 
 /* ---- connections (loop thread) ---- */
 
+static void service_maybe_free(page_service *ps);
+
 static void conn_unref(ps_conn *pc)
 {
     assert(pc->refs > 0);
     if (--pc->refs > 0)
         return;
+    page_service *ps = pc->ps;
     assert(pc->inflight == 0 || pc->c == NULL);
     for (int i = 0; i < pc->ps->opt.pipeline_depth; i++)
         assert(pc->ring[i] == NULL);
@@ -334,6 +338,9 @@ static void conn_unref(ps_conn *pc)
         timeline_unref(pc->tl);
     free(pc->ring);
     free(pc);
+    assert(ps->conns_live > 0);
+    ps->conns_live--;
+    service_maybe_free(ps);
 }
 
 static void job_free(job *j)
@@ -538,6 +545,7 @@ static int on_connect(pgwire_conn *c, void *arg)
     pc->refs = 1;
     pc->ring = ring;
     pgwire_conn_set_data(c, pc);
+    ps->conns_live++;
     metrics_gauge_add(ps->connections, 1);
     return 0;
 }
@@ -545,6 +553,7 @@ static int on_connect(pgwire_conn *c, void *arg)
 static void on_close(pgwire_conn *c, void *arg)
 {
     page_service *ps = arg;
+    basebackup_service_conn_closed(c);
     ps_conn *pc = pgwire_conn_data(c);
     if (pc == NULL)
         return;
@@ -557,6 +566,7 @@ static void on_close(pgwire_conn *c, void *arg)
 static void on_writable(pgwire_conn *c, void *arg)
 {
     (void)arg;
+    basebackup_service_conn_writable(c);
     ps_conn *pc = pgwire_conn_data(c);
     if (pc != NULL)
         conn_update_pause(pc);
@@ -682,15 +692,25 @@ static void register_metrics(page_service *ps)
         "Requests parked until their not_modified_since LSN is ingested", 0, NULL, NULL);
 }
 
-static void on_handle_closed(uv_handle_t *h)
+/* The service is freed once it is stopped, its own handles are closed and
+ * the last connection's state is gone: pgwire may report a connection
+ * closed (on_close) after the service's handles finished closing. */
+static void service_maybe_free(page_service *ps)
 {
-    page_service *ps = h->data;
-    if (--ps->handles_open > 0)
+    if (!ps->stopping || ps->handles_open > 0 || ps->conns_live > 0)
         return;
     pthread_mutex_destroy(&ps->mu);
     pthread_cond_destroy(&ps->cv);
     free(ps->threads);
     free(ps);
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    page_service *ps = h->data;
+    assert(ps->handles_open > 0);
+    ps->handles_open--;
+    service_maybe_free(ps);
 }
 
 static void stop_workers(page_service *ps)
@@ -760,6 +780,7 @@ page_service *page_service_start(uv_loop_t *loop, tenants *t, const page_service
         goto fail;
     return ps;
 fail:
+    ps->stopping = true;
     stop_workers(ps);
     uv_close((uv_handle_t *)&ps->async, on_handle_closed);
     uv_close((uv_handle_t *)&ps->park_timer, on_handle_closed);
