@@ -399,6 +399,10 @@ static int stream(walreceiver *wr, int i)
                     break;
                 }
             }
+            /* Nothing to ingest now: store the images background generation
+             * finished instead of holding them until the next record. */
+            if (wr->ing != NULL)
+                ingest_idle(wr->ing);
             struct pollfd pfd = {.fd = PQsocket(c), .events = POLLIN};
             int pr = poll(&pfd, 1, 100);
             if (pr < 0 && errno != EINTR) {
