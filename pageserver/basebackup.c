@@ -4,7 +4,7 @@
  * Shape: list what exists at the LSN first (databases, relation forks,
  * SLRU segments, two-phase files: each listing is one store scan whose
  * callback only copies keys, so no read runs inside a scan), then write the
- * entries in a fixed order through a buffered ustar writer that hands
+ * entries in a fixed order through libarchive (ustar) into a buffer that hands
  * BASEBACKUP_CHUNK-sized pieces to the sink.
  * Not for: the LSN wait or the network.
  */
@@ -17,11 +17,13 @@
 #include <string.h>
 #include <time.h>
 
+#include <archive.h>
+#include <archive_entry.h>
+
 #include "common/crc32c.h"
 #include "pageserver/pgcontrol.h"
 #include "pageserver/pgstructs.h"
 
-#define TAR_BLOCK 512
 #define REL_SEG_BLOCKS (1u << 17) /* RELSEG_SIZE: 1 GB of 8 KB blocks */
 #define MAX_SLRU_SEG_BLOCKS PG_SLRU_PAGES_PER_SEGMENT
 #define MAX_LISTED 10000000 /* entries in one listing: far above any real cluster */
@@ -67,11 +69,19 @@ void basebackup_source_timeline(basebackup_source *out, basebackup_timeline_sour
     out->slru_segment = ts_slru_segment;
 }
 
-/* ---- the ustar writer ---- */
+/* ---- the tar writer (libarchive, POSIX ustar) ---- */
 
+/*
+ * libarchive formats the headers, pads each entry and writes the end
+ * marker; its output goes through write_cb into buf, and buf goes to the
+ * sink in chunks of at most BASEBACKUP_CHUNK bytes.  libarchive's own
+ * blocking is turned off (bytes_per_block 0) so nothing waits in it.
+ */
 typedef struct tar_writer {
     basebackup_sink_fn sink;
     void *arg;
+    struct archive *a;
+    struct archive_entry *e;
     uint8_t *buf; /* BASEBACKUP_CHUNK bytes */
     size_t used;
     uint64_t total;
@@ -91,80 +101,92 @@ static int tar_flush(tar_writer *w)
     return 0;
 }
 
-static int tar_put(tar_writer *w, const void *data, size_t n)
+static la_ssize_t tar_write_cb(struct archive *a, void *arg, const void *data, size_t n)
 {
+    (void)a;
+    tar_writer *w = arg;
     const uint8_t *p = data;
-    while (n > 0) {
+    size_t left = n;
+    while (left > 0) {
         if (w->failed)
             return -1;
         size_t room = BASEBACKUP_CHUNK - w->used;
-        size_t take = n < room ? n : room;
-        if (p != NULL) {
-            memcpy(w->buf + w->used, p, take);
-            p += take;
-        } else {
-            memset(w->buf + w->used, 0, take);
-        }
+        size_t take = left < room ? left : room;
+        memcpy(w->buf + w->used, p, take);
+        p += take;
         w->used += take;
         w->total += take;
-        n -= take;
+        left -= take;
         if (w->used == BASEBACKUP_CHUNK && tar_flush(w) != 0)
             return -1;
     }
+    return (la_ssize_t)n;
+}
+
+static int tar_open(tar_writer *w)
+{
+    w->a = archive_write_new();
+    w->e = archive_entry_new();
+    if (w->a == NULL || w->e == NULL)
+        return -1;
+    if (archive_write_set_format_ustar(w->a) != ARCHIVE_OK ||
+        archive_write_set_bytes_per_block(w->a, 0) != ARCHIVE_OK ||
+        archive_write_open(w->a, w, NULL, tar_write_cb, NULL) != ARCHIVE_OK)
+        return -1;
     return 0;
 }
 
-static void octal(char *field, size_t width, uint64_t v)
+/* Ends the archive (two zero blocks) and hands the rest to the sink. */
+static int tar_close(tar_writer *w)
 {
-    /* width - 1 octal digits, zero padded, then a NUL. */
-    field[width - 1] = '\0';
-    for (size_t i = width - 1; i > 0; i--) {
-        field[i - 1] = (char)('0' + (v & 7));
-        v >>= 3;
-    }
+    if (archive_write_close(w->a) != ARCHIVE_OK)
+        return -1;
+    return tar_flush(w);
 }
 
-/* One header: type '0' (file) or '5' (directory). */
-static int tar_header(tar_writer *w, const char *name, char type, uint64_t size)
+static void tar_free(tar_writer *w)
 {
-    uint8_t h[TAR_BLOCK];
-    memset(h, 0, sizeof h);
-    size_t len = strlen(name);
-    assert(len > 0 && len < 100);
-    memcpy(h, name, len);
-    octal((char *)h + 100, 8, type == '5' ? 0700 : 0600);
-    octal((char *)h + 108, 8, 0);
-    octal((char *)h + 116, 8, 0);
-    octal((char *)h + 124, 12, size);
-    octal((char *)h + 136, 12, (uint64_t)w->mtime);
-    memset(h + 148, ' ', 8);
-    h[156] = (uint8_t)type;
-    memcpy(h + 257, "ustar", 6);
-    memcpy(h + 263, "00", 2);
-    unsigned sum = 0;
-    for (size_t i = 0; i < sizeof h; i++)
-        sum += h[i];
-    octal((char *)h + 148, 7, sum);
-    h[155] = ' ';
-    return tar_put(w, h, sizeof h);
+    if (w->e != NULL)
+        archive_entry_free(w->e);
+    if (w->a != NULL)
+        archive_write_free(w->a);
+    w->e = NULL;
+    w->a = NULL;
 }
 
-static int tar_pad(tar_writer *w, uint64_t size)
+/* One header: a regular file of size bytes, or a directory. */
+static int tar_header(tar_writer *w, const char *name, bool dir, uint64_t size)
 {
-    uint64_t rem = size % TAR_BLOCK;
-    return rem == 0 ? 0 : tar_put(w, NULL, TAR_BLOCK - rem);
+    assert(strlen(name) > 0 && strlen(name) < 100);
+    if (w->failed)
+        return -1;
+    archive_entry_clear(w->e);
+    archive_entry_set_pathname(w->e, name);
+    archive_entry_set_filetype(w->e, dir ? AE_IFDIR : AE_IFREG);
+    archive_entry_set_perm(w->e, dir ? 0700 : 0600);
+    archive_entry_set_size(w->e, dir ? 0 : (la_int64_t)size);
+    archive_entry_set_mtime(w->e, (time_t)w->mtime, 0);
+    return archive_write_header(w->a, w->e) == ARCHIVE_OK ? 0 : -1;
+}
+
+/* Data of the current entry; the entries' sizes add up as declared. */
+static int tar_put(tar_writer *w, const void *data, size_t n)
+{
+    if (w->failed)
+        return -1;
+    return archive_write_data(w->a, data, n) == (la_ssize_t)n ? 0 : -1;
 }
 
 static int tar_dir(tar_writer *w, const char *name)
 {
-    return tar_header(w, name, '5', 0);
+    return tar_header(w, name, true, 0);
 }
 
 static int tar_file(tar_writer *w, const char *name, const void *data, size_t n)
 {
-    if (tar_header(w, name, '0', n) != 0 || tar_put(w, data, n) != 0)
+    if (tar_header(w, name, false, n) != 0)
         return -1;
-    return tar_pad(w, n);
+    return n == 0 ? 0 : tar_put(w, data, n);
 }
 
 /* ---- listings ---- */
@@ -381,7 +403,7 @@ static int write_relation_as(bb *b, const pg_key *k, const pg_key *name_as, uint
         else
             snprintf(path, sizeof path, "%s/%u%s.%u", dir, name_as->rel,
                      fork_suffix[name_as->fork], s);
-        if (tar_header(&b->w, path, '0', (uint64_t)n * PG_BLCKSZ) != 0)
+        if (tar_header(&b->w, path, false, (uint64_t)n * PG_BLCKSZ) != 0)
             return write_fail(b);
         for (uint32_t i = 0; i < n; i++) {
             if (b->src->rel_page(b->src->arg, k->spc, k->db, k->rel, k->fork, first + i, b->lsn,
@@ -576,7 +598,7 @@ static int write_all(bb *b)
     }
     /* pg_control last: a truncated archive has none and cannot start. */
     if (tar_file(&b->w, "global/pg_control", control, PG_CONTROL_FILE_SIZE) != 0 ||
-        tar_put(&b->w, NULL, 2 * TAR_BLOCK) != 0 || tar_flush(&b->w) != 0) {
+        tar_close(&b->w) != 0) {
         write_fail(b);
         goto out;
     }
@@ -620,13 +642,14 @@ int basebackup_write(const basebackup_source *src, lsn_t lsn, const basebackup_o
     b.w.buf = malloc(BASEBACKUP_CHUNK);
     b.page = malloc((size_t)PG_BLCKSZ * MAX_SLRU_SEG_BLOCKS);
     int rc;
-    if (b.w.buf == NULL || b.page == NULL) {
-        snprintf(err, errlen, "out of memory");
+    if (b.w.buf == NULL || b.page == NULL || tar_open(&b.w) != 0) {
+        snprintf(err, errlen, "out of memory (starting the archive)");
         b.sqlstate = "53200";
         rc = -1;
     } else {
         rc = write_all(&b);
     }
+    tar_free(&b.w);
     free(b.w.buf);
     free(b.page);
     if (rc != 0 && sqlstate != NULL)

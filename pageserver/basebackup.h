@@ -17,13 +17,9 @@
  * Not for: the network (page_service.c streams the chunks), waiting for
  * the LSN to be ingested (the caller does), compressing.
  *
- * The archive is written by hand as POSIX ustar (512-byte headers, two zero
- * blocks at the end): every name is short and every file far below 8 GB.
- * Why not libarchive (issue #4 asks for it): strata_pageserver_core and
- * strata_cli do not link it (their CMakeLists are not this module's), and
- * the writer is 60 lines that the reader (cli/basebackup_tar.h, fuzzed)
- * and stock tar/Postgres accept; switching is a local change of the
- * tar_* functions below once the build links libarchive.
+ * The archive is POSIX ustar written with libarchive (every name is short
+ * and every file far below 8 GB); the CLI's reader (cli/basebackup_tar.h,
+ * fuzzed) and stock tar accept it.
  *
  * LSN rules (the caller's, documented here once): lsn must be a record end
  * as common/walformat.h defines it (8-aligned) and <= the last ingested
