@@ -120,6 +120,15 @@ static void flush_upto(XLogRecPtr lsn)
     }
 }
 
+/* An LSN no WAL record has: 0 (never logged), or one of the fake LSNs below
+ * FirstNormalUnloggedLSN, e.g. GistBuildLSN, which a buffered GiST build
+ * stamps on every page until log_newpage_range logs the finished index (and
+ * that skips pages that read back as new). */
+static bool lsn_is_fake(XLogRecPtr lsn)
+{
+    return lsn < FirstNormalUnloggedLSN;
+}
+
 static bool page_all_zero(const char *page)
 {
     static const char zero[BLCKSZ];
@@ -211,7 +220,7 @@ static XLogRecPtr log_evicted_page(SMgrRelation reln, ForkNumber fork, BlockNumb
     if (strata_log_evicted_pages) {
         if (fork == FSM_FORKNUM || fork == VISIBILITYMAP_FORKNUM)
             reason = STAT_LOGGED_FSM_VM;
-        else if (lsn == InvalidXLogRecPtr && !page_all_zero(buffer))
+        else if (lsn_is_fake(lsn) && !page_all_zero(buffer))
             reason = STAT_LOGGED_ZERO_LSN;
         else if (fork == MAIN_FORKNUM && heap_page_in_progress(page)) {
             reason = STAT_LOGGED_INPROGRESS;
@@ -221,8 +230,11 @@ static XLogRecPtr log_evicted_page(SMgrRelation reln, ForkNumber fork, BlockNumb
             page_std = true;
         }
     }
-    if (reason == STAT_COUNT && lsn == InvalidXLogRecPtr)
-        reason = STAT_LOGGED_NEW_PAGE; /* all zeros: logged so the WAL has the size */
+    /* Always, whatever strata.log_evicted_pages says: a page without a real
+     * LSN is not in the WAL at all.  All zeros: logged so the WAL has the
+     * size. */
+    if (reason == STAT_COUNT && lsn_is_fake(lsn))
+        reason = page_all_zero(buffer) ? STAT_LOGGED_NEW_PAGE : STAT_LOGGED_ZERO_LSN;
     if (reason == STAT_COUNT)
         return lsn;
     if (!XLogInsertAllowed() || shutdown_checkpoint_running()) {
@@ -352,17 +364,17 @@ static void strata_extend(SMgrRelation reln, ForkNumber fork, BlockNumber blkno,
     lsn = PageGetLSN((Page)buffer);
     /* Content the WAL does not show (an unlogged index's build before its
      * INIT fork exists, see become_unlogged): log it like an eviction would. */
-    if (lsn == InvalidXLogRecPtr && XLogInsertAllowed() && !page_all_zero(buffer)) {
+    if (lsn_is_fake(lsn) && XLogInsertAllowed() && !page_all_zero(buffer)) {
         PGAlignedBlock copy;
 
         memcpy(copy.data, buffer, BLCKSZ);
         lsn = log_newpage(&rnode, fork, blkno, copy.data, false);
         strata_stat_add(STAT_LOGGED_ZERO_LSN, 1);
     }
-    if (!strata_relsize_extend(rnode, fork, blkno, lsn != InvalidXLogRecPtr)) {
+    if (!strata_relsize_extend(rnode, fork, blkno, !lsn_is_fake(lsn))) {
         /* No room in the relsize cache for a size the WAL does not show:
          * make the WAL show it. */
-        if (lsn == InvalidXLogRecPtr && XLogInsertAllowed()) {
+        if (lsn_is_fake(lsn) && XLogInsertAllowed()) {
             PGAlignedBlock copy;
 
             memcpy(copy.data, buffer, BLCKSZ);
@@ -372,7 +384,7 @@ static void strata_extend(SMgrRelation reln, ForkNumber fork, BlockNumber blkno,
     }
     /* A new page's version at the pageserver must be read after any
      * truncation this compute did: use the insert LSN for LSN-0 pages. */
-    if (lsn == InvalidXLogRecPtr && !RecoveryInProgress())
+    if (lsn_is_fake(lsn) && !RecoveryInProgress())
         lsn = GetXLogInsertRecPtr();
     strata_lwlsn_set(rnode, fork, blkno, lsn);
 }
@@ -419,7 +431,7 @@ static void strata_write(SMgrRelation reln, ForkNumber fork, BlockNumber blkno, 
         return;
     }
     lsn = log_evicted_page(reln, fork, blkno, buffer);
-    if (lsn != InvalidXLogRecPtr) {
+    if (!lsn_is_fake(lsn)) {
         strata_lwlsn_set(reln->smgr_rnode.node, fork, blkno, lsn);
         strata_relsize_wal_saw(reln->smgr_rnode.node, fork, blkno);
     }

@@ -1,6 +1,6 @@
 """
 Helpers for the smgr tests (test_smgr.py, test_compute_gaps.py,
-test_pg_regress_stateless.py): a cluster whose compute is STATELESS -- started by
+and pg_regress runs): a cluster whose compute is STATELESS -- started by
 `strata start compute` from a non-full pageserver basebackup with
 strata.pageserver set (STRATA_COMPUTE_MODE=stateless), so every permanent
 relation is read from the pageserver.
@@ -10,26 +10,21 @@ SmgrCluster extends conftest's StrataCluster:
     STRATA_COMPUTE_MODE=stateless: the pageserver imports a patched initdb and
     every compute starts on a new, empty data directory from a basebackup;
   - configure(**settings) / make_stateless(): compute settings the CLI does not
-    write (shared_buffers, strata.log_evicted_pages, ...).  The CLI rewrites
-    postgresql.conf and strata.conf at every start and a basebackup brings an
-    empty postgresql.auto.conf, so the harness writes postgresql.auto.conf
-    after the CLI started the compute and restarts that postmaster in place
-    (fast shutdown, same data directory, the pid file updated).  Every later
-    start("compute") re-applies them.
+    write (shared_buffers, strata.log_evicted_pages, ...).  The CLI writes
+    every configuration file of a compute it starts from a basebackup, so the
+    harness points STRATA_PG_PREFIX at a wrapper prefix (everything symlinked
+    to the patched build) whose bin/postgres adds `-c` settings read from a
+    file; configure() replaces the running compute (stop + start: a new
+    compute on a new empty data directory, the product's path).
 
 The CLI and daemons come from STRATA_SMGR_CLI_BUILD when set, else from
 STRATA_SAN_BUILD like every integration test; strata.so from STRATA_BUILD.
 """
 import os
 import shutil
-import signal
 import subprocess
-import threading
 
-import psycopg
-
-from conftest import (REPO, SAN_BUILD, StrataCluster, make_shared_dir, pid_alive,
-                      pg_user, wait_until)
+from conftest import REPO, SAN_BUILD, StrataCluster, make_shared_dir
 
 CLI_BUILD = os.environ.get("STRATA_SMGR_CLI_BUILD", SAN_BUILD)
 
@@ -39,13 +34,51 @@ def pg_prefix():
                                     "--prefix-only"], text=True).strip()
 
 
+WRAPPER = """#!/bin/sh
+# strata smgr test harness: the patched postgres, plus the settings of
+# %(settings)s when started as a server (postgres -D DIR, how the CLI starts a
+# compute); any other use (the pageserver's redo helpers) passes through.
+if [ "$1" = "-D" ] && [ -r "%(settings)s" ]; then
+    set -- "$@" $(cat "%(settings)s")
+fi
+exec "%(real)s" "$@"
+"""
+
+
+def make_wrapper_prefix(prefix, wrap, settings_file):
+    """A prefix that looks like the patched build's (everything symlinked)
+    whose bin/postgres adds the harness's -c settings when it starts a server:
+    the CLI writes every configuration file of a compute it starts from a
+    basebackup, so this is the one place a test can add settings without
+    restarting the compute on its own data directory."""
+    os.makedirs(os.path.join(wrap, "bin"), exist_ok=True)
+    for name in os.listdir(prefix):
+        if name != "bin" and not os.path.exists(os.path.join(wrap, name)):
+            os.symlink(os.path.join(prefix, name), os.path.join(wrap, name))
+    for name in os.listdir(os.path.join(prefix, "bin")):
+        dst = os.path.join(wrap, "bin", name)
+        if name == "postgres" or os.path.exists(dst):
+            continue
+        os.symlink(os.path.join(prefix, "bin", name), dst)
+    path = os.path.join(wrap, "bin", "postgres")
+    with open(path, "w") as f:
+        f.write(WRAPPER % {"settings": settings_file,
+                           "real": os.path.join(prefix, "bin", "postgres")})
+    os.chmod(path, 0o755)
+    for d in (wrap, os.path.join(wrap, "bin")):
+        os.chmod(d, 0o755)
+
+
 class SmgrCluster(StrataCluster):
     def __init__(self, directory):
         super().__init__(directory)
         self.strata = os.path.join(CLI_BUILD, "bin", "strata")
         self.prefix = pg_prefix()
-        self.env["STRATA_PG_BINDIR"] = os.path.join(self.prefix, "bin")
-        self.env["STRATA_PG_PREFIX"] = self.prefix
+        self.wrap = os.path.join(directory, "pgwrap")
+        self.settings_file = os.path.join(self.wrap, "settings")
+        make_wrapper_prefix(self.prefix, self.wrap, self.settings_file)
+        self.env["STRATA_PG_BINDIR"] = os.path.join(self.wrap, "bin")
+        self.env["STRATA_PG_PREFIX"] = self.wrap
         self.env["STRATA_COMPUTE_MODE"] = "stateless"
         self.settings = {}
 
@@ -56,22 +89,34 @@ class SmgrCluster(StrataCluster):
     def pageserver_addr(self):
         return "127.0.0.1:%d" % self.status()["pageserver"]["pg_port"]
 
-    # -- starting with our settings -----------------------------------------
-    def up(self, *extra):
-        proc = super().up(*extra)
-        self._apply_settings()
-        return proc
-
-    def start(self, name):
-        proc = super().start(name)
-        if name == "compute":
-            self._apply_settings()
-        return proc
-
+    # -- compute settings ------------------------------------------------------
     def configure(self, **settings):
-        """Adds compute settings (kept for every later start) and applies them."""
+        """Adds compute settings (kept for every later start) and, when the
+        compute runs, replaces it: `strata stop compute` + `strata start
+        compute`, a new compute on a new empty data directory."""
         self.settings.update(settings)
-        self._apply_settings()
+        with open(self.settings_file, "w") as f:
+            for k, v in self.settings.items():
+                assert " " not in str(v) and "\n" not in str(v), (k, v)
+                f.write("-c%s=%s\n" % (k, v))
+        if self.status()["compute"].get("pid"):
+            # A commit waits for the safekeepers: afterwards they end past the
+            # pageserver's timeline start.  Stopped before that, the next
+            # `strata start compute` takes the compute for one made before the
+            # pageserver and restarts it on its (stateless) data directory
+            # without the smgr (cli/compute.c, rep->legacy).
+            with self.connect() as conn:
+                conn.execute("select txid_current()")
+            self.stop("compute")
+            self.start("compute")
+        with self.connect() as conn:
+            (conf_ps,), = conn.execute("show strata.pageserver").fetchall()
+            assert conf_ps, "the CLI did not start a stateless compute (strata.pageserver empty)"
+            # The settings reached the server (units aside: SHOW normalises).
+            for k, v in self.settings.items():
+                (source,), = conn.execute("select source from pg_settings where name = %s",
+                                          (k,)).fetchall()
+                assert source == "command line", (k, v, source)
 
     def make_stateless(self, shared_buffers="1MB", log_evicted=True, extra=None):
         """The smgr settings of the tests: tiny buffers, eviction logging as
@@ -84,52 +129,6 @@ class SmgrCluster(StrataCluster):
         }
         settings.update(extra or {})
         self.configure(**settings)
-
-    def compute_pid(self):
-        with open(os.path.join(self.dir, "compute.pid")) as f:
-            return int(f.read().strip())
-
-    def _apply_settings(self):
-        if not self.settings:
-            return
-        pgdata = self.compute_datadir
-        with self.connect() as conn:
-            (conf_ps,), = conn.execute("show strata.pageserver").fetchall()
-        assert conf_ps, "the CLI did not start a stateless compute (strata.pageserver empty)"
-        pid = self.compute_pid()
-        os.kill(pid, signal.SIGINT)  # fast shutdown
-        wait_until(lambda: not pid_alive(pid), 120, "compute %d to stop" % pid)
-        with open(os.path.join(pgdata, "postgresql.auto.conf"), "w") as f:
-            f.write("# strata smgr test harness\n")
-            for k, v in self.settings.items():
-                f.write("%s = '%s'\n" % (k, v))
-        shutil.chown(os.path.join(pgdata, "postgresql.auto.conf"), pg_user(), pg_user())
-        log = open(os.path.join(self.dir, "compute.log"), "ab")
-        try:
-            proc = subprocess.Popen([self.pg_program("postgres"), "-D", pgdata], stdout=log,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    cwd=pgdata, start_new_session=True,
-                                    user=pg_user(), group=pg_user())
-        finally:
-            log.close()
-        with open(os.path.join(self.dir, "compute.pid"), "w") as f:
-            f.write("%d\n" % proc.pid)
-
-        def ready():
-            if proc.poll() is not None:
-                raise AssertionError("compute exited %d on restart\n%s" % (
-                    proc.returncode, self.log_tails(40)))
-            try:
-                with self.connect(connect_timeout=2) as conn:
-                    conn.execute("select 1")
-                return True
-            except psycopg.OperationalError:
-                return False
-
-        # Reap the postmaster whenever it exits (the CLI stops it by pid and
-        # must not see a zombie).
-        threading.Thread(target=proc.wait, daemon=True).start()
-        wait_until(ready, 120, "compute to accept connections after the restart")
 
     # -- observations ----------------------------------------------------------
     def stats(self):
