@@ -591,9 +591,18 @@ int compute_start_from_pageserver(const cluster *c, compute_start_report *rep, c
         return -1;
     long long t1 = proc_now_ms();
     rep->sync_ms = t1 - t0;
-    /* A data directory made before the pageserver existed was imported at
-     * its shutdown checkpoint, which its walproposer never streamed: that
-     * compute must run once more on it to bring the safekeepers there. */
+    /* A data directory made by initdb before the pageserver existed (it has
+     * no strata.signal) was imported at its shutdown checkpoint, which its
+     * walproposer never streamed: that compute must run once more on it to
+     * bring the safekeepers there. */
+    char signal[PATH_MAX + 16];
+    snprintf(signal, sizeof signal, "%s/strata.signal", p.pgdata);
+    if (rep->lsn < c->pageserver_import_lsn && access(signal, F_OK) == 0) {
+        /* A compute made from a basebackup that stopped before its WAL
+         * reached the timeline's start: nothing was committed, start again
+         * from the pageserver's start (never on that directory with md). */
+        rep->lsn = c->pageserver_import_lsn;
+    }
     if (rep->lsn < c->pageserver_import_lsn) {
         char version[PATH_MAX + 16];
         snprintf(version, sizeof version, "%s/PG_VERSION", p.pgdata);
