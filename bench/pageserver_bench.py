@@ -312,7 +312,10 @@ def make_chains(conninfo, pages):
         psql(conninfo, f"VACUUM FULL c{n}")
         psql(conninfo, f"CREATE TABLE k{n} AS SELECT id FROM c{n} "
                        f"WHERE (ctid::text::point)[1] = 1")
-        npages[n] = int(psql(conninfo, f"SELECT pg_relation_size('c{n}') / 8192").strip())
+        # Pages from the tuples themselves: a stateless compute's pg_relation_size()
+        # stats local files, which it does not have (VACUUM FULL left cN dense).
+        npages[n] = int(psql(conninfo, f"SELECT coalesce(max((ctid::text::point)[0])::int + 1, 0) "
+                                       f"FROM c{n}").strip())
         keys = int(psql(conninfo, f"SELECT count(*) FROM k{n}").strip())
         if keys != npages[n] or npages[n] < pages:
             raise BenchError(f"c{n}: {keys} first rows on {npages[n]} pages, wanted one on "
@@ -788,6 +791,10 @@ def main(argv):
     work = tempfile.mkdtemp(prefix="strata-psbench-", dir=args.workdir)
     os.chmod(work, 0o755)  # the postgres user must traverse it
     os.makedirs(args.out, exist_ok=True)
+    # The compute holds a full copy of its data (a full basebackup, smgr off): the
+    # ingest step stops the pageserver while pgbench makes a WAL backlog, which a
+    # stateless compute could not do (it reads every page from the pageserver).
+    os.environ["STRATA_COMPUTE_MODE"] = "full"
     cluster = StrataCluster(build, os.path.join(work, "strata"))
     interrupted = False
     try:
