@@ -67,7 +67,11 @@ die() {
 }
 
 [ -f "$patch_file" ] || die "patch $patch_file is missing"
-patch_sha="$(sha256sum "$patch_file" | cut -c1-12)"
+# The cache key covers the patch and the recipe: bump recipe when a change to this
+# script changes what gets installed (2: modules under the prefix, not Debian's
+# /usr/lib/postgresql/15/lib).
+recipe=2
+patch_sha="$({ cat "$patch_file"; echo "strata build recipe $recipe"; } | sha256sum | cut -c1-12)"
 
 # A version string safe for a directory name: 15.18-0+deb12u1 -> 15.18-0_deb12u1.
 sanitize_version() { printf '%s' "$1" | tr -c 'A-Za-z0-9.\n-' '_'; }
@@ -331,6 +335,14 @@ fi
 if find "$srcdir" -name '*.rej' | grep -q .; then
   die "$(basename "$patch_file") left rejects"
 fi
+# Debian's 50-per-version-dirs.patch installs modules (plpgsql, snowball, contrib) into
+# /usr/lib/postgresql/15/lib whatever the prefix: `make install` would overwrite the
+# stock 15.x package's modules there and our server would load theirs.  Keep ours under
+# the prefix.
+sed -i 's|^override pkglibdir := /usr/lib/postgresql/@PG_MAJORVERSION@/lib$|override pkglibdir := $(libdir)/postgresql|' \
+  "$srcdir/src/Makefile.global.in"
+grep -q '^override pkglibdir := $(libdir)/postgresql$' "$srcdir/src/Makefile.global.in" ||
+  die "could not point pkglibdir under the prefix (src/Makefile.global.in changed?)"
 
 # --- configure, build, install ------------------------------------------------------------
 

@@ -214,7 +214,12 @@ def test_install_matches_build_script():
     with open(os.path.join(REPO, "compute", "postgres", "smgr-hook.patch"), "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()
     assert info["patch"].endswith(digest), "the cached build is not of the current patch"
-    assert PREFIX.endswith("-" + digest[:12])
+    # The cache key: the patch followed by the build script's recipe number.
+    with open(os.path.join(REPO, "compute", "postgres", "build.sh")) as f:
+        recipe = re.search(r"^recipe=(\d+)$", f.read(), re.M).group(1)
+    with open(os.path.join(REPO, "compute", "postgres", "smgr-hook.patch"), "rb") as f:
+        keyed = f.read() + ("strata build recipe %s\n" % recipe).encode()
+    assert PREFIX.endswith("-" + hashlib.sha256(keyed).hexdigest()[:12])
 
     # The prefix must be reachable by the unprivileged user that runs postgres.
     res = subprocess.run([pg_bin("postgres"), "--version"], capture_output=True, text=True,
@@ -225,6 +230,8 @@ def test_install_matches_build_script():
                               text=True, check=True).stdout.strip()
     pkglibdir = subprocess.run([pg_bin("pg_config"), "--pkglibdir"], capture_output=True,
                                text=True, check=True).stdout.strip()
+    # Modules live under the prefix: never in the stock package's directory.
+    assert pkglibdir.startswith(PREFIX + os.sep), pkglibdir
     for module in CONTRIB:
         assert os.path.exists(os.path.join(sharedir, "extension", module + ".control")), module
         assert os.path.exists(os.path.join(pkglibdir, module + ".so")), module
