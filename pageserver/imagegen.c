@@ -63,6 +63,9 @@ struct imagegen {
     size_t table_cap; /* power of two, >= 2 * track_entries */
     size_t table_count;
     ig_done *scratch; /* total_cap slots for drain */
+    lsn_t last_lsn;   /* LSN of the newest noted value */
+    bool dropped;     /* a request was dropped since the last full sweep */
+    size_t sweep_at;  /* where the next sweep of the table resumes */
 
     /* Guarded by mu. */
     pthread_mutex_t mu;
@@ -431,6 +434,7 @@ static void try_enqueue(imagegen *g, ig_entry *e, lsn_t min_lsn)
         pthread_cond_signal(&g->cv);
     pthread_mutex_unlock(&g->mu);
     if (!queued) {
+        g->dropped = true;
         atomic_fetch_add(&g->drops, 1);
         metrics_counter_inc(im.drops);
         return;
@@ -471,8 +475,40 @@ void imagegen_note(imagegen *g, const pg_key *k, lsn_t lsn, bool complete)
         e->deltas++;
     if (e->since_queued < UINT32_MAX)
         e->since_queued++;
+    if (lsn > g->last_lsn)
+        g->last_lsn = lsn;
     if (!e->in_flight && e->deltas >= g->o.threshold)
         try_enqueue(g, e, lsn);
+}
+
+#define SWEEP_STEP 4096 /* counters looked at per drain, at most */
+
+/*
+ * A page whose request was dropped (pipeline full) asks again only at its
+ * next delta, so a page that turns quiet right after would keep its long
+ * chain.  While drops are outstanding and the pipeline has room, each drain
+ * looks at up to SWEEP_STEP counters and queues the pages at or past the
+ * threshold; a full pass with nothing dropped ends the sweep.
+ */
+static void sweep_dropped(imagegen *g)
+{
+    if (!g->dropped || g->table == NULL)
+        return;
+    for (size_t n = 0; n < SWEEP_STEP; n++) {
+        pthread_mutex_lock(&g->mu);
+        bool room = in_pipeline_locked(g) < g->o.queue_cap;
+        pthread_mutex_unlock(&g->mu);
+        if (!room)
+            return;
+        if (g->sweep_at == 0)
+            g->dropped = false; /* a new pass: drops from now on set it again */
+        ig_entry *e = &g->table[g->sweep_at];
+        g->sweep_at = (g->sweep_at + 1) % g->table_cap;
+        if (e->used && !e->in_flight && e->deltas >= g->o.threshold)
+            try_enqueue(g, e, g->last_lsn);
+        if (g->sweep_at == 0 && !g->dropped)
+            return;
+    }
 }
 
 int imagegen_drain(imagegen *g)
@@ -484,8 +520,10 @@ int imagegen_drain(imagegen *g)
     g->dhead = (g->dhead + n) % g->total_cap;
     g->dlen = 0;
     pthread_mutex_unlock(&g->mu);
-    if (n == 0)
+    if (n == 0) {
+        sweep_dropped(g);
         return 0;
+    }
     metrics_gauge_add(im.depth, -(double)n);
     int stored = 0;
     for (size_t i = 0; i < n; i++) {
@@ -531,6 +569,7 @@ int imagegen_drain(imagegen *g)
         if (ok && e->deltas >= g->o.threshold)
             try_enqueue(g, e, d->at);
     }
+    sweep_dropped(g);
     return stored;
 }
 

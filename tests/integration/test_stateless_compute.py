@@ -157,7 +157,5 @@ def test_stateless_compute_has_no_permanent_relation_files(cluster_dir):
     assert cluster_dir.sql("select count(*) from p") == [(1000,)]
     cluster_dir.sql("insert into u values (1)")
     assert permanent_relation_files(cluster_dir.compute_datadir) == []
-    # The target is 2 s on a quiet machine; several engineers' test runs at
-    # once on two cores (load far above the core count) stretch every step.
-    load = os.getloadavg()[0]
-    assert secs < (2.0 if load < (os.cpu_count() or 1) else 30.0), (secs, load)
+    # The start time is printed, not asserted: speed targets live in the
+    # benchmarks (bench/stateless_tpcb.py measures start to first query).
