@@ -1,0 +1,245 @@
+"""Tests of bench/tprocc.py (python3 -m pytest -q bench/test_tprocc.py).
+
+- the pieces that decide figures: NURand stays in range, last names, the
+  schema parts, the NOPM/TPM summary of hand-made records, the docs section
+  replaced once;
+- one real --quick run of stock PG 15 (a) and Strata (c) side by side: both
+  print NOPM, the consistency checks pass, nothing started is left running;
+- kill -9 of a Strata compute in the middle of a TPROC-C run: the virtual
+  users' ledger of acknowledged new orders is all on the new compute (empty
+  data directory), the TPC-C consistency checks pass there (also through
+  `--check-only`), and a broken invariant makes a check fail.
+"""
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+# pylint: disable=wrong-import-position
+import psycopg  # noqa: E402
+
+import tprocc  # noqa: E402
+from bench_strata import StrataCluster  # noqa: E402
+
+
+def _strata_build():
+    return os.environ.get("STRATA_BUILD", os.path.join(REPO, "build"))
+
+
+def _need_strata():
+    build = _strata_build()
+    for need in ("bin/strata", "bin/strata-pageserver", "lib/strata.so"):
+        if not os.path.exists(os.path.join(build, need)):
+            pytest.skip(f"not built: {os.path.join(build, need)}")
+    return build
+
+
+def _pids_mentioning(path):
+    pids = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if path in cmd:
+            pids.append(int(pid))
+    return pids
+
+
+def _kill_leftovers(work):
+    for pid in _pids_mentioning(work):
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+
+
+def test_nurand_and_last_names():
+    rng = random.Random(7)
+    for a, x, y in ((1023, 1, 3000), (8191, 1, 100000), (255, 0, 999), (1023, 1, 30)):
+        vals = [tprocc.nurand(rng, a, x, y, 123) for _ in range(5000)]
+        assert min(vals) >= x and max(vals) <= y
+        # Non-uniform: some values are drawn far more often than the mean.
+        counts = {}
+        for v in vals:
+            counts[v] = counts.get(v, 0) + 1
+        assert max(counts.values()) > 3 * len(vals) / (y - x + 1) or y - x < 100
+    assert tprocc.last_name(0) == "BARBARBAR"
+    assert tprocc.last_name(371) == "PRICALLYOUGHT"
+    with pytest.raises(AssertionError):
+        tprocc.last_name(1000)
+
+
+def test_schema_parts_and_scale():
+    parts = tprocc.schema_parts()
+    assert parts["tables"].count("CREATE TABLE") == 9
+    for fn in ("neword", "payment", "delivery", "slev", "ostat"):
+        assert f"FUNCTION {fn}(" in parts["functions"]
+    s = tprocc.Scale(2, 10)
+    assert (s.items, s.customers, s.new_orders) == (10000, 300, 90)
+    assert "SCALED DOWN" in s.describe() and "SCALED" not in tprocc.Scale(1).describe()
+
+
+class _FakeWorkload:
+    def __init__(self, records):
+        self.records = records
+
+
+def test_summary_counts_only_the_window():
+    # 60 s window from t=100: 30 committed new orders inside, one rollback,
+    # one error; records outside the window must not count.
+    recs = [("neword", 100.0 + 2 * i, 5000, "ok") for i in range(30)]
+    recs += [("neword", 99.0, 5000, "ok"), ("neword", 161.0, 5000, "ok"),
+             ("neword", 120.5, 7000, "rollback"), ("payment", 130.0, 3000, "error"),
+             ("payment", 131.0, 3000, "ok")]
+    res = tprocc.summarize_run(_FakeWorkload([recs[:20], recs[20:]]), (100.0, 160.0), 10.0)
+    assert res["new_orders"] == 30 and res["nopm"] == 30
+    assert res["tpm_client"] == 32  # 30 + rollback + payment
+    assert res["rollbacks"] == 1 and res["errors"] == 1
+    assert [v for _t, v in res["nopm_series"]] == [30] * 6
+    assert res["per_type"]["neword"]["lat_ms"]["p50"] == 5.0
+    assert "lat_ms" not in res["per_type"]["delivery"]
+
+
+def test_docs_section_replaced_once():
+    res = {"date": "today", "quick": True, "setups": [],
+           "params": {"argv": ["--quick"], "warehouses": 1, "vus": 3, "rampup_s": 2,
+                      "duration_s": 8, "scale_down": 10},
+           "machine": {"nproc": 2, "cpu_model": "x", "mem_total": "1 GiB",
+                       "filesystem": "ext4", "loadavg_start": "0", "loadavg_end": "0"}}
+    md = tprocc.markdown_section(res, None)
+    assert "Smoke run" in md
+    doc = "# Benchmarks\n\nintro\n"
+    once = tprocc.replace_section(doc, md)
+    twice = tprocc.replace_section(once + "\nafter\n", md)
+    assert twice.count(tprocc.SECTION_BEGIN) == 1 and twice.count(tprocc.SECTION_END) == 1
+    assert twice.startswith(doc) and twice.endswith("\nafter\n")
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/lib/postgresql/15/bin/initdb"),
+                    reason="PostgreSQL 15 binaries not installed")
+def test_quick_side_by_side(tmp_path):
+    build = _need_strata()
+    work = tempfile.mkdtemp(prefix="tprocc-test-", dir="/tmp")
+    os.chmod(work, 0o755)
+    out = tmp_path / "out"
+    try:
+        cp = subprocess.run([sys.executable, os.path.join(HERE, "tprocc.py"), "--quick",
+                             "--duration", "6", "--strata-build", build, "--workdir", work,
+                             "--out", str(out), "--docs", "no"],
+                            capture_output=True, text=True, timeout=300)
+        assert cp.returncode == 0, cp.stdout[-4000:] + cp.stderr[-4000:]
+        lines = [x for x in cp.stdout.splitlines() if "TEST RESULT : System achieved" in x]
+        assert any("(a)" in x for x in lines) and any("(c)" in x for x in lines), cp.stdout
+        assert "SCALED DOWN" in cp.stdout
+        with open(out / "results.json", encoding="utf-8") as f:
+            res = json.load(f)
+        a, c = res["setups"]
+        for s in (a, c):
+            assert s["status"] == "ok", s
+            r = s["run"]
+            assert r["nopm"] > 0 and r["tpm"] > 0 and r["errors"] == 0
+            # Server and client count the same transactions, give or take the
+            # monitor's queries and stats flushed up to a second late.
+            assert abs(r["tpm"] - r["tpm_client"]) < 0.3 * r["tpm_client"] + 200
+            assert len(r["checks"]) == 4 and all(x["ok"] for x in r["checks"]), r["checks"]
+            for kind in tprocc.TXN_TYPES:
+                assert r["per_type"][kind]["ok"] > 0, kind
+            # The 45% share of new orders, loosely.
+            share = r["per_type"]["neword"]["ok"] / max(1, sum(
+                e["ok"] + e["rollback"] for e in r["per_type"].values()))
+            assert 0.3 < share < 0.6
+        assert c["settings"]["strata.pageserver"]
+        assert a["settings"]["full_page_writes"] == "on"
+        assert (out / "tprocc_nopm.png").exists() and (out / "tprocc_latency.png").exists()
+        assert _pids_mentioning(work) == []
+        assert os.listdir(work) == []
+    finally:
+        _kill_leftovers(work)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _wait(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.1)
+
+
+def test_kill9_compute_mid_run_keeps_every_new_order_and_consistency():
+    build = _need_strata()
+    work = tempfile.mkdtemp(prefix="tprocc-kill-", dir="/tmp")
+    os.chmod(work, 0o755)
+    cluster = StrataCluster(build, os.path.join(work, "strata"))
+    saved_mode = os.environ.get("STRATA_COMPUTE_MODE")
+    os.environ["STRATA_COMPUTE_MODE"] = "stateless"
+    wl = None
+    try:
+        status = cluster.up()
+        info = cluster.conninfo(status)
+        marker = os.path.join(status["compute"]["datadir"], "tprocc-old-compute-marker")
+        with open(marker, "w", encoding="utf-8") as f:
+            f.write("the killed compute's directory\n")
+        tprocc.create_database(info)
+        conninfo = tprocc.conninfo_str(info)
+        scale = tprocc.Scale(1, 10)
+        tprocc.load(conninfo, scale, 2, seed=11)
+        wl = tprocc.Workload(conninfo, scale, 3, seed=11)
+        wl.start()
+        _wait(lambda: wl.committed_neworders() >= 100, 60, "100 acknowledged new orders")
+        subprocess.run([cluster.cli, "stop", "compute", "--immediate", "--dir",
+                        cluster.cluster_dir], check=True, timeout=60, capture_output=True)
+        before_kill = wl.committed_neworders()
+        subprocess.run([cluster.cli, "start", "compute", "--dir", cluster.cluster_dir],
+                       check=True, timeout=120, capture_output=True)
+        status = cluster.status()
+        assert not os.path.exists(marker), "the new compute reused the old data directory"
+        # The virtual users reconnect to the new compute and go on committing.
+        _wait(lambda: wl.committed_neworders() >= before_kill + 50, 90,
+              "50 new orders committed on the new compute")
+        wl.stop()
+        assert sum(1 for recs in wl.records for r in recs if r[3] == "error") > 0, \
+            "the kill broke no transaction: it did not happen mid-run"
+        info = cluster.conninfo(status)
+        with psycopg.connect(tprocc.conninfo_str(info), autocommit=True) as conn:
+            missing = tprocc.ledger_missing(conn, wl.ledger)
+            assert not missing, f"{len(missing)} of {len(wl.ledger)} acknowledged new orders " \
+                                f"lost or changed, e.g. {missing[:5]}"
+            checks = tprocc.run_checks(conn)
+            assert all(c["ok"] for c in checks), tprocc.format_checks(checks)
+        check_cmd = [sys.executable, os.path.join(HERE, "tprocc.py"), "--check-only",
+                     "--connstr", tprocc.conninfo_str(info)]
+        cp = subprocess.run(check_cmd, capture_output=True, text=True, timeout=60)
+        assert cp.returncode == 0 and cp.stdout.count("PASS") == 4, cp.stdout + cp.stderr
+        # The checks can fail: break 3.3.2.1 and see it reported.
+        with psycopg.connect(tprocc.conninfo_str(info), autocommit=True) as conn:
+            conn.execute("UPDATE warehouse SET w_ytd = w_ytd + 1 WHERE w_id = 1")
+        cp = subprocess.run(check_cmd, capture_output=True, text=True, timeout=60)
+        assert cp.returncode == 1 and "FAIL  3.3.2.1" in cp.stdout, cp.stdout + cp.stderr
+        print(f"kill -9 mid-run: {len(wl.ledger)} acknowledged new orders "
+              f"({before_kill} before the kill) all present; checks pass")
+    finally:
+        if wl is not None:
+            wl.stop_event.set()
+        cluster.down()
+        if saved_mode is None:
+            os.environ.pop("STRATA_COMPUTE_MODE", None)
+        else:
+            os.environ["STRATA_COMPUTE_MODE"] = saved_mode
+        _kill_leftovers(work)
+        shutil.rmtree(work, ignore_errors=True)
