@@ -1028,8 +1028,12 @@ def check_only(args):
         return 2
     if "dbname" not in connstr:
         connstr += f" dbname={DBNAME}"
-    with psycopg.connect(connstr, autocommit=True) as conn:
-        checks = run_checks(conn)
+    try:
+        with psycopg.connect(connstr, autocommit=True) as conn:
+            checks = run_checks(conn)
+    except psycopg.Error as e:
+        print(f"tprocc --check-only: {str(e).strip().splitlines()[0]}", file=sys.stderr)
+        return 2
     print("TPC-C consistency checks:")
     print(format_checks(checks))
     return 0 if all(c["ok"] for c in checks) else 1
