@@ -26,7 +26,9 @@ transactions per minute is reported beside it.
 Not for: an audited TPC-C result (no keying/think times, delivery is not
 deferred, one database per setup on one machine), or a timed test: the exit
 code says whether every setup ran and every consistency check passed.
-`--check-only` runs the checks alone against --connstr (default
+`--kill-compute-at S` kills (c)'s compute S seconds into the window and
+starts a new one while the virtual users go on, then looks up every new
+order the server acknowledged.  `--check-only` runs the checks alone against --connstr (default
 $STRATA_CONNSTR with dbname tpcc).  `--driver hammerdb` would drive
 HammerDB's hammerdbcli; it is not implemented here, so the program says so and
 uses its own driver.
@@ -128,6 +130,11 @@ def parse_args(argv):
                     help="hammerdb: HammerDB's hammerdbcli (not implemented: falls back)")
     ap.add_argument("--shared-buffers", default="128MB",
                     help="shared_buffers of the stock server (the Strata compute keeps the CLI's)")
+    ap.add_argument("--kill-compute-at", type=float, default=None, metavar="S",
+                    help="(c) only: S seconds into the measured window, kill -9 the compute "
+                         "(`strata stop compute --immediate`) and `strata start compute` a new "
+                         "one while the virtual users go on; reports the acknowledged new "
+                         "orders found after it")
     ap.add_argument("--quick", action="store_true",
                     help="one scaled-down warehouse, seconds of running: tests this program")
     ap.add_argument("--check-only", action="store_true",
@@ -160,6 +167,8 @@ def parse_args(argv):
     if min(args.warehouses, args.vus, args.duration, args.scale_down, args.loader_threads) < 1 \
             or args.rampup < 0 or args.report_every <= 0:
         ap.error("--warehouses, --vus, --duration, --scale-down, --loader-threads must be >= 1")
+    if args.kill_compute_at is not None and not 0 <= args.kill_compute_at < args.duration:
+        ap.error("--kill-compute-at must fall inside the measured window [0, duration)")
     if args.scale_down > 100:
         ap.error("--scale-down at most 100 (a district keeps 30 customers)")
     if args.seed is None:
@@ -591,10 +600,28 @@ def summarize_run(wl, window, bucket_s):
                             for i, c in enumerate(counts)]}
 
 
-def run_workload(conninfo, scale, args):
-    """Ramp-up, then the measured window with progress lines; returns the run dict."""
+def _reconnect(conninfo, timeout=120):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return psycopg.connect(conninfo, autocommit=True, connect_timeout=5)
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def run_workload(conninfo, scale, args, restart_compute=None):
+    """Ramp-up, then the measured window with progress lines; returns (the run
+    dict, the Workload).  With restart_compute (a callable that kills the
+    compute and starts a new one), it is called args.kill_compute_at seconds
+    into the window while the virtual users keep running; pg_stat TPM then
+    adds the old compute's count up to the kill and the new one's from its
+    start (each compute has its own statistics)."""
     wl = Workload(conninfo, scale, args.vus, args.seed)
     monitor = psycopg.connect(conninfo, autocommit=True)
+    kill = None
+    x_lost = 0  # transactions counted by the killed compute, up to the kill
     try:
         log(f"{args.vus} virtual user(s), ramp-up {args.rampup} s, measured {args.duration} s, "
             f"keying and thinking time 0")
@@ -608,7 +635,24 @@ def run_workload(conninfo, scale, args):
             remaining = t0 + args.duration - time.monotonic()
             if remaining <= 0:
                 break
-            time.sleep(min(args.report_every, remaining))
+            if restart_compute and kill is None:
+                remaining = min(remaining, t0 + args.kill_compute_at - time.monotonic())
+            time.sleep(max(0.0, min(args.report_every, remaining)))
+            if restart_compute and kill is None and time.monotonic() >= t0 + args.kill_compute_at:
+                x_lost = xact_count(monitor) - x0
+                monitor.close()
+                kill = {"at_s": round(time.monotonic() - t0, 2),
+                        "acked_before": wl.committed_neworders()}
+                log(f"  kill -9 of the compute {kill['at_s']} s into the window; "
+                    f"{kill['acked_before']} new orders acknowledged so far")
+                t_kill = time.monotonic()
+                restart_compute()
+                kill["start_compute_s"] = round(time.monotonic() - t_kill, 2)
+                kill["t_kill"] = t_kill
+                monitor = _reconnect(conninfo)
+                x0 = xact_count(monitor)
+                log(f"  new compute started in {kill['start_compute_s']} s; virtual users "
+                    f"reconnect")
             n, done = wl.snapshot_counts()
             now = time.monotonic()
             span = max(now - last_t, 1e-3) / 60.0
@@ -620,10 +664,16 @@ def run_workload(conninfo, scale, args):
         wl.stop()
         monitor.close()
     res = summarize_run(wl, (t0, t1), bucket_s=max(1.0, args.report_every))
-    res["tpm"] = round((x1 - x0) / ((t1 - t0) / 60.0))
+    res["tpm"] = round((x_lost + x1 - x0) / ((t1 - t0) / 60.0))
     res["vus"] = args.vus
     res["error_messages"] = dict(sorted(wl.errors.items(), key=lambda kv: -kv[1])[:10])
-    return res
+    if kill is not None:
+        t_kill = kill.pop("t_kill")
+        after = [r[1] for recs in wl.records for r in recs
+                 if r[1] > t_kill + kill["start_compute_s"] and r[3] == "ok"]
+        kill["kill_to_first_commit_s"] = round(min(after) - t_kill, 2) if after else None
+        res["kill"] = kill
+    return res, wl
 
 
 # -- consistency -------------------------------------------------------------------
@@ -705,17 +755,25 @@ def create_database(info):
         conn.execute(f"CREATE DATABASE {DBNAME}")
 
 
-def measure(args, key, info):
-    """Create, load, run, check one setup; returns (settings, run dict)."""
+def measure(args, key, info, restart_compute=None):
+    """Create, load, run, check one setup; returns (settings, run dict).
+    restart_compute: see run_workload; the acknowledged new orders are then
+    looked up on the new compute."""
     create_database(info)
     conninfo = conninfo_str(info)
     scale = Scale(args.warehouses, args.scale_down)
     load_s = load(conninfo, scale, args.loader_threads, args.seed)
     settings = read_settings(dict(info, dbname=DBNAME))
-    res = run_workload(conninfo, scale, args)
+    res, wl = run_workload(conninfo, scale, args, restart_compute)
     res["load_s"] = round(load_s, 1)
     with psycopg.connect(conninfo, autocommit=True) as conn:
         res["checks"] = run_checks(conn)
+        if "kill" in res:
+            missing = ledger_missing(conn, wl.ledger)
+            res["kill"].update(acked=len(wl.ledger), missing=len(missing))
+            log(f"({key}) after the kill: {len(wl.ledger) - len(missing)} of {len(wl.ledger)} "
+                f"acknowledged new orders present, first commit on the new compute "
+                f"{res['kill']['kill_to_first_commit_s']} s after the kill")
     print(format_checks(res["checks"]), flush=True)
     log(f"({key}) {hammerdb_line(res)}")
     return settings, res
@@ -752,7 +810,15 @@ def run_strata(args, work):
         status = cluster.up()
         if (status.get("pageserver") or {}).get("pid") is None:
             raise BenchError("strata up started no pageserver (is strata-pageserver built?)")
-        settings, res = measure(args, "c", cluster.conninfo(status))
+        restart = None
+        if args.kill_compute_at is not None:
+            def restart():
+                run([cluster.cli, "stop", "compute", "--immediate", "--dir",
+                     cluster.cluster_dir], timeout=60)
+                run([cluster.cli, "start", "compute", "--dir", cluster.cluster_dir],
+                    timeout=120)
+        settings, res = measure(args, "c", cluster.conninfo(status), restart)
+        cluster.status()  # remember the new compute's pid for down()
         if not settings.get("strata.pageserver"):
             raise BenchError("the compute is not stateless (strata.pageserver is empty)")
         return settings, res
@@ -846,6 +912,19 @@ def _text_table(header, rows):
     return lines
 
 
+def kill_text(run_):
+    """One sentence on a compute kill during the run, or None."""
+    k = run_.get("kill")
+    if not k:
+        return None
+    present = k.get("acked", 0) - k.get("missing", 0)
+    return (f"kill -9 of the compute {k['at_s']} s into the window; `strata stop compute "
+            f"--immediate` and `strata start compute` took {k['start_compute_s']} s; first commit {k.get('kill_to_first_commit_s')} s "
+            f"after the kill; {present} of {k.get('acked')} acknowledged new orders present "
+            f"afterwards ({k.get('missing')} missing; {k['acked_before']} acknowledged before "
+            "the kill); the errors column counts the transactions the kill broke")
+
+
 def console_table(results):
     lines = _text_table(HEADER, table_rows(results))
     lines.append("")
@@ -855,6 +934,8 @@ def console_table(results):
             lines.append(f"{s['title']}: {s['status']}: {s['reason']}")
         elif s.get("run"):
             lines.append(f"{s['title']}: {hammerdb_line(s['run'])}")
+            if kill_text(s["run"]):
+                lines.append(f"{s['title']}: {kill_text(s['run'])}")
             for msg, n in (s["run"].get("error_messages") or {}).items():
                 lines.append(f"    error x{n}: {msg}")
     p = results["params"]
@@ -900,6 +981,8 @@ def markdown_section(results, image_paths):
             line += f" *{s['status']}: {s['reason']}*"
         elif s.get("run"):
             line += f" Load took {s['run']['load_s']} s. `{hammerdb_line(s['run'])}`"
+            if kill_text(s["run"]):
+                line += " **" + kill_text(s["run"]).capitalize() + ".**"
         out.append(line)
     out += ["", "How: NOPM = new-order transactions committed per minute of the measured window "
             "(client count). TPM = `xact_commit + xact_rollback` of the database in "
@@ -1099,7 +1182,7 @@ def main(argv):
         return 130
     write_reports(args, results)
     ok = all(s["status"] == "ok" and all(c["ok"] for c in s["run"]["checks"])
-             for s in results["setups"])
+             and not (s["run"].get("kill") or {}).get("missing") for s in results["setups"])
     return 0 if ok else 1
 
 
