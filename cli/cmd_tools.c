@@ -1,6 +1,7 @@
 /*
  * cmd_tools.c: commands that run another program against the cluster:
- * `strata psql`, `strata sync-safekeepers`, `strata bench`, `strata demo`.
+ * `strata psql`, `strata sync-safekeepers`, `strata bench` (`strata demo` is
+ * demo.c).
  *
  * psql, sync-safekeepers and bench replace the strata process (exec), so
  * their exit status and terminal handling are the program's own.
@@ -24,9 +25,6 @@
 
 /* Most arguments passed through to a program. */
 #define TOOLS_MAX_ARGS 256
-
-#define DEMO_SCALE "10"
-#define DEMO_SECONDS "15"
 
 static int load_cluster(const cli_opts *o, cluster *c, cli_err *err)
 {
@@ -137,51 +135,4 @@ int cmd_bench(const cli_opts *o)
     }
     exec_with(resolved, NULL, 0, o, &err);
     return cli_fail(&err);
-}
-
-int cmd_demo(const cli_opts *o)
-{
-    int rc = cmd_up(o);
-    if (rc != CLI_OK)
-        return rc;
-    cli_err err = {{0}};
-    cluster c;
-    char pgbench[PATH_MAX], connstr[512];
-    if (load_cluster(o, &c, &err) != 0 || locate_pg_program("pgbench", pgbench, &err) != 0)
-        return cli_fail(&err);
-    cluster_compute_connstr(&c, connstr, sizeof connstr);
-    proc_user self = {.drop = false};
-
-    printf("\ndemo: initialising pgbench tables (scale " DEMO_SCALE ")\n");
-    fflush(stdout);
-    char *init[] = {pgbench, "-i", "-q", "-s", DEMO_SCALE, connstr, NULL};
-    if (proc_run(init, NULL, &self, 600, &err) != 0)
-        return cli_fail(&err);
-
-    printf("\ndemo: pgbench, 4 clients for " DEMO_SECONDS
-           " s; every commit waits for 2 of 3 safekeepers to fsync it\n");
-    fflush(stdout);
-    char *run[] = {pgbench, "-c", "4", "-j", "2", "-T", DEMO_SECONDS, "-P", "1", connstr, NULL};
-    if (proc_run(run, NULL, &self, 600, &err) != 0)
-        return cli_fail(&err);
-
-    printf("\n");
-    fflush(stdout);
-    cli_opts status = *o;
-    status.json = false;
-    rc = cmd_status(&status);
-    if (rc != CLI_OK)
-        return rc;
-    printf("\nThe cluster keeps running under %s.\n"
-           "  connect:   strata psql --dir %s      (or psql \"%s\")\n"
-           "  crash one: strata stop sk2 --immediate --dir %s   (commits go on)\n"
-           "  stop all:  strata down --dir %s\n",
-           c.dir, c.dir, connstr, c.dir, c.dir);
-    if (pageserver_pid(&c) != 0)
-        /* pg_class (relfilenode 1259 until rewritten) in the postgres
-         * database (OID 5 since PostgreSQL 15). */
-        printf("  a page:    strata page get --dir %s --rel 1663/5/1259 --blk 0 | od -A d -t x1 "
-               "| head\n",
-               c.dir);
-    return CLI_OK;
 }

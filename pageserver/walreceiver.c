@@ -27,6 +27,9 @@
 #include "common/walformat.h"
 #include "proto/replication.h"
 
+/* How long a safekeeper that failed a probe is left out of later probes. */
+#define WALRECEIVER_PROBE_BACKOFF_MS 30000
+
 struct walreceiver {
     walreceiver_options o;
     char *sk[WALRECEIVER_MAX_SAFEKEEPERS];
@@ -39,7 +42,12 @@ struct walreceiver {
     pthread_mutex_t mu; /* guards status */
     walreceiver_status_info status;
     int last_failed; /* safekeeper index that failed last, -1 none */
+    int switch_to;   /* receiver thread only: a probe chose it, -1 none */
     bool probing;    /* receiver thread only: probing others while streaming */
+    /* Receiver thread only: a safekeeper that failed a probe is not probed
+     * again before this time, so that a dead one does not keep stalling the
+     * stream for a connect timeout at every probe. */
+    uint64_t probe_skip_until_ms[WALRECEIVER_MAX_SAFEKEEPERS];
 };
 
 /* Running receivers, for walreceiver_store_of(): a short list under its
@@ -204,17 +212,17 @@ static int choose(walreceiver *wr, int exclude, lsn_t *pos)
     int best = -1;
     lsn_t best_pos = 0;
     for (int i = 0; i < wr->o.n_safekeepers && !atomic_load(&wr->stop); i++) {
-        if (i == exclude)
+        if (i == exclude || (wr->probing && now_ms() < wr->probe_skip_until_ms[i]))
             continue;
         PGconn *c = connect_sk(wr, i);
-        if (c == NULL)
-            continue;
         lsn_t p;
-        if (identify(wr, c, i, &p) == 0 &&
-            (best < 0 || p > best_pos || (p == best_pos && best == wr->last_failed))) {
+        bool ok = c != NULL && identify(wr, c, i, &p) == 0;
+        if (ok && (best < 0 || p > best_pos || (p == best_pos && best == wr->last_failed))) {
             best = i;
             best_pos = p;
         }
+        if (!ok && wr->probing)
+            wr->probe_skip_until_ms[i] = now_ms() + WALRECEIVER_PROBE_BACKOFF_MS;
         PQfinish(c);
     }
     *pos = best_pos;
@@ -370,6 +378,10 @@ static int stream(walreceiver *wr, int i)
     wal_reader r;
     wal_reader_init(&r, start, wr->o.wal_seg_size, wr->buf, wr->o.reassembly_buf);
     uint64_t next_status = 0, next_probe = now_ms() + wr->o.probe_interval_ms;
+    /* How far this safekeeper offers WAL (its commit LSN), and when that
+     * last moved. */
+    lsn_t cur_end = pos;
+    uint64_t last_advance_ms = now_ms();
     int result = STREAM_RETRY;
     bool healthy = false; /* a message arrived on this connection */
     while (!atomic_load(&wr->stop)) {
@@ -383,18 +395,29 @@ static int stream(walreceiver *wr, int i)
                 next_status = now + wr->o.status_interval_ms;
             }
             if (wr->o.n_safekeepers > 1 && now >= next_probe) {
-                next_probe = now + wr->o.probe_interval_ms;
+                /* Idle before the probe: the probe's own time, when nothing
+                 * is read, does not count. */
+                bool idle = now - last_advance_ms >= wr->o.probe_interval_ms;
                 lsn_t other;
                 wr->probing = true;
                 int j = choose(wr, i, &other);
                 wr->probing = false;
+                next_probe = now_ms() + wr->o.probe_interval_ms;
                 lsn_t got = wal_reader_last_record_end(&r);
-                if (j >= 0 && other > got && other - got > wr->o.switch_lag_bytes) {
-                    log_write(LOG_LEVEL_INFO, "walreceiver: switching from %s to %s (ahead by %" PRIu64
-                              " bytes)", wr->sk[i], wr->sk[j], (uint64_t)(other - got));
+                /* Lagging far behind another, or offering nothing new for a
+                 * whole probe interval while another has committed more
+                 * (a safekeeper outside the last commit's majority learns
+                 * the commit LSN only from the next compute). */
+                bool lagging = other > got && other - got > wr->o.switch_lag_bytes;
+                bool stalled = idle && other > cur_end;
+                if (j >= 0 && (lagging || stalled)) {
+                    log_write(LOG_LEVEL_INFO, "walreceiver: switching from %s to %s (%s, ahead by %" PRIu64
+                              " bytes)", wr->sk[i], wr->sk[j], lagging ? "lagging" : "stalled",
+                              (uint64_t)(other - got));
                     pthread_mutex_lock(&wr->mu);
                     wr->status.switches++;
                     pthread_mutex_unlock(&wr->mu);
+                    wr->switch_to = j;
                     result = STREAM_SWITCH;
                     break;
                 }
@@ -437,8 +460,16 @@ static int stream(walreceiver *wr, int i)
         }
         int rc = 1;
         if (m.kind == REPLICATION_XLOGDATA) {
+            if (m.u.xlogdata.wal_end > cur_end) {
+                cur_end = m.u.xlogdata.wal_end;
+                last_advance_ms = now_ms();
+            }
             rc = ingest_xlogdata(wr, &r, &m.u.xlogdata);
         } else if (m.kind == REPLICATION_KEEPALIVE) {
+            if (m.u.keepalive.wal_end > cur_end) {
+                cur_end = m.u.keepalive.wal_end;
+                last_advance_ms = now_ms();
+            }
             pthread_mutex_lock(&wr->mu);
             if (m.u.keepalive.wal_end > wr->status.upstream_lsn)
                 wr->status.upstream_lsn = m.u.keepalive.wal_end;
@@ -477,7 +508,10 @@ static void *run(void *arg)
     uint32_t backoff = wr->o.reconnect_min_ms;
     while (!atomic_load(&wr->stop)) {
         lsn_t pos;
-        int i = choose(wr, -1, &pos);
+        int i = wr->switch_to;
+        wr->switch_to = -1;
+        if (i < 0)
+            i = choose(wr, -1, &pos);
         if (i < 0) {
             sleep_interruptible(wr, backoff);
             backoff = backoff * 2 > wr->o.reconnect_max_ms ? wr->o.reconnect_max_ms : backoff * 2;
@@ -559,6 +593,7 @@ int walreceiver_start(const walreceiver_options *o, store *st, ingest_state *ing
     wr->st = st;
     wr->ing = ing;
     wr->last_failed = -1;
+    wr->switch_to = -1;
     wr->status.running = true;
     wr->status.safekeeper = -1;
     wr->status.last_received_lsn = store_last_record_lsn(st);

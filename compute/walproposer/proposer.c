@@ -86,6 +86,7 @@ void proposer_config_defaults(proposer_config *cfg)
     cfg->heartbeat_ms = 1000;
     cfg->timeout_ms = 10000;
     cfg->max_inflight_bytes = 2u << 20;
+    cfg->sync_linger_ms = 1000;
 }
 
 int proposer_init(proposer *p, const proposer_config *cfg, uint64_t now_ms, const char **why)
@@ -219,17 +220,25 @@ static void check_sync_done(proposer *p, proposer_output *out)
 {
     if (!p->cfg.sync_safekeepers || p->phase != PROPOSER_ELECTED)
         return;
-    int synced = 0;
+    int synced = 0, behind = 0; /* behind: streaming, not yet synced */
     for (int i = 0; i < p->cfg.n_acceptors; i++) {
         const proposer_peer *peer = &p->peers[i];
         if (peer->flush_lsn >= p->term_start_lsn && peer->commit_lsn >= p->term_start_lsn)
             synced++;
+        else if (peer->state == PEER_STREAMING)
+            behind++;
     }
-    if (synced >= quorum(p)) {
-        p->phase = PROPOSER_SYNC_DONE;
-        proposer_effect *e = out_push(out, PROP_SYNC_DONE);
-        e->u.sync_lsn = p->term_start_lsn;
-    }
+    if (synced < quorum(p))
+        return;
+    if (p->sync_quorum_ms == 0)
+        p->sync_quorum_ms = p->now_ms > 0 ? p->now_ms : 1;
+    /* A majority is enough for safety; the linger only spares a reader of
+     * the remaining acceptors a wait for the next compute to tell them. */
+    if (behind > 0 && p->now_ms - p->sync_quorum_ms < p->cfg.sync_linger_ms)
+        return;
+    p->phase = PROPOSER_SYNC_DONE;
+    proposer_effect *e = out_push(out, PROP_SYNC_DONE);
+    e->u.sync_lsn = p->term_start_lsn;
 }
 
 static void recompute_commit(proposer *p, proposer_output *out)
@@ -527,6 +536,7 @@ void proposer_tick(proposer *p, uint64_t now_ms, proposer_output *out)
             disconnect(p, i, out);
     }
     pump_all(p, false, out);
+    check_sync_done(p, out);
 }
 
 void proposer_wal_available(proposer *p, lsn_t end_lsn, proposer_output *out)

@@ -71,9 +71,15 @@ typedef struct proposer_config {
     /* Per acceptor: most WAL bytes sent beyond the last acknowledged point
      * (flush_lsn, or what a later AppendResponse shows it processed). */
     uint32_t max_inflight_bytes;
+    /* sync-safekeepers: once a majority holds and has committed the term
+     * start, wait this long for the other streaming acceptors to report it
+     * too before SYNC_DONE, so that a pageserver reading from any of them
+     * finds the WAL committed there (it serves only committed WAL). */
+    uint32_t sync_linger_ms;
 } proposer_config;
 
-/* Fills defaults: heartbeat 1 s, timeout 10 s, in-flight 2 MB. */
+/* Fills defaults: heartbeat 1 s, timeout 10 s, in-flight 2 MB, sync linger
+ * 1 s. */
 void proposer_config_defaults(proposer_config *cfg);
 
 typedef enum proposer_effect_kind {
@@ -163,6 +169,7 @@ typedef struct proposer {
     lsn_t wal_end;      /* WAL source has [.., wal_end) */
     lsn_t commit_lsn;
     lsn_t truncate_lsn;
+    uint64_t sync_quorum_ms; /* sync mode: when a majority was synced; 0 before */
     proposer_peer peers[PROPOSER_MAX_ACCEPTORS];
 } proposer;
 

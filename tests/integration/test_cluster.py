@@ -7,6 +7,7 @@ here it is only a component that starts and stops with the others.
 """
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -264,11 +265,27 @@ def test_demo(cluster_dir):
     out = proc.stdout
     assert "progress:" in proc.stdout + proc.stderr
     assert "number of transactions actually processed" in out
-    assert "connect:" in out
+    assert "connect:" in out and "stop all:" in out
     assert ("strata page get" in out) == pageserver_built()
     st = cluster_dir.status()
     assert st["compute"]["pid"] is not None
-    assert cluster_dir.sql("select count(*) > 0 from pgbench_history") == [(True,)]
+    # The summary agrees with what pgbench itself reported and with the
+    # database: every transaction of the run inserted one history row.
+    summary = out[out.index("== summary"):]
+    txns = int(re.search(r"transactions\s+(\d+)", summary).group(1))
+    processed = int(re.search(r"number of transactions actually processed: (\d+)", out).group(1))
+    assert txns == processed
+    history = cluster_dir.sql("select count(*) from pgbench_history")[0][0]
+    assert history == txns
+    tps = float(re.search(r"TPS\s+([\d.]+)", summary).group(1))
+    assert abs(tps - txns / 30.0) < 0.1
+    p50, p99 = map(float, re.search(r"p50 ([\d.]+) ms, p99 ([\d.]+) ms", summary).groups())
+    assert 0 < p50 <= p99
+    wal = int(re.search(r"WAL per transaction\s+(\d+) bytes", summary).group(1))
+    assert 50 < wal < 100000
+    images = re.search(r"images generated\s+(\d+)", summary)
+    chain = re.search(r"longest chain read\s+(\d+)", summary)
+    assert images and chain, summary
 
 
 def test_bench_runs_programs_from_bench_dir(tmp_path):

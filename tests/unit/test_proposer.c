@@ -278,10 +278,44 @@ static void test_sync_safekeepers(void **state)
     assert_int_equal(proposer_get_phase(&prop), PROPOSER_SYNC_DONE);
 }
 
+/* All three acceptors stream: a majority synced is not done yet while the
+ * third may still report within the linger; it is done when the third does,
+ * or when the linger runs out. */
+static void test_sync_lingers_for_streaming_acceptors(void **state)
+{
+    (void)state;
+    lsn_t s = BOOT + 0x1000;
+    for (int silent_third = 0; silent_third < 2; silent_third++) {
+        start(3, true);
+        greet(0, 4);
+        greet(1, 4);
+        greet(2, 4);
+        vote(0, true, 5, s, 1, (uint64_t[]){4}, (lsn_t[]){BOOT});
+        vote(1, true, 5, s, 1, (uint64_t[]){4}, (lsn_t[]){BOOT});
+        vote(2, true, 5, s, 1, (uint64_t[]){4}, (lsn_t[]){BOOT});
+        proposer_tick(&prop, 100, &out);
+        respond(0, 5, s, s);
+        respond(1, 5, s, s);
+        assert_null(find(PROP_SYNC_DONE, -1));
+        respond(2, 5, s, 0);
+        assert_null(find(PROP_SYNC_DONE, -1));
+        proposer_tick(&prop, 600, &out);
+        assert_null(find(PROP_SYNC_DONE, -1));
+        if (silent_third)
+            proposer_tick(&prop, 1200, &out);
+        else
+            respond(2, 5, s, s);
+        const proposer_effect *d = find(PROP_SYNC_DONE, -1);
+        assert_non_null(d);
+        assert_true(d->u.sync_lsn == s);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_term_and_donor_choice),
+        cmocka_unit_test(test_sync_lingers_for_streaming_acceptors),
         cmocka_unit_test(test_bootstrap_when_all_empty),
         cmocka_unit_test(test_commit_counts_only_current_term),
         cmocka_unit_test(test_streaming_is_bounded),
