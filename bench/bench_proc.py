@@ -11,8 +11,10 @@ bench_strata.py) or about measurements.
 
 import os
 import pwd
+import shutil
 import socket
 import subprocess
+import tempfile
 
 PG_OS_USER = "postgres"
 
@@ -91,3 +93,48 @@ def pid_alive(pid):
     except PermissionError:
         return True
     return True
+
+
+def pids_mentioning(text):
+    """Pids of the processes whose command line contains text (a directory a
+    test or benchmark made, say): what is left running there."""
+    pids = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmd:
+            pids.append(int(pid))
+    return pids
+
+
+def pg_workdir(parent, prefix):
+    """A new temporary directory under parent (created if need be), mode 755,
+    owned by the postgres OS user: where a benchmark puts its servers."""
+    os.makedirs(parent, exist_ok=True)
+    work = tempfile.mkdtemp(prefix=prefix, dir=parent)
+    os.chmod(work, 0o755)
+    give_to_pg_user(work)
+    return work
+
+
+def run_then_clean(step, work, keep, log):
+    """Runs step(); then removes work unless keep (log says which).  Returns
+    True when step was interrupted (KeyboardInterrupt: Ctrl-C, or SIGTERM
+    turned into one), after step's own clean-up has run, else False."""
+    interrupted = False
+    try:
+        step()
+    except KeyboardInterrupt:
+        interrupted = True
+        log("interrupted; everything started has been stopped")
+    finally:
+        if keep:
+            log(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    return interrupted

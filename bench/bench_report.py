@@ -305,16 +305,63 @@ def markdown_section(results, image_paths):
 
 def replace_doc_section(doc_text, section):
     """doc_text with the generated section replaced (or appended if absent)."""
-    begin = doc_text.find(SECTION_BEGIN)
-    end = doc_text.find(SECTION_END)
+    return replace_marked_section(doc_text, section, SECTION_BEGIN, SECTION_END)
+
+
+def replace_marked_section(doc_text, section, begin_marker, end_marker):
+    """doc_text with the text from begin_marker to end_marker (and the newline
+    after it) replaced by section, which carries both markers; section is
+    appended after a blank line when the markers are absent.  Any benchmark's
+    generated section of docs/benchmarks.md, each with its own markers."""
+    begin = doc_text.find(begin_marker)
+    end = doc_text.find(end_marker)
     if begin >= 0 and end > begin:
-        tail = doc_text[end + len(SECTION_END):]
+        tail = doc_text[end + len(end_marker):]
         if tail.startswith("\n"):
             tail = tail[1:]
         return doc_text[:begin] + section + tail
     if doc_text and not doc_text.endswith("\n"):
         doc_text += "\n"
     return doc_text + ("\n" if doc_text else "") + section
+
+
+def run_gnuplot(script_lines, out_dir):
+    """Writes script_lines to <out_dir>/plots.gp and runs gnuplot on it.
+    Raises RuntimeError when gnuplot is missing or fails (its stderr tail)."""
+    gnuplot = shutil.which("gnuplot")
+    if not gnuplot:
+        raise RuntimeError("gnuplot not found")
+    gp_path = os.path.join(out_dir, "plots.gp")
+    with open(gp_path, "w", encoding="utf-8") as f:
+        f.write("\n".join(script_lines) + "\n")
+    cp = subprocess.run([gnuplot, gp_path], capture_output=True, text=True, timeout=60)
+    if cp.returncode != 0:
+        raise RuntimeError(f"gnuplot failed: {cp.stderr.strip()[-500:]}")
+
+
+def publish_to_docs(repo, images, make_section, begin_marker, end_marker):
+    """Copies images ({key: path} or None) into <repo>/docs/img/ and replaces
+    the marked section of <repo>/docs/benchmarks.md (atomically: a temporary
+    file renamed over it) with make_section({key: "img/<name>"} or None).
+    Returns the document's path.  Raises OSError."""
+    docs = os.path.join(repo, "docs")
+    doc_images = None
+    if images:
+        os.makedirs(os.path.join(docs, "img"), exist_ok=True)
+        doc_images = {}
+        for key, path in images.items():
+            shutil.copyfile(path, os.path.join(docs, "img", os.path.basename(path)))
+            doc_images[key] = "img/" + os.path.basename(path)
+    doc_path = os.path.join(docs, "benchmarks.md")
+    text = "# Benchmarks\n"
+    if os.path.exists(doc_path):
+        with open(doc_path, encoding="utf-8") as f:
+            text = f.read()
+    text = replace_marked_section(text, make_section(doc_images), begin_marker, end_marker)
+    with open(doc_path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(doc_path + ".tmp", doc_path)
+    return doc_path
 
 
 def _gnuplot_series_block(results, kind, clients, out_dir):

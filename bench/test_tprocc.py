@@ -30,6 +30,8 @@ sys.path.insert(0, HERE)
 import psycopg  # noqa: E402
 
 import tprocc  # noqa: E402
+from bench_proc import pids_mentioning  # noqa: E402
+from bench_report import replace_marked_section  # noqa: E402
 from bench_strata import StrataCluster  # noqa: E402
 
 
@@ -45,23 +47,8 @@ def _need_strata():
     return build
 
 
-def _pids_mentioning(path):
-    pids = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if path in cmd:
-            pids.append(int(pid))
-    return pids
-
-
 def _kill_leftovers(work):
-    for pid in _pids_mentioning(work):
+    for pid in pids_mentioning(work):
         try:
             os.kill(pid, 9)
         except ProcessLookupError:
@@ -124,8 +111,9 @@ def test_docs_section_replaced_once():
     md = tprocc.markdown_section(res, None)
     assert "Smoke run" in md
     doc = "# Benchmarks\n\nintro\n"
-    once = tprocc.replace_section(doc, md)
-    twice = tprocc.replace_section(once + "\nafter\n", md)
+    once = replace_marked_section(doc, md, tprocc.SECTION_BEGIN, tprocc.SECTION_END)
+    twice = replace_marked_section(once + "\nafter\n", md, tprocc.SECTION_BEGIN,
+                                   tprocc.SECTION_END)
     assert twice.count(tprocc.SECTION_BEGIN) == 1 and twice.count(tprocc.SECTION_END) == 1
     assert twice.startswith(doc) and twice.endswith("\nafter\n")
 
@@ -176,7 +164,7 @@ def test_quick_side_by_side(tmp_path):
         assert "kill -9 of the compute" in cp.stdout
         assert a["settings"]["full_page_writes"] == "on"
         assert (out / "tprocc_nopm.png").exists() and (out / "tprocc_latency.png").exists()
-        assert _pids_mentioning(work) == []
+        assert pids_mentioning(work) == []
         assert os.listdir(work) == []
     finally:
         _kill_leftovers(work)
