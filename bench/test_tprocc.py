@@ -220,14 +220,17 @@ def test_kill9_compute_mid_run_keeps_every_new_order_and_consistency():
                                 f"lost or changed, e.g. {missing[:5]}"
             checks = tprocc.run_checks(conn)
             assert all(c["ok"] for c in checks), tprocc.format_checks(checks)
-        check_cmd = [sys.executable, os.path.join(HERE, "tprocc.py"), "--check-only",
-                     "--connstr", tprocc.conninfo_str(info)]
-        cp = subprocess.run(check_cmd, capture_output=True, text=True, timeout=60)
+        # Through the CLI: `strata bench tprocc --dir D` hands the program the
+        # cluster's connection string (STRATA_CONNSTR), --check-only uses it.
+        check_cmd = [cluster.cli, "bench", "tprocc", "--dir", cluster.cluster_dir,
+                     "--check-only"]
+        env = dict(os.environ, STRATA_BENCH_DIR=HERE)
+        cp = subprocess.run(check_cmd, capture_output=True, text=True, timeout=60, env=env)
         assert cp.returncode == 0 and cp.stdout.count("PASS") == 4, cp.stdout + cp.stderr
         # The checks can fail: break 3.3.2.1 and see it reported.
         with psycopg.connect(tprocc.conninfo_str(info), autocommit=True) as conn:
             conn.execute("UPDATE warehouse SET w_ytd = w_ytd + 1 WHERE w_id = 1")
-        cp = subprocess.run(check_cmd, capture_output=True, text=True, timeout=60)
+        cp = subprocess.run(check_cmd, capture_output=True, text=True, timeout=60, env=env)
         assert cp.returncode == 1 and "FAIL  3.3.2.1" in cp.stdout, cp.stdout + cp.stderr
         print(f"kill -9 mid-run: {len(wl.ledger)} acknowledged new orders "
               f"({before_kill} before the kill) all present; checks pass")

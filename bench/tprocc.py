@@ -1065,13 +1065,17 @@ def write_reports(args, results):
 # -- main ----------------------------------------------------------------------------
 
 def check_only(args):
-    connstr = args.connstr or os.environ.get("STRATA_CONNSTR")
+    connstr = args.connstr
+    if not connstr and os.environ.get("STRATA_CONNSTR"):
+        # The cluster's connection string names its default database; the
+        # TPROC-C schema lives in its own.
+        connstr = psycopg.conninfo.make_conninfo(os.environ["STRATA_CONNSTR"], dbname=DBNAME)
     if not connstr:
         print("tprocc --check-only: give --connstr (or run under `strata bench` with a cluster)",
               file=sys.stderr)
         return 2
-    if "dbname" not in connstr:
-        connstr += f" dbname={DBNAME}"
+    if "dbname" not in psycopg.conninfo.conninfo_to_dict(connstr):
+        connstr = psycopg.conninfo.make_conninfo(connstr, dbname=DBNAME)
     try:
         with psycopg.connect(connstr, autocommit=True) as conn:
             checks = run_checks(conn)
