@@ -112,7 +112,8 @@ def parse_args(argv):
     ap.add_argument("--warehouses", type=int, default=None,
                     help="TPC-C warehouses (default 4; 1 with --quick)")
     ap.add_argument("--vus", type=int, default=None,
-                    help="virtual users: threads with a connection each (default 8; 3 with --quick)")
+                    help="virtual users: threads with a connection each (default 8; 3 with "
+                         "--quick)")
     ap.add_argument("--duration", type=int, default=None,
                     help="measured seconds per setup (default 300; 8 with --quick)")
     ap.add_argument("--rampup", type=int, default=None,
@@ -512,8 +513,9 @@ class Workload:
                     (w, slev_district, rng.randint(10, 20)), None
             else:
                 c_id, c_last = self._customer(rng)
-                kind, sql, params, order = "ostat", "SELECT ostat(%s::int, %s::int, %s::int, %s::text)", \
-                    (w, rng.randint(1, DISTRICTS), c_id, c_last), None
+                kind, sql, order = "ostat", \
+                    "SELECT ostat(%s::int, %s::int, %s::int, %s::text)", None
+                params = (w, rng.randint(1, DISTRICTS), c_id, c_last)
             t0 = time.monotonic()
             outcome = "ok"
             try:
@@ -918,10 +920,11 @@ def kill_text(run_):
         return None
     present = k.get("acked", 0) - k.get("missing", 0)
     return (f"kill -9 of the compute {k['at_s']} s into the window; `strata stop compute "
-            f"--immediate` and `strata start compute` took {k['start_compute_s']} s; first commit {k.get('kill_to_first_commit_s')} s "
-            f"after the kill; {present} of {k.get('acked')} acknowledged new orders present "
-            f"afterwards ({k.get('missing')} missing; {k['acked_before']} acknowledged before "
-            "the kill); the errors column counts the transactions the kill broke")
+            f"--immediate` and `strata start compute` took {k['start_compute_s']} s; first "
+            f"commit {k.get('kill_to_first_commit_s')} s after the kill; {present} of "
+            f"{k.get('acked')} acknowledged new orders present afterwards "
+            f"({k.get('missing')} missing; {k['acked_before']} acknowledged before the kill); "
+            "the errors column counts the transactions the kill broke")
 
 
 def console_table(results):
