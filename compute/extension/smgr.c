@@ -10,7 +10,8 @@
  *    hook.  Every INIT fork operation goes to md.  A relation is unlogged
  *    once a local INIT fork exists (checked once per relation and process,
  *    refreshed when this process creates the INIT fork, which then also
- *    creates the MAIN fork locally); everything of an unlogged relation goes
+ *    creates the MAIN fork locally, and in every process when the shared
+ *    persistence generation moves); everything of an unlogged relation goes
  *    to md.
  *  - permanent relations: read = GetPage(latest, not_modified_since = the
  *    block's last-written LSN), flushing local WAL up to that LSN first;
@@ -36,10 +37,12 @@
 #include "access/xlog.h"
 #include "access/xloginsert.h"
 #include "catalog/pg_control.h"
+#include "commands/sequence.h"
 #include "common/controldata_utils.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "storage/bufmgr.h"
 #include "storage/bufpage.h"
 #include "storage/ipc.h"
 #include "storage/md.h"
@@ -52,6 +55,8 @@
 /* Page ids that share btree's 16-byte special space (hash.h, gist.h). */
 #define STRATA_HASHO_PAGE_ID 0xFF80
 #define STRATA_GIST_PAGE_ID 0xFF81
+/* sequence.c's SEQ_MAGIC (not in a header). */
+#define STRATA_SEQ_MAGIC 0x1717
 /* Local persistence cache bound: cleared (it is only a cache of stat
  * results) when it grows past this. */
 #define PERSISTENCE_CACHE_MAX 8192
@@ -62,15 +67,27 @@ typedef struct persistence_entry {
 } persistence_entry;
 
 static HTAB *persistence = NULL;
+static uint64 persistence_gen = 0; /* the shared generation the table is valid for */
 static bool checkpointer_shutting_down = false;
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 /* ---- routing --------------------------------------------------------- */
 
-static persistence_entry *persistence_lookup(RelFileNode rnode, bool *found)
+/*
+ * The process's cache of "is this relation unlogged".  Dropped whole when the
+ * shared persistence generation moved: another process created an INIT fork
+ * (a relation this process already saw as permanent -- e.g. an index whose
+ * pages it evicted during the build -- is unlogged now, and its pages must
+ * go to the local file) or unlinked a relation (its relfilenode may return
+ * with another persistence).
+ */
+static persistence_entry *persistence_lookup(RelFileNode rnode, HASHACTION action, bool *found)
 {
-    if (persistence == NULL || hash_get_num_entries(persistence) >= PERSISTENCE_CACHE_MAX) {
+    uint64 gen = strata_persistence_generation();
+
+    if (persistence == NULL || gen != persistence_gen ||
+        hash_get_num_entries(persistence) >= PERSISTENCE_CACHE_MAX) {
         HASHCTL ctl;
 
         if (persistence != NULL)
@@ -81,29 +98,41 @@ static persistence_entry *persistence_lookup(RelFileNode rnode, bool *found)
         ctl.hcxt = TopMemoryContext;
         persistence = hash_create("strata relation persistence", 256, &ctl,
                                   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+        persistence_gen = gen;
     }
-    return hash_search(persistence, &rnode, HASH_ENTER, found);
+    return hash_search(persistence, &rnode, action, found);
 }
 
-/* True when every operation on reln's fork must go to md.c. */
+/* True when every operation on reln's fork must go to md.c.  An answer is
+ * cached only when no persistence change happened while it was found. */
 static bool is_local(SMgrRelation reln, ForkNumber fork)
 {
+    RelFileNode rnode = reln->smgr_rnode.node;
     persistence_entry *e;
-    bool found;
+    bool found, unlogged;
+    uint64 gen;
 
     if (fork == INIT_FORKNUM)
         return true;
-    e = persistence_lookup(reln->smgr_rnode.node, &found);
-    if (!found)
-        e->unlogged = mdexists(reln, INIT_FORKNUM);
-    return e->unlogged;
+    e = persistence_lookup(rnode, HASH_FIND, &found);
+    if (e != NULL)
+        return e->unlogged;
+    gen = persistence_gen;
+    unlogged = mdexists(reln, INIT_FORKNUM);
+    if (strata_persistence_generation() != gen)
+        return unlogged;
+    e = persistence_lookup(rnode, HASH_ENTER, &found);
+    e->unlogged = unlogged;
+    if (persistence_gen != gen) /* the table was renewed in between */
+        hash_search(persistence, &rnode, HASH_REMOVE, &found);
+    return unlogged;
 }
 
 static void mark_unlogged(SMgrRelation reln)
 {
     bool found;
 
-    persistence_lookup(reln->smgr_rnode.node, &found)->unlogged = true;
+    persistence_lookup(reln->smgr_rnode.node, HASH_ENTER, &found)->unlogged = true;
 }
 
 /* ---- helpers ---------------------------------------------------------- */
@@ -185,6 +214,43 @@ static bool btree_page_has_cycleid(Page page)
     return BTPageGetOpaque(page)->btpo_cycleid != 0;
 }
 
+/*
+ * A sequence's page (sequence.c: one tuple, special space = SEQ_MAGIC):
+ * returns its data, or NULL.  nextval changes it without WAL for
+ * log_cnt calls after each record that pre-logs SEQ_LOG_VALS values, so
+ * the WAL shows a state up to 32 values ahead of the page.
+ */
+static Form_pg_sequence_data sequence_page_data(Page page)
+{
+    ItemId id;
+    HeapTupleHeader tup;
+
+    if (PageIsNew(page) || PageGetSpecialSize(page) != MAXALIGN(sizeof(uint32)) ||
+        *(uint32 *)PageGetSpecialPointer(page) != STRATA_SEQ_MAGIC ||
+        ((PageHeader)page)->pd_lower < SizeOfPageHeaderData + sizeof(ItemIdData) ||
+        PageGetMaxOffsetNumber(page) != FirstOffsetNumber)
+        return NULL;
+    id = PageGetItemId(page, FirstOffsetNumber);
+    if (!ItemIdIsNormal(id) || ItemIdGetLength(id) < SizeofHeapTupleHeader ||
+        ItemIdGetOffset(id) + ItemIdGetLength(id) > BLCKSZ)
+        return NULL;
+    tup = (HeapTupleHeader)PageGetItem(page, id);
+    if (tup->t_hoff < SizeofHeapTupleHeader ||
+        (Size)tup->t_hoff + offsetof(FormData_pg_sequence_data, is_called) + sizeof(bool) >
+            ItemIdGetLength(id) ||
+        (ItemIdGetOffset(id) + tup->t_hoff) % MAXIMUM_ALIGNOF != 0)
+        return NULL;
+    return (Form_pg_sequence_data)((char *)tup + tup->t_hoff);
+}
+
+/* True when buffer is a shared buffer itself (FlushBuffer passes it unless
+ * data checksums made it write a copy). */
+static bool is_shared_buffer(const char *buffer)
+{
+    return BufferBlocks != NULL && buffer >= BufferBlocks &&
+           buffer < BufferBlocks + (Size)NBuffers * BLCKSZ;
+}
+
 /* During the shutdown checkpoint no WAL may be inserted (CreateCheckPoint
  * PANICs on concurrent WAL): the checkpointer reads the control file state. */
 static bool shutdown_checkpoint_running(void)
@@ -228,6 +294,10 @@ static XLogRecPtr log_evicted_page(SMgrRelation reln, ForkNumber fork, BlockNumb
         } else if (fork == MAIN_FORKNUM && btree_page_has_cycleid(page)) {
             reason = STAT_LOGGED_CYCLEID;
             page_std = true;
+        } else if (fork == MAIN_FORKNUM && is_shared_buffer(buffer) &&
+                   sequence_page_data(page) != NULL) {
+            reason = STAT_LOGGED_SEQUENCE;
+            page_std = true;
         }
     }
     /* Always, whatever strata.log_evicted_pages says: a page without a real
@@ -240,6 +310,17 @@ static XLogRecPtr log_evicted_page(SMgrRelation reln, ForkNumber fork, BlockNumb
     if (!XLogInsertAllowed() || shutdown_checkpoint_running()) {
         strata_stat_add(STAT_LOGGING_SKIPPED, 1);
         return lsn;
+    }
+    if (reason == STAT_LOGGED_SEQUENCE) {
+        /* The page as it is: read back it continues where this compute left
+         * off (the WAL alone would jump to the pre-logged value).  Its
+         * log_cnt becomes 0, in the shared buffer too, so that the next
+         * nextval WAL-logs before it hands out a value -- as after a
+         * checkpoint (sequence.c) -- else values handed out after this image
+         * without WAL would be handed out again after a crash.  The tuple is
+         * changed only under the buffer's exclusive lock elsewhere; we hold
+         * the share lock of the write (FlushBuffer), as a hint bit would. */
+        sequence_page_data(page)->log_cnt = 0;
     }
     /* Log a copy: the caller's buffer may be the shared buffer itself, under
      * a share lock only, and log_newpage would stamp its LSN. */
@@ -279,12 +360,20 @@ static void become_unlogged(SMgrRelation reln, bool isRedo)
     BlockNumber n = 0;
     PGAlignedBlock page;
 
-    if (!isRedo && !is_local(reln, MAIN_FORKNUM) &&
-        !strata_relsize_get(rnode, MAIN_FORKNUM, &exists, &n)) {
-        exists = strata_exists(reln, MAIN_FORKNUM);
-        n = exists ? strata_nblocks(reln, MAIN_FORKNUM) : 0;
+    if (!isRedo && !is_local(reln, MAIN_FORKNUM)) {
+        /* Dirty buffers of the relation leave the permanent way first (and a
+         * write another process is doing right now ends first: FlushBuffer
+         * waits for its I/O), so that the copy below sees every page and no
+         * process writes a page of it to the pageserver after the copy. */
+        FlushRelationsAllBuffers(&reln, 1);
+        if (!strata_relsize_get(rnode, MAIN_FORKNUM, &exists, &n)) {
+            exists = strata_exists(reln, MAIN_FORKNUM);
+            n = exists ? strata_nblocks(reln, MAIN_FORKNUM) : 0;
+        }
     }
     mdcreate(reln, INIT_FORKNUM, isRedo);
+    /* Every process re-checks the relations it saw as permanent. */
+    strata_persistence_changed();
     mark_unlogged(reln);
     mdcreate(reln, MAIN_FORKNUM, true);
     for (BlockNumber blk = 0; exists && blk < n; blk++) {
@@ -342,6 +431,8 @@ static void strata_unlink(RelFileNodeBackend rnode, ForkNumber fork, bool isRedo
     /* Local files, if any (unlogged relations; a data directory that once
      * held the relation), go; the pageserver learns the drop from WAL. */
     mdunlink(rnode, fork, isRedo);
+    if (fork == MAIN_FORKNUM || fork == INIT_FORKNUM || fork == InvalidForkNumber)
+        strata_persistence_changed(); /* the relfilenode may come back, with another persistence */
     if (fork == INIT_FORKNUM || fork == InvalidForkNumber)
         return;
     strata_relsize_forget(rnode.node, fork);

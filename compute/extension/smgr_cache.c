@@ -61,6 +61,7 @@ const char *const strata_stat_names[STAT_COUNT] = {
     "nblocks",          "exists",             "relsize_hit",        "reconnect",
     "wal_flush",        "logged_fsm_vm",      "logged_inprogress",  "logged_cycleid",
     "logged_zero_lsn",  "logged_new_page",    "logged_extend",      "logging_skipped",
+    "logged_sequence",
 };
 
 typedef struct lwlsn_entry {
@@ -82,6 +83,7 @@ typedef struct relsize_entry {
 typedef struct cache_header {
     pg_atomic_uint64 watermark;
     pg_atomic_uint32 watermark_needs_init; /* raise to the replay end at first use */
+    pg_atomic_uint64 persistence_gen;      /* see strata_persistence_generation() */
     pg_atomic_uint64 stats[STAT_COUNT];
     uint32 lw_nsets;
     uint32 rs_nsets;
@@ -141,6 +143,7 @@ void strata_cache_shmem_startup(void)
         cache->rs_nsets = nsets_for(strata_relsize_cache_size);
         pg_atomic_init_u64(&cache->watermark, startup_checkpoint_lsn());
         pg_atomic_init_u32(&cache->watermark_needs_init, 1);
+        pg_atomic_init_u64(&cache->persistence_gen, 0);
         for (int i = 0; i < STAT_COUNT; i++)
             pg_atomic_init_u64(&cache->stats[i], 0);
     }
@@ -165,6 +168,20 @@ uint64 strata_stat_get(strata_stat which)
 {
     Assert(which >= 0 && which < STAT_COUNT);
     return cache != NULL ? pg_atomic_read_u64(&cache->stats[which]) : 0;
+}
+
+uint64 strata_persistence_generation(void)
+{
+    if (cache == NULL)
+        return 0;
+    pg_memory_barrier();
+    return pg_atomic_read_u64(&cache->persistence_gen);
+}
+
+void strata_persistence_changed(void)
+{
+    if (cache != NULL)
+        pg_atomic_fetch_add_u64(&cache->persistence_gen, 1);
 }
 
 static uint32 key_hash(RelFileNode rnode, ForkNumber fork, BlockNumber blkno)
@@ -317,12 +334,47 @@ static relsize_entry *rs_slot(relsize_entry *ways, RelFileNode rnode, ForkNumber
     return NULL;
 }
 
+/*
+ * rs_slot for a caller that holds the set's lock exclusively; may release and
+ * re-take it.  Before a wal_known entry is evicted, the evicted relation
+ * fork's metadata last-written LSN is raised to the insert LSN: the watermark
+ * (rs_evicted) covers only keys without a last-written-LSN entry, and a
+ * metadata entry left by an old truncate or unlink would otherwise make the
+ * next Nblocks ask at that old LSN and miss extensions the WAL shows later.
+ * The raise is done without the relsize lock (both caches share the lock
+ * pool) and before the entry goes, so a reader never sees neither; if
+ * another entry is the victim after re-locking, it is raised too (bounded;
+ * the last try evicts without the raise, leaving only the watermark).
+ */
+#define RS_RAISE_TRIES 4
+static relsize_entry *rs_slot_raising(relsize_entry *ways, LWLock *lock, RelFileNode rnode,
+                                      ForkNumber fork, bool *is_new, bool *evicted)
+{
+    RelFileNode raised_rnode = {0, 0, 0};
+    int32 raised_fork = -1;
+
+    for (int attempt = 0;; attempt++) {
+        relsize_entry *e = rs_slot(ways, rnode, fork, is_new, evicted);
+
+        if (e == NULL || !*evicted || attempt >= RS_RAISE_TRIES || RecoveryInProgress())
+            return e;
+        if (raised_fork == e->fork && RelFileNodeEquals(raised_rnode, e->rnode))
+            return e;
+        raised_rnode = e->rnode;
+        raised_fork = e->fork;
+        LWLockRelease(lock);
+        strata_lwlsn_set(raised_rnode, (ForkNumber)raised_fork, InvalidBlockNumber,
+                         GetXLogInsertRecPtr());
+        LWLockAcquire(lock, LW_EXCLUSIVE);
+    }
+}
+
 static void rs_evicted(void)
 {
     /* The evicted relation's next Nblocks/Exists must see every record that
-     * showed its size: all of them are before the current insert LSN.  The
-     * relation-level LSN of that one relation is unknown here (the entry's key
-     * is gone), so the watermark, which covers every uncached key, is raised. */
+     * showed its size: all of them are before the current insert LSN.
+     * rs_slot_raising raised that relation's metadata entry (when it has
+     * one); the watermark covers it when it has none. */
     if (!RecoveryInProgress())
         watermark_raise(GetXLogInsertRecPtr());
 }
@@ -335,7 +387,7 @@ void strata_relsize_learn(RelFileNode rnode, ForkNumber fork, bool exists, Block
     bool is_new, evicted;
 
     LWLockAcquire(lock, LW_EXCLUSIVE);
-    e = rs_slot(ways, rnode, fork, &is_new, &evicted);
+    e = rs_slot_raising(ways, lock, rnode, fork, &is_new, &evicted);
     if (e != NULL && is_new) {
         e->rnode = rnode;
         e->fork = (int32)fork;
@@ -357,7 +409,7 @@ void strata_relsize_set(RelFileNode rnode, ForkNumber fork, BlockNumber nblocks,
     bool is_new, evicted;
 
     LWLockAcquire(lock, LW_EXCLUSIVE);
-    e = rs_slot(ways, rnode, fork, &is_new, &evicted);
+    e = rs_slot_raising(ways, lock, rnode, fork, &is_new, &evicted);
     if (e != NULL) {
         e->rnode = rnode;
         e->fork = (int32)fork;
@@ -380,7 +432,7 @@ bool strata_relsize_extend(RelFileNode rnode, ForkNumber fork, BlockNumber blkno
 
     Assert(blkno != InvalidBlockNumber);
     LWLockAcquire(lock, LW_EXCLUSIVE);
-    e = rs_slot(ways, rnode, fork, &is_new, &evicted);
+    e = rs_slot_raising(ways, lock, rnode, fork, &is_new, &evicted);
     if (e == NULL) {
         LWLockRelease(lock);
         return false;

@@ -56,6 +56,7 @@ typedef enum strata_stat {
     STAT_LOGGED_NEW_PAGE,    /* all-zero page, LSN 0: logged so WAL has the size */
     STAT_LOGGED_EXTEND,      /* extension WAL-logged because the relsize cache was full */
     STAT_LOGGING_SKIPPED,    /* would have logged, but WAL insertion was not allowed */
+    STAT_LOGGED_SEQUENCE,    /* eviction logging, reason (e): a sequence page */
     STAT_COUNT
 } strata_stat;
 extern const char *const strata_stat_names[STAT_COUNT];
@@ -67,6 +68,14 @@ uint64 strata_stat_get(strata_stat which);
 Size strata_cache_shmem_size(void);
 void strata_cache_shmem_request(void); /* from shmem_request_hook */
 void strata_cache_shmem_startup(void); /* from shmem_startup_hook */
+
+/* Persistence generation: raised whenever a relation's persistence as seen
+ * by md (its INIT fork) may have changed -- an INIT fork was created, or a
+ * relation was unlinked (its relfilenode may come back).  Each process keeps
+ * a private cache of "is this relation unlogged" and drops it when the
+ * generation moved.  The raise is a full memory barrier. */
+uint64 strata_persistence_generation(void);
+void strata_persistence_changed(void);
 
 /* Last-written LSN of a block, or of the relation's metadata (size,
  * existence) with blkno = InvalidBlockNumber.  Never older than the newest
