@@ -2,7 +2,9 @@
 and the generated section of docs/benchmarks.md.
 
 For: turning the results dict quorum_commit.py builds into files a person
-reads.  It prints what was measured and says plainly when a target is not
+reads; and what every benchmark's reports share (write_reports_and_docs,
+publish_to_docs, replace_marked_section, run_gnuplot, write_json).  It
+prints what was measured and says plainly when a target is not
 met or a setup did not run; it never fills a gap with a guess.
 
 Not for: measuring anything.
@@ -325,13 +327,13 @@ def replace_marked_section(doc_text, section, begin_marker, end_marker):
     return doc_text + ("\n" if doc_text else "") + section
 
 
-def run_gnuplot(script_lines, out_dir):
-    """Writes script_lines to <out_dir>/plots.gp and runs gnuplot on it.
+def run_gnuplot(script_lines, out_dir, script_name="plots.gp"):
+    """Writes script_lines to <out_dir>/<script_name> and runs gnuplot on it.
     Raises RuntimeError when gnuplot is missing or fails (its stderr tail)."""
     gnuplot = shutil.which("gnuplot")
     if not gnuplot:
         raise RuntimeError("gnuplot not found")
-    gp_path = os.path.join(out_dir, "plots.gp")
+    gp_path = os.path.join(out_dir, script_name)
     with open(gp_path, "w", encoding="utf-8") as f:
         f.write("\n".join(script_lines) + "\n")
     cp = subprocess.run([gnuplot, gp_path], capture_output=True, text=True, timeout=60)
@@ -364,6 +366,35 @@ def publish_to_docs(repo, images, make_section, begin_marker, end_marker):
     return doc_path
 
 
+def write_reports_and_docs(results, out, write_plots_fn, make_section, log, publish=None,
+                          plot_errors=(RuntimeError, OSError)):
+    """Every benchmark's report files: the plots (write_plots_fn(results, out)
+    -> {key: png path}, or None/{} for none; an exception of plot_errors is
+    logged and the reports go on without plots), <out>/results.json and
+    <out>/results.md (make_section({key: png file name} or None)); then, with
+    publish = (repo, begin_marker, end_marker), the images copied to
+    <repo>/docs/img/ and that section of <repo>/docs/benchmarks.md replaced
+    (publish_to_docs).  Returns the document's path, or None when not
+    published.  Raises OSError."""
+    os.makedirs(out, exist_ok=True)
+    images = None
+    try:
+        images = write_plots_fn(results, out)
+    except plot_errors as e:  # pylint: disable=catching-non-exception
+        log(f"plots not written: {e}")
+    write_json(results, os.path.join(out, "results.json"))
+    rel = {k: os.path.basename(v) for k, v in images.items()} if images else None
+    with open(os.path.join(out, "results.md"), "w", encoding="utf-8") as f:
+        f.write(make_section(rel))
+    log(f"results in {out}/")
+    if publish is None:
+        return None
+    repo, begin_marker, end_marker = publish
+    doc_path = publish_to_docs(repo, images, make_section, begin_marker, end_marker)
+    log(f"updated {doc_path}")
+    return doc_path
+
+
 def _gnuplot_series_block(results, kind, clients, out_dir):
     """Writes data files of one panel; returns gnuplot plot clauses."""
     clauses = []
@@ -391,8 +422,7 @@ def write_plots(results, out_dir):
 
     Raises RuntimeError if gnuplot is missing or fails.
     """
-    gnuplot = shutil.which("gnuplot")
-    if not gnuplot:
+    if not shutil.which("gnuplot"):
         raise RuntimeError("gnuplot not found")
     clients = results["params"]["clients"]
     lat_png = os.path.join(out_dir, "quorum_commit_latency.png")
@@ -426,10 +456,5 @@ def write_plots(results, out_dir):
                       "set label 1 'no data' at graph 0.45,0.5; plot 1 notitle lc rgb 'white'; "
                       "unset label 1")
     script.append("unset multiplot")
-    gp_path = os.path.join(out_dir, "plots.gp")
-    with open(gp_path, "w", encoding="utf-8") as f:
-        f.write("\n".join(script) + "\n")
-    cp = subprocess.run([gnuplot, gp_path], capture_output=True, text=True, timeout=60)
-    if cp.returncode != 0:
-        raise RuntimeError(f"gnuplot failed: {cp.stderr.strip()[-500:]}")
+    run_gnuplot(script, out_dir)
     return {"latency": lat_png, "tps": tps_png}

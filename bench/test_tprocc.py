@@ -14,16 +14,13 @@
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 # pylint: disable=wrong-import-position
@@ -33,26 +30,7 @@ import tprocc  # noqa: E402
 from bench_proc import pids_mentioning  # noqa: E402
 from bench_report import replace_marked_section  # noqa: E402
 from bench_strata import StrataCluster  # noqa: E402
-
-
-def _strata_build():
-    return os.environ.get("STRATA_BUILD", os.path.join(REPO, "build"))
-
-
-def _need_strata():
-    build = _strata_build()
-    for need in ("bin/strata", "bin/strata-pageserver", "lib/strata.so"):
-        if not os.path.exists(os.path.join(build, need)):
-            pytest.skip(f"not built: {os.path.join(build, need)}")
-    return build
-
-
-def _kill_leftovers(work):
-    for pid in pids_mentioning(work):
-        try:
-            os.kill(pid, 9)
-        except ProcessLookupError:
-            pass
+from bench_testlib import need_strata_build, scratch_workdir  # noqa: E402
 
 
 def test_nurand_and_last_names():
@@ -121,11 +99,9 @@ def test_docs_section_replaced_once():
 @pytest.mark.skipif(not os.path.exists("/usr/lib/postgresql/15/bin/initdb"),
                     reason="PostgreSQL 15 binaries not installed")
 def test_quick_side_by_side(tmp_path):
-    build = _need_strata()
-    work = tempfile.mkdtemp(prefix="tprocc-test-", dir="/tmp")
-    os.chmod(work, 0o755)
+    build = need_strata_build()
     out = tmp_path / "out"
-    try:
+    with scratch_workdir("tprocc-test-") as work:
         cp = subprocess.run([sys.executable, os.path.join(HERE, "tprocc.py"), "--quick",
                              "--duration", "6", "--kill-compute-at", "2",
                              "--strata-build", build, "--workdir", work,
@@ -166,9 +142,6 @@ def test_quick_side_by_side(tmp_path):
         assert (out / "tprocc_nopm.png").exists() and (out / "tprocc_latency.png").exists()
         assert pids_mentioning(work) == []
         assert os.listdir(work) == []
-    finally:
-        _kill_leftovers(work)
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def _wait(predicate, timeout, what):
@@ -180,9 +153,12 @@ def _wait(predicate, timeout, what):
 
 
 def test_kill9_compute_mid_run_keeps_every_new_order_and_consistency():
-    build = _need_strata()
-    work = tempfile.mkdtemp(prefix="tprocc-kill-", dir="/tmp")
-    os.chmod(work, 0o755)
+    build = need_strata_build()
+    with scratch_workdir("tprocc-kill-") as work:
+        _kill9_compute_mid_run(build, work)
+
+
+def _kill9_compute_mid_run(build, work):
     cluster = StrataCluster(build, os.path.join(work, "strata"))
     saved_mode = os.environ.get("STRATA_COMPUTE_MODE")
     os.environ["STRATA_COMPUTE_MODE"] = "stateless"
@@ -242,5 +218,3 @@ def test_kill9_compute_mid_run_keeps_every_new_order_and_consistency():
             os.environ.pop("STRATA_COMPUTE_MODE", None)
         else:
             os.environ["STRATA_COMPUTE_MODE"] = saved_mode
-        _kill_leftovers(work)
-        shutil.rmtree(work, ignore_errors=True)

@@ -39,11 +39,9 @@ Run: python3 bench/tprocc.py [--quick] [--warehouses W] [--vus N] [--duration S]
 import argparse
 import concurrent.futures
 import datetime
-import json
 import os
 import random
 import shutil
-import signal
 import string
 import sys
 import threading
@@ -56,9 +54,11 @@ sys.path.insert(0, HERE)
 # pylint: disable=wrong-import-position
 import psycopg  # noqa: E402
 
+from bench_cli import (add_common_options, docs_wanted, interrupt_on_sigterm,  # noqa: E402
+                       load_results, log)
 from bench_pg import PgServer, make_pg_dir, read_settings  # noqa: E402
 from bench_proc import BenchError, pg_workdir, run, run_then_clean  # noqa: E402
-from bench_report import publish_to_docs, run_gnuplot, write_json  # noqa: E402
+from bench_report import run_gnuplot, write_reports_and_docs  # noqa: E402
 from bench_stats import Txn, latency_curve, percentile  # noqa: E402
 from bench_strata import StrataCluster  # noqa: E402
 from quorum_commit import load_average, machine_description  # noqa: E402
@@ -91,18 +91,6 @@ CUSTOMERS_PER_DISTRICT = 3000
 NEW_ORDERS_PER_DISTRICT = 900
 DISTRICTS = 10
 SYLLABLES = ("BAR", "OUGHT", "ABLE", "PRI", "PRES", "ESE", "ANTI", "CALLY", "ATION", "EING")
-
-
-def log(msg):
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def default_strata_build():
-    if os.environ.get("STRATA_BUILD"):
-        return os.environ["STRATA_BUILD"]
-    if os.environ.get("STRATA_BINDIR"):
-        return os.path.dirname(os.path.abspath(os.environ["STRATA_BINDIR"]))
-    return os.path.join(REPO, "build")
 
 
 def parse_args(argv):
@@ -142,17 +130,7 @@ def parse_args(argv):
     ap.add_argument("--connstr", default=None,
                     help="libpq connection string for --check-only (default $STRATA_CONNSTR, "
                          f"dbname {DBNAME})")
-    ap.add_argument("--strata-build", default=default_strata_build(),
-                    help="release build holding bin/strata (env STRATA_BUILD, default ./build)")
-    ap.add_argument("--workdir", default=os.environ.get("TMPDIR", "/tmp"),
-                    help="where the temporary data directories go")
-    ap.add_argument("--out", default=os.path.join(HERE, "results", "tprocc"),
-                    help="directory for results.json, results.md and the plots")
-    ap.add_argument("--docs", choices=("auto", "yes", "no"), default="auto",
-                    help="update docs/benchmarks.md and docs/img/ (auto: unless --quick)")
-    ap.add_argument("--from-json", metavar="RESULTS_JSON",
-                    help="measure nothing: rewrite the reports from an earlier results.json")
-    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    add_common_options(ap, "tprocc")
     ap.add_argument("--seed", type=int, default=None, help="random seed (default: time)")
     args = ap.parse_args(argv)
     quick = args.quick
@@ -1047,22 +1025,9 @@ def write_plots(results, out_dir):
 
 
 def write_reports(args, results):
-    os.makedirs(args.out, exist_ok=True)
-    images = None
-    try:
-        images = write_plots(results, args.out)
-    except (RuntimeError, OSError) as e:
-        log(f"plots not written: {e}")
-    write_json(results, os.path.join(args.out, "results.json"))
-    rel = {k: os.path.basename(v) for k, v in images.items()} if images else None
-    with open(os.path.join(args.out, "results.md"), "w", encoding="utf-8") as f:
-        f.write(markdown_section(results, rel))
-    log(f"results in {args.out}/")
-    if not (args.docs == "yes" or (args.docs == "auto" and not args.quick)):
-        return
-    doc_path = publish_to_docs(REPO, images, lambda imgs: markdown_section(results, imgs),
-                               SECTION_BEGIN, SECTION_END)
-    log(f"updated {doc_path}")
+    publish = (REPO, SECTION_BEGIN, SECTION_END) if docs_wanted(args.docs, args.quick) else None
+    write_reports_and_docs(results, args.out, write_plots,
+                           lambda imgs: markdown_section(results, imgs), log, publish)
 
 
 # -- main ----------------------------------------------------------------------------
@@ -1090,10 +1055,6 @@ def check_only(args):
     return 0 if all(c["ok"] for c in checks) else 1
 
 
-def _raise_interrupt(signum, _frame):
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main(argv):
     args = parse_args(argv)
     if args.check_only:
@@ -1104,13 +1065,12 @@ def main(argv):
                                      f"driving {where} is not implemented")
             + "; using the built-in driver")
     if args.from_json:
-        with open(args.from_json, encoding="utf-8") as f:
-            results = json.load(f)
+        results = load_results(args.from_json)
         args.quick = results.get("quick", False)
         print(console_table(results))
         write_reports(args, results)
         return 0
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    interrupt_on_sigterm()
     work = pg_workdir(args.workdir, "strata-tprocc-")
     results = {
         "benchmark": "tprocc",
