@@ -39,7 +39,6 @@ Run: python3 bench/image_sweep.py [--quick] [--thresholds 0,4,8,16,32,64,128]
 
 import argparse
 import datetime
-import json
 import os
 import re
 import shutil
@@ -54,12 +53,14 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 # pylint: disable=wrong-import-position
+from bench_cli import add_common_options, docs_wanted, interrupt_on_sigterm, load_results, log
 from bench_pg import psql
 from bench_proc import BenchError, run
+from bench_report import run_gnuplot, write_reports_and_docs
 from bench_strata import prometheus_counter
 from pageserver_bench import (OwnPageserver, compile_load_generator, dir_bytes, lsn_int,
                               lsn_text, parse_histogram, patched_bindir, run_load)
-from quorum_commit import default_strata_build, machine_description
+from quorum_commit import machine_description
 
 oh = None  # tests/integration/oracle_harness, imported in main() once the build is known
 
@@ -68,10 +69,6 @@ SECTION_END = "<!-- END image_sweep -->"
 SAFETY_NET = 1000  # INGEST_IMAGE_THRESHOLD: what bounds chains with the threshold off
 CASES = (("accounts", ("pgbench_accounts",)), ("history", ("pgbench_history",)),
          ("hot", ("pgbench_branches", "pgbench_tellers")))
-
-
-def log(msg):
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 # ----------------------------------------------------------- pure helpers ----
@@ -338,9 +335,10 @@ def prepare(args, work, cluster):
 # -------------------------------------------------------------- reporting ----
 
 def write_plot(results, out_dir):
-    gnuplot = shutil.which("gnuplot")
+    """{"sweep": image_sweep.png}, or None when there is nothing to plot or no
+    gnuplot.  Raises RuntimeError when gnuplot fails."""
     rows = [r for r in results["rows"] if r["threshold"] > 0 and r.get("reads")]
-    if not gnuplot or not rows:
+    if not shutil.which("gnuplot") or not rows:
         return None
     dat = os.path.join(out_dir, "image_sweep.dat")
     with open(dat, "w", encoding="utf-8") as f:
@@ -358,14 +356,8 @@ def write_plot(results, out_dir):
               "set xlabel 'image threshold (deltas)'", "set ylabel 'GetPage p99, us'",
               "set y2label 'image bytes / WAL byte'", "set y2tics", "set key top left",
               "plot " + ", ".join(plots)]
-    gp = os.path.join(out_dir, "image_sweep.gp")
-    with open(gp, "w", encoding="utf-8") as f:
-        f.write("\n".join(script) + "\n")
-    cp = subprocess.run([gnuplot, gp], capture_output=True, text=True, timeout=60)
-    if cp.returncode != 0:
-        log(f"gnuplot failed: {cp.stderr.strip()[-300:]}")
-        return None
-    return png
+    run_gnuplot(script, out_dir, "image_sweep.gp")
+    return {"sweep": png}
 
 
 def markdown_section(results, image):
@@ -436,35 +428,11 @@ def markdown_section(results, image):
 
 
 def write_reports(args, results):
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as f:
-        json.dump(results, f, indent=1)
-    png = write_plot(results, args.out)
-    with open(os.path.join(args.out, "results.md"), "w", encoding="utf-8") as f:
-        f.write(markdown_section(results, os.path.basename(png) if png else None))
-    if args.docs == "yes" or (args.docs == "auto" and not results["quick"]):
-        image = None
-        if png:
-            shutil.copyfile(png, os.path.join(REPO, "docs", "img", "image_sweep.png"))
-            image = "img/image_sweep.png"
-        doc = os.path.join(REPO, "docs", "benchmarks.md")
-        text = open(doc, encoding="utf-8").read() if os.path.exists(doc) else ""
-        with open(doc + ".tmp", "w", encoding="utf-8") as f:
-            f.write(_replace(text, markdown_section(results, image)))
-        os.replace(doc + ".tmp", doc)
-        log(f"updated {doc}")
-    log(f"results in {args.out}")
-
-
-def _replace(doc_text, section):
-    """replace_section() of pageserver_bench with this program's markers."""
-    begin, end = doc_text.find(SECTION_BEGIN), doc_text.find(SECTION_END)
-    if begin >= 0 and end > begin:
-        tail = doc_text[end + len(SECTION_END):]
-        return doc_text[:begin] + section + (tail[1:] if tail.startswith("\n") else tail)
-    if doc_text and not doc_text.endswith("\n"):
-        doc_text += "\n"
-    return doc_text + ("\n" if doc_text else "") + section
+    publish = (REPO, SECTION_BEGIN, SECTION_END) if docs_wanted(args.docs, results["quick"]) \
+        else None
+    write_reports_and_docs(results, args.out, write_plot,
+                           lambda imgs: markdown_section(results, imgs["sweep"] if imgs else None),
+                           log, publish, plot_errors=(RuntimeError,))
 
 
 # ------------------------------------------------------------------- main ----
@@ -472,7 +440,6 @@ def _replace(doc_text, section):
 def parse_args(argv):
     ap = argparse.ArgumentParser(prog="image_sweep", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small, short runs to test the program")
-    ap.add_argument("--strata-build", default=default_strata_build())
     ap.add_argument("--thresholds", default=None, help="comma list; 0 = off")
     ap.add_argument("--scale", type=int, default=None)
     ap.add_argument("--clients", type=int, default=8)
@@ -480,10 +447,7 @@ def parse_args(argv):
     ap.add_argument("--requests", type=int, default=None, help="GetPage requests per case")
     ap.add_argument("--ticks", type=int, default=40,
                     help="most small commits that wait for the image queue to empty")
-    ap.add_argument("--workdir", default=os.environ.get("TMPDIR", "/tmp"))
-    ap.add_argument("--out", default=os.path.join(HERE, "results", "image_sweep"))
-    ap.add_argument("--docs", choices=("auto", "yes", "no"), default="auto")
-    ap.add_argument("--from-json", metavar="RESULTS_JSON")
+    add_common_options(ap, "image_sweep", keep=False)
     a = ap.parse_args(argv)
     q = a.quick
     a.thresholds = [int(x) for x in (a.thresholds or ("0,16" if q else "0,4,8,16,32,64,128"))
@@ -496,16 +460,11 @@ def parse_args(argv):
     return a
 
 
-def _interrupt(signum, _frame):
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main(argv):
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _interrupt)
+    interrupt_on_sigterm()
     if args.from_json:
-        with open(args.from_json, encoding="utf-8") as f:
-            results = json.load(f)
+        results = load_results(args.from_json)
         results["chosen"] = choose_default(results["rows"])
         print(table(results["rows"]))
         print(f"chosen default: {results['chosen']}")

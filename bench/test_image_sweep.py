@@ -8,7 +8,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import image_sweep as sw  # noqa: E402  pylint: disable=wrong-import-position
+# pylint: disable=wrong-import-position
+import image_sweep as sw  # noqa: E402
+from bench_report import replace_marked_section  # noqa: E402
 
 BEFORE = """# TYPE pageserver_read_chain_length histogram
 pageserver_read_chain_length_bucket{le="+Inf"} 10
@@ -64,8 +66,9 @@ def test_table_and_section():
     assert "Chosen: **16**" in section and "Quick run" in section and "boom" in section
     assert section.count("\n| ") == 3  # header and two rows
     doc = "# Benchmarks\n\nintro\n"
-    once = sw._replace(doc, section)  # pylint: disable=protected-access
-    twice = sw._replace(once, section.replace("today", "tomorrow"))  # pylint: disable=protected-access
+    once = replace_marked_section(doc, section, sw.SECTION_BEGIN, sw.SECTION_END)
+    twice = replace_marked_section(once, section.replace("today", "tomorrow"), sw.SECTION_BEGIN,
+                                   sw.SECTION_END)
     assert once.startswith(doc) and twice.count(sw.SECTION_BEGIN) == 1
     assert "tomorrow" in twice and "today" not in twice
 

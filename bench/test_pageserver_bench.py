@@ -10,14 +10,17 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-import pageserver_bench as pb  # noqa: E402  pylint: disable=wrong-import-position
+# pylint: disable=wrong-import-position
+import pageserver_bench as pb  # noqa: E402
+from bench_proc import pids_mentioning  # noqa: E402
+from bench_report import replace_marked_section  # noqa: E402
+from bench_testlib import scratch_workdir, strata_build  # noqa: E402
 
 LOAD_LINE = ("requests 2000 errors 0 zero_pages 0 seconds 0.166484 pages_per_s 12013.2 "
              "mean_us 83.1 p50_us 74.0 p90_us 101.2 p99_us 170.3 p999_us 225.0 max_us 930.1")
@@ -97,11 +100,15 @@ def test_targets_verdicts():
     assert ingest["value"] is None and ingest["met"] is None
 
 
+def _replace(doc, section):
+    return replace_marked_section(doc, section, pb.SECTION_BEGIN, pb.SECTION_END)
+
+
 def test_replace_section_keeps_other_sections():
     doc = ("# Benchmarks\n\n<!-- BEGIN quorum_commit: x -->\nq\n<!-- END quorum_commit -->\n")
-    once = pb.replace_section(doc, pb.SECTION_BEGIN + "\none\n" + pb.SECTION_END + "\n")
+    once = _replace(doc, pb.SECTION_BEGIN + "\none\n" + pb.SECTION_END + "\n")
     assert once.startswith(doc) and "one" in once
-    twice = pb.replace_section(once, pb.SECTION_BEGIN + "\ntwo\n" + pb.SECTION_END + "\n")
+    twice = _replace(once, pb.SECTION_BEGIN + "\ntwo\n" + pb.SECTION_END + "\n")
     assert "one" not in twice and "two" in twice and twice.startswith(doc)
     assert twice.count(pb.SECTION_BEGIN) == 1
 
@@ -120,30 +127,14 @@ def test_load_generator_rejects_bad_arguments(tmp_path):
     assert cp.returncode == 1 and "connect" in cp.stderr  # nothing listens on port 1
 
 
-def _processes_mentioning(path):
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if path.encode() in f.read():
-                    found.append(int(pid))
-        except OSError:
-            pass
-    return found
-
-
-BUILD = os.environ.get("STRATA_BUILD", os.path.join(os.path.dirname(HERE), "build"))
+BUILD = strata_build()
 
 
 @pytest.mark.skipif(not os.path.exists(os.path.join(BUILD, "bin", "strata-pageserver")),
                     reason="no release build with strata-pageserver")
 def test_quick_run(tmp_path):
-    work = tempfile.mkdtemp(prefix="psbench-test-", dir="/tmp")
-    os.chmod(work, 0o755)
     out = str(tmp_path / "out")
-    try:
+    with scratch_workdir("psbench-test-") as work:
         cp = subprocess.run([sys.executable, os.path.join(HERE, "pageserver_bench.py"), "--quick",
                              "--steps", "getpage,ingest", "--pages", "10", "--requests", "300",
                              "--pgbench-seconds", "3", "--docs", "no", "--workdir", work,
@@ -169,7 +160,5 @@ def test_quick_run(tmp_path):
             md = f.read()
         assert md.startswith(pb.SECTION_BEGIN) and md.rstrip().endswith(pb.SECTION_END)
         assert "chain 128" in md
-    finally:
-        left = _processes_mentioning(work)
+        left = pids_mentioning(work)
         assert not left, f"processes still running under {work}: {left}"
-        subprocess.run(["rm", "-rf", work], check=False)
