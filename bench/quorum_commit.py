@@ -26,12 +26,8 @@ Run: python3 bench/quorum_commit.py [--quick] [--duration S] [--scale N] ...
 
 import argparse
 import datetime
-import json
 import os
-import shutil
-import signal
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -39,12 +35,14 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 # pylint: disable=wrong-import-position
+from bench_cli import (add_common_options, docs_wanted, interrupt_on_sigterm, load_results,
+                       log)
 from bench_pg import PgServer, make_pg_dir, read_settings, wait_sync_standbys, psql
 from bench_pgbench import pgbench_init, pgbench_run, threads_for
 from bench_physical import measure_fdatasync, measure_loopback_rtt
-from bench_proc import BenchError, give_to_pg_user
-from bench_report import (compute_ratios, console_table, markdown_section, replace_doc_section,
-                          write_json, write_plots)
+from bench_proc import BenchError, pg_workdir, run_then_clean
+from bench_report import (SECTION_BEGIN, SECTION_END, compute_ratios, console_table,
+                          markdown_section, write_plots, write_reports_and_docs)
 from bench_stats import latency_curve, summarize, tps_over_time
 from bench_strata import StrataCluster
 
@@ -64,15 +62,6 @@ SETUPS = {
 }
 
 
-def default_strata_build():
-    """STRATA_BUILD, else the build `strata bench` ran from (STRATA_BINDIR/..), else ./build."""
-    if os.environ.get("STRATA_BUILD"):
-        return os.environ["STRATA_BUILD"]
-    if os.environ.get("STRATA_BINDIR"):
-        return os.path.dirname(os.path.abspath(os.environ["STRATA_BINDIR"]))
-    return os.path.join(REPO, "build")
-
-
 def parse_args(argv):
     ap = argparse.ArgumentParser(
         prog="quorum_commit",
@@ -89,24 +78,10 @@ def parse_args(argv):
                     help="5 s runs at scale 1, for testing this program; docs are not updated")
     ap.add_argument("--shared-buffers", default="128MB",
                     help="shared_buffers of the stock servers (default 128MB)")
-    ap.add_argument("--strata-build", default=default_strata_build(),
-                    help="release build directory holding bin/strata and lib/strata.so "
-                         "(env STRATA_BUILD; under `strata bench`, the build of that strata; "
-                         "default ./build)")
-    ap.add_argument("--workdir", default=os.environ.get("TMPDIR", "/tmp"),
-                    help="where the temporary data directories go (its filesystem is the "
-                         "one measured)")
-    ap.add_argument("--out", default=os.path.join(HERE, "results", "quorum_commit"),
-                    help="directory for results.json, results.md and the plots")
-    ap.add_argument("--docs", choices=("auto", "yes", "no"), default="auto",
-                    help="update docs/benchmarks.md and docs/img/ (auto: unless --quick)")
     ap.add_argument("--fsync-seconds", type=int, default=2,
                     help="pg_test_fsync -s (default 2)")
-    ap.add_argument("--from-json", metavar="RESULTS_JSON",
-                    help="measure nothing: rewrite the reports (and docs, per --docs) from a "
-                         "results.json of an earlier run")
-    ap.add_argument("--keep", action="store_true",
-                    help="keep the temporary directory (data, server logs, pgbench logs)")
+    add_common_options(ap, "quorum_commit",
+                       workdir_note=" (its filesystem is the one measured)")
     args = ap.parse_args(argv)
     if args.duration is None:
         args.duration = 5 if args.quick else 30
@@ -124,10 +99,6 @@ def parse_args(argv):
     if args.duration < 1 or args.scale < 1:
         ap.error("--duration and --scale must be positive")
     return args
-
-
-def log(msg):
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def machine_description(path):
@@ -347,51 +318,14 @@ def run_all(args, work, results):
 
 
 def write_reports(args, results):
-    os.makedirs(args.out, exist_ok=True)
-    images = None
-    try:
-        images = write_plots(results, args.out)
-    except (RuntimeError, OSError, ValueError) as e:
-        log(f"plots not written: {e}")
-    write_json(results, os.path.join(args.out, "results.json"))
-    rel_images = ({k: os.path.basename(v) for k, v in images.items()} if images else None)
-    with open(os.path.join(args.out, "results.md"), "w", encoding="utf-8") as f:
-        f.write(markdown_section(results, rel_images))
-    log(f"results in {args.out}/ (results.json, results.md"
-        + (", plots)" if images else ")"))
-    update_docs = args.docs == "yes" or (args.docs == "auto" and not args.quick)
-    if not update_docs:
-        return
-    docs = os.path.join(REPO, "docs")
-    img_dir = os.path.join(docs, "img")
-    os.makedirs(img_dir, exist_ok=True)
-    doc_images = None
-    if images:
-        doc_images = {}
-        for k, path in images.items():
-            shutil.copyfile(path, os.path.join(img_dir, os.path.basename(path)))
-            doc_images[k] = "img/" + os.path.basename(path)
-    doc_path = os.path.join(docs, "benchmarks.md")
-    text = ""
-    if os.path.exists(doc_path):
-        with open(doc_path, encoding="utf-8") as f:
-            text = f.read()
-    else:
-        text = "# Benchmarks\n"
-    text = replace_doc_section(text, markdown_section(results, doc_images))
-    with open(doc_path + ".tmp", "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(doc_path + ".tmp", doc_path)
-    log(f"updated {doc_path}" + (f" and {img_dir}/" if doc_images else ""))
-
-
-def _raise_interrupt(signum, _frame):
-    raise KeyboardInterrupt(f"signal {signum}")
+    publish = (REPO, SECTION_BEGIN, SECTION_END) if docs_wanted(args.docs, args.quick) else None
+    write_reports_and_docs(results, args.out, write_plots,
+                           lambda imgs: markdown_section(results, imgs), log, publish,
+                           plot_errors=(RuntimeError, OSError, ValueError))
 
 
 def report_from_json(args):
-    with open(args.from_json, encoding="utf-8") as f:
-        results = json.load(f)
+    results = load_results(args.from_json)
     args.quick = results.get("quick", False)
     results["ratios"] = compute_ratios(results)
     print(console_table(results))
@@ -403,11 +337,8 @@ def main(argv):
     args = parse_args(argv)
     if args.from_json:
         return report_from_json(args)
-    signal.signal(signal.SIGTERM, _raise_interrupt)
-    os.makedirs(args.workdir, exist_ok=True)
-    work = tempfile.mkdtemp(prefix="strata-qc-", dir=args.workdir)
-    os.chmod(work, 0o755)
-    give_to_pg_user(work)
+    interrupt_on_sigterm()
+    work = pg_workdir(args.workdir, "strata-qc-")
     results = {
         "benchmark": "quorum_commit",
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -425,17 +356,7 @@ def main(argv):
         log(f"warning: the machine is busy (load average {results['machine']['loadavg_start']}); "
             "numbers will be disturbed")
     started = time.monotonic()
-    interrupted = False
-    try:
-        run_all(args, work, results)
-    except KeyboardInterrupt:
-        interrupted = True
-        log("interrupted; everything started has been stopped")
-    finally:
-        if args.keep:
-            log(f"kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+    interrupted = run_then_clean(lambda: run_all(args, work, results), work, args.keep, log)
     results["machine"]["loadavg_end"] = load_average()
     results["elapsed_s"] = round(time.monotonic() - started, 1)
     results["ratios"] = compute_ratios(results)

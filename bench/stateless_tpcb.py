@@ -37,11 +37,7 @@ import glob
 import json
 import os
 import re
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -49,9 +45,12 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 # pylint: disable=wrong-import-position
+from bench_cli import (add_common_options, docs_wanted, interrupt_on_sigterm, load_results,
+                       log)
 from bench_pg import PgServer, make_pg_dir, pg_tool, psql, read_settings, wait_sync_standbys
 from bench_pgbench import pgbench_init, threads_for
-from bench_proc import BenchError, give_to_pg_user, run
+from bench_proc import BenchError, pg_workdir, run, run_then_clean
+from bench_report import run_gnuplot, write_reports_and_docs
 from bench_stats import latency_curve, parse_log_lines, summarize, tps_over_time
 from bench_strata import StrataCluster, parse_connstr
 from quorum_commit import load_average, machine_description
@@ -78,14 +77,6 @@ COLORS = {"a": "#1f77b4", "b": "#ff7f0e", "c": "#2ca02c", "d": "#d62728"}
 START_TARGET_S = 2.0
 
 
-def default_strata_build():
-    if os.environ.get("STRATA_BUILD"):
-        return os.environ["STRATA_BUILD"]
-    if os.environ.get("STRATA_BINDIR"):
-        return os.path.dirname(os.path.abspath(os.environ["STRATA_BINDIR"]))
-    return os.path.join(REPO, "build")
-
-
 def parse_args(argv):
     ap = argparse.ArgumentParser(
         prog="stateless_tpcb",
@@ -105,21 +96,11 @@ def parse_args(argv):
                     help="times `strata start compute` is measured per Strata setup (default 3)")
     ap.add_argument("--quick", action="store_true",
                     help="scale 1, 5 s runs, one start sample: tests this program; no docs")
-    ap.add_argument("--strata-build", default=default_strata_build(),
-                    help="release build holding bin/strata (env STRATA_BUILD, default ./build)")
-    ap.add_argument("--workdir", default=os.environ.get("TMPDIR", "/tmp"),
-                    help="where the temporary data directories go")
-    ap.add_argument("--out", default=os.path.join(HERE, "results", "stateless_tpcb"),
-                    help="directory for results.json, results.md and the plots")
-    ap.add_argument("--docs", choices=("auto", "yes", "no"), default="auto",
-                    help="update docs/benchmarks.md and docs/img/ (auto: unless --quick)")
-    ap.add_argument("--from-json", metavar="RESULTS_JSON",
-                    help="measure nothing: rewrite the reports from an earlier results.json")
+    add_common_options(ap, "stateless_tpcb")
     ap.add_argument("--add-to", metavar="RESULTS_JSON",
                     help="merge into an earlier results.json: the setups measured now replace "
                          "the ones with the same letter there (the others are kept, with their "
                          "own date in the report)")
-    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = ap.parse_args(argv)
     if args.duration is None:
         args.duration = 5 if args.quick else 300
@@ -133,10 +114,6 @@ def parse_args(argv):
     if args.duration < 1 or args.scale < 1 or args.clients < 1 or args.start_samples < 0:
         ap.error("--duration, --scale and --clients must be positive")
     return args
-
-
-def log(msg):
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def lsn_to_int(text):
@@ -472,24 +449,8 @@ def markdown_section(results, image_paths):
     return "\n".join(out) + "\n"
 
 
-def replace_doc_section(doc_text, section):
-    begin = doc_text.find(SECTION_BEGIN)
-    end = doc_text.find(SECTION_END)
-    if begin >= 0 and end > begin:
-        tail = doc_text[end + len(SECTION_END):]
-        if tail.startswith("\n"):
-            tail = tail[1:]
-        return doc_text[:begin] + section + tail
-    if doc_text and not doc_text.endswith("\n"):
-        doc_text += "\n"
-    return doc_text + ("\n" if doc_text else "") + section
-
-
 def write_plots(results, out_dir):
     """tps.png and latency.png with every measured setup on the same axes."""
-    gnuplot = shutil.which("gnuplot")
-    if not gnuplot:
-        raise RuntimeError("gnuplot not found")
     tps_png = os.path.join(out_dir, "stateless_tpcb_tps.png")
     lat_png = os.path.join(out_dir, "stateless_tpcb_latency.png")
     tps_clauses, lat_clauses = [], []
@@ -521,49 +482,14 @@ def write_plots(results, out_dir):
         "set autoscale y", "set xlabel 'percentile'", "set ylabel 'latency (ms)'",
         "set xtics ('50%%' 0.301, '90%%' 1, '99%%' 2, '99.9%%' 3, '99.99%%' 4)",
         "set xrange [0:4.1]", "plot " + ", ".join(lat_clauses)]
-    gp = os.path.join(out_dir, "plots.gp")
-    with open(gp, "w", encoding="utf-8") as f:
-        f.write("\n".join(script) + "\n")
-    cp = subprocess.run([gnuplot, gp], capture_output=True, text=True, timeout=60)
-    if cp.returncode != 0:
-        raise RuntimeError(f"gnuplot failed: {cp.stderr.strip()[-500:]}")
+    run_gnuplot(script, out_dir)
     return {"tps": tps_png, "latency": lat_png}
 
 
 def write_reports(args, results):
-    os.makedirs(args.out, exist_ok=True)
-    images = None
-    try:
-        images = write_plots(results, args.out)
-    except (RuntimeError, OSError) as e:
-        log(f"plots not written: {e}")
-    with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as f:
-        json.dump(results, f, indent=1)
-        f.write("\n")
-    rel = {k: os.path.basename(v) for k, v in images.items()} if images else None
-    with open(os.path.join(args.out, "results.md"), "w", encoding="utf-8") as f:
-        f.write(markdown_section(results, rel))
-    log(f"results in {args.out}/")
-    if not (args.docs == "yes" or (args.docs == "auto" and not args.quick)):
-        return
-    docs = os.path.join(REPO, "docs")
-    doc_images = None
-    if images:
-        os.makedirs(os.path.join(docs, "img"), exist_ok=True)
-        doc_images = {}
-        for k, path in images.items():
-            shutil.copyfile(path, os.path.join(docs, "img", os.path.basename(path)))
-            doc_images[k] = "img/" + os.path.basename(path)
-    doc_path = os.path.join(docs, "benchmarks.md")
-    text = "# Benchmarks\n"
-    if os.path.exists(doc_path):
-        with open(doc_path, encoding="utf-8") as f:
-            text = f.read()
-    text = replace_doc_section(text, markdown_section(results, doc_images))
-    with open(doc_path + ".tmp", "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(doc_path + ".tmp", doc_path)
-    log(f"updated {doc_path}")
+    publish = (REPO, SECTION_BEGIN, SECTION_END) if docs_wanted(args.docs, args.quick) else None
+    write_reports_and_docs(results, args.out, write_plots,
+                           lambda imgs: markdown_section(results, imgs), log, publish)
 
 
 def merge_results(path, new):
@@ -582,24 +508,16 @@ def merge_results(path, new):
     return new
 
 
-def _raise_interrupt(signum, _frame):
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main(argv):
     args = parse_args(argv)
     if args.from_json:
-        with open(args.from_json, encoding="utf-8") as f:
-            results = json.load(f)
+        results = load_results(args.from_json)
         args.quick = results.get("quick", False)
         print(console_table(results))
         write_reports(args, results)
         return 0
-    signal.signal(signal.SIGTERM, _raise_interrupt)
-    os.makedirs(args.workdir, exist_ok=True)
-    work = tempfile.mkdtemp(prefix="strata-tpcb-", dir=args.workdir)
-    os.chmod(work, 0o755)
-    give_to_pg_user(work)
+    interrupt_on_sigterm()
+    work = pg_workdir(args.workdir, "strata-tpcb-")
     results = {
         "benchmark": "stateless_tpcb",
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -612,17 +530,7 @@ def main(argv):
         "setups": [],
     }
     started = time.monotonic()
-    interrupted = False
-    try:
-        run_all(args, work, results)
-    except KeyboardInterrupt:
-        interrupted = True
-        log("interrupted; everything started has been stopped")
-    finally:
-        if args.keep:
-            log(f"kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+    interrupted = run_then_clean(lambda: run_all(args, work, results), work, args.keep, log)
     results["machine"]["loadavg_end"] = load_average()
     results["elapsed_s"] = round(time.monotonic() - started, 1)
     for s in results["setups"]:

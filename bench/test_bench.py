@@ -11,10 +11,8 @@ Not for: judging performance.  Run: python3 -m pytest -q bench/
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 
 import pytest
 
@@ -23,11 +21,12 @@ sys.path.insert(0, HERE)
 
 # pylint: disable=wrong-import-position
 from bench_physical import measure_loopback_rtt, parse_pg_test_fsync
-from bench_proc import BenchError
+from bench_proc import BenchError, pids_mentioning
 from bench_report import (SECTION_BEGIN, SECTION_END, compute_ratios, markdown_section,
                           replace_doc_section)
 from bench_stats import Txn, parse_log_lines, percentile, summarize, tps_over_time
 from bench_strata import parse_connstr
+from bench_testlib import scratch_workdir
 
 
 def read_testdata(name):
@@ -156,32 +155,11 @@ def test_loopback_rtt_is_measured():
     assert r["round_trips"] == 300
 
 
-def _postgres_pids_under(path):
-    pids = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if "postgres" in cmd and path in cmd:
-            pids.append(int(pid))
-    return pids
-
-
 @pytest.mark.skipif(not os.path.exists("/usr/lib/postgresql/15/bin/pgbench"),
                     reason="PostgreSQL 15 binaries not installed")
 def test_quick_run_of_setup_a(tmp_path):
-    # pytest's tmp_path sits under a 0700 directory the postgres user cannot enter.
-    work = tempfile.mkdtemp(prefix="qc-test-", dir="/tmp")
-    os.chmod(work, 0o755)
-    out = tmp_path / "out"
-    try:
-        _quick_run_of_setup_a(work, out)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    with scratch_workdir("qc-test-") as work:
+        _quick_run_of_setup_a(work, tmp_path / "out")
 
 
 def _quick_run_of_setup_a(work, out):
@@ -204,7 +182,7 @@ def _quick_run_of_setup_a(work, out):
     assert setup["settings"]["full_page_writes"] == "on"
     assert res["physical"]["fdatasync"]["usec_per_op"] > 0
     assert (out / "results.md").exists()
-    assert _postgres_pids_under(work) == []
+    assert pids_mentioning(work) == []
     assert os.listdir(work) == []  # the temporary data directory was removed
 
 

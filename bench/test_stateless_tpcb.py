@@ -8,19 +8,19 @@ the figures it wrote and that nothing it started is left running.
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 # pylint: disable=wrong-import-position
 import stateless_tpcb as tpcb  # noqa: E402
+from bench_proc import pids_mentioning  # noqa: E402
+from bench_report import replace_marked_section  # noqa: E402
+from bench_testlib import need_strata_build, scratch_workdir  # noqa: E402
 
 
 def _setup(key, tps, wal, starts=None, status="ok"):
@@ -68,42 +68,18 @@ def test_not_measured_is_said():
 def test_docs_section_replaced_once():
     md = tpcb.markdown_section(_results([_setup("a", 100, 10000)]), None)
     doc = "# Benchmarks\n\nintro\n"
-    once = tpcb.replace_doc_section(doc, md)
-    twice = tpcb.replace_doc_section(once + "\nafter\n", md)
+    once = replace_marked_section(doc, md, tpcb.SECTION_BEGIN, tpcb.SECTION_END)
+    twice = replace_marked_section(once + "\nafter\n", md, tpcb.SECTION_BEGIN, tpcb.SECTION_END)
     assert twice.count(tpcb.SECTION_BEGIN) == 1 and twice.count(tpcb.SECTION_END) == 1
     assert twice.startswith(doc) and twice.endswith("\nafter\n")
-
-
-def _pids_mentioning(path):
-    pids = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if path in cmd:
-            pids.append(int(pid))
-    return pids
-
-
-def _strata_build():
-    return os.environ.get("STRATA_BUILD", os.path.join(REPO, "build"))
 
 
 @pytest.mark.skipif(not os.path.exists("/usr/lib/postgresql/15/bin/pgbench"),
                     reason="PostgreSQL 15 binaries not installed")
 def test_quick_run_of_a_and_c(tmp_path):
-    build = _strata_build()
-    for need in ("bin/strata", "bin/strata-pageserver", "lib/strata.so"):
-        if not os.path.exists(os.path.join(build, need)):
-            pytest.skip(f"not built: {os.path.join(build, need)}")
-    work = tempfile.mkdtemp(prefix="tpcb-test-", dir="/tmp")
-    os.chmod(work, 0o755)
+    build = need_strata_build()
     out = tmp_path / "out"
-    try:
+    with scratch_workdir("tpcb-test-") as work:
         cp = subprocess.run([sys.executable, os.path.join(HERE, "stateless_tpcb.py"), "--quick",
                              "--setups", "a,c", "--duration", "3", "--strata-build", build,
                              "--workdir", work, "--out", str(out), "--docs", "no"],
@@ -127,15 +103,8 @@ def test_quick_run_of_a_and_c(tmp_path):
         assert a["start_s"] is None
         assert len(res["targets"]) == 3
         assert (out / "results.md").exists()
-        assert _pids_mentioning(work) == []
+        assert pids_mentioning(work) == []
         assert os.listdir(work) == []
-    finally:
-        for pid in _pids_mentioning(work):
-            try:
-                os.kill(pid, 9)
-            except ProcessLookupError:
-                pass
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def test_merge_replaces_setups_of_the_same_letter(tmp_path):
