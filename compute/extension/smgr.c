@@ -274,7 +274,8 @@ static bool shutdown_checkpoint_running(void)
  * block's last-written LSN: the new record's when the page was logged, else
  * the page's own.
  */
-static XLogRecPtr log_evicted_page(SMgrRelation reln, ForkNumber fork, BlockNumber blkno, char *buffer)
+static XLogRecPtr log_evicted_page(SMgrRelation reln, ForkNumber fork, BlockNumber blkno, char *buffer,
+                                   bool *logged)
 {
     Page page = (Page)buffer;
     XLogRecPtr lsn = PageGetLSN(page);
@@ -305,6 +306,16 @@ static XLogRecPtr log_evicted_page(SMgrRelation reln, ForkNumber fork, BlockNumb
      * size. */
     if (reason == STAT_COUNT && lsn_is_fake(lsn))
         reason = page_all_zero(buffer) ? STAT_LOGGED_NEW_PAGE : STAT_LOGGED_ZERO_LSN;
+    /* Always too: the page's LSN is not newer than an image logged here
+     * before (it was read back from that image, or a checkpoint logged a copy
+     * of it and left the buffer's LSN as it was), and it is dirty: it changed
+     * without a WAL record since (an SP-GiST or GIN build logs nothing until
+     * log_newpage_range at its end; a page it had evicted once lost every
+     * later change when evicted again: pg_regress box, "unexpected SPGiST
+     * tuple state"). */
+    if (reason == STAT_COUNT && strata_lwlsn_is_image(rnode, fork, blkno, lsn))
+        reason = STAT_LOGGED_RELOG;
+    *logged = false;
     if (reason == STAT_COUNT)
         return lsn;
     if (!XLogInsertAllowed() || shutdown_checkpoint_running()) {
@@ -327,6 +338,7 @@ static XLogRecPtr log_evicted_page(SMgrRelation reln, ForkNumber fork, BlockNumb
     memcpy(copy.data, buffer, BLCKSZ);
     lsn = log_newpage(&rnode, fork, blkno, copy.data, page_std);
     strata_stat_add(reason, 1);
+    *logged = true;
     return lsn;
 }
 
@@ -447,6 +459,7 @@ static void strata_extend(SMgrRelation reln, ForkNumber fork, BlockNumber blkno,
 {
     RelFileNode rnode = reln->smgr_rnode.node;
     XLogRecPtr lsn;
+    bool logged = false;
 
     if (is_local(reln, fork)) {
         mdextend(reln, fork, blkno, buffer, skipFsync);
@@ -461,6 +474,7 @@ static void strata_extend(SMgrRelation reln, ForkNumber fork, BlockNumber blkno,
         memcpy(copy.data, buffer, BLCKSZ);
         lsn = log_newpage(&rnode, fork, blkno, copy.data, false);
         strata_stat_add(STAT_LOGGED_ZERO_LSN, 1);
+        logged = true;
     }
     if (!strata_relsize_extend(rnode, fork, blkno, !lsn_is_fake(lsn))) {
         /* No room in the relsize cache for a size the WAL does not show:
@@ -471,13 +485,17 @@ static void strata_extend(SMgrRelation reln, ForkNumber fork, BlockNumber blkno,
             memcpy(copy.data, buffer, BLCKSZ);
             lsn = log_newpage(&rnode, fork, blkno, copy.data, false);
             strata_stat_add(STAT_LOGGED_EXTEND, 1);
+            logged = true;
         }
     }
     /* A new page's version at the pageserver must be read after any
      * truncation this compute did: use the insert LSN for LSN-0 pages. */
     if (lsn_is_fake(lsn) && !RecoveryInProgress())
         lsn = GetXLogInsertRecPtr();
-    strata_lwlsn_set(rnode, fork, blkno, lsn);
+    if (logged)
+        strata_lwlsn_set_image(rnode, fork, blkno, lsn);
+    else
+        strata_lwlsn_set(rnode, fork, blkno, lsn);
 }
 
 static bool strata_prefetch(SMgrRelation reln, ForkNumber fork, BlockNumber blkno)
@@ -516,14 +534,18 @@ static void strata_write(SMgrRelation reln, ForkNumber fork, BlockNumber blkno, 
                          bool skipFsync)
 {
     XLogRecPtr lsn;
+    bool logged;
 
     if (is_local(reln, fork)) {
         mdwrite(reln, fork, blkno, buffer, skipFsync);
         return;
     }
-    lsn = log_evicted_page(reln, fork, blkno, buffer);
+    lsn = log_evicted_page(reln, fork, blkno, buffer, &logged);
     if (!lsn_is_fake(lsn)) {
-        strata_lwlsn_set(reln->smgr_rnode.node, fork, blkno, lsn);
+        if (logged)
+            strata_lwlsn_set_image(reln->smgr_rnode.node, fork, blkno, lsn);
+        else
+            strata_lwlsn_set(reln->smgr_rnode.node, fork, blkno, lsn);
         strata_relsize_wal_saw(reln->smgr_rnode.node, fork, blkno);
     }
 }

@@ -61,7 +61,7 @@ const char *const strata_stat_names[STAT_COUNT] = {
     "nblocks",          "exists",             "relsize_hit",        "reconnect",
     "wal_flush",        "logged_fsm_vm",      "logged_inprogress",  "logged_cycleid",
     "logged_zero_lsn",  "logged_new_page",    "logged_extend",      "logging_skipped",
-    "logged_sequence",
+    "logged_sequence",  "logged_relog",
 };
 
 typedef struct lwlsn_entry {
@@ -69,6 +69,7 @@ typedef struct lwlsn_entry {
     int32 fork;
     BlockNumber blkno;
     XLogRecPtr lsn; /* 0 = empty way */
+    bool image;     /* lsn is the end of a page image this compute logged */
 } lwlsn_entry;
 
 typedef struct relsize_entry {
@@ -235,7 +236,41 @@ XLogRecPtr strata_lwlsn_get(RelFileNode rnode, ForkNumber fork, BlockNumber blkn
     return result;
 }
 
-void strata_lwlsn_set(RelFileNode rnode, ForkNumber fork, BlockNumber blkno, XLogRecPtr lsn)
+bool strata_lwlsn_is_image(RelFileNode rnode, ForkNumber fork, BlockNumber blkno, XLogRecPtr lsn)
+{
+    uint32 set = key_hash(rnode, fork, blkno) % cache->lw_nsets;
+    lwlsn_entry *ways = &lw_entries[(Size)set * CACHE_WAYS];
+    LWLock *lock = &cache_locks[set % CACHE_LOCKS].lock;
+    bool result = false;
+
+    if (lsn == InvalidXLogRecPtr)
+        return false;
+    LWLockAcquire(lock, LW_SHARED);
+    for (int i = 0; i < CACHE_WAYS; i++) {
+        if (lw_match(&ways[i], rnode, fork, blkno)) {
+            result = ways[i].image && lsn <= ways[i].lsn;
+            break;
+        }
+    }
+    LWLockRelease(lock);
+    return result;
+}
+
+/* Victim order: empty ways, then entries that are not images (an image
+ * entry is what lets strata_lwlsn_is_image see a page changed without WAL
+ * since; keep those longer), each by lowest LSN. */
+static bool lw_better_victim(const lwlsn_entry *cand, const lwlsn_entry *cur)
+{
+    if (cur->lsn == InvalidXLogRecPtr)
+        return false;
+    if (cand->lsn == InvalidXLogRecPtr)
+        return true;
+    if (cand->image != cur->image)
+        return !cand->image;
+    return cand->lsn < cur->lsn;
+}
+
+static void lw_set(RelFileNode rnode, ForkNumber fork, BlockNumber blkno, XLogRecPtr lsn, bool image)
 {
     uint32 set = key_hash(rnode, fork, blkno) % cache->lw_nsets;
     lwlsn_entry *ways = &lw_entries[(Size)set * CACHE_WAYS];
@@ -247,17 +282,17 @@ void strata_lwlsn_set(RelFileNode rnode, ForkNumber fork, BlockNumber blkno, XLo
     LWLockAcquire(lock, LW_EXCLUSIVE);
     for (int i = 0; i < CACHE_WAYS; i++) {
         if (lw_match(&ways[i], rnode, fork, blkno)) {
-            if (ways[i].lsn < lsn)
+            if (ways[i].lsn < lsn) {
                 ways[i].lsn = lsn;
+                ways[i].image = image;
+            } else if (ways[i].lsn == lsn && image) {
+                ways[i].image = true;
+            }
             LWLockRelease(lock);
             return;
         }
-        if (ways[i].lsn == InvalidXLogRecPtr) {
-            if (victim < 0 || ways[victim].lsn != InvalidXLogRecPtr)
-                victim = i;
-        } else if (victim < 0 || (ways[victim].lsn != InvalidXLogRecPtr && ways[i].lsn < ways[victim].lsn)) {
+        if (victim < 0 || lw_better_victim(&ways[i], &ways[victim]))
             victim = i;
-        }
     }
     Assert(victim >= 0);
     /* The evicted LSN must be covered by the watermark before the entry
@@ -270,7 +305,18 @@ void strata_lwlsn_set(RelFileNode rnode, ForkNumber fork, BlockNumber blkno, XLo
     /* A new entry must not claim less than the watermark that answered for
      * the block until now: answers for one block never go backwards. */
     ways[victim].lsn = Max(lsn, watermark_get());
+    ways[victim].image = image && ways[victim].lsn == lsn;
     LWLockRelease(lock);
+}
+
+void strata_lwlsn_set(RelFileNode rnode, ForkNumber fork, BlockNumber blkno, XLogRecPtr lsn)
+{
+    lw_set(rnode, fork, blkno, lsn, false);
+}
+
+void strata_lwlsn_set_image(RelFileNode rnode, ForkNumber fork, BlockNumber blkno, XLogRecPtr lsn)
+{
+    lw_set(rnode, fork, blkno, lsn, true);
 }
 
 static bool rs_match(const relsize_entry *e, RelFileNode rnode, ForkNumber fork)

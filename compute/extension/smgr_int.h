@@ -57,6 +57,7 @@ typedef enum strata_stat {
     STAT_LOGGED_EXTEND,      /* extension WAL-logged because the relsize cache was full */
     STAT_LOGGING_SKIPPED,    /* would have logged, but WAL insertion was not allowed */
     STAT_LOGGED_SEQUENCE,    /* eviction logging, reason (e): a sequence page */
+    STAT_LOGGED_RELOG,       /* a page read back from our own image, changed without WAL */
     STAT_COUNT
 } strata_stat;
 extern const char *const strata_stat_names[STAT_COUNT];
@@ -86,6 +87,16 @@ void strata_persistence_changed(void);
 XLogRecPtr strata_lwlsn_get(RelFileNode rnode, ForkNumber fork, BlockNumber blkno);
 /* Raises (never lowers) the entry to lsn; may evict another entry. */
 void strata_lwlsn_set(RelFileNode rnode, ForkNumber fork, BlockNumber blkno, XLogRecPtr lsn);
+/* The same, for lsn = the end of a page image this compute just logged
+ * (eviction-time logging, log_newpage of an extension). */
+void strata_lwlsn_set_image(RelFileNode rnode, ForkNumber fork, BlockNumber blkno, XLogRecPtr lsn);
+/* True when the block's entry is an image this compute logged at an LSN >=
+ * lsn: a page with that LSN that is dirty again was changed without WAL
+ * since the image (read back from it: same LSN; or written out by a
+ * checkpoint, which logs a copy and leaves the buffer's older LSN).  GIN
+ * and SP-GiST builds write no WAL until log_newpage_range at their end.
+ * False when the entry is gone (bounded cache; images are evicted last). */
+bool strata_lwlsn_is_image(RelFileNode rnode, ForkNumber fork, BlockNumber blkno, XLogRecPtr lsn);
 
 /* Relsize cache.  get: true, with the size and existence, when cached. */
 bool strata_relsize_get(RelFileNode rnode, ForkNumber fork, bool *exists, BlockNumber *nblocks);

@@ -16,6 +16,13 @@ The stateless compute's smgr when several backends share its pages
   the local file, and the building backend read stale or zero pages back
   (pg_regress gist: "index contains unexpected zero page").  A persistence
   generation in shared memory now makes every process re-check.
+- GIN build: no WAL until its end; a page evicted twice during the build lost
+  the changes made after it was read back from its first eviction image
+  (its LSN is that image's, so no reason to log it was seen).  Such a page is
+  now logged again (logged_relog).
+- SP-GiST build: the same, and also pages the checkpointer wrote out during
+  the build (it logs a copy and leaves the buffer's older LSN): a dirty page
+  whose LSN is not newer than its last image here is logged again.
 """
 import threading
 import time
@@ -139,3 +146,57 @@ def test_unlogged_index_built_while_others_evict(conc_cluster):
         # Another backend agrees, and the index is still local.
         by_index, by_heap = counts(b, 400)
         assert by_index == by_heap == 90000 - 90000 // 7
+
+
+GIN_COUNT = "select count(*) from gt where v @> array[5] or v @> array[%d]"
+
+
+def test_gin_build_pages_evicted_twice(conc_cluster):
+    """A GIN build writes no WAL until log_newpage_range at its end.  A page
+    it evicted (logged as an image: LSN 0) and read back carries the image's
+    LSN; changed again and evicted again it must be logged again, or the
+    changes are lost (the index misses two thirds of its entries)."""
+    c = conc_cluster
+    c.make_stateless(shared_buffers="1MB")
+    with c.connect(connect_timeout=120) as a:
+        a.execute("create table gt (id int, v int[])")
+        a.execute("insert into gt select g, array[g % 977, g % 13, g / 50] "
+                  "from generate_series(1, 300000) g")
+        a.execute("set maintenance_work_mem = '1MB'")  # many flushes into the index
+        a.execute("create index gt_idx on gt using gin (v)")
+        for k in (7, 100, 980, 3000):
+            a.execute("set enable_seqscan = off")
+            (by_index,), = a.execute(GIN_COUNT % k).fetchall()
+            a.execute("reset enable_seqscan")
+            a.execute("set enable_bitmapscan = off")
+            (by_heap,), = a.execute(GIN_COUNT % k).fetchall()
+            a.execute("reset enable_bitmapscan")
+            assert by_index == by_heap, (k, by_index, by_heap)
+    assert c.stats()["logged_relog"] > 0
+
+
+SPG_COUNT = "select count(*) from sp where p <@ box(point(100, 10), point(600, 200))"
+
+
+def test_spgist_build_pages_written_by_checkpoint(conc_cluster):
+    """An SP-GiST build (no WAL until its end) much larger than shared
+    buffers: pages are evicted, read back and evicted again, and the
+    checkpointer writes pages out (it logs a copy; the buffer keeps its
+    older LSN) while the build goes on changing them.  Every such later change
+    must reach the WAL ("unexpected SPGiST tuple state: 3", wrong counts:
+    pg_regress box in parallel mode)."""
+    c = conc_cluster
+    c.make_stateless(shared_buffers="1MB")
+    with c.connect(connect_timeout=120) as a:
+        a.execute("create table sp (id int, p point)")
+        a.execute("insert into sp select g, point(g % 1000, g / 1000) "
+                  "from generate_series(1, 200000) g")
+        a.execute("create index sp_idx on sp using spgist (p)")
+        a.execute("set enable_seqscan = off")
+        (by_index,), = a.execute(SPG_COUNT).fetchall()
+        a.execute("reset enable_seqscan")
+        a.execute("set enable_bitmapscan = off")
+        a.execute("set enable_indexscan = off")
+        (by_heap,), = a.execute(SPG_COUNT).fetchall()
+        assert by_heap == 501 * 190  # x 100..600, y 10..199
+        assert by_index == by_heap
