@@ -5,7 +5,9 @@ For: the options each program takes alike (--strata-build, --workdir, --out,
 release build to use (STRATA_BUILD, else the build `strata bench` ran from,
 else ./build); whether a run updates docs/benchmarks.md; the time-stamped
 progress line; SIGTERM turned into KeyboardInterrupt so that a program's
-clean-up runs when it is stopped; reading an earlier results.json back.
+clean-up runs when it is stopped; reading an earlier results.json back; the
+machine a run measured on; the results dict a side-by-side run starts with
+and the timed run of its setups in a temporary directory.
 
 Not for: a program's own options (sizes, setups, steps), measuring, or
 writing reports (bench_report.py).  No state: every function works on what
@@ -13,10 +15,13 @@ it is given.
 """
 
 import argparse
+import datetime
 import json
 import os
 import signal
 import time
+
+from bench_proc import run_then_clean
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -81,3 +86,80 @@ def load_results(path):
     or ValueError (not JSON)."""
     with open(path, encoding="utf-8") as f:
         return json.load(f)
+
+
+def machine_description(path):
+    """nproc, CPU model, memory, filesystem of path, kernel, load average."""
+    desc = {"nproc": os.cpu_count(), "cpu_model": "unknown", "mem_total": "unknown",
+            "kernel": os.uname().release}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    desc["cpu_model"] = line.split(":", 1)[1].strip()
+                    break
+        with open("/proc/meminfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    desc["mem_total"] = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+                    break
+    except OSError:
+        pass
+    best = ("?", "?", "/", "")
+    try:
+        real = os.path.realpath(path)
+        with open("/proc/mounts", encoding="utf-8") as f:
+            for line in f:
+                dev, mnt, fstype, opts = line.split()[:4]
+                if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) \
+                        and len(mnt) >= len(best[2]):
+                    best = (dev, fstype, mnt, opts)
+    except OSError:
+        pass
+    desc["filesystem"] = f"{best[1]} on {best[0]} mounted at {best[2]} ({best[3]})"
+    desc["loadavg_start"] = load_average()
+    return desc
+
+
+def load_average():
+    try:
+        with open("/proc/loadavg", encoding="utf-8") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return None
+
+
+def new_results(name, args, argv, work, params, **extra):
+    """The results dict of a side-by-side run of benchmark name: date (UTC),
+    quick, params ({"argv": argv, **params, "strata_build": ...}), the machine
+    (its filesystem: that of work), then extra's keys, then an empty
+    "setups" list the run fills in."""
+    results = {
+        "benchmark": name,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "quick": args.quick,
+        "params": dict({"argv": argv}, **params,
+                       strata_build=os.path.abspath(args.strata_build)),
+        "machine": machine_description(work),
+    }
+    results.update(extra)
+    results["setups"] = []
+    return results
+
+
+def run_timed(step, args, work, results):
+    """Runs step() (bench_proc.run_then_clean: work removed afterwards unless
+    --keep), then records the load average at the end and the elapsed
+    seconds in results.  Returns True when step was interrupted."""
+    started = time.monotonic()
+    interrupted = run_then_clean(step, work, args.keep, log)
+    results["machine"]["loadavg_end"] = load_average()
+    results["elapsed_s"] = round(time.monotonic() - started, 1)
+    return interrupted
+
+
+def print_table(text):
+    """Prints a console table with a blank line before and after it."""
+    print()
+    print(text)
+    print()

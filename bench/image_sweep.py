@@ -53,14 +53,14 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 # pylint: disable=wrong-import-position
-from bench_cli import add_common_options, docs_wanted, interrupt_on_sigterm, load_results, log
+from bench_cli import (add_common_options, interrupt_on_sigterm, load_results, log,
+                       machine_description)
 from bench_pg import psql
 from bench_proc import BenchError, run
 from bench_report import run_gnuplot, write_reports_and_docs
 from bench_strata import prometheus_counter
 from pageserver_bench import (OwnPageserver, compile_load_generator, dir_bytes, lsn_int,
                               lsn_text, parse_histogram, patched_bindir, run_load)
-from quorum_commit import machine_description
 
 oh = None  # tests/integration/oracle_harness, imported in main() once the build is known
 
@@ -428,11 +428,10 @@ def markdown_section(results, image):
 
 
 def write_reports(args, results):
-    publish = (REPO, SECTION_BEGIN, SECTION_END) if docs_wanted(args.docs, results["quick"]) \
-        else None
-    write_reports_and_docs(results, args.out, write_plot,
-                           lambda imgs: markdown_section(results, imgs["sweep"] if imgs else None),
-                           log, publish, plot_errors=(RuntimeError,))
+    write_reports_and_docs(args, results, write_plot,
+                           lambda res, imgs: markdown_section(res, imgs["sweep"] if imgs else None),
+                           (SECTION_BEGIN, SECTION_END), quick=results["quick"],
+                           plot_errors=(RuntimeError,))
 
 
 # ------------------------------------------------------------------- main ----

@@ -25,22 +25,20 @@ Run: python3 bench/quorum_commit.py [--quick] [--duration S] [--scale N] ...
 """
 
 import argparse
-import datetime
 import os
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 # pylint: disable=wrong-import-position
-from bench_cli import (add_common_options, docs_wanted, interrupt_on_sigterm, load_results,
-                       log)
+from bench_cli import (add_common_options, interrupt_on_sigterm, load_results, log,
+                       new_results, print_table, run_timed)
 from bench_pg import PgServer, make_pg_dir, read_settings, wait_sync_standbys, psql
 from bench_pgbench import pgbench_init, pgbench_run, threads_for
 from bench_physical import measure_fdatasync, measure_loopback_rtt
-from bench_proc import BenchError, pg_workdir, run_then_clean
+from bench_proc import BenchError, pg_workdir
 from bench_report import (SECTION_BEGIN, SECTION_END, compute_ratios, console_table,
                           markdown_section, write_plots, write_reports_and_docs)
 from bench_stats import latency_curve, summarize, tps_over_time
@@ -99,47 +97,6 @@ def parse_args(argv):
     if args.duration < 1 or args.scale < 1:
         ap.error("--duration and --scale must be positive")
     return args
-
-
-def machine_description(path):
-    """nproc, CPU model, memory, filesystem of path, kernel, load average."""
-    desc = {"nproc": os.cpu_count(), "cpu_model": "unknown", "mem_total": "unknown",
-            "kernel": os.uname().release}
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    desc["cpu_model"] = line.split(":", 1)[1].strip()
-                    break
-        with open("/proc/meminfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    desc["mem_total"] = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
-                    break
-    except OSError:
-        pass
-    best = ("?", "?", "/", "")
-    try:
-        real = os.path.realpath(path)
-        with open("/proc/mounts", encoding="utf-8") as f:
-            for line in f:
-                dev, mnt, fstype, opts = line.split()[:4]
-                if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) \
-                        and len(mnt) >= len(best[2]):
-                    best = (dev, fstype, mnt, opts)
-    except OSError:
-        pass
-    desc["filesystem"] = f"{best[1]} on {best[0]} mounted at {best[2]} ({best[3]})"
-    desc["loadavg_start"] = load_average()
-    return desc
-
-
-def load_average():
-    try:
-        with open("/proc/loadavg", encoding="utf-8") as f:
-            return " ".join(f.read().split()[:3])
-    except OSError:
-        return None
 
 
 def prepare_run(conninfo):
@@ -318,9 +275,8 @@ def run_all(args, work, results):
 
 
 def write_reports(args, results):
-    publish = (REPO, SECTION_BEGIN, SECTION_END) if docs_wanted(args.docs, args.quick) else None
-    write_reports_and_docs(results, args.out, write_plots,
-                           lambda imgs: markdown_section(results, imgs), log, publish,
+    write_reports_and_docs(args, results, write_plots, markdown_section,
+                           (SECTION_BEGIN, SECTION_END),
                            plot_errors=(RuntimeError, OSError, ValueError))
 
 
@@ -339,30 +295,16 @@ def main(argv):
         return report_from_json(args)
     interrupt_on_sigterm()
     work = pg_workdir(args.workdir, "strata-qc-")
-    results = {
-        "benchmark": "quorum_commit",
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "quick": args.quick,
-        "params": {"argv": argv, "duration_s": args.duration, "scale": args.scale,
-                   "clients": args.clients, "setups": args.setups,
-                   "shared_buffers_stock": args.shared_buffers,
-                   "strata_build": os.path.abspath(args.strata_build)},
-        "machine": machine_description(work),
-        "physical": {},
-        "setups": [],
-    }
+    results = new_results("quorum_commit", args, argv, work, {
+        "duration_s": args.duration, "scale": args.scale, "clients": args.clients,
+        "setups": args.setups, "shared_buffers_stock": args.shared_buffers}, physical={})
     if results["machine"]["loadavg_start"] and \
             float(results["machine"]["loadavg_start"].split()[0]) > 0.5:
         log(f"warning: the machine is busy (load average {results['machine']['loadavg_start']}); "
             "numbers will be disturbed")
-    started = time.monotonic()
-    interrupted = run_then_clean(lambda: run_all(args, work, results), work, args.keep, log)
-    results["machine"]["loadavg_end"] = load_average()
-    results["elapsed_s"] = round(time.monotonic() - started, 1)
+    interrupted = run_timed(lambda: run_all(args, work, results), args, work, results)
     results["ratios"] = compute_ratios(results)
-    print()
-    print(console_table(results))
-    print()
+    print_table(console_table(results))
     if interrupted:
         return 130
     write_reports(args, results)
