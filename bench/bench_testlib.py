@@ -1,9 +1,10 @@
 """What the benchmark programs' tests (bench/test_*.py) share.
 
 For: finding the release build a test runs against (STRATA_BUILD, else
-./build) and skipping the test when a file it needs was not built; a scratch
-directory for one real --quick run that the postgres user can enter, and
-that is left with nothing running in it and removed afterwards.
+./build) and skipping the test when a file it needs (or stock PG 15) is not
+there; running a program's --quick mode without touching the docs; a scratch
+directory for that run that the postgres user can enter, and that is left
+with nothing running in it and removed afterwards.
 
 Not for: the programs themselves (they never import pytest) or asserting
 anything: a test still checks, inside the with block, that the program
@@ -14,14 +15,24 @@ here kills what was left.
 import contextlib
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 
 import pytest
 
 from bench_proc import pids_mentioning
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+STOCK_PG15_BINDIR = "/usr/lib/postgresql/15/bin"
 STRATA_NEEDS = ("bin/strata", "bin/strata-pageserver", "lib/strata.so")
+
+
+def needs_stock_pg15(tool):
+    """A pytest mark: skip the test unless the stock PG 15 tool is installed."""
+    return pytest.mark.skipif(not os.path.exists(os.path.join(STOCK_PG15_BINDIR, tool)),
+                              reason="PostgreSQL 15 binaries not installed")
 
 
 def strata_build():
@@ -48,6 +59,15 @@ def kill_pids_mentioning(text):
         except ProcessLookupError:
             pass
     return pids
+
+
+def run_quick(program, options, work, out, timeout):
+    """Runs bench/<program>.py --quick with options, its temporary directories
+    under work, its reports in out and docs/benchmarks.md untouched; returns
+    the CompletedProcess (text output) whatever its exit code."""
+    argv = [sys.executable, os.path.join(HERE, program + ".py"), "--quick"] + list(options) + \
+        ["--workdir", work, "--out", str(out), "--docs", "no"]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 @contextlib.contextmanager

@@ -26,7 +26,7 @@ from bench_report import (SECTION_BEGIN, SECTION_END, compute_ratios, markdown_s
                           replace_doc_section)
 from bench_stats import Txn, parse_log_lines, percentile, summarize, tps_over_time
 from bench_strata import parse_connstr
-from bench_testlib import scratch_workdir
+from bench_testlib import needs_stock_pg15, run_quick, scratch_workdir
 
 
 def read_testdata(name):
@@ -155,18 +155,15 @@ def test_loopback_rtt_is_measured():
     assert r["round_trips"] == 300
 
 
-@pytest.mark.skipif(not os.path.exists("/usr/lib/postgresql/15/bin/pgbench"),
-                    reason="PostgreSQL 15 binaries not installed")
+@needs_stock_pg15("pgbench")
 def test_quick_run_of_setup_a(tmp_path):
     with scratch_workdir("qc-test-") as work:
         _quick_run_of_setup_a(work, tmp_path / "out")
 
 
 def _quick_run_of_setup_a(work, out):
-    cp = subprocess.run([sys.executable, os.path.join(HERE, "quorum_commit.py"), "--quick",
-                         "--setups", "a", "--duration", "2", "--fsync-seconds", "1",
-                         "--workdir", work, "--out", str(out), "--docs", "no"],
-                        capture_output=True, text=True, timeout=300)
+    cp = run_quick("quorum_commit", ["--setups", "a", "--duration", "2", "--fsync-seconds", "1"],
+                   work, out, timeout=300)
     assert cp.returncode == 0, cp.stdout + cp.stderr
     with open(out / "results.json", encoding="utf-8") as f:
         res = json.load(f)

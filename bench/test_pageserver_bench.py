@@ -20,7 +20,7 @@ sys.path.insert(0, HERE)
 import pageserver_bench as pb  # noqa: E402
 from bench_proc import pids_mentioning  # noqa: E402
 from bench_report import replace_marked_section  # noqa: E402
-from bench_testlib import scratch_workdir, strata_build  # noqa: E402
+from bench_testlib import run_quick, scratch_workdir, strata_build  # noqa: E402
 
 LOAD_LINE = ("requests 2000 errors 0 zero_pages 0 seconds 0.166484 pages_per_s 12013.2 "
              "mean_us 83.1 p50_us 74.0 p90_us 101.2 p99_us 170.3 p999_us 225.0 max_us 930.1")
@@ -135,11 +135,10 @@ BUILD = strata_build()
 def test_quick_run(tmp_path):
     out = str(tmp_path / "out")
     with scratch_workdir("psbench-test-") as work:
-        cp = subprocess.run([sys.executable, os.path.join(HERE, "pageserver_bench.py"), "--quick",
-                             "--steps", "getpage,ingest", "--pages", "10", "--requests", "300",
-                             "--pgbench-seconds", "3", "--docs", "no", "--workdir", work,
-                             "--out", out, "--strata-build", BUILD],
-                            capture_output=True, text=True, timeout=300)
+        cp = run_quick("pageserver_bench",
+                       ["--steps", "getpage,ingest", "--pages", "10", "--requests", "300",
+                        "--pgbench-seconds", "3", "--strata-build", BUILD], work, out,
+                       timeout=300)
         assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-2000:]
         with open(os.path.join(out, "results.json"), encoding="utf-8") as f:
             res = json.load(f)

@@ -8,7 +8,6 @@ the figures it wrote and that nothing it started is left running.
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -20,7 +19,8 @@ sys.path.insert(0, HERE)
 import stateless_tpcb as tpcb  # noqa: E402
 from bench_proc import pids_mentioning  # noqa: E402
 from bench_report import replace_marked_section  # noqa: E402
-from bench_testlib import need_strata_build, scratch_workdir  # noqa: E402
+from bench_testlib import (need_strata_build, needs_stock_pg15, run_quick,  # noqa: E402
+                           scratch_workdir)  # noqa: E402
 
 
 def _setup(key, tps, wal, starts=None, status="ok"):
@@ -74,16 +74,14 @@ def test_docs_section_replaced_once():
     assert twice.startswith(doc) and twice.endswith("\nafter\n")
 
 
-@pytest.mark.skipif(not os.path.exists("/usr/lib/postgresql/15/bin/pgbench"),
-                    reason="PostgreSQL 15 binaries not installed")
+@needs_stock_pg15("pgbench")
 def test_quick_run_of_a_and_c(tmp_path):
     build = need_strata_build()
     out = tmp_path / "out"
     with scratch_workdir("tpcb-test-") as work:
-        cp = subprocess.run([sys.executable, os.path.join(HERE, "stateless_tpcb.py"), "--quick",
-                             "--setups", "a,c", "--duration", "3", "--strata-build", build,
-                             "--workdir", work, "--out", str(out), "--docs", "no"],
-                            capture_output=True, text=True, timeout=600)
+        cp = run_quick("stateless_tpcb",
+                       ["--setups", "a,c", "--duration", "3", "--strata-build", build],
+                       work, out, timeout=600)
         assert cp.returncode == 0, cp.stdout + cp.stderr
         with open(out / "results.json", encoding="utf-8") as f:
             res = json.load(f)

@@ -30,7 +30,8 @@ import tprocc  # noqa: E402
 from bench_proc import pids_mentioning  # noqa: E402
 from bench_report import replace_marked_section  # noqa: E402
 from bench_strata import StrataCluster  # noqa: E402
-from bench_testlib import need_strata_build, scratch_workdir  # noqa: E402
+from bench_testlib import (need_strata_build, needs_stock_pg15, run_quick,  # noqa: E402
+                           scratch_workdir)  # noqa: E402
 
 
 def test_nurand_and_last_names():
@@ -96,17 +97,13 @@ def test_docs_section_replaced_once():
     assert twice.startswith(doc) and twice.endswith("\nafter\n")
 
 
-@pytest.mark.skipif(not os.path.exists("/usr/lib/postgresql/15/bin/initdb"),
-                    reason="PostgreSQL 15 binaries not installed")
+@needs_stock_pg15("initdb")
 def test_quick_side_by_side(tmp_path):
     build = need_strata_build()
     out = tmp_path / "out"
     with scratch_workdir("tprocc-test-") as work:
-        cp = subprocess.run([sys.executable, os.path.join(HERE, "tprocc.py"), "--quick",
-                             "--duration", "6", "--kill-compute-at", "2",
-                             "--strata-build", build, "--workdir", work,
-                             "--out", str(out), "--docs", "no"],
-                            capture_output=True, text=True, timeout=300)
+        cp = run_quick("tprocc", ["--duration", "6", "--kill-compute-at", "2",
+                                  "--strata-build", build], work, out, timeout=300)
         assert cp.returncode == 0, cp.stdout[-4000:] + cp.stderr[-4000:]
         lines = [x for x in cp.stdout.splitlines() if "TEST RESULT : System achieved" in x]
         assert any("(a)" in x for x in lines) and any("(c)" in x for x in lines), cp.stdout
