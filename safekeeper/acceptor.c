@@ -201,6 +201,13 @@ static int handle_greeting(acceptor *acc, const proposer_greeting *g, acceptor_o
             return fail(out, "ProposerGreeting: PostgreSQL major version does not match");
         if (g->system_id != 0 && acc->st.system_id != 0 && g->system_id != acc->st.system_id)
             return fail(out, "ProposerGreeting: system_id does not match the timeline's");
+        /* sync-safekeepers greets with system_id 0 (it has no Postgres behind
+         * it); the first compute's greeting supplies it, so that
+         * IDENTIFY_SYSTEM gives a stock standby the right identifier. */
+        if (acc->st.system_id == 0 && g->system_id != 0) {
+            acc->st.system_id = g->system_id;
+            emit_persist(acc, out);
+        }
     }
     memset(&out->msg, 0, sizeof(out->msg));
     out->msg.kind = AMSG_GREETING;

@@ -137,6 +137,23 @@ static void test_greeting_initialises_and_checks(void **state)
     m.u.greeting.wal_seg_size = SEG;
     m.u.greeting.timeline_id.b[0] = 9;
     assert_int_equal(acceptor_handle_message(&acc, &m, &out), -1);
+    m.u.greeting.timeline_id = timeline;
+    /* Made by sync-safekeepers (system_id 0): the first compute's greeting
+     * supplies the identifier, persisted; a different one is refused. */
+    assert_true(acceptor_state(&acc)->system_id == 0);
+    m.u.greeting.system_id = 7713987050987644490ull;
+    assert_int_equal(acceptor_handle_message(&acc, &m, &out), 0);
+    assert_int_equal(out.effects[0].kind, ACC_PERSIST_CONTROL);
+    assert_true(out.control.system_id == 7713987050987644490ull);
+    assert_true(acceptor_state(&acc)->system_id == 7713987050987644490ull);
+    assert_int_equal(acceptor_handle_message(&acc, &m, &out), 0);
+    assert_int_equal(out.n, 1); /* known now: nothing to persist */
+    m.u.greeting.system_id = 0; /* sync-safekeepers again: fine, kept */
+    assert_int_equal(acceptor_handle_message(&acc, &m, &out), 0);
+    assert_true(acceptor_state(&acc)->system_id == 7713987050987644490ull);
+    m.u.greeting.system_id = 42;
+    assert_int_equal(acceptor_handle_message(&acc, &m, &out), -1);
+    assert_non_null(strstr(out.error, "system_id"));
 }
 
 static void test_vote_persists_before_reply(void **state)
