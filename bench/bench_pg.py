@@ -2,17 +2,20 @@
 
 For: initdb, configuring, starting and stopping one stock server on
 127.0.0.1 (as the postgres OS user, data under a directory that user owns),
-cloning a streaming standby with pg_basebackup, running SQL through psql, and
-reading the settings that matter for a report.  stop() never leaves the
+cloning a streaming standby with pg_basebackup, a primary with synchronous
+standbys (stock_servers), running SQL through psql, and reading the settings
+that matter for a report.  stop() never leaves the
 server running: pg_ctl first, then signals to the postmaster pid we recorded.
 
 Not for: Strata clusters (bench_strata.py) or running pgbench (bench_pgbench.py).
 """
 
+import contextlib
 import os
 import signal
 import time
 
+from bench_cli import log
 from bench_proc import (BenchError, free_port, give_to_pg_user, pid_alive, run,
                         write_pg_file)
 
@@ -182,3 +185,34 @@ def make_pg_dir(path):
     """Creates a directory owned by the postgres OS user."""
     os.makedirs(path, mode=0o755, exist_ok=True)
     give_to_pg_user(path)
+
+
+@contextlib.contextmanager
+def stock_servers(work, sock, key, primary_name, shared_buffers, standbys=()):
+    """A started stock server <work>/<primary_name> with base_settings(shared_buffers)
+    and, for each application name in standbys, a streaming standby
+    <work>/<key>-<name> cloned from it and started, which every commit then
+    waits for (synchronous_standby_names = 'ANY n (names)').  Yields
+    (primary, [standby servers]); stops them all on leaving, on failure too.
+    Raises BenchError."""
+    primary = PgServer(primary_name, os.path.join(work, primary_name), sock)
+    servers = [primary]
+    try:
+        primary.initdb()
+        primary.configure(primary.base_settings(shared_buffers))
+        primary.start()
+        for name in standbys:
+            log(f"({key}) pg_basebackup {name}")
+            sb = primary.basebackup_standby(f"{key}-{name}", os.path.join(work, f"{key}-{name}"),
+                                            name, shared_buffers)
+            servers.append(sb)
+            sb.start()
+        if standbys:
+            primary.psql("ALTER SYSTEM SET synchronous_standby_names = "
+                         f"'ANY {len(standbys)} ({', '.join(standbys)})'")
+            primary.psql("SELECT pg_reload_conf()")
+            wait_sync_standbys(primary, len(standbys))
+        yield primary, servers[1:]
+    finally:
+        for srv in servers:
+            srv.stop()

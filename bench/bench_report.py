@@ -296,9 +296,7 @@ def markdown_section(results, image_paths):
     out += ["", "Settings that differ beyond what each setup is about (fsync, "
             "synchronous_standby_names, shared_preload_libraries): "
             + ("; ".join(f"**{d}**" for d in diffs) if diffs else "none.")]
-    out += ["", "Setups:", ""]
-    for s in results["setups"]:
-        out.append(f"- **{s['title']}**: {s['description']}")
+    out += md_setup_list(results["setups"], with_status=False)
     if image_paths:
         out += ["", "Commit latency percentiles (x: percentile on a -log10(1-p) scale, "
                 "y: milliseconds, log scale):", "",
@@ -307,6 +305,32 @@ def markdown_section(results, image_paths):
                 f"![TPS over time]({image_paths['tps']})"]
     out += ["", SECTION_END]
     return "\n".join(out) + "\n"
+
+
+def md_setup_list(setups, note=None, ok_note=None, with_status=True):
+    """The "Setups:" part of a docs section (markdown lines, a blank line
+    first): "- **title**: description" per setup, then note(setup); with
+    with_status, "*status: reason*" for a setup that did not run, else
+    ok_note(setup)."""
+    out = ["", "Setups:", ""]
+    for s in setups:
+        line = f"- **{s['title']}**: {s['description']}" + (note(s) if note else "")
+        if with_status and s["status"] != "ok":
+            line += f" *{s['status']}: {s['reason']}*"
+        elif with_status and ok_note:
+            line += ok_note(s)
+        out.append(line)
+    return out
+
+
+def md_images(image_paths, captions):
+    """Markdown lines showing the images of image_paths ({key: path} or None:
+    nothing) in the order of captions ((key, caption), ...), a blank line
+    after each."""
+    out = []
+    for key, caption in captions if image_paths else ():
+        out += [f"![{caption}]({image_paths[key]})", ""]
+    return out
 
 
 def replace_doc_section(doc_text, section):

@@ -35,7 +35,7 @@ sys.path.insert(0, HERE)
 # pylint: disable=wrong-import-position
 from bench_cli import (add_common_options, interrupt_on_sigterm, load_results, log,
                        new_results, print_table, run_timed)
-from bench_pg import PgServer, make_pg_dir, read_settings, wait_sync_standbys, psql
+from bench_pg import make_pg_dir, psql, read_settings, stock_servers
 from bench_pgbench import pgbench_init, pgbench_run, threads_for
 from bench_physical import measure_fdatasync, measure_loopback_rtt
 from bench_proc import BenchError, pg_workdir
@@ -164,33 +164,14 @@ def measure_setup(args, key, conninfo, logdir, extra_counters=None):
 
 
 def run_stock_local(args, work, sock):
-    srv = PgServer("a", os.path.join(work, "a"), sock)
-    try:
-        srv.initdb()
-        srv.configure(srv.base_settings(args.shared_buffers))
-        srv.start()
+    with stock_servers(work, sock, "a", "a", args.shared_buffers) as (srv, _):
         log(f"(a) postgres pid {srv.pid} port {srv.port}")
         return measure_setup(args, "a", srv.conninfo(), work)
-    finally:
-        srv.stop()
 
 
 def run_stock_sync_standbys(args, work, sock):
-    primary = PgServer("b-primary", os.path.join(work, "b-primary"), sock)
-    standbys = []
-    try:
-        primary.initdb()
-        primary.configure(primary.base_settings(args.shared_buffers))
-        primary.start()
-        for name in ("s1", "s2"):
-            log(f"(b) pg_basebackup {name}")
-            sb = primary.basebackup_standby(f"b-{name}", os.path.join(work, f"b-{name}"),
-                                            name, args.shared_buffers)
-            standbys.append(sb)
-            sb.start()
-        primary.psql("ALTER SYSTEM SET synchronous_standby_names = 'ANY 2 (s1, s2)'")
-        primary.psql("SELECT pg_reload_conf()")
-        wait_sync_standbys(primary, 2)
+    with stock_servers(work, sock, "b", "b-primary", args.shared_buffers,
+                       ("s1", "s2")) as (primary, standbys):
         log(f"(b) primary pid {primary.pid} port {primary.port}; standbys "
             + ", ".join(f"{s.name} pid {s.pid} port {s.port}" for s in standbys))
         settings, runs = measure_setup(args, "b", primary.conninfo(), work)
@@ -198,9 +179,6 @@ def run_stock_sync_standbys(args, work, sock):
             s = read_settings(sb.conninfo())
             settings[f"{sb.name}: fsync, wal_sync_method"] = f"{s['fsync']}, {s['wal_sync_method']}"
         return settings, runs
-    finally:
-        for srv in [primary] + standbys:
-            srv.stop()
 
 
 def run_strata(args, work):

@@ -45,10 +45,10 @@ sys.path.insert(0, HERE)
 # pylint: disable=wrong-import-position
 from bench_cli import (add_common_options, interrupt_on_sigterm, load_results, log,
                        new_results, print_table, run_timed)
-from bench_pg import PgServer, make_pg_dir, pg_tool, psql, read_settings, wait_sync_standbys
+from bench_pg import make_pg_dir, pg_tool, psql, read_settings, stock_servers
 from bench_pgbench import pgbench_init, threads_for
 from bench_proc import BenchError, pg_workdir, run
-from bench_report import run_gnuplot, write_reports_and_docs
+from bench_report import md_images, md_setup_list, run_gnuplot, write_reports_and_docs
 from bench_stats import latency_curve, parse_log_lines, summarize, tps_over_time
 from bench_strata import StrataCluster, parse_connstr
 
@@ -188,28 +188,11 @@ def measure(args, key, conninfo, work):
 
 def run_stock(args, work, sock, with_standbys):
     key = "b" if with_standbys else "a"
-    primary = PgServer(f"{key}-primary", os.path.join(work, f"{key}-primary"), sock)
-    standbys = []
-    try:
-        primary.initdb()
-        primary.configure(primary.base_settings(args.shared_buffers))
-        primary.start()
-        if with_standbys:
-            for name in ("s1", "s2"):
-                log(f"({key}) pg_basebackup {name}")
-                sb = primary.basebackup_standby(f"{key}-{name}", os.path.join(work, f"{key}-{name}"),
-                                                name, args.shared_buffers)
-                standbys.append(sb)
-                sb.start()
-            primary.psql("ALTER SYSTEM SET synchronous_standby_names = 'ANY 2 (s1, s2)'")
-            primary.psql("SELECT pg_reload_conf()")
-            wait_sync_standbys(primary, 2)
+    with stock_servers(work, sock, key, f"{key}-primary", args.shared_buffers,
+                       ("s1", "s2") if with_standbys else ()) as (primary, _):
         log(f"({key}) primary pid {primary.pid} port {primary.port}")
         settings, entry = measure(args, key, primary.conninfo(), work)
         return settings, entry, None
-    finally:
-        for srv in [primary] + standbys:
-            srv.stop()
 
 
 def first_query_seconds(cli, cluster_dir, timeout=120):
@@ -412,14 +395,9 @@ def markdown_section(results, image_paths):
             "|---|---|---|---|"]
     for t in targets(results):
         out.append(f"| {t['name']} | {t['value'] or '-'} | {t['target']} | {_met(t)} |")
-    out += ["", "Setups:", ""]
-    for s in results["setups"]:
-        line = f"- **{s['title']}**: {s['description']}"
-        if results.get("merged_from") and s.get("date"):
-            line += f" (measured {s['date']})"
-        if s["status"] != "ok":
-            line += f" *{s['status']}: {s['reason']}*"
-        out.append(line)
+    out += md_setup_list(results["setups"],
+                         note=lambda s: f" (measured {s['date']})"
+                         if results.get("merged_from") and s.get("date") else "")
     out += ["", "How: before each run the small tables are vacuumed, `pgbench_history` "
             "truncated and a `CHECKPOINT` taken. TPS and latency percentiles come from "
             "pgbench's per-transaction log (`-l`, `bench/bench_stats.py`); latency is the "
@@ -439,9 +417,7 @@ def markdown_section(results, image_paths):
                 str(s.get("settings", {}).get(k, "")).replace("|", "\\|")
                 for s in results["setups"]) + " |")
         out.append("")
-    if image_paths:
-        out += [f"![TPS over time]({image_paths['tps']})", "",
-                f"![Latency percentiles]({image_paths['latency']})", ""]
+    out += md_images(image_paths, (("tps", "TPS over time"), ("latency", "Latency percentiles")))
     out.append(SECTION_END)
     return "\n".join(out) + "\n"
 

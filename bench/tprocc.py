@@ -55,9 +55,10 @@ import psycopg  # noqa: E402
 
 from bench_cli import (add_common_options, interrupt_on_sigterm, load_results,  # noqa: E402
                        log, new_results, print_table, run_timed)
-from bench_pg import PgServer, make_pg_dir, read_settings  # noqa: E402
+from bench_pg import make_pg_dir, read_settings, stock_servers  # noqa: E402
 from bench_proc import BenchError, pg_workdir, run  # noqa: E402
-from bench_report import run_gnuplot, write_reports_and_docs  # noqa: E402
+from bench_report import (md_images, md_setup_list, run_gnuplot,  # noqa: E402
+                          write_reports_and_docs)
 from bench_stats import Txn, latency_curve, percentile  # noqa: E402
 from bench_strata import StrataCluster  # noqa: E402
 
@@ -765,15 +766,9 @@ class SkipSetup(Exception):
 
 
 def run_stock(args, work, sock):
-    server = PgServer("a-stock", os.path.join(work, "a-stock"), sock)
-    try:
-        server.initdb()
-        server.configure(server.base_settings(args.shared_buffers))
-        server.start()
+    with stock_servers(work, sock, "a", "a-stock", args.shared_buffers) as (server, _):
         log(f"(a) stock PG 15 pid {server.pid} port {server.port}")
         return measure(args, "a", server.conninfo())
-    finally:
-        server.stop()
 
 
 def run_strata(args, work):
@@ -928,6 +923,15 @@ def _md_table(header, rows):
             + ["| " + " | ".join(r) + " |" for r in rows])
 
 
+def _setup_note(s):
+    if not s.get("run"):
+        return ""
+    line = f" Load took {s['run']['load_s']} s. `{hammerdb_line(s['run'])}`"
+    if kill_text(s["run"]):
+        line += " **" + kill_text(s["run"]).capitalize() + ".**"
+    return line
+
+
 def markdown_section(results, image_paths):
     p = results["params"]
     m = results["machine"]
@@ -952,16 +956,7 @@ def markdown_section(results, image_paths):
     out += _md_table(HEADER, table_rows(results))
     out += ["", "Per transaction type (measured window):", ""]
     out += _md_table(LAT_HEADER, latency_rows(results))
-    out += ["", "Setups:", ""]
-    for s in results["setups"]:
-        line = f"- **{s['title']}**: {s['description']}"
-        if s["status"] != "ok":
-            line += f" *{s['status']}: {s['reason']}*"
-        elif s.get("run"):
-            line += f" Load took {s['run']['load_s']} s. `{hammerdb_line(s['run'])}`"
-            if kill_text(s["run"]):
-                line += " **" + kill_text(s["run"]).capitalize() + ".**"
-        out.append(line)
+    out += md_setup_list(results["setups"], ok_note=_setup_note)
     out += ["", "How: NOPM = new-order transactions committed per minute of the measured window "
             "(client count). TPM = `xact_commit + xact_rollback` of the database in "
             "`pg_stat_database` after minus before the window, per minute (how HammerDB reports "
@@ -970,9 +965,8 @@ def markdown_section(results, image_paths):
             "TPM, not in NOPM. Latency is each call of the PL/pgSQL transaction function, "
             "commit included. After each run the TPC-C consistency conditions 3.3.2.1-3.3.2.4 "
             "are checked (column consistency).", ""]
-    if image_paths:
-        out += [f"![NOPM over time]({image_paths['nopm']})", "",
-                f"![Latency percentiles per transaction type]({image_paths['latency']})", ""]
+    out += md_images(image_paths, (("nopm", "NOPM over time"),
+                                   ("latency", "Latency percentiles per transaction type")))
     out.append(SECTION_END)
     return "\n".join(out) + "\n"
 
