@@ -312,8 +312,11 @@ static XLogRecPtr log_evicted_page(SMgrRelation reln, ForkNumber fork, BlockNumb
      * without a WAL record since (an SP-GiST or GIN build logs nothing until
      * log_newpage_range at its end; a page it had evicted once lost every
      * later change when evicted again: pg_regress box, "unexpected SPGiST
-     * tuple state"). */
-    if (reason == STAT_COUNT && strata_lwlsn_is_image(rnode, fork, blkno, lsn))
+     * tuple state").  FSM and VM pages are reason (a)'s: with
+     * strata.log_evicted_pages off their changes stay unlogged (the tests of
+     * that gap). */
+    if (reason == STAT_COUNT && strata_lwlsn_is_image(rnode, fork, blkno, lsn) &&
+        (strata_log_evicted_pages || (fork != FSM_FORKNUM && fork != VISIBILITYMAP_FORKNUM)))
         reason = STAT_LOGGED_RELOG;
     *logged = false;
     if (reason == STAT_COUNT)
