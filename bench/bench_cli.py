@@ -15,13 +15,14 @@ it is given.
 """
 
 import argparse
+import copy
 import datetime
 import json
 import os
 import signal
 import time
 
-from bench_proc import run_then_clean
+from bench_proc import BenchError, run_then_clean
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -127,6 +128,42 @@ def load_average():
             return " ".join(f.read().split()[:3])
     except OSError:
         return None
+
+
+class SkipSetup(Exception):
+    """A setup cannot run here (for example, the Strata build is missing)."""
+
+
+def run_setups(args, results, setups, runners, fields, failures=(BenchError,)):
+    """Runs the setups args.setups names, in order.  Each gets an entry in
+    results["setups"]: key, title and description (setups[key] = (title,
+    description)), status "ok", reason "", settings {} and then fields (name
+    -> initial value); runners[key]() returns the values of ("settings",
+    *fields).  SkipSetup marks the entry skipped, an exception of failures
+    failed (both logged; the next setup runs); KeyboardInterrupt marks it
+    interrupted and propagates.  Every entry records its elapsed_s."""
+    for key in args.setups:
+        title, description = setups[key]
+        setup = {"key": key, "title": title, "description": description, "status": "ok",
+                 "reason": "", "settings": {}}
+        setup.update(copy.deepcopy(fields))
+        results["setups"].append(setup)
+        started = time.monotonic()
+        try:
+            values = runners[key]()
+            assert len(values) == 1 + len(fields), f"({key}) runner returned {len(values)} values"
+            setup.update(zip(("settings",) + tuple(fields), values))
+        except SkipSetup as e:
+            setup["status"], setup["reason"] = "skipped", str(e)
+            log(f"({key}) skipped: {e}")
+        except failures as e:  # pylint: disable=catching-non-exception
+            setup["status"], setup["reason"] = "failed", str(e).splitlines()[0]
+            log(f"({key}) failed: {e}")
+        except KeyboardInterrupt:
+            setup["status"], setup["reason"] = "interrupted", "interrupted by a signal"
+            raise
+        finally:
+            setup["elapsed_s"] = round(time.monotonic() - started, 1)
 
 
 def new_results(name, args, argv, work, params, **extra):

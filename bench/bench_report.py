@@ -307,6 +307,23 @@ def markdown_section(results, image_paths):
     return "\n".join(out) + "\n"
 
 
+def md_machine(m):
+    """The machine of a run in one parenthesis: CPUs, model, memory,
+    filesystem, load average at start and end."""
+    return (f"({m['nproc']} CPUs, {m['cpu_model']}, {m['mem_total']}; {m['filesystem']}; "
+            f"load {m.get('loadavg_start')} at start, {m.get('loadavg_end')} at end)")
+
+
+def busy_load(m):
+    """The higher load average of a run (start or end) when it exceeded the
+    machine's CPUs (the figures are disturbed), else None."""
+    try:
+        busy = max(float((m.get(k) or "0").split()[0]) for k in ("loadavg_start", "loadavg_end"))
+    except ValueError:
+        return None
+    return busy if busy > (m.get("nproc") or 1) else None
+
+
 def md_setup_list(setups, note=None, ok_note=None, with_status=True):
     """The "Setups:" part of a docs section (markdown lines, a blank line
     first): "- **title**: description" per setup, then note(setup); with

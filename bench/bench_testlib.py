@@ -2,7 +2,8 @@
 
 For: finding the release build a test runs against (STRATA_BUILD, else
 ./build) and skipping the test when a file it needs (or stock PG 15) is not
-there; running a program's --quick mode without touching the docs; a scratch
+there; the check that a program's docs section replaces itself once;
+running a program's --quick mode without touching the docs; a scratch
 directory for that run that the postgres user can enter, and that is left
 with nothing running in it and removed afterwards.
 
@@ -22,6 +23,7 @@ import tempfile
 import pytest
 
 from bench_proc import pids_mentioning
+from bench_report import replace_marked_section
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -48,6 +50,26 @@ def need_strata_build(needs=STRATA_NEEDS):
         if not os.path.exists(os.path.join(build, need)):
             pytest.skip(f"not built: {os.path.join(build, need)}")
     return build
+
+
+def check_section_replaced_once(section, newer, begin, end, replace=None):
+    """Asserts that section and newer (a later version of it) are one docs
+    section each, between the markers begin and end, and that replace(doc,
+    section) (default: replace_marked_section with those markers) puts it into
+    docs/benchmarks.md once: after what was there (another benchmark's section
+    too), and the second time in place of the first, before what came after."""
+    if replace is None:
+        def replace(doc, sec):
+            return replace_marked_section(doc, sec, begin, end)
+    for sec in (section, newer):
+        assert sec.startswith(begin) and sec.rstrip().endswith(end), sec[:200]
+    doc = "# Benchmarks\n\nintro\n\n<!-- BEGIN other: x -->\nq\n<!-- END other -->\n"
+    once = replace(doc, section)
+    assert once.startswith(doc) and once.endswith(section)
+    twice = replace(once + "\nafter\n", newer)
+    assert twice.count(begin) == 1 and twice.count(end) == 1
+    assert twice.startswith(doc) and twice.endswith("\nafter\n") and newer in twice
+    assert newer == section or section not in twice
 
 
 def kill_pids_mentioning(text):

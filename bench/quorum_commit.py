@@ -33,8 +33,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 # pylint: disable=wrong-import-position
-from bench_cli import (add_common_options, interrupt_on_sigterm, load_results, log,
-                       new_results, print_table, run_timed)
+from bench_cli import (SkipSetup, add_common_options, interrupt_on_sigterm, load_results,
+                       log, new_results, print_table, run_setups, run_timed)
 from bench_pg import make_pg_dir, psql, read_settings, stock_servers
 from bench_pgbench import pgbench_init, pgbench_run, threads_for
 from bench_physical import measure_fdatasync, measure_loopback_rtt
@@ -206,10 +206,6 @@ def run_strata(args, work):
         cluster.down()
 
 
-class SkipSetup(Exception):
-    """A setup cannot run here (for example, the Strata build is missing)."""
-
-
 def run_all(args, work, results):
     sock = os.path.join(work, "sock")
     make_pg_dir(sock)
@@ -231,25 +227,7 @@ def run_all(args, work, results):
     runners = {"a": lambda: run_stock_local(args, work, sock),
                "b": lambda: run_stock_sync_standbys(args, work, sock),
                "c": lambda: run_strata(args, work)}
-    for key in args.setups:
-        title, description = SETUPS[key]
-        setup = {"key": key, "title": title, "description": description, "status": "ok",
-                 "reason": "", "settings": {}, "runs": []}
-        results["setups"].append(setup)
-        started = time.monotonic()
-        try:
-            setup["settings"], setup["runs"] = runners[key]()
-        except SkipSetup as e:
-            setup["status"], setup["reason"] = "skipped", str(e)
-            log(f"({key}) skipped: {e}")
-        except BenchError as e:
-            setup["status"], setup["reason"] = "failed", str(e).splitlines()[0]
-            log(f"({key}) failed: {e}")
-        except KeyboardInterrupt:
-            setup["status"], setup["reason"] = "interrupted", "interrupted by a signal"
-            raise
-        finally:
-            setup["elapsed_s"] = round(time.monotonic() - started, 1)
+    run_setups(args, results, SETUPS, runners, {"runs": []})
 
 
 def write_reports(args, results):

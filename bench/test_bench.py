@@ -26,7 +26,8 @@ from bench_report import (SECTION_BEGIN, SECTION_END, compute_ratios, markdown_s
                           replace_doc_section)
 from bench_stats import Txn, parse_log_lines, percentile, summarize, tps_over_time
 from bench_strata import parse_connstr
-from bench_testlib import needs_stock_pg15, run_quick, scratch_workdir
+from bench_testlib import (check_section_replaced_once, needs_stock_pg15, run_quick,
+                           scratch_workdir)
 
 
 def read_testdata(name):
@@ -139,14 +140,9 @@ def test_markdown_says_not_met():
 
 
 def test_replace_doc_section():
-    sec1 = f"{SECTION_BEGIN}\none\n{SECTION_END}\n"
-    sec2 = f"{SECTION_BEGIN}\ntwo\n{SECTION_END}\n"
-    doc = "# Benchmarks\n\nintro\n"
-    once = replace_doc_section(doc, sec1)
-    assert once.startswith(doc) and once.endswith(sec1)
-    twice = replace_doc_section(once + "\n## later\n", sec2)
-    assert "one" not in twice and "two" in twice and twice.endswith("## later\n")
-    assert twice.count(SECTION_BEGIN) == 1
+    check_section_replaced_once(f"{SECTION_BEGIN}\none\n{SECTION_END}\n",
+                                f"{SECTION_BEGIN}\ntwo\n{SECTION_END}\n", SECTION_BEGIN,
+                                SECTION_END, replace=replace_doc_section)
 
 
 def test_loopback_rtt_is_measured():

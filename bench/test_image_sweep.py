@@ -10,7 +10,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 # pylint: disable=wrong-import-position
 import image_sweep as sw  # noqa: E402
-from bench_report import replace_marked_section  # noqa: E402
+from bench_testlib import check_section_replaced_once  # noqa: E402
 
 BEFORE = """# TYPE pageserver_read_chain_length histogram
 pageserver_read_chain_length_bucket{le="+Inf"} 10
@@ -62,15 +62,10 @@ def test_table_and_section():
                "args": {"scale": 1, "clients": 8, "seconds": 3, "requests": 200},
                "rows": rows, "chosen": 16, "errors": ["threshold 4: boom"]}
     section = sw.markdown_section(results, None)
-    assert section.startswith(sw.SECTION_BEGIN) and section.rstrip().endswith(sw.SECTION_END)
     assert "Chosen: **16**" in section and "Quick run" in section and "boom" in section
     assert section.count("\n| ") == 3  # header and two rows
-    doc = "# Benchmarks\n\nintro\n"
-    once = replace_marked_section(doc, section, sw.SECTION_BEGIN, sw.SECTION_END)
-    twice = replace_marked_section(once, section.replace("today", "tomorrow"), sw.SECTION_BEGIN,
-                                   sw.SECTION_END)
-    assert once.startswith(doc) and twice.count(sw.SECTION_BEGIN) == 1
-    assert "tomorrow" in twice and "today" not in twice
+    check_section_replaced_once(section, section.replace("today", "tomorrow"), sw.SECTION_BEGIN,
+                                sw.SECTION_END)
 
 
 def test_parse_args_defaults():

@@ -19,8 +19,8 @@ sys.path.insert(0, HERE)
 # pylint: disable=wrong-import-position
 import pageserver_bench as pb  # noqa: E402
 from bench_proc import pids_mentioning  # noqa: E402
-from bench_report import replace_marked_section  # noqa: E402
-from bench_testlib import run_quick, scratch_workdir, strata_build  # noqa: E402
+from bench_testlib import (check_section_replaced_once, run_quick,  # noqa: E402
+                           scratch_workdir, strata_build)
 
 LOAD_LINE = ("requests 2000 errors 0 zero_pages 0 seconds 0.166484 pages_per_s 12013.2 "
              "mean_us 83.1 p50_us 74.0 p90_us 101.2 p99_us 170.3 p999_us 225.0 max_us 930.1")
@@ -100,17 +100,10 @@ def test_targets_verdicts():
     assert ingest["value"] is None and ingest["met"] is None
 
 
-def _replace(doc, section):
-    return replace_marked_section(doc, section, pb.SECTION_BEGIN, pb.SECTION_END)
-
-
 def test_replace_section_keeps_other_sections():
-    doc = ("# Benchmarks\n\n<!-- BEGIN quorum_commit: x -->\nq\n<!-- END quorum_commit -->\n")
-    once = _replace(doc, pb.SECTION_BEGIN + "\none\n" + pb.SECTION_END + "\n")
-    assert once.startswith(doc) and "one" in once
-    twice = _replace(once, pb.SECTION_BEGIN + "\ntwo\n" + pb.SECTION_END + "\n")
-    assert "one" not in twice and "two" in twice and twice.startswith(doc)
-    assert twice.count(pb.SECTION_BEGIN) == 1
+    check_section_replaced_once(pb.SECTION_BEGIN + "\none\n" + pb.SECTION_END + "\n",
+                                pb.SECTION_BEGIN + "\ntwo\n" + pb.SECTION_END + "\n",
+                                pb.SECTION_BEGIN, pb.SECTION_END)
 
 
 def test_load_generator_rejects_bad_arguments(tmp_path):

@@ -18,9 +18,8 @@ sys.path.insert(0, HERE)
 # pylint: disable=wrong-import-position
 import stateless_tpcb as tpcb  # noqa: E402
 from bench_proc import pids_mentioning  # noqa: E402
-from bench_report import replace_marked_section  # noqa: E402
-from bench_testlib import (need_strata_build, needs_stock_pg15, run_quick,  # noqa: E402
-                           scratch_workdir)  # noqa: E402
+from bench_testlib import (check_section_replaced_once, need_strata_build,  # noqa: E402
+                           needs_stock_pg15, run_quick, scratch_workdir)  # noqa: E402
 
 
 def _setup(key, tps, wal, starts=None, status="ok"):
@@ -67,11 +66,8 @@ def test_not_measured_is_said():
 
 def test_docs_section_replaced_once():
     md = tpcb.markdown_section(_results([_setup("a", 100, 10000)]), None)
-    doc = "# Benchmarks\n\nintro\n"
-    once = replace_marked_section(doc, md, tpcb.SECTION_BEGIN, tpcb.SECTION_END)
-    twice = replace_marked_section(once + "\nafter\n", md, tpcb.SECTION_BEGIN, tpcb.SECTION_END)
-    assert twice.count(tpcb.SECTION_BEGIN) == 1 and twice.count(tpcb.SECTION_END) == 1
-    assert twice.startswith(doc) and twice.endswith("\nafter\n")
+    newer = tpcb.markdown_section(_results([_setup("a", 120, 10000)]), None)
+    check_section_replaced_once(md, newer, tpcb.SECTION_BEGIN, tpcb.SECTION_END)
 
 
 @needs_stock_pg15("pgbench")
