@@ -130,6 +130,20 @@ def load_average():
         return None
 
 
+def report_from_json(args, console, write_reports, derive=None):
+    """--from-json: measures nothing.  Reads the results.json args.from_json
+    names (args.quick becomes its "quick"), lets derive(results) recompute
+    what is derived from the measurements (verdicts), prints
+    console(results) and calls write_reports(args, results).  Returns 0."""
+    results = load_results(args.from_json)
+    args.quick = results.get("quick", False)
+    if derive is not None:
+        derive(results)
+    print(console(results))
+    write_reports(args, results)
+    return 0
+
+
 class SkipSetup(Exception):
     """A setup cannot run here (for example, the Strata build is missing)."""
 

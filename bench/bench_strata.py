@@ -3,13 +3,15 @@
 For: `strata up --dir D`, `strata status --dir D --json` (the compute's
 connection string and every component's pid), `strata down --dir D`; and,
 if down fails, stopping by pid exactly the processes that status reported
-for D (nothing else).  Uses the release build (STRATA_BUILD, default ./build)
+for D (nothing else); a benchmark setup's cluster (strata_setup: up, a
+skip when not built, down whatever happens).  Uses the release build (STRATA_BUILD, default ./build)
 because a sanitized build measures the sanitizers.
 
 Not for: configuring the compute (the CLI owns that; we only read back its
 settings) or running pgbench.
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -17,6 +19,7 @@ import signal
 import time
 import urllib.request
 
+from bench_cli import SkipSetup, log
 from bench_proc import BenchError, run
 
 
@@ -185,3 +188,35 @@ class StrataCluster:
             while (any(_start_time(p) == self.pids[p] for p in alive)
                    and time.monotonic() < deadline):
                 time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def strata_setup(build, cluster_dir, key, compute_mode=None, with_pageserver=True):
+    """`strata up` of build in cluster_dir for the benchmark setup key (its
+    progress lines say "(key)"), compute_mode (STRATA_COMPUTE_MODE of the
+    CLI, if given) and with_pageserver.  Yields (cluster, status of `strata
+    up`); `strata down` on leaving, on failure too.  Raises SkipSetup when
+    the build lacks a file it needs; BenchError when up fails or, with
+    with_pageserver, started no pageserver."""
+    cluster = StrataCluster(build, cluster_dir, with_pageserver=with_pageserver)
+    missing = cluster.missing()
+    if missing:
+        raise SkipSetup(missing)
+    if compute_mode:
+        os.environ["STRATA_COMPUTE_MODE"] = compute_mode
+    try:
+        log(f"({key}) strata up")
+        status = cluster.up()
+        if with_pageserver and (status.get("pageserver") or {}).get("pid") is None:
+            raise BenchError("strata up started no pageserver (is strata-pageserver built?)")
+        yield cluster, status
+    finally:
+        log(f"({key}) strata down")
+        cluster.down()
+
+
+def check_stateless(settings):
+    """Raises BenchError unless the compute's settings say it reads its pages
+    from a pageserver (strata.pageserver set)."""
+    if not settings.get("strata.pageserver"):
+        raise BenchError("the compute is not stateless (strata.pageserver is empty)")

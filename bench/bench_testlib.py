@@ -14,6 +14,7 @@ here kills what was left.
 """
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -90,6 +91,20 @@ def run_quick(program, options, work, out, timeout):
     argv = [sys.executable, os.path.join(HERE, program + ".py"), "--quick"] + list(options) + \
         ["--workdir", work, "--out", str(out), "--docs", "no"]
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@contextlib.contextmanager
+def quick_run(program, options, out, timeout):
+    """run_quick(program, options) in a new scratch_workdir; asserts that it
+    exited with 0 (its output's tail says why not) and yields (its
+    CompletedProcess, the work directory, the results.json it wrote to out).
+    The test checks, inside the block, that nothing it started runs on."""
+    with scratch_workdir(program + "-test-") as work:
+        cp = run_quick(program, options, work, out, timeout)
+        assert cp.returncode == 0, cp.stdout[-4000:] + cp.stderr[-4000:]
+        with open(os.path.join(out, "results.json"), encoding="utf-8") as f:
+            results = json.load(f)
+        yield cp, work, results
 
 
 @contextlib.contextmanager

@@ -53,7 +53,7 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 # pylint: disable=wrong-import-position
-from bench_cli import (add_common_options, interrupt_on_sigterm, load_results, log,
+from bench_cli import (add_common_options, interrupt_on_sigterm, log, report_from_json,
                        machine_description)
 from bench_pg import psql
 from bench_proc import BenchError, run
@@ -427,6 +427,11 @@ def markdown_section(results, image):
     return "\n".join(out) + "\n"
 
 
+def console(results):
+    """The table of the thresholds measured and the default they choose."""
+    return table(results["rows"]) + f"\nchosen default: {results['chosen']}"
+
+
 def write_reports(args, results):
     write_reports_and_docs(args, results, write_plot,
                            lambda res, imgs: markdown_section(res, imgs["sweep"] if imgs else None),
@@ -463,12 +468,8 @@ def main(argv):
     args = parse_args(argv)
     interrupt_on_sigterm()
     if args.from_json:
-        results = load_results(args.from_json)
-        results["chosen"] = choose_default(results["rows"])
-        print(table(results["rows"]))
-        print(f"chosen default: {results['chosen']}")
-        write_reports(args, results)
-        return 0
+        return report_from_json(args, console, write_reports,
+                                lambda res: res.update(chosen=choose_default(res["rows"])))
     build = os.path.abspath(args.strata_build)
     started = time.monotonic()
     results = {"benchmark": "image_sweep", "quick": args.quick, "argv": argv,
@@ -516,8 +517,7 @@ def main(argv):
             cluster.stop()
         results["minutes"] = round((time.monotonic() - started) / 60, 1)
         results["chosen"] = choose_default(results["rows"])
-        print(table(results["rows"]))
-        print(f"chosen default: {results['chosen']}")
+        print(console(results))
         write_reports(args, results)
         shutil.rmtree(work, ignore_errors=True)
     return 1 if results["errors"] else 0

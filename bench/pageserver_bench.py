@@ -45,7 +45,7 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 # pylint: disable=wrong-import-position
-from bench_cli import (add_common_options, interrupt_on_sigterm, load_results, log,
+from bench_cli import (add_common_options, interrupt_on_sigterm, log, report_from_json,
                        machine_description, print_table, run_timed)
 from bench_pg import pg_tool, psql
 from bench_proc import BenchError, pg_workdir, run
@@ -774,11 +774,8 @@ def main(argv):
     args = parse_args(argv)
     interrupt_on_sigterm()
     if args.from_json:
-        results = load_results(args.from_json)
-        results["targets"] = compute_targets(results)
-        print(console_report(results))
-        write_reports(args, results)
-        return 0
+        return report_from_json(args, console_report, write_reports,
+                                lambda res: res.update(targets=compute_targets(res)))
     build = os.path.abspath(args.strata_build)
     results = {"benchmark": "pageserver_bench", "quick": args.quick, "argv": argv,
                "build": os.path.relpath(build, REPO) if build.startswith(REPO) else build,

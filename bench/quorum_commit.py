@@ -33,8 +33,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 # pylint: disable=wrong-import-position
-from bench_cli import (SkipSetup, add_common_options, interrupt_on_sigterm, load_results,
-                       log, new_results, print_table, run_setups, run_timed)
+from bench_cli import (add_common_options, interrupt_on_sigterm, log, new_results,
+                       print_table, report_from_json, run_setups, run_timed)
 from bench_pg import make_pg_dir, psql, read_settings, stock_servers
 from bench_pgbench import pgbench_init, pgbench_run, threads_for
 from bench_physical import measure_fdatasync, measure_loopback_rtt
@@ -42,7 +42,7 @@ from bench_proc import BenchError, pg_workdir
 from bench_report import (SECTION_BEGIN, SECTION_END, compute_ratios, console_table,
                           markdown_section, write_plots, write_reports_and_docs)
 from bench_stats import latency_curve, summarize, tps_over_time
-from bench_strata import StrataCluster
+from bench_strata import strata_setup
 
 SETUPS = {
     "a": ("(a) PG 15, local fsync",
@@ -183,13 +183,8 @@ def run_stock_sync_standbys(args, work, sock):
 
 def run_strata(args, work):
     # (c) is compute + walproposer + three safekeepers: no pageserver ingesting beside it.
-    cluster = StrataCluster(args.strata_build, os.path.join(work, "strata"), with_pageserver=False)
-    missing = cluster.missing()
-    if missing:
-        raise SkipSetup(missing)
-    try:
-        log("(c) strata up")
-        status = cluster.up()
+    with strata_setup(args.strata_build, os.path.join(work, "strata"), "c",
+                      with_pageserver=False) as (cluster, status):
         conninfo = cluster.conninfo(status)
         log(f"(c) compute pid {status['compute']['pid']} port {conninfo['port']}; safekeepers "
             + ", ".join(f"{sk.get('name')} pid {sk.get('pid')}" for sk in status["safekeepers"]))
@@ -201,9 +196,6 @@ def run_strata(args, work):
             running.append("pageserver")
         settings["processes (strata status)"] = " ".join(running)
         return settings, runs
-    finally:
-        log("(c) strata down")
-        cluster.down()
 
 
 def run_all(args, work, results):
@@ -236,19 +228,11 @@ def write_reports(args, results):
                            plot_errors=(RuntimeError, OSError, ValueError))
 
 
-def report_from_json(args):
-    results = load_results(args.from_json)
-    args.quick = results.get("quick", False)
-    results["ratios"] = compute_ratios(results)
-    print(console_table(results))
-    write_reports(args, results)
-    return 0
-
-
 def main(argv):
     args = parse_args(argv)
     if args.from_json:
-        return report_from_json(args)
+        return report_from_json(args, console_table, write_reports,
+                                lambda res: res.update(ratios=compute_ratios(res)))
     interrupt_on_sigterm()
     work = pg_workdir(args.workdir, "strata-qc-")
     results = new_results("quorum_commit", args, argv, work, {

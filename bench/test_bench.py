@@ -9,7 +9,6 @@ server it started is left running.
 Not for: judging performance.  Run: python3 -m pytest -q bench/
 """
 
-import json
 import os
 import subprocess
 import sys
@@ -26,8 +25,7 @@ from bench_report import (SECTION_BEGIN, SECTION_END, compute_ratios, markdown_s
                           replace_doc_section)
 from bench_stats import Txn, parse_log_lines, percentile, summarize, tps_over_time
 from bench_strata import parse_connstr
-from bench_testlib import (check_section_replaced_once, needs_stock_pg15, run_quick,
-                           scratch_workdir)
+from bench_testlib import check_section_replaced_once, needs_stock_pg15, quick_run
 
 
 def read_testdata(name):
@@ -153,16 +151,13 @@ def test_loopback_rtt_is_measured():
 
 @needs_stock_pg15("pgbench")
 def test_quick_run_of_setup_a(tmp_path):
-    with scratch_workdir("qc-test-") as work:
-        _quick_run_of_setup_a(work, tmp_path / "out")
+    out = tmp_path / "out"
+    with quick_run("quorum_commit", ["--setups", "a", "--duration", "2", "--fsync-seconds", "1"],
+                   out, timeout=300) as (_cp, work, res):
+        _check_quick_run_of_setup_a(work, out, res)
 
 
-def _quick_run_of_setup_a(work, out):
-    cp = run_quick("quorum_commit", ["--setups", "a", "--duration", "2", "--fsync-seconds", "1"],
-                   work, out, timeout=300)
-    assert cp.returncode == 0, cp.stdout + cp.stderr
-    with open(out / "results.json", encoding="utf-8") as f:
-        res = json.load(f)
+def _check_quick_run_of_setup_a(work, out, res):
     (setup,) = res["setups"]
     assert setup["status"] == "ok"
     assert [r["clients"] for r in setup["runs"]] == [1, 16]

@@ -6,7 +6,6 @@ left running.
 Run: python3 -m pytest -q bench/test_pageserver_bench.py
 (the smoke run needs a release build: STRATA_BUILD, default ./build).
 """
-import json
 import os
 import subprocess
 import sys
@@ -19,8 +18,7 @@ sys.path.insert(0, HERE)
 # pylint: disable=wrong-import-position
 import pageserver_bench as pb  # noqa: E402
 from bench_proc import pids_mentioning  # noqa: E402
-from bench_testlib import (check_section_replaced_once, run_quick,  # noqa: E402
-                           scratch_workdir, strata_build)
+from bench_testlib import check_section_replaced_once, quick_run, strata_build  # noqa: E402
 
 LOAD_LINE = ("requests 2000 errors 0 zero_pages 0 seconds 0.166484 pages_per_s 12013.2 "
              "mean_us 83.1 p50_us 74.0 p90_us 101.2 p99_us 170.3 p999_us 225.0 max_us 930.1")
@@ -127,14 +125,10 @@ BUILD = strata_build()
                     reason="no release build with strata-pageserver")
 def test_quick_run(tmp_path):
     out = str(tmp_path / "out")
-    with scratch_workdir("psbench-test-") as work:
-        cp = run_quick("pageserver_bench",
-                       ["--steps", "getpage,ingest", "--pages", "10", "--requests", "300",
-                        "--pgbench-seconds", "3", "--strata-build", BUILD], work, out,
-                       timeout=300)
-        assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-2000:]
-        with open(os.path.join(out, "results.json"), encoding="utf-8") as f:
-            res = json.load(f)
+    with quick_run("pageserver_bench",
+                   ["--steps", "getpage,ingest", "--pages", "10", "--requests", "300",
+                    "--pgbench-seconds", "3", "--strata-build", BUILD], out,
+                   timeout=300) as (_cp, work, res):
         cases = {(c["case"], c["depth"]): c for c in res["getpage"]}
         assert len(cases) == 10
         for n, case in ((0, "image"), (1, "chain 1"), (16, "chain 16"), (128, "chain 128")):

@@ -19,7 +19,7 @@ sys.path.insert(0, HERE)
 import stateless_tpcb as tpcb  # noqa: E402
 from bench_proc import pids_mentioning  # noqa: E402
 from bench_testlib import (check_section_replaced_once, need_strata_build,  # noqa: E402
-                           needs_stock_pg15, run_quick, scratch_workdir)  # noqa: E402
+                           needs_stock_pg15, quick_run)  # noqa: E402
 
 
 def _setup(key, tps, wal, starts=None, status="ok"):
@@ -74,13 +74,9 @@ def test_docs_section_replaced_once():
 def test_quick_run_of_a_and_c(tmp_path):
     build = need_strata_build()
     out = tmp_path / "out"
-    with scratch_workdir("tpcb-test-") as work:
-        cp = run_quick("stateless_tpcb",
-                       ["--setups", "a,c", "--duration", "3", "--strata-build", build],
-                       work, out, timeout=600)
-        assert cp.returncode == 0, cp.stdout + cp.stderr
-        with open(out / "results.json", encoding="utf-8") as f:
-            res = json.load(f)
+    with quick_run("stateless_tpcb",
+                   ["--setups", "a,c", "--duration", "3", "--strata-build", build], out,
+                   timeout=600) as (_cp, work, res):
         a, c = res["setups"]
         for s in (a, c):
             assert s["status"] == "ok", s

@@ -11,7 +11,6 @@
   `--check-only`), and a broken invariant makes a check fail.
 """
 
-import json
 import os
 import random
 import subprocess
@@ -30,7 +29,7 @@ import tprocc  # noqa: E402
 from bench_proc import pids_mentioning  # noqa: E402
 from bench_strata import StrataCluster  # noqa: E402
 from bench_testlib import (check_section_replaced_once, need_strata_build,  # noqa: E402
-                           needs_stock_pg15, run_quick, scratch_workdir)  # noqa: E402
+                           needs_stock_pg15, quick_run, scratch_workdir)  # noqa: E402
 
 
 def test_nurand_and_last_names():
@@ -96,15 +95,11 @@ def test_docs_section_replaced_once():
 def test_quick_side_by_side(tmp_path):
     build = need_strata_build()
     out = tmp_path / "out"
-    with scratch_workdir("tprocc-test-") as work:
-        cp = run_quick("tprocc", ["--duration", "6", "--kill-compute-at", "2",
-                                  "--strata-build", build], work, out, timeout=300)
-        assert cp.returncode == 0, cp.stdout[-4000:] + cp.stderr[-4000:]
+    with quick_run("tprocc", ["--duration", "6", "--kill-compute-at", "2",
+                              "--strata-build", build], out, timeout=300) as (cp, work, res):
         lines = [x for x in cp.stdout.splitlines() if "TEST RESULT : System achieved" in x]
         assert any("(a)" in x for x in lines) and any("(c)" in x for x in lines), cp.stdout
         assert "SCALED DOWN" in cp.stdout
-        with open(out / "results.json", encoding="utf-8") as f:
-            res = json.load(f)
         a, c = res["setups"]
         for s in (a, c):
             assert s["status"] == "ok", s
