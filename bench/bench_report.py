@@ -307,6 +307,22 @@ def markdown_section(results, image_paths):
     return "\n".join(out) + "\n"
 
 
+def text_table(header, rows):
+    """Console lines of a table: columns padded to their widest cell, a
+    dashed line under the header."""
+    allrows = [header] + rows
+    widths = [max(len(str(r[i])) for r in allrows) for i in range(len(header))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in allrows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
+
+
+def md_table(header, rows):
+    """Markdown lines of a table (cells as given, columns left-aligned)."""
+    return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            + ["| " + " | ".join(r) + " |" for r in rows])
+
+
 def md_machine(m):
     """The machine of a run in one parenthesis: CPUs, model, memory,
     filesystem, load average at start and end."""

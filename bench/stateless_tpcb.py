@@ -48,8 +48,8 @@ from bench_cli import (add_common_options, interrupt_on_sigterm, log, new_result
 from bench_pg import make_pg_dir, pg_tool, psql, read_settings, stock_servers
 from bench_pgbench import pgbench_init, threads_for
 from bench_proc import BenchError, pg_workdir, run
-from bench_report import (busy_load, md_images, md_machine, md_setup_list, run_gnuplot,
-                          write_reports_and_docs)
+from bench_report import (busy_load, md_images, md_machine, md_setup_list, md_table,
+                          run_gnuplot, text_table, write_reports_and_docs)
 from bench_stats import latency_curve, parse_log_lines, summarize, tps_over_time
 from bench_strata import check_stateless, parse_connstr, strata_setup
 
@@ -321,10 +321,7 @@ HEADER = ["setup", "status", "TPS", "p50 ms", "p99 ms", "WAL B/txn", "txns", "fa
 
 
 def console_table(results):
-    rows = [HEADER] + table_rows(results)
-    widths = [max(len(str(r[i])) for r in rows) for i in range(len(HEADER))]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines = text_table(HEADER, table_rows(results))
     for s in results["setups"]:
         if s["status"] != "ok":
             lines.append(f"{s['title']}: {s['status']}: {s['reason']}")
@@ -351,9 +348,7 @@ def markdown_section(results, image_paths):
         out += [f"**The machine was busy (load average up to {busy:.0f} on {m['nproc']} CPUs, "
                 "other work running beside the benchmark): every figure is disturbed and "
                 "only indicative; rerun on a quiet machine.**", ""]
-    out += ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    for row in table_rows(results):
-        out.append("| " + " | ".join(row) + " |")
+    out += md_table(HEADER, table_rows(results))
     out += ["", "Targets of the issue:", "", "| target | measured | want | verdict |",
             "|---|---|---|---|"]
     for t in targets(results):

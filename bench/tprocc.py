@@ -58,7 +58,7 @@ from bench_cli import (add_common_options, interrupt_on_sigterm, log,  # noqa: E
 from bench_pg import make_pg_dir, read_settings, stock_servers  # noqa: E402
 from bench_proc import BenchError, pg_workdir, run  # noqa: E402
 from bench_report import (busy_load, md_images, md_machine, md_setup_list,  # noqa: E402
-                          run_gnuplot, write_reports_and_docs)
+                          md_table, run_gnuplot, text_table, write_reports_and_docs)
 from bench_stats import Txn, latency_curve, percentile  # noqa: E402
 from bench_strata import check_stateless, strata_setup  # noqa: E402
 
@@ -846,14 +846,6 @@ LAT_HEADER = ["setup", "transaction", "committed", "rolled back", "errors", "p50
               "p99 ms", "max ms"]
 
 
-def _text_table(header, rows):
-    allrows = [header] + rows
-    widths = [max(len(str(r[i])) for r in allrows) for i in range(len(header))]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in allrows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return lines
-
-
 def kill_text(run_):
     """One sentence on a compute kill during the run, or None."""
     k = run_.get("kill")
@@ -869,9 +861,9 @@ def kill_text(run_):
 
 
 def console_table(results):
-    lines = _text_table(HEADER, table_rows(results))
+    lines = text_table(HEADER, table_rows(results))
     lines.append("")
-    lines += _text_table(LAT_HEADER, latency_rows(results))
+    lines += text_table(LAT_HEADER, latency_rows(results))
     for s in results["setups"]:
         if s["status"] != "ok":
             lines.append(f"{s['title']}: {s['status']}: {s['reason']}")
@@ -886,11 +878,6 @@ def console_table(results):
         lines.append(f"SCALED DOWN by {p['scale_down']}: these NOPM figures are not comparable "
                      "with a full-size TPROC-C schema.")
     return "\n".join(lines)
-
-
-def _md_table(header, rows):
-    return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-            + ["| " + " | ".join(r) + " |" for r in rows])
 
 
 def _setup_note(s):
@@ -918,9 +905,9 @@ def markdown_section(results, image_paths):
     if busy:
         out += [f"**The machine was busy (load average up to {busy:.0f} on {m['nproc']} CPUs): "
                 "the figures are disturbed and only indicative.**", ""]
-    out += _md_table(HEADER, table_rows(results))
+    out += md_table(HEADER, table_rows(results))
     out += ["", "Per transaction type (measured window):", ""]
-    out += _md_table(LAT_HEADER, latency_rows(results))
+    out += md_table(LAT_HEADER, latency_rows(results))
     out += md_setup_list(results["setups"], ok_note=_setup_note)
     out += ["", "How: NOPM = new-order transactions committed per minute of the measured window "
             "(client count). TPM = `xact_commit + xact_rollback` of the database in "
