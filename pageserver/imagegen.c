@@ -16,6 +16,17 @@
  * workers serve that lane first.  in_pipeline never exceeds
  * queue_cap + urgent_cap = the finished ring's size, so it cannot overflow.
  * The counter table is private to the writer thread.
+ *
+ * Backpressure: a counter that reaches the hard cap H puts its page on the
+ * short pressed list (one compare in imagegen_note).  Between records the
+ * writer, once everything ingested is readable, calls imagegen_backpressure:
+ * it drains, moves each pressed page into the urgent lane (from the normal
+ * queue, or enqueues it at the readable LSN when it is out of the pipeline),
+ * and sleeps on done_cv until a worker files a result; it ends when every
+ * pressed counter is below H, or at the timeout, when the pages still at H
+ * are waived (not waited for again until their counters fall below H).
+ * After a timeout, until some result is drained, pages reaching H are
+ * waived at once (counted as timeouts) instead of stalling ingest again.
  */
 #include "pageserver/imagegen.h"
 
@@ -25,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/log.h"
 #include "common/metrics.h"
@@ -33,8 +45,10 @@ typedef struct ig_entry {
     pg_key k;
     uint32_t deltas;       /* since the page's newest complete value */
     uint32_t since_queued; /* deltas counted since it was queued */
+    lsn_t last_delta;      /* LSN of the newest delta counted */
     bool used;
     bool in_flight;
+    bool waived; /* at >= hard_cap after a backpressure timeout: not waited for */
 } ig_entry;
 
 typedef struct ig_job {
@@ -66,10 +80,18 @@ struct imagegen {
     lsn_t last_lsn;   /* LSN of the newest noted value */
     bool dropped;     /* a request was dropped since the last full sweep */
     size_t sweep_at;  /* where the next sweep of the table resumes */
+    uint32_t hard_cap; /* IMAGEGEN_HARD_CAP_FACTOR * threshold */
+    pg_key pressed[IMAGEGEN_PRESSED_MAX]; /* pages that reached hard_cap */
+    size_t npressed;
+    bool rescan; /* pressed overflowed: find the rest in the table */
+    bool want_readable; /* a job was queued at an LSN not yet readable */
+    lsn_t readable;     /* as the last imagegen_backpressure() was told */
+    bool stalled;       /* a wait timed out and no result came since */
 
     /* Guarded by mu. */
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_cond_t cv;      /* workers: a job was queued, or stop */
+    pthread_cond_t done_cv; /* the writer in backpressure: a result was filed */
     ig_job *queue; /* ring of queue_cap */
     size_t qhead, qlen;
     ig_job *urgent; /* ring of urgent_cap */
@@ -85,7 +107,7 @@ struct imagegen {
     int nthreads;
 
     _Atomic uint64_t requested, urgent_requested, drops, written, written_bytes, skipped, failures,
-        forgotten;
+        forgotten, bp_waits, bp_timeouts, bp_wait_ns;
 };
 
 /* ---- process-wide metrics ---- */
@@ -99,6 +121,8 @@ static struct {
     metrics_counter *requested, *urgent, *written, *written_bytes, *drops, *failures, *skipped;
     metrics_histogram *read_chain;
     metrics_gauge *read_chain_max_g;
+    metrics_counter *bp_waits, *bp_timeouts;
+    metrics_gauge *bp_seconds;
     atomic_uint_fast64_t read_chain_max;
 } im = {.once = PTHREAD_ONCE_INIT};
 
@@ -137,6 +161,18 @@ static void metrics_init(void)
     im.read_chain_max_g = metrics_gauge_register(
         r, "pageserver_read_chain_max", "Longest delta chain replayed for a reader since start", 0,
         NULL, NULL);
+    im.bp_waits = metrics_counter_register(
+        r, "pageserver_image_backpressure_waits_total",
+        "Times ingest waited for the image of a page at the hard cap of deltas", 0, NULL, NULL);
+    im.bp_timeouts = metrics_counter_register(
+        r, "pageserver_image_backpressure_timeouts_total",
+        "Backpressure waits that gave up at the timeout (the chain bound does not hold for those "
+        "pages)",
+        0, NULL, NULL);
+    im.bp_seconds = metrics_gauge_register(
+        r, "pageserver_image_backpressure_seconds_total",
+        "Seconds ingest spent waiting for images of pages at the hard cap (monotone)", 0, NULL,
+        NULL);
 }
 
 static void metrics_once(void)
@@ -223,9 +259,10 @@ int imagegen_create(const imagegen_options *o, imagegen_rebuild_fn rebuild, imag
     g->table_cap = pow2_at_least(o->track_entries * 2);
     g->urgent_cap = o->queue_cap / 8 > 8 ? o->queue_cap / 8 : 8;
     g->total_cap = o->queue_cap + g->urgent_cap;
-    g->urgent_deltas = o->threshold > UINT32_MAX / IMAGEGEN_URGENT_FACTOR
-                           ? UINT32_MAX
-                           : o->threshold * IMAGEGEN_URGENT_FACTOR;
+    g->hard_cap = o->threshold > UINT32_MAX / IMAGEGEN_HARD_CAP_FACTOR
+                      ? UINT32_MAX
+                      : o->threshold * IMAGEGEN_HARD_CAP_FACTOR;
+    g->urgent_deltas = g->hard_cap;
     g->queue = calloc(o->queue_cap, sizeof *g->queue);
     g->urgent = calloc(g->urgent_cap, sizeof *g->urgent);
     g->done = calloc(g->total_cap, sizeof *g->done);
@@ -236,6 +273,11 @@ int imagegen_create(const imagegen_options *o, imagegen_rebuild_fn rebuild, imag
         goto oom;
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&g->done_cv, &ca);
+    pthread_condattr_destroy(&ca);
     for (int i = 0; i < o->workers; i++) {
         int rc = pthread_create(&g->threads[i], NULL, worker_main, g);
         if (rc != 0) {
@@ -275,6 +317,7 @@ void imagegen_destroy(imagegen *g)
         free(g->done[(g->dhead + i) % g->total_cap].page);
     metrics_gauge_add(im.depth, -(double)in_pipeline);
     pthread_cond_destroy(&g->cv);
+    pthread_cond_destroy(&g->done_cv);
     pthread_mutex_destroy(&g->mu);
     free(g->queue);
     free(g->urgent);
@@ -406,15 +449,15 @@ static void try_enqueue(imagegen *g, ig_entry *e, lsn_t min_lsn)
     pg_key displaced_key;
     pthread_mutex_lock(&g->mu);
     size_t in_pipeline = in_pipeline_locked(g);
-    if (in_pipeline < g->o.queue_cap) {
-        g->queue[(g->qhead + g->qlen) % g->o.queue_cap] = job;
-        g->qlen++;
-        queued = true;
-    } else if (e->deltas >= g->urgent_deltas && g->ulen < g->urgent_cap &&
-               in_pipeline < g->total_cap) {
+    if (e->deltas >= g->urgent_deltas && g->ulen < g->urgent_cap && in_pipeline < g->total_cap) {
+        /* At the hard cap: ingest is about to wait for it. */
         g->urgent[(g->uhead + g->ulen) % g->urgent_cap] = job;
         g->ulen++;
         queued = urgent = true;
+    } else if (in_pipeline < g->o.queue_cap) {
+        g->queue[(g->qhead + g->qlen) % g->o.queue_cap] = job;
+        g->qlen++;
+        queued = true;
     } else if (e->deltas >= g->urgent_deltas && g->ulen > 0) {
         /* The reserved lane is full too: take the place of the page with
          * the fewest deltas when this one has more than twice as many. */
@@ -452,6 +495,8 @@ static void try_enqueue(imagegen *g, ig_entry *e, lsn_t min_lsn)
     }
     e->in_flight = true;
     e->since_queued = 0;
+    if (min_lsn > g->readable)
+        g->want_readable = true;
     atomic_fetch_add(&g->requested, 1);
     metrics_counter_inc(im.requested);
     if (urgent) {
@@ -459,6 +504,20 @@ static void try_enqueue(imagegen *g, ig_entry *e, lsn_t min_lsn)
         metrics_counter_inc(im.urgent);
     }
     metrics_gauge_add(im.depth, 1);
+}
+
+/* e's counter just reached hard_cap (from below, so it is not waived):
+ * ingest waits for its image at the next imagegen_backpressure(). */
+static void press(imagegen *g, const ig_entry *e)
+{
+    assert(!e->waived);
+    for (size_t i = 0; i < g->npressed; i++)
+        if (key_eq(&g->pressed[i], &e->k))
+            return;
+    if (g->npressed < IMAGEGEN_PRESSED_MAX)
+        g->pressed[g->npressed++] = e->k;
+    else
+        g->rescan = true;
 }
 
 void imagegen_note(imagegen *g, const pg_key *k, lsn_t lsn, bool complete)
@@ -469,14 +528,18 @@ void imagegen_note(imagegen *g, const pg_key *k, lsn_t lsn, bool complete)
     if (complete) {
         e->deltas = 0;
         e->since_queued = 0;
+        e->waived = false;
         return;
     }
     if (e->deltas < UINT32_MAX)
         e->deltas++;
     if (e->since_queued < UINT32_MAX)
         e->since_queued++;
+    e->last_delta = lsn;
     if (lsn > g->last_lsn)
         g->last_lsn = lsn;
+    if (e->deltas == g->hard_cap && !e->waived)
+        press(g, e);
     if (!e->in_flight && e->deltas >= g->o.threshold)
         try_enqueue(g, e, lsn);
 }
@@ -524,6 +587,7 @@ int imagegen_drain(imagegen *g)
         sweep_dropped(g);
         return 0;
     }
+    g->stalled = false; /* the workers deliver again */
     metrics_gauge_add(im.depth, -(double)n);
     int stored = 0;
     for (size_t i = 0; i < n; i++) {
@@ -552,7 +616,9 @@ int imagegen_drain(imagegen *g)
         if (e == NULL)
             continue;
         e->in_flight = false;
-        if (ok || d->result == DONE_SKIPPED) {
+        if (ok && d->at >= e->last_delta) {
+            e->deltas = 0; /* the image covers every delta counted */
+        } else if (ok || d->result == DONE_SKIPPED) {
             /* Every delta above the image was counted since the page was
              * queued (the image is at or after the queuing record).  A
              * skipped page (gone, or complete at its newest version) keeps
@@ -563,6 +629,8 @@ int imagegen_drain(imagegen *g)
             e->deltas = 0; /* failed: retry only after another threshold */
         }
         e->since_queued = 0;
+        if (e->deltas < g->hard_cap)
+            e->waived = false;
         /* A page that gathered a threshold of deltas while in flight (a hot
          * page) goes again now rather than at its next delta, so it does not
          * keep a long chain if it turns quiet. */
@@ -571,6 +639,198 @@ int imagegen_drain(imagegen *g)
     }
     sweep_dropped(g);
     return stored;
+}
+
+/* ---- backpressure (writer thread) ---- */
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+bool imagegen_pressure_pending(const imagegen *g)
+{
+    return g->npressed != 0 || g->rescan || g->want_readable;
+}
+
+static bool needs_wait(const imagegen *g, const ig_entry *e)
+{
+    return e->used && e->deltas >= g->hard_cap && !e->waived;
+}
+
+/* The pressed list overflowed: add the pages at the cap it missed (the
+ * list may overflow again; then the next pass goes on). */
+static void rescan_table(imagegen *g)
+{
+    g->rescan = false;
+    if (g->table == NULL)
+        return;
+    for (size_t i = 0; i < g->table_cap; i++) {
+        const ig_entry *e = &g->table[i];
+        if (!needs_wait(g, e))
+            continue;
+        bool listed = false;
+        for (size_t j = 0; j < g->npressed && !listed; j++)
+            listed = key_eq(&g->pressed[j], &e->k);
+        if (listed)
+            continue;
+        if (g->npressed == IMAGEGEN_PRESSED_MAX) {
+            g->rescan = true;
+            return;
+        }
+        g->pressed[g->npressed++] = e->k;
+    }
+}
+
+/* Keeps the pressed pages still at the cap (and not waived). */
+static void prune_pressed(imagegen *g)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < g->npressed; i++) {
+        if (g->table == NULL)
+            break;
+        const ig_entry *e = table_slot(g->table, g->table_cap, &g->pressed[i]);
+        if (needs_wait(g, e))
+            g->pressed[n++] = g->pressed[i];
+    }
+    g->npressed = n;
+}
+
+/*
+ * Puts e's page in the urgent lane: a page out of the pipeline is queued
+ * there to be rebuilt at or after readable; a page in the normal queue is
+ * moved there (its min_lsn is <= readable: it was queued at a noted LSN).
+ * A page already in the urgent lane, being rebuilt or finished is left.
+ * Nothing happens while the lane (or the whole pipeline) is full: the caller
+ * retries after the next result.
+ */
+static void prioritise(imagegen *g, ig_entry *e, lsn_t readable)
+{
+    bool queued = false;
+    pthread_mutex_lock(&g->mu);
+    bool lane_room = g->ulen < g->urgent_cap;
+    if (!e->in_flight) {
+        if (lane_room && in_pipeline_locked(g) < g->total_cap) {
+            ig_job job = {.k = e->k, .min_lsn = readable, .deltas = e->deltas};
+            g->urgent[(g->uhead + g->ulen) % g->urgent_cap] = job;
+            g->ulen++;
+            queued = true;
+            pthread_cond_signal(&g->cv);
+        }
+    } else if (lane_room) {
+        size_t cap = g->o.queue_cap;
+        for (size_t i = 0; i < g->qlen; i++) {
+            ig_job *j = &g->queue[(g->qhead + i) % cap];
+            if (!key_eq(&j->k, &e->k))
+                continue;
+            ig_job job = *j;
+            assert(job.min_lsn <= readable);
+            for (size_t m = i; m + 1 < g->qlen; m++)
+                g->queue[(g->qhead + m) % cap] = g->queue[(g->qhead + m + 1) % cap];
+            g->qlen--;
+            g->urgent[(g->uhead + g->ulen) % g->urgent_cap] = job;
+            g->ulen++;
+            atomic_fetch_add(&g->urgent_requested, 1);
+            metrics_counter_inc(im.urgent);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&g->mu);
+    if (queued) {
+        e->in_flight = true;
+        e->since_queued = 0;
+        atomic_fetch_add(&g->requested, 1);
+        atomic_fetch_add(&g->urgent_requested, 1);
+        metrics_counter_inc(im.requested);
+        metrics_counter_inc(im.urgent);
+        metrics_gauge_add(im.depth, 1);
+    }
+}
+
+/* The timeout: every page still at the cap is waived (until its counter
+ * falls below the cap) so that ingest does not wait for it again. */
+static void waive_all(imagegen *g)
+{
+    for (size_t i = 0; g->table != NULL && i < g->table_cap; i++)
+        if (needs_wait(g, &g->table[i]))
+            g->table[i].waived = true;
+    g->npressed = 0;
+    g->rescan = false;
+}
+
+int imagegen_backpressure(imagegen *g, lsn_t readable, int timeout_ms)
+{
+    if (!imagegen_pressure_pending(g))
+        return 0;
+    /* The jobs waited for may only need LSNs readers can read already. */
+    assert(readable >= g->last_lsn);
+    g->want_readable = false;
+    if (readable > g->readable)
+        g->readable = readable;
+    if (g->npressed == 0 && !g->rescan)
+        return 0; /* only made the queued jobs' LSNs readable early */
+    assert(timeout_ms >= 0);
+    uint64_t t0 = now_ns();
+    uint64_t deadline = t0 + (uint64_t)timeout_ms * 1000000u;
+    bool waited = false;
+    int rc = 0;
+    for (;;) {
+        imagegen_drain(g);
+        if (g->rescan)
+            rescan_table(g);
+        prune_pressed(g);
+        if (g->npressed == 0 && !g->rescan)
+            break;
+        if (g->stalled) {
+            /* The last wait timed out and no worker has delivered since
+             * (e.g. the redo pool's first start, which makes its template
+             * data directory, can take seconds): do not stall ingest again
+             * for every page that reaches the cap meanwhile. */
+            waive_all(g);
+            atomic_fetch_add(&g->bp_timeouts, 1);
+            metrics_counter_inc(im.bp_timeouts);
+            return -1;
+        }
+        waited = true;
+        for (size_t i = 0; i < g->npressed; i++)
+            prioritise(g, table_slot(g->table, g->table_cap, &g->pressed[i]), readable);
+        uint64_t now = now_ns();
+        if (now >= deadline) {
+            char kb[96];
+            bool in_flight;
+            uint32_t d = imagegen_page_deltas(g, &g->pressed[0], &in_flight);
+            log_warn("image generation: ingest waited %d ms for the images of %zu page(s) at "
+                     "the hard cap of %u deltas (e.g. %s with %u deltas, %s); going on without",
+                     timeout_ms, g->npressed, g->hard_cap,
+                     g->npressed > 0 ? pg_key_format(&g->pressed[0], kb, sizeof kb) : "?", d,
+                     in_flight ? "in flight" : "not queued");
+            waive_all(g);
+            g->stalled = true;
+            atomic_fetch_add(&g->bp_timeouts, 1);
+            metrics_counter_inc(im.bp_timeouts);
+            rc = -1;
+            break;
+        }
+        uint64_t until = now + 50000000u < deadline ? now + 50000000u : deadline;
+        struct timespec ts = {.tv_sec = (time_t)(until / 1000000000u),
+                              .tv_nsec = (long)(until % 1000000000u)};
+        pthread_mutex_lock(&g->mu);
+        if (g->dlen == 0)
+            pthread_cond_timedwait(&g->done_cv, &g->mu, &ts);
+        pthread_mutex_unlock(&g->mu);
+    }
+    if (waited) {
+        uint64_t ns = now_ns() - t0;
+        atomic_fetch_add(&g->bp_waits, 1);
+        atomic_fetch_add(&g->bp_wait_ns, ns);
+        metrics_counter_inc(im.bp_waits);
+        metrics_gauge_add(im.bp_seconds, (double)ns / 1e9);
+        if (rc == 0)
+            rc = 1;
+    }
+    return rc;
 }
 
 /* Takes one job (waiting unless nowait), rebuilds it and files the result.
@@ -626,6 +886,7 @@ static int work_one(imagegen *g, bool nowait)
     g->done[(g->dhead + g->dlen) % g->total_cap] = d;
     g->dlen++;
     g->busy--;
+    pthread_cond_signal(&g->done_cv);
     pthread_mutex_unlock(&g->mu);
     return 1;
 }
@@ -653,6 +914,9 @@ void imagegen_get_stats(imagegen *g, imagegen_stats *out)
     out->skipped = atomic_load(&g->skipped);
     out->failures = atomic_load(&g->failures);
     out->forgotten = atomic_load(&g->forgotten);
+    out->backpressure_waits = atomic_load(&g->bp_waits);
+    out->backpressure_timeouts = atomic_load(&g->bp_timeouts);
+    out->backpressure_ns = atomic_load(&g->bp_wait_ns);
     pthread_mutex_lock(&g->mu);
     out->depth = in_pipeline_locked(g);
     pthread_mutex_unlock(&g->mu);

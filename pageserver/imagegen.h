@@ -22,13 +22,53 @@
  * + being rebuilt + waiting for the writer) while it holds fewer than
  * queue_cap.  A page that finds it full is dropped and counted; its counter
  * stays at or past the threshold, so its next delta asks again -- and once
- * it has IMAGEGEN_URGENT_FACTOR thresholds of deltas it may take one of
- * max(8, queue_cap / 8) slots reserved for such pages, which workers serve
- * first (so a hot page cannot starve while a bulk load fills the queue).
+ * it has the hard cap of deltas it takes one of max(8, queue_cap / 8) slots
+ * reserved for such pages, which workers serve first (so a hot page cannot
+ * starve while a bulk load fills the queue).
  *
- * Threads: imagegen_note() and imagegen_drain() belong to the one writer
- * thread of the store (never concurrently with each other); they never wait
- * for a worker (one short mutex around the queue).  Workers call the rebuild
+ * The hard cap (backpressure): H = IMAGEGEN_HARD_CAP_FACTOR * threshold.  A
+ * page whose counter reaches H is "pressed".  After each record the writer's
+ * caller (the WAL receiver) checks imagegen_pressure_pending() -- one
+ * compare -- and when it is true makes every record ingested so far
+ * readable (store_advance to the end of that record, which is fully
+ * applied) and calls imagegen_backpressure(): it stores finished images,
+ * puts each pressed page in the reserved lane (queued there at the readable
+ * LSN if it was out of the pipeline), and waits for the workers until every
+ * pressed counter is below H, or the timeout (IMAGEGEN_BACKPRESSURE_TIMEOUT_MS
+ * in the receiver), after which the pages still at H are waived -- not
+ * waited for again until their counters fall below H -- so ingest never
+ * deadlocks; and until a worker delivers a result again, pages that reach H
+ * are waived at once (also counted as timeouts): a stuck or slow-starting
+ * redo pool stalls ingest for one timeout, not one per page.  Every job then needs only readable LSNs (the rebuild's min_lsn
+ * <= the readable LSN), so no worker waits for the waiting writer.
+ *
+ * The bound.  A page's counter is an upper bound of the deltas a read at the
+ * newest readable LSN replays (an image at L resets it to 0 when no delta
+ * was noted after L, else to the deltas noted since the page was queued, a
+ * superset of those after L; a complete value resets it to 0), and a read at an older LSN replays no more than the
+ * counter was when that LSN was newest.  Ingest stops after the record that
+ * brings a counter to H until it is below H again, so at any readable LSN
+ * every counter is <= H + r - 1, r = the most deltas one record puts on one
+ * page: r = 1 (a block reference, a CLOG page's set, a VM page's clears are
+ * each one delta per record).  So:
+ *     longest chain a read replays <= H = 2 * threshold,
+ * i.e. threshold + a slack of one threshold, except (each counted) for
+ *   - a backpressure timeout (pageserver_image_backpressure_timeouts_total):
+ *     that page's chain may grow until its image is stored;
+ *   - a counter forgotten by a full table (stats.forgotten): the page's chain
+ *     may grow by what it had (< H);
+ *   - chains already in the store when the process started (counters start
+ *     at zero): at most H more than they were;
+ *   - a writer that ingests without calling imagegen_backpressure() (tests,
+ *     import tools).
+ * It costs ingest nothing while no page is at H; bulk loads of cold pages
+ * (each page gets H deltas before its first image) may wait for workers.
+ *
+ * Threads: imagegen_note(), imagegen_drain(), imagegen_pressure_pending()
+ * and imagegen_backpressure() belong to the one writer thread of the store
+ * (never concurrently with each other); only imagegen_backpressure() waits
+ * for a worker, bounded by its timeout (the others take one short mutex
+ * around the queue).  Workers call the rebuild
  * callback from their own threads.  imagegen_get_stats() and
  * imagegen_observe_read_chain() are for any thread.  imagegen_destroy()
  * stops and joins the workers; the writer must not use the handle during or
@@ -75,7 +115,14 @@ typedef struct imagegen_options {
 } imagegen_options;
 
 #define IMAGEGEN_DEFAULT_WORKERS 2
-#define IMAGEGEN_URGENT_FACTOR 4
+/* The hard cap H = IMAGEGEN_HARD_CAP_FACTOR * threshold (see the bound
+ * above); the reserved lane serves pages at H. */
+#define IMAGEGEN_HARD_CAP_FACTOR 2
+#define IMAGEGEN_URGENT_FACTOR IMAGEGEN_HARD_CAP_FACTOR
+/* Pressed pages listed at once (more: found again by a table scan). */
+#define IMAGEGEN_PRESSED_MAX 64
+/* How long the WAL receiver waits in imagegen_backpressure(). */
+#define IMAGEGEN_BACKPRESSURE_TIMEOUT_MS 2000
 
 void imagegen_options_default(imagegen_options *o);
 
@@ -96,11 +143,31 @@ void imagegen_destroy(imagegen *g);
 void imagegen_note(imagegen *g, const pg_key *k, lsn_t lsn, bool complete);
 
 /* Stores every finished image (put callback) and settles its counter: a
- * page's deltas become those counted since it was queued (an upper bound of
- * the deltas above the image); a page still at or past the threshold (hot
+ * page's deltas become 0 when the image is at or after its newest delta,
+ * else those counted since it was queued (an upper bound of the deltas
+ * above the image); a page still at or past the threshold (hot
  * while in flight) is queued again at once.  Returns the number of images
  * stored. */
 int imagegen_drain(imagegen *g);
+
+/* True when ingest should make what it ingested readable and call
+ * imagegen_backpressure() before the next record: some page reached the
+ * hard cap, or a page was queued since the last call (readable early, its
+ * rebuild starts at once rather than at the end of the WAL message, so it
+ * overlaps the next threshold of deltas).  A few loads and compares. */
+bool imagegen_pressure_pending(const imagegen *g);
+
+/*
+ * Backpressure: every record noted so far must be readable at readable (>=
+ * each LSN noted).  Returns 0 at once when no page is at the hard cap.
+ * Else drains finished images and waits (at most timeout_ms)
+ * until each page at the hard cap has fewer deltas, giving those pages
+ * priority.  0 when nothing was at the cap, 1 after a successful wait, -1
+ * at the timeout (logged and counted; the pages still at the cap are
+ * waived), or at once, without waiting, while no result has been drained
+ * since the last timeout.
+ */
+int imagegen_backpressure(imagegen *g, lsn_t readable, int timeout_ms);
 
 /* ---- tests ---- */
 
@@ -124,6 +191,9 @@ typedef struct imagegen_stats {
     uint64_t failures;  /* rebuilds or puts that failed */
     uint64_t forgotten; /* counters dropped from a full table */
     uint64_t depth;     /* pages in the pipeline now */
+    uint64_t backpressure_waits;    /* imagegen_backpressure() calls that waited */
+    uint64_t backpressure_timeouts; /* of which ended at the timeout */
+    uint64_t backpressure_ns;       /* time spent in those waits */
 } imagegen_stats;
 
 void imagegen_get_stats(imagegen *g, imagegen_stats *out);

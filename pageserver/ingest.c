@@ -13,6 +13,7 @@
  */
 #include "pageserver/ingest.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,6 +112,18 @@ void ingest_idle(ingest_state *ing)
 }
 
 static void chain_note(ingest_state *ing, const pg_key *k, bool complete);
+
+bool ingest_pressure_pending(ingest_state *ing)
+{
+    return ing->o.pressure_pending != NULL && ing->o.pressure_pending(ing->o.pressure_hook_arg);
+}
+
+void ingest_relieve_pressure(ingest_state *ing, lsn_t readable)
+{
+    assert(readable >= ing->stats.last_end);
+    if (ing->o.pressure_wait != NULL)
+        ing->o.pressure_wait(ing->o.pressure_hook_arg, readable);
+}
 
 void ingest_note_image(ingest_state *ing, const pg_key *k)
 {

@@ -94,6 +94,15 @@ typedef void (*ingest_page_hook)(void *arg, const pg_key *k, lsn_t lsn, bool com
  */
 typedef void (*ingest_record_hook)(void *arg);
 
+/*
+ * Backpressure (imagegen.h, the hard cap): pending says whether the caller
+ * should stop before the next record; wait runs then, between records, after
+ * the caller made every record ingested so far readable at `readable` (the
+ * last record's end); it may block, bounded by its own timeout.
+ */
+typedef bool (*ingest_pressure_pending_hook)(void *arg);
+typedef void (*ingest_pressure_wait_hook)(void *arg, lsn_t readable);
+
 typedef struct ingest_options {
     size_t relsize_cache_entries; /* bound of the relation-size cache (default 65536) */
     uint32_t max_gap_fill;        /* most VAL_ZERO_PAGE puts for one extension (default 65536) */
@@ -101,6 +110,9 @@ typedef struct ingest_options {
     void *page_hook_arg;
     ingest_record_hook record_hook; /* optional */
     void *record_hook_arg;
+    ingest_pressure_pending_hook pressure_pending; /* optional, with pressure_wait */
+    ingest_pressure_wait_hook pressure_wait;
+    void *pressure_hook_arg;
     /* Image safety net (0 = off; ingest_create sets INGEST_IMAGE_THRESHOLD
      * when it has a redo pool): a page that gathers this many deltas since
      * its last complete value is rebuilt through backend get_page at the end
@@ -152,6 +164,16 @@ int ingest_record(ingest_state *ing, lsn_t start, lsn_t end, const wal_record *r
  * Writer thread only; never blocks on other threads.
  */
 void ingest_idle(ingest_state *ing);
+
+/*
+ * Backpressure between records (see ingest_pressure_wait_hook): true when
+ * the caller should make what it ingested readable and call
+ * ingest_relieve_pressure(ing, end of the last record) before the next
+ * record.  Cheap (an indirect call and a compare); false without hooks.
+ * Writer thread only.
+ */
+bool ingest_pressure_pending(ingest_state *ing);
+void ingest_relieve_pressure(ingest_state *ing, lsn_t readable);
 
 /* An image of page k was stored outside ingest (background generation) at
  * an LSN <= the last record: the safety net's count for k starts again.

@@ -424,6 +424,17 @@ static void image_drain(void *arg)
     imagegen_drain(arg);
 }
 
+static bool image_pressure_pending(void *arg)
+{
+    return imagegen_pressure_pending(arg);
+}
+
+/* Writer thread, between records, with everything ingested readable. */
+static void image_pressure_wait(void *arg, lsn_t readable)
+{
+    (void)imagegen_backpressure(arg, readable, IMAGEGEN_BACKPRESSURE_TIMEOUT_MS);
+}
+
 static int start_imagegen(timeline *tl, char *err, size_t errlen)
 {
     int32_t threshold = tl->svc.image_threshold;
@@ -448,6 +459,9 @@ static int start_imagegen(timeline *tl, char *err, size_t errlen)
     io.page_hook_arg = tl->ig;
     io.record_hook = image_drain;
     io.record_hook_arg = tl->ig;
+    io.pressure_pending = image_pressure_pending;
+    io.pressure_wait = image_pressure_wait;
+    io.pressure_hook_arg = tl->ig;
     ingest_set_options(tl->ing, &io);
     return 0;
 }

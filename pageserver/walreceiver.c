@@ -293,6 +293,7 @@ static int ingest_xlogdata(walreceiver *wr, wal_reader *r, const replication_xlo
     const uint8_t *data = x->data;
     size_t len = x->data_len;
     lsn_t at = x->wal_start, last = LSN_INVALID, last_start = LSN_INVALID;
+    lsn_t advanced = LSN_INVALID; /* made readable mid-message (backpressure) */
     uint64_t nrec = 0;
     while (len > 0) {
         size_t used;
@@ -323,8 +324,20 @@ static int ingest_xlogdata(walreceiver *wr, wal_reader *r, const replication_xlo
         last = e;
         last_start = s;
         nrec++;
+        if (ingest_pressure_pending(wr->ing)) {
+            /* Image generation wants what is ingested readable now: a
+             * page reached its hard cap (ingest then waits, bounded, for
+             * its image), or a page was queued, whose rebuild may start at
+             * once.  The record is fully applied: make everything up to
+             * its end readable, with its start for basebackup's xl_prev. */
+            if (put_record_start(wr, s, e) != 0)
+                return STREAM_FATAL;
+            store_advance(wr->st, e);
+            advanced = e;
+            ingest_relieve_pressure(wr->ing, e);
+        }
     }
-    if (last != LSN_INVALID) {
+    if (last != LSN_INVALID && last != advanced) {
         if (put_record_start(wr, last_start, last) != 0)
             return STREAM_FATAL;
         store_advance(wr->st, last);

@@ -6,7 +6,11 @@
  * page asks again on its next delta), failures and skips settle counters,
  * the image lands at the LSN the rebuild chose, the counter table stays
  * bounded and keeps the pages that matter, real worker threads deliver every
- * page, and the read-chain metrics.
+ * page, the read-chain metrics, and backpressure at the hard cap (the
+ * writer waits until the pressed page's counter is below the cap: a slow
+ * worker, a page promoted from the back of the normal queue, more pressed
+ * pages than the list holds; and the timeout, which waives the page until
+ * its counter falls below the cap).
  *
  * Most tests run with workers = 0 and step the pipeline with
  * imagegen_work_one(), so every state in between is observed exactly.
@@ -14,8 +18,11 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <pthread.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -31,6 +38,7 @@ typedef struct fake {
     uint32_t skip_blk;   /* rebuild of this block finds nothing to image */
     lsn_t advance;       /* rebuild answers min_lsn + advance */
     bool put_fails;
+    int sleep_ms;        /* each rebuild takes this long */
     int rebuilds;        /* only counted with workers = 0 */
     int nputs;
     pg_key put_key[MAX_PUTS];
@@ -48,6 +56,8 @@ static int fake_rebuild(void *arg, const pg_key *k, lsn_t min_lsn, uint8_t out[P
     }
     if (k->blk == f->skip_blk)
         return 0;
+    if (f->sleep_ms > 0)
+        usleep((useconds_t)f->sleep_ms * 1000);
     memset(out, (int)(k->blk & 0xff), PG_BLCKSZ);
     *at = min_lsn + f->advance;
     return 1;
@@ -231,17 +241,27 @@ static void test_full_pipeline_drops(void **state)
     assert_false(fl);
     /* Rebuilt but not stored still occupies the pipeline. */
     assert_int_equal(imagegen_work_one(g), 1);
+    /* The second delta of c reaches the hard cap (2 * 1): it takes a
+     * reserved slot although the pipeline is full. */
     imagegen_note(g, &c, 0x20, false);
+    imagegen_get_stats(g, &s);
+    assert_int_equal(s.drops, 1);
+    assert_int_equal(s.requested, 3);
+    assert_int_equal(s.urgent, 1);
+    assert_int_equal(s.depth, 3);
+    assert_int_equal(imagegen_page_deltas(g, &c, &fl), 2);
+    assert_true(fl);
+    assert_true(imagegen_pressure_pending(g));
+    assert_int_equal(imagegen_drain(g), 1);
+    /* b and c still fill queue_cap: a fresh page (not at the cap) is
+     * dropped. */
+    pg_key d = blk(4);
+    imagegen_note(g, &d, 0x30, false);
     imagegen_get_stats(g, &s);
     assert_int_equal(s.drops, 2);
     assert_int_equal(s.depth, 2);
-    assert_int_equal(imagegen_drain(g), 1);
-    imagegen_note(g, &c, 0x30, false);
-    imagegen_get_stats(g, &s);
-    assert_int_equal(s.requested, 3);
-    assert_int_equal(s.drops, 2);
-    assert_int_equal(imagegen_page_deltas(g, &c, &fl), 3);
-    assert_true(fl);
+    assert_int_equal(imagegen_page_deltas(g, &d, &fl), 1);
+    assert_false(fl);
     while (imagegen_work_one(g) == 1)
         ;
     assert_int_equal(imagegen_drain(g), 2);
@@ -256,26 +276,27 @@ static void test_full_pipeline_drops(void **state)
     imagegen_get_stats(g, &s);
     assert_true(s.written >= 3);
     assert_int_equal(s.depth, 0);
-    const pg_key *all[] = {&a, &b, &c};
-    for (int i = 0; i < 3; i++) {
+    const pg_key *all[] = {&a, &b, &c, &d};
+    for (int i = 0; i < 4; i++) {
         assert_true(imagegen_page_deltas(g, all[i], &fl) < 1);
         assert_false(fl);
     }
     imagegen_destroy(g);
 }
 
-/* A full queue does not starve a hot page: past IMAGEGEN_URGENT_FACTOR
- * thresholds it takes a reserved slot, served first; when those are full
+/* A full queue does not starve a hot page: at the hard cap
+ * (IMAGEGEN_HARD_CAP_FACTOR thresholds) it takes a reserved slot, served
+ * first; when those are full
  * too, a page with more than twice the deltas of the smallest takes its
  * place (that page leaves the pipeline and keeps its count). */
 static void test_urgent_lane(void **state)
 {
     (void)state;
     fake f;
-    imagegen *g = make(&f, 2, 2, 1024, 0); /* 8 reserved slots; urgent at 8 deltas */
+    imagegen *g = make(&f, 4, 2, 1024, 0); /* 8 reserved slots; urgent at 8 deltas */
     lsn_t lsn = 0x100;
     pg_key a = blk(1), b = blk(2), c = blk(3);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 4; i++) {
         imagegen_note(g, &a, lsn++, false);
         imagegen_note(g, &b, lsn++, false);
     }
@@ -284,7 +305,7 @@ static void test_urgent_lane(void **state)
     imagegen_stats s;
     imagegen_get_stats(g, &s);
     assert_int_equal(s.requested, 2);
-    assert_int_equal(s.drops, 6); /* deltas 2..7 of c */
+    assert_int_equal(s.drops, 4); /* deltas 4..7 of c */
     bool fl;
     imagegen_note(g, &c, lsn++, false); /* the 8th */
     imagegen_get_stats(g, &s);
@@ -493,6 +514,231 @@ static void test_destroy_with_work(void **state)
     imagegen_destroy(g);
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* A slow worker: the writer waits at the hard cap until the image is
+ * stored, and the counter ends below the cap. */
+static void test_backpressure_waits_for_slow_worker(void **state)
+{
+    (void)state;
+    fake f;
+    imagegen *g = make(&f, 4, 16, 1024, 1); /* H = 8 */
+    f.sleep_ms = 300;
+    pg_key a = blk(5);
+    lsn_t lsn = 0x100;
+    bool fl;
+    for (int i = 0; i < 7; i++)
+        imagegen_note(g, &a, lsn++, false);
+    /* Queued at the 4th: pending so that its LSN becomes readable early,
+     * but below the cap nothing waits. */
+    assert_true(imagegen_pressure_pending(g));
+    assert_int_equal(imagegen_backpressure(g, lsn - 1, 5000), 0);
+    assert_false(imagegen_pressure_pending(g));
+    imagegen_note(g, &a, lsn, false); /* the 8th */
+    assert_true(imagegen_pressure_pending(g));
+    assert_int_equal(imagegen_page_deltas(g, &a, &fl), 8);
+    double t0 = now_s();
+    assert_int_equal(imagegen_backpressure(g, lsn, 5000), 1);
+    double waited = now_s() - t0;
+    assert_true(waited > 0.1); /* the rebuild sleeps 300 ms from the 4th delta */
+    assert_true(waited < 4.0);
+    assert_false(imagegen_pressure_pending(g));
+    assert_true(imagegen_page_deltas(g, &a, &fl) < 8);
+    assert_true(f.nputs >= 1);
+    assert_int_equal(f.put_key[0].blk, 5);
+    imagegen_stats s;
+    imagegen_get_stats(g, &s);
+    assert_int_equal(s.backpressure_waits, 1);
+    assert_int_equal(s.backpressure_timeouts, 0);
+    assert_true(s.backpressure_ns >= 100000000u);
+    imagegen_destroy(g);
+}
+
+/* An image at or after the page's newest delta covers every delta counted:
+ * the counter restarts at zero (not at the deltas since queued). */
+static void test_image_after_newest_delta_resets(void **state)
+{
+    (void)state;
+    fake f;
+    imagegen *g = make(&f, 2, 8, 1024, 0);
+    pg_key a = blk(4), b = blk(6);
+    imagegen_note(g, &a, 0x10, false);
+    imagegen_note(g, &a, 0x11, false); /* queued at 0x11 */
+    imagegen_note(g, &a, 0x12, false);
+    imagegen_note(g, &b, 0x13, false);
+    imagegen_note(g, &b, 0x14, false); /* queued at 0x14 */
+    imagegen_note(g, &b, 0x15, false);
+    f.advance = 1; /* a's image at 0x12 (its newest delta), b's at 0x15 */
+    assert_int_equal(imagegen_work_one(g), 1);
+    assert_int_equal(imagegen_work_one(g), 1);
+    imagegen_note(g, &b, 0x16, false); /* after b's image */
+    assert_int_equal(imagegen_drain(g), 2);
+    bool fl;
+    assert_int_equal(imagegen_page_deltas(g, &a, &fl), 0);
+    assert_int_equal(imagegen_page_deltas(g, &b, &fl), 2); /* 0x15 and 0x16 since queued */
+    imagegen_destroy(g);
+}
+
+typedef struct stepper {
+    imagegen *g;
+    int delay_ms;
+    int max_jobs; /* 0: until stopped */
+    atomic_bool stop;
+} stepper;
+
+/* Plays the worker for workers = 0: after delay_ms, rebuilds queued pages
+ * (max_jobs of them, or until stopped). */
+static void *stepper_main(void *arg)
+{
+    stepper *st = arg;
+    usleep((useconds_t)st->delay_ms * 1000);
+    int done = 0;
+    while (!atomic_load(&st->stop) && (st->max_jobs == 0 || done < st->max_jobs)) {
+        if (imagegen_work_one(st->g) == 1)
+            done++;
+        else
+            usleep(1000);
+    }
+    return NULL;
+}
+
+/* A pressed page at the back of the normal queue is moved to the reserved
+ * lane: the one job a worker runs during the wait is that page. */
+static void test_backpressure_promotes_queued_page(void **state)
+{
+    (void)state;
+    fake f;
+    imagegen *g = make(&f, 2, 8, 1024, 0); /* H = 4 */
+    pg_key x = blk(1), y = blk(2), p = blk(3);
+    lsn_t lsn = 0x100;
+    for (int i = 0; i < 2; i++) {
+        imagegen_note(g, &x, lsn++, false);
+        imagegen_note(g, &y, lsn++, false);
+        imagegen_note(g, &p, lsn++, false);
+    }
+    imagegen_note(g, &p, lsn++, false);
+    imagegen_note(g, &p, lsn, false);
+    bool fl;
+    assert_int_equal(imagegen_page_deltas(g, &p, &fl), 4);
+    assert_true(fl);
+    assert_true(imagegen_pressure_pending(g));
+    stepper st = {.g = g, .delay_ms = 50, .max_jobs = 1};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, stepper_main, &st), 0);
+    assert_int_equal(imagegen_backpressure(g, lsn, 5000), 1);
+    pthread_join(t, NULL);
+    assert_int_equal(f.nputs, 1);
+    assert_int_equal(f.put_key[0].blk, 3);
+    assert_int_equal(imagegen_page_deltas(g, &p, &fl), 2); /* deltas since queued */
+    imagegen_stats s;
+    imagegen_get_stats(g, &s);
+    assert_int_equal(s.urgent, 1);
+    /* x and y still wait in the normal queue, p went again (>= threshold). */
+    assert_int_equal(s.depth, 3);
+    imagegen_destroy(g);
+}
+
+/* More pressed pages than the list holds: the table scan finds the rest,
+ * and the wait ends only when all are below the cap. */
+static void test_backpressure_many_pages(void **state)
+{
+    (void)state;
+    fake f;
+    imagegen *g = make(&f, 1, 256, 1024, 0); /* H = 2 */
+    const uint32_t n = IMAGEGEN_PRESSED_MAX + 20;
+    lsn_t lsn = 0x100;
+    for (uint32_t b = 0; b < n; b++) {
+        pg_key k = blk(b);
+        imagegen_note(g, &k, lsn++, false);
+        imagegen_note(g, &k, lsn++, false);
+    }
+    assert_true(imagegen_pressure_pending(g));
+    stepper st = {.g = g, .delay_ms = 20};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, stepper_main, &st), 0);
+    assert_int_equal(imagegen_backpressure(g, lsn, 10000), 1);
+    atomic_store(&st.stop, true);
+    pthread_join(t, NULL);
+    assert_false(imagegen_pressure_pending(g));
+    for (uint32_t b = 0; b < n; b++) {
+        pg_key k = blk(b);
+        bool fl;
+        assert_true(imagegen_page_deltas(g, &k, &fl) < 2);
+    }
+    assert_true(f.nputs >= (int)n);
+    imagegen_destroy(g);
+}
+
+/* Nobody rebuilds: the wait gives up at the timeout, counts it, and waives
+ * the page -- further deltas do not wait again until its counter has been
+ * below the cap. */
+static void test_backpressure_timeout(void **state)
+{
+    (void)state;
+    fake f;
+    imagegen *g = make(&f, 2, 8, 1024, 0); /* H = 4 */
+    pg_key p = blk(9);
+    lsn_t lsn = 0x100;
+    for (int i = 0; i < 4; i++)
+        imagegen_note(g, &p, lsn++, false);
+    assert_true(imagegen_pressure_pending(g));
+    double t0 = now_s();
+    assert_int_equal(imagegen_backpressure(g, lsn, 150), -1);
+    double waited = now_s() - t0;
+    assert_true(waited >= 0.14 && waited < 3.0);
+    assert_false(imagegen_pressure_pending(g));
+    imagegen_stats s;
+    imagegen_get_stats(g, &s);
+    assert_int_equal(s.backpressure_waits, 1);
+    assert_int_equal(s.backpressure_timeouts, 1);
+    imagegen_note(g, &p, lsn++, false); /* 5: waived */
+    assert_false(imagegen_pressure_pending(g));
+    assert_int_equal(imagegen_backpressure(g, lsn, 150), 0);
+    /* Stalled: another page reaching the cap is waived without a wait. */
+    pg_key q = blk(10);
+    for (int i = 0; i < 4; i++)
+        imagegen_note(g, &q, lsn++, false);
+    assert_true(imagegen_pressure_pending(g));
+    t0 = now_s();
+    assert_int_equal(imagegen_backpressure(g, lsn, 1000), -1);
+    assert_true(now_s() - t0 < 0.5);
+    assert_false(imagegen_pressure_pending(g));
+    imagegen_get_stats(g, &s);
+    assert_int_equal(s.backpressure_waits, 1);
+    assert_int_equal(s.backpressure_timeouts, 2);
+    assert_int_equal(imagegen_work_one(g), 1); /* p (the wait moved it to the urgent lane) */
+    /* The images arrive (the stall ends): p has 3 deltas since queued,
+     * below the cap... */
+    assert_int_equal(imagegen_work_one(g), 1);
+    assert_int_equal(imagegen_drain(g), 2);
+    bool fl;
+    assert_int_equal(imagegen_page_deltas(g, &p, &fl), 3);
+    /* ...so reaching it again presses the page again. */
+    imagegen_note(g, &p, lsn++, false);
+    assert_true(imagegen_pressure_pending(g));
+    /* Its image is already rebuilt: the call stores it and need not wait. */
+    while (imagegen_work_one(g) == 1)
+        ;
+    assert_int_equal(imagegen_backpressure(g, lsn, 2000), 0);
+    assert_false(imagegen_pressure_pending(g));
+    assert_true(imagegen_page_deltas(g, &p, &fl) < 4);
+    imagegen_get_stats(g, &s);
+    assert_int_equal(s.backpressure_timeouts, 2);
+    size_t len = 0;
+    char *text = metrics_render(metrics_default_registry(), &len);
+    assert_non_null(text);
+    assert_non_null(strstr(text, "pageserver_image_backpressure_timeouts_total "));
+    assert_non_null(strstr(text, "pageserver_image_backpressure_waits_total "));
+    assert_non_null(strstr(text, "pageserver_image_backpressure_seconds_total "));
+    free(text);
+    imagegen_destroy(g);
+}
+
 static void test_read_chain_metrics(void **state)
 {
     (void)state;
@@ -523,6 +769,11 @@ int main(void)
         cmocka_unit_test(test_worker_threads),
         cmocka_unit_test(test_destroy_with_work),
         cmocka_unit_test(test_read_chain_metrics),
+        cmocka_unit_test(test_image_after_newest_delta_resets),
+        cmocka_unit_test(test_backpressure_waits_for_slow_worker),
+        cmocka_unit_test(test_backpressure_promotes_queued_page),
+        cmocka_unit_test(test_backpressure_many_pages),
+        cmocka_unit_test(test_backpressure_timeout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
