@@ -1,6 +1,7 @@
 """Running pgbench against any server (stock or a Strata compute) and reading its logs.
 
-For: `pgbench -i` at a scale, and one timed simple-update run (-N) at a
+For: `pgbench -i` at a scale, the same starting point before each run,
+and one timed run of a builtin script (simple update -N by default) at a
 client count with per-transaction logging, returning the parsed log and
 pgbench's own summary lines (kept only to cross-check ours).
 
@@ -11,7 +12,7 @@ import glob
 import os
 import re
 
-from bench_pg import pg_tool
+from bench_pg import pg_tool, psql
 from bench_proc import BenchError, run
 from bench_stats import parse_log_lines
 
@@ -31,8 +32,17 @@ def threads_for(clients, ncpu):
     return max(1, min(clients, ncpu))
 
 
-def pgbench_run(conninfo, clients, threads, duration, log_prefix):
-    """One `pgbench -N` run of duration seconds with -l; returns a result dict.
+def prepare_run(conninfo, timeout=300):
+    """Same starting point for every run: small tables vacuumed, history empty, checkpointed."""
+    for sql in ("VACUUM pgbench_branches", "VACUUM pgbench_tellers",
+                "TRUNCATE pgbench_history", "CHECKPOINT"):
+        psql(conninfo, sql, timeout=timeout)
+
+
+def pgbench_run(conninfo, clients, threads, duration, log_prefix, script=("-N",), slack=180):
+    """One pgbench run of the builtin script (default `-N`, simple update) for
+    duration seconds with -l; returns a result dict.  slack: seconds pgbench
+    may take beyond duration (connecting, the end of the run).
 
     Keys: txns (list of bench_stats.Txn), failed, argv, pgbench_tps (pgbench's
     own "tps = ... (without initial connection time)" or None), stdout.
@@ -41,10 +51,10 @@ def pgbench_run(conninfo, clients, threads, duration, log_prefix):
     log_dir = os.path.dirname(log_prefix)
     for old in glob.glob(log_prefix + ".*"):
         os.unlink(old)
-    argv = [pg_tool("pgbench"), "-N", "-c", str(clients), "-j", str(threads),
-            "-T", str(duration), "-l", f"--log-prefix={log_prefix}", "-n"] \
-        + _conn_args(conninfo) + [conninfo["dbname"]]
-    cp = run(argv, timeout=duration + 180, cwd=log_dir)
+    argv = [pg_tool("pgbench")] + list(script) + [
+        "-c", str(clients), "-j", str(threads), "-T", str(duration), "-l",
+        f"--log-prefix={log_prefix}", "-n"] + _conn_args(conninfo) + [conninfo["dbname"]]
+    cp = run(argv, timeout=duration + slack, cwd=log_dir)
     logs = sorted(glob.glob(log_prefix + ".*"))
     if not logs:
         raise BenchError(f"pgbench wrote no log files at {log_prefix}.*")

@@ -36,7 +36,7 @@ sys.path.insert(0, HERE)
 from bench_cli import (add_common_options, interrupt_on_sigterm, log, new_results,
                        print_table, report_from_json, run_setups, run_timed)
 from bench_pg import make_pg_dir, psql, read_settings, stock_servers
-from bench_pgbench import pgbench_init, pgbench_run, threads_for
+from bench_pgbench import pgbench_init, pgbench_run, prepare_run, threads_for
 from bench_physical import measure_fdatasync, measure_loopback_rtt
 from bench_proc import BenchError, pg_workdir
 from bench_report import (SECTION_BEGIN, SECTION_END, compute_ratios, console_table,
@@ -97,13 +97,6 @@ def parse_args(argv):
     if args.duration < 1 or args.scale < 1:
         ap.error("--duration and --scale must be positive")
     return args
-
-
-def prepare_run(conninfo):
-    """Same starting point for every run: small tables vacuumed, history empty, checkpointed."""
-    for sql in ("VACUUM pgbench_branches", "VACUUM pgbench_tellers",
-                "TRUNCATE pgbench_history", "CHECKPOINT"):
-        psql(conninfo, sql, timeout=300)
 
 
 def wal_sync_count(conninfo):
