@@ -5,9 +5,10 @@ For: the options each program takes alike (--strata-build, --workdir, --out,
 release build to use (STRATA_BUILD, else the build `strata bench` ran from,
 else ./build); whether a run updates docs/benchmarks.md; the time-stamped
 progress line; SIGTERM turned into KeyboardInterrupt so that a program's
-clean-up runs when it is stopped; reading an earlier results.json back; the
-machine a run measured on; the results dict a side-by-side run starts with
-and the timed run of its setups in a temporary directory.
+clean-up runs when it is stopped; the --from-json path (report_from_json);
+the machine a run measured on; the results dict a side-by-side run starts
+with (new_results), the loop over its setups (run_setups, SkipSetup) and the
+timed run of them in a temporary directory (run_timed).
 
 Not for: a program's own options (sizes, setups, steps), measuring, or
 writing reports (bench_report.py).  No state: every function works on what
