@@ -13,6 +13,7 @@
 #include <libpq-fe.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -119,12 +120,18 @@ int bbfetch_run(const cluster *c, lsn_t lsn, bool full, const char *dir, int tim
     memset(res, 0, sizeof *res);
     if (mkdir(dir, 0700) != 0)
         return cli_err_set(err, "mkdir %s: %s", dir, strerror(errno));
-    char connstr[256], tenant[STRATA_ID_HEX_LEN], timeline[STRATA_ID_HEX_LEN], lb[LSN_FMT_LEN];
-    snprintf(connstr, sizeof connstr,
-             "host=127.0.0.1 port=%d user=%s dbname=postgres connect_timeout=10 "
-             "sslmode=disable gssencmode=disable application_name=strata-basebackup",
-             c->pageserver_pg_port, c->pg_user);
-    PGconn *conn = PQconnectdb(connstr);
+    char port[16], tenant[STRATA_ID_HEX_LEN], timeline[STRATA_ID_HEX_LEN], lb[LSN_FMT_LEN];
+    snprintf(port, sizeof port, "%d", c->pageserver_pg_port);
+    /* With a pageserver --auth-file: the token in STRATA_PAGESERVER_PASSWORD. */
+    const char *password = getenv("STRATA_PAGESERVER_PASSWORD");
+    const char *keys[] = {"host",    "port",     "user",         "dbname",
+                          "connect_timeout", "sslmode", "gssencmode", "application_name",
+                          "password", NULL};
+    const char *vals[] = {"127.0.0.1", port,      c->pg_user, "postgres", "10", "disable",
+                          "disable",   "strata-basebackup", password, NULL};
+    if (password == NULL || password[0] == '\0')
+        keys[8] = NULL;
+    PGconn *conn = PQconnectdbParams(keys, vals, 0);
     char why[512];
     if (conn == NULL || PQstatus(conn) != CONNECTION_OK) {
         cli_err_set(err, "connecting to the pageserver on port %d: %s", c->pageserver_pg_port,

@@ -194,9 +194,20 @@ static int compute_write_config(const cluster *c, const compute_paths *p, comput
         return -1;
     safekeepers_list(c, sks, sizeof sks);
     /* Stateless: every permanent relation through the strata smgr. */
-    char smgr[128] = "";
-    if (kind == COMPUTE_BB_STATELESS)
-        snprintf(smgr, sizeof smgr, "strata.pageserver = '127.0.0.1:%d'\n", c->pageserver_pg_port);
+    char smgr[512] = "";
+    if (kind == COMPUTE_BB_STATELESS) {
+        int used = snprintf(smgr, sizeof smgr, "strata.pageserver = '127.0.0.1:%d'\n",
+                            c->pageserver_pg_port);
+        /* A pageserver with an --auth-file wants a token (docs/operations.md). */
+        const char *password = getenv("STRATA_PAGESERVER_PASSWORD");
+        if (password != NULL && password[0] != '\0') {
+            if (strpbrk(password, "'\\\n") != NULL || strlen(password) > 256)
+                return cli_err_set(err, "STRATA_PAGESERVER_PASSWORD must be at most 256 "
+                                        "characters without quotes, backslashes or newlines");
+            snprintf(smgr + used, sizeof smgr - (size_t)used,
+                     "strata.pageserver_password = '%s'\n", password);
+        }
+    }
     char conf[8192];
     int n = snprintf(conf, sizeof conf,
                      "# Written by `strata` at every start from %s/cluster.json; edits are lost.\n"

@@ -150,8 +150,9 @@ static bool try_connect(TimestampTz deadline)
 {
     char host[256], port[16], query[PQSTREAM_QUERY_LEN], timeout_s[16];
     const char *colon = strrchr(strata_pageserver, ':');
-    const char *keys[] = {"host", "port", "dbname", "application_name", "connect_timeout", NULL};
-    const char *vals[6];
+    const char *keys[] = {"host",    "port",     "dbname", "application_name",
+                          "connect_timeout", "password", NULL};
+    const char *vals[7];
 
     if (colon == NULL || colon == strata_pageserver || (size_t)(colon - strata_pageserver) >= sizeof host)
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -167,7 +168,10 @@ static bool try_connect(TimestampTz deadline)
     vals[2] = "postgres";
     vals[3] = "strata-smgr";
     vals[4] = timeout_s;
-    vals[5] = NULL;
+    vals[5] = strata_pageserver_password;
+    vals[6] = NULL;
+    if (strata_pageserver_password == NULL || strata_pageserver_password[0] == '\0')
+        keys[5] = NULL;
 
     if (pqstream_start(&stream, keys, vals, query) != PQSTREAM_OK)
         return false;
@@ -215,6 +219,21 @@ static void ensure_connected(void)
                 ereport(LOG, (errmsg("strata: reconnected to pageserver %s", strata_pageserver)));
             }
             return;
+        }
+        /* A refused token does not get better by retrying. */
+        if (strstr(pqstream_error(&stream), "password authentication failed") != NULL ||
+            strstr(pqstream_error(&stream), "permission denied") != NULL) {
+            char why[PQSTREAM_ERROR_LEN];
+
+            strlcpy(why, pqstream_error(&stream), sizeof why);
+            pqstream_close(&stream);
+            drop_unanswered();
+            ereport(ERROR, (errcode(ERRCODE_INVALID_PASSWORD),
+                            errmsg("the pageserver at %s refused this compute's credentials",
+                                   strata_pageserver),
+                            errdetail("%s", why),
+                            errhint("Set strata.pageserver_password to a token of the "
+                                    "pageserver's auth file for this tenant.")));
         }
         if (ms_left(deadline) == 0) {
             char why[PQSTREAM_ERROR_LEN];

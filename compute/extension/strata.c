@@ -30,6 +30,7 @@ char *strata_safekeepers = NULL;
 char *strata_tenant_id = NULL;
 char *strata_timeline_id = NULL;
 char *strata_safekeeper_password = NULL;
+char *strata_pageserver_password = NULL;
 int strata_safekeeper_connect_timeout = 10000;
 int strata_safekeeper_reconnect_delay = 100;
 int strata_safekeeper_reconnect_max_delay = 5000;
@@ -138,6 +139,11 @@ static void define_gucs(void)
         "compute's permanent relations.",
         "Empty: no Strata smgr, every relation stays on local disk.", &strata_pageserver, "",
         PGC_POSTMASTER, 0, NULL, NULL, NULL);
+    DefineCustomStringVariable(
+        "strata.pageserver_password",
+        "Token sent as the password on connections to the pageserver.",
+        "Needed when the pageserver runs with an --auth-file; empty: none.",
+        &strata_pageserver_password, "", PGC_POSTMASTER, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
     DefineCustomBoolVariable(
         "strata.log_evicted_pages", "WAL-log evicted pages whose state the WAL does not carry.",
         "FSM/VM pages, heap pages of running transactions, btree pages with a cycle id, pages "

@@ -291,3 +291,41 @@ def test_walreceiver_authenticates(workdir, auth_file):
     finally:
         ps.stop()
         sk.stop()
+
+
+def test_stateless_compute_authenticates_to_the_pageserver(cluster_dir, tmp_path):
+    """A pageserver restarted with an auth file serves a compute only with its
+    tenant's token: `strata start compute` fetches the basebackup with
+    STRATA_PAGESERVER_PASSWORD and writes strata.pageserver_password, through
+    which the new compute's smgr reads every page; a wrong token and another
+    tenant's token stop the start with the pageserver's reason."""
+    cluster = cluster_dir
+    cluster.env["STRATA_COMPUTE_MODE"] = "stateless"
+    cluster.up()
+    cluster.sql("create table secret (id int primary key, v text)")
+    cluster.sql("insert into secret select g, md5(g::text) from generate_series(1, 5000) g")
+    tenant, _timeline = cluster.ids()
+    path = os.path.join(str(tmp_path), "ps-auth.json")
+    write_auth(path, auth_doc(tenants={tenant: TOKEN_A, TENANT_B: TOKEN_B}))
+    cluster.stop("compute")
+    cluster.stop("pageserver")
+    cluster.env["PAGESERVER_AUTH_FILE"] = path
+    cluster.start("pageserver")
+
+    def start_with(token):
+        cluster.env["STRATA_PAGESERVER_PASSWORD"] = token
+        return cluster.run("start", "compute", check=False)
+
+    for token, reason in (("wrong-" + new_id(), "password authentication failed"),
+                          (TOKEN_B, "may not use tenant")):
+        proc = start_with(token)
+        assert proc.returncode != 0, proc.stdout
+        assert reason in proc.stderr, proc.stderr
+    proc = start_with(TOKEN_A)
+    assert proc.returncode == 0, proc.stderr
+    # A new compute has nothing cached: these pages come through the smgr's
+    # authenticated pagestream connection.
+    assert cluster.sql("show strata.pageserver_password") == [(TOKEN_A,)]
+    assert cluster.sql("select count(*), sum(length(v)) from secret") == [(5000, 5000 * 32)]
+    cluster.sql("insert into secret values (5001, 'after')")
+    assert cluster.sql("select v from secret where id = 5001") == [("after",)]
