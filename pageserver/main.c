@@ -439,6 +439,7 @@ int main(int argc, char **argv)
         ro.walredo_lib = walredo_lib;
         if (redo_pool_create(&ro, &d.redo, err, sizeof err) != 0)
             log_fatal("cannot set up the redo pool: %s", err);
+        redo_pool_warm(d.redo);
     } else {
         log_warn("no --pg-bindir: pages that need WAL redo and initdb will fail");
     }

@@ -72,6 +72,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "pageserver/redo_plan.h"
 #include "pageserver/redo_synthetic.h"
 #include "proto/walredo.h"
@@ -130,6 +131,8 @@ struct redo_pool {
     pthread_mutex_t mu; /* inflight counts, template */
     pthread_cond_t cv;
     bool template_ready;
+    bool warming; /* warm_thread was started and not yet joined */
+    pthread_t warm_thread;
 
     redo_stats stats; /* updated with __atomic builtins */
 };
@@ -1124,10 +1127,32 @@ fail:
     return -1;
 }
 
+static void *warm_main(void *arg)
+{
+    redo_pool *p = arg;
+    char err[512];
+    pthread_mutex_lock(&p->mu);
+    int rc = ensure_template(p, err, sizeof err);
+    pthread_mutex_unlock(&p->mu);
+    if (rc != 0)
+        log_warn("redo pool: preparing the helper template: %s (tried again at the first "
+                 "redo)", err);
+    return NULL;
+}
+
+void redo_pool_warm(redo_pool *p)
+{
+    if (p->warming || p->template_ready)
+        return;
+    p->warming = pthread_create(&p->warm_thread, NULL, warm_main, p) == 0;
+}
+
 void redo_pool_destroy(redo_pool *p)
 {
     if (p == NULL)
         return;
+    if (p->warming)
+        pthread_join(p->warm_thread, NULL);
     for (int i = 0; i < p->nhelpers; i++) {
         helper *h = &p->helpers[i];
         if (h->pid > 0) {

@@ -44,6 +44,13 @@ void redo_pool_options_default(redo_pool_options *o);
 
 /* Starts nothing yet (helpers start lazily).  0 or -1 with err. */
 int redo_pool_create(const redo_pool_options *o, redo_pool **out, char *err, size_t errlen);
+
+/* Makes the helpers' template data directory (initdb, once per work_dir and
+ * pg_bindir) on a background thread now, instead of at the first redo, which
+ * would otherwise wait for it (seconds).  A failure is logged and tried again
+ * at the first redo.  Call once, from the thread that owns the pool, before
+ * sharing it; redo_pool_destroy() joins the thread. */
+void redo_pool_warm(redo_pool *p);
 void redo_pool_destroy(redo_pool *p);
 
 /*
