@@ -20,11 +20,13 @@ SmgrCluster extends conftest's StrataCluster:
 The CLI and daemons come from STRATA_SMGR_CLI_BUILD when set, else from
 STRATA_SAN_BUILD like every integration test; strata.so from STRATA_BUILD.
 """
+import contextlib
 import os
 import shutil
 import subprocess
 
-from conftest import REPO, SAN_BUILD, StrataCluster, make_shared_dir
+from conftest import (REPO, SAN_BUILD, StrataCluster, make_shared_dir, require_binaries,
+                      walredo_lib_path)
 
 CLI_BUILD = os.environ.get("STRATA_SMGR_CLI_BUILD", SAN_BUILD)
 
@@ -169,6 +171,22 @@ def create_evict_table(conn, big="strata_evict_big", rows=60000):
 def new_cluster():
     directory = make_shared_dir("strata-smgr-")
     return SmgrCluster(directory)
+
+
+@contextlib.contextmanager
+def running_cluster(request, *binaries):
+    """A new_cluster() after `strata up`, for the test of the pytest request
+    (a fixture yields it); skips the test when the CLI, the walredo library or
+    one of binaries has not been built.  On leaving: destroy(), with the
+    logs' tails printed when the test failed."""
+    c = new_cluster()
+    require_binaries(c.strata, *binaries, walredo_lib_path())
+    try:
+        c.up()
+        yield c
+    finally:
+        rep = getattr(request.node, "rep_call", None)
+        destroy(c, failed=rep is not None and rep.failed)
 
 
 def destroy(cluster, failed=False):

@@ -18,21 +18,14 @@ import time
 import psycopg
 import pytest
 
-from conftest import walredo_lib_path, require_binaries
 import smgr_harness
-from smgr_harness import create_evict_table, destroy, new_cluster
+from smgr_harness import create_evict_table, running_cluster
 
 
 @pytest.fixture
 def gap_cluster(request):
-    c = new_cluster()
-    require_binaries(c.strata, walredo_lib_path())
-    try:
-        c.up()
+    with running_cluster(request) as c:
         yield c
-    finally:
-        rep = getattr(request.node, "rep_call", None)
-        destroy(c, failed=rep is not None and rep.failed)
 
 
 @pytest.mark.parametrize("log_evicted", [True, False], ids=["on", "off"])

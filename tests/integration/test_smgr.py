@@ -16,23 +16,16 @@ import time
 
 import pytest
 
-from conftest import pid_alive, require_binaries, walredo_lib_path, as_pg_user_kwargs
+from conftest import pid_alive, as_pg_user_kwargs
 import smgr_harness
-from smgr_harness import create_evict_table, destroy, new_cluster
+from smgr_harness import create_evict_table, running_cluster
 
 
 @pytest.fixture
 def smgr_cluster(request):
-    c = new_cluster()
-    require_binaries(c.strata, smgr_harness.os.path.join(smgr_harness.CLI_BUILD, "bin",
-                                                         "strata-pageserver"),
-                     walredo_lib_path())
-    try:
-        c.up()
+    with running_cluster(request, os.path.join(smgr_harness.CLI_BUILD, "bin",
+                                               "strata-pageserver")) as c:
         yield c
-    finally:
-        rep = getattr(request.node, "rep_call", None)
-        destroy(c, failed=rep is not None and rep.failed)
 
 
 def pgbench(c, *args, timeout=300):

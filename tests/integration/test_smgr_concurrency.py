@@ -29,20 +29,13 @@ import time
 
 import pytest
 
-from conftest import require_binaries, walredo_lib_path
-from smgr_harness import create_evict_table, destroy, new_cluster
+from smgr_harness import create_evict_table, running_cluster
 
 
 @pytest.fixture
 def conc_cluster(request):
-    c = new_cluster()
-    require_binaries(c.strata, walredo_lib_path())
-    try:
-        c.up()
+    with running_cluster(request) as c:
         yield c
-    finally:
-        rep = getattr(request.node, "rep_call", None)
-        destroy(c, failed=rep is not None and rep.failed)
 
 
 def test_sequence_evicted_by_other_backend(conc_cluster):
