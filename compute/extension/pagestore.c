@@ -194,6 +194,31 @@ static bool try_connect(TimestampTz deadline)
     return true;
 }
 
+/* Closes the stream and ERRORs: the pageserver refused our credentials, or
+ * strata.pageserver_timeout passed without a connection. */
+static void pg_attribute_noreturn() give_up(bool refused)
+{
+    char why[PQSTREAM_ERROR_LEN];
+
+    strlcpy(why, pqstream_error(&stream), sizeof why);
+    pqstream_close(&stream);
+    drop_unanswered();
+    if (refused)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PASSWORD),
+                        errmsg("the pageserver at %s refused this compute's credentials",
+                               strata_pageserver),
+                        errdetail("%s", why),
+                        errhint("Set strata.pageserver_password to a token of the pageserver's "
+                                "auth file for this tenant.")));
+    ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
+                    errmsg("could not reach the pageserver at %s for %d ms", strata_pageserver,
+                           strata_pageserver_timeout),
+                    errdetail("Last error: %s", why),
+                    errhint("Check that the pageserver is running; the time limit is "
+                            "strata.pageserver_timeout.")));
+    pg_unreachable();
+}
+
 /*
  * Makes sure the stream is up, reconnecting with backoff; ERROR after
  * strata.pageserver_timeout.  reason says why we are here (for the log).
@@ -222,32 +247,10 @@ static void ensure_connected(void)
         }
         /* A refused token does not get better by retrying. */
         if (strstr(pqstream_error(&stream), "password authentication failed") != NULL ||
-            strstr(pqstream_error(&stream), "permission denied") != NULL) {
-            char why[PQSTREAM_ERROR_LEN];
-
-            strlcpy(why, pqstream_error(&stream), sizeof why);
-            pqstream_close(&stream);
-            drop_unanswered();
-            ereport(ERROR, (errcode(ERRCODE_INVALID_PASSWORD),
-                            errmsg("the pageserver at %s refused this compute's credentials",
-                                   strata_pageserver),
-                            errdetail("%s", why),
-                            errhint("Set strata.pageserver_password to a token of the "
-                                    "pageserver's auth file for this tenant.")));
-        }
-        if (ms_left(deadline) == 0) {
-            char why[PQSTREAM_ERROR_LEN];
-
-            strlcpy(why, pqstream_error(&stream), sizeof why);
-            pqstream_close(&stream);
-            drop_unanswered();
-            ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
-                            errmsg("could not reach the pageserver at %s for %d ms",
-                                   strata_pageserver, strata_pageserver_timeout),
-                            errdetail("Last error: %s", why),
-                            errhint("Check that the pageserver is running; the time limit is "
-                                    "strata.pageserver_timeout.")));
-        }
+            strstr(pqstream_error(&stream), "permission denied") != NULL)
+            give_up(true);
+        if (ms_left(deadline) == 0)
+            give_up(false);
         was_connected_before = true;
         sleep_ms(Min(backoff, ms_left(deadline)));
         backoff = Min(backoff * 2, BACKOFF_MAX_MS);
