@@ -185,10 +185,12 @@ class OwnPageserver:
     """A strata-pageserver this program starts on the cluster's pageserver datadir (after
     `strata stop pageserver`), with flags of our choosing; stopped by its pid."""
 
-    def __init__(self, build, datadir, pg_bindir, logpath, cache_mb):
+    def __init__(self, build, datadir, pg_bindir, logpath, cache_mb, image_threshold=None):
         self.argv = [os.path.join(build, "bin", "strata-pageserver"), "--datadir", datadir,
                      "--listen-pg", "127.0.0.1:0", "--listen-http", "127.0.0.1:0",
                      "--pg-bindir", pg_bindir, "--page-cache-mb", str(cache_mb)]
+        if image_threshold is not None:
+            self.argv += ["--image-threshold", str(image_threshold)]
         self.datadir = datadir
         self.logpath = logpath
         self.proc = None
@@ -382,7 +384,7 @@ def measure_getpage(args, work, cluster, status, build, pg_bindir, results, out_
     cases = []
     for cache_mb, label in ((0, "miss"), (256, "hit")):
         ps = OwnPageserver(build, ps_dir, pg_bindir, os.path.join(work, f"ps-{label}.log"),
-                           cache_mb)
+                           cache_mb, image_threshold=0)
         try:
             ps.start()
             tl = ps.timeline()
@@ -742,7 +744,15 @@ def run_steps(args, work, build, results):
                 results["errors"].append(f"redo: {str(e).splitlines()[0]}")
         if "getpage" in args.steps or "ingest" in args.steps:
             log("strata up")
-            status = cluster.up()
+            # The getpage step reads delta chains it makes on purpose: the
+            # cluster's pageserver must not replace them with images.  Only
+            # that process gets the setting (the ingest step's pageserver runs
+            # with the defaults).
+            os.environ["PAGESERVER_IMAGE_THRESHOLD"] = "0"
+            try:
+                status = cluster.up()
+            finally:
+                del os.environ["PAGESERVER_IMAGE_THRESHOLD"]
             if (status.get("pageserver") or {}).get("pid") is None:
                 raise BenchError("strata up returned but the pageserver is not running")
             ps_dir = os.path.join(cluster.cluster_dir, "pageserver")

@@ -385,8 +385,15 @@ int compute_wait_ready(const cluster *c, int timeout_ms, cli_err *err)
     char connstr[512];
     cluster_compute_connstr(c, connstr, sizeof connstr);
     long long deadline = proc_now_ms() + timeout_ms;
+    pid_t spawned;
+    int rc = proc_pidfile_read(p.pidfile, &spawned, err);
+    if (rc != 0)
+        return rc < 0 ? -1 : cli_err_set(err, "no compute pid file %s", p.pidfile);
     for (;;) {
-        if (compute_pid(c) == 0)
+        /* Until the child has exec'd postgres its command line is still
+         * ours (a loaded machine can take a while): only a process that is
+         * gone has exited. */
+        if (compute_pid(c) == 0 && !proc_alive(spawned))
             return cli_err_set(err, "compute exited during startup; see %s", p.logfile);
         if (probe_pg_ready(connstr))
             return 0;
