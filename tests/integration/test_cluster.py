@@ -277,8 +277,11 @@ def test_demo(cluster_dir):
     assert txns == processed
     history = cluster_dir.sql("select count(*) from pgbench_history")[0][0]
     assert history == txns
+    # pgbench's own rate (over its measured time) and the summary's (over
+    # the nominal 30 s) agree within a few percent.
     tps = float(re.search(r"TPS\s+([\d.]+)", summary).group(1))
-    assert abs(tps - txns / 30.0) < 0.1
+    pgbench_tps = float(re.search(r"tps = ([\d.]+)", out).group(1))
+    assert abs(tps - pgbench_tps) <= 0.05 * pgbench_tps, (tps, pgbench_tps)
     p50, p99 = map(float, re.search(r"p50 ([\d.]+) ms, p99 ([\d.]+) ms", summary).groups())
     assert 0 < p50 <= p99
     wal = int(re.search(r"WAL per transaction\s+(\d+) bytes", summary).group(1))
