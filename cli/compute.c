@@ -186,6 +186,33 @@ static int compute_initdb(const cluster *c, const compute_paths *p, const proc_u
  * pageserver through the strata smgr). */
 typedef enum compute_kind { COMPUTE_INITDB, COMPUTE_BB_FULL, COMPUTE_BB_STATELESS } compute_kind;
 
+/*
+ * Size of the compute's local file cache (strata.file_cache_size): the
+ * pages shared_buffers evicted, kept on the compute's own disk so that a
+ * re-read is a local pread instead of a GetPage round trip.  It plays the
+ * part the kernel's page cache plays for stock Postgres.  Default: 1/8 of
+ * this machine's memory, between 64 MB and 16 GB; STRATA_COMPUTE_FILE_CACHE_MB
+ * overrides (0 turns the cache off, so every miss goes to the pageserver).
+ */
+static int compute_file_cache_mb(long *out, cli_err *err)
+{
+    const char *env = getenv("STRATA_COMPUTE_FILE_CACHE_MB");
+    if (env != NULL && env[0] != '\0') {
+        char *end;
+        errno = 0;
+        long v = strtol(env, &end, 10);
+        if (errno != 0 || *end != '\0' || v < 0 || v > 1024L * 1024)
+            return cli_err_set(err, "STRATA_COMPUTE_FILE_CACHE_MB must be a number of megabytes "
+                                    "from 0 to 1048576, not \"%s\"", env);
+        *out = v;
+        return 0;
+    }
+    long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
+    long mb = pages > 0 && page_size > 0 ? (long)((double)pages * (double)page_size / 8 / (1 << 20)) : 64;
+    *out = mb < 64 ? 64 : mb > 16384 ? 16384 : mb;
+    return 0;
+}
+
 static int compute_write_config(const cluster *c, const compute_paths *p, compute_kind kind,
                                 cli_err *err)
 {
@@ -204,9 +231,14 @@ static int compute_write_config(const cluster *c, const compute_paths *p, comput
             if (strpbrk(password, "'\\\n") != NULL || strlen(password) > 256)
                 return cli_err_set(err, "STRATA_PAGESERVER_PASSWORD must be at most 256 "
                                         "characters without quotes, backslashes or newlines");
-            snprintf(smgr + used, sizeof smgr - (size_t)used,
-                     "strata.pageserver_password = '%s'\n", password);
+            used += snprintf(smgr + used, sizeof smgr - (size_t)used,
+                             "strata.pageserver_password = '%s'\n", password);
         }
+        long cache_mb = 0;
+        if (compute_file_cache_mb(&cache_mb, err) != 0)
+            return -1;
+        snprintf(smgr + used, sizeof smgr - (size_t)used, "strata.file_cache_size = '%ldMB'\n",
+                 cache_mb);
     }
     char conf[8192];
     int n = snprintf(conf, sizeof conf,

@@ -36,7 +36,9 @@
 #include "access/multixact.h"
 #include "access/xlog.h"
 #include "access/xloginsert.h"
+#include "catalog/objectaccess.h"
 #include "catalog/pg_control.h"
+#include "catalog/pg_database.h"
 #include "commands/sequence.h"
 #include "common/controldata_utils.h"
 #include "fmgr.h"
@@ -71,6 +73,7 @@ static uint64 persistence_gen = 0; /* the shared generation the table is valid f
 static bool checkpointer_shutting_down = false;
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+static object_access_hook_type prev_object_access_hook = NULL;
 
 /* ---- routing --------------------------------------------------------- */
 
@@ -446,6 +449,8 @@ static void strata_unlink(RelFileNodeBackend rnode, ForkNumber fork, bool isRedo
     /* Local files, if any (unlogged relations; a data directory that once
      * held the relation), go; the pageserver learns the drop from WAL. */
     mdunlink(rnode, fork, isRedo);
+    if (fork != INIT_FORKNUM)
+        strata_fc_forget_rel(rnode.node, fork, 0);
     if (fork == MAIN_FORKNUM || fork == INIT_FORKNUM || fork == InvalidForkNumber)
         strata_persistence_changed(); /* the relfilenode may come back, with another persistence */
     if (fork == INIT_FORKNUM || fork == InvalidForkNumber)
@@ -455,6 +460,28 @@ static void strata_unlink(RelFileNodeBackend rnode, ForkNumber fork, bool isRedo
         strata_lwlsn_set(rnode.node, fork, InvalidBlockNumber, GetXLogInsertRecPtr());
     if (persistence != NULL && fork == MAIN_FORKNUM)
         hash_search(persistence, &rnode.node, HASH_REMOVE, &found);
+}
+
+/*
+ * Keeps the page in the local file cache as what a read must return.  When
+ * eviction-time logging just logged it (image_lsn set), the cached copy
+ * carries that record's LSN, as the pageserver's copy would, so that a later
+ * eviction does not see "dirty without WAL since our image" (the relog rule).
+ */
+static void file_cache_store(RelFileNode rnode, ForkNumber fork, BlockNumber blkno, const char *buffer,
+                             XLogRecPtr image_lsn)
+{
+    PGAlignedBlock copy;
+
+    if (image_lsn == InvalidXLogRecPtr || PageIsNew((Page)buffer)) {
+        strata_fc_write(rnode, fork, blkno, buffer);
+        return;
+    }
+    memcpy(copy.data, buffer, BLCKSZ);
+    PageSetLSN((Page)copy.data, image_lsn);
+    if (DataChecksumsEnabled())
+        PageSetChecksumInplace((Page)copy.data, blkno);
+    strata_fc_write(rnode, fork, blkno, copy.data);
 }
 
 static void strata_extend(SMgrRelation reln, ForkNumber fork, BlockNumber blkno, char *buffer,
@@ -499,6 +526,7 @@ static void strata_extend(SMgrRelation reln, ForkNumber fork, BlockNumber blkno,
         strata_lwlsn_set_image(rnode, fork, blkno, lsn);
     else
         strata_lwlsn_set(rnode, fork, blkno, lsn);
+    file_cache_store(rnode, fork, blkno, buffer, logged ? lsn : InvalidXLogRecPtr);
 }
 
 static bool strata_prefetch(SMgrRelation reln, ForkNumber fork, BlockNumber blkno)
@@ -507,7 +535,7 @@ static bool strata_prefetch(SMgrRelation reln, ForkNumber fork, BlockNumber blkn
 
     if (is_local(reln, fork))
         return mdprefetch(reln, fork, blkno);
-    if (strata_prefetch_depth <= 0)
+    if (strata_prefetch_depth <= 0 || strata_fc_contains(reln->smgr_rnode.node, fork, blkno))
         return true;
     nms = strata_lwlsn_get(reln->smgr_rnode.node, fork, blkno);
     flush_upto(nms);
@@ -525,6 +553,8 @@ static void strata_read(SMgrRelation reln, ForkNumber fork, BlockNumber blkno, c
         mdread(reln, fork, blkno, buffer);
         return;
     }
+    if (strata_fc_read(reln->smgr_rnode.node, fork, blkno, buffer))
+        return;
     nms = strata_lwlsn_get(reln->smgr_rnode.node, fork, blkno);
     flush_upto(nms);
     /* A block this compute extended may belong to a fork the WAL does not
@@ -551,6 +581,7 @@ static void strata_write(SMgrRelation reln, ForkNumber fork, BlockNumber blkno, 
             strata_lwlsn_set(reln->smgr_rnode.node, fork, blkno, lsn);
         strata_relsize_wal_saw(reln->smgr_rnode.node, fork, blkno);
     }
+    file_cache_store(reln->smgr_rnode.node, fork, blkno, buffer, logged ? lsn : InvalidXLogRecPtr);
 }
 
 static void strata_writeback(SMgrRelation reln, ForkNumber fork, BlockNumber blkno, BlockNumber n)
@@ -590,6 +621,7 @@ static void strata_truncate(SMgrRelation reln, ForkNumber fork, BlockNumber old_
         return;
     }
     strata_relsize_set(reln->smgr_rnode.node, fork, nblocks, true);
+    strata_fc_forget_rel(reln->smgr_rnode.node, fork, nblocks);
     if (!RecoveryInProgress())
         strata_lwlsn_set(reln->smgr_rnode.node, fork, InvalidBlockNumber, GetXLogInsertRecPtr());
 }
@@ -642,6 +674,7 @@ static void strata_shmem_request(void)
     if (prev_shmem_request_hook)
         prev_shmem_request_hook();
     strata_cache_shmem_request();
+    strata_fc_shmem_request();
 }
 
 static void strata_shmem_startup(void)
@@ -649,6 +682,19 @@ static void strata_shmem_startup(void)
     if (prev_shmem_startup_hook)
         prev_shmem_startup_hook();
     strata_cache_shmem_startup();
+    strata_fc_shmem_startup();
+}
+
+/* A database created (its OID may be a dropped one's), dropped or moved to
+ * another tablespace: its pages in the file cache are not its pages. */
+static void strata_object_access(ObjectAccessType access, Oid classId, Oid objectId, int subId,
+                                 void *arg)
+{
+    if (prev_object_access_hook)
+        prev_object_access_hook(access, classId, objectId, subId, arg);
+    if (classId == DatabaseRelationId &&
+        (access == OAT_POST_CREATE || access == OAT_DROP || access == OAT_POST_ALTER))
+        strata_fc_forget_db(objectId);
 }
 
 void strata_smgr_setup(void)
@@ -680,6 +726,8 @@ void strata_smgr_setup(void)
     shmem_request_hook = strata_shmem_request;
     prev_shmem_startup_hook = shmem_startup_hook;
     shmem_startup_hook = strata_shmem_startup;
+    prev_object_access_hook = object_access_hook;
+    object_access_hook = strata_object_access;
 }
 
 /* SQL: strata_smgr_stats() returns setof (name text, value bigint). */

@@ -61,7 +61,8 @@ const char *const strata_stat_names[STAT_COUNT] = {
     "nblocks",          "exists",             "relsize_hit",        "reconnect",
     "wal_flush",        "logged_fsm_vm",      "logged_inprogress",  "logged_cycleid",
     "logged_zero_lsn",  "logged_new_page",    "logged_extend",      "logging_skipped",
-    "logged_sequence",  "logged_relog",
+    "logged_sequence",  "logged_relog",       "file_cache_hit",     "file_cache_miss",
+    "file_cache_store", "file_cache_evict",   "file_cache_skip",    "file_cache_invalidated",
 };
 
 typedef struct lwlsn_entry {

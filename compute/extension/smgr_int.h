@@ -29,6 +29,8 @@ extern int strata_relsize_cache_size;    /* entries */
 extern int strata_lwlsn_cache_size;      /* entries */
 extern int strata_prefetch_depth;        /* GetPage requests in flight */
 extern int strata_pageserver_timeout;    /* ms */
+extern int strata_file_cache_size;       /* MB; 0 = no local file cache */
+extern char *strata_file_cache_path;     /* relative to the data directory unless absolute */
 
 /* Upper bound of strata.prefetch_depth (the per-backend ring's size). */
 #define STRATA_PREFETCH_MAX 128
@@ -58,6 +60,12 @@ typedef enum strata_stat {
     STAT_LOGGING_SKIPPED,    /* would have logged, but WAL insertion was not allowed */
     STAT_LOGGED_SEQUENCE,    /* eviction logging, reason (e): a sequence page */
     STAT_LOGGED_RELOG,       /* a page read back from our own image, changed without WAL */
+    STAT_FC_HIT,             /* reads answered by the local file cache */
+    STAT_FC_MISS,            /* reads the file cache did not have */
+    STAT_FC_STORE,           /* pages written into the file cache */
+    STAT_FC_EVICT,           /* file cache slots reused for another page */
+    STAT_FC_SKIP,            /* pages not cached: every way of their set was busy */
+    STAT_FC_INVALIDATED,     /* file cache entries dropped by truncate/unlink/drop database */
     STAT_COUNT
 } strata_stat;
 extern const char *const strata_stat_names[STAT_COUNT];
@@ -116,6 +124,24 @@ bool strata_relsize_extend(RelFileNode rnode, ForkNumber fork, BlockNumber blkno
 void strata_relsize_wal_saw(RelFileNode rnode, ForkNumber fork, BlockNumber blkno);
 /* Forgets every fork of a relation (unlink). */
 void strata_relsize_forget(RelFileNode rnode, ForkNumber fork);
+
+/* ---- the local file cache (file_cache.c) ----------------------------- */
+/* Shared memory and the (emptied) cache file; no-ops of size 0 when
+ * strata.file_cache_size is 0. */
+void strata_fc_shmem_request(void);
+void strata_fc_shmem_startup(void);
+/* Copies the cached page into buffer; false when not cached (or in recovery,
+ * or on an I/O error of the cache file, which is logged once). */
+bool strata_fc_read(RelFileNode rnode, ForkNumber fork, BlockNumber blkno, char *buffer);
+/* Whether a read would hit (for prefetch). */
+bool strata_fc_contains(RelFileNode rnode, ForkNumber fork, BlockNumber blkno);
+/* Caches page as the block's newest version (the caller wrote or extended
+ * it); the block's older copy, if any, is gone either way. */
+void strata_fc_write(RelFileNode rnode, ForkNumber fork, BlockNumber blkno, const char *page);
+/* Drops the blocks >= from of a fork (InvalidForkNumber: every fork). */
+void strata_fc_forget_rel(RelFileNode rnode, ForkNumber fork, BlockNumber from);
+/* Drops every block of a database (created, dropped or moved). */
+void strata_fc_forget_db(Oid db);
 
 /* ---- the pagestream connection (pagestore.c) ------------------------ */
 /* Synchronous requests; ERROR on pageserver error or timeout. */

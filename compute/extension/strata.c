@@ -44,6 +44,8 @@ int strata_relsize_cache_size = 65536;
 int strata_lwlsn_cache_size = 131072;
 int strata_prefetch_depth = 32;
 int strata_pageserver_timeout = 120000;
+int strata_file_cache_size = 0;
+char *strata_file_cache_path = NULL;
 
 extern PGDLLEXPORT void _PG_init(void);
 
@@ -165,6 +167,15 @@ static void define_gucs(void)
         "Fail a query after the pageserver was unreachable or silent this long.", NULL,
         &strata_pageserver_timeout, 120000, 100, 3600 * 1000, PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL,
         NULL);
+    DefineCustomIntVariable(
+        "strata.file_cache_size", "Size of the local file cache of pages evicted from shared_buffers.",
+        "A cache on the compute's own disk in front of the pageserver, emptied at every start; "
+        "0 disables it.",
+        &strata_file_cache_size, 0, 0, 1024 * 1024, PGC_POSTMASTER, GUC_UNIT_MB, NULL, NULL, NULL);
+    DefineCustomStringVariable(
+        "strata.file_cache_path", "File of the local file cache.",
+        "Relative to the data directory unless absolute; emptied at every start.",
+        &strata_file_cache_path, "strata_file_cache", PGC_POSTMASTER, 0, NULL, NULL, NULL);
     MarkGUCPrefixReserved("strata");
 }
 

@@ -122,12 +122,16 @@ class SmgrCluster(StrataCluster):
 
     def make_stateless(self, shared_buffers="1MB", log_evicted=True, extra=None):
         """The smgr settings of the tests: tiny buffers, eviction logging as
-        given, no autovacuum (deterministic eviction)."""
+        given, no autovacuum (deterministic eviction), no local file cache."""
         settings = {
             "strata.log_evicted_pages": "on" if log_evicted else "off",
             "strata.pageserver_timeout": "60s",
             "shared_buffers": shared_buffers,
             "autovacuum": "off",
+            # Every miss of shared_buffers goes to the pageserver: the round
+            # trips, and the WAL's view of each page, are what these tests are
+            # about (test_file_cache.py tests the cache in front of it).
+            "strata.file_cache_size": "0",
         }
         settings.update(extra or {})
         self.configure(**settings)
