@@ -32,6 +32,16 @@ typedef struct uring_op {
     uring_done_fn done;
     void *arg;
     struct uring_op *next_free;
+    /* Chains (URING_LINK).  link_prev: the unresolved operation this one
+     * runs after; link_next: the unresolved one that runs after this. */
+    struct uring_op *link_prev;
+    struct uring_op *link_next;
+    struct io_uring_sqe *sqe; /* valid while sub_gen == the ring's (unsubmitted) */
+    uint64_t sub_gen;
+    bool was_linked;  /* queued behind a predecessor */
+    bool skipped;     /* its current SQE posts no CQE on success */
+    bool parked;      /* cancelled by the kernel; runs again after its predecessor */
+    bool pred_failed; /* its predecessor failed: it ends with -ECANCELED */
 } uring_op;
 
 struct uring {
@@ -40,75 +50,99 @@ struct uring {
     int event_fd;
     unsigned depth;
     unsigned in_flight;
+    unsigned parked;
+    unsigned deferred; /* SQEs queued, not yet submitted */
+    uint64_t sub_gen;  /* bumped by every submission that went through */
+    bool can_skip;     /* IORING_FEAT_CQE_SKIP */
     bool closing;
+    bool reaping;
+    uring_op *link_tail; /* the last op queued with URING_LINK, unsubmitted */
     uring_op *free_list;
     uring_waiter *waiters_head;
     uring_waiter *waiters_tail;
     uring_op ops[];
 };
 
-static int submit_op(uring *u, uring_op *op)
+static int enter(uring *u)
+{
+    int rc;
+    do {
+        rc = io_uring_submit(&u->ring);
+    } while (rc == -EINTR);
+    if (rc >= 0) {
+        u->deferred = 0;
+        u->link_tail = NULL;
+        u->sub_gen++;
+        return 0;
+    }
+    return rc;
+}
+
+static bool unsubmitted(const uring *u, const uring_op *op)
+{
+    return op->kind != OP_FREE && op->sqe != NULL && op->sub_gen == u->sub_gen;
+}
+
+/* Makes an unsubmitted SQE harmless: a NOP whose completion is ignored. */
+static void neutralise(uring *u, uring_op *op)
+{
+    io_uring_prep_nop(op->sqe);
+    io_uring_sqe_set_data(op->sqe, NULL);
+    op->sqe = NULL;
+    (void)u;
+}
+
+/* Puts op's SQE in the submission queue (op's kind and progress decide
+ * what); flags as in uring.h.  Does not enter the kernel. */
+static int queue_op(uring *u, uring_op *op, unsigned flags)
 {
     struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
-    if (sqe == NULL) {
-        /* Cannot happen while in_flight <= depth == SQ size, but flush and
-         * retry once rather than trust that. */
-        io_uring_submit(&u->ring);
-        sqe = io_uring_get_sqe(&u->ring);
-        if (sqe == NULL)
-            return -EBUSY;
-    }
+    if (sqe == NULL)
+        return -EBUSY; /* cannot happen while in_flight <= depth == SQ size */
     if (op->kind == OP_WRITE)
         io_uring_prep_write(sqe, op->fd, op->buf + op->done_bytes,
                             (unsigned)(op->len - op->done_bytes), op->offset + op->done_bytes);
     else
         io_uring_prep_fsync(sqe, op->fd, IORING_FSYNC_DATASYNC);
     io_uring_sqe_set_data(sqe, op);
-    int rc;
-    do {
-        rc = io_uring_submit(&u->ring);
-    } while (rc == -EINTR);
-    return rc < 0 ? rc : 0;
+    op->sqe = sqe;
+    op->sub_gen = u->sub_gen;
+    op->skipped = false;
+    uring_op *prev = u->link_tail;
+    u->link_tail = NULL;
+    if (prev != NULL) {
+        assert(prev->link_next == NULL && prev->kind != OP_FREE);
+        prev->link_next = op;
+        op->link_prev = prev;
+        op->was_linked = true;
+        /* A write followed by something posts nothing on success: the
+         * follower's completion says it ran in full. */
+        if (u->can_skip && prev->kind == OP_WRITE && unsubmitted(u, prev)) {
+            prev->sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+            prev->skipped = true;
+        }
+    }
+    if (flags & URING_LINK) {
+        sqe->flags |= IOSQE_IO_LINK;
+        u->link_tail = op;
+    }
+    u->deferred++;
+    return 0;
 }
 
 static void release_op(uring *u, uring_op *op)
 {
     op->kind = OP_FREE;
+    op->link_prev = op->link_next = NULL;
+    op->sqe = NULL;
     op->next_free = u->free_list;
     u->free_list = op;
     assert(u->in_flight > 0);
     u->in_flight--;
 }
 
-/* Handles one completion: continues a short write or runs the callback. */
-static void complete_one(uring *u, struct io_uring_cqe *cqe)
+static void serve_waiter(uring *u)
 {
-    uring_op *op = io_uring_cqe_get_data(cqe);
-    int res = cqe->res;
-    io_uring_cqe_seen(&u->ring, cqe);
-    assert(op != NULL && op->kind != OP_FREE);
-    if (op->kind == OP_WRITE && res >= 0) {
-        if (res == 0) {
-            res = -EIO; /* no progress: would loop forever */
-        } else {
-            op->done_bytes += (size_t)res;
-            if (op->done_bytes < op->len) {
-                int rc = submit_op(u, op);
-                if (rc == 0)
-                    return;
-                res = rc;
-            } else {
-                res = (int)op->len;
-            }
-        }
-    }
-    uring_done_fn done = op->done;
-    void *arg = op->arg;
-    release_op(u, op);
-    if (u->closing)
-        return;
-    done(arg, res);
-    /* Hand the freed slot (if the callback did not take it) to a waiter. */
     uring_waiter *w = u->waiters_head;
     if (w != NULL && u->free_list != NULL) {
         u->waiters_head = w->next;
@@ -120,11 +154,161 @@ static void complete_one(uring *u, struct io_uring_cqe *cqe)
     }
 }
 
+static void unpark(uring *u, uring_op *op)
+{
+    if (op->parked) {
+        op->parked = false;
+        assert(u->parked > 0);
+        u->parked--;
+    }
+}
+
+static void finish_op(uring *u, uring_op *op, int res);
+
+/* Submits op again on its own (the rest of a short write, or a cancelled
+ * chain member whose predecessor has now completed).  Only from the reap
+ * path, where no caller has deferred operations queued. */
+static int requeue_alone(uring *u, uring_op *op)
+{
+    assert(u->deferred == 0 && u->link_tail == NULL);
+    op->link_prev = NULL;
+    int rc = queue_op(u, op, 0);
+    if (rc != 0)
+        return rc;
+    rc = enter(u);
+    if (rc != 0) {
+        neutralise(u, op);
+        u->deferred = 0;
+    }
+    return rc;
+}
+
+/* op's predecessor is resolved (ok: in full); what that means for op. */
+static void predecessor_resolved(uring *u, uring_op *op, bool ok)
+{
+    op->link_prev = NULL;
+    if (!ok) {
+        if (op->parked) {
+            unpark(u, op);
+            finish_op(u, op, -ECANCELED);
+        } else {
+            op->pred_failed = true; /* its -ECANCELED is still to come */
+        }
+        return;
+    }
+    if (!op->parked)
+        return; /* it runs (or ran) in the kernel as linked */
+    unpark(u, op);
+    int rc = requeue_alone(u, op);
+    if (rc != 0)
+        finish_op(u, op, rc);
+}
+
+/* The final result of op: runs its callback once, then tells its
+ * follower (if any) how it ended. */
+static void finish_op(uring *u, uring_op *op, int res)
+{
+    uring_op *next = op->link_next;
+    if (op->link_prev != NULL)
+        op->link_prev->link_next = NULL;
+    uring_done_fn done = op->done;
+    void *arg = op->arg;
+    release_op(u, op);
+    if (next != NULL) {
+        assert(next->link_prev == op);
+        next->link_prev = NULL;
+    }
+    if (!u->closing)
+        done(arg, res);
+    if (next != NULL)
+        predecessor_resolved(u, next, res >= 0);
+    if (!u->closing)
+        serve_waiter(u);
+}
+
+/* op ran in full: every predecessor whose success posted nothing ran in
+ * full too.  Resolves them oldest first. */
+static void resolve_skipped_before(uring *u, uring_op *op)
+{
+    uring_op *oldest = NULL;
+    for (uring_op *p = op->link_prev; p != NULL && p->skipped && !p->parked; p = p->link_prev)
+        oldest = p;
+    while (oldest != NULL && oldest != op) {
+        uring_op *next = oldest->link_next;
+        assert(oldest->kind == OP_WRITE);
+        oldest->done_bytes = oldest->len;
+        finish_op(u, oldest, (int)oldest->len);
+        oldest = next;
+    }
+}
+
+/* A CQE for a skipped op means it failed or was short: the kernel posts
+ * nothing for the rest of its chain, which it cancelled. */
+static void chain_cancelled_silently(uring *u, uring_op *op)
+{
+    for (uring_op *f = op->link_next; f != NULL; f = f->link_next) {
+        if (f->parked)
+            break;
+        f->parked = true;
+        u->parked++;
+    }
+}
+
+/* Handles one completion: continues a short write or resolves the op. */
+static void complete_one(uring *u, struct io_uring_cqe *cqe)
+{
+    uring_op *op = io_uring_cqe_get_data(cqe);
+    int res = cqe->res;
+    io_uring_cqe_seen(&u->ring, cqe);
+    if (op == NULL)
+        return; /* a NOP left by a failed submission */
+    assert(op->kind != OP_FREE && !op->parked);
+    if (res == -ECANCELED && op->was_linked) {
+        /* Its predecessor did not complete in full (yet). */
+        if (op->link_prev != NULL) {
+            op->parked = true;
+            u->parked++;
+        } else if (op->pred_failed) {
+            finish_op(u, op, -ECANCELED);
+        } else {
+            op->parked = true; /* the predecessor has completed since */
+            u->parked++;
+            predecessor_resolved(u, op, true);
+        }
+        return;
+    }
+    /* op ran: everything before it in its chain ran in full. */
+    resolve_skipped_before(u, op);
+    if (op->skipped)
+        chain_cancelled_silently(u, op);
+    op->skipped = false;
+    if (op->kind == OP_WRITE && res >= 0) {
+        if (res == 0) {
+            res = -EIO; /* no progress: would loop forever */
+        } else {
+            op->done_bytes += (size_t)res;
+            if (op->done_bytes < op->len) {
+                int rc = requeue_alone(u, op);
+                if (rc == 0)
+                    return;
+                res = rc;
+            } else {
+                res = (int)op->len;
+            }
+        }
+    }
+    finish_op(u, op, res);
+}
+
 static void reap(uring *u)
 {
+    if (u->reaping)
+        return;
+    u->reaping = true;
     struct io_uring_cqe *cqe;
     while (io_uring_peek_cqe(&u->ring, &cqe) == 0)
         complete_one(u, cqe);
+    u->reaping = false;
 }
 
 static void on_eventfd(uv_poll_t *handle, int status, int events)
@@ -157,7 +341,13 @@ int uring_open(uv_loop_t *loop, unsigned depth, uring **out)
     if (u == NULL)
         return -ENOMEM;
     u->depth = depth;
-    int rc = io_uring_queue_init(depth, &u->ring, 0);
+    struct io_uring_params params = {.flags = IORING_SETUP_SUBMIT_ALL};
+    int rc = io_uring_queue_init_params(depth, &u->ring, &params);
+    if (rc == -EINVAL) {
+        memset(&params, 0, sizeof params); /* a kernel before 5.18 */
+        rc = io_uring_queue_init_params(depth, &u->ring, &params);
+    }
+    u->can_skip = (params.features & IORING_FEAT_CQE_SKIP) != 0;
     if (rc < 0) {
         free(u);
         return rc;
@@ -197,7 +387,36 @@ int uring_open(uv_loop_t *loop, unsigned depth, uring **out)
     return 0;
 }
 
-static int start_op(uring *u, uring_op proto)
+/* Turns the unsubmitted SQEs into NOPs (a failed submission) and
+ * releases their ops: their callbacks never run. */
+static void drop_deferred(uring *u)
+{
+    for (unsigned i = 0; i < u->depth; i++) {
+        uring_op *op = &u->ops[i];
+        if (!unsubmitted(u, op))
+            continue;
+        neutralise(u, op);
+        if (op->link_prev != NULL)
+            op->link_prev->link_next = NULL;
+        if (op->link_next != NULL)
+            op->link_next->link_prev = NULL;
+        release_op(u, op);
+    }
+    u->deferred = 0;
+    u->link_tail = NULL;
+}
+
+int uring_submit(uring *u)
+{
+    if (u->deferred == 0)
+        return 0;
+    int rc = enter(u);
+    if (rc != 0)
+        drop_deferred(u);
+    return rc;
+}
+
+static int start_op(uring *u, uring_op proto, unsigned flags)
 {
     assert(!u->closing);
     uring_op *op = u->free_list;
@@ -206,33 +425,53 @@ static int start_op(uring *u, uring_op proto)
     u->free_list = op->next_free;
     u->in_flight++;
     *op = proto;
-    int rc = submit_op(u, op);
+    int rc = queue_op(u, op, flags);
     if (rc != 0) {
         release_op(u, op);
         return rc;
     }
-    return 0;
+    if (flags & URING_DEFER)
+        return 0;
+    return uring_submit(u);
+}
+
+int uring_write_ex(uring *u, int fd, const void *buf, size_t len, uint64_t offset, unsigned flags,
+                   uring_done_fn done, void *arg)
+{
+    if (len == 0 || len > URING_MAX_WRITE || done == NULL)
+        return -EINVAL;
+    return start_op(u,
+                    (uring_op){.kind = OP_WRITE,
+                               .fd = fd,
+                               .buf = buf,
+                               .len = len,
+                               .offset = offset,
+                               .done = done,
+                               .arg = arg},
+                    flags);
 }
 
 int uring_write(uring *u, int fd, const void *buf, size_t len, uint64_t offset, uring_done_fn done,
                 void *arg)
 {
-    if (len == 0 || len > URING_MAX_WRITE || done == NULL)
+    return uring_write_ex(u, fd, buf, len, offset, 0, done, arg);
+}
+
+int uring_fdatasync_ex(uring *u, int fd, unsigned flags, uring_done_fn done, void *arg)
+{
+    if (done == NULL)
         return -EINVAL;
-    return start_op(u, (uring_op){.kind = OP_WRITE,
-                                  .fd = fd,
-                                  .buf = buf,
-                                  .len = len,
-                                  .offset = offset,
-                                  .done = done,
-                                  .arg = arg});
+    return start_op(u, (uring_op){.kind = OP_FSYNC, .fd = fd, .done = done, .arg = arg}, flags);
 }
 
 int uring_fdatasync(uring *u, int fd, uring_done_fn done, void *arg)
 {
-    if (done == NULL)
-        return -EINVAL;
-    return start_op(u, (uring_op){.kind = OP_FSYNC, .fd = fd, .done = done, .arg = arg});
+    return uring_fdatasync_ex(u, fd, 0, done, arg);
+}
+
+unsigned uring_free_slots(const uring *u)
+{
+    return u->depth - u->in_flight;
 }
 
 void uring_wait_for_space(uring *u, uring_waiter *w)
@@ -278,7 +517,10 @@ void uring_close(uring *u)
     if (u == NULL)
         return;
     u->closing = true;
-    while (u->in_flight > 0) {
+    if (uring_submit(u) != 0)
+        drop_deferred(u);
+    /* Parked ops are not in the kernel: nothing will complete them. */
+    while (u->in_flight > u->parked) {
         struct io_uring_cqe *cqe;
         int rc = io_uring_wait_cqe(&u->ring, &cqe);
         if (rc == -EINTR)
@@ -286,6 +528,12 @@ void uring_close(uring *u)
         if (rc < 0)
             break; /* ring broken: nothing more will complete */
         complete_one(u, cqe);
+    }
+    for (unsigned i = 0; i < u->depth && u->parked > 0; i++) {
+        if (u->ops[i].kind != OP_FREE && u->ops[i].parked) {
+            unpark(u, &u->ops[i]);
+            release_op(u, &u->ops[i]);
+        }
     }
     io_uring_queue_exit(&u->ring);
     uv_poll_stop(&u->poll);

@@ -40,6 +40,37 @@ int uring_write(uring *u, int fd, const void *buf, size_t len, uint64_t offset, 
 int uring_fdatasync(uring *u, int fd, uring_done_fn done, void *arg);
 
 /*
+ * Flags of the _ex variants (0 = the plain functions above).
+ *
+ * URING_LINK: the NEXT operation queued starts only after this one has
+ * completed in full (IOSQE_IO_LINK).  A successful write followed by a link
+ * posts no completion of its own (IOSQE_CQE_SKIP_SUCCESS where the kernel
+ * has it): its callback runs when a later operation of the chain completes,
+ * always before that operation's callback, so callers see callbacks in chain
+ * order and exactly once, as without links.  If a linked operation fails,
+ * the operations after it in the chain report -ECANCELED; a short write is
+ * continued and the rest of the chain then runs (one at a time).  A link
+ * with nothing queued after it before the submission is simply dropped.
+ *
+ * URING_DEFER: queue only; the kernel sees the operation at the next
+ * uring_submit() or the next operation queued without URING_DEFER.  The
+ * caller must submit before returning to the loop (nothing else will).
+ */
+#define URING_LINK 1u
+#define URING_DEFER 2u
+
+int uring_write_ex(uring *u, int fd, const void *buf, size_t len, uint64_t offset, unsigned flags,
+                   uring_done_fn done, void *arg);
+int uring_fdatasync_ex(uring *u, int fd, unsigned flags, uring_done_fn done, void *arg);
+
+/* Submits every deferred operation in one io_uring_enter.  0 or a negative
+ * errno (then the deferred operations' callbacks report it). */
+int uring_submit(uring *u);
+
+/* Free operation slots (depth minus in flight). */
+unsigned uring_free_slots(const uring *u);
+
+/*
  * A caller refused with -EBUSY can ask to be told when a slot frees: fn(arg)
  * then runs once on the loop thread (after the completion that freed it).
  * Waiters are served in FIFO order, one per freed slot.  w is caller-owned

@@ -33,6 +33,13 @@
 static const double fsync_bounds[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
                                       0.01,   0.025,   0.05,   0.1,   0.5,    1.0};
 
+/* An effect that cannot run until the WAL store gets somewhere. */
+typedef enum store_wait {
+    WAIT_NONE = 0,
+    WAIT_WRITTEN, /* every appended write completed (a vote's flush) */
+    WAIT_IDLE,    /* no write or sync round left (a truncation) */
+} store_wait;
+
 struct sk_timeline {
     sk_node *node;
     int index; /* in node->timelines and node->snap */
@@ -51,8 +58,9 @@ struct sk_timeline {
     bool out_from_flush;
     sk_pusher *exec;
     int effect_idx;
-    lsn_t wait_written; /* a WRITE_WAL is complete once written reaches this */
+    store_wait wait; /* what the current effect waits for from the store */
     bool sync_in_flight;
+    bool sync_due; /* in node->due: start a sync round before the loop polls */
     bool flush_done_pending;
 
     sk_pusher *queue_head;
@@ -120,13 +128,32 @@ static void wake_senders(sk_timeline *tl)
 
 /* ---- WAL store callbacks ---------------------------------------------- */
 
-static void on_ws_written(void *arg, lsn_t written)
+static bool store_wait_over(const sk_timeline *tl)
 {
-    sk_timeline *tl = arg;
-    if (tl->executing && tl->wait_written != LSN_INVALID && written >= tl->wait_written) {
-        tl->wait_written = LSN_INVALID;
+    switch (tl->wait) {
+    case WAIT_NONE:
+        return false;
+    case WAIT_WRITTEN:
+        return wal_store_written_lsn(tl->ws) >= wal_store_write_lsn(tl->ws);
+    case WAIT_IDLE:
+        return wal_store_idle(tl->ws);
+    }
+    return false;
+}
+
+/* The store moved: resumes the output if it waited for that. */
+static void resume_if_ready(sk_timeline *tl)
+{
+    if (tl->executing && store_wait_over(tl)) {
+        tl->wait = WAIT_NONE;
         run_effects(tl);
     }
+}
+
+static void on_ws_written(void *arg, lsn_t written)
+{
+    (void)written;
+    resume_if_ready(arg);
 }
 
 static void on_ws_flushed(void *arg, lsn_t flushed, uint64_t usec)
@@ -141,8 +168,7 @@ static void on_ws_flushed(void *arg, lsn_t flushed, uint64_t usec)
     }
     if (tl->executing) {
         /* A truncation may be waiting for the round to finish. */
-        if (tl->wait_written == LSN_INVALID && wal_store_idle(tl->ws))
-            run_effects(tl);
+        resume_if_ready(tl);
         return;
     }
     tl_kick(tl);
@@ -163,7 +189,8 @@ static int open_store(sk_timeline *tl, uint32_t seg_size)
                             .on_error = on_ws_error,
                             .on_written = on_ws_written,
                             .arg = tl,
-                            .caller_syncs = true};
+                            .caller_syncs = true,
+                            .link_writes = true};
     return wal_store_open(&cfg, &tl->ws);
 }
 
@@ -270,20 +297,28 @@ static void run_effects(sk_timeline *tl)
             }
             metrics_counter_inc(tl->node->metrics.appends);
             metrics_counter_add(tl->node->metrics.bytes_written, e->len);
-            tl->effect_idx++;
-            if (wal_store_written_lsn(tl->ws) < e->lsn + e->len) {
-                tl->wait_written = e->lsn + e->len;
-                return; /* on_ws_written resumes */
-            }
-            continue;
+            /* Accepted: the store writes it with the next sync round (in
+             * order, ahead of that round's fdatasync).  Nothing reads it
+             * before then: senders stop at the flush position, and a vote's
+             * flush or a truncation waits for the store below. */
+            break;
         case ACC_TRUNCATE_WAL:
             rc = ensure_store(tl);
             if (rc != 0) {
                 tl_fail(tl, "could not open WAL", rc);
                 break;
             }
-            if (!wal_store_idle(tl->ws))
-                return; /* on_ws_flushed resumes */
+            if (!wal_store_idle(tl->ws)) {
+                rc = wal_store_submit_writes(tl->ws);
+                if (rc != 0) {
+                    tl_fail(tl, "could not write WAL", rc);
+                    break;
+                }
+                tl->wait = WAIT_IDLE;
+                if (!store_wait_over(tl))
+                    return; /* on_ws_flushed / on_ws_written resume */
+                tl->wait = WAIT_NONE;
+            }
             rc = wal_store_truncate(tl->ws, e->lsn);
             if (rc != 0) {
                 tl_fail(tl, "could not truncate WAL", rc);
@@ -292,6 +327,18 @@ static void run_effects(sk_timeline *tl)
             wake_senders(tl); /* term-mode senders past the cut must stop */
             break;
         case ACC_FLUSH_WAL:
+            if (tl->ws != NULL &&
+                wal_store_written_lsn(tl->ws) < wal_store_write_lsn(tl->ws)) {
+                rc = wal_store_submit_writes(tl->ws);
+                if (rc != 0) {
+                    tl_fail(tl, "could not write WAL", rc);
+                    break;
+                }
+                tl->wait = WAIT_WRITTEN;
+                if (!store_wait_over(tl))
+                    return; /* on_ws_written resumes */
+                tl->wait = WAIT_NONE;
+            }
             if (tl->ws != NULL) {
                 uint64_t t0 = uv_hrtime();
                 rc = wal_store_flush_now(tl->ws);
@@ -334,7 +381,7 @@ static void start_output(sk_timeline *tl, sk_pusher *p, bool from_flush)
     tl->exec = p;
     tl->out_from_flush = from_flush;
     tl->effect_idx = 0;
-    tl->wait_written = LSN_INVALID;
+    tl->wait = WAIT_NONE;
     run_effects(tl);
 }
 
@@ -349,6 +396,32 @@ static sk_pusher *dequeue(sk_timeline *tl)
         p->queued = false;
     }
     return p;
+}
+
+static void sync_due(sk_timeline *tl)
+{
+    sk_node *node = tl->node;
+    if (tl->sync_due)
+        return;
+    assert(node->n_due < SK_MAX_TIMELINES);
+    tl->sync_due = true;
+    node->due[node->n_due++] = tl;
+}
+
+/* uv_prepare: runs once per loop iteration, right before the loop polls.
+ * Starts the sync rounds that timelines asked for since the last one. */
+static void on_before_poll(uv_prepare_t *h)
+{
+    sk_node *node = h->data;
+    while (node->n_due > 0) {
+        sk_timeline *tl = node->due[--node->n_due];
+        tl->sync_due = false;
+        if (tl->executing)
+            continue; /* its output's end kicks it again */
+        maybe_start_sync(tl);
+        if (tl->flush_done_pending)
+            tl_kick(tl);
+    }
 }
 
 /* Chooses and runs the next input while the timeline is free. */
@@ -373,9 +446,12 @@ static void tl_kick(sk_timeline *tl)
         }
         sk_pusher *p = dequeue(tl);
         if (p == NULL) {
-            maybe_start_sync(tl);
-            if (tl->flush_done_pending)
-                continue;
+            /* Group commit: the round starts before the loop next polls
+             * (on_before_poll), after every message already read has been
+             * handled, so they share it.  No timer, no added wait. */
+            if (!tl->sync_in_flight && !tl->flush_done_pending && tl->ws != NULL &&
+                acceptor_flush_wanted(&tl->acc))
+                sync_due(tl);
             break;
         }
         const char *why = NULL;
@@ -708,6 +784,9 @@ int sk_node_init(sk_node *node, uv_loop_t *loop, uring *ring, const char *datadi
     uv_timer_init(loop, &node->housekeeping);
     node->housekeeping.data = node;
     uv_timer_start(&node->housekeeping, on_housekeeping, HOUSEKEEPING_MS, HOUSEKEEPING_MS);
+    uv_prepare_init(loop, &node->before_poll);
+    node->before_poll.data = node;
+    uv_prepare_start(&node->before_poll, on_before_poll);
     sk_node_publish(node);
     return 0;
 }
@@ -716,6 +795,9 @@ void sk_node_shutdown(sk_node *node)
 {
     uv_timer_stop(&node->housekeeping);
     uv_close((uv_handle_t *)&node->housekeeping, NULL);
+    uv_prepare_stop(&node->before_poll);
+    uv_close((uv_handle_t *)&node->before_poll, NULL);
+    node->n_due = 0;
     for (int i = 0; i < node->n_timelines; i++) {
         sk_timeline *tl = node->timelines[i];
         if (!tl->failed && !tl->executing &&

@@ -13,8 +13,14 @@
  * feeds the core its next input.  While a message is being executed its
  * connection's input is paused, so a proposer has at most one message in
  * flight here and the queue is bounded by the number of connections.
+ * A WRITE_WAL is complete once the store has accepted it: the store writes
+ * it, in order, linked ahead of the next sync round's fdatasync (one
+ * submission, one completion); a vote's FLUSH_WAL and a TRUNCATE_WAL wait
+ * for the store to have written (or finished) everything first.
  * Group commit: when the core is between inputs, wants a flush and none is
- * running, one sync round starts; its completion is the core's next input.
+ * running, one sync round starts, right before the loop next polls (so the
+ * messages already read share it; no timer); its completion is the core's
+ * next input.
  *
  * Not for: parsing commands or the replication protocol (conn.c,
  * walsender.c).  Threading: loop thread only, except sk_node_snapshot_*,
@@ -76,6 +82,9 @@ typedef struct sk_node {
     int n_timelines;
     sk_timeline *timelines[SK_MAX_TIMELINES];
     uv_timer_t housekeeping; /* lazy control-file saves, WAL removal */
+    uv_prepare_t before_poll; /* starts the group-commit rounds that are due */
+    int n_due;
+    sk_timeline *due[SK_MAX_TIMELINES]; /* timelines wanting a sync round */
     sk_metrics metrics;
     int open_connections;
 

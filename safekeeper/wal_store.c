@@ -40,6 +40,7 @@ typedef struct seg_file {
     int fd;
     bool dirty; /* a write completed since the last sync round started */
     sync_state sync;
+    unsigned writes_in_flight; /* submitted, not completed */
 } seg_file;
 
 typedef struct wal_write {
@@ -52,7 +53,8 @@ typedef struct wal_write {
     lsn_t end;
     bool submitted;
     bool done;
-    uint8_t data[];
+    size_t cap;    /* bytes allocated at data */
+    uint8_t *data; /* owned */
 } wal_write;
 
 struct wal_store {
@@ -64,6 +66,8 @@ struct wal_store {
     wal_store_written_fn on_written;
     void *arg;
     bool caller_syncs;
+    bool link_writes;
+    bool submit_requested; /* link_writes: send waiting writes alone */
 
     lsn_t write_lsn;
     lsn_t written_lsn;
@@ -267,7 +271,14 @@ static void on_write_done(void *arg, int res)
     assert((size_t)res == w->end - w->start);
     seg_file *s = find_seg(ws, w->segno);
     assert(s != NULL);
-    s->dirty = true;
+    assert(s->writes_in_flight > 0);
+    s->writes_in_flight--;
+    /* With linked writes, a write below the running round's target is
+     * always followed by that round's fdatasync of its segment (chained
+     * after it, or submitted once the segment has no write in flight). */
+    if (!(ws->link_writes && ws->round_active && w->end <= ws->round_target &&
+          s->sync != SYNC_NONE))
+        s->dirty = true;
     lsn_t before = ws->written_lsn;
     while (ws->head != NULL && ws->head->done) {
         wal_write *done = ws->head;
@@ -276,6 +287,7 @@ static void on_write_done(void *arg, int res)
         ws->head = done->next;
         if (ws->head == NULL)
             ws->tail = NULL;
+        free(done->data);
         free(done);
     }
     pump(ws);
@@ -286,6 +298,8 @@ static void on_write_done(void *arg, int res)
 static void finish_round(wal_store *ws)
 {
     assert(ws->round_active && ws->round_outstanding == 0);
+    /* Never report as durable what has not been written (and synced). */
+    assert(ws->written_lsn >= ws->round_target);
     ws->round_active = false;
     ws->rounds_in_flight--;
     /* wal_store_flush_now may have gone further meanwhile. */
@@ -350,7 +364,7 @@ static bool submitted(wal_store *ws, int rc)
 }
 
 /* Submits queued writes and sync-round fdatasyncs while the ring has room. */
-static void submit_pending(wal_store *ws)
+static void submit_pending_plain(wal_store *ws)
 {
     for (wal_write *w = ws->head; w != NULL; w = w->next) {
         if (w->submitted)
@@ -360,6 +374,7 @@ static void submit_pending(wal_store *ws)
         if (!submitted(ws, rc))
             return;
         w->submitted = true;
+        find_seg(ws, w->segno)->writes_in_flight++;
     }
     if (!ws->round_active)
         return;
@@ -373,6 +388,68 @@ static void submit_pending(wal_store *ws)
     }
 }
 
+/*
+ * link_writes: for each segment of the running round with no write in
+ * flight, its waiting writes below the round's target linked ahead of its
+ * fdatasync; then waiting writes asked for by wal_store_submit_writes; all
+ * in one submission.
+ */
+static void submit_pending_linked(wal_store *ws)
+{
+    bool stop = false;
+    if (ws->round_active) {
+        for (int i = 0; i < WAL_STORE_MAX_OPEN && !stop; i++) {
+            seg_file *s = &ws->segs[i];
+            if (!s->in_use || s->sync != SYNC_TO_SUBMIT || s->writes_in_flight > 0)
+                continue;
+            for (wal_write *w = ws->head; w != NULL && w->start < ws->round_target; w = w->next) {
+                if (w->submitted || w->segno != s->segno)
+                    continue;
+                int rc = uring_write_ex(ws->ring, w->fd, w->data, w->end - w->start, w->offset,
+                                        URING_LINK | URING_DEFER, on_write_done, w);
+                if (!submitted(ws, rc)) {
+                    stop = true;
+                    break;
+                }
+                w->submitted = true;
+                s->writes_in_flight++;
+            }
+            if (stop)
+                break;
+            int rc = uring_fdatasync_ex(ws->ring, s->fd, URING_DEFER, on_sync_done, s);
+            if (!submitted(ws, rc))
+                break;
+            s->sync = SYNC_SUBMITTED;
+        }
+    }
+    if (!stop && ws->submit_requested) {
+        wal_write *w;
+        for (w = ws->head; w != NULL; w = w->next) {
+            if (w->submitted)
+                continue;
+            int rc = uring_write_ex(ws->ring, w->fd, w->data, w->end - w->start, w->offset,
+                                    URING_DEFER, on_write_done, w);
+            if (!submitted(ws, rc))
+                break;
+            w->submitted = true;
+            find_seg(ws, w->segno)->writes_in_flight++;
+        }
+        if (w == NULL)
+            ws->submit_requested = false;
+    }
+    int rc = uring_submit(ws->ring);
+    if (rc != 0)
+        store_fail(ws, rc); /* the dropped operations never call back */
+}
+
+static void submit_pending(wal_store *ws)
+{
+    if (ws->link_writes)
+        submit_pending_linked(ws);
+    else
+        submit_pending_plain(ws);
+}
+
 static bool any_dirty(const wal_store *ws)
 {
     for (int i = 0; i < WAL_STORE_MAX_OPEN; i++) {
@@ -384,9 +461,17 @@ static bool any_dirty(const wal_store *ws)
 
 static void start_round(wal_store *ws)
 {
-    assert(!ws->round_active && ws->written_lsn > ws->flush_lsn);
+    assert(!ws->round_active);
+    assert(ws->link_writes ? ws->write_lsn > ws->flush_lsn : ws->written_lsn > ws->flush_lsn);
     ws->round_active = true;
-    ws->round_target = ws->written_lsn;
+    ws->round_target = ws->link_writes ? ws->write_lsn : ws->written_lsn;
+    if (ws->link_writes) {
+        for (wal_write *w = ws->head; w != NULL; w = w->next) {
+            seg_file *s = find_seg(ws, w->segno);
+            assert(s != NULL);
+            s->dirty = true; /* not yet written: the round syncs it after */
+        }
+    }
     ws->round_outstanding = 0;
     ws->round_start_ns = uv_hrtime();
     ws->stats.sync_rounds++;
@@ -441,6 +526,7 @@ int wal_store_open(const wal_store_config *cfg, wal_store **out)
     ws->on_written = cfg->on_written;
     ws->arg = cfg->arg;
     ws->caller_syncs = cfg->caller_syncs;
+    ws->link_writes = cfg->caller_syncs && cfg->link_writes;
     ws->read_fd = -1;
     ws->space_waiter.fn = on_ring_space;
     ws->space_waiter.arg = ws;
@@ -505,6 +591,7 @@ void wal_store_close(wal_store *ws)
     while (ws->head != NULL) {
         wal_write *w = ws->head;
         ws->head = w->next;
+        free(w->data);
         free(w);
     }
     for (int i = 0; i < WAL_STORE_MAX_OPEN; i++) {
@@ -536,29 +623,65 @@ int wal_store_append(wal_store *ws, lsn_t lsn, const void *data, size_t len)
             store_fail(ws, rc);
             return rc;
         }
-        wal_write *w = malloc(sizeof *w + piece);
-        if (w == NULL) {
-            store_fail(ws, -ENOMEM);
-            return -ENOMEM;
+        wal_write *t = ws->tail;
+        if (ws->link_writes && t != NULL && !t->submitted && t->segno == segno &&
+            t->end == ws->write_lsn) {
+            /* Still waiting for its round: grow it (one write, not two). */
+            size_t used = (size_t)(t->end - t->start);
+            if (used + piece > t->cap) {
+                size_t cap = t->cap * 2 > used + piece ? t->cap * 2 : used + piece;
+                uint8_t *d = realloc(t->data, cap);
+                if (d == NULL) {
+                    store_fail(ws, -ENOMEM);
+                    return -ENOMEM;
+                }
+                t->data = d;
+                t->cap = cap;
+            }
+            memcpy(t->data + used, p, piece);
+            t->end += piece;
+        } else {
+            wal_write *w = malloc(sizeof *w);
+            uint8_t *d = malloc(piece);
+            if (w == NULL || d == NULL) {
+                free(w);
+                free(d);
+                store_fail(ws, -ENOMEM);
+                return -ENOMEM;
+            }
+            *w = (wal_write){.ws = ws,
+                             .segno = segno,
+                             .fd = s->fd,
+                             .offset = off,
+                             .start = ws->write_lsn,
+                             .end = ws->write_lsn + piece,
+                             .cap = piece,
+                             .data = d};
+            memcpy(w->data, p, piece);
+            if (ws->tail != NULL)
+                ws->tail->next = w;
+            else
+                ws->head = w;
+            ws->tail = w;
         }
-        *w = (wal_write){.ws = ws,
-                         .segno = segno,
-                         .fd = s->fd,
-                         .offset = off,
-                         .start = ws->write_lsn,
-                         .end = ws->write_lsn + piece};
-        memcpy(w->data, p, piece);
-        if (ws->tail != NULL)
-            ws->tail->next = w;
-        else
-            ws->head = w;
-        ws->tail = w;
         ws->write_lsn += piece;
         p += piece;
         len -= piece;
         ws->stats.bytes_written += piece;
     }
     ws->stats.appends++;
+    if (!ws->link_writes)
+        submit_pending(ws);
+    return ws->failed;
+}
+
+int wal_store_submit_writes(wal_store *ws)
+{
+    if (ws->failed != 0)
+        return -EIO;
+    if (!ws->link_writes)
+        return 0;
+    ws->submit_requested = true;
     submit_pending(ws);
     return ws->failed;
 }
@@ -575,7 +698,8 @@ int wal_store_sync_begin(wal_store *ws, lsn_t *covers)
         return -EIO;
     if (ws->round_active)
         return -EBUSY;
-    if (ws->written_lsn <= ws->flush_lsn || !any_dirty(ws)) {
+    bool nothing_new = ws->written_lsn <= ws->flush_lsn || !any_dirty(ws);
+    if (ws->link_writes ? ws->head == NULL && nothing_new : nothing_new) {
         /* flush_now already covered it (or nothing was written). */
         if (ws->written_lsn > ws->flush_lsn)
             ws->flush_lsn = ws->written_lsn;

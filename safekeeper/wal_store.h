@@ -56,6 +56,12 @@ typedef struct wal_store_config {
      * completed and none is running.  true: the caller decides when, with
      * wal_store_sync_begin (the acceptor core drives group commit). */
     bool caller_syncs;
+    /* With caller_syncs: appended writes wait for the next sync round and
+     * go to the kernel with it, each segment's writes linked ahead of its
+     * fdatasync in one submission (one completion for the lot).  A round
+     * then covers everything appended (wal_store_write_lsn), not only what
+     * has completed; wal_store_submit_writes sends waiting writes alone. */
+    bool link_writes;
 } wal_store_config;
 
 typedef struct wal_store_stats {
@@ -98,12 +104,22 @@ int wal_store_append(wal_store *ws, lsn_t lsn, const void *data, size_t len);
 int wal_store_truncate(wal_store *ws, lsn_t lsn);
 
 /*
- * caller_syncs mode: starts one sync round covering every completed write.
+ * caller_syncs mode: starts one sync round covering every completed write
+ * (with link_writes: every appended write; those not yet written are
+ * written first, and on_flushed still reports only what is durable).
  * Returns 0 and sets *covers to the LSN on_flushed will report; 1 if there is
  * nothing to sync (everything written is already durable, *covers set, no
  * callback follows); -EBUSY if a round is running; -EIO after a failure.
  */
 int wal_store_sync_begin(wal_store *ws, lsn_t *covers);
+
+/*
+ * link_writes mode: sends every write still waiting for a round to the
+ * kernel now, on its own (a caller that needs wal_store_written_lsn() to
+ * reach wal_store_write_lsn(), e.g. before a vote's flush or a truncation).
+ * 0 or a negative errno.
+ */
+int wal_store_submit_writes(wal_store *ws);
 
 /*
  * Synchronous fdatasync of every segment with completed writes (for a vote,

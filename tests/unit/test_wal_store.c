@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -517,6 +519,190 @@ static void test_reopen_tidies_names(void **state)
     assert_false(file_exists(f, "000000010000000000000006.partial"));
 }
 
+/* ---- link_writes mode ------------------------------------------------- */
+
+typedef struct linked {
+    fixture *f;
+    lsn_t written;
+    int bad_reports; /* a flush reported above what had been written */
+} linked;
+
+static void on_written_linked(void *arg, lsn_t lsn)
+{
+    linked *l = arg;
+    assert_true(lsn > l->written);
+    l->written = lsn;
+}
+
+static void on_flushed_linked(void *arg, lsn_t lsn, uint64_t usec)
+{
+    linked *l = arg;
+    /* Durable means written and then synced: never report past what the
+     * store has seen complete. */
+    if (lsn > wal_store_written_lsn(l->f->ws) || lsn > l->written)
+        l->bad_reports++;
+    on_flushed(l->f, lsn, usec);
+}
+
+static void on_error_linked(void *arg, int err)
+{
+    linked *l = arg;
+    on_error(l->f, err);
+}
+
+static void open_linked(fixture *f, linked *l)
+{
+    wal_store_close(f->ws);
+    *l = (linked){.f = f};
+    wal_store_config cfg = {.dir = f->dir,
+                            .seg_size = SEG,
+                            .ring = f->ring,
+                            .on_flushed = on_flushed_linked,
+                            .on_error = on_error_linked,
+                            .on_written = on_written_linked,
+                            .arg = l,
+                            .caller_syncs = true,
+                            .link_writes = true};
+    assert_int_equal(wal_store_open(&cfg, &f->ws), 0);
+}
+
+static void run_a_bit(fixture *f)
+{
+    for (int i = 0; i < 20; i++)
+        uv_run(&f->loop, UV_RUN_NOWAIT);
+}
+
+static void test_linked_rounds(void **state)
+{
+    fixture *f = *state;
+    linked l;
+    open_linked(f, &l);
+    lsn_t start = 1000;
+    assert_int_equal(wal_store_truncate(f->ws, start), 0);
+    l.written = start;
+    uint8_t buf[3000];
+    lsn_t lsn = start;
+    for (int i = 0; i < 5; i++, lsn += sizeof buf) {
+        fill(buf, sizeof buf, lsn);
+        assert_int_equal(wal_store_append(f->ws, lsn, buf, sizeof buf), 0);
+    }
+    /* Appends wait for a round: nothing goes to the kernel by itself. */
+    run_a_bit(f);
+    assert_int_equal(wal_store_written_lsn(f->ws), start);
+    assert_int_equal(uring_in_flight(f->ring), 0);
+    assert_int_equal(wal_store_write_lsn(f->ws), lsn);
+    assert_false(wal_store_idle(f->ws));
+
+    /* One round covers every append: their writes (merged into one) linked
+     * ahead of one fdatasync, in one submission. */
+    lsn_t covers;
+    assert_int_equal(wal_store_sync_begin(f->ws, &covers), 0);
+    assert_int_equal(covers, lsn);
+    assert_int_equal(uring_in_flight(f->ring), 2);
+    assert_int_equal(wal_store_sync_begin(f->ws, &covers), -EBUSY);
+    /* More WAL while it runs waits for the next round. */
+    lsn_t round1 = lsn;
+    fill(buf, sizeof buf, lsn);
+    assert_int_equal(wal_store_append(f->ws, lsn, buf, sizeof buf), 0);
+    lsn += sizeof buf;
+    while (f->nflushed == 0)
+        uv_run(&f->loop, UV_RUN_ONCE);
+    assert_int_equal(f->flushed[0], round1);
+    assert_int_equal(wal_store_flush_lsn(f->ws), round1);
+    assert_int_equal(wal_store_written_lsn(f->ws), round1);
+    const wal_store_stats *st = wal_store_get_stats(f->ws);
+    assert_int_equal(st->fdatasyncs, 1);
+
+    /* A round across a segment boundary syncs both segments and gives the
+     * complete one its final name. */
+    static uint8_t big[SEG];
+    fill(big, sizeof big, lsn);
+    assert_int_equal(wal_store_append(f->ws, lsn, big, sizeof big), 0);
+    lsn += sizeof big;
+    assert_int_equal(wal_store_sync_begin(f->ws, &covers), 0);
+    assert_int_equal(covers, lsn);
+    while (f->nflushed < 2)
+        uv_run(&f->loop, UV_RUN_ONCE);
+    assert_int_equal(f->flushed[1], lsn);
+    assert_int_equal(st->fdatasyncs, 3);
+    assert_true(file_exists(f, "000000010000000000000000"));
+    assert_true(file_exists(f, "000000010000000000000001.partial"));
+    assert_true(wal_store_idle(f->ws));
+    assert_int_equal(wal_store_sync_begin(f->ws, &covers), 1);
+
+    /* What was written reads back. */
+    uint8_t back[sizeof buf];
+    assert_int_equal(wal_store_read(f->ws, round1, back, sizeof back), (ssize_t)sizeof back);
+    fill(buf, sizeof buf, round1);
+    assert_memory_equal(back, buf, sizeof buf);
+
+    /* submit_writes sends waiting writes alone (no sync, nothing durable). */
+    fill(buf, sizeof buf, lsn);
+    assert_int_equal(wal_store_append(f->ws, lsn, buf, sizeof buf), 0);
+    lsn += sizeof buf;
+    assert_int_equal(wal_store_submit_writes(f->ws), 0);
+    while (wal_store_written_lsn(f->ws) < lsn)
+        uv_run(&f->loop, UV_RUN_ONCE);
+    assert_true(wal_store_idle(f->ws));
+    assert_int_equal(wal_store_flush_lsn(f->ws), lsn - sizeof buf);
+    assert_int_equal(st->fdatasyncs, 3);
+    /* ...and the next round syncs them (written already, so no write). */
+    assert_int_equal(wal_store_sync_begin(f->ws, &covers), 0);
+    assert_int_equal(covers, lsn);
+    while (f->nflushed < 3)
+        uv_run(&f->loop, UV_RUN_ONCE);
+    assert_int_equal(f->flushed[2], lsn);
+    assert_int_equal(l.bad_reports, 0);
+    assert_int_equal(f->errors, 0);
+}
+
+static void test_linked_write_failure_reports_nothing(void **state)
+{
+    /* A round whose write fails must not report its LSN as flushed even
+     * though the fdatasync after it would have worked. */
+    fixture *f = *state;
+    linked l;
+    open_linked(f, &l);
+    lsn_t start = 100;
+    assert_int_equal(wal_store_truncate(f->ws, start), 0);
+    l.written = start;
+    uint8_t buf[2000];
+    fill(buf, sizeof buf, start);
+    assert_int_equal(wal_store_append(f->ws, start, buf, sizeof buf), 0);
+    lsn_t covers;
+    assert_int_equal(wal_store_sync_begin(f->ws, &covers), 0);
+    while (f->nflushed < 1)
+        uv_run(&f->loop, UV_RUN_ONCE);
+    lsn_t durable = start + sizeof buf;
+    assert_int_equal(f->flushed[0], durable);
+
+    /* The segment exists (zero-filled) already; a file size limit just past
+     * the next write's start cuts that write short, the rest fails. */
+    struct rlimit old, lim;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, SIG_IGN);
+    lim = old;
+    lim.rlim_cur = durable + 10;
+    fill(buf, sizeof buf, durable);
+    assert_int_equal(wal_store_append(f->ws, durable, buf, sizeof buf), 0);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    assert_int_equal(wal_store_sync_begin(f->ws, &covers), 0);
+    assert_int_equal(covers, durable + sizeof buf);
+    for (int i = 0; i < 10000 && f->errors == 0; i++)
+        uv_run(&f->loop, UV_RUN_ONCE);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    assert_int_equal(f->errors, 1);
+    run_a_bit(f);
+    assert_int_equal(f->nflushed, 1); /* nothing more reported */
+    assert_int_equal(wal_store_flush_lsn(f->ws), durable);
+    assert_int_equal(l.bad_reports, 0);
+    assert_int_equal(wal_store_append(f->ws, covers, buf, 1), -EIO);
+    /* Wait for the ring to drain before teardown closes the store. */
+    for (int i = 0; i < 10000 && uring_in_flight(f->ring) > 0; i++)
+        uv_run(&f->loop, UV_RUN_ONCE);
+    assert_int_equal(uring_in_flight(f->ring), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -530,6 +716,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_remove_below, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shared_ring_full, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reopen_tidies_names, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_linked_rounds, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_linked_write_failure_reports_nothing, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""sk_cpu: CPU that each strata-safekeeper spends per transaction and per append.
+
+For: comparing safekeeper builds on the commit path.  For each build given
+(--builds DIR[,DIR...], release trees with bin/strata and lib/strata.so),
+`strata up` in a temporary directory, `pgbench -i -s SCALE`, then pgbench
+TPC-B (-c CLIENTS -j 2 -T DURATION); around the timed run it samples
+utime+stime of every strata-safekeeper pid (/proc/PID/stat fields 14+15:
+the whole thread group, io-wq workers included) and the safekeepers'
+safekeeper_appends_total / safekeeper_fdatasync_total (/metrics).  Prints one
+table row per build and repeat: TPS, CPU us per transaction (sum of the
+three) and per append (each safekeeper), appends and fdatasyncs per txn.
+Builds run back to back, repeated --repeat times (interleaved), because the
+machine is shared and noisy: compare ratios, not absolute numbers.
+
+Not for: a timed test (no pass/fail beyond "every run ran"), or a report in
+docs/ (stateless_tpcb.py and quorum_commit.py own those).
+
+Run: python3 bench/sk_cpu.py --builds /work/main/build-sk [--duration 30]
+     [--scale 10] [--clients 16] [--repeat 1] [--no-pageserver]
+"""
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+# pylint: disable=wrong-import-position
+from bench_pg import pg_tool
+from bench_proc import BenchError, run
+from bench_strata import prometheus_counter, strata_setup
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu_seconds(pid):
+    """utime+stime of pid's thread group in seconds, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data[data.rindex(")") + 2:].split()
+    # fields[0] is field 3 (state): utime is field 14, stime field 15.
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def sk_counters(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode("utf-8", errors="replace")
+    return {
+        "appends": prometheus_counter(text, "safekeeper_appends_total") or 0.0,
+        "fsyncs": prometheus_counter(text, "safekeeper_fdatasync_total") or 0.0,
+    }
+
+
+def sample(sks):
+    out = {}
+    for sk in sks:
+        out[sk["name"]] = {"cpu": proc_cpu_seconds(sk["pid"]), **sk_counters(sk["http_port"])}
+    return out
+
+
+def one_run(build, scale, clients, duration, with_pageserver, workdir):
+    cluster_dir = tempfile.mkdtemp(prefix="skcpu-", dir=workdir)
+    os.chmod(cluster_dir, 0o755)
+    with strata_setup(build, os.path.join(cluster_dir, "c"), "sk_cpu",
+                      with_pageserver=with_pageserver) as (cluster, status):
+        status = cluster.status()
+        conn = cluster.conninfo(status)
+        sks = [sk for sk in status["safekeepers"] if sk.get("pid")]
+        args = ["-h", conn["host"], "-p", conn["port"], "-U", conn["user"], conn["dbname"]]
+        run([pg_tool("pgbench"), "-i", "-q", "-s", str(scale)] + args, timeout=900)
+        before = sample(sks)
+        t0 = time.monotonic()
+        cp = run([pg_tool("pgbench"), "-c", str(clients), "-j", "2", "-T", str(duration), "-n"]
+                 + args, timeout=duration + 180)
+        elapsed = time.monotonic() - t0
+        after = sample(sks)
+    m = re.search(r"number of transactions actually processed: (\d+)", cp.stdout)
+    t = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", cp.stdout)
+    if not m or not t:
+        raise BenchError("could not parse pgbench output:\n" + cp.stdout)
+    txns = int(m.group(1))
+    per_sk = {}
+    for name, b in before.items():
+        a = after[name]
+        if a["cpu"] is None or b["cpu"] is None:
+            raise BenchError(f"safekeeper {name} exited during the run")
+        cpu = a["cpu"] - b["cpu"]
+        appends = a["appends"] - b["appends"]
+        per_sk[name] = {
+            "cpu_s": cpu,
+            "us_per_txn": cpu * 1e6 / txns,
+            "us_per_append": cpu * 1e6 / appends if appends else None,
+            "appends_per_txn": appends / txns,
+            "fsyncs_per_txn": (a["fsyncs"] - b["fsyncs"]) / txns,
+        }
+    return {"build": build, "tps": float(t.group(1)), "txns": txns, "elapsed": elapsed,
+            "safekeepers": per_sk,
+            "sk_us_per_txn": sum(s["us_per_txn"] for s in per_sk.values())}
+
+
+def fmt_row(r):
+    sks = r["safekeepers"]
+    per_append = " ".join(f"{s['us_per_append']:.1f}" if s["us_per_append"] else "-"
+                          for s in sks.values())
+    per_txn = " ".join(f"{s['us_per_txn']:.1f}" for s in sks.values())
+    app = sum(s["appends_per_txn"] for s in sks.values()) / len(sks)
+    fs = sum(s["fsyncs_per_txn"] for s in sks.values()) / len(sks)
+    return (f"{os.path.basename(r['build'].rstrip('/')):<16} {r['tps']:>8.1f} "
+            f"{r['sk_us_per_txn']:>9.1f}  {per_txn:<20} {per_append:<20} {app:>6.2f} {fs:>6.2f}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--builds", required=True, help="comma-separated release build dirs")
+    ap.add_argument("--duration", type=int, default=30)
+    ap.add_argument("--scale", type=int, default=10)
+    ap.add_argument("--clients", type=int, default=16)
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--no-pageserver", action="store_true")
+    ap.add_argument("--workdir", default="/tmp")
+    ap.add_argument("--json", help="write the results here")
+    opts = ap.parse_args()
+    builds = [os.path.abspath(b) for b in opts.builds.split(",") if b]
+    results = []
+    header = (f"{'build':<16} {'tps':>8} {'sk us/txn':>9}  {'us/txn each':<20} "
+              f"{'us/append each':<20} {'app/tx':>6} {'fs/tx':>6}")
+    for rep in range(opts.repeat):
+        for build in builds:
+            print(f"run {rep + 1}/{opts.repeat}: {build}", flush=True)
+            r = one_run(build, opts.scale, opts.clients, opts.duration,
+                        not opts.no_pageserver, opts.workdir)
+            results.append(r)
+            print(header + "\n" + fmt_row(r), flush=True)
+    print("\n" + header)
+    for r in results:
+        print(fmt_row(r))
+    if opts.json:
+        with open(opts.json, "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
