@@ -1,9 +1,10 @@
 /*
- * uring.c: io_uring wired into libuv through an eventfd.
+ * uring.c: io_uring wired into libuv by polling the ring's descriptor.
  *
  * Each operation uses one slot of a fixed pool; the slot pointer is the
- * SQE's user_data.  Completions are reaped when the eventfd becomes
- * readable.  A short write is continued from where it stopped with a new
+ * SQE's user_data.  Completions are reaped when the ring's descriptor
+ * becomes readable (it is, while its completion queue is not empty).
+ * Linked chains: see uring.h.  A short write is continued from where it stopped with a new
  * SQE on the same slot, so callers never see partial writes.
  */
 #include "common/uring.h"
@@ -14,7 +15,6 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #define URING_MAX_DEPTH 4096
@@ -47,7 +47,6 @@ typedef struct uring_op {
 struct uring {
     struct io_uring ring;
     uv_poll_t poll;
-    int event_fd;
     unsigned depth;
     unsigned in_flight;
     unsigned parked;
@@ -311,25 +310,20 @@ static void reap(uring *u)
     u->reaping = false;
 }
 
-static void on_eventfd(uv_poll_t *handle, int status, int events)
+/* The ring's own descriptor is readable while completions wait in its
+ * queue (no eventfd to signal and read: one syscall less per wakeup). */
+static void on_ring_readable(uv_poll_t *handle, int status, int events)
 {
     uring *u = handle->data;
     (void)events;
     if (status < 0)
         return;
-    uint64_t count;
-    ssize_t n;
-    do {
-        n = read(u->event_fd, &count, sizeof count);
-    } while (n < 0 && errno == EINTR);
     reap(u);
 }
 
 static void on_poll_closed(uv_handle_t *handle)
 {
-    uring *u = handle->data;
-    close(u->event_fd);
-    free(u);
+    free(handle->data);
 }
 
 int uring_open(uv_loop_t *loop, unsigned depth, uring **out)
@@ -352,31 +346,19 @@ int uring_open(uv_loop_t *loop, unsigned depth, uring **out)
         free(u);
         return rc;
     }
-    u->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (u->event_fd < 0) {
-        rc = -errno;
+    rc = uv_poll_init(loop, &u->poll, u->ring.ring_fd);
+    if (rc != 0) {
         io_uring_queue_exit(&u->ring);
         free(u);
         return rc;
     }
-    rc = io_uring_register_eventfd(&u->ring, u->event_fd);
-    if (rc == 0)
-        rc = uv_poll_init(loop, &u->poll, u->event_fd);
-    if (rc == 0) {
-        u->poll.data = u;
-        rc = uv_poll_start(&u->poll, UV_READABLE, on_eventfd);
-        if (rc != 0) {
-            /* The handle is initialised: it must be closed through the loop,
-             * whose close callback closes the eventfd and frees u. */
-            io_uring_queue_exit(&u->ring);
-            uv_close((uv_handle_t *)&u->poll, on_poll_closed);
-            return rc;
-        }
-    }
+    u->poll.data = u;
+    rc = uv_poll_start(&u->poll, UV_READABLE, on_ring_readable);
     if (rc != 0) {
-        close(u->event_fd);
+        /* The handle is initialised: it must be closed through the loop,
+         * whose close callback frees u. */
         io_uring_queue_exit(&u->ring);
-        free(u);
+        uv_close((uv_handle_t *)&u->poll, on_poll_closed);
         return rc;
     }
     for (unsigned i = depth; i > 0; i--) {
@@ -535,7 +517,7 @@ void uring_close(uring *u)
             release_op(u, &u->ops[i]);
         }
     }
+    uv_poll_stop(&u->poll); /* before its descriptor goes */
     io_uring_queue_exit(&u->ring);
-    uv_poll_stop(&u->poll);
     uv_close((uv_handle_t *)&u->poll, on_poll_closed);
 }

@@ -2,8 +2,9 @@
  * uring.h: asynchronous file writes and fdatasyncs through io_uring, driven
  * by a libuv loop.
  *
- * The ring signals completions on an eventfd that a uv_poll watches, so
- * completion callbacks run on the loop thread like any other libuv callback.
+ * A uv_poll watches the ring's own descriptor (readable while completions
+ * wait), so completion callbacks run on the loop thread like any other
+ * libuv callback.
  * At most `depth` operations are in flight (a fixed pool, nothing grows);
  * past that, submission fails with -EBUSY and the caller queues.  Short
  * writes are resubmitted internally: a write callback sees either the full
