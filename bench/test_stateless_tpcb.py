@@ -54,6 +54,12 @@ def test_targets_met_and_missed():
     assert t["WAL/txn (c) / (a)"]["met"] is False
     assert t["TPS (c) / (b)"]["met"] is False
     assert "NOT met" in tpcb.console_table(res)
+    # (e), the cache off, is reported beside (b) as information, not a target.
+    res["setups"].append(_setup("e", 25, 1100, [0.4]))
+    t = {x["name"]: x for x in tpcb.targets(res)}
+    info = [x for x in t.values() if x["name"].startswith("TPS (e) / (b)")]
+    assert len(info) == 1 and info[0]["value"] == "0.500" and info[0]["met"] is None
+    assert "(info)" in tpcb.console_table(res)
 
 
 def test_not_measured_is_said():

@@ -561,6 +561,9 @@ static void strata_read(SMgrRelation reln, ForkNumber fork, BlockNumber blkno, c
      * show yet (FSM/VM creation is not WAL-logged): such a page is new. */
     known = strata_relsize_get(reln->smgr_rnode.node, fork, &exists, &n) && exists && blkno < n;
     strata_ps_getpage(reln->smgr_rnode.node, fork, blkno, nms, known, buffer);
+    /* Kept for the next miss too: a clean page leaves shared_buffers without
+     * an smgrwrite (index pages, a scan's pages). */
+    strata_fc_write(reln->smgr_rnode.node, fork, blkno, buffer);
 }
 
 static void strata_write(SMgrRelation reln, ForkNumber fork, BlockNumber blkno, char *buffer,

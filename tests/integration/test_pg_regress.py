@@ -13,7 +13,9 @@ ones listed, with reasons, in tests/regress/expected_diffs.txt.
   compute (STRATA_COMPUTE_MODE=stateless), then the compute is
   restarted on its own data directory with a small shared_buffers (default
   2MB, STRATA_REGRESS_SHARED_BUFFERS) so that pages are evicted and read back
-  all the time; the whole installcheck schedule runs against it.  The CLI
+  all the time, and a local file cache of 2MB (STRATA_REGRESS_FILE_CACHE)
+  whose slots are reused all the time; the whole installcheck schedule runs
+  against it.  The CLI
   has no flag for compute settings yet, so the restart is done here with the
   patched pg_ctl (-o "-c shared_buffers=..."), and this test stops that
   postmaster itself by pid.  The schedule's groups run in parallel
@@ -41,6 +43,9 @@ RUNNER = os.path.join(REPO, "tests", "regress", "run_pg_regress.sh")
 EXPECTED = os.path.join(REPO, "tests", "regress", "expected_diffs.txt")
 BUILD_SH = os.path.join(REPO, "compute", "postgres", "build.sh")
 SHARED_BUFFERS = os.environ.get("STRATA_REGRESS_SHARED_BUFFERS", "2MB")
+# The local file cache in front of the pageserver, small enough that most
+# misses still go to the pageserver and its slots are reused all the time.
+FILE_CACHE = os.environ.get("STRATA_REGRESS_FILE_CACHE", "2MB")
 # 0 = installcheck-parallel (the schedule's groups in parallel: faster, and
 # backends evict each other's pages); 1 = `make installcheck` (one at a time).
 MAX_CONNECTIONS = os.environ.get("STRATA_REGRESS_MAX_CONNECTIONS", "0")
@@ -189,7 +194,8 @@ def test_installcheck_schedule_on_compute(cluster_dir):
     cluster.env["STRATA_COMPUTE_MODE"] = "stateless"
     cluster.up()
     assert cluster.sql("show strata.pageserver")[0][0], "the compute is not stateless"
-    bindir, datadir, pid = restart_compute_with(cluster, {"shared_buffers": SHARED_BUFFERS})
+    bindir, datadir, pid = restart_compute_with(cluster, {"shared_buffers": SHARED_BUFFERS,
+                                                            "strata.file_cache_size": FILE_CACHE})
     out = make_shared_dir("strata-regress-")
     try:
         with cluster.connect() as conn:
