@@ -17,13 +17,14 @@ Not for: a timed test (no pass/fail beyond "every run ran"), or a report in
 docs/ (stateless_tpcb.py and quorum_commit.py own those).
 
 Run: python3 bench/sk_cpu.py --builds /work/main/build-sk [--duration 30]
-     [--scale 10] [--clients 16] [--repeat 1] [--no-pageserver]
+     [--scale 10] [--clients 16] [--repeat 1] [--no-pageserver] [--keep]
 """
 
 import argparse
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -68,9 +69,17 @@ def sample(sks):
     return out
 
 
-def one_run(build, scale, clients, duration, with_pageserver, workdir):
+def one_run(build, scale, clients, duration, with_pageserver, workdir, keep):
     cluster_dir = tempfile.mkdtemp(prefix="skcpu-", dir=workdir)
     os.chmod(cluster_dir, 0o755)
+    try:
+        return measure(build, scale, clients, duration, with_pageserver, cluster_dir)
+    finally:
+        if not keep:
+            shutil.rmtree(cluster_dir, ignore_errors=True)
+
+
+def measure(build, scale, clients, duration, with_pageserver, cluster_dir):
     with strata_setup(build, os.path.join(cluster_dir, "c"), "sk_cpu",
                       with_pageserver=with_pageserver) as (cluster, status):
         status = cluster.status()
@@ -128,6 +137,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--no-pageserver", action="store_true")
     ap.add_argument("--workdir", default="/tmp")
+    ap.add_argument("--keep", action="store_true", help="keep the cluster directories")
     ap.add_argument("--json", help="write the results here")
     opts = ap.parse_args()
     builds = [os.path.abspath(b) for b in opts.builds.split(",") if b]
@@ -138,7 +148,7 @@ def main():
         for build in builds:
             print(f"run {rep + 1}/{opts.repeat}: {build}", flush=True)
             r = one_run(build, opts.scale, opts.clients, opts.duration,
-                        not opts.no_pageserver, opts.workdir)
+                        not opts.no_pageserver, opts.workdir, opts.keep)
             results.append(r)
             print(header + "\n" + fmt_row(r), flush=True)
     print("\n" + header)
