@@ -205,6 +205,7 @@ static lsn_t record_start_at(bb_job *j)
 
 static void *job_main(void *arg)
 {
+    pthread_setname_np(pthread_self(), "ps-basebackup");
     bb_job *j = arg;
     j->rc = 0;
     if (j->lsn == LSN_INVALID)

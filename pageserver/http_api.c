@@ -703,6 +703,7 @@ static void refresh(ps_http *h, timeline **list)
 
 static void *refresh_main(void *arg)
 {
+    pthread_setname_np(pthread_self(), "ps-http-stats");
     ps_http *h = arg;
     timeline **list = calloc(LIST_MAX, sizeof *list);
     pthread_mutex_lock(&h->mu);

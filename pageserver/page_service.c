@@ -35,6 +35,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -269,8 +270,19 @@ static bool try_inline(job *j, lsn_t lsn)
 
 /* ---- worker pool ---- */
 
+/* Names the calling thread prefix-N (N counts this file's threads) so
+ * operators see it in top/perf; the kernel keeps 15 characters. */
+static void thread_name(const char *prefix)
+{
+    static _Atomic unsigned seq;
+    char name[16];
+    snprintf(name, sizeof name, "%s-%u", prefix, atomic_fetch_add(&seq, 1) % 100);
+    pthread_setname_np(pthread_self(), name);
+}
+
 static void *worker_main(void *arg)
 {
+    thread_name("ps-worker");
     page_service *ps = arg;
     pthread_mutex_lock(&ps->mu);
     for (;;) {

@@ -1129,6 +1129,7 @@ fail:
 
 static void *warm_main(void *arg)
 {
+    pthread_setname_np(pthread_self(), "ps-redo-warm");
     redo_pool *p = arg;
     char err[512];
     pthread_mutex_lock(&p->mu);

@@ -1046,7 +1046,7 @@ static int flush_layer(store *st, store_layer *f, char *err, size_t errlen)
             e->ver = &v[j];
             e->key = keys[i]->key;
             e->in_file = v[j].len > st->o.inline_max_bytes;
-            /* One spare byte: pass 2 reads inline values after a tag byte. */
+            /* One spare byte: pass 2 copies inline values after a tag byte. */
             if ((size_t)v[j].len + 1 > buf_cap) {
                 uint8_t *nb = realloc(buf, (size_t)v[j].len + 1);
                 if (nb == NULL) {
@@ -1056,12 +1056,11 @@ static int flush_layer(store *st, store_layer *f, char *err, size_t errlen)
                 buf = nb;
                 buf_cap = (size_t)v[j].len + 1;
             }
-            if (store_layer_read(f, &v[j], buf, err, errlen) != 0)
-                goto out;
+            const uint8_t *enc = store_layer_data(f, &v[j]);
             value_ref val;
             size_t used;
             const char *why;
-            if (value_decode(buf, v[j].len, &val, &used, &why) != 0 || used != v[j].len) {
+            if (value_decode(enc, v[j].len, &val, &used, &why) != 0 || used != v[j].len) {
                 snprintf(err, errlen, "open layer value fails to decode: %s", why);
                 goto out;
             }
@@ -1076,7 +1075,7 @@ static int flush_layer(store *st, store_layer *f, char *err, size_t errlen)
             uint8_t ikey[PG_INDEX_KEY_LEN];
             memcpy(ikey, e->key, PG_KEY_LEN);
             put_be64(ikey + PG_KEY_LEN, v[j].lsn);
-            if (store_df_writer_add(w, ikey, buf, v[j].len, &e->loc, err, errlen) != 0)
+            if (store_df_writer_add(w, ikey, enc, v[j].len, &e->loc, err, errlen) != 0)
                 goto out;
             file_value_bytes += e->loc.entry_len;
             file_values++;
@@ -1254,6 +1253,7 @@ static store_layer *oldest_frozen(store *st)
 
 static void *bg_main(void *arg)
 {
+    pthread_setname_np(pthread_self(), "ps-flush");
     store *st = arg;
     uint64_t retry_at = 0, backoff = 100;
     pthread_mutex_lock(&st->bg_mu);
@@ -1516,8 +1516,6 @@ static int collect(store *st, store_snap *snap, MDB_txn *txn, const uint8_t key[
     }
     MDB_val mk, mv;
     int have_db = cursor_seek_le(cur, key, lsn, &mk, &mv);
-    uint8_t *tmp = NULL;
-    size_t tmp_cap = 0;
     int ret = 0;
     *too_long = false;
     b->complete = false;
@@ -1567,23 +1565,11 @@ static int collect(store *st, store_snap *snap, MDB_txn *txn, const uint8_t key[
             }
         } else {
             const store_layer_version *ver = &src[best].v[src[best].pos];
-            if (ver->len > tmp_cap) {
-                uint8_t *nt = realloc(tmp, ver->len);
-                if (nt == NULL) {
-                    snprintf(err, errlen, "out of memory");
-                    ret = -1;
-                    break;
-                }
-                tmp = nt;
-                tmp_cap = ver->len;
-            }
             size_t used;
             const char *why;
-            if (store_layer_read(src[best].layer, ver, tmp, err, errlen) != 0) {
-                ret = -1;
-                break;
-            }
-            if (value_decode(tmp, ver->len, &val, &used, &why) != 0) {
+            /* In place: the snapshot holds the layer; vbuild_add copies. */
+            if (value_decode(store_layer_data(src[best].layer, ver), ver->len, &val, &used,
+                             &why) != 0) {
                 snprintf(err, errlen, "open layer value fails to decode: %s", why);
                 ret = -1;
                 break;
@@ -1608,7 +1594,6 @@ static int collect(store *st, store_snap *snap, MDB_txn *txn, const uint8_t key[
         if (have_db && db_lsn == best_lsn)
             have_db = cursor_prev_same(cur, key, &mk, &mv);
     }
-    free(tmp);
     mdb_cursor_close(cur);
     return ret;
 }

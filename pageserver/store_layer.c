@@ -2,7 +2,12 @@
  * store_layer.c: the store's in-memory layer (see store_layer.h).
  *
  * For: a single-writer, lock-free-reader index of recently ingested values
- * whose bytes live in an append-only file.  The hash table has a fixed
+ * whose bytes live in memory chunks of LAYER_CHUNK bytes (never moved or
+ * reused until the layer is freed, so a reader reads them in place without a
+ * syscall, and a put costs a memcpy instead of two pwrites).  The layer's file
+ * only reserves disk space for those bytes (fallocate, one call per 64 KB;
+ * nothing is written), so a full disk still fails the put that needs the
+ * space, and the open layer's footprint shows on disk as it always did.  The hash table has a fixed
  * bucket count chosen at creation (the store freezes the layer before chains
  * get long); nodes are prepended with a release store so a reader that
  * loads a bucket head with acquire sees a fully built node.
@@ -11,15 +16,54 @@
  */
 #include "pageserver/store_layer.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "common/durable.h"
+
+/* Chunk size (a value never spans two) and the most chunks a layer holds. */
+#define LAYER_CHUNK_SHIFT 20
+#define LAYER_CHUNK ((uint64_t)1 << LAYER_CHUNK_SHIFT)
+#define LAYER_MAX_CHUNKS 4096u
+/* Disk space is reserved in steps of this many bytes. */
+#define LAYER_RESERVE ((uint64_t)64 * 1024)
+
+/* Freed chunks kept for the next layers (at most LAYER_POOL_MAX, so 16 MB
+ * stay allocated when idle): a new layer then writes into memory that is
+ * already mapped instead of faulting in and zeroing fresh pages. */
+#define LAYER_POOL_MAX 16u
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint8_t *pool[LAYER_POOL_MAX];
+static uint32_t pool_n;
+
+static uint8_t *chunk_get(void)
+{
+    uint8_t *c = NULL;
+    pthread_mutex_lock(&pool_mu);
+    if (pool_n > 0)
+        c = pool[--pool_n];
+    pthread_mutex_unlock(&pool_mu);
+    return c != NULL ? c : malloc(LAYER_CHUNK);
+}
+
+static void chunk_put(uint8_t *c)
+{
+    if (c == NULL)
+        return;
+    pthread_mutex_lock(&pool_mu);
+    if (pool_n < LAYER_POOL_MAX) {
+        pool[pool_n++] = c;
+        c = NULL;
+    }
+    pthread_mutex_unlock(&pool_mu);
+    free(c);
+}
 
 struct store_layer {
     _Atomic int refs;
@@ -28,7 +72,10 @@ struct store_layer {
     uint32_t nbuckets; /* power of two */
     _Atomic(store_layer_key *) *buckets;
     _Atomic(store_layer_key *) kind_head[KEY_CONTROL + 1];
-    _Atomic uint64_t file_len; /* bytes appended (published after the write) */
+    _Atomic uint64_t file_len; /* end of the bytes appended (published after the copy) */
+    _Atomic(uint8_t *) *chunks; /* LAYER_MAX_CHUNKS slots, filled in order */
+    uint32_t nchunks;           /* writer-only: chunks allocated */
+    uint64_t reserved;          /* writer-only: file bytes reserved (fallocate) */
     _Atomic uint64_t nvalues;
     _Atomic uint64_t nkeys;
     _Atomic lsn_t freeze_lsn;
@@ -65,9 +112,11 @@ int store_layer_create(const char *path, uint32_t nbuckets, store_layer **out, c
         return -1;
     }
     l->buckets = calloc(nb, sizeof *l->buckets);
+    l->chunks = calloc(LAYER_MAX_CHUNKS, sizeof *l->chunks);
     l->path = strdup(path);
-    if (l->buckets == NULL || l->path == NULL) {
+    if (l->buckets == NULL || l->chunks == NULL || l->path == NULL) {
         free(l->buckets);
+        free(l->chunks);
         free(l->path);
         free(l);
         snprintf(err, errlen, "out of memory");
@@ -77,6 +126,7 @@ int store_layer_create(const char *path, uint32_t nbuckets, store_layer **out, c
     if (l->fd < 0) {
         snprintf(err, errlen, "create open layer file %s: %s", path, strerror(errno));
         free(l->buckets);
+        free(l->chunks);
         free(l->path);
         free(l);
         return -1;
@@ -122,6 +172,9 @@ void store_layer_unref(store_layer *l)
         free(l->retired);
         l->retired = next;
     }
+    for (uint32_t c = 0; c < l->nchunks; c++)
+        chunk_put(atomic_load_explicit(&l->chunks[c], memory_order_relaxed));
+    free(l->chunks);
     free(l->buckets);
     free(l->path);
     free(l);
@@ -163,16 +216,88 @@ int store_layer_find_at(const store_layer_version *v, uint32_t n, lsn_t at)
     return (int)lo - 1;
 }
 
+const uint8_t *store_layer_data(const store_layer *l, const store_layer_version *ver)
+{
+    uint64_t c = ver->off >> LAYER_CHUNK_SHIFT;
+    assert(c < LAYER_MAX_CHUNKS);
+    assert((ver->off & (LAYER_CHUNK - 1)) + ver->len <= LAYER_CHUNK);
+    /* The version was published (release) after its chunk and bytes. */
+    const uint8_t *chunk = atomic_load_explicit(&((store_layer *)l)->chunks[c],
+                                                memory_order_acquire);
+    assert(chunk != NULL);
+    return chunk + (ver->off & (LAYER_CHUNK - 1));
+}
+
 int store_layer_read(const store_layer *l, const store_layer_version *ver, uint8_t *buf, char *err,
                      size_t errlen)
 {
-    ssize_t got = durable_pread_all(l->fd, buf, ver->len, ver->off);
-    if (got < 0 || (size_t)got != ver->len) {
-        snprintf(err, errlen, "read open layer file %s: %s", l->path,
-                 got < 0 ? strerror((int)-got) : "short read");
-        return -1;
-    }
+    (void)err;
+    (void)errlen;
+    memcpy(buf, store_layer_data(l, ver), ver->len);
     return 0;
+}
+
+/* Writer: makes room for len bytes at the end of the layer and returns
+ * where they go (*off = their layer offset), moving to a new chunk -- after
+ * writing the current one to the file -- when they do not fit.  NULL with
+ * err on a write error or out of memory; the layer is then unchanged. */
+static uint8_t *reserve(store_layer *l, uint32_t len, uint64_t *off, char *err, size_t errlen)
+{
+    uint64_t end = atomic_load_explicit(&l->file_len, memory_order_relaxed);
+    if (len > LAYER_CHUNK) {
+        snprintf(err, errlen, "value of %u bytes exceeds the open layer's chunk", len);
+        return NULL;
+    }
+    uint8_t *dst = NULL;
+    bool fresh = false;
+    if (l->nchunks > 0) {
+        uint64_t base = (uint64_t)(l->nchunks - 1) << LAYER_CHUNK_SHIFT;
+        uint8_t *last = atomic_load_explicit(&l->chunks[l->nchunks - 1], memory_order_relaxed);
+        if (end < base) {
+            /* A put that failed after allocating this chunk left it empty. */
+            *off = base;
+            dst = last;
+        } else if (end - base + len <= LAYER_CHUNK) {
+            *off = end;
+            dst = last + (end - base);
+        }
+    }
+    if (dst == NULL) {
+        if (l->nchunks == LAYER_MAX_CHUNKS) {
+            snprintf(err, errlen, "open layer %s is full (%u chunks)", l->path,
+                     LAYER_MAX_CHUNKS);
+            return NULL;
+        }
+        *off = (uint64_t)l->nchunks << LAYER_CHUNK_SHIFT;
+        fresh = true;
+    }
+    /* Reserve the bytes' disk space (in LAYER_RESERVE steps) before taking
+     * them: a full disk fails this put and leaves the layer as it was. */
+    if (*off + len > l->reserved) {
+        uint64_t from = *off > l->reserved ? *off : l->reserved;
+        uint64_t to = (*off + len + LAYER_RESERVE - 1) & ~(LAYER_RESERVE - 1);
+        if (fallocate(l->fd, 0, (off_t)from, (off_t)(to - from)) != 0) {
+            if (errno != EOPNOTSUPP) {
+                snprintf(err, errlen, "reserve space in open layer file %s: %s", l->path,
+                         strerror(errno));
+                return NULL;
+            }
+        }
+        l->reserved = to;
+    }
+    if (fresh) {
+        uint8_t *chunk = chunk_get();
+        if (chunk == NULL) {
+            snprintf(err, errlen, "out of memory");
+            return NULL;
+        }
+        atomic_store_explicit(&l->chunks[l->nchunks], chunk, memory_order_release);
+        l->nchunks++;
+        dst = chunk;
+        /* The skipped tail of the previous chunk counts as appended (it is
+         * never read); file_len moves only when the value is published. */
+    }
+    return dst;
 }
 
 /* Writer: a copy of old (or a new array) with room for one more entry,
@@ -217,15 +342,13 @@ int store_layer_put(store_layer *l, const uint8_t key[PG_KEY_LEN], lsn_t lsn, co
     hdr[4] = (uint8_t)(v->len >> 8);
     hdr[5] = (uint8_t)v->len;
 
-    uint64_t off = atomic_load_explicit(&l->file_len, memory_order_relaxed);
-    int rc = durable_pwrite_all(l->fd, hdr, sizeof hdr, off);
-    if (rc == 0 && v->len > 0)
-        rc = durable_pwrite_all(l->fd, v->payload, v->len, off + sizeof hdr);
-    if (rc != 0) {
-        /* A partial append is overwritten by the next one: file_len did not move. */
-        snprintf(err, errlen, "append to open layer file %s: %s", l->path, strerror(-rc));
-        return -1;
-    }
+    uint64_t off;
+    uint8_t *dst = reserve(l, (uint32_t)(VALUE_HEADER_LEN + v->len), &off, err, errlen);
+    if (dst == NULL)
+        return -1; /* file_len did not move: the layer is as it was */
+    memcpy(dst, hdr, sizeof hdr);
+    if (v->len > 0)
+        memcpy(dst + sizeof hdr, v->payload, v->len);
     store_layer_version ver = {.lsn = lsn,
                                .off = off,
                                .len = VALUE_HEADER_LEN + v->len,

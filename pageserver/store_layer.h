@@ -2,11 +2,15 @@
  * store_layer.h: the store's in-memory layer (DESIGN 8.2 part 1), private to
  * the store (pageserver/store*.c).
  *
- * For: holding recently ingested values.  Value bytes are appended to a file
- * in the store directory (no fsync: durability comes from flushes and the
- * safekeepers); memory holds only a hash index key -> versions sorted by LSN
- * (lsn, file offset, length, kind, flags) and, per key kind, a list of keys
- * for range scans and flushes.
+ * For: holding recently ingested values.  Value bytes are appended to
+ * memory chunks of 1 MB that stay put until the layer is freed (reads copy
+ * or point into them, no syscall).  The layer's file in the store directory
+ * only reserves disk space for them (fallocate; nothing is written, no fsync:
+ * durability comes from flushes and the safekeepers), so a full disk fails
+ * a put as it always did.  Memory also holds a hash index key -> versions
+ * sorted by LSN (lsn, offset, length, kind, flags) and, per key kind, a
+ * list of keys for range scans and flushes.  A layer holds at most 4 GB
+ * (then puts fail).
  * Not for: durability, sorting data files, or LMDB (store.c does those).
  *
  * Threads: exactly one writer (store_layer_put, store_layer_seal) and any
@@ -79,7 +83,12 @@ const store_layer_version *store_layer_versions(const store_layer_key *k, uint32
 /* Reader: index of the newest version with lsn <= at, or -1. */
 int store_layer_find_at(const store_layer_version *v, uint32_t n, lsn_t at);
 
-/* Reader: reads a version's encoded bytes into buf (ver->len bytes). */
+/* Reader: a version's encoded bytes (ver->len of them), in place; valid
+ * while the caller holds a layer reference. */
+const uint8_t *store_layer_data(const store_layer *l, const store_layer_version *ver);
+
+/* Reader: copies a version's encoded bytes into buf (ver->len bytes).
+ * Cannot fail today (kept for the callers' error paths). */
 int store_layer_read(const store_layer *l, const store_layer_version *ver, uint8_t *buf, char *err,
                      size_t errlen);
 

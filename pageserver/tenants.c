@@ -84,6 +84,7 @@ static bool gc_should_quit(tenants *t)
 
 static void *gc_main(void *arg)
 {
+    pthread_setname_np(pthread_self(), "ps-gc");
     tenants *t = arg;
     timeline **list = calloc(TENANTS_MAX_TIMELINES, sizeof *list);
     if (list == NULL) {

@@ -517,6 +517,7 @@ static void sleep_interruptible(walreceiver *wr, uint32_t ms)
 
 static void *run(void *arg)
 {
+    pthread_setname_np(pthread_self(), "ps-ingest");
     walreceiver *wr = arg;
     uint32_t backoff = wr->o.reconnect_min_ms;
     while (!atomic_load(&wr->stop)) {
