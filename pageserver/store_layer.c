@@ -18,6 +18,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -34,10 +35,10 @@
 /* Disk space is reserved in steps of this many bytes. */
 #define LAYER_RESERVE ((uint64_t)64 * 1024)
 
-/* Freed chunks kept for the next layers (at most LAYER_POOL_MAX, so 16 MB
+/* Freed chunks kept for the next layers (at most LAYER_POOL_MAX, so 24 MB
  * stay allocated when idle): a new layer then writes into memory that is
  * already mapped instead of faulting in and zeroing fresh pages. */
-#define LAYER_POOL_MAX 16u
+#define LAYER_POOL_MAX 24u
 static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
 static uint8_t *pool[LAYER_POOL_MAX];
 static uint32_t pool_n;
@@ -65,6 +66,13 @@ static void chunk_put(uint8_t *c)
     free(c);
 }
 
+/* An arena allocation above ARENA_BIG bytes: malloc'd on its own. */
+#define ARENA_BIG ((size_t)64 * 1024)
+typedef struct layer_big {
+    struct layer_big *next;
+    max_align_t data[]; /* aligned for any object */
+} layer_big;
+
 struct store_layer {
     _Atomic int refs;
     int fd;
@@ -80,7 +88,13 @@ struct store_layer {
     _Atomic uint64_t nkeys;
     _Atomic lsn_t freeze_lsn;
     uint64_t created_ms;
-    store_layer_vec *retired; /* writer-only: replaced arrays, freed with the layer */
+    /* Writer-only arena for key nodes and version arrays (replaced arrays
+     * stay until the layer is freed, as readers may hold them): bump
+     * allocation in pooled chunks, all returned at once with the layer. */
+    uint8_t **meta;
+    uint32_t nmeta, meta_cap;
+    size_t meta_used; /* in meta[nmeta - 1] */
+    struct layer_big *big; /* allocations too large for a chunk */
 };
 
 static uint64_t now_ms(void)
@@ -158,20 +172,14 @@ void store_layer_unref(store_layer *l)
         return;
     close(l->fd);
     unlink(l->path);
-    for (uint32_t b = 0; b < l->nbuckets; b++) {
-        store_layer_key *k = atomic_load_explicit(&l->buckets[b], memory_order_relaxed);
-        while (k != NULL) {
-            store_layer_key *next = k->hash_next;
-            free(atomic_load_explicit(&k->vec, memory_order_relaxed));
-            free(k);
-            k = next;
-        }
+    while (l->big != NULL) {
+        layer_big *next = l->big->next;
+        free(l->big);
+        l->big = next;
     }
-    while (l->retired != NULL) {
-        store_layer_vec *next = l->retired->retired;
-        free(l->retired);
-        l->retired = next;
-    }
+    for (uint32_t c = 0; c < l->nmeta; c++)
+        chunk_put(l->meta[c]);
+    free(l->meta);
     for (uint32_t c = 0; c < l->nchunks; c++)
         chunk_put(atomic_load_explicit(&l->chunks[c], memory_order_relaxed));
     free(l->chunks);
@@ -303,7 +311,41 @@ static uint8_t *reserve(store_layer *l, uint32_t len, uint64_t *off, char *err, 
 /* Writer: a copy of old (or a new array) with room for one more entry,
  * holding old's entries with ver inserted in LSN order (replacing an entry
  * with the same LSN). */
-static store_layer_vec *vec_with(const store_layer_vec *old, const store_layer_version *ver)
+/* Writer: n bytes (16-byte aligned) from the layer's arena, freed with the
+ * layer; NULL on out of memory. */
+static void *arena_alloc(store_layer *l, size_t n)
+{
+    n = (n + 15) & ~(size_t)15;
+    if (n > ARENA_BIG) {
+        layer_big *b = malloc(sizeof *b + n);
+        if (b == NULL)
+            return NULL;
+        b->next = l->big;
+        l->big = b;
+        return b->data;
+    }
+    if (l->nmeta == 0 || l->meta_used + n > LAYER_CHUNK) {
+        if (l->nmeta == l->meta_cap) {
+            uint32_t cap = l->meta_cap ? l->meta_cap * 2 : 8;
+            uint8_t **m = realloc(l->meta, cap * sizeof *m);
+            if (m == NULL)
+                return NULL;
+            l->meta = m;
+            l->meta_cap = cap;
+        }
+        uint8_t *c = chunk_get();
+        if (c == NULL)
+            return NULL;
+        l->meta[l->nmeta++] = c;
+        l->meta_used = 0;
+    }
+    void *p = l->meta[l->nmeta - 1] + l->meta_used;
+    l->meta_used += n;
+    return p;
+}
+
+static store_layer_vec *vec_with(store_layer *l, const store_layer_vec *old,
+                                 const store_layer_version *ver)
 {
     size_t n = old ? atomic_load_explicit(&old->n, memory_order_relaxed) : 0;
     /* Grow only when full: a same-LSN replacement keeps n, and doubling
@@ -312,11 +354,10 @@ static store_layer_vec *vec_with(const store_layer_vec *old, const store_layer_v
     size_t cap = old == NULL ? 2 : n < old->cap ? old->cap : (size_t)old->cap * 2;
     if (cap < n + 1)
         cap = n + 1;
-    store_layer_vec *vec = malloc(sizeof *vec + cap * sizeof vec->v[0]);
+    store_layer_vec *vec = arena_alloc(l, sizeof *vec + cap * sizeof vec->v[0]);
     if (vec == NULL)
         return NULL;
     vec->cap = (uint32_t)cap;
-    vec->retired = NULL;
     /* below: entries older than ver; above: the first entry newer than it. */
     size_t below = old ? (size_t)(store_layer_find_at(old->v, (uint32_t)n, ver->lsn) + 1) : 0;
     size_t above = below;
@@ -358,11 +399,10 @@ int store_layer_put(store_layer *l, const uint8_t key[PG_KEY_LEN], lsn_t lsn, co
     uint64_t hsh = key_hash(key);
     store_layer_key *k = find_key(l, key, hsh);
     if (k == NULL) {
-        k = malloc(sizeof *k);
-        store_layer_vec *vec = vec_with(NULL, &ver);
-        if (k == NULL || vec == NULL) {
-            free(k);
-            free(vec);
+        /* On out of memory what was taken stays in the arena, unused. */
+        k = arena_alloc(l, sizeof *k);
+        store_layer_vec *vec = k != NULL ? vec_with(l, NULL, &ver) : NULL;
+        if (vec == NULL) {
             snprintf(err, errlen, "out of memory");
             return -1;
         }
@@ -383,14 +423,13 @@ int store_layer_put(store_layer *l, const uint8_t key[PG_KEY_LEN], lsn_t lsn, co
             vec->v[n] = ver;
             atomic_store_explicit(&vec->n, n + 1, memory_order_release);
         } else {
-            store_layer_vec *nv = vec_with(vec, &ver);
+            store_layer_vec *nv = vec_with(l, vec, &ver);
             if (nv == NULL) {
                 snprintf(err, errlen, "out of memory");
                 return -1;
             }
+            /* The old array stays in the arena for readers that hold it. */
             atomic_store_explicit(&k->vec, nv, memory_order_release);
-            vec->retired = l->retired;
-            l->retired = vec;
         }
     }
     atomic_fetch_add_explicit(&l->nvalues, 1, memory_order_relaxed);

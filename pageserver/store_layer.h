@@ -17,7 +17,8 @@
  * number of concurrent readers, without locks: key nodes and version arrays
  * are published with release stores and never change once a reader can see
  * them (a full version array is copied, the copy published, the old one kept
- * until the layer is freed).  Readers must hold a reference (store_layer_ref)
+ * until the layer is freed).  Key nodes and version arrays come from the
+ * layer's own arena, freed all at once with the layer.  Readers must hold a reference (store_layer_ref)
  * for as long as they use anything they found.
  *
  * Errors: functions that can fail return 0 or -1 with err filled (errno-style
@@ -46,7 +47,6 @@ typedef struct store_layer_version {
 typedef struct store_layer_vec {
     uint32_t cap;
     _Atomic uint32_t n;              /* entries [0, n) are published */
-    struct store_layer_vec *retired; /* writer-only: chain of replaced arrays */
     store_layer_version v[];         /* sorted by lsn ascending, unique lsn */
 } store_layer_vec;
 
