@@ -256,6 +256,31 @@ class OwnPageserver:
             time.sleep(0.02)
 
 
+def process_tree_cpu_s(pid):
+    """utime + stime (seconds) of pid, all its threads, and its live descendants
+    (the redo helpers), from /proc/*/stat."""
+    procs = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat", encoding="utf-8") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        procs[int(d)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
+    total, todo, seen = 0, [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        total += procs.get(p, (0, 0))[1]
+        todo += [c for c, (ppid, _) in procs.items() if ppid == p]
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def compile_load_generator(out_dir):
     exe = os.path.join(out_dir, "pageserver_getpage_load")
     srcs = [os.path.join(HERE, "pageserver_getpage_load.c"),
@@ -460,6 +485,8 @@ def measure_ingest(args, work, cluster, status, build, pg_bindir, ps_dir, result
         t1 = time.monotonic()
         lsn1 = lsn_int(psql(conninfo, "SELECT pg_current_wal_lsn()").strip())
         m = re.search(r"tps = ([0-9.]+) \(without", cp.stdout)
+        mt = re.search(r"number of transactions actually processed: (\d+)", cp.stdout)
+        ing["pgbench_txns"] = int(mt.group(1)) if mt else None
         ing["pgbench_tps"] = float(m.group(1)) if m else None
         ing["primary_wal_bytes"] = lsn1 - lsn0
         ing["primary_wal_mb_s"] = round((lsn1 - lsn0) / (t1 - t0) / 1e6, 2)
@@ -468,13 +495,22 @@ def measure_ingest(args, work, cluster, status, build, pg_bindir, ps_dir, result
         ps.start()
         startup = ps.ready_at - ps.spawned_at
         series = []
+        cpu0 = process_tree_cpu_s(ps.proc.pid)
         took = ps.wait_lsn(lsn1, timeout=900, series=series)
+        cpu = process_tree_cpu_s(ps.proc.pid) - cpu0
         if took is None:
             raise BenchError(f"the pageserver did not ingest up to {lsn_text(lsn1)} in 900 s")
         backlog = lsn1 - start_lsn
         ing.update({"backlog_bytes": backlog, "startup_s": round(startup, 3),
                     "catchup_s": round(took, 3),
                     "ingest_mb_s": round(backlog / max(took, 1e-3) / 1e6, 2)})
+        # CPU of the pageserver (all threads) and its redo helpers while catching up.
+        ing["catchup_cpu_s"] = round(cpu, 2)
+        ing["cpu_us_per_wal_kb"] = round(cpu * 1e6 / (backlog / 1024), 1) if backlog else None
+        ing["cpu_us_per_txn"] = round(cpu * 1e6 / ing["pgbench_txns"], 1) \
+            if ing.get("pgbench_txns") else None
+        log(f"ingest CPU: {cpu:.2f} s = {ing['cpu_us_per_wal_kb']} us per WAL KB, "
+            f"{ing['cpu_us_per_txn']} us per pgbench transaction")
         ing["ratio"] = round(ing["ingest_mb_s"] / ing["primary_wal_mb_s"], 2) \
             if ing["primary_wal_mb_s"] else None
         ing["series"] = [(s, v - start_lsn) for s, v in series]
@@ -538,6 +574,9 @@ def console_report(results):
         lines += ["", f"primary WAL at pgbench -c16: {ing['primary_wal_mb_s']} MB/s; pageserver "
                       f"ingest of a {ing['backlog_bytes'] / 1e6:.1f} MB backlog: "
                       f"{ing['ingest_mb_s']} MB/s ({ing['ratio']}x)",
+                  f"ingest CPU (pageserver + redo helpers): {_f(ing.get('catchup_cpu_s'), 2)} s = "
+                  f"{_f(ing.get('cpu_us_per_txn'))} us/txn, "
+                  f"{_f(ing.get('cpu_us_per_wal_kb'))} us per WAL KB",
                   f"store per ingested WAL byte: data files {ing['data_bytes_per_wal_byte']}, "
                   f"index {ing['index_bytes_per_wal_byte']}"]
     lines.append("")
@@ -626,7 +665,10 @@ def markdown_section(results, images):
                 f"{ing['startup_s']} s), ingested that backlog of "
                 f"{ing['backlog_bytes'] / 1e6:.1f} MB from the safekeepers in "
                 f"{ing['catchup_s']} s after it was ready = **{ing['ingest_mb_s']} MB/s**, "
-                f"{ing['ratio']}x the primary's rate.", "",
+                f"{ing['ratio']}x the primary's rate, using "
+                f"{_f(ing.get('catchup_cpu_s'), 2)} s of CPU (pageserver threads + redo "
+                f"helpers, /proc utime+stime) = **{_f(ing.get('cpu_us_per_txn'))} us per "
+                f"transaction**, {_f(ing.get('cpu_us_per_wal_kb'))} us per WAL KB.", "",
                 "| store | before | after | per ingested WAL byte |", "|---|---:|---:|---:|",
                 f"| data files (`store/data/*.dat`, bytes) | {ing['store_before']['data_bytes']} "
                 f"| {ing['store_after']['data_bytes']} | {ing['data_bytes_per_wal_byte']} |",
