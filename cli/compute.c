@@ -645,9 +645,14 @@ int compute_start_from_pageserver(const cluster *c, compute_start_report *rep, c
      * no strata.signal) was imported at its shutdown checkpoint, which its
      * walproposer never streamed: that compute must run once more on it to
      * bring the safekeepers there. */
-    char signal[PATH_MAX + 16];
+    char signal[PATH_MAX + 16], signal_done[PATH_MAX + 32];
     snprintf(signal, sizeof signal, "%s/strata.signal", p.pgdata);
-    if (rep->lsn < c->pageserver_import_lsn && access(signal, F_OK) == 0) {
+    snprintf(signal_done, sizeof signal_done, "%s/strata.signal.done", p.pgdata);
+    /* strata.signal.done: that compute was elected, then stopped before its
+     * walproposer streamed the basebackup's checkpoint (a stop right after
+     * `strata up`).  Still a basebackup's directory: its md files are none. */
+    if (rep->lsn < c->pageserver_import_lsn &&
+        (access(signal, F_OK) == 0 || access(signal_done, F_OK) == 0)) {
         /* A compute made from a basebackup that stopped before its WAL
          * reached the timeline's start: nothing was committed, start again
          * from the pageserver's start (never on that directory with md). */
