@@ -189,11 +189,31 @@ def restart_compute_with(cluster, settings):
     return bindir, datadir, pid
 
 
+def _lsn(text):
+    hi, lo = text.split("/")
+    return (int(hi, 16) << 32) | int(lo, 16)
+
+
+def wait_safekeepers_hold(cluster, lsn, timeout=60):
+    """Waits until every safekeeper's flush LSN reaches lsn ("X/Y")."""
+    deadline = time.monotonic() + timeout
+    while True:
+        sks = cluster.status()["safekeepers"]
+        if all(sk.get("flush_lsn") and _lsn(sk["flush_lsn"]) >= _lsn(lsn) for sk in sks):
+            return
+        assert time.monotonic() < deadline, "safekeepers did not reach %s: %s" % (lsn, sks)
+        time.sleep(0.1)
+
+
 def test_installcheck_schedule_on_compute(cluster_dir):
     cluster = cluster_dir
     cluster.env["STRATA_COMPUTE_MODE"] = "stateless"
     cluster.up()
     assert cluster.sql("show strata.pageserver")[0][0], "the compute is not stateless"
+    # The restart below reuses this data directory: the safekeepers must hold
+    # its WAL first (the new compute's walproposer starts where they end, and
+    # the pageserver waits for that WAL before answering).
+    wait_safekeepers_hold(cluster, cluster.sql("select pg_current_wal_flush_lsn()")[0][0])
     bindir, datadir, pid = restart_compute_with(cluster, {"shared_buffers": SHARED_BUFFERS,
                                                             "strata.file_cache_size": FILE_CACHE})
     out = make_shared_dir("strata-regress-")
