@@ -91,8 +91,8 @@ def parse_args(argv):
     ap.add_argument("--shared-buffers", default="128MB",
                     help="shared_buffers of the stock servers (default 128MB; the Strata "
                          "compute keeps what the CLI gives it, the report shows both)")
-    ap.add_argument("--setups", default="a,b,c,d",
-                    help="comma-separated from a,b,c,d (default all)")
+    ap.add_argument("--setups", default="a,b,c,d,e",
+                    help="comma-separated from a,b,c,d,e (default all)")
     ap.add_argument("--start-samples", type=int, default=3,
                     help="times `strata start compute` is measured per Strata setup (default 3)")
     ap.add_argument("--quick", action="store_true",
@@ -111,7 +111,7 @@ def parse_args(argv):
         args.start_samples = min(args.start_samples, 1)
     args.setups = [s.strip() for s in args.setups.split(",") if s.strip()]
     if not args.setups or any(s not in SETUPS for s in args.setups):
-        ap.error("--setups takes letters from a,b,c,d")
+        ap.error("--setups takes letters from a,b,c,d,e")
     if args.duration < 1 or args.scale < 1 or args.clients < 1 or args.start_samples < 0:
         ap.error("--duration, --scale and --clients must be positive")
     return args

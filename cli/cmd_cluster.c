@@ -158,7 +158,8 @@ static int start_compute_from_pageserver(const cluster *c, cli_err *err)
                (int)compute_pid(c));
         return 0;
     }
-    printf("compute: old data directory removed (%.3f s)\n", (double)rep.cleanup_ms / 1000.0);
+    printf("compute: old data directory set aside, removed in the background (%.3f s)\n",
+           (double)rep.cleanup_ms / 1000.0);
     printf("compute: %s basebackup at %s: %u files, %.1f MB (%.3f s)\n",
            rep.stateless ? "stateless" : "full", lb, rep.basebackup_files,
            (double)rep.basebackup_bytes / 1e6, (double)rep.basebackup_ms / 1000.0);
