@@ -164,6 +164,16 @@ def test_runner_verdicts(plain_patched_pg):
                           "--expected", stale, "boolean", "select")
         assert rot.returncode == 1, rot.stdout + rot.stderr
         assert "but passed" in rot.stdout and "  boolean" in rot.stdout, rot.stdout
+
+        # A may-fail entry judges nothing: failing or passing, the run passes.
+        flaky = os.path.join(work, "mayfail.txt")
+        with open(flaky, "w") as f:
+            f.write("select (may-fail) fails without test_setup\n"
+                    "boolean (may-fail) passes\n")
+        either = run_regress("127.0.0.1", port, "--outputdir", os.path.join(out, "4"),
+                             "--expected", flaky, "boolean", "select")
+        assert either.returncode == 0, either.stdout + either.stderr
+        assert "select failed (listed as may-fail" in either.stdout, either.stdout
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
