@@ -23,6 +23,8 @@ class BenchError(Exception):
     """A step of the benchmark failed; the message says which and why."""
 
 
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
 def as_pg_user(argv):
     """argv prefixed so that it runs as the postgres OS user when we are root."""
     if os.geteuid() == 0:
@@ -93,6 +95,24 @@ def pid_alive(pid):
     except PermissionError:
         return True
     return True
+
+
+def proc_stat(pid):
+    """The fields of /proc/PID/stat after the command name (fields[0] is the
+    state, fields[11] and [12] utime and stime of the thread group in clock
+    ticks, fields[19] the start time), or None if the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat[stat.rfind(")") + 2:].split()
+
+
+def proc_cpu_seconds(pid):
+    """utime + stime of pid's thread group in seconds, or None if it is gone."""
+    fields = proc_stat(pid)
+    return None if fields is None else (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def pids_mentioning(text):

@@ -20,17 +20,14 @@ import time
 import urllib.request
 
 from bench_cli import SkipSetup, log
-from bench_proc import BenchError, run
+from bench_proc import BenchError, proc_stat, run
 
 
 def _start_time(pid):
     """The start time of process pid (clock ticks since boot), or None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
-            stat = f.read()
-    except OSError:
+    fields = proc_stat(pid)
+    if fields is None:
         return None
-    fields = stat[stat.rfind(")") + 2:].split()
     if fields and fields[0] == "Z":
         return None  # a zombie has exited already
     return int(fields[19]) if len(fields) > 19 else None

@@ -48,7 +48,7 @@ sys.path.insert(0, HERE)
 from bench_cli import (add_common_options, interrupt_on_sigterm, log, report_from_json,
                        machine_description, print_table, run_timed)
 from bench_pg import pg_tool, psql
-from bench_proc import BenchError, pg_workdir, run
+from bench_proc import CLK_TCK, BenchError, pg_workdir, proc_stat, run
 from bench_report import run_gnuplot, write_reports_and_docs
 from bench_stats import percentile
 from bench_strata import StrataCluster, prometheus_counter
@@ -261,15 +261,9 @@ def process_tree_cpu_s(pid):
     (the redo helpers), from /proc/*/stat."""
     procs = {}
     for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat", encoding="utf-8") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()
-        procs[int(d)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
+        fields = proc_stat(d) if d.isdigit() else None
+        if fields is not None:
+            procs[int(d)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
     total, todo, seen = 0, [pid], set()
     while todo:
         p = todo.pop()
@@ -278,7 +272,7 @@ def process_tree_cpu_s(pid):
         seen.add(p)
         total += procs.get(p, (0, 0))[1]
         todo += [c for c, (ppid, _) in procs.items() if ppid == p]
-    return total / os.sysconf("SC_CLK_TCK")
+    return total / CLK_TCK
 
 
 def compile_load_generator(out_dir):

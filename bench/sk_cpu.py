@@ -35,22 +35,8 @@ sys.path.insert(0, HERE)
 
 # pylint: disable=wrong-import-position
 from bench_pg import pg_tool
-from bench_proc import BenchError, run
+from bench_proc import BenchError, proc_cpu_seconds, run
 from bench_strata import prometheus_counter, strata_setup
-
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def proc_cpu_seconds(pid):
-    """utime+stime of pid's thread group in seconds, or None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            data = f.read()
-    except OSError:
-        return None
-    fields = data[data.rindex(")") + 2:].split()
-    # fields[0] is field 3 (state): utime is field 14, stime field 15.
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def sk_counters(port):
