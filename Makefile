@@ -18,6 +18,7 @@ deps:
 
 # The patched PostgreSQL 15, cached under ~/.cache/strata (as root: /var/cache/strata).
 postgres:
+	@bash compute/postgres/build.sh --check-make
 	@bash compute/postgres/build.sh >/dev/null
 
 build: postgres

@@ -14,6 +14,10 @@
 #   --prefix-only  print the prefix of a finished build for this patch and exit 0;
 #                  exit 1 (printing nothing on stdout) if there is none. Never builds.
 #   --force        rebuild even if a finished build for this key exists.
+#   --check-make   run the make invocation the build uses on a one-rule Makefile that
+#                  fails, as PostgreSQL's generated-header step does, unless it runs as
+#                  a top-level make (MAKELEVEL 0). `make postgres` runs it first, so a
+#                  build that works only with a warm cache fails on every machine.
 # Environment:
 #   STRATA_CACHE_DIR   cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/strata, or
 #                      /var/cache/strata when run as root); must be readable by the
@@ -45,9 +49,11 @@ build_deps=(dpkg-dev bison flex libreadline-dev zlib1g-dev make gcc perl)
 
 prefix_only=0
 force=0
+check_make=0
 for arg in "$@"; do
   case "$arg" in
     --prefix-only) prefix_only=1 ;;
+    --check-make) check_make=1 ;;
     --force) force=1 ;;
     -h | --help)
       sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'
@@ -65,6 +71,27 @@ die() {
   echo "postgres: error: $*" >&2
   exit 1
 }
+
+# PostgreSQL's make as a top-level make. Run from our Makefile, this script inherits
+# MAKELEVEL (and MAKEFLAGS with the outer jobserver); PostgreSQL generates its headers
+# (utils/errcodes.h, fmgroids.h, ...) only when MAKELEVEL is 0 (src/Makefile.global),
+# so under an outer make the build stops in src/common. Only a bare machine ever ran
+# this path: a warm cache skips the build.
+pg_make() {
+  env -u MAKELEVEL -u MAKEFLAGS -u MFLAGS -u MAKEOVERRIDES -u MAKE_TERMOUT -u MAKE_TERMERR \
+    make "$@"
+}
+
+if [ "$check_make" = 1 ]; then
+  t="$(mktemp -d)"
+  trap 'rm -rf "$t"' EXIT
+  printf 'all:\n\t%s\n' \
+    '@test "$(MAKELEVEL)" = 0 || { echo "postgres: error: PostgreSQL make would run at MAKELEVEL $(MAKELEVEL) and skip its generated headers" >&2; exit 1; }' \
+    >"$t/Makefile"
+  pg_make -s -C "$t" all
+  say "make check: PostgreSQL's make runs at MAKELEVEL 0 (outer MAKELEVEL ${MAKELEVEL:-unset})"
+  exit 0
+fi
 
 [ -f "$patch_file" ] || die "patch $patch_file is missing"
 # The cache key covers the patch and the recipe: bump recipe when a change to this
@@ -359,7 +386,8 @@ configure_args=(
 say "configuring"
 # Debian's source tree is an upstream release: the parser and scanner C files are
 # pregenerated, so bison and flex only matter if a Debian patch touched a grammar.
-(cd "$srcdir" && ./configure "${configure_args[@]}" >"$logs/configure.log" 2>&1) ||
+(cd "$srcdir" && env -u MAKELEVEL -u MAKEFLAGS -u MFLAGS ./configure "${configure_args[@]}" \
+  >"$logs/configure.log" 2>&1) ||
   {
     tail -n 30 "$logs/configure.log" >&2
     die "configure failed"
@@ -371,7 +399,7 @@ say "building (this takes about $minutes minutes with -j$jobs)"
 started=$(date +%s)
 run_make() {
   local log="$logs/make.log"
-  if ! nice -n 15 make -C "$srcdir" -j"$jobs" "$@" >>"$log" 2>&1; then
+  if ! nice -n 15 pg_make -C "$srcdir" -j"$jobs" "$@" >>"$log" 2>&1; then
     tail -n 40 "$log" >&2
     die "make $* failed (log kept at $log)"
   fi
