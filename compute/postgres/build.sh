@@ -79,7 +79,7 @@ die() {
 # this path: a warm cache skips the build.
 pg_make() {
   env -u MAKELEVEL -u MAKEFLAGS -u MFLAGS -u MAKEOVERRIDES -u MAKE_TERMOUT -u MAKE_TERMERR \
-    make "$@"
+    nice -n 15 make "$@"
 }
 
 if [ "$check_make" = 1 ]; then
@@ -399,7 +399,7 @@ say "building (this takes about $minutes minutes with -j$jobs)"
 started=$(date +%s)
 run_make() {
   local log="$logs/make.log"
-  if ! nice -n 15 pg_make -C "$srcdir" -j"$jobs" "$@" >>"$log" 2>&1; then
+  if ! pg_make -C "$srcdir" -j"$jobs" "$@" >>"$log" 2>&1; then
     tail -n 40 "$log" >&2
     die "make $* failed (log kept at $log)"
   fi
