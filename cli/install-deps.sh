@@ -9,7 +9,7 @@ PACKAGES=(
   libcjson-dev libarchive-dev libseccomp-dev libcmocka-dev
   python3 python3-pytest python3-psycopg
   postgresql-15 postgresql-server-dev-15 postgresql-client-15
-  gnuplot-nox procps iproute2 util-linux binutils
+  gnuplot-nox procps iproute2 util-linux binutils strace
   dpkg-dev bison flex libreadline-dev zlib1g-dev
 )
 

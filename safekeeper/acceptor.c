@@ -138,6 +138,7 @@ static void mark_all_durable(acceptor *acc)
     }
     acc->n_pending = 0;
     acc->reply_pending = false;
+    acc->st.flush_lsn = acc->flush_lsn;
 }
 
 /* ---- Construction ------------------------------------------------------ */
@@ -456,6 +457,10 @@ int acceptor_flush_done(acceptor *acc, acceptor_output *out)
             (size_t)(acc->n_pending - popped) * sizeof(acc->pending[0]));
     acc->n_pending -= popped;
     assert(acc->flush_lsn <= acc->durable_lsn);
+    /* Durable now: the next control-file save, lazy or not, may store it.
+     * A restart scans from the stored flush_lsn, so it must not lag behind
+     * the WAL that removal (which follows commit_lsn) lets go. */
+    acc->st.flush_lsn = acc->flush_lsn;
 
     if (popped > 0 && acc->reply_pending) {
         if (acc->n_pending == 0)

@@ -46,6 +46,7 @@ enum {
     OPT_PASSWORD,
     OPT_AUTH_FILE,
     OPT_LOG_LEVEL,
+    OPT_HOUSEKEEPING_MS,
     OPT_CONFIG,
     OPT_COUNT
 };
@@ -61,6 +62,8 @@ static const option_def option_defs[OPT_COUNT] = {
     {"auth-file", "SAFEKEEPER_AUTH_FILE", NULL,
      "JSON tokens file (mode 0600; see docs/operations.md); replaces --password"},
     {"log-level", "SAFEKEEPER_LOG_LEVEL", "info", "debug, info, warn or error"},
+    {"housekeeping-ms", "SAFEKEEPER_HOUSEKEEPING_MS", "1000",
+     "period of the lazy control-file save and of WAL removal, 10..3600000 ms"},
     {"config", "SAFEKEEPER_CONFIG", NULL, "config file of 'key = value' lines (keys as flags)"},
 };
 
@@ -220,6 +223,7 @@ int main(int argc, char **argv)
         {"password", required_argument, NULL, OPT_PASSWORD},
         {"auth-file", required_argument, NULL, OPT_AUTH_FILE},
         {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+        {"housekeeping-ms", required_argument, NULL, OPT_HOUSEKEEPING_MS},
         {"config", required_argument, NULL, OPT_CONFIG},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -285,6 +289,13 @@ int main(int argc, char **argv)
         return 2;
     }
 
+    unsigned long long housekeeping_ms = strtoull(values[OPT_HOUSEKEEPING_MS], &end, 10);
+    if (*end != '\0' || housekeeping_ms < 10 || housekeeping_ms > 3600000) {
+        fprintf(stderr, "strata-safekeeper: invalid --housekeeping-ms \"%s\" (10..3600000)\n",
+                values[OPT_HOUSEKEEPING_MS]);
+        return 2;
+    }
+
     const char *datadir = values[OPT_DATADIR];
     if (mkdir(datadir, 0700) != 0 && errno != EEXIST)
         log_fatal("cannot create data directory %s: %s", datadir, strerror(errno));
@@ -302,7 +313,8 @@ int main(int argc, char **argv)
     if (rc != 0)
         log_fatal("cannot set up io_uring: %s", strerror(-rc));
     char err[512];
-    if (sk_node_init(&d.node, d.loop, d.ring, datadir, id, err, sizeof err) != 0)
+    if (sk_node_init(&d.node, d.loop, d.ring, datadir, id, (unsigned)housekeeping_ms, err,
+                     sizeof err) != 0)
         log_fatal("cannot load timelines: %s", err);
 
     pgwire_config pcfg = {.host = pg_host, .port = pg_port};

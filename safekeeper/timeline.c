@@ -28,7 +28,6 @@
 #include "safekeeper/walsender.h"
 
 #define SK_MAX_SENDERS 64
-#define HOUSEKEEPING_MS 1000
 
 static const double fsync_bounds[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
                                       0.01,   0.025,   0.05,   0.1,   0.5,    1.0};
@@ -552,6 +551,18 @@ static sk_timeline *tl_create(sk_node *node, const strata_id *tenant, const stra
 }
 
 /*
+ * Where a restart starts decoding: a record boundary known to be durable.
+ * commit_lsn may run ahead of this safekeeper's own WAL (a quorum committed
+ * what it never received), so min(commit_lsn, flush_lsn) as stored; both are
+ * record ends and flush_lsn was durable when stored.
+ */
+static lsn_t restart_scan_start(const acceptor_persistent_state *st)
+{
+    lsn_t start = st->commit_lsn < st->flush_lsn ? st->commit_lsn : st->flush_lsn;
+    return start < st->timeline_start_lsn ? st->timeline_start_lsn : start;
+}
+
+/*
  * Finds the end of the last complete, CRC-valid record from start on by
  * decoding what is on disk (a torn tail, zeros or garbage end it).
  * Returns 0 with *end set, or a negative errno.
@@ -569,8 +580,11 @@ static int find_end_of_wal(wal_store *ws, uint32_t seg_size, lsn_t start, lsn_t 
     wal_reader_init(&r, start, seg_size, rec_buf, WAL_READER_DEFAULT_BUF);
     lsn_t pos = start;
     bool broken = false;
+    int rc = 0;
     while (!broken) {
         ssize_t n = wal_store_read(ws, pos, buf, 128 * 1024);
+        if (n == -ENOENT && pos == start && wal_store_newest_segment_lsn(ws) > start)
+            rc = -ENOENT; /* the start is gone but WAL after it is not */
         if (n <= 0)
             break;
         const uint8_t *p = buf;
@@ -591,7 +605,7 @@ static int find_end_of_wal(wal_store *ws, uint32_t seg_size, lsn_t start, lsn_t 
     *end = wal_reader_last_record_end(&r);
     free(rec_buf);
     free(buf);
-    return 0;
+    return rc;
 }
 
 static int tl_load(sk_node *node, const strata_id *tenant, const strata_id *timeline, char *err,
@@ -623,21 +637,31 @@ static int tl_load(sk_node *node, const strata_id *tenant, const strata_id *time
             free(tl);
             return -1;
         }
-        /* A known-good record boundary: commit_lsn may run ahead of our
-         * own WAL (a quorum committed what we never received), so take
-         * min(commit_lsn, flush_lsn) as stored; both are record ends and
-         * flush_lsn was durable when stored.  A truncation never cuts
-         * below that minimum (the core refuses to cut committed WAL). */
-        lsn_t start = st.commit_lsn < st.flush_lsn ? st.commit_lsn : st.flush_lsn;
-        if (start < st.timeline_start_lsn)
-            start = st.timeline_start_lsn;
+        /* A truncation never cuts below the scan start (the core refuses
+         * to cut committed WAL, and removal keeps the start's segment). */
+        lsn_t start = restart_scan_start(&st);
         if (start != LSN_INVALID) {
             rc = find_end_of_wal(tl->ws, st.wal_seg_size, start, &end);
+            if (rc == -ENOENT) {
+                char s[LSN_FMT_LEN];
+                snprintf(err, errlen,
+                         "%s: the WAL at %s, where the control file says a complete record "
+                         "ends, is missing while later segments exist; refusing to truncate "
+                         "them (restore the segment or replace this safekeeper)",
+                         tl->dir, lsn_format(start, s));
+                wal_store_close(tl->ws);
+                free(tl);
+                return -1;
+            }
             if (rc == 0)
                 rc = wal_store_truncate(tl->ws, end);
+            /* What a killed process wrote may still be only in the page
+             * cache: make it durable before any of it is reported flushed. */
+            if (rc == 0)
+                rc = wal_store_sync_range(tl->ws, start, end);
             if (rc != 0) {
-                snprintf(err, errlen, "%s: cannot truncate WAL at the end found: %s", tl->dir,
-                         strerror(-rc));
+                snprintf(err, errlen, "%s: cannot truncate or sync WAL at the end found: %s",
+                         tl->dir, strerror(-rc));
                 wal_store_close(tl->ws);
                 free(tl);
                 return -1;
@@ -666,6 +690,7 @@ static bool lazy_fields_changed(const acceptor_persistent_state *a,
                                 const acceptor_persistent_state *b)
 {
     return a->commit_lsn != b->commit_lsn || a->truncate_lsn != b->truncate_lsn ||
+           a->flush_lsn != b->flush_lsn ||
            memcmp(&a->ps_feedback, &b->ps_feedback, sizeof a->ps_feedback) != 0;
 }
 
@@ -696,6 +721,11 @@ static void housekeep_timeline(sk_timeline *tl)
         horizon = p->commit_lsn;
     if (p->truncate_lsn < horizon)
         horizon = p->truncate_lsn;
+    /* A restart scans from the stored min(commit_lsn, flush_lsn): the
+     * segment holding it must outlive the control file that names it. */
+    lsn_t scan_start = restart_scan_start(p);
+    if (scan_start < horizon)
+        horizon = scan_start;
     if (horizon == LSN_INVALID)
         return;
     int removed = wal_store_remove_below(tl->ws, horizon);
@@ -720,7 +750,7 @@ static void on_housekeeping(uv_timer_t *t)
 /* ---- node ------------------------------------------------------------- */
 
 int sk_node_init(sk_node *node, uv_loop_t *loop, uring *ring, const char *datadir, uint64_t node_id,
-                 char *err, size_t errlen)
+                 unsigned housekeeping_ms, char *err, size_t errlen)
 {
     memset(node, 0, sizeof *node);
     node->loop = loop;
@@ -783,7 +813,7 @@ int sk_node_init(sk_node *node, uv_loop_t *loop, uring *ring, const char *datadi
         return -1;
     uv_timer_init(loop, &node->housekeeping);
     node->housekeeping.data = node;
-    uv_timer_start(&node->housekeeping, on_housekeeping, HOUSEKEEPING_MS, HOUSEKEEPING_MS);
+    uv_timer_start(&node->housekeeping, on_housekeeping, housekeeping_ms, housekeeping_ms);
     uv_prepare_init(loop, &node->before_poll);
     node->before_poll.data = node;
     uv_prepare_start(&node->before_poll, on_before_poll);

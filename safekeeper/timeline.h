@@ -108,9 +108,10 @@ typedef struct sk_pusher {
 } sk_pusher;
 
 /* Loads every timeline under datadir (control file, end of WAL, acceptor
- * restore) and starts the housekeeping timer.  0, or -1 with err. */
+ * restore) and starts the housekeeping timer (lazy control-file saves and
+ * WAL removal every housekeeping_ms).  0, or -1 with err. */
 int sk_node_init(sk_node *node, uv_loop_t *loop, uring *ring, const char *datadir, uint64_t node_id,
-                 char *err, size_t errlen);
+                 unsigned housekeeping_ms, char *err, size_t errlen);
 
 /* Saves lazily-kept state, stops timers, closes stores.  Call after the
  * ring was closed (nothing in flight) and connections are gone. */

@@ -567,10 +567,23 @@ int wal_store_open(const wal_store_config *cfg, wal_store **out)
         bool partial;
         if (parse_segment_name(ws->seg_size, de->d_name, &segno, &partial) && partial &&
             segno < newest) {
+            /* After a kill its last writes may be in the page cache only:
+             * sync it before it gets the name of a complete segment. */
             char from[PATH_MAX], to[PATH_MAX];
             if (seg_path(ws, segno, true, from, sizeof from) == 0 &&
-                seg_path(ws, segno, false, to, sizeof to) == 0)
-                rename(from, to);
+                seg_path(ws, segno, false, to, sizeof to) == 0) {
+                int fd = open(from, O_RDONLY | O_CLOEXEC);
+                int rc = fd < 0 ? -errno : durable_fsync_fd(fd);
+                if (fd >= 0)
+                    close(fd);
+                if (rc == 0 && rename(from, to) != 0)
+                    rc = -errno;
+                if (rc != 0) {
+                    closedir(d);
+                    free(ws);
+                    return rc;
+                }
+            }
         }
     }
     closedir(d);
@@ -823,6 +836,42 @@ int wal_store_truncate(wal_store *ws, lsn_t lsn)
         return rc;
     ws->write_lsn = ws->written_lsn = ws->flush_lsn = lsn;
     return 0;
+}
+
+int wal_store_sync_range(wal_store *ws, lsn_t from, lsn_t to)
+{
+    if (ws->failed != 0)
+        return -EIO;
+    for (uint64_t segno = from / ws->seg_size; segno <= to / ws->seg_size; segno++) {
+        int fd = open_segment(ws, segno, O_RDONLY);
+        if (fd == -ENOENT)
+            continue; /* the end lies exactly at a segment start */
+        if (fd < 0)
+            return fd;
+        int rc = durable_fsync_fd(fd);
+        close(fd);
+        if (rc != 0)
+            return rc;
+    }
+    return durable_fsync_dir(ws->dir);
+}
+
+static int visit_newest(wal_store *ws, uint64_t segno, bool partial, void *arg)
+{
+    (void)ws;
+    (void)partial;
+    uint64_t *newest = arg;
+    if (segno + 1 > *newest)
+        *newest = segno + 1;
+    return 0;
+}
+
+lsn_t wal_store_newest_segment_lsn(wal_store *ws)
+{
+    uint64_t newest_plus_one = 0;
+    if (visit_segments(ws, visit_newest, &newest_plus_one) != 0 || newest_plus_one == 0)
+        return LSN_INVALID;
+    return (newest_plus_one - 1) * ws->seg_size;
 }
 
 ssize_t wal_store_read(wal_store *ws, lsn_t lsn, void *buf, size_t len)

@@ -139,6 +139,17 @@ lsn_t wal_store_written_lsn(const wal_store *ws);
  */
 ssize_t wal_store_read(wal_store *ws, lsn_t lsn, void *buf, size_t len);
 
+/*
+ * fsyncs every existing segment from the one holding from to the one holding
+ * to, then the directory.  A restart calls it on what it scanned: a killed
+ * process's writes may be in the page cache only, and must be durable before
+ * they are reported flushed (as Postgres's SyncDataDirectory does).
+ */
+int wal_store_sync_range(wal_store *ws, lsn_t from, lsn_t to);
+
+/* Start LSN of the highest-numbered segment on disk; LSN_INVALID if none. */
+lsn_t wal_store_newest_segment_lsn(wal_store *ws);
+
 /* Deletes every segment wholly below the segment holding horizon (never
  * that one).  Returns the number of segments removed or a negative errno. */
 int wal_store_remove_below(wal_store *ws, lsn_t horizon);

@@ -95,9 +95,6 @@ class WalWriter:
     def record(self, payload_len):
         if self.pos % PAGE == 0:
             self._page_header()
-        if PAGE - self.pos % PAGE < 24:  # header never split: pad to next page
-            self._raw(b"\0" * (PAGE - self.pos % PAGE))
-            self._page_header()
         start = self.pos
         payload = bytes((start + k) % 251 + 1 for k in range(payload_len))
         if payload_len < 256:
@@ -312,9 +309,11 @@ def opts(tenant, timeline):
 
 
 class Safekeeper:
-    def __init__(self, datadir):
+    def __init__(self, datadir, extra_args=(), wrapper=()):
         self.datadir = datadir
         self.proc = None
+        self.extra_args = list(extra_args)
+        self.wrapper = list(wrapper)  # e.g. strace and its options
 
     def start(self):
         ports_file = os.path.join(self.datadir, "safekeeper.ports")
@@ -322,8 +321,9 @@ class Safekeeper:
             os.unlink(ports_file)
         self.log = open(os.path.join(os.path.dirname(self.datadir), "sk.log"), "ab")
         self.proc = subprocess.Popen(
-            [SK_BIN, "--id", "1", "--datadir", self.datadir, "--listen-pg", "127.0.0.1:0",
-             "--listen-http", "127.0.0.1:0"], stdout=self.log, stderr=self.log)
+            self.wrapper + [SK_BIN, "--id", "1", "--datadir", self.datadir, "--listen-pg",
+                            "127.0.0.1:0", "--listen-http", "127.0.0.1:0"] + self.extra_args,
+            stdout=self.log, stderr=self.log)
         deadline = time.time() + 20
         while time.time() < deadline:
             if self.proc.poll() is not None:
