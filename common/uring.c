@@ -489,6 +489,11 @@ void uring_cancel_wait(uring *u, uring_waiter *w)
     w->queued = 0;
 }
 
+void uring_disable_cqe_skip(uring *u)
+{
+    u->can_skip = false;
+}
+
 unsigned uring_in_flight(const uring *u)
 {
     return u->in_flight;

@@ -92,6 +92,12 @@ void uring_cancel_wait(uring *u, uring_waiter *w);
 /* Operations submitted whose callback has not run yet. */
 unsigned uring_in_flight(const uring *u);
 
+/* Posts a completion for every linked write, as kernels without
+ * IORING_FEAT_CQE_SKIP do (a write's completion then arrives before the
+ * fdatasync linked after it).  For tests of callers that must not take a
+ * completed write for a durable one. */
+void uring_disable_cqe_skip(uring *u);
+
 /*
  * Waits (blocking) for in-flight operations to finish, without running their
  * callbacks, then closes the ring.  The memory is freed once the loop has

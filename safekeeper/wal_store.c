@@ -732,7 +732,11 @@ int wal_store_flush_now(wal_store *ws)
     lsn_t target = ws->written_lsn;
     for (int i = 0; i < WAL_STORE_MAX_OPEN; i++) {
         seg_file *s = &ws->segs[i];
-        if (!s->in_use || !s->dirty)
+        /* A segment in the running round holds completed writes that are
+         * not dirty (the round's fdatasync is to sync them) but are not
+         * durable until that fdatasync completes: sync it here too, or a
+         * vote would report them flushed before they are. */
+        if (!s->in_use || (!s->dirty && s->sync == SYNC_NONE))
             continue;
         int rc = durable_fdatasync_fd(s->fd);
         ws->stats.fdatasyncs++;

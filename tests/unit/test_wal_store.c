@@ -703,6 +703,74 @@ static void test_linked_write_failure_reports_nothing(void **state)
     assert_int_equal(uring_in_flight(f->ring), 0);
 }
 
+/* A vote's flush inside on_written, the way the timeline runs it: the
+ * running round's write has completed, its linked fdatasync has not. */
+typedef struct vote_probe {
+    linked l;
+    bool probed;
+    bool round_was_active;
+    uint64_t fdatasyncs_done_before; /* completed fdatasyncs when flush_now began */
+    uint64_t fdatasyncs_after;       /* ...and when it returned */
+    int rc;
+} vote_probe;
+
+static void on_written_vote(void *arg, lsn_t lsn)
+{
+    vote_probe *v = arg;
+    on_written_linked(&v->l, lsn);
+    if (v->probed)
+        return;
+    v->probed = true;
+    wal_store *ws = v->l.f->ws;
+    v->round_was_active = ws->round_active;
+    v->fdatasyncs_done_before = ws->stats.fdatasyncs;
+    v->rc = wal_store_flush_now(ws);
+    v->fdatasyncs_after = ws->stats.fdatasyncs;
+}
+
+static void test_vote_flush_waits_for_the_rounds_fdatasync(void **state)
+{
+    /* Issue 11.3: on a kernel without IORING_FEAT_CQE_SKIP the write of a
+     * round completes before its linked fdatasync.  A vote arriving then
+     * (flush_now after every write completed) found no dirty segment and
+     * reported the round's bytes flushed with no fdatasync done. */
+    fixture *f = *state;
+    uring_disable_cqe_skip(f->ring);
+    vote_probe v = {0};
+    wal_store_close(f->ws);
+    v.l = (linked){.f = f};
+    wal_store_config cfg = {.dir = f->dir,
+                            .seg_size = SEG,
+                            .ring = f->ring,
+                            .on_flushed = on_flushed_linked,
+                            .on_error = on_error_linked,
+                            .on_written = on_written_vote,
+                            .arg = &v,
+                            .caller_syncs = true,
+                            .link_writes = true};
+    assert_int_equal(wal_store_open(&cfg, &f->ws), 0);
+    lsn_t start = 500;
+    assert_int_equal(wal_store_truncate(f->ws, start), 0);
+    v.l.written = start;
+    uint8_t buf[4000];
+    fill(buf, sizeof buf, start);
+    assert_int_equal(wal_store_append(f->ws, start, buf, sizeof buf), 0);
+    lsn_t covers;
+    assert_int_equal(wal_store_sync_begin(f->ws, &covers), 0);
+    while (f->nflushed < 1)
+        uv_run(&f->loop, UV_RUN_ONCE);
+    assert_true(v.probed);
+    assert_true(v.round_was_active);
+    assert_int_equal(v.rc, 0);
+    /* flush_now claimed the round's bytes (flush_lsn >= covers): it must
+     * have synced them itself, since the round's fdatasync had not completed. */
+    assert_int_equal(v.fdatasyncs_done_before, 0);
+    assert_true(v.fdatasyncs_after > v.fdatasyncs_done_before);
+    assert_int_equal(f->flushed[0], covers);
+    assert_int_equal(v.l.bad_reports, 0);
+    assert_int_equal(f->errors, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -717,6 +785,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_shared_ring_full, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reopen_tidies_names, setup, teardown),
         cmocka_unit_test_setup_teardown(test_linked_rounds, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_vote_flush_waits_for_the_rounds_fdatasync, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_linked_write_failure_reports_nothing, setup,
                                         teardown),
     };
