@@ -286,11 +286,14 @@ lsn_t wal_tracker_last_record_end(const wal_tracker *t);
  * checks, same record ends) and copies each record's bytes, minus page
  * headers, into a buffer the caller provides.
  *
- * Bound: a record longer than the buffer is an error ("record larger than
- * the reassembly buffer"), so memory is exactly what the caller gave.
- * Postgres 15 can write records up to about 1 GB in theory; in practice the
- * largest are a few MB (32 full-page images, big commit records, logical
- * messages).  WAL_READER_DEFAULT_BUF is a sensible size for daemons.
+ * Bound: with wal_reader_init, a record longer than the buffer is an error
+ * ("record larger than the reassembly buffer"), so memory is exactly what
+ * the caller gave.  Postgres 15 writes records up to WAL_MAX_RECORD_LEN
+ * (pg_logical_emit_message of 20 MB makes one record of 20 MB); a reader
+ * that must follow every valid stream (a safekeeper's restart scan, the
+ * pageserver's WAL receiver) uses wal_reader_init_growable, whose buffer
+ * grows to the largest record seen.  WAL_READER_DEFAULT_BUF is a sensible
+ * starting size for daemons.
  *
  * Typical loop:
  *     while (len > 0) {
@@ -307,6 +310,8 @@ typedef struct wal_reader {
     wal_tracker tracker;
     uint8_t *buf;   /* caller's reassembly buffer, cap bytes */
     size_t cap;
+    uint8_t **grow_buf; /* growable: the caller's pointer and size to update */
+    size_t *grow_cap;
     const char *error;
     bool have_record;
     lsn_t rec_start;
@@ -336,6 +341,13 @@ void wal_reader_init(wal_reader *r, lsn_t start, uint32_t wal_seg_size, uint8_t 
  */
 int wal_reader_feed(wal_reader *r, lsn_t at, const uint8_t *data, size_t len, size_t *consumed,
                     const char **why);
+
+/* Like wal_reader_init, over a malloc'd buffer the reader may replace by a
+ * larger one (realloc, updating *buf and *cap) to hold a record of up to
+ * WAL_MAX_RECORD_LEN; failing that allocation is an error of the reader.
+ * The caller keeps owning *buf (frees it, may reuse it for a new reader). */
+void wal_reader_init_growable(wal_reader *r, lsn_t start, uint32_t wal_seg_size, uint8_t **buf,
+                              size_t *cap);
 
 /* The record of the last WAL_READER_RECORD: its start LSN and end LSN (the
  * convention at the top of this file).  NULL if none is pending. */

@@ -13,6 +13,7 @@
 #include "common/walformat.h"
 
 #include <assert.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef enum step_kind {
@@ -294,6 +295,30 @@ void wal_reader_init(wal_reader *r, lsn_t start, uint32_t wal_seg_size, uint8_t 
     r->error = r->tracker.error;
 }
 
+void wal_reader_init_growable(wal_reader *r, lsn_t start, uint32_t wal_seg_size, uint8_t **buf,
+                              size_t *cap)
+{
+    wal_reader_init(r, start, wal_seg_size, *buf, *cap);
+    r->grow_buf = buf;
+    r->grow_cap = cap;
+}
+
+/* Makes room for a record of need bytes; false if not allowed or no memory. */
+static bool reader_grow(wal_reader *r, size_t need)
+{
+    if (r->grow_buf == NULL || need > WAL_MAX_RECORD_LEN)
+        return false;
+    size_t cap = r->cap;
+    while (cap < need)
+        cap = cap > WAL_MAX_RECORD_LEN / 2 ? WAL_MAX_RECORD_LEN : cap * 2;
+    uint8_t *nb = realloc(r->buf, cap);
+    if (nb == NULL)
+        return false;
+    r->buf = *r->grow_buf = nb;
+    r->cap = *r->grow_cap = cap;
+    return true;
+}
+
 static int reader_fail(wal_reader *r, const char *why, const char **why_out)
 {
     r->error = why;
@@ -328,8 +353,13 @@ int wal_reader_feed(wal_reader *r, lsn_t at, const uint8_t *data, size_t len, si
             return reader_fail(r, *why, why);
         assert(s.n > 0 && s.n <= len - *consumed);
         if (s.kind == STEP_RECORD) {
-            if (t->rec_len > r->cap || (size_t)s.rec_off + s.n > r->cap)
-                return reader_fail(r, "WAL record larger than the reassembly buffer", why);
+            if ((t->rec_len > r->cap || (size_t)s.rec_off + s.n > r->cap) &&
+                !reader_grow(r, t->rec_len > s.rec_off + s.n ? t->rec_len : s.rec_off + s.n))
+                return reader_fail(r,
+                                   r->grow_buf != NULL
+                                       ? "out of memory for a WAL record's reassembly buffer"
+                                       : "WAL record larger than the reassembly buffer",
+                                   why);
             memcpy(r->buf + s.rec_off, data + *consumed, s.n);
         }
         *consumed += s.n;

@@ -36,7 +36,8 @@ struct walreceiver {
     char *user, *password;
     store *st;
     ingest_state *ing;
-    uint8_t *buf; /* reassembly buffer */
+    uint8_t *buf; /* reassembly buffer, grown by the reader to the largest record */
+    size_t buf_cap;
     pthread_t thread;
     atomic_bool stop;
     pthread_mutex_t mu; /* guards status */
@@ -389,7 +390,8 @@ static int stream(walreceiver *wr, int i)
     log_write(LOG_LEVEL_INFO, "walreceiver: streaming from %s at %s", wr->sk[i], a);
 
     wal_reader r;
-    wal_reader_init(&r, start, wr->o.wal_seg_size, wr->buf, wr->o.reassembly_buf);
+    /* Records up to PostgreSQL's 1 GB limit: the buffer grows to fit. */
+    wal_reader_init_growable(&r, start, wr->o.wal_seg_size, &wr->buf, &wr->buf_cap);
     uint64_t next_status = 0, next_probe = now_ms() + wr->o.probe_interval_ms;
     /* How far this safekeeper offers WAL (its commit LSN), and when that
      * last moved. */
@@ -597,6 +599,7 @@ int walreceiver_start(const walreceiver_options *o, store *st, ingest_state *ing
     wr->user = strdup(o->user ? o->user : "strata");
     wr->password = o->password ? strdup(o->password) : NULL;
     wr->buf = malloc(o->reassembly_buf);
+    wr->buf_cap = o->reassembly_buf;
     if (!ok || wr->user == NULL || (o->password && !wr->password) || wr->buf == NULL) {
         free_wr(wr);
         snprintf(err, errlen, "out of memory or a missing safekeeper address");

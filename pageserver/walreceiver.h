@@ -70,7 +70,7 @@ typedef struct walreceiver_options {
     uint32_t connect_timeout_s;   /* default 5 */
     uint32_t probe_interval_ms;   /* default 10000 */
     uint64_t switch_lag_bytes;    /* default 1 GiB */
-    size_t reassembly_buf;        /* default WAL_READER_DEFAULT_BUF */
+    size_t reassembly_buf;        /* initial size, grows to fit; default WAL_READER_DEFAULT_BUF */
     /* Send our 'z' feedback (default true).  A stock Postgres walsender
      * (tests) closes the connection on an unknown message: set false there,
      * and set no tenant/timeline options (send_ids false). */

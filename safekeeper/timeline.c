@@ -569,7 +569,8 @@ static lsn_t restart_scan_start(const acceptor_persistent_state *st)
  */
 static int find_end_of_wal(wal_store *ws, uint32_t seg_size, lsn_t start, lsn_t *end)
 {
-    uint8_t *rec_buf = malloc(WAL_READER_DEFAULT_BUF);
+    size_t rec_cap = 1 << 20; /* grows to the largest record, up to 1 GB */
+    uint8_t *rec_buf = malloc(rec_cap);
     uint8_t *buf = malloc(128 * 1024);
     if (rec_buf == NULL || buf == NULL) {
         free(rec_buf);
@@ -577,7 +578,7 @@ static int find_end_of_wal(wal_store *ws, uint32_t seg_size, lsn_t start, lsn_t 
         return -ENOMEM;
     }
     wal_reader r;
-    wal_reader_init(&r, start, seg_size, rec_buf, WAL_READER_DEFAULT_BUF);
+    wal_reader_init_growable(&r, start, seg_size, &rec_buf, &rec_cap);
     lsn_t pos = start;
     bool broken = false;
     int rc = 0;

@@ -535,6 +535,28 @@ static void test_reader_crc_and_bounds(void **state)
     assert_int_equal(rc, WAL_READER_ERROR);
     assert_non_null(strstr(why, "reassembly buffer"));
     assert_true(wal_reader_last_record_end(&r) > SAMPLE_START);
+    lsn_t stopped_at = wal_reader_last_record_end(&r);
+
+    /* A growable reader starting as small reads every record of the sample,
+     * the one that stopped the fixed buffer included (issue 11.2: records
+     * up to 1 GB must never stop a safekeeper's restart scan or ingest). */
+    size_t cap = 1000;
+    uint8_t *buf = malloc(cap);
+    assert_non_null(buf);
+    wal_reader_init_growable(&r, SAMPLE_START, SAMPLE_SEG_SIZE, &buf, &cap);
+    pos = SAMPLE_START;
+    int records = 0;
+    while (pos < SAMPLE_END) {
+        size_t used;
+        rc = wal_reader_feed(&r, pos, at_lsn(pos), (size_t)(SAMPLE_END - pos), &used, &why);
+        assert_int_not_equal(rc, WAL_READER_ERROR);
+        records += rc == WAL_READER_RECORD;
+        pos += used;
+    }
+    assert_true(cap > 1000);
+    assert_true(wal_reader_last_record_end(&r) > stopped_at);
+    assert_true(records > 0);
+    free(buf);
 }
 
 /* Builds a record: header + the given body, with a correct CRC. */
