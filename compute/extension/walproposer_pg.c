@@ -42,12 +42,15 @@
 #include "access/xlog_internal.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "port/atomics.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "postmaster/postmaster.h"
 #include "storage/fd.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -131,6 +134,39 @@ static void basebackup_signal_consumed(void);
 /* X when started from a basebackup at X and not yet elected; 0 otherwise. */
 static XLogRecPtr basebackup_lsn = InvalidXLogRecPtr;
 
+/*
+ * The last term this server's walproposer was elected in, kept in shared
+ * memory so that it outlives a restart of the background worker (and ends
+ * with the postmaster).  A restarted walproposer may continue only WAL its
+ * own earlier term wrote: see check_own_history.
+ */
+typedef struct wp_shared {
+    pg_atomic_uint64 last_elected_term;
+} wp_shared;
+static wp_shared *wp_sh = NULL;
+static shmem_request_hook_type prev_wp_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_wp_shmem_startup_hook = NULL;
+
+static void wp_shmem_request(void)
+{
+    if (prev_wp_shmem_request_hook)
+        prev_wp_shmem_request_hook();
+    RequestAddinShmemSpace(MAXALIGN(sizeof(wp_shared)));
+}
+
+static void wp_shmem_startup(void)
+{
+    bool found;
+
+    if (prev_wp_shmem_startup_hook)
+        prev_wp_shmem_startup_hook();
+    LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+    wp_sh = ShmemInitStruct("strata walproposer", sizeof(wp_shared), &found);
+    if (!found)
+        pg_atomic_init_u64(&wp_sh->last_elected_term, 0);
+    LWLockRelease(AddinShmemInitLock);
+}
+
 /* ---- registration ------------------------------------------------------ */
 
 void strata_walproposer_register(void)
@@ -151,6 +187,10 @@ void strata_walproposer_register(void)
     strlcpy(bgw.bgw_name, "strata walproposer", sizeof(bgw.bgw_name));
     strlcpy(bgw.bgw_type, "strata walproposer", sizeof(bgw.bgw_type));
     RegisterBackgroundWorker(&bgw);
+    prev_wp_shmem_request_hook = shmem_request_hook;
+    shmem_request_hook = wp_shmem_request;
+    prev_wp_shmem_startup_hook = shmem_startup_hook;
+    shmem_startup_hook = wp_shmem_startup;
 }
 
 /* ---- configuration ----------------------------------------------------- */
@@ -442,6 +482,34 @@ static void send_append(int i, const append_request *ar, TimestampTz now)
     sk_send(i, &msg);
 }
 
+/*
+ * A walproposer restarted while its server kept running (the background
+ * worker exits on an error and comes back a second later) streams this
+ * server's own pg_wal after the safekeepers' WAL.  That is right only if
+ * the safekeepers' WAL is this server's: the donor's history must end with
+ * the term this server was last elected in.  If another compute was elected
+ * meanwhile and wrote WAL, that WAL and ours diverge although our local WAL
+ * may be longer (the term-start check above passes); continuing would
+ * append our bytes after theirs and fence a compute whose commits were
+ * acknowledged.  Such a server can only stop: a new compute starts from
+ * the pageserver at the safekeepers' end.  (A compute's first election is
+ * checked against its basebackup LSN instead.)
+ */
+static void check_own_history(const proposer_effect *e)
+{
+    uint64 mine = pg_atomic_read_u64(&wp_sh->last_elected_term);
+
+    if (basebackup_lsn != InvalidXLogRecPtr || mine == 0)
+        return;
+    if (e->u.elected.donor_last_term != mine)
+        wp_stop(psprintf("this server's walproposer was last elected in term " UINT64_FORMAT
+                         " but the safekeepers' WAL was last written in term " UINT64_FORMAT
+                         ": another compute wrote WAL while this walproposer was down, and "
+                         "this server's WAL after it may differ; start a new compute (strata "
+                         "start compute)",
+                         mine, e->u.elected.donor_last_term));
+}
+
 static void on_elected(const proposer_effect *e, TimestampTz now)
 {
     char start[LSN_FMT_LEN], tstart[LSN_FMT_LEN], flush[LSN_FMT_LEN];
@@ -480,6 +548,8 @@ static void on_elected(const proposer_effect *e, TimestampTz now)
                              ? "continues past the basebackup (another compute wrote it)"
                              : "ends before the basebackup"));
     }
+    check_own_history(e);
+    pg_atomic_write_u64(&wp_sh->last_elected_term, e->u.elected.term);
     if (basebackup_lsn != InvalidXLogRecPtr)
         basebackup_signal_consumed();
     wp.local_wanted = true;

@@ -352,6 +352,8 @@ static void elect(proposer *p, proposer_output *out)
     e->u.elected.start_streaming_at = lowest;
     e->u.elected.donor = donor;
     e->u.elected.donor_flush_lsn = dv->flush_lsn;
+    e->u.elected.donor_last_term =
+        dv->history.n > 0 ? dv->history.entries[dv->history.n - 1].term : 0;
 
     for (int i = 0; i < p->cfg.n_acceptors; i++)
         if (p->peers[i].state == PEER_VOTED)

@@ -106,6 +106,9 @@ typedef struct proposer_effect {
             lsn_t start_streaming_at; /* lowest among voters */
             int donor;                /* acceptor index of the donor */
             lsn_t donor_flush_lsn;    /* == term_start_lsn */
+            /* Term of the last entry of the donor's history (0 if empty):
+             * the term that wrote the WAL this term continues. */
+            uint64_t donor_last_term;
         } elected;
         lsn_t commit_lsn; /* COMMIT_ADVANCED */
         lsn_t sync_lsn;   /* SYNC_DONE */

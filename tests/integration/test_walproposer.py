@@ -549,3 +549,99 @@ def test_refuses_to_start_without_synchronous_standby(make_cluster):
                             compute.log_path, "-w", "-t", "30", "start"])
     assert proc.returncode != 0
     assert "strata.safekeepers requires synchronous_standby_names = 'walproposer'" in compute.log()
+
+
+def walproposer_pid(compute):
+    """The walproposer background worker among the postmaster's children (a
+    worker without a database connection is not in pg_stat_activity)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open("/proc/%s/cmdline" % entry, "rb") as f:
+                cmdline = f.read().decode(errors="replace")
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == compute.pid and "strata walproposer" in cmdline:
+            return int(entry)
+    return None
+
+
+def test_restarted_walproposer_with_divergent_wal_stops(cluster):
+    """Issue 11.5.  Compute A's walproposer is frozen; compute B (a
+    pg_basebackup of A, on its own port) is elected and commits rows; A
+    meanwhile writes more local WAL than B (synchronous_commit = local), so
+    its WAL is longer than the safekeepers' but different.  A's walproposer
+    then restarts (SIGTERM: the background worker comes back a second later)
+    and wins a new election.  The old check (term start <= our flush) let it
+    stream its own bytes after B's acknowledged WAL; it must stop instead,
+    because the safekeepers' WAL was last written by a term that is not
+    A's last one, and B's commits must stay on the safekeepers."""
+    a = cluster.compute
+    wait_committing(a)
+    with a.connect() as conn:
+        conn.execute("CREATE TABLE ledger (id int, who text)")
+        conn.execute("INSERT INTO ledger SELECT g, 'a' FROM generate_series(1, 100) g")
+    wp_a = walproposer_pid(a)
+    assert wp_a, a.log_tail()
+
+    # B: a physical copy of A, then its own server on its own port.
+    b_root = os.path.join(cluster.root, "compute_b")
+    os.makedirs(b_root)
+    os.chmod(b_root, 0o777)
+    b = Compute(b_root, cluster.safekeepers, cluster.timeline)
+    if os.geteuid() == 0:
+        uid, gid = pg_ids()
+        os.chown(b_root, uid, gid)
+    os.kill(wp_a, signal.SIGSTOP)
+    try:
+        proc = run_as_postgres([os.path.join(PG_BIN, "pg_basebackup"), "-h", "127.0.0.1", "-p",
+                                str(a.port), "-U", "postgres", "-D", b.datadir, "-X", "stream",
+                                "-c", "fast"], timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        # The backup starts after a segment switch; B's walproposer streams
+        # from the safekeepers' end, before it: give B A's complete older
+        # segments (WAL both servers share; A writes no more to them).
+        a_wal, b_wal = os.path.join(a.datadir, "pg_wal"), os.path.join(b.datadir, "pg_wal")
+        seg_re = re.compile(r"^[0-9A-F]{24}$")
+        first_b = min(n for n in os.listdir(b_wal) if seg_re.match(n))
+        for name in sorted(os.listdir(a_wal)):
+            if seg_re.match(name) and name < first_b:
+                shutil.copy2(os.path.join(a_wal, name), os.path.join(b_wal, name))
+                if os.geteuid() == 0:
+                    os.chown(os.path.join(b_wal, name), *pg_ids())
+        with open(os.path.join(b.datadir, "postgresql.conf"), "a") as f:
+            f.write("\nport = %d\nunix_socket_directories = '%s'\n" % (b.port, b_root))
+        # A: much more local WAL than B will write, never acknowledged.
+        with a.connect() as conn:
+            conn.execute("SET synchronous_commit = local")
+            conn.execute("INSERT INTO ledger SELECT g, 'a-local' FROM generate_series(1, 200000) g")
+        b.start()
+        try:
+            wait_committing(b)
+        except AssertionError as e:
+            raise AssertionError("%s\n---- compute B ----\n%s" % (e, b.log_tail(60)))
+        with b.connect() as conn:
+            conn.execute("INSERT INTO ledger SELECT g, 'b' FROM generate_series(1, 10) g")
+            b_end = lsn_to_int(conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()[0])
+        a_end = None
+        with a.connect() as conn:
+            a_end = lsn_to_int(conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()[0])
+        assert a_end > b_end, "A's local WAL must be the longer one for this test"
+        b.stop()  # SIGQUIT: B is gone, its acknowledged commits are on the safekeepers
+    finally:
+        os.kill(wp_a, signal.SIGTERM)
+        os.kill(wp_a, signal.SIGCONT)
+    # A's walproposer comes back, is elected (term above B's), and must stop
+    # the server rather than stream its divergent WAL.
+    wait_until(lambda: not pid_alive(a.pid), 60, "compute A to stop")
+    log = a.log()
+    assert re.search(r"terminating: this server's walproposer was last elected in term \d+ but "
+                     r"the safekeepers' WAL was last written in term \d+", log), log[-4000:]
+    # B's acknowledged WAL is still what the safekeepers end with.
+    ends = [lsn_to_int(sk.timeline_status(cluster.timeline)["flush_lsn"])
+            for sk in cluster.safekeepers]
+    assert sorted(ends)[1] >= b_end, (ends, b_end)
+    assert max(ends) < a_end, "A's divergent WAL reached the safekeepers: %s vs %x" % (ends, a_end)

@@ -112,6 +112,9 @@ static void test_term_and_donor_choice(void **state)
     assert_int_equal(el->u.elected.term, 5);
     assert_int_equal(el->u.elected.donor, 1);
     assert_true(el->u.elected.term_start_lsn == b + 0x50);
+    /* The term that wrote the WAL this term continues (a restarted compute
+     * may go on only if that is its own last term). */
+    assert_int_equal(el->u.elected.donor_last_term, 2);
     const term_history *h = proposer_history(&prop);
     assert_int_equal(h->n, 3);
     assert_int_equal(h->entries[2].term, 5);
@@ -138,6 +141,7 @@ static void test_bootstrap_when_all_empty(void **state)
     const proposer_effect *el = find(PROP_ELECTED, -1);
     assert_non_null(el);
     assert_true(el->u.elected.term_start_lsn == BOOT);
+    assert_int_equal(el->u.elected.donor_last_term, 0);
     assert_true(find(PROP_SEND, 0)->u.msg->u.elected.start_streaming_at == BOOT);
     assert_int_equal(proposer_history(&prop)->n, 1);
 }
