@@ -262,7 +262,8 @@ int compute_settings_preload(const char *value, const char *strata_so, const cha
             l -= 2;
         }
         char lib[PATH_MAX];
-        if (l == 0 || l >= sizeof lib || memchr(p, '\'', l) != NULL || memchr(p, '"', l) != NULL)
+        if (l == 0 || l >= sizeof lib || memchr(p, '\'', l) != NULL || memchr(p, '"', l) != NULL ||
+            memchr(p, '\\', l) != NULL)
             return cli_err_set(err,
                                "shared_preload_libraries: \"%s\" is not a comma-separated list "
                                "of library names",
