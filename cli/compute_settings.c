@@ -15,7 +15,8 @@
 #include "common/durable.h"
 
 #define COMPUTE_SETTINGS_FILE "compute.settings"
-#define COMPUTE_SETTINGS_FILE_MAX (COMPUTE_SETTINGS_MAX * (COMPUTE_SETTING_NAME_MAX + COMPUTE_SETTING_VALUE_MAX + 2) + 4096)
+#define COMPUTE_SETTINGS_FILE_MAX                                                                  \
+    (COMPUTE_SETTINGS_MAX * (COMPUTE_SETTING_NAME_MAX + COMPUTE_SETTING_VALUE_MAX + 2) + 4096)
 
 /*
  * What Strata writes at every start and no operator may override (the same
@@ -93,8 +94,7 @@ int compute_setting_name_parse(const char *text, char *out, cli_err *err)
     return name_parse(text, strlen(text), "--reset", out, err);
 }
 
-int compute_setting_parse(const char *text, const char *where, compute_setting *out,
-                          cli_err *err)
+int compute_setting_parse(const char *text, const char *where, compute_setting *out, cli_err *err)
 {
     const char *eq = strchr(text, '=');
     if (eq == NULL)
@@ -207,12 +207,12 @@ int compute_settings_save(const cluster *c, const compute_settings *ss, cli_err 
     char *text = malloc(cap);
     if (text == NULL)
         return cli_err_set(err, "out of memory writing %s", path);
-    used += (size_t)snprintf(text, cap,
-                             "# The compute spec: written by `strata start compute --set/--reset`,\n"
-                             "# applied at every start of the compute (docs/cli.md).\n");
+    used +=
+        (size_t)snprintf(text, cap,
+                         "# The compute spec: written by `strata start compute --set/--reset`,\n"
+                         "# applied at every start of the compute (docs/cli.md).\n");
     for (int i = 0; i < ss->n; i++)
-        used += (size_t)snprintf(text + used, cap - used, "%s=%s\n", ss->s[i].name,
-                                 ss->s[i].value);
+        used += (size_t)snprintf(text + used, cap - used, "%s=%s\n", ss->s[i].name, ss->s[i].value);
     int rc = durable_write_file(path, text, used, 0644);
     free(text);
     if (rc != 0)
@@ -275,9 +275,8 @@ int compute_settings_preload(const char *value, const char *strata_so, const cha
             continue;
         char path[PATH_MAX * 2];
         if (strchr(lib, '/') == NULL && strncmp(lib, "$libdir", 7) != 0) {
-            const char *suffix = strlen(lib) > 3 && strcmp(lib + strlen(lib) - 3, ".so") == 0
-                                     ? ""
-                                     : ".so";
+            const char *suffix =
+                strlen(lib) > 3 && strcmp(lib + strlen(lib) - 3, ".so") == 0 ? "" : ".so";
             snprintf(path, sizeof path, "%s/%s%s", pkglibdir, lib, suffix);
             if (access(path, R_OK) != 0)
                 return cli_err_set(err,

@@ -30,7 +30,7 @@
 #include "cli/cluster.h"
 
 #define COMPUTE_SETTINGS_MAX 128
-#define COMPUTE_SETTING_NAME_MAX 64   /* bytes, NUL included (NAMEDATALEN) */
+#define COMPUTE_SETTING_NAME_MAX 64    /* bytes, NUL included (NAMEDATALEN) */
 #define COMPUTE_SETTING_VALUE_MAX 1024 /* bytes, NUL included */
 
 typedef struct compute_setting {
@@ -54,8 +54,7 @@ bool compute_settings_owned(const char *name);
  * with control characters or longer than the limit.  where names the source
  * in errors ("--set", "STRATA_COMPUTE_SETTINGS line 3").  0 or -1.
  */
-int compute_setting_parse(const char *text, const char *where, compute_setting *out,
-                          cli_err *err);
+int compute_setting_parse(const char *text, const char *where, compute_setting *out, cli_err *err);
 
 /* Checks a --reset name (same rules as a setting's name); *out gets it
  * lower-cased (COMPUTE_SETTING_NAME_MAX bytes).  0 or -1. */

@@ -150,19 +150,18 @@ static void strata_process_utility(PlannedStmt *pstmt, const char *query_string,
 
         /* name is NULL for ALTER SYSTEM RESET ALL. */
         if (name != NULL && strata_owned_setting(name))
-            ereport(ERROR,
-                    (errcode(ERRCODE_CANT_CHANGE_RUNTIME_PARAM),
-                     errmsg("parameter \"%s\" is set by Strata and cannot be changed with "
-                            "ALTER SYSTEM",
-                            name),
-                     pg_strcasecmp(name, "shared_preload_libraries") == 0
-                         ? errhint("Pass it to the launcher: strata start compute --set "
-                                   "shared_preload_libraries=... (strata is always added).")
-                         : errhint("The launcher writes it at every start (docs/cli.md).")));
+            ereport(ERROR, (errcode(ERRCODE_CANT_CHANGE_RUNTIME_PARAM),
+                            errmsg("parameter \"%s\" is set by Strata and cannot be changed with "
+                                   "ALTER SYSTEM",
+                                   name),
+                            pg_strcasecmp(name, "shared_preload_libraries") == 0
+                                ? errhint("Pass it to the launcher: strata start compute --set "
+                                          "shared_preload_libraries=... (strata is always added).")
+                                : errhint("The launcher writes it at every start (docs/cli.md).")));
     }
     if (prev_process_utility != NULL)
-        prev_process_utility(pstmt, query_string, read_only_tree, context, params, query_env,
-                             dest, qc);
+        prev_process_utility(pstmt, query_string, read_only_tree, context, params, query_env, dest,
+                             qc);
     else
         standard_ProcessUtility(pstmt, query_string, read_only_tree, context, params, query_env,
                                 dest, qc);

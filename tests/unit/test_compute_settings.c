@@ -111,21 +111,19 @@ static void test_preload(void **state)
     const char *so = "/opt/strata/lib/strata.so";
     assert_int_equal(compute_settings_preload(NULL, so, tmpdir, out, sizeof out, &err), 0);
     assert_string_equal(out, so);
-    assert_int_equal(compute_settings_preload("strata, pg_stat_statements", so, tmpdir, out,
-                                              sizeof out, &err),
-                     0);
+    assert_int_equal(
+        compute_settings_preload("strata, pg_stat_statements", so, tmpdir, out, sizeof out, &err),
+        0);
     assert_string_equal(out, "/opt/strata/lib/strata.so,pg_stat_statements");
     assert_int_equal(compute_settings_preload("\"pg_stat_statements\",/x/strata.so", so, tmpdir,
                                               out, sizeof out, &err),
                      0);
     assert_string_equal(out, "/opt/strata/lib/strata.so,pg_stat_statements");
-    assert_int_equal(compute_settings_preload("strata,no_such_lib", so, tmpdir, out, sizeof out,
-                                              &err),
-                     -1);
+    assert_int_equal(
+        compute_settings_preload("strata,no_such_lib", so, tmpdir, out, sizeof out, &err), -1);
     assert_non_null(strstr(err.msg, "no_such_lib not found"));
     memset(&err, 0, sizeof err);
-    assert_int_equal(compute_settings_preload("strata,,x", so, tmpdir, out, sizeof out, &err),
-                     -1);
+    assert_int_equal(compute_settings_preload("strata,,x", so, tmpdir, out, sizeof out, &err), -1);
     assert_non_null(strstr(err.msg, "not a comma-separated list"));
 }
 
