@@ -38,6 +38,9 @@ typedef struct cli_page_args {
     lsn_t lsn;
 } cli_page_args;
 
+/* --set / --reset arguments one command line may carry. */
+#define CLI_MAX_SETTINGS 64
+
 /* Options common to the commands; main.c fills them. */
 typedef struct cli_opts {
     const char *dir;  /* cluster directory; default ./.strata */
@@ -48,6 +51,10 @@ typedef struct cli_opts {
     int argc;         /* extra arguments (psql after --, bench args) */
     char **argv;
     cli_page_args page; /* page get */
+    const char *set[CLI_MAX_SETTINGS];   /* start compute / up: --set name=value */
+    int nset;
+    const char *reset[CLI_MAX_SETTINGS]; /* start compute / up: --reset name */
+    int nreset;
 } cli_opts;
 
 /* Each returns CLI_OK or CLI_FAIL, printing the reason of a failure. */

@@ -22,6 +22,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -30,6 +31,7 @@
 #include "cli/cli.h"
 #include "cli/cluster.h"
 #include "cli/compute.h"
+#include "cli/compute_settings.h"
 #include "cli/pageserver.h"
 #include "cli/proc.h"
 #include "cli/safekeepers.h"
@@ -114,6 +116,50 @@ static bool anything_running(const cluster *c)
         if (safekeepers_pid(c, &c->sk[i]) != 0)
             return true;
     return false;
+}
+
+/*
+ * Applies --reset then --set to the compute spec (D/compute.settings),
+ * checks the result as a start would use it and saves it durably, before
+ * anything starts.  The compute must not run: its settings change only at
+ * a start.  Nothing to do without --set/--reset.
+ */
+static int update_compute_settings(const cluster *c, const cli_opts *o, cli_err *err)
+{
+    if (o->nset == 0 && o->nreset == 0)
+        return 0;
+    if (compute_pid(c) != 0)
+        return cli_err_set(err, "the compute runs; its settings change only when it starts "
+                                "(strata stop compute, then start it with --set/--reset)");
+    compute_settings *ss = malloc(sizeof *ss);
+    if (ss == NULL)
+        return cli_err_set(err, "out of memory");
+    int rc = compute_settings_load(c, ss, err);
+    for (int i = 0; rc == 0 && i < o->nreset; i++) {
+        char name[COMPUTE_SETTING_NAME_MAX];
+        rc = compute_setting_name_parse(o->reset[i], name, err);
+        if (rc == 0)
+            compute_settings_remove(ss, name);
+    }
+    for (int i = 0; rc == 0 && i < o->nset; i++) {
+        compute_setting s;
+        rc = compute_setting_parse(o->set[i], "--set", &s, err);
+        if (rc == 0)
+            rc = compute_settings_put(ss, &s, err);
+    }
+    char preload[4096];
+    if (rc == 0)
+        rc = compute_settings_check(ss, preload, sizeof preload, err);
+    if (rc == 0)
+        rc = compute_settings_save(c, ss, err);
+    if (rc == 0) {
+        printf("compute: %d setting%s in the compute spec%s\n", ss->n, ss->n == 1 ? "" : "s",
+               ss->n > 0 ? ":" : "");
+        for (int i = 0; i < ss->n; i++)
+            printf("  %s=%s\n", ss->s[i].name, ss->s[i].value);
+    }
+    free(ss);
+    return rc;
 }
 
 static int start_safekeeper(const cluster *c, const cluster_safekeeper *sk, cli_err *err)
@@ -328,7 +374,7 @@ int cmd_up(const cli_opts *o)
     if (lock < 0)
         return cli_fail(&err);
     int rc = CLI_OK;
-    if (up_prepare(o, dir, &c, &err) != 0)
+    if (up_prepare(o, dir, &c, &err) != 0 || update_compute_settings(&c, o, &err) != 0)
         goto fail;
     /* Find what is missing before starting anything. */
     bool with_pageserver = pageserver_built();
@@ -439,7 +485,9 @@ int cmd_start(const cli_opts *o)
         return cli_fail(&err);
     int rc;
     if (strcmp(o->name, "compute") == 0) {
-        rc = attach_pageserver(&c, &err) != 0 ? -1 : start_compute(&c, &err);
+        rc = update_compute_settings(&c, o, &err) != 0 || attach_pageserver(&c, &err) != 0
+                 ? -1
+                 : start_compute(&c, &err);
     } else if (strcmp(o->name, "pageserver") == 0) {
         rc = pageserver_preflight(&err) != 0 ? -1 : start_pageserver(&c, &err);
     } else {

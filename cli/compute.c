@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "cli/basebackup_fetch.h"
+#include "cli/compute_settings.h"
 #include "cli/locate.h"
 #include "cli/probe.h"
 #include "cli/proc.h"
@@ -216,12 +217,72 @@ static int compute_file_cache_mb(long *out, cli_err *err)
     return 0;
 }
 
+/* The patched PostgreSQL's package library directory (where contrib
+ * modules such as pg_stat_statements are): lib/postgresql or lib under its
+ * prefix, whichever holds plpgsql.so. */
+static int compute_pkglibdir(char *out, cli_err *err)
+{
+    char bindir[PATH_MAX];
+    if (locate_patched_pg_bindir(bindir, err) != 0)
+        return -1;
+    static const char *const subdirs[] = {"lib/postgresql", "lib"};
+    for (size_t i = 0; i < sizeof subdirs / sizeof subdirs[0]; i++) {
+        char probe[PATH_MAX * 2];
+        int n = snprintf(out, PATH_MAX, "%s/../%s", bindir, subdirs[i]);
+        if (n < 0 || n >= PATH_MAX)
+            return cli_err_set(err, "path too long: %s/../%s", bindir, subdirs[i]);
+        snprintf(probe, sizeof probe, "%s/plpgsql.so", out);
+        if (access(probe, R_OK) == 0)
+            return 0;
+    }
+    return cli_err_set(err, "no library directory with plpgsql.so under %s/..", bindir);
+}
+
+/*
+ * The operator's settings for this start: the compute spec
+ * (D/compute.settings) overridden by STRATA_COMPUTE_SETTINGS; *preload gets
+ * the merged shared_preload_libraries (strata.so first).
+ */
+static int compute_user_settings(const cluster *c, compute_settings *ss, char *preload,
+                                 size_t preload_len, cli_err *err)
+{
+    compute_settings env;
+    if (compute_settings_load(c, ss, err) != 0 || compute_settings_from_env(&env, err) != 0)
+        return -1;
+    for (int i = 0; i < env.n; i++)
+        if (compute_settings_put(ss, &env.s[i], err) != 0)
+            return -1;
+    return compute_settings_check(ss, preload, preload_len, err);
+}
+
+int compute_settings_check(const compute_settings *ss, char *preload, size_t preload_len,
+                           cli_err *err)
+{
+    char extension[PATH_MAX], pkglibdir[PATH_MAX];
+    if (locate_extension(extension, err) != 0 || compute_pkglibdir(pkglibdir, err) != 0)
+        return -1;
+    const char *libs = "";
+    for (int i = 0; i < ss->n; i++)
+        if (strcmp(ss->s[i].name, "shared_preload_libraries") == 0)
+            libs = ss->s[i].value;
+    return compute_settings_preload(libs, extension, pkglibdir, preload, preload_len, err);
+}
+
+#define COMPUTE_CONF_MAX (COMPUTE_SETTINGS_MAX * 2 * (COMPUTE_SETTING_VALUE_MAX + 80) + 16384)
+
 static int compute_write_config(const cluster *c, const compute_paths *p, compute_kind kind,
                                 cli_err *err)
 {
-    char extension[PATH_MAX], sks[256], tenant[STRATA_ID_HEX_LEN], timeline[STRATA_ID_HEX_LEN];
-    if (locate_extension(extension, err) != 0)
-        return -1;
+    char sks[256], tenant[STRATA_ID_HEX_LEN], timeline[STRATA_ID_HEX_LEN], preload[4096];
+    compute_settings *user = malloc(sizeof *user);
+    char *conf = malloc(COMPUTE_CONF_MAX);
+    int rc = -1;
+    if (user == NULL || conf == NULL) {
+        cli_err_set(err, "out of memory writing the compute configuration");
+        goto out;
+    }
+    if (compute_user_settings(c, user, preload, sizeof preload, err) != 0)
+        goto out;
     safekeepers_list(c, sks, sizeof sks);
     /* Stateless: every permanent relation through the strata smgr. */
     char smgr[512] = "";
@@ -231,21 +292,23 @@ static int compute_write_config(const cluster *c, const compute_paths *p, comput
         /* A pageserver with an --auth-file wants a token (docs/operations.md). */
         const char *password = getenv("STRATA_PAGESERVER_PASSWORD");
         if (password != NULL && password[0] != '\0') {
-            if (strpbrk(password, "'\\\n") != NULL || strlen(password) > 256)
-                return cli_err_set(err, "STRATA_PAGESERVER_PASSWORD must be at most 256 "
-                                        "characters without quotes, backslashes or newlines");
+            if (strpbrk(password, "'\\\n") != NULL || strlen(password) > 256) {
+                cli_err_set(err, "STRATA_PAGESERVER_PASSWORD must be at most 256 "
+                                 "characters without quotes, backslashes or newlines");
+                goto out;
+            }
             used += snprintf(smgr + used, sizeof smgr - (size_t)used,
                              "strata.pageserver_password = '%s'\n", password);
         }
         long cache_mb = 0;
         if (compute_file_cache_mb(&cache_mb, err) != 0)
-            return -1;
+            goto out;
         snprintf(smgr + used, sizeof smgr - (size_t)used, "strata.file_cache_size = '%ldMB'\n",
                  cache_mb);
     }
-    char conf[8192];
-    int n = snprintf(conf, sizeof conf,
-                     "# Written by `strata` at every start from %s/cluster.json; edits are lost.\n"
+    int n = snprintf(conf, COMPUTE_CONF_MAX,
+                     "# Written by `strata` at every start from %s/cluster.json and the compute\n"
+                     "# spec (compute.settings, STRATA_COMPUTE_SETTINGS); edits are lost.\n"
                      "listen_addresses = '127.0.0.1'\n"
                      "port = %d\n"
                      "unix_socket_directories = '%s'\n"
@@ -263,16 +326,30 @@ static int compute_write_config(const cluster *c, const compute_paths *p, comput
                      "restart_after_crash = off\n"
                      "log_line_prefix = '%%m [%%p] '\n"
                      "%s",
-                     c->dir, c->compute_port, p->sockdir, extension, sks,
+                     c->dir, c->compute_port, p->sockdir, preload, sks,
                      strata_id_format(&c->tenant_id, tenant),
                      strata_id_format(&c->timeline_id, timeline),
                      kind == COMPUTE_INITDB ? "on" : "off",
                      smgr);
-    if (n < 0 || n >= (int)sizeof conf)
-        return cli_err_set(err, "compute configuration too long");
+    if (n < 0 || n >= COMPUTE_CONF_MAX) {
+        cli_err_set(err, "compute configuration too long");
+        goto out;
+    }
+    size_t used = (size_t)n;
+    if (user->n > 0) {
+        n = snprintf(conf + used, COMPUTE_CONF_MAX - used,
+                     "# The operator's settings (later lines win; ALTER SYSTEM wins over all).\n");
+        used += (size_t)n;
+        if (compute_settings_render(user, conf, COMPUTE_CONF_MAX, &used, err) != 0)
+            goto out;
+    }
     char path[PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/strata.conf", p->pgdata);
-    return write_file(path, conf, err);
+    rc = write_file(path, conf, err);
+out:
+    free(user);
+    free(conf);
+    return rc;
 }
 
 /* Removes lock file path when the pid on its first line is gone or a zombie. */

@@ -5,7 +5,9 @@
  * Layout under D: compute/pgdata (its data directory, created by initdb at
  * the first start and kept across restarts), compute/run (its unix socket
  * directory), compute.log, compute.pid.  The settings strata owns live in
- * pgdata/strata.conf, rewritten at every start so they follow cluster.json.
+ * pgdata/strata.conf, rewritten at every start so they follow cluster.json;
+ * the operator's settings (the compute spec D/compute.settings and
+ * STRATA_COMPUTE_SETTINGS, cli/compute_settings.h) follow them there.
  * When strata runs as root everything under compute/ belongs to the
  * unprivileged postgres user and every postgres process runs as that user.
  *
@@ -20,6 +22,14 @@
 
 #include "cli/cli.h"
 #include "cli/cluster.h"
+
+struct compute_settings;
+
+/* Checks settings as a start would use them (shared_preload_libraries
+ * merged with strata.so, each library found); preload (preload_len bytes)
+ * gets the merged list.  0 or -1 with a reason. */
+int compute_settings_check(const struct compute_settings *ss, char *preload, size_t preload_len,
+                           cli_err *err);
 
 /* The postmaster's pid, or 0 when the compute is not running. */
 pid_t compute_pid(const cluster *c);

@@ -23,6 +23,7 @@ enum {
     OPT_PASS_ALL = 1 << 6, /* every argument after NAME is passed on */
     OPT_PAGE = 1 << 7,     /* "get" and --rel, --fork, --blk, --lsn */
     OPT_RAW = 1 << 8,      /* the command parses every argument itself */
+    OPT_SETTINGS = 1 << 9, /* --set name=value, --reset name (compute settings) */
 };
 
 typedef struct command {
@@ -33,11 +34,13 @@ typedef struct command {
 } command;
 
 static const command commands[] = {
-    {"up", cmd_up, OPT_DIR | OPT_PORT_BASE, "up [--dir D] [--port-base N]"},
+    {"up", cmd_up, OPT_DIR | OPT_PORT_BASE | OPT_SETTINGS,
+     "up [--dir D] [--port-base N] [--set NAME=VALUE]... [--reset NAME]..."},
     {"down", cmd_down, OPT_DIR, "down [--dir D]"},
     {"status", cmd_status, OPT_DIR | OPT_JSON, "status [--dir D] [--json]"},
     {"stop", cmd_stop, OPT_DIR | OPT_IMMEDIATE | OPT_NAME, "stop NAME [--immediate] [--dir D]"},
-    {"start", cmd_start, OPT_DIR | OPT_NAME, "start NAME [--dir D]"},
+    {"start", cmd_start, OPT_DIR | OPT_NAME | OPT_SETTINGS,
+     "start NAME [--dir D] [--set NAME=VALUE]... [--reset NAME]... (settings: compute only)"},
     {"psql", cmd_psql, OPT_DIR | OPT_PASS, "psql [--dir D] [-- ARGS]"},
     {"sync-safekeepers", cmd_sync_safekeepers, OPT_DIR | OPT_PASS,
      "sync-safekeepers [--dir D] [-- ARGS]"},
@@ -190,6 +193,18 @@ int main(int argc, char **argv)
             if (value == NULL || !parse_port_base(value, &o.port_base))
                 return usage_error("--port-base needs a port number in 1024..65519, got '%s'",
                                    value ? value : "");
+        } else if ((cmd->opts & OPT_SETTINGS) && is_option(arg, "--set")) {
+            if ((value = option_value(argc, argv, &i, "--set")) == NULL || strchr(value, '=') == NULL)
+                return usage_error("--set needs NAME=VALUE, got '%s'", value ? value : "");
+            if (o.nset >= CLI_MAX_SETTINGS)
+                return usage_error("more than %s --set options", "64");
+            o.set[o.nset++] = value;
+        } else if ((cmd->opts & OPT_SETTINGS) && is_option(arg, "--reset")) {
+            if ((value = option_value(argc, argv, &i, "--reset")) == NULL || value[0] == '\0')
+                return usage_error("--reset needs a setting NAME%s", "");
+            if (o.nreset >= CLI_MAX_SETTINGS)
+                return usage_error("more than %s --reset options", "64");
+            o.reset[o.nreset++] = value;
         } else if ((cmd->opts & OPT_JSON) && strcmp(arg, "--json") == 0) {
             o.json = true;
         } else if ((cmd->opts & OPT_IMMEDIATE) && strcmp(arg, "--immediate") == 0) {
@@ -247,5 +262,7 @@ int main(int argc, char **argv)
         return usage_error("%s needs a NAME", cmd->name);
     if ((cmd->opts & OPT_NAME) && !(cmd->opts & OPT_PASS_ALL) && !valid_component(o.name))
         return usage_error("unknown component '%s' (sk1 sk2 sk3 pageserver compute)", o.name);
+    if ((o.nset > 0 || o.nreset > 0) && o.name != NULL && strcmp(o.name, "compute") != 0)
+        return usage_error("--set and --reset are settings of the compute, not of %s", o.name);
     return cmd->run(&o);
 }

@@ -67,6 +67,18 @@
 #define WAL_RM_MIN_CUSTOM_ID 128
 #define WAL_XLOG_SWITCH 0x40 /* RM_XLOG_ID info */
 
+/*
+ * Strata's own WAL message: after each ALTER SYSTEM the compute WAL-logs its
+ * whole new postgresql.auto.conf as a non-transactional logical message
+ * (RM_LOGICALMSG_ID) with this prefix (compute/extension/alter_system.c);
+ * the pageserver keeps it with the timeline and ships the newest one at or
+ * below a basebackup's LSN (pageserver/ingest_misc.c, basebackup.c).  The
+ * file may be at most WAL_AUTO_CONF_MAX bytes: the compute refuses a larger
+ * one, the pageserver rejects the record.
+ */
+#define WAL_AUTO_CONF_PREFIX "strata.auto_conf"
+#define WAL_AUTO_CONF_MAX (256u * 1024)
+
 /* Block reference ids and flags */
 #define WAL_XLR_MAX_BLOCK_ID 32
 #define WAL_XLR_BLOCK_ID_DATA_SHORT 255

@@ -21,6 +21,7 @@
 #include <archive_entry.h>
 
 #include "common/crc32c.h"
+#include "common/walformat.h"
 #include "pageserver/pgcontrol.h"
 #include "pageserver/pgstructs.h"
 
@@ -303,6 +304,31 @@ static const char hba_conf[] =
 
 static const char ident_conf[] = "# pg_ident.conf written by the Strata basebackup (empty map)\n";
 
+/*
+ * postgresql.auto.conf as the compute's last ALTER SYSTEM at or below the
+ * LSN left it (KEY_CHECKPOINT_REL_AUTO_CONF); empty before the first.
+ */
+static int write_auto_conf(bb *b)
+{
+    pg_key k = {.kind = KEY_CHECKPOINT, .rel = KEY_CHECKPOINT_REL_AUTO_CONF};
+    value_ref v;
+    lsn_t found;
+    int rc = b->src->get_latest(b->src->arg, &k, b->lsn, &v, &found, b->err, b->errlen);
+    if (rc < 0)
+        return read_fail(b);
+    if (rc == 0)
+        return tar_file(&b->w, "postgresql.auto.conf", "", 0) != 0 ? write_fail(b) : 0;
+    if (v.kind != VAL_BLOB || v.len > WAL_AUTO_CONF_MAX) {
+        snprintf(b->err, b->errlen, "stored postgresql.auto.conf is a value of kind %u and %u bytes",
+                 v.kind, v.len);
+        free((void *)v.payload);
+        return read_fail(b);
+    }
+    rc = tar_file(&b->w, "postgresql.auto.conf", v.payload, v.len);
+    free((void *)v.payload);
+    return rc != 0 ? write_fail(b) : 0;
+}
+
 static int write_skeleton(bb *b)
 {
     for (size_t i = 0; i < sizeof skeleton_dirs / sizeof skeleton_dirs[0]; i++)
@@ -310,10 +336,11 @@ static int write_skeleton(bb *b)
             return write_fail(b);
     if (tar_file(&b->w, "PG_VERSION", "15\n", 3) != 0 ||
         tar_file(&b->w, "postgresql.conf", "", 0) != 0 ||
-        tar_file(&b->w, "postgresql.auto.conf", "", 0) != 0 ||
         tar_file(&b->w, "pg_hba.conf", hba_conf, sizeof hba_conf - 1) != 0 ||
         tar_file(&b->w, "pg_ident.conf", ident_conf, sizeof ident_conf - 1) != 0)
         return write_fail(b);
+    if (write_auto_conf(b) != 0)
+        return -1;
     b->res->files += 5;
     return 0;
 }

@@ -6,7 +6,9 @@
  * PG_VERSION files, global and per-database pg_filenode.map, the SLRUs
  * (pg_xact, pg_multixact/{offsets,members}) read through the page read path
  * (so CLOG deltas are applied), two-phase state files (CRC-32C appended),
- * an empty postgresql.conf, pg_hba.conf/pg_ident.conf placeholders, the
+ * an empty postgresql.conf, postgresql.auto.conf as the compute's last ALTER
+ * SYSTEM at or below the LSN left it (empty before the first; key.h
+ * KEY_CHECKPOINT_REL_AUTO_CONF), pg_hba.conf/pg_ident.conf placeholders, the
  * bootstrap WAL segment(s) and global/pg_control (pgcontrol.h), pg_control
  * last so that a truncated stream cannot start.  With full = true it also
  * holds every relation file (all forks, all blocks, 1 GB segments): a

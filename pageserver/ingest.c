@@ -739,6 +739,9 @@ int ingest_record(ingest_state *ing, lsn_t start, lsn_t end, const wal_record *r
     case PG_RM_HEAP2:
         rc = ingest_heap_vm(ing, end, rec, err, errlen);
         break;
+    case PG_RM_LOGICALMSG:
+        rc = ingest_logical_message(ing, end, rec, err, errlen);
+        break;
     default:
         break;
     }

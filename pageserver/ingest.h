@@ -16,7 +16,9 @@
  *   - databases (KEY_DB), relmaps (KEY_RELMAP), CLOG (VAL_CLOG_SET on
  *     KEY_SLRU_BLOCK), multixact offsets/members, two-phase state
  *     (KEY_TWOPHASE), visibility-map clears (VAL_VM_CLEAR), tombstones for
- *     dropped relations and databases, and the checkpoint (KEY_CHECKPOINT).
+ *     dropped relations and databases, the checkpoint (KEY_CHECKPOINT), and
+ *     the compute's postgresql.auto.conf from its WAL_AUTO_CONF_PREFIX
+ *     logical messages (KEY_CHECKPOINT_REL_AUTO_CONF);
  * The caller (the WAL receiver, the ingest test tool) then calls
  * store_advance(end) -- ingest never advances the store itself, so a caller
  * may advance once per batch of records.
@@ -197,6 +199,7 @@ typedef struct ingest_stats {
     uint64_t relsize_cache_misses;
     uint64_t images_generated;  /* images stored by the safety net */
     uint64_t image_failures;    /* pages it could not rebuild (logged) */
+    uint64_t auto_confs;        /* postgresql.auto.conf versions (ALTER SYSTEM) stored */
     lsn_t last_end;           /* end of the last record ingested */
 } ingest_stats;
 

@@ -91,6 +91,10 @@ int ingest_smgr(ingest_state *ing, lsn_t end, const wal_record *rec, char *err, 
 int ingest_dbase(ingest_state *ing, lsn_t end, const wal_record *rec, char *err, size_t errlen);
 int ingest_relmap(ingest_state *ing, lsn_t end, const wal_record *rec, char *err, size_t errlen);
 int ingest_heap_vm(ingest_state *ing, lsn_t end, const wal_record *rec, char *err, size_t errlen);
+/* RM_LOGICALMSG: stores a WAL_AUTO_CONF_PREFIX message's file under
+ * KEY_CHECKPOINT_REL_AUTO_CONF; other prefixes are ignored. */
+int ingest_logical_message(ingest_state *ing, lsn_t end, const wal_record *rec, char *err,
+                           size_t errlen);
 int ingest_parameter_change(ingest_state *ing, lsn_t end, const uint8_t *d, char *err,
                             size_t errlen);
 

@@ -1,10 +1,12 @@
 /*
  * ingest_misc.c: ingest of storage-level records -- smgr create/truncate,
  * database create/drop, relmap updates, the visibility-map bits that heap
- * records clear without referencing the VM page, and parameter changes
- * (applied to the stored pg_control).  Layouts: catalog/storage_xlog.h,
+ * records clear without referencing the VM page, parameter changes
+ * (applied to the stored pg_control) and the compute's postgresql.auto.conf
+ * carried by Strata's logical messages.  Layouts: catalog/storage_xlog.h,
  * commands/dbcommands_xlog.h, utils/relmapper.h, access/heapam_xlog.h,
- * storage.c (smgr_redo), freespace.c, visibilitymap.c (pgstructs.h).
+ * replication/message.h, storage.c (smgr_redo), freespace.c, visibilitymap.c
+ * (pgstructs.h).
  *
  * Truncation of the FSM and VM follows smgr_redo: the new sizes are what
  * FreeSpaceMapPrepareTruncateRel / visibilitymap_prepare_truncate compute.
@@ -17,6 +19,7 @@
  * Not for: block references (ingest.c) or transaction status
  * (ingest_xact.c).
  */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -354,6 +357,54 @@ int ingest_relmap(ingest_state *ing, lsn_t end, const wal_record *rec, char *err
     pg_key k = {.kind = KEY_RELMAP, .spc = pg_get_u32(d + 4), .db = pg_get_u32(d)};
     return ingest_put(ing, &k, end, VAL_BLOB, 0, d + PG_RELMAP_UPDATE_HDR_SIZE,
                       (uint32_t)nbytes, err, errlen);
+}
+
+/* ---- logical messages: the compute's postgresql.auto.conf ---------- */
+
+int ingest_logical_message(ingest_state *ing, lsn_t end, const wal_record *rec, char *err,
+                           size_t errlen)
+{
+    if ((rec->hdr.info & WAL_XLR_RMGR_INFO_MASK) != PG_XLOG_LOGICAL_MESSAGE)
+        return 0;
+    const uint8_t *d = rec->main_data;
+    uint32_t len = rec->main_data_len;
+    if (len < PG_LOGICAL_MESSAGE_HDR_SIZE) {
+        snprintf(err, errlen, "logical message main data is %u bytes, too short", len);
+        return -1;
+    }
+    uint64_t prefix_size = pg_get_u64(d + PG_LOGICAL_MESSAGE_PREFIX_SIZE_OFF);
+    uint64_t message_size = pg_get_u64(d + PG_LOGICAL_MESSAGE_SIZE_OFF);
+    uint64_t room = len - PG_LOGICAL_MESSAGE_HDR_SIZE;
+    if (prefix_size == 0 || prefix_size > room || message_size != room - prefix_size) {
+        snprintf(err, errlen,
+                 "logical message: prefix of %" PRIu64 " and message of %" PRIu64
+                 " bytes in %" PRIu64 " bytes of payload",
+                 prefix_size, message_size, room);
+        return -1;
+    }
+    const uint8_t *prefix = d + PG_LOGICAL_MESSAGE_HDR_SIZE;
+    if (prefix[prefix_size - 1] != '\0') {
+        snprintf(err, errlen, "logical message: prefix is not NUL-terminated");
+        return -1;
+    }
+    /* Other prefixes belong to other users of pg_logical_emit_message. */
+    if (strcmp((const char *)prefix, WAL_AUTO_CONF_PREFIX) != 0)
+        return 0;
+    if (message_size > WAL_AUTO_CONF_MAX) {
+        snprintf(err, errlen, "%s message of %" PRIu64 " bytes (at most %u)",
+                 WAL_AUTO_CONF_PREFIX, message_size, WAL_AUTO_CONF_MAX);
+        return -1;
+    }
+    const uint8_t *conf = prefix + prefix_size;
+    if (memchr(conf, '\0', (size_t)message_size) != NULL) {
+        snprintf(err, errlen, "%s message holds a NUL byte", WAL_AUTO_CONF_PREFIX);
+        return -1;
+    }
+    pg_key k = {.kind = KEY_CHECKPOINT, .rel = KEY_CHECKPOINT_REL_AUTO_CONF};
+    if (ingest_put(ing, &k, end, VAL_BLOB, 0, conf, (uint32_t)message_size, err, errlen) != 0)
+        return -1;
+    ing->stats.auto_confs++;
+    return 0;
 }
 
 /* ---- heap: visibility map bits cleared ------------------------------ */

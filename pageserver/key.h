@@ -45,6 +45,12 @@ typedef enum pg_key_kind {
  * write the exact xl_prev (the store keeps record ends only). */
 #define KEY_CHECKPOINT_REL_RECORD_START 1u
 
+/* KEY_CHECKPOINT with rel = KEY_CHECKPOINT_REL_AUTO_CONF: the compute's
+ * postgresql.auto.conf (VAL_BLOB, the file's bytes) as of each ALTER SYSTEM,
+ * stored at the end LSN of the logical message that carried it
+ * (WAL_AUTO_CONF_PREFIX); absent until the first ALTER SYSTEM. */
+#define KEY_CHECKPOINT_REL_AUTO_CONF 2u
+
 /* SLRU kinds, stored in pg_key.fork for KEY_SLRU_*. */
 typedef enum slru_kind {
     SLRU_CLOG = 0,

@@ -63,6 +63,7 @@ enum {
     PG_RM_STANDBY = 8,
     PG_RM_HEAP2 = 9,
     PG_RM_HEAP = 10,
+    PG_RM_LOGICALMSG = 21,
 };
 
 /* Special relations (catalog/pg_tablespace_d.h) */
@@ -209,6 +210,14 @@ enum {
 #define PG_XLOG_RELMAP_UPDATE 0x00
 #define PG_RELMAP_UPDATE_HDR_SIZE 12 /* dbid, tsid, nbytes */
 #define PG_RELMAP_FILE_SIZE 512
+
+/* Logical messages (replication/message.h): xl_logical_message is dbId u32,
+ * transactional bool (then padding), prefix_size u64, message_size u64, then
+ * the prefix (prefix_size bytes, NUL included) and the message. */
+#define PG_XLOG_LOGICAL_MESSAGE 0x00
+#define PG_LOGICAL_MESSAGE_PREFIX_SIZE_OFF 8
+#define PG_LOGICAL_MESSAGE_SIZE_OFF 16
+#define PG_LOGICAL_MESSAGE_HDR_SIZE 24
 
 /* HEAP / HEAP2 (access/heapam_xlog.h) */
 #define PG_XLOG_HEAP_OPMASK 0x70

@@ -7,7 +7,8 @@
  * checking that this Postgres is configured so that no commit can be
  * acknowledged before a majority of safekeepers holds it.
  *
- * When strata.pageserver is set it also installs the smgr (smgr.c).
+ * When strata.pageserver is set it also installs the smgr (smgr.c).  It
+ * always installs the ALTER SYSTEM hook (alter_system.c).
  *
  * Not for: the worker itself, or anything that runs in backends per query.
  */
@@ -217,4 +218,5 @@ void _PG_init(void)
         strata_walproposer_register();
     }
     strata_smgr_setup();
+    strata_alter_system_setup();
 }

@@ -44,4 +44,7 @@ extern PGDLLEXPORT void strata_walproposer_main(Datum arg);
 /* Registers the worker; called from _PG_init during preload. */
 extern void strata_walproposer_register(void);
 
+/* Installs the ALTER SYSTEM hook (alter_system.c); called from _PG_init. */
+extern void strata_alter_system_setup(void);
+
 #endif

@@ -8,7 +8,9 @@
  *   mode odd: a record built directly: rmid (byte 1, mod 22), info (byte 2),
  *     xid (bytes 3-6), block count (byte 7, mod 3), per block 9 bytes
  *     (rel u32, fork u8, blkno u32 mod 4096); the rest is the main data --
- *     this reaches every length check with any main data at all.
+ *     this reaches every length check with any main data at all (rmid 21,
+ *     logical messages, reaches the postgresql.auto.conf decoder; seed
+ *     corpus/fuzz_ingest/auto_conf is a valid one).
  * The in-memory backend is seeded with a checkpoint, a pg_control, sizes for
  * a relation's four forks and a CLOG segment, so truncation, VM clears,
  * database copy/drop and parameter changes run over real state.  The record

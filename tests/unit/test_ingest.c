@@ -951,6 +951,87 @@ static void test_checkpoint_records(void **state)
     mem_free(&m);
 }
 
+/* An xl_logical_message with prefix and message into main (cap bytes);
+ * returns the main data length. */
+static uint32_t logical_message(uint8_t *main, size_t cap, const char *prefix, const char *msg,
+                                size_t msg_len)
+{
+    size_t plen = strlen(prefix) + 1;
+    assert_true(PG_LOGICAL_MESSAGE_HDR_SIZE + plen + msg_len <= cap);
+    memset(main, 0, PG_LOGICAL_MESSAGE_HDR_SIZE);
+    pg_put_u64(main + PG_LOGICAL_MESSAGE_PREFIX_SIZE_OFF, plen);
+    pg_put_u64(main + PG_LOGICAL_MESSAGE_SIZE_OFF, msg_len);
+    memcpy(main + PG_LOGICAL_MESSAGE_HDR_SIZE, prefix, plen);
+    memcpy(main + PG_LOGICAL_MESSAGE_HDR_SIZE + plen, msg, msg_len);
+    return (uint32_t)(PG_LOGICAL_MESSAGE_HDR_SIZE + plen + msg_len);
+}
+
+static void test_auto_conf_messages(void **state)
+{
+    (void)state;
+    mem_store m = {0};
+    ingest_state *ing = new_ingest(&m, NULL);
+    rec_builder *b = calloc(1, sizeof *b);
+    pg_key k = {.kind = KEY_CHECKPOINT, .rel = KEY_CHECKPOINT_REL_AUTO_CONF};
+    const char conf1[] = "# auto\nwork_mem = '7MB'\n";
+    uint32_t len = logical_message(b->main, sizeof b->main, WAL_AUTO_CONF_PREFIX, conf1,
+                                   sizeof conf1 - 1);
+    wal_record *r = mk(b, PG_RM_LOGICALMSG, PG_XLOG_LOGICAL_MESSAGE, 0, len);
+    ingest_ok(ing, 0x100, r);
+    const mem_value *v = value_at(&m, &k, 0x100);
+    assert_non_null(v);
+    assert_int_equal(v->kind, VAL_BLOB);
+    assert_int_equal(v->len, sizeof conf1 - 1);
+    assert_memory_equal(v->payload, conf1, sizeof conf1 - 1);
+    /* Another prefix is somebody else's message: nothing stored. */
+    len = logical_message(b->main, sizeof b->main, "app", "x", 1);
+    r = mk(b, PG_RM_LOGICALMSG, PG_XLOG_LOGICAL_MESSAGE, 0, len);
+    ingest_ok(ing, 0x200, r);
+    assert_null(value_at(&m, &k, 0x200));
+    /* ALTER SYSTEM RESET ALL: an empty file is a version too. */
+    len = logical_message(b->main, sizeof b->main, WAL_AUTO_CONF_PREFIX, "", 0);
+    r = mk(b, PG_RM_LOGICALMSG, PG_XLOG_LOGICAL_MESSAGE, 0, len);
+    ingest_ok(ing, 0x300, r);
+    assert_int_equal(value_at(&m, &k, 0x300)->len, 0);
+    /* Malformed: short header, sizes that do not add up, no NUL after the
+     * prefix, a NUL in the file. */
+    r = mk(b, PG_RM_LOGICALMSG, PG_XLOG_LOGICAL_MESSAGE, 0, 10);
+    ingest_bad(ing, 0x400, r, "too short");
+    len = logical_message(b->main, sizeof b->main, WAL_AUTO_CONF_PREFIX, "ab", 2);
+    r = mk(b, PG_RM_LOGICALMSG, PG_XLOG_LOGICAL_MESSAGE, 0, len);
+    pg_put_u64(b->main + PG_LOGICAL_MESSAGE_SIZE_OFF, UINT64_MAX);
+    ingest_bad(ing, 0x408, r, "bytes of payload");
+    pg_put_u64(b->main + PG_LOGICAL_MESSAGE_SIZE_OFF, 2);
+    pg_put_u64(b->main + PG_LOGICAL_MESSAGE_PREFIX_SIZE_OFF, UINT64_MAX - 1);
+    ingest_bad(ing, 0x410, r, "bytes of payload");
+    pg_put_u64(b->main + PG_LOGICAL_MESSAGE_PREFIX_SIZE_OFF, strlen(WAL_AUTO_CONF_PREFIX));
+    pg_put_u64(b->main + PG_LOGICAL_MESSAGE_SIZE_OFF, 3);
+    ingest_bad(ing, 0x418, r, "NUL-terminated");
+    len = logical_message(b->main, sizeof b->main, WAL_AUTO_CONF_PREFIX, "a\0b", 3);
+    r = mk(b, PG_RM_LOGICALMSG, PG_XLOG_LOGICAL_MESSAGE, 0, len);
+    ingest_bad(ing, 0x420, r, "NUL byte");
+    /* Larger than WAL_AUTO_CONF_MAX: refused. */
+    size_t big_cap = WAL_AUTO_CONF_MAX + 4096;
+    uint8_t *big = malloc(big_cap);
+    char *text = malloc(WAL_AUTO_CONF_MAX + 1);
+    memset(text, '#', WAL_AUTO_CONF_MAX + 1);
+    len = logical_message(big, big_cap, WAL_AUTO_CONF_PREFIX, text, WAL_AUTO_CONF_MAX + 1);
+    r = mk(b, PG_RM_LOGICALMSG, PG_XLOG_LOGICAL_MESSAGE, 0, 0);
+    r->main_data = big;
+    r->main_data_len = len;
+    ingest_bad(ing, 0x428, r, "at most");
+    /* Exactly the limit is fine. */
+    len = logical_message(big, big_cap, WAL_AUTO_CONF_PREFIX, text, WAL_AUTO_CONF_MAX);
+    r->main_data_len = len;
+    ingest_ok(ing, 0x430, r);
+    assert_int_equal(value_at(&m, &k, 0x430)->len, WAL_AUTO_CONF_MAX);
+    free(big);
+    free(text);
+    free(b);
+    ingest_destroy(ing);
+    mem_free(&m);
+}
+
 static int hook_calls, hook_complete;
 static void count_hook(void *arg, const pg_key *k, lsn_t lsn, bool complete)
 {
@@ -1126,6 +1207,7 @@ int main(void)
         cmocka_unit_test(test_multixact),
         cmocka_unit_test(test_dbase_relmap_vm),
         cmocka_unit_test(test_checkpoint_records),
+        cmocka_unit_test(test_auto_conf_messages),
         cmocka_unit_test(test_page_hook),
         cmocka_unit_test(test_image_threshold),
         cmocka_unit_test(test_fpi_32_blocks_real_store),
