@@ -1236,7 +1236,7 @@ def main(argv):
             print(f"tprocc: {e}", file=sys.stderr)
             return 2
         log(f"--driver hammerdb: {args.hammerdb_kit.describe()}")
-        extra_params["hammerdb"] = "HammerDB " + os.path.basename(
+        extra_params["hammerdb"] = "tclsh8.6, " + os.path.basename(
             os.path.dirname(args.hammerdb_kit.home))
     interrupt_on_sigterm()
     work = pg_workdir(args.workdir, "strata-tprocc-")

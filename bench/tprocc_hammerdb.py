@@ -249,10 +249,11 @@ def _interesting(line):
     return not line.startswith(("Value ", "Changed ", "Copyright", "Type \"help\""))
 
 
-def run_cli(kit, script_text, scratch, name, timeout, key):
+def run_cli(kit, script_text, scratch, name, timeout, key, on_line=None):
     """Writes script_text to scratch/<name>.tcl and runs HammerDB's CLI on it
     (cwd and TMP in scratch); relays its interesting lines as progress and
-    keeps everything in scratch/<name>.log.  Returns the output text.  Raises
+    keeps everything in scratch/<name>.log; on_line(line), if given, sees
+    every line as it comes.  Returns the output text.  Raises
     BenchError when it fails or runs longer than timeout seconds (then it is
     killed, by its pid)."""
     os.makedirs(scratch, exist_ok=True)
@@ -285,6 +286,8 @@ def run_cli(kit, script_text, scratch, name, timeout, key):
                 line = line.rstrip("\n")
                 out_lines.append(line)
                 logf.write(line + "\n")
+                if on_line is not None:
+                    on_line(line)
                 if _interesting(line):
                     log(f"  ({key}) hammerdb: {line}")
         rc = proc.wait()
@@ -321,7 +324,7 @@ class ServerSampler:
     """Progress during HammerDB's timed run, counted the way HammerDB counts:
     new orders = growth of sum(d_next_o_id), TPM = growth of the sum of
     xact_commit + xact_rollback over pg_stat_database; a line every
-    every_s seconds and a (seconds, NOPM) series for the plot."""
+    every_s seconds and a (monotonic seconds, NOPM) series for the plot."""
 
     SQL = ("SELECT (SELECT sum(d_next_o_id) FROM district), "
            "(SELECT sum(xact_commit + xact_rollback) FROM pg_stat_database)")
@@ -360,7 +363,7 @@ class ServerSampler:
                 minutes = max(now - last[0], 1e-3) / 60.0
                 nopm = (int(orders) - int(last[1])) / minutes
                 tpm = (int(xacts) - int(last[2])) / minutes
-                self.series.append((round(now - t_start, 1), round(nopm)))
+                self.series.append((now, round(nopm)))
                 log(f"  ({self.key}) [{now - t_start:5.0f} s] {nopm:8.0f} NOPM {tpm:8.0f} TPM "
                     f"(server, last {now - last[0]:.0f} s)")
             last = (now, orders, xacts)
@@ -391,16 +394,27 @@ def measure(args, key, info, connect, checkpoint, run_checks):
     log(f"({key}) HammerDB vurun: {args.vus} virtual user(s), ramp-up {rampup_min} min, "
         f"timed {duration_min} min, keying and thinking time 0")
     t1 = time.monotonic()
+    window = {}
+
+    def mark(line):
+        # HammerDB's monitor virtual user opens and closes its timed window.
+        for what, text in (("start", "Taking start Transaction Count"),
+                           ("end", "Taking end Transaction Count")):
+            if text in line and what not in window:
+                window[what] = time.monotonic()
+
     with ServerSampler(lambda: connect("tpcc"), args.report_every, key) as sampler:
         run_out = run_cli(kit, run_script(info, args.vus, rampup_min, duration_min), scratch,
-                          "vurun", timeout=args.rampup + args.duration + 600, key=key)
+                          "vurun", timeout=args.rampup + args.duration + 600, key=key,
+                          on_line=mark)
     run_s = time.monotonic() - t1
     nopm, tpm, line = parse_result(run_out)
     errors = count_vu_errors(run_out)
     with connect("tpcc") as conn:
         checks = run_checks(conn)
-    start = args.rampup
-    series = [(round(t - start, 1), v) for t, v in sampler.series if t > start]
+    # The plot's series: samples taken inside HammerDB's timed window.
+    start, end = window.get("start", t1), window.get("end", time.monotonic())
+    series = [(round(t - start, 1), v) for t, v in sampler.series if start < t <= end + 1]
     return {"driver": "hammerdb", "nopm": nopm, "tpm": tpm, "hammerdb_result": line,
             "errors": sum(errors.values()), "errors_by_vu": {str(k): v for k, v in
                                                               sorted(errors.items())},
