@@ -167,6 +167,8 @@ def parse_args(argv):
     if not args.setups or any(s not in SETUPS for s in args.setups):
         ap.error("--setups takes letters from a,b,c")
     if hammerdb:
+        if args.out == os.path.join(HERE, "results", "tprocc"):
+            args.out = os.path.join(HERE, "results", "tprocc_hammerdb")  # keep builtin's apart
         if args.duration % 60 or args.rampup % 60:
             ap.error("--driver hammerdb: HammerDB counts whole minutes: --rampup and --duration "
                      "must be multiples of 60 seconds")
