@@ -128,6 +128,10 @@ def test_report_of_hammerdb_results():
     assert md.startswith(tprocc.HAMMERDB_SECTION_BEGIN)
     assert "shared with other work" in md and "mean 5.0, max 7.5" in md
     assert "System achieved 24000 NOPM from 56000 PostgreSQL TPM" in md
+    assert "load avg (timed window)" not in md
+    res["setups"][2]["run"]["loadavg_window"] = 6.5
+    assert "load avg (timed window)" in tprocc.hammerdb_section(res, None)
+    assert tprocc.hammerdb_rows(res)[2][-1] == "6.5" and tprocc.hammerdb_rows(res)[0][-1] == "-"
 
 
 def _kit_or_fail():
@@ -156,6 +160,7 @@ def test_quick_hammerdb_run_on_strata(tmp_path):
         r = c["run"]
         assert results["params"]["driver"] == "hammerdb" and r["driver"] == "hammerdb"
         assert r["nopm"] > 0 and r["tpm"] > 0, r
+        assert r["loadavg_window"] is not None and r["nopm_series"], r
         assert len(r["checks"]) == 4 and all(x["ok"] for x in r["checks"]), r["checks"]
         # The numbers are HammerDB's: the line its CLI printed, as relayed.
         said = [line for line in cp.stdout.splitlines()

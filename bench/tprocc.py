@@ -952,17 +952,32 @@ def _nopm_of(results, key):
     return None
 
 
+def _with_load(results):
+    """Whether the runs recorded the load average of their timed window."""
+    return any(_ok_run(s) and s["run"].get("loadavg_window") is not None
+               for s in results["setups"])
+
+
+def hammerdb_header(results):
+    return HDB_HEADER + (["load avg (timed window)"] if _with_load(results) else [])
+
+
 def hammerdb_rows(results):
     base = {k: _nopm_of(results, k) for k in ("a", "b")}
+    width = len(hammerdb_header(results))
     rows = []
     for s in results["setups"]:
         if not _ok_run(s):
-            rows.append([s["title"], s["status"]] + ["-"] * (len(HDB_HEADER) - 2))
+            rows.append([s["title"], s["status"]] + ["-"] * (width - 2))
             continue
         r = s["run"]
         ratios = [f"{r['nopm'] / base[k]:.2f}" if base[k] else "-" for k in ("a", "b")]
-        rows.append([s["title"], "ok", f"{r['nopm']:,}", f"{r['tpm']:,}", str(r["errors"]),
-                     _checks_text(r)] + ratios + [f"{r['load_s']:.0f}"])
+        row = [s["title"], "ok", f"{r['nopm']:,}", f"{r['tpm']:,}", str(r["errors"]),
+               _checks_text(r)] + ratios + [f"{r['load_s']:.0f}"]
+        if _with_load(results):
+            load = r.get("loadavg_window")
+            row.append("-" if load is None else f"{load:.1f}")
+        rows.append(row)
     return rows
 
 
@@ -976,7 +991,7 @@ def load_during_text(m):
 
 
 def hammerdb_console(results):
-    lines = text_table(HDB_HEADER, hammerdb_rows(results))
+    lines = text_table(hammerdb_header(results), hammerdb_rows(results))
     for s in results["setups"]:
         if s["status"] != "ok":
             lines.append(f"{s['title']}: {s['status']}: {s['reason']}")
@@ -1007,7 +1022,7 @@ def hammerdb_section(results, image_paths):
             f"this benchmark){': ' + during if during else ''}. Figures from a shared 2-CPU "
             "machine are indicative; the ratios of setups run back to back mean more than the "
             "absolute numbers.", ""]
-    out += md_table(HDB_HEADER, hammerdb_rows(results))
+    out += md_table(hammerdb_header(results), hammerdb_rows(results))
     out += md_setup_list(results["setups"], ok_note=lambda s: (
         f" HammerDB: `{s['run']['hammerdb_result']}`" if s.get("run") else ""))
     out += ["", "How: NOPM and TPM are HammerDB's own, parsed from its line `TEST RESULT : "
@@ -1017,7 +1032,9 @@ def hammerdb_section(results, image_paths):
             "virtual users reported failed (`... Procedure Error`, pg_raiseerror off). After each "
             "run the TPC-C consistency conditions 3.3.2.1-3.3.2.4 are checked on HammerDB's "
             "schema (column consistency). Each setup gets a new server and a new schema; a "
-            "CHECKPOINT separates the build from the run.", ""]
+            "CHECKPOINT separates the build from the run. Load avg (timed window), when "
+            "shown: the machine's mean 1-minute load average over that setup's timed "
+            "minutes.", ""]
     out += md_images(image_paths, (("nopm", "NOPM over the timed minutes (server-side "
                                             "samples, as HammerDB counts)"),))
     out.append(HAMMERDB_SECTION_END)

@@ -37,7 +37,7 @@ import tarfile
 import threading
 import time
 
-from bench_cli import log
+from bench_cli import load_average, log
 from bench_proc import BenchError
 
 # HammerDB prints either form, depending on its configuration (tpcccommon).
@@ -324,7 +324,8 @@ class ServerSampler:
     """Progress during HammerDB's timed run, counted the way HammerDB counts:
     new orders = growth of sum(d_next_o_id), TPM = growth of the sum of
     xact_commit + xact_rollback over pg_stat_database; a line every
-    every_s seconds and a (monotonic seconds, NOPM) series for the plot."""
+    every_s seconds, a (monotonic seconds, NOPM) series for the plot and the
+    machine's 1-minute load average at each sample (the machine may be shared)."""
 
     SQL = ("SELECT (SELECT sum(d_next_o_id) FROM district), "
            "(SELECT sum(xact_commit + xact_rollback) FROM pg_stat_database)")
@@ -335,6 +336,7 @@ class ServerSampler:
         self.key = key
         self.stop_event = threading.Event()
         self.series = []
+        self.loads = []  # (monotonic seconds, 1-minute load average)
         self.thread = threading.Thread(target=self._loop, name=f"sampler-{key}", daemon=True)
 
     def __enter__(self):
@@ -359,6 +361,9 @@ class ServerSampler:
                 conn = None
                 continue
             now = time.monotonic()
+            load = load_average()
+            if load:
+                self.loads.append((now, float(load.split()[0])))
             if last is not None and orders is not None and last[1] is not None:
                 minutes = max(now - last[0], 1e-3) / 60.0
                 nopm = (int(orders) - int(last[1])) / minutes
@@ -415,9 +420,11 @@ def measure(args, key, info, connect, checkpoint, run_checks):
     # The plot's series: samples taken inside HammerDB's timed window.
     start, end = window.get("start", t1), window.get("end", time.monotonic())
     series = [(round(t - start, 1), v) for t, v in sampler.series if start < t <= end + 1]
+    loads = [v for t, v in sampler.loads if start < t <= end + 1]
     return {"driver": "hammerdb", "nopm": nopm, "tpm": tpm, "hammerdb_result": line,
             "errors": sum(errors.values()), "errors_by_vu": {str(k): v for k, v in
                                                               sorted(errors.items())},
             "vus": args.vus, "build_vus": build_vus, "load_s": round(build_s, 1),
             "run_s": round(run_s, 1), "rampup_min": rampup_min, "duration_min": duration_min,
-            "checks": checks, "nopm_series": series, "hammerdb": kit.describe()}
+            "checks": checks, "nopm_series": series, "hammerdb": kit.describe(),
+            "loadavg_window": round(sum(loads) / len(loads), 1) if loads else None}
