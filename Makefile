@@ -51,7 +51,8 @@ test: deps build build-san
 	cd $(SAN_BUILD) && STRATA_SIM_SEEDS=$(SIM_SEEDS) ctest --output-on-failure
 	STRATA_BUILD=$(CURDIR)/$(BUILD) STRATA_SAN_BUILD=$(CURDIR)/$(SAN_BUILD) \
 		$(PYTEST) -q -ra tests/integration bench/test_bench.py bench/test_pageserver_bench.py \
-		bench/test_image_sweep.py bench/test_stateless_tpcb.py bench/test_tprocc.py
+		bench/test_image_sweep.py bench/test_stateless_tpcb.py bench/test_tprocc.py \
+		bench/test_tprocc_hammerdb.py
 
 demo: deps build
 	$(BUILD)/bin/strata demo

@@ -11,6 +11,9 @@ PACKAGES=(
   postgresql-15 postgresql-server-dev-15 postgresql-client-15
   gnuplot-nox procps iproute2 util-linux binutils strace
   dpkg-dev bison flex libreadline-dev zlib1g-dev
+  # HammerDB's CLI on Debian's Tcl 8.6 (bench/tprocc.py --driver hammerdb; the
+  # HammerDB kit itself is a tool the user names with HAMMERDB_KIT).
+  tcl8.6 tcl-thread libpgtcl libsqlite3-tcl tcllib
 )
 
 missing=()
