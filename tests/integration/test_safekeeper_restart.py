@@ -133,6 +133,7 @@ def test_restart_after_kill_syncs_what_it_scanned(tmp_path):
     if not os.path.exists(SK_BIN):
         pytest.fail(f"{SK_BIN} not built")
     s = Safekeeper(str(tmp_path / "data"), extra_args=["--housekeeping-ms", "3600000"])
+    traced = None
     s.start()
     try:
         tenant, timeline = new_ids()
@@ -150,6 +151,9 @@ def test_restart_after_kill_syncs_what_it_scanned(tmp_path):
         s.wrapper = ["strace", "-f", "-y", "-qq", "-e", "trace=fsync,fdatasync", "-o",
                      str(trace)]
         s.start()
+        # strace's child is the safekeeper: stop() must end it, not strace.
+        with open(f"/proc/{s.proc.pid}/task/{s.proc.pid}/children") as f:
+            traced = int(f.read().split()[0])
         st = s.http_json(f"/v1/tenant/{tenant}/timeline/{timeline}")
         assert lsn_int(st["flush_lsn"]) >= 4 * SEG1, st
         synced = set()
@@ -159,4 +163,7 @@ def test_restart_after_kill_syncs_what_it_scanned(tmp_path):
         wanted = set(range(1, lsn_int(st["flush_lsn"]) // SEG1 + 1))
         assert wanted <= synced, f"segments {sorted(wanted - synced)} reported flushed unsynced"
     finally:
+        if traced:
+            os.kill(traced, signal.SIGTERM)
+            wait_for(lambda: not os.path.exists(f"/proc/{traced}"), 30, "the safekeeper to exit")
         s.stop()
