@@ -142,6 +142,10 @@ static XLogRecPtr basebackup_lsn = InvalidXLogRecPtr;
  */
 typedef struct wp_shared {
     pg_atomic_uint64 last_elected_term;
+    /* Where this server's real WAL begins: the basebackup LSN of a compute
+     * started from the pageserver (its pg_wal holds nothing real before
+     * it), 0 for a server with its own history. */
+    pg_atomic_uint64 own_wal_start;
 } wp_shared;
 static wp_shared *wp_sh = NULL;
 static shmem_request_hook_type prev_wp_shmem_request_hook = NULL;
@@ -162,8 +166,10 @@ static void wp_shmem_startup(void)
         prev_wp_shmem_startup_hook();
     LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
     wp_sh = ShmemInitStruct("strata walproposer", sizeof(wp_shared), &found);
-    if (!found)
+    if (!found) {
         pg_atomic_init_u64(&wp_sh->last_elected_term, 0);
+        pg_atomic_init_u64(&wp_sh->own_wal_start, 0);
+    }
     LWLockRelease(AddinShmemInitLock);
 }
 
@@ -338,7 +344,19 @@ static void local_send_status(TimestampTz now, bool force)
  */
 static bool wal_read(lsn_t begin, uint8 *out, size_t len, char *err, size_t errlen)
 {
+    lsn_t own_start = pg_atomic_read_u64(&wp_sh->own_wal_start);
+
     Assert(begin + len <= wp.wal_end);
+    if (begin < own_start) {
+        char a[LSN_FMT_LEN];
+
+        /* Bytes below it in its segment file are not WAL anyone wrote. */
+        snprintf(err, errlen,
+                 "this compute's WAL begins at %s, its basebackup; older WAL must come from "
+                 "another safekeeper",
+                 lsn_format(own_start, a));
+        return false;
+    }
     if (walbuf_read(&wp.buf, begin, out, len))
         return true;
     return walbuf_read_segments(wp.waldir, GetWALInsertionTimeLine(), (uint32)wal_segment_size,
@@ -550,10 +568,31 @@ static void on_elected(const proposer_effect *e, TimestampTz now)
     }
     check_own_history(e);
     pg_atomic_write_u64(&wp_sh->last_elected_term, e->u.elected.term);
-    if (basebackup_lsn != InvalidXLogRecPtr)
+    if (basebackup_lsn != InvalidXLogRecPtr) {
+        pg_atomic_write_u64(&wp_sh->own_wal_start, basebackup_lsn);
         basebackup_signal_consumed();
+    }
     wp.local_wanted = true;
     wp.local_start = e->u.elected.start_streaming_at;
+    /*
+     * A safekeeper that lags behind this compute's basebackup (sync-safekeepers
+     * brings a majority to the term start, and waits only briefly for the
+     * others) needs WAL this compute never had.  Stream from the basebackup:
+     * the others get every record and commits go on with them; that one's
+     * appends fail (wal_read) and it stays behind until another source
+     * supplies the older WAL.  Streaming from its position would stop the
+     * local stream, and with it every commit.
+     */
+    if (wp.local_start < pg_atomic_read_u64(&wp_sh->own_wal_start)) {
+        char own[LSN_FMT_LEN];
+
+        wp.local_start = pg_atomic_read_u64(&wp_sh->own_wal_start);
+        ereport(WARNING,
+                (errmsg("strata walproposer: a safekeeper needs WAL from %s, before this "
+                        "compute's basebackup at %s; streaming from %s, that safekeeper stays "
+                        "behind",
+                        start, lsn_format(wp.local_start, own), own)));
+    }
     walbuf_reset(&wp.buf, wp.local_start);
     wp.wal_end = wp.local_start;
     if (wp.local.state != PQSTREAM_IDLE)
