@@ -41,9 +41,11 @@
 #define N_ACC 3
 #define N_PROP 3
 #define SEG (1u << 20)
+#define SEGSTART(l) ((l) - (l) % SEG)
 #define BOOT ((lsn_t)SEG)
-#define WINDOW (3u << 20)          /* LSN space [BOOT, BOOT + WINDOW) */
-#define GEN_LIMIT (WINDOW - (256u << 10))
+#define WINDOW (6u << 20)          /* LSN space [BOOT, BOOT + WINDOW) */
+#define GEN_LIMIT (WINDOW - SIMWAL_MAX_PAYLOAD - (64u << 10))
+#define SCAN_CHUNK (128u * 1024)   /* the restart scan reads this much at a time */
 #define NET_MAX 512                /* messages in flight */
 #define MAX_TERMS 4096
 #define MAX_CLIENTS 4096
@@ -74,6 +76,11 @@ typedef struct acc_node {
     lsn_t cache_end, durable_end;
     lsn_t dirty_from; /* lowest cache byte written since it was last made durable */
     lsn_t hw;         /* highest cache byte ever written this seed */
+    /* WAL removal: segments below this LSN are gone (0: none removed).  The
+     * bytes stay in cache/durable for the checkers (they were verified to be
+     * committed WAL when removed); nothing may read, write or truncate
+     * there. */
+    lsn_t removed_below;
     bool fsync_running;
     lsn_t fsync_covers;
     int streamer_p;
@@ -103,6 +110,11 @@ typedef struct prop_node {
     bool elected;
     simwal gen;
     lsn_t verified; /* wal[BOOT, x) verified equal to R */
+    /* The compute's local WAL outlives its walproposer: own_term is the last
+     * term this compute's walproposer won (0: never), restarted says the
+     * running walproposer is a restart that keeps wal[BOOT, wal_end). */
+    uint64_t own_term;
+    bool restarted;
     int n_clients;
     client *clients;
 } prop_node;
@@ -130,8 +142,17 @@ static struct {
     char violation_buf[256];
     uint32_t partition_odds; /* per mille, per proposer, at each re-partition */
     uint32_t drop_odds;      /* per mille, per delivered message */
+    uint32_t mid_output_crash_odds; /* per mille, before each acceptor effect */
+    bool calm; /* few crashes and restarts: long runs of progress */
+    bool relabelled; /* a restarted compute went on with its own WAL */
+    /* The simulated pageserver: it ingests committed WAL from one acceptor at
+     * a time and reports back to it; its feedback drives WAL removal. */
+    lsn_t ps_received, ps_disk, ps_remote;
+    bool ps_uploads; /* remote_consistent_lsn is reported (0 otherwise) */
     /* stats */
     long old_term_commits, elections, commits_acked, crashes, restarts, syncs_done, protocol_errors;
+    long mid_output_crashes, lazy_saves, segments_removed, wp_restarts, wp_continued,
+        wp_stopped;
 } S;
 
 static uint8_t msgbuf[WALPUSH_MAX_MESSAGE];
@@ -197,6 +218,31 @@ static size_t off(lsn_t l)
 
 /* ---- Network ----------------------------------------------------------- */
 
+/* Message buffers, all of the largest message's size, recycled: large
+ * allocations are costly (under ASan each is an mmap). */
+static uint8_t *free_bufs[NET_MAX + 8];
+static int n_free_bufs;
+
+static uint8_t *buf_get(void)
+{
+    if (n_free_bufs > 0)
+        return free_bufs[--n_free_bufs];
+    uint8_t *b = malloc(WALPUSH_MAX_MESSAGE);
+    if (!b) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    return b;
+}
+
+static void buf_put(uint8_t *b)
+{
+    if (n_free_bufs < (int)(sizeof(free_bufs) / sizeof(free_bufs[0])))
+        free_bufs[n_free_bufs++] = b;
+    else
+        free(b);
+}
+
 static void net_send(bool to_acceptor, int p, int a, const uint8_t *bytes, size_t len)
 {
     if (S.n_net == NET_MAX) {
@@ -209,11 +255,7 @@ static void net_send(bool to_acceptor, int p, int a, const uint8_t *bytes, size_
     m->a = a;
     m->conn_id = S.conns[p][a].id;
     m->len = len;
-    m->bytes = malloc(len);
-    if (!m->bytes) {
-        fprintf(stderr, "out of memory\n");
-        exit(2);
-    }
+    m->bytes = buf_get();
     memcpy(m->bytes, bytes, len);
 }
 
@@ -266,18 +308,83 @@ static void durable_write(acc_node *n, lsn_t upto)
         n->durable_end = upto;
 }
 
+/* Makes cache[from, to) durable without touching the bytes below from: a
+ * partial fdatasync (only the planted ack-before-fsync bug does this). */
+static void __attribute__((unused)) durable_write_range(acc_node *n, lsn_t from, lsn_t to)
+{
+    if (from >= to)
+        return;
+    memcpy(n->durable + off(from), n->cache + off(from), to - from);
+    if (n->durable_match > from)
+        n->durable_match = from;
+    if (to > n->durable_end)
+        n->durable_end = to;
+}
+
+typedef enum crash_kind {
+    CRASH_KILL,  /* the process dies (kill -9): the page cache stays */
+    CRASH_POWER, /* the machine loses power: only what the disk holds stays */
+    CRASH_CLEAN, /* the process stops after its shutdown save */
+} crash_kind;
+
+static void acc_crash(int a, crash_kind kind);
+static void store_truncate(acc_node *n, lsn_t l);
+static void extend_match(const uint8_t *buf, lsn_t *match, lsn_t lim);
+
+/* How many acceptors other than a hold the committed WAL durably. */
+static int durable_elsewhere(int a)
+{
+    int k = 0;
+    for (int b = 0; b < N_ACC; b++) {
+        if (b == a)
+            continue;
+        acc_node *o = &S.acc[b];
+        extend_match(o->durable, &o->durable_match, o->durable_end < S.R_end ? o->durable_end : S.R_end);
+        if (o->durable_match >= S.R_end)
+            k++;
+    }
+    return k;
+}
+
 /* Executes an acceptor output; reply_p/reply_conn name the connection of the
- * message being handled (-1 for flush completions). */
+ * message being handled (-1 for flush completions).  With the seed's odds
+ * the acceptor dies before an effect (a WAL write may be torn): the rest of
+ * the output never runs, which the effect order must make safe. */
 static void acc_process(int a, int reply_p, uint64_t reply_conn)
 {
     acc_node *n = &S.acc[a];
     acceptor_output *out = &n->out;
     for (int i = 0; i < out->n; i++) {
         const acceptor_effect *e = &out->effects[i];
+        if (S.mid_output_crash_odds > 0 && chance(S.mid_output_crash_odds)) {
+            trace("a%d dies before effect %d of %d (kind %d)", a, i + 1, out->n, (int)e->kind);
+            if (e->kind == ACC_WRITE_WAL && e->len > 1 && e->lsn >= n->removed_below &&
+                e->lsn >= BOOT && e->lsn + e->len <= BOOT + WINDOW) {
+                /* A torn write: some prefix reached the page cache. */
+                uint32_t part = rnd_below(e->len);
+                memcpy(n->cache + off(e->lsn), e->data, part);
+                if (e->lsn + part > n->cache_end)
+                    n->cache_end = e->lsn + part;
+                if (n->cache_end > n->hw)
+                    n->hw = n->cache_end;
+                if (e->lsn < n->dirty_from && part > 0)
+                    n->dirty_from = e->lsn;
+                if (e->lsn < n->cache_match)
+                    n->cache_match = e->lsn;
+            }
+            S.mid_output_crashes++;
+            acc_crash(a, chance(500) ? CRASH_POWER : CRASH_KILL);
+            return;
+        }
         switch (e->kind) {
         case ACC_WRITE_WAL:
             if (e->lsn < BOOT || e->lsn + e->len > BOOT + WINDOW) {
                 violate("acceptor %d write outside the window", a);
+                return;
+            }
+            if (e->lsn < n->removed_below) {
+                violate("acceptor %d writes at %s, in a removed segment (removed below %s)", a,
+                        fmt_lsn(e->lsn), fmt_lsn(n->removed_below));
                 return;
             }
             memcpy(n->cache + off(e->lsn), e->data, e->len);
@@ -297,31 +404,41 @@ static void acc_process(int a, int reply_p, uint64_t reply_conn)
             /* Committed WAL must never be truncated: if this acceptor held
              * exactly the committed WAL up to its flush (as of the previous
              * step) or up to the committed point, cutting below that loses
-             * committed records. */
+             * committed records.  Once a restarted compute went on with its
+             * own WAL, that is too strict: the same bytes then exist under
+             * two terms (its earlier one on some acceptors, the new one on
+             * others), and the histories make the older copy go, to be
+             * streamed again.  Then the cut must leave the committed WAL
+             * durable on a majority of the other acceptors. */
             lsn_t held = n->last_flush < S.R_end ? n->last_flush : S.R_end;
-            if (n->durable_match >= held && held > l)
+            if (n->durable_match >= held && held > l &&
+                (!S.relabelled || durable_elsewhere(a) < N_ACC / 2 + 1))
                 violate("acceptor %d truncated committed WAL at %s (committed %s, it held %s)", a,
                         fmt_lsn(l), fmt_lsn(S.R_end), fmt_lsn(held));
+            /* The flush position may go back with a truncation (a crash
+             * before the new history is stored leaves the old one). */
+            if (n->last_flush > l)
+                n->last_flush = l;
             trace("a%d truncate at %s", a, fmt_lsn(l));
-            if (l < n->cache_end) {
-                memset(n->cache + off(l), 0, n->cache_end - l);
-                n->cache_end = l;
+            if (l < n->removed_below) {
+                violate("acceptor %d truncates at %s, in a removed segment (removed below %s)",
+                        a, fmt_lsn(l), fmt_lsn(n->removed_below));
+                return;
             }
-            if (l < n->durable_end) {
-                memset(n->durable + off(l), 0, n->durable_end - l);
-                n->durable_end = l;
-            }
-            if (n->durable_match > l)
-                n->durable_match = l;
-            if (n->usable_checked > l)
-                n->usable_checked = l;
-            if (n->cache_match > l)
-                n->cache_match = l;
-            if (n->dirty_from >= l)
-                n->dirty_from = LSN_MAX;
+            store_truncate(n, l);
             break;
         }
         case ACC_FLUSH_WAL:
+#ifdef STRATA_BUG_ACK_BEFORE_FSYNC
+            /* Planted: the store's synchronous flush skips bytes that belong
+             * to the running group-commit round (issue 11.3): they are synced
+             * only when that round's fdatasync completes, yet the vote that
+             * asked for the flush reports them flushed now. */
+            if (n->fsync_running && n->dirty_from < n->fsync_covers) {
+                durable_write_range(n, n->fsync_covers, n->cache_end);
+                break;
+            }
+#endif
             durable_write(n, n->cache_end);
             break;
         case ACC_PERSIST_CONTROL:
@@ -362,67 +479,290 @@ static void acc_complete_fsync(int a)
     acc_process(a, -1, 0);
 }
 
-/* The end of the last complete record in the durable WAL from start. */
+/*
+ * The end of the last complete record in what reads see (the page cache)
+ * from start on, found the way safekeeper/timeline.c's find_end_of_wal finds
+ * it: the real reader over SCAN_CHUNK reads, its buffer growing to the
+ * largest record (it starts small here so that growth is exercised).
+ */
 static lsn_t scan_end_of_wal(const acc_node *n, lsn_t start)
 {
-    if (start == 0 || n->durable_end <= start)
-        return start;
-    wal_tracker t;
-    wal_tracker_init(&t, start, SEG);
-    lsn_t at = start;
-    const char *why;
-    while (at < n->durable_end) {
-        size_t len = n->durable_end - at > 4096 ? 4096 : n->durable_end - at;
-        wal_tracker saved = t;
-        if (wal_tracker_feed(&t, at, n->durable + off(at), len, &why) != 0) {
-            /* Find the exact last good record: byte by byte from the copy. */
-            t = saved;
-            for (size_t i = 0; i < len; i++) {
-                wal_tracker b = t;
-                if (wal_tracker_feed(&b, at + i, n->durable + off(at + i), 1, &why) != 0)
-                    break;
-                t = b;
-            }
-            break;
+    static uint8_t *rec_buf;
+    static size_t rec_cap;
+    if (rec_buf == NULL) {
+        rec_cap = 8192;
+        rec_buf = malloc(rec_cap);
+        if (rec_buf == NULL) {
+            fprintf(stderr, "out of memory\n");
+            exit(2);
         }
-        at += len;
     }
-    return wal_tracker_last_record_end(&t);
+    if (start == 0 || n->cache_end <= start)
+        return start;
+    wal_reader r;
+#ifdef STRATA_BUG_SCAN_FIXED_BUFFER
+    /* Planted: the fixed reassembly buffer of before (issue 11.2), scaled to
+     * the simulated segment: records longer than it end the scan. */
+    static uint8_t fixed[256u << 10];
+    wal_reader_init(&r, start, SEG, fixed, sizeof(fixed));
+#else
+    wal_reader_init_growable(&r, start, SEG, &rec_buf, &rec_cap);
+#endif
+    lsn_t at = start;
+    while (at < n->cache_end) {
+        size_t left = n->cache_end - at > SCAN_CHUNK ? SCAN_CHUNK : n->cache_end - at;
+        const uint8_t *p = n->cache + off(at);
+        bool broken = false;
+        while (left > 0) {
+            size_t used = 0;
+            const char *why = NULL;
+            int rc = wal_reader_feed(&r, at, p, left, &used, &why);
+            if (rc == WAL_READER_ERROR || (rc == WAL_READER_NEED_MORE && used == 0)) {
+                broken = true;
+                break;
+            }
+            at += used;
+            p += used;
+            left -= used;
+        }
+        if (broken)
+            break;
+    }
+    return wal_reader_last_record_end(&r);
 }
 
-static void acc_crash(int a)
+/*
+ * The acceptor process dies.  Unless it stopped cleanly, its writes not yet
+ * handed to the kernel are lost (a random tail of what is not durable); the
+ * rest stays in the page cache.  CRASH_POWER: the machine goes down too (or
+ * later, for a node already down), and of the page cache only what the disk
+ * happened to write back survives: each non-durable page, independently,
+ * with some odds.
+ */
+static void acc_crash(int a, crash_kind kind)
 {
     acc_node *n = &S.acc[a];
-    if (!n->up)
+    bool power_loss = kind == CRASH_POWER;
+    if (n->up) {
+        trace("a%d %s (durable WAL to %s, cache to %s)", a,
+              kind == CRASH_CLEAN ? "STOP" : power_loss ? "CRASH with power loss" : "CRASH",
+              fmt_lsn(n->durable_end), fmt_lsn(n->cache_end));
+        n->up = false;
+        S.crashes++;
+        for (int p = 0; p < N_PROP; p++)
+            conn_close(p, a, "acceptor crashed");
+        n->fsync_running = false;
+        n->usable_checked = BOOT;
+        n->cache_match = BOOT;
+        if (kind != CRASH_CLEAN && n->dirty_from < n->cache_end) {
+            lsn_t keep = n->dirty_from + rnd_below((uint32_t)(n->cache_end - n->dirty_from + 1));
+            memset(n->cache + off(keep), 0, n->cache_end - keep);
+            n->cache_end = keep;
+            if (keep == n->dirty_from)
+                n->dirty_from = LSN_MAX;
+        }
+    } else if (power_loss) {
+        trace("a%d power loss while down", a);
+    }
+    if (!power_loss)
         return;
-    trace("a%d CRASH (durable WAL to %s)", a, fmt_lsn(n->durable_end));
-    n->up = false;
-    S.crashes++;
-    for (int p = 0; p < N_PROP; p++)
-        conn_close(p, a, "acceptor crashed");
-    if (n->hw > BOOT)
-        memcpy(n->cache, n->durable, off(n->hw));
+    if (n->dirty_from < n->cache_end) {
+        for (lsn_t pg = n->dirty_from - n->dirty_from % WAL_BLCKSZ; pg < n->cache_end;
+             pg += WAL_BLCKSZ) {
+            if (chance(250)) {
+                lsn_t from = pg > n->dirty_from ? pg : n->dirty_from;
+                lsn_t to = pg + WAL_BLCKSZ < n->cache_end ? pg + WAL_BLCKSZ : n->cache_end;
+                memcpy(n->durable + off(from), n->cache + off(from), to - from);
+                if (n->durable_match > from)
+                    n->durable_match = from;
+                if (to > n->durable_end)
+                    n->durable_end = to;
+            }
+        }
+    }
+    /* Cache and disk differ only in [dirty_from, cache_end): every path that
+     * changes one outside it changes the other too. */
+    if (n->dirty_from < n->cache_end) {
+        lsn_t hi = n->cache_end > n->durable_end ? n->cache_end : n->durable_end;
+        memcpy(n->cache + off(n->dirty_from), n->durable + off(n->dirty_from),
+               hi - n->dirty_from);
+    }
+#ifdef SIM_CHECK_CACHE_MODEL
+    if (n->hw > BOOT && memcmp(n->cache, n->durable, off(n->hw)) != 0)
+        violate("sim: cache and disk of a%d differ outside the dirty range", a);
+#endif
     n->cache_end = n->durable_end;
     n->dirty_from = LSN_MAX;
-    n->fsync_running = false;
-    n->usable_checked = BOOT;
-    n->cache_match = BOOT;
 }
 
+/* safekeeper/timeline.c restart_scan_start: a record boundary known durable. */
+static lsn_t restart_scan_start(const acceptor_persistent_state *st)
+{
+    lsn_t start = st->commit_lsn < st->flush_lsn ? st->commit_lsn : st->flush_lsn;
+    return start < st->timeline_start_lsn ? st->timeline_start_lsn : start;
+}
+
+/* The WAL is cut at l durably (wal_store_truncate). */
+static void store_truncate(acc_node *n, lsn_t l)
+{
+    if (l < n->cache_end) {
+        memset(n->cache + off(l), 0, n->cache_end - l);
+        n->cache_end = l;
+    }
+    if (l < n->durable_end) {
+        memset(n->durable + off(l), 0, n->durable_end - l);
+        n->durable_end = l;
+    }
+    if (n->durable_match > l)
+        n->durable_match = l;
+    if (n->usable_checked > l)
+        n->usable_checked = l;
+    if (n->cache_match > l)
+        n->cache_match = l;
+    if (n->dirty_from >= l)
+        n->dirty_from = LSN_MAX;
+}
+
+/*
+ * Restart as safekeeper/timeline.c tl_load does it: from the control file,
+ * scan from its min(commit_lsn, flush_lsn) for the end of WAL (a scan start
+ * whose segment was removed while later ones exist stops the daemon),
+ * truncate there, fsync what was scanned, then acceptor_restore.
+ */
 static void acc_restart(int a)
 {
     acc_node *n = &S.acc[a];
-    lsn_t end = scan_end_of_wal(n, n->durable_control.timeline_start_lsn);
+    const acceptor_persistent_state *st = &n->durable_control;
+    lsn_t start = st->wal_seg_size != 0 ? restart_scan_start(st) : 0;
+    lsn_t end = 0;
+    if (start != 0) {
+        if (start < n->removed_below) {
+            lsn_t newest = n->cache_end > n->removed_below ? SEGSTART(n->cache_end - 1) : 0;
+            if (newest > start) {
+                violate("acceptor %d cannot restart: its scan start %s (stored commit %s, flush "
+                        "%s) is in a removed segment (removed below %s) while later WAL exists",
+                        a, fmt_lsn(start), fmt_lsn(st->commit_lsn), fmt_lsn(st->flush_lsn),
+                        fmt_lsn(n->removed_below));
+                return;
+            }
+            end = start;
+        } else {
+            end = scan_end_of_wal(n, start);
+        }
+        store_truncate(n, end);
+        durable_write(n, end);
+    }
     const char *why = NULL;
-    if (acceptor_restore(&n->core, &n->durable_control, end, &why) != 0) {
+    if (acceptor_restore(&n->core, st, end, &why) != 0) {
         violate("acceptor %d cannot restart: %s", a, why);
         return;
     }
     n->up = true;
     n->streamer_p = -1;
     S.restarts++;
-    trace("a%d RESTART term %llu end of WAL %s", a, (unsigned long long)acceptor_term(&n->core),
-          fmt_lsn(end));
+    trace("a%d RESTART term %llu scan from %s, end of WAL %s", a,
+          (unsigned long long)acceptor_term(&n->core), fmt_lsn(start), fmt_lsn(end));
+}
+
+/* safekeeper/timeline.c lazy_fields_changed. */
+static bool lazy_fields_changed(const acceptor_persistent_state *x,
+                                const acceptor_persistent_state *y)
+{
+    return x->commit_lsn != y->commit_lsn || x->truncate_lsn != y->truncate_lsn ||
+           x->flush_lsn != y->flush_lsn ||
+           memcmp(&x->ps_feedback, &y->ps_feedback, sizeof x->ps_feedback) != 0;
+}
+
+/* The lazy save (housekeeping, or a clean shutdown): between outputs the
+ * in-memory state differs from the control file only in lazy fields. */
+static void acc_lazy_save(int a)
+{
+    acc_node *n = &S.acc[a];
+    const acceptor_persistent_state *st = acceptor_state(&n->core);
+    if (!lazy_fields_changed(st, &n->durable_control))
+        return;
+#ifdef STRATA_BUG_STALE_SCAN_START
+    /* Planted: the save of before (issue 11.1) stored the new commit_lsn
+     * beside the flush_lsn of the last non-lazy save. */
+    lsn_t stale = n->durable_control.flush_lsn;
+    n->durable_control = *st;
+    n->durable_control.flush_lsn = stale;
+#else
+    n->durable_control = *st;
+#endif
+    S.lazy_saves++;
+}
+
+/*
+ * safekeeper/timeline.c housekeep_timeline: the lazy save, then WAL removal
+ * below min(pageserver feedback, commit_lsn, truncate_lsn, the restart scan
+ * start) as the control file holds them, only while the store is idle, never
+ * past the store's flush position (wal_store_remove_below).
+ */
+static void acc_housekeep(int a)
+{
+    acc_node *n = &S.acc[a];
+    if (!n->up)
+        return;
+    acc_lazy_save(a);
+    const acceptor_persistent_state *p = &n->durable_control;
+    lsn_t horizon = p->ps_feedback.disk_consistent_lsn;
+    bool idle = !n->fsync_running && n->dirty_from == LSN_MAX;
+    if (horizon == 0 || !idle || p->wal_seg_size == 0)
+        return;
+    if (p->ps_feedback.remote_consistent_lsn != 0 && p->ps_feedback.remote_consistent_lsn < horizon)
+        horizon = p->ps_feedback.remote_consistent_lsn;
+    if (p->commit_lsn < horizon)
+        horizon = p->commit_lsn;
+    if (p->truncate_lsn < horizon)
+        horizon = p->truncate_lsn;
+#ifndef STRATA_BUG_STALE_SCAN_START
+    lsn_t scan_start = restart_scan_start(p);
+    if (scan_start < horizon)
+        horizon = scan_start;
+#endif
+    if (horizon == 0)
+        return;
+    lsn_t below = SEGSTART(horizon);
+    if (below > SEGSTART(n->durable_end))
+        below = SEGSTART(n->durable_end);
+    if (below <= n->removed_below || below <= BOOT)
+        return;
+    /* What goes must be committed WAL the pageserver holds durably. */
+    extend_match(n->durable, &n->durable_match, n->durable_end < S.R_end ? n->durable_end : S.R_end);
+    if (below > S.ps_disk || n->durable_match < below) {
+        violate("acceptor %d removes WAL below %s: the pageserver holds %s durably, the "
+                "acceptor's WAL matches the committed WAL (to %s) only to %s",
+                a, fmt_lsn(below), fmt_lsn(S.ps_disk), fmt_lsn(S.R_end),
+                fmt_lsn(n->durable_match));
+        return;
+    }
+    S.segments_removed += (long)((below - (n->removed_below > BOOT ? n->removed_below : BOOT)) / SEG);
+    trace("a%d removes WAL below %s (control: commit %s flush %s truncate %s ps %s)", a,
+          fmt_lsn(below), fmt_lsn(p->commit_lsn), fmt_lsn(p->flush_lsn), fmt_lsn(p->truncate_lsn),
+          fmt_lsn(p->ps_feedback.disk_consistent_lsn));
+    n->removed_below = below;
+}
+
+/* The pageserver streams committed WAL from acceptor a (it serves up to
+ * acceptor_commit_lsn), makes some of it durable (and uploads some), and
+ * sends its feedback to a. */
+static void ps_step(int a)
+{
+    acc_node *n = &S.acc[a];
+    if (!n->up)
+        return;
+    lsn_t c = acceptor_commit_lsn(&n->core);
+    if (c > S.ps_received)
+        S.ps_received = c;
+    if (chance(500))
+        S.ps_disk = S.ps_received;
+    if (S.ps_uploads && chance(300))
+        S.ps_remote = S.ps_disk;
+    pageserver_feedback fb = {.last_received_lsn = S.ps_received,
+                              .disk_consistent_lsn = S.ps_disk,
+                              .remote_consistent_lsn = S.ps_remote};
+    acceptor_set_pageserver_feedback(&n->core, &fb);
 }
 
 static void acc_deliver(msg *m)
@@ -504,6 +844,51 @@ static void prop_kill(int pi, const char *why)
         S.conns[pi][a].up = false;
 }
 
+/* The last term of the donor's history as its vote reported it (up to its
+ * flush_lsn): our history is that one plus our own entry. */
+static uint64_t donor_last_term(const prop_node *pn, const proposer_effect *e)
+{
+    term_history h = *proposer_history(&pn->core);
+    if (h.n > 0)
+        h.n--;
+    return term_history_last_log_term(&h, e->u.elected.donor_flush_lsn);
+}
+
+/*
+ * A restarted walproposer won: the compute keeps writing its own local WAL
+ * (compute/extension/walproposer_pg.c on_elected).  It stops if the
+ * safekeepers' WAL ends beyond its own, and (check_own_history) unless the
+ * donor's last term is the last term this compute won: only then is the
+ * safekeepers' WAL up to the term start a prefix of the compute's WAL.
+ */
+static void prop_restarted_elected(int pi, const proposer_effect *e)
+{
+    prop_node *pn = &S.prop[pi];
+    lsn_t ts = e->u.elected.term_start_lsn;
+    uint64_t dlt = donor_last_term(pn, e);
+    if (ts > pn->wal_end) {
+        S.wp_stopped++;
+        prop_kill(pi, "the safekeepers' WAL ends beyond this compute's WAL");
+        return;
+    }
+#ifndef STRATA_BUG_NO_OWN_HISTORY_CHECK
+    if (dlt != pn->own_term) {
+        S.wp_stopped++;
+        trace("p%d: donor's last term %llu is not our last elected term %llu", pi,
+              (unsigned long long)dlt, (unsigned long long)pn->own_term);
+        prop_kill(pi, "check_own_history: the safekeepers' WAL is not this compute's");
+        return;
+    }
+#endif
+    (void)dlt;
+    S.wp_continued++;
+    S.relabelled = true;
+    pn->own_term = e->u.elected.term;
+    pn->restarted = false;
+    pn->elected = true;
+    /* The local WAL stays; the generator goes on at its end. */
+}
+
 static void prop_on_elected(int pi, const proposer_effect *e)
 {
     prop_node *pn = &S.prop[pi];
@@ -514,6 +899,11 @@ static void prop_on_elected(int pi, const proposer_effect *e)
           e->u.elected.donor, fmt_lsn(e->u.elected.start_streaming_at));
     lsn_t ts = e->u.elected.term_start_lsn;
     acc_node *donor = &S.acc[e->u.elected.donor];
+    if (pn->restarted) {
+        prop_restarted_elected(pi, e);
+        return;
+    }
+    pn->own_term = e->u.elected.term;
     /* The edge fetches the donor's WAL below the term start; that only
      * works while the donor is still in our term. */
     if (ts > BOOT) {
@@ -618,7 +1008,7 @@ static void prop_process(int pi, proposer_output *out)
     }
 }
 
-static void prop_start(int pi)
+static bool prop_init_core(int pi, bool sync_mode)
 {
     prop_node *pn = &S.prop[pi];
     proposer_config cfg = {0};
@@ -629,18 +1019,30 @@ static void prop_start(int pi)
     cfg.pg_version = 150020;
     cfg.wal_seg_size = SEG;
     cfg.bootstrap_lsn = BOOT;
-    cfg.sync_safekeepers = chance(150);
+    cfg.sync_safekeepers = sync_mode;
     cfg.heartbeat_ms = 500;
     cfg.timeout_ms = 5000;
     cfg.max_inflight_bytes = 512u << 10;
     const char *why = NULL;
     if (proposer_init(&pn->core, &cfg, S.now_ms, &why) != 0) {
         violate("proposer_init: %s", why);
-        return;
+        return false;
     }
     pn->alive = true;
     pn->uid = S.next_uid++;
-    pn->sync_mode = cfg.sync_safekeepers;
+    pn->sync_mode = sync_mode;
+    for (int a = 0; a < N_ACC; a++)
+        S.conns[pi][a].up = false;
+    return true;
+}
+
+/* A new compute (or sync-safekeepers run) in slot pi: no WAL of its own; it
+ * takes the donor's WAL when elected (a basebackup at the term start). */
+static void prop_start(int pi)
+{
+    prop_node *pn = &S.prop[pi];
+    if (!prop_init_core(pi, chance(150)))
+        return;
     lsn_t used = pn->gen.pos > pn->wal_end ? pn->gen.pos : pn->wal_end;
     if (used > BOOT)
         memset(pn->wal, 0, off(used));
@@ -648,10 +1050,28 @@ static void prop_start(int pi)
     pn->wal_end = 0;
     pn->elected = false;
     pn->verified = BOOT;
+    pn->own_term = 0;
+    pn->restarted = false;
     pn->n_clients = 0;
-    for (int a = 0; a < N_ACC; a++)
-        S.conns[pi][a].up = false;
     trace("p%d START uid %d%s", pi, pn->uid, pn->sync_mode ? " (sync-safekeepers)" : "");
+}
+
+/* The walproposer of the compute in slot pi restarts (the background worker
+ * died and the postmaster starts it again): a new proposer, but the compute
+ * keeps its local WAL, which may hold records no safekeeper got. */
+static void prop_restart_wp(int pi)
+{
+    prop_node *pn = &S.prop[pi];
+    if (!pn->alive || pn->sync_mode || pn->own_term == 0)
+        return;
+    trace("p%d walproposer RESTART (uid %d, local WAL to %s, last won term %llu)", pi, pn->uid,
+          fmt_lsn(pn->wal_end), (unsigned long long)pn->own_term);
+    prop_kill(pi, "walproposer restarts");
+    if (!prop_init_core(pi, false))
+        return;
+    pn->elected = false;
+    pn->restarted = true;
+    S.wp_restarts++;
 }
 
 static void prop_connect(int pi, int a)
@@ -675,10 +1095,14 @@ static void prop_generate(int pi)
         uint32_t r = rnd_below(100);
         if (r < 70)
             size = 20 + rnd_below(400);
-        else if (r < 96)
+        else if (r < 94)
             size = 1000 + rnd_below(9000);
-        else
+        else if (r < 98)
             size = 20000 + rnd_below(40000);
+        else if (rnd_below(4) != 0)
+            size = 100000 + rnd_below(300000); /* over a page run, a good part of a segment */
+        else
+            size = SEG / 2 + rnd_below(SIMWAL_MAX_PAYLOAD - SEG / 2); /* up to 1.5 segments */
         bool commit = chance(300);
         uint32_t seed = (uint32_t)pn->uid * 1000003u + (uint32_t)rnd();
         lsn_t end = simwal_append(&pn->gen, size, commit ? 1 : 10, 0, seed);
@@ -857,7 +1281,7 @@ static void run_setup(uint64_t seed, bool trace_on)
     for (int p = 0; p < N_PROP; p++)
         S.prop[p].alive = false;
     for (int k = 0; k < S.n_net; k++)
-        free(S.net[k].bytes);
+        buf_put(S.net[k].bytes);
     S.n_net = 0;
     memset(S.conns, 0, sizeof(S.conns));
     if (S.R_end > BOOT)
@@ -873,6 +1297,20 @@ static void run_setup(uint64_t seed, bool trace_on)
     S.violation = NULL;
     S.partition_odds = rnd_below(700);
     S.drop_odds = chance(500) ? 10 : rnd_below(150);
+    S.mid_output_crash_odds = chance(500) ? 0 : 1 + rnd_below(8);
+    S.ps_received = S.ps_disk = S.ps_remote = 0;
+    S.ps_uploads = chance(500);
+    S.calm = chance(300);
+    S.relabelled = false;
+    if (S.calm) {
+        /* Lost messages cost a reconnect and a resend from the last record
+         * end: with records of a segment's size, keep them rare. */
+        S.drop_odds = rnd_below(10);
+        S.partition_odds /= 4;
+    }
+    trace("seed %llu: partition odds %u, drop odds %u, mid-output crash odds %u, %s%s",
+          (unsigned long long)seed, S.partition_odds, S.drop_odds, S.mid_output_crash_odds,
+          S.calm ? "calm" : "stormy", S.ps_uploads ? ", pageserver uploads" : "");
 
     strata_id tenant = {{0x11}}, timeline = {{0x22}};
     for (int a = 0; a < N_ACC; a++) {
@@ -886,13 +1324,26 @@ static void run_setup(uint64_t seed, bool trace_on)
         n->dirty_from = LSN_MAX;
     }
     prop_start(0);
-    if (chance(700))
+    if (!S.calm && chance(700))
         prop_start(1);
+}
+
+static bool any_proposer_alive(void)
+{
+    for (int p = 0; p < N_PROP; p++)
+        if (S.prop[p].alive)
+            return true;
+    return false;
 }
 
 static void step_once(void)
 {
-    uint32_t r = rnd_below(1000);
+    uint32_t r = rnd_below(1056);
+    /* Calm seeds skip most crashes and restarts, so that enough WAL gets
+     * committed for WAL removal and the largest records to matter. */
+    bool fault = (r >= 930 && r < 940) || (r >= 970 && r < 980) || (r >= 1035 && r < 1046);
+    if (fault && S.calm && !chance(150))
+        r = 700; /* time passes instead */
     if (r < 450 && S.n_net > 0) {
         /* Deliver: usually the oldest message of some connection, sometimes
          * any message (reordering); sometimes drop or duplicate. */
@@ -909,9 +1360,7 @@ static void step_once(void)
         msg m = S.net[k];
         bool dup = chance(15);
         if (dup) {
-            S.net[k].bytes = malloc(m.len);
-            if (!S.net[k].bytes)
-                exit(2);
+            S.net[k].bytes = buf_get();
             memcpy(S.net[k].bytes, m.bytes, m.len);
         } else {
             net_take(k);
@@ -927,7 +1376,7 @@ static void step_once(void)
             else
                 prop_deliver(&m);
         }
-        free(m.bytes);
+        buf_put(m.bytes);
     } else if (r < 600) {
         int a = (int)rnd_below(N_ACC);
         if (S.acc[a].up && S.acc[a].fsync_running)
@@ -972,7 +1421,7 @@ static void step_once(void)
                   !S.conns[1][1].blocked, !S.conns[1][2].blocked);
         }
     } else if (r < 940) {
-        acc_crash((int)rnd_below(N_ACC));
+        acc_crash((int)rnd_below(N_ACC), chance(500) ? CRASH_POWER : CRASH_KILL);
     } else if (r < 970) {
         int a = (int)rnd_below(N_ACC);
         if (!S.acc[a].up)
@@ -983,10 +1432,30 @@ static void step_once(void)
             trace("p%d CRASH", p);
             prop_kill(p, "crashed");
         }
-    } else {
+    } else if (r < 1000) {
+        /* A new compute; calm seeds mostly wait until none runs. */
         int p = (int)rnd_below(N_PROP);
-        if (!S.prop[p].alive)
+        if (!S.prop[p].alive && (!S.calm || !any_proposer_alive() || chance(50)))
             prop_start(p);
+    } else if (r < 1020) {
+        acc_housekeep((int)rnd_below(N_ACC));
+    } else if (r < 1035) {
+        ps_step((int)rnd_below(N_ACC));
+    } else if (r < 1041) {
+        prop_restart_wp((int)rnd_below(N_PROP));
+    } else if (r < 1046) {
+        /* A clean stop: the shutdown save, then the process exits with
+         * everything it wrote in the page cache. */
+        int a = (int)rnd_below(N_ACC);
+        if (S.acc[a].up) {
+            acc_lazy_save(a);
+            acc_crash(a, CRASH_CLEAN);
+        }
+    } else {
+        /* Power loss on a node that is down: its page cache goes. */
+        int a = (int)rnd_below(N_ACC);
+        if (!S.acc[a].up)
+            acc_crash(a, CRASH_POWER);
     }
     for (int a = 0; a < N_ACC; a++)
         acc_maybe_start_fsync(a);
@@ -1002,6 +1471,16 @@ static bool run_seed(uint64_t seed, int steps, bool trace_on)
             check_invariants();
     }
     return S.violation == NULL;
+}
+
+/* Totals since the start of the run: how much of the restart machinery ran. */
+static void print_restart_stats(void)
+{
+    printf("acceptor crashes %ld (%ld inside an output), restarts %ld, lazy saves %ld, WAL "
+           "segments removed %ld; walproposer restarts %ld (%ld won and went on with their "
+           "WAL, %ld stopped)\n",
+           S.crashes, S.mid_output_crashes, S.restarts, S.lazy_saves, S.segments_removed,
+           S.wp_restarts, S.wp_continued, S.wp_stopped);
 }
 
 static int usage(const char *argv0)
@@ -1064,6 +1543,7 @@ int main(int argc, char **argv)
                ok ? "" : S.violation);
         printf("elections %ld, commits acked %ld, committed to %s, acceptor crashes %ld\n",
                S.elections, S.commits_acked, fmt_lsn(S.R_end), S.crashes);
+        print_restart_stats();
         return ok ? 0 : 1;
     }
 
@@ -1097,6 +1577,7 @@ int main(int argc, char **argv)
            total_acked, (unsigned long long)max_committed);
     if (total_old > 0)
         printf("%ld commits below the committing proposer's term start\n", total_old);
+    print_restart_stats();
     if (expect_violation) {
         if (failures == 0)
             printf("expected the planted bug to violate an invariant, but no seed did\n");

@@ -65,8 +65,8 @@ static uint32_t page_header(simwal *w, lsn_t at, uint32_t rem_len)
 
 lsn_t simwal_append(simwal *w, uint32_t payload_len, uint8_t rmid, uint8_t info, uint32_t seed)
 {
-    /* Build the record contiguously first (bounded: callers keep it small). */
-    static uint8_t rec[70000];
+    /* Build the record contiguously first (bounded by SIMWAL_MAX_PAYLOAD). */
+    static uint8_t rec[WAL_RECORD_HEADER_SIZE + 5 + SIMWAL_MAX_PAYLOAD];
     uint32_t body = payload_len < 256 ? 2 + payload_len : 5 + payload_len;
     uint32_t tot = WAL_RECORD_HEADER_SIZE + body;
     if (tot > sizeof(rec))
@@ -86,13 +86,22 @@ lsn_t simwal_append(simwal *w, uint32_t payload_len, uint8_t rmid, uint8_t info,
         put32(b + 1, payload_len);
         b += 5;
     }
+    /* Pseudo-random filler for the first 4 KB, then copies of it, each with
+     * its offset stamped in (cheap for records of a segment's size, and
+     * still no two 4 KB blocks of a record alike). */
     uint64_t x = (uint64_t)seed * 0x9E3779B97F4A7C15ULL + 1;
-    for (uint32_t i = 0; i < payload_len; i += 8) {
+    uint32_t head = payload_len < 4096 ? payload_len : 4096;
+    for (uint32_t i = 0; i < head; i += 8) {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        uint32_t n = payload_len - i < 8 ? payload_len - i : 8;
+        uint32_t n = head - i < 8 ? head - i : 8;
         memcpy(b + i, &x, n);
+    }
+    for (uint32_t i = head; i < payload_len; i += 4096) {
+        uint32_t n = payload_len - i < 4096 ? payload_len - i : 4096;
+        memcpy(b + i, b, n);
+        memcpy(b + i, &i, n < 4 ? n : 4);
     }
 
     lsn_t at = w->pos;

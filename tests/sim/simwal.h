@@ -33,10 +33,14 @@ typedef struct simwal {
 void simwal_init(simwal *w, uint8_t *mem, lsn_t base, size_t cap, uint32_t seg_size, lsn_t pos,
                  lsn_t prev_start);
 
+/* Largest payload simwal_append takes: above a 1 MB segment, so that records
+ * span segment boundaries whole. */
+#define SIMWAL_MAX_PAYLOAD (1536u << 10)
+
 /*
  * Appends one record with payload_len bytes of main data (filler derived from
  * seed).  Returns the record's end LSN (walformat.h convention), or 0 if it
- * does not fit in the window.
+ * does not fit in the window or payload_len exceeds SIMWAL_MAX_PAYLOAD.
  */
 lsn_t simwal_append(simwal *w, uint32_t payload_len, uint8_t rmid, uint8_t info, uint32_t seed);
 
