@@ -845,7 +845,8 @@ static void prop_kill(int pi, const char *why)
 }
 
 /* The last term of the donor's history as its vote reported it (up to its
- * flush_lsn): our history is that one plus our own entry. */
+ * flush_lsn), worked out from ours (the donor's plus our own entry), to
+ * check the donor_last_term the core reports. */
 static uint64_t donor_last_term(const prop_node *pn, const proposer_effect *e)
 {
     term_history h = *proposer_history(&pn->core);
@@ -865,7 +866,12 @@ static void prop_restarted_elected(int pi, const proposer_effect *e)
 {
     prop_node *pn = &S.prop[pi];
     lsn_t ts = e->u.elected.term_start_lsn;
-    uint64_t dlt = donor_last_term(pn, e);
+    uint64_t dlt = e->u.elected.donor_last_term;
+    if (dlt != donor_last_term(pn, e)) {
+        violate("proposer %d reports donor_last_term %llu, its history says %llu", pn->uid,
+                (unsigned long long)dlt, (unsigned long long)donor_last_term(pn, e));
+        return;
+    }
     if (ts > pn->wal_end) {
         S.wp_stopped++;
         prop_kill(pi, "the safekeepers' WAL ends beyond this compute's WAL");
