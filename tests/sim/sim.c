@@ -5,16 +5,40 @@
  * core (3 competing proposer slots) through seeded fault schedules -- a
  * network that drops, delays, duplicates and reorders messages (every message
  * is encoded and decoded with proto/walpush.c), disks whose writes are
- * volatile until an fdatasync, crashes that lose unsynced WAL and control
- * changes, restarts that scan the durable WAL for its end, proposers that die
- * and are replaced by new ones with new terms, sync-safekeepers runs -- and
- * checking the invariants after every step:
+ * volatile until an fdatasync, crashes (a process kill keeps the page cache
+ * but loses unsubmitted writes, a power loss keeps only what was synced plus
+ * random pages the disk wrote back, a clean stop does the shutdown save),
+ * also between two effects of one output with a torn WAL write, restarts as
+ * safekeeper/timeline.c does them (scan from the control file's
+ * min(commit_lsn, flush_lsn) with the real reader, truncate, sync), lazy
+ * control-file saves and WAL removal driven by a simulated pageserver's
+ * feedback, records up to 1.5 segments, proposers that die and are replaced
+ * by new computes, walproposers that restart keeping their compute's local
+ * WAL (and follow walproposer_pg.c's rules for it), sync-safekeepers runs --
+ * and checking the invariants after every step:
  *   - election safety: one proposer per term;
  *   - log safety: every acceptor's usable commit prefix equals the committed
  *     WAL, and no two proposers commit different bytes;
- *   - committed WAL is never truncated, and stays durable on a majority
- *     (which covers every commit acknowledged to a client);
- *   - an acceptor's flush_lsn never moves backwards within a term.
+ *   - committed WAL is never truncated (once a restarted compute re-labelled
+ *     its WAL under a new term: only while a majority of the other acceptors
+ *     keep it), and stays durable on a majority (which covers every commit
+ *     acknowledged to a client); the committed WAL is what any majority
+ *     would elect as donor; removed WAL was committed and the pageserver
+ *     holds it; an acceptor can always restart;
+ *   - an acceptor's flush_lsn never moves backwards within a term except by
+ *     a truncation.
+ *
+ * Planted bugs of the edges modelled here (tests/sim/CMakeLists.txt builds
+ * each and expects a violation; the cores have their own):
+ *   STRATA_BUG_ACK_BEFORE_FSYNC     a vote's flush skips the bytes of the
+ *                                   running group-commit round
+ *   STRATA_BUG_SCAN_FIXED_BUFFER    the restart scan's record buffer is fixed
+ *   STRATA_BUG_STALE_SCAN_START     lazy saves keep the old flush_lsn and
+ *                                   removal ignores the scan start
+ *   STRATA_BUG_NO_OWN_HISTORY_CHECK a restarted walproposer goes on whenever
+ *                                   its local WAL reaches the term start
+ *   STRATA_BUG_PERSIST_BEFORE_TRUNCATE  the edge runs a PERSIST_CONTROL
+ *                                   before the TRUNCATE_WAL ahead of it
  *
  * Not for: performance, real IO, threads, real time.  Everything derives
  * from the seed, so `strata-sim --seed S` replays a schedule exactly.
@@ -354,10 +378,26 @@ static void acc_process(int a, int reply_p, uint64_t reply_conn)
 {
     acc_node *n = &S.acc[a];
     acceptor_output *out = &n->out;
+#ifdef STRATA_BUG_PERSIST_BEFORE_TRUNCATE
+    /* Planted: the edge stores the new history before it truncates. */
+    for (int i = 0; i + 1 < out->n; i++) {
+        if (out->effects[i].kind == ACC_TRUNCATE_WAL &&
+            out->effects[i + 1].kind == ACC_PERSIST_CONTROL) {
+            acceptor_effect t = out->effects[i];
+            out->effects[i] = out->effects[i + 1];
+            out->effects[i + 1] = t;
+            break;
+        }
+    }
+#endif
     for (int i = 0; i < out->n; i++) {
         const acceptor_effect *e = &out->effects[i];
-        if (S.mid_output_crash_odds > 0 && chance(S.mid_output_crash_odds)) {
-            trace("a%d dies before effect %d of %d (kind %d)", a, i + 1, out->n, (int)e->kind);
+        /* Mostly between effects: before the first is much like a crash
+         * before the message arrived. */
+        uint32_t odds = i == 0 ? S.mid_output_crash_odds / 4 : S.mid_output_crash_odds * 8;
+        if (odds > 0 && chance(odds)) {
+            trace("a%d dies before effect %d of %d (kind %d, after kind %d)", a, i + 1, out->n,
+                  (int)e->kind, i > 0 ? (int)out->effects[i - 1].kind : 0);
             if (e->kind == ACC_WRITE_WAL && e->len > 1 && e->lsn >= n->removed_below &&
                 e->lsn >= BOOT && e->lsn + e->len <= BOOT + WINDOW) {
                 /* A torn write: some prefix reached the page cache. */
@@ -638,6 +678,9 @@ static void acc_restart(int a)
     if (start != 0) {
         if (start < n->removed_below) {
             lsn_t newest = n->cache_end > n->removed_below ? SEGSTART(n->cache_end - 1) : 0;
+#ifdef STRATA_BUG_STALE_SCAN_START
+            newest = 0; /* before the fix the scan found nothing and truncated there */
+#endif
             if (newest > start) {
                 violate("acceptor %d cannot restart: its scan start %s (stored commit %s, flush "
                         "%s) is in a removed segment (removed below %s) while later WAL exists",
