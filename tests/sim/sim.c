@@ -1146,10 +1146,10 @@ static void prop_generate(int pi)
             size = 20 + rnd_below(400);
         else if (r < 94)
             size = 1000 + rnd_below(9000);
-        else if (r < 98)
+        else if (r < 98 || (!S.calm && rnd_below(4) != 0))
             size = 20000 + rnd_below(40000);
-        else if (rnd_below(4) != 0)
-            size = 100000 + rnd_below(300000); /* over a page run, a good part of a segment */
+        else if (!S.calm || rnd_below(4) != 0)
+            size = 100000 + rnd_below(300000); /* a good part of a segment */
         else
             size = SEG / 2 + rnd_below(SIMWAL_MAX_PAYLOAD - SEG / 2); /* up to 1.5 segments */
         bool commit = chance(300);
