@@ -23,6 +23,7 @@ enum {
     OPT_PASS_ALL = 1 << 6, /* every argument after NAME is passed on */
     OPT_PAGE = 1 << 7,     /* "get" and --rel, --fork, --blk, --lsn */
     OPT_RAW = 1 << 8,      /* the command parses every argument itself */
+    OPT_REMOTE = 1 << 9,   /* --remote (start compute against remote daemons) */
 };
 
 typedef struct command {
@@ -37,7 +38,8 @@ static const command commands[] = {
     {"down", cmd_down, OPT_DIR, "down [--dir D]"},
     {"status", cmd_status, OPT_DIR | OPT_JSON, "status [--dir D] [--json]"},
     {"stop", cmd_stop, OPT_DIR | OPT_IMMEDIATE | OPT_NAME, "stop NAME [--immediate] [--dir D]"},
-    {"start", cmd_start, OPT_DIR | OPT_NAME, "start NAME [--dir D]"},
+    {"start", cmd_start, OPT_DIR | OPT_NAME | OPT_REMOTE | OPT_PASS,
+     "start NAME [--dir D] | start compute --remote [--dir D] [-- POSTGRES ARGS]"},
     {"psql", cmd_psql, OPT_DIR | OPT_PASS, "psql [--dir D] [-- ARGS]"},
     {"sync-safekeepers", cmd_sync_safekeepers, OPT_DIR | OPT_PASS,
      "sync-safekeepers [--dir D] [-- ARGS]"},
@@ -190,6 +192,8 @@ int main(int argc, char **argv)
             if (value == NULL || !parse_port_base(value, &o.port_base))
                 return usage_error("--port-base needs a port number in 1024..65519, got '%s'",
                                    value ? value : "");
+        } else if ((cmd->opts & OPT_REMOTE) && strcmp(arg, "--remote") == 0) {
+            o.remote = true;
         } else if ((cmd->opts & OPT_JSON) && strcmp(arg, "--json") == 0) {
             o.json = true;
         } else if ((cmd->opts & OPT_IMMEDIATE) && strcmp(arg, "--immediate") == 0) {
@@ -245,6 +249,8 @@ int main(int argc, char **argv)
     }
     if ((cmd->opts & OPT_NAME) && o.name == NULL)
         return usage_error("%s needs a NAME", cmd->name);
+    if ((cmd->opts & OPT_REMOTE) && !o.remote && o.argv != NULL)
+        return usage_error("%s", "arguments after -- go to postgres only with --remote");
     if ((cmd->opts & OPT_NAME) && !(cmd->opts & OPT_PASS_ALL) && !valid_component(o.name))
         return usage_error("unknown component '%s' (sk1 sk2 sk3 pageserver compute)", o.name);
     return cmd->run(&o);
