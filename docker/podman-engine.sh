@@ -140,7 +140,7 @@ EOF
   rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* "$root"/var/log/*
   : >"$root/etc/resolv.conf"
   echo localhost >"$root/etc/hostname"
-  tar -C "$root" -c . | podman import --change 'CMD ["bash"]' - "$base_image" >/dev/null
+  tar -C "$root" -c . | podman import -q --change 'CMD ["bash"]' - "$base_image" >/dev/null
   podman tag "$base_image" localhost/debian:bookworm
   rm -rf "$root"
   say "image $base_image imported"
