@@ -166,7 +166,11 @@ progress "docker-compose config: ok"
 timeout 180 "${DC[@]}" --profile bench down -v -t 10 >/dev/null 2>&1 || true
 
 # --- 2. build and up ------------------------------------------------------------------
-progress "building images (the first build compiles the patched PostgreSQL: ~20 min at -j2)"
+if [ -x "$ctx/docker/pg-prefix/bin/postgres" ]; then
+  progress "building images (with the patched PostgreSQL make built, staged in the context)"
+else
+  progress "building images (no staged PostgreSQL: the builder compiles it, ~20 min at -j2)"
+fi
 t0=$SECONDS
 timeout "$build_timeout" "${DC[@]}" build >"$CTR_WORK/build.log" 2>&1 || {
   tail -n 40 "$CTR_WORK/build.log" >&2
