@@ -30,6 +30,6 @@ if [ -n "$var" ] && [ -z "${!var:-}" ] && [ -n "${STRATA_ADMIN_TOKEN:-}" ]; then
     >"$file.tmp")
   mv "$file.tmp" "$file"
   export "$var=$file"
-  log "auth file $file: the admin token${tenants:+ and tenant $STRATA_TENANT_ID's token}"
+  log "auth file $file: the admin token${tenants:+ and the token of tenant $STRATA_TENANT_ID}"
 fi
 exec "$@"
