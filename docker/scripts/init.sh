@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # docker/scripts/init.sh: the one-shot init service of the Compose stack.
 #
-# Has the pageserver create the tenant's timeline on the storage side: `strata timeline
-# create --initdb` (POST /v1/tenant/<t>/timeline/<tl> {"initdb": true, "safekeepers":
+# Has the pageserver create the tenant's timeline on the storage side: `strata tenant
+# create` unless it has the tenant, then `strata timeline create --initdb` (POST /v1/tenant/<t>/timeline/<tl> {"initdb": true, "safekeepers":
 # [...]}, with the admin token), so the pageserver runs the patched initdb itself and
 # imports it.  This container has no volume and leaves nothing behind.  Idempotent:
 # exits 0 at once when the pageserver already has the timeline.
@@ -28,6 +28,12 @@ case "$out" in
   *"HTTP 404"*) ;;
   *) die "strata timeline show: $out" ;;
 esac
+if ! out=$(strata tenant create --id "$STRATA_TENANT_ID" --pageserver "$STRATA_PAGESERVER_HTTP" 2>&1); then
+  case "$out" in
+    *"HTTP 409"*) ;; # it exists (an earlier init that stopped before the timeline)
+    *) die "strata tenant create: $out" ;;
+  esac
+fi
 log "strata timeline create --initdb (tenant $STRATA_TENANT_ID timeline $STRATA_TIMELINE_ID)"
 strata timeline create --id "$STRATA_TIMELINE_ID" --initdb --safekeepers "$STRATA_SAFEKEEPERS" \
   "${target[@]}"
