@@ -228,7 +228,7 @@ code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$STRATA_PAGESERV
 # A compute given a wrong token does not start (neither step fences the running one:
 # the pageserver's refusal comes first, the safekeepers' before any election).
 for var in STRATA_PAGESERVER_PASSWORD STRATA_SAFEKEEPER_PASSWORD; do
-  if out=$(timeout 120 "${DC[@]}" run --rm --no-deps -e "$var=$wrong" compute 2>&1); then
+  if out=$(timeout 120 "${DC[@]}" run --rm --no-deps -T -e "$var=$wrong" compute 2>&1 </dev/null); then
     fail "a compute with a wrong $var started: $out"
   fi
   [[ "$out" == *"not valid"* || "$out" == *"password authentication failed"* ]] ||
