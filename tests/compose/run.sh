@@ -227,8 +227,17 @@ code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$STRATA_PAGESERV
 [ "$code" = 401 ] || fail "pageserver HTTP API answered $code without a token"
 # A compute given a wrong token does not start (neither step fences the running one:
 # the pageserver's refusal comes first, the safekeepers' before any election).
+# (podman run on the stack's network: docker-compose 1.29's `run` of a service with
+# dependencies asks podman for links, which it refuses.)
+net=$(podman inspect -f '{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}' "$(container compute)" | awk '{print $1}')
+compute_image="${STRATA_IMAGE_PREFIX:-strata}-compute:${STRATA_IMAGE_TAG:-dev}"
 for var in STRATA_PAGESERVER_PASSWORD STRATA_SAFEKEEPER_PASSWORD; do
-  if out=$(timeout 120 "${DC[@]}" run --rm --no-deps -T -e "$var=$wrong" compute 2>&1 </dev/null); then
+  if out=$(timeout 120 podman run --rm --network "$net" -e STRATA_TENANT_ID="$tenant_id" \
+    -e STRATA_TIMELINE_ID="$timeline_id" -e STRATA_SAFEKEEPERS=sk1:5454,sk2:5454,sk3:5454 \
+    -e STRATA_PAGESERVER=pageserver:6400 -e STRATA_PAGESERVER_HTTP=pageserver:9898 \
+    -e STRATA_PAGESERVER_PASSWORD="$STRATA_TENANT_TOKEN" \
+    -e STRATA_SAFEKEEPER_PASSWORD="$STRATA_TENANT_TOKEN" -e "$var=$wrong" \
+    "$compute_image" 2>&1 </dev/null); then
     fail "a compute with a wrong $var started: $out"
   fi
   [[ "$out" == *"not valid"* || "$out" == *"password authentication failed"* ]] ||
