@@ -314,7 +314,7 @@ progress "sk3 restarted and caught up to the compute's WAL end"
 
 # --- 8. a new compute container: every acknowledged commit, at once -------------------
 psql_host "insert into compose_ledger (id) values (22)" >/dev/null
-acked="$(psql_host 'select count(*) from pgbench_history'),$(psql_host 'select count(*), max(id) from compose_ledger')"
+acked="$(psql_host 'select count(*) from pgbench_history'),$(psql_host "select count(*) || ',' || max(id) from compose_ledger")"
 relpath=$(psql_host "select pg_relation_filepath('pgbench_accounts')")
 progress "acknowledged before recreating the compute: history,ledger rows,max id = $acked"
 timeout 120 "${DC[@]}" rm -sf compute >/dev/null 2>&1 || fail "docker-compose rm -sf compute failed"
@@ -326,12 +326,11 @@ timeout 120 "${DC[@]}" up -d compute >"$CTR_WORK/up2.log" 2>&1 || {
 }
 t_started=$(date +%s.%N)
 deadline=$((SECONDS + 60))
-until got=$(PSQL_TIMEOUT=5 psql_host "select (select count(*) from pgbench_history) || ',' || (select count(*) || '|' || max(id) from compose_ledger)" 2>/dev/null); do
+until got=$(PSQL_TIMEOUT=5 psql_host "select (select count(*) from pgbench_history) || ',' || (select count(*) || ',' || max(id) from compose_ledger)" 2>/dev/null); do
   [ "$SECONDS" -lt "$deadline" ] || fail "the new compute did not answer within 60 s"
   sleep 0.05
 done
 t_first=$(date +%s.%N)
-got=${got/|/,}
 [ "$got" = "$acked" ] || fail "the new compute has $got, acknowledged were $acked"
 first_ms=$(python3 -c "import sys; print(int((float(sys.argv[2]) - float(sys.argv[1])) * 1000))" "$t_started" "$t_first")
 up_ms=$(python3 -c "import sys; print(int((float(sys.argv[2]) - float(sys.argv[1])) * 1000))" "$t_up" "$t_started")
