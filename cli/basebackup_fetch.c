@@ -127,14 +127,15 @@ int bbfetch_run(const cluster *c, lsn_t lsn, bool full, const char *dir, int tim
     const char *keys[] = {"host",    "port",     "user",         "dbname",
                           "connect_timeout", "sslmode", "gssencmode", "application_name",
                           "password", NULL};
-    const char *vals[] = {"127.0.0.1", port,      c->pg_user, "postgres", "10", "disable",
+    const char *vals[] = {c->pageserver_host, port,      c->pg_user, "postgres", "10", "disable",
                           "disable",   "strata-basebackup", password, NULL};
     if (password == NULL || password[0] == '\0')
         keys[8] = NULL;
     PGconn *conn = PQconnectdbParams(keys, vals, 0);
     char why[512];
     if (conn == NULL || PQstatus(conn) != CONNECTION_OK) {
-        cli_err_set(err, "connecting to the pageserver on port %d: %s", c->pageserver_pg_port,
+        cli_err_set(err, "connecting to the pageserver at %s:%d: %s", c->pageserver_host,
+                    c->pageserver_pg_port,
                     conn ? pq_error(conn, NULL, why, sizeof why) : "out of memory");
         PQfinish(conn);
         return -1;

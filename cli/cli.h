@@ -47,6 +47,7 @@ typedef struct cli_opts {
     int port_base;    /* 0: pick free ports at first `up` */
     bool json;        /* status --json */
     bool immediate;   /* stop --immediate */
+    bool remote;      /* start compute --remote (compute_remote.h) */
     const char *name; /* stop/start/bench NAME */
     int argc;         /* extra arguments (psql after --, bench args) */
     char **argv;

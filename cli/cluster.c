@@ -81,6 +81,14 @@ static void cluster_name_safekeepers(cluster *c)
     }
 }
 
+void cluster_set_local_hosts(cluster *c)
+{
+    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
+        snprintf(c->sk[i].host, sizeof c->sk[i].host, "127.0.0.1");
+    snprintf(c->pageserver_host, sizeof c->pageserver_host, "127.0.0.1");
+    snprintf(c->compute_listen, sizeof c->compute_listen, "127.0.0.1");
+}
+
 void cluster_assign_ports(cluster *c, int port_base)
 {
     assert(port_base > 0 && port_base + CLUSTER_PORT_SPAN - 1 <= 65535);
@@ -150,6 +158,7 @@ int cluster_init(const char *dir, int port_base, cluster *c, cli_err *err)
     if (cluster_default_pg_user(c->pg_user, sizeof c->pg_user, err) != 0)
         return -1;
     cluster_name_safekeepers(c);
+    cluster_set_local_hosts(c);
     if (port_base > 0) {
         cluster_assign_ports(c, port_base);
         return 0;
@@ -243,6 +252,7 @@ int cluster_load(const char *dir, cluster *c, cli_err *err)
     memset(&tmp, 0, sizeof tmp);
     strcpy(tmp.dir, dir);
     cluster_name_safekeepers(&tmp);
+    cluster_set_local_hosts(&tmp);
     rc = -1;
     const cJSON *version = cJSON_GetObjectItemCaseSensitive(root, "version");
     const cJSON *user = cJSON_GetObjectItemCaseSensitive(root, "pg_user");

@@ -28,9 +28,13 @@
  * pg N+7 and http N+8. */
 #define CLUSTER_PORT_SPAN 9
 
+/* A host name or address (no port), NUL included. */
+#define CLUSTER_HOST_LEN 128
+
 typedef struct cluster_safekeeper {
     char name[8]; /* "sk1".."sk3" */
     int id;       /* node id, 1..3 */
+    char host[CLUSTER_HOST_LEN]; /* "127.0.0.1" (not in cluster.json) */
     int pg_port;
     int http_port;
 } cluster_safekeeper;
@@ -48,6 +52,15 @@ typedef struct cluster {
     bool pageserver_imported;
     lsn_t pageserver_import_lsn;
     cluster_safekeeper sk[CLUSTER_SAFEKEEPERS];
+    /* Where the daemons are and how the compute listens.  Not in
+     * cluster.json: the local cluster is 127.0.0.1 throughout
+     * (cluster_load, cluster_init); a compute started against remote
+     * daemons (compute_remote.h) takes hosts from its environment. */
+    char pageserver_host[CLUSTER_HOST_LEN];
+    char compute_listen[CLUSTER_HOST_LEN]; /* its listen_addresses */
+    /* compute_start_from_pageserver prepares the data directory but does
+     * not start postgres: the caller execs it (compute_remote.h). */
+    bool compute_exec;
 } cluster;
 
 /*
@@ -68,6 +81,9 @@ int cluster_load(const char *dir, cluster *c, cli_err *err);
  * when port_base is 0, free ephemeral ports picked now.  Writes nothing.
  */
 int cluster_init(const char *dir, int port_base, cluster *c, cli_err *err);
+
+/* Sets every host and the compute's listen address to 127.0.0.1. */
+void cluster_set_local_hosts(cluster *c);
 
 /* Assigns ports port_base .. port_base+CLUSTER_PORT_SPAN-1. */
 void cluster_assign_ports(cluster *c, int port_base);

@@ -31,6 +31,7 @@
 #include "cli/cli.h"
 #include "cli/cluster.h"
 #include "cli/compute.h"
+#include "cli/compute_remote.h"
 #include "cli/compute_settings.h"
 #include "cli/pageserver.h"
 #include "cli/proc.h"
@@ -476,6 +477,8 @@ int cmd_stop(const cli_opts *o)
 
 int cmd_start(const cli_opts *o)
 {
+    if (o->remote)
+        return cmd_start_compute_remote(o);
     cli_err err = {{0}};
     cluster c;
     if (load_existing(o->dir, &c, &err) != 0)

@@ -270,6 +270,32 @@ int compute_settings_check(const compute_settings *ss, char *preload, size_t pre
 
 #define COMPUTE_CONF_MAX (COMPUTE_SETTINGS_MAX * 2 * (COMPUTE_SETTING_VALUE_MAX + 80) + 16384)
 
+/*
+ * The token for the safekeepers (started with --auth-file), from
+ * STRATA_SAFEKEEPER_PASSWORD: the walproposer's strata.safekeeper_password
+ * line into out ("" without one) and, for sync-safekeepers, *value.
+ */
+static int compute_safekeeper_password(const char **value, cli_err *err)
+{
+    const char *password = getenv("STRATA_SAFEKEEPER_PASSWORD");
+    *value = password != NULL && password[0] != '\0' ? password : NULL;
+    if (*value != NULL && (strpbrk(password, "'\\\n") != NULL || strlen(password) > 256))
+        return cli_err_set(err, "STRATA_SAFEKEEPER_PASSWORD must be at most 256 characters "
+                                "without quotes, backslashes or newlines");
+    return 0;
+}
+
+static int compute_safekeeper_password_conf(char *out, size_t len, cli_err *err)
+{
+    const char *password;
+    if (compute_safekeeper_password(&password, err) != 0)
+        return -1;
+    out[0] = '\0';
+    if (password != NULL)
+        snprintf(out, len, "strata.safekeeper_password = '%s'\n", password);
+    return 0;
+}
+
 static int compute_write_config(const cluster *c, const compute_paths *p, compute_kind kind,
                                 cli_err *err)
 {
@@ -287,8 +313,8 @@ static int compute_write_config(const cluster *c, const compute_paths *p, comput
     /* Stateless: every permanent relation through the strata smgr. */
     char smgr[512] = "";
     if (kind == COMPUTE_BB_STATELESS) {
-        int used = snprintf(smgr, sizeof smgr, "strata.pageserver = '127.0.0.1:%d'\n",
-                            c->pageserver_pg_port);
+        int used = snprintf(smgr, sizeof smgr, "strata.pageserver = '%s:%d'\n",
+                            c->pageserver_host, c->pageserver_pg_port);
         /* A pageserver with an --auth-file wants a token (docs/operations.md). */
         const char *password = getenv("STRATA_PAGESERVER_PASSWORD");
         if (password != NULL && password[0] != '\0') {
@@ -306,10 +332,13 @@ static int compute_write_config(const cluster *c, const compute_paths *p, comput
         snprintf(smgr + used, sizeof smgr - (size_t)used, "strata.file_cache_size = '%ldMB'\n",
                  cache_mb);
     }
+    char sk_password[300] = "";
+    if (compute_safekeeper_password_conf(sk_password, sizeof sk_password, err) != 0)
+        goto out;
     int n = snprintf(conf, COMPUTE_CONF_MAX,
-                     "# Written by `strata` at every start from %s/cluster.json and the compute\n"
-                     "# spec (compute.settings, STRATA_COMPUTE_SETTINGS); edits are lost.\n"
-                     "listen_addresses = '127.0.0.1'\n"
+                     "# Written by `strata` at every start (from %s) and the compute spec\n"
+                     "# (compute.settings, STRATA_COMPUTE_SETTINGS); edits are lost.\n"
+                     "listen_addresses = '%s'\n"
                      "port = %d\n"
                      "unix_socket_directories = '%s'\n"
                      "shared_preload_libraries = '%s'\n"
@@ -325,12 +354,12 @@ static int compute_write_config(const cluster *c, const compute_paths *p, comput
                      "fsync = off\n"
                      "restart_after_crash = off\n"
                      "log_line_prefix = '%%m [%%p] '\n"
-                     "%s",
-                     c->dir, c->compute_port, p->sockdir, preload, sks,
+                     "%s%s",
+                     c->compute_exec ? "the environment (--remote)" : "cluster.json",
+                     c->compute_listen, c->compute_port, p->sockdir, preload, sks,
                      strata_id_format(&c->tenant_id, tenant),
                      strata_id_format(&c->timeline_id, timeline),
-                     kind == COMPUTE_INITDB ? "on" : "off",
-                     smgr);
+                     kind == COMPUTE_INITDB ? "on" : "off", sk_password, smgr);
     if (n < 0 || n >= COMPUTE_CONF_MAX) {
         cli_err_set(err, "compute configuration too long");
         goto out;
@@ -690,7 +719,20 @@ static int compute_sync(const cluster *c, lsn_t *x, bool *empty, cli_err *err)
         return cli_err_set(err, "removing %s: %s", log, strerror(errno));
     cli_err run_err = {{0}};
     proc_user self = {.drop = false}; /* it touches no files: run it as we are */
+    /* A safekeeper token goes to it as libpq's PGPASSWORD (flags show in ps). */
+    const char *password;
+    if (compute_safekeeper_password(&password, err) != 0)
+        return -1;
+    const char *saved = getenv("PGPASSWORD");
+    char saved_copy[512];
+    snprintf(saved_copy, sizeof saved_copy, "%s", saved != NULL ? saved : "");
+    if (password != NULL)
+        setenv("PGPASSWORD", password, 1);
     int rc = proc_run(argv, log, &self, COMPUTE_SYNC_TIMEOUT_S + 10, &run_err);
+    if (password != NULL && saved != NULL)
+        setenv("PGPASSWORD", saved_copy, 1);
+    else if (password != NULL)
+        unsetenv("PGPASSWORD");
     FILE *f = fopen(log, "re");
     char line[512], last[512] = "";
     bool no_wal = false;
@@ -799,6 +841,9 @@ int compute_start_from_pageserver(const cluster *c, compute_start_report *rep, c
                                "start %s, and there is no data directory holding that WAL",
                                lsn_format(rep->lsn, a), lsn_format(c->pageserver_import_lsn, b));
         }
+        if (c->compute_exec)
+            return cli_err_set(err, "the safekeepers end at the timeline's start, before the "
+                                    "pageserver's: this compute only starts from a basebackup");
         rep->legacy = true;
         return compute_start(c, err);
     }
@@ -829,6 +874,11 @@ int compute_start_from_pageserver(const cluster *c, compute_start_report *rep, c
     if (compute_configure(c, &p, kind, rep->lsn, err) != 0 ||
         proc_chown_tree(p.root, &user, err) != 0 || compute_remove_stale_locks(c, &p, err) != 0)
         return -1;
+    if (c->compute_exec) {
+        /* The caller execs postgres in its own process (compute_remote.h). */
+        rep->configure_ms = proc_now_ms() - t3;
+        return 0;
+    }
     char *argv[] = {postgres, "-D", p.pgdata, NULL};
     pid_t pid;
     if (proc_spawn_detached(argv, p.logfile, p.pgdata, &user, &pid, err) != 0)

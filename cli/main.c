@@ -24,6 +24,7 @@ enum {
     OPT_PAGE = 1 << 7,     /* "get" and --rel, --fork, --blk, --lsn */
     OPT_RAW = 1 << 8,      /* the command parses every argument itself */
     OPT_SETTINGS = 1 << 9, /* --set name=value, --reset name (compute settings) */
+    OPT_REMOTE = 1 << 10,  /* --remote (start compute against remote daemons) */
 };
 
 typedef struct command {
@@ -39,8 +40,9 @@ static const command commands[] = {
     {"down", cmd_down, OPT_DIR, "down [--dir D]"},
     {"status", cmd_status, OPT_DIR | OPT_JSON, "status [--dir D] [--json]"},
     {"stop", cmd_stop, OPT_DIR | OPT_IMMEDIATE | OPT_NAME, "stop NAME [--immediate] [--dir D]"},
-    {"start", cmd_start, OPT_DIR | OPT_NAME | OPT_SETTINGS,
-     "start NAME [--dir D] [--set NAME=VALUE]... [--reset NAME]... (settings: compute only)"},
+    {"start", cmd_start, OPT_DIR | OPT_NAME | OPT_SETTINGS | OPT_REMOTE | OPT_PASS,
+     "start NAME [--dir D] [--set NAME=VALUE]... [--reset NAME]... (settings: compute only) | "
+     "start compute --remote [--dir D] [-- POSTGRES ARGS]"},
     {"psql", cmd_psql, OPT_DIR | OPT_PASS, "psql [--dir D] [-- ARGS]"},
     {"sync-safekeepers", cmd_sync_safekeepers, OPT_DIR | OPT_PASS,
      "sync-safekeepers [--dir D] [-- ARGS]"},
@@ -205,6 +207,8 @@ int main(int argc, char **argv)
             if (o.nreset >= CLI_MAX_SETTINGS)
                 return usage_error("more than %s --reset options", "64");
             o.reset[o.nreset++] = value;
+        } else if ((cmd->opts & OPT_REMOTE) && strcmp(arg, "--remote") == 0) {
+            o.remote = true;
         } else if ((cmd->opts & OPT_JSON) && strcmp(arg, "--json") == 0) {
             o.json = true;
         } else if ((cmd->opts & OPT_IMMEDIATE) && strcmp(arg, "--immediate") == 0) {
@@ -260,6 +264,8 @@ int main(int argc, char **argv)
     }
     if ((cmd->opts & OPT_NAME) && o.name == NULL)
         return usage_error("%s needs a NAME", cmd->name);
+    if ((cmd->opts & OPT_REMOTE) && !o.remote && o.argv != NULL)
+        return usage_error("%s", "arguments after -- go to postgres only with --remote");
     if ((cmd->opts & OPT_NAME) && !(cmd->opts & OPT_PASS_ALL) && !valid_component(o.name))
         return usage_error("unknown component '%s' (sk1 sk2 sk3 pageserver compute)", o.name);
     if ((o.nset > 0 || o.nreset > 0) && o.name != NULL && strcmp(o.name, "compute") != 0)

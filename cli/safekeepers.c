@@ -50,8 +50,8 @@ pid_t safekeepers_pid(const cluster *c, const cluster_safekeeper *sk)
 
 void safekeepers_list(const cluster *c, char *buf, size_t len)
 {
-    snprintf(buf, len, "127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", c->sk[0].pg_port, c->sk[1].pg_port,
-             c->sk[2].pg_port);
+    snprintf(buf, len, "%s:%d,%s:%d,%s:%d", c->sk[0].host, c->sk[0].pg_port, c->sk[1].host,
+             c->sk[1].pg_port, c->sk[2].host, c->sk[2].pg_port);
 }
 
 int safekeepers_preflight(cli_err *err)

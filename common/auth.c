@@ -582,6 +582,26 @@ int auth_pgwire_require_tenant(pgwire_conn *c, const char *tenant_hex)
 
 /* ------------------------------------------------------------------ http */
 
+/*
+ * Whether req is GET /v1/tenant/<tenant_hex>/timeline/<32 hex>: the one
+ * admin request a tenant's token may make, reading its own timeline (a
+ * compute on another host learns the timeline's start LSN from it).
+ */
+static bool auth_http_own_timeline(const http_request *req, const char *tenant_hex)
+{
+    static const char prefix[] = "/v1/tenant/";
+    static const char middle[] = "/timeline/";
+    const char *path = req->path;
+    if (strcmp(req->method, "GET") != 0 || strncmp(path, prefix, sizeof prefix - 1) != 0)
+        return false;
+    path += sizeof prefix - 1;
+    if (strlen(path) != 32 + sizeof middle - 1 + 32 || strncasecmp(path, tenant_hex, 32) != 0 ||
+        strncmp(path + 32, middle, sizeof middle - 1) != 0)
+        return false;
+    const char *tl = path + 32 + sizeof middle - 1;
+    return strspn(tl, "0123456789abcdefABCDEF") == 32;
+}
+
 int auth_http_authorize(void *arg, const http_request *req, http_response *resp)
 {
     auth_store *a = arg;
@@ -601,6 +621,8 @@ int auth_http_authorize(void *arg, const http_request *req, http_response *resp)
         token++;
     auth_principal p = auth_store_check(a, token);
     if (p.role == AUTH_ROLE_ADMIN)
+        return 0;
+    if (p.role == AUTH_ROLE_TENANT && auth_http_own_timeline(req, p.tenant))
         return 0;
     metrics_counter_inc(a->refused_http_token);
     if (p.role == AUTH_ROLE_TENANT)

@@ -118,8 +118,10 @@ int auth_pgwire_require_tenant(pgwire_conn *c, const char *tenant_hex);
 /*
  * http: an authorize hook (http_config.authorize) that requires
  * "Authorization: Bearer <admin token>" on every path under /v1/ except
- * GET /v1/status; /metrics and /v1/status stay open.  401 without a bearer
- * token, 403 with a token that is not the admin token.
+ * GET /v1/status; /metrics and /v1/status stay open.  A tenant's token may
+ * make one request: GET /v1/tenant/<its tenant>/timeline/<id> (a compute
+ * reads its timeline's start LSN).  401 without a bearer token, 403 with a
+ * token that is not the admin token.
  */
 int auth_http_authorize(void *arg, const http_request *req, http_response *resp);
 

@@ -55,6 +55,7 @@ typedef struct sync_peer {
     uint64_t next_attempt_ms;
     uint64_t connected_ms; /* 0 while not streaming */
     uint32_t backoff_ms;
+    bool refused; /* it refused our password or tenant: retrying cannot help */
 } sync_peer;
 
 typedef struct sync_state {
@@ -312,6 +313,25 @@ static void run_effects(sync_state *st, uint64_t now)
 
 /* ---- event handling ------------------------------------------------------ */
 
+/*
+ * A safekeeper that refuses the password (28P01) or the tenant (42501) will
+ * refuse it again: once so many have that no majority is left, stop with
+ * its reason instead of retrying until --timeout.
+ */
+static void note_refusal(sync_state *st, sync_peer *p)
+{
+    const char *why = pqstream_error(&p->stream);
+    if (strstr(why, "password authentication failed") == NULL &&
+        strstr(why, "permission denied") == NULL)
+        return;
+    p->refused = true;
+    int refused = 0;
+    for (int i = 0; i < st->n; i++)
+        refused += st->peers[i].refused;
+    if (refused > st->n - (st->n / 2 + 1))
+        die("%d of %d safekeepers refused the connection: %s: %s", refused, st->n, p->addr, why);
+}
+
 static void handle_peer(sync_state *st, int i, uint64_t now)
 {
     sync_peer *p = &st->peers[i];
@@ -324,6 +344,7 @@ static void handle_peer(sync_state *st, int i, uint64_t now)
     if (p->stream.state != PQSTREAM_STREAMING) {
         if (pqstream_advance(&p->stream) != PQSTREAM_OK) {
             log_info("cannot connect to safekeeper %s: %s", p->addr, pqstream_error(&p->stream));
+            note_refusal(st, p);
             peer_retry(p, now);
             return;
         }

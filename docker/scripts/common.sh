@@ -1,17 +1,14 @@
-# docker/scripts/common.sh: helpers sourced by the compose scripts of the compute image.
-# Not a program.  Defines log/die, the defaults of the stack's environment variables and
-# as_postgres (postgres refuses to run as root).
+# docker/scripts/common.sh: helpers sourced by the compose scripts of the images.
+# Not a program.  Defines log/die, the defaults of the stack's environment variables,
+# wait_for and the checks of ids and tokens.
 STRATA_TENANT_ID=${STRATA_TENANT_ID:-5ca1ab1e5ca1ab1e5ca1ab1e5ca1ab1e}
 STRATA_TIMELINE_ID=${STRATA_TIMELINE_ID:-7e1e7e1e7e1e7e1e7e1e7e1e7e1e7e1e}
 STRATA_SAFEKEEPERS=${STRATA_SAFEKEEPERS:-sk1:5454,sk2:5454,sk3:5454}
 STRATA_PAGESERVER_HTTP=${STRATA_PAGESERVER_HTTP:-pageserver:9898}
-PGDATA=${PGDATA:-/var/lib/strata/compute/pgdata}
+STRATA_PAGESERVER=${STRATA_PAGESERVER:-pageserver:6400}
 
 log() { printf '%s %s: %s\n' "$(date -u +%H:%M:%S)" "${0##*/}" "$*"; }
 die() { log "error: $*" >&2; exit 1; }
-
-# Runs a command as the unprivileged postgres user (exec, no intermediate process).
-as_postgres() { setpriv --reuid=postgres --regid=postgres --init-groups -- "$@"; }
 
 # Waits (at most $1 seconds) until the command in $2.. succeeds.
 wait_for() {
@@ -25,4 +22,13 @@ wait_for() {
 
 check_id() {
   [[ "$2" =~ ^[0-9a-f]{32}$ ]] || die "$1 must be 32 lowercase hex digits, not '$2'"
+}
+
+# A token (docs/operations.md): 1..255 printable ASCII characters, no spaces; here also
+# no quotes or backslashes, since it goes into JSON and postgresql.conf as it is.
+check_token() {
+  local LC_ALL=C
+  [ -n "$2" ] && [ "${#2}" -le 255 ] && [[ "$2" != *[![:graph:]]* ]] &&
+    [[ "$2" != *[\"\'\\]* ]] ||
+    die "$1 must be 1 to 255 printable ASCII characters without spaces, quotes or backslashes"
 }

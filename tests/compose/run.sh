@@ -1,33 +1,49 @@
 #!/usr/bin/env bash
 # tests/compose/run.sh: the Compose test (`make compose-test`).
 #
-# Builds the images of docker/docker-compose.yml and runs the stack for real, with podman
-# standing in for a Docker engine (/work/shared/containers/podman-ci.sh, or
-# $STRATA_PODMAN_CI), and checks:
+# Builds the images of docker/docker-compose.yml (reusing the patched PostgreSQL `make`
+# built: stage-context.sh stages it) and runs the stack for real, with podman standing
+# in for a Docker engine (docker/podman-engine.sh: installed with apt, base image made
+# by debootstrap, API socket), and checks:
 #   1. `docker-compose config` accepts the file;
-#   2. the stack comes up: three safekeepers, the pageserver, init (exits 0), the compute
-#      (healthy), reachable from the host on its published port;
-#   3. the bench service's pgbench (BENCH_SECONDS, default 20) commits transactions, and
+#   2. the stack comes up: three safekeepers, the pageserver, init (exits 0: the
+#      pageserver made the timeline with its own initdb), the compute (healthy),
+#      reachable from the host on its published port;
+#   3. the compute is the stateless product: its container has no mount at all (no
+#      volume), full_page_writes is off, strata.pageserver names the pageserver, and no
+#      relation file exists in its data directory (only what a stateless basebackup
+#      ships);
+#   4. tokens: every daemon runs with an auth file made from STRATA_ADMIN_TOKEN /
+#      STRATA_TENANT_TOKEN; a wrong token is refused by the pageserver's pg port
+#      (basebackup/pagestream), its HTTP API, each safekeeper, and a compute started
+#      with a wrong token does not start;
+#   5. the bench service's pgbench (BENCH_SECONDS, default 20) commits transactions, and
 #      pgbench_history holds exactly one row per transaction pgbench reports;
-#   4. after `docker-compose kill sk3` (SIGKILL, the container stays down), single
+#   6. after `docker-compose kill sk3` (SIGKILL, the container stays down), single
 #      commits still return within 10 s each and a second pgbench run commits more:
 #      history grows by exactly its count; sk1 and sk2 hold WAL up to the compute's flush
-#      LSN while sk3 is down;
-#   5. sk3 started again catches up with the others;
+#      LSN while sk3 is down; the compute's WAL bytes per transaction of that run
+#      (pg_current_wal_lsn delta / transactions) is printed and must stay below 2000
+#      (full_page_writes = on writes several times more);
+#   7. sk3 started again catches up with the others;
+#   8. `docker-compose rm -sf compute && docker-compose up -d compute`: the new container
+#      answers its first query (every acknowledged row counted) within 2 s of being
+#      started (printed, with the time `up -d` itself took), and is stateless again;
+#   9. the pageserver wrote page images (pageserver_image_written_total rose);
 # then tears everything down (down -v) whatever happened.  Every wait is bounded.
 # Prints progress lines and the durations of the image build and of the test.
 #
 # Environment: CTR_WORK (podman storage, default /tmp/strata-podman: kept between runs
 # so a second run reuses the image layers), STRATA_COMPOSE_SRC (head: committed tree +
 # docker/ as on disk (default); worktree: tracked files as on disk),
-# STRATA_COMPOSE_PROJECT (default stratatest), BENCH_SECONDS (20),
-# STRATA_COMPOSE_BUILD_TIMEOUT (s, 5400), STRATA_COMPOSE_KEEP=1 (leave the stack up on
-# failure, for debugging).
+# STRATA_COMPOSE_PG_PREFIX (stage-context.sh), STRATA_COMPOSE_PROJECT (default
+# stratatest), BENCH_SECONDS (20), STRATA_COMPOSE_BUILD_TIMEOUT (s, 5400),
+# STRATA_COMPOSE_KEEP=1 (leave the stack up on failure, for debugging).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(git -C "$here" rev-parse --show-toplevel)
-podman_ci=${STRATA_PODMAN_CI:-/work/shared/containers/podman-ci.sh}
+engine="$repo/docker/podman-engine.sh"
 export CTR_WORK=${CTR_WORK:-/tmp/strata-podman}
 project=${STRATA_COMPOSE_PROJECT:-stratatest}
 bench_seconds=${BENCH_SECONDS:-20}
@@ -42,17 +58,16 @@ fail() {
 }
 
 # --- podman as the Docker engine -------------------------------------------------------
-[ -x "$podman_ci" ] || [ -f "$podman_ci" ] || fail "podman recipe $podman_ci not found"
 if ! command -v podman >/dev/null || ! command -v docker-compose >/dev/null ||
-  ! command -v runc >/dev/null; then
-  progress "installing podman, runc and docker-compose (apt)"
-  timeout 900 bash "$podman_ci" install >/dev/null
+  ! command -v runc >/dev/null || ! command -v debootstrap >/dev/null; then
+  progress "installing podman, runc and docker-compose (apt, docker/podman-engine.sh)"
 fi
+timeout 900 bash "$engine" install >/dev/null 2>&1 || fail "docker/podman-engine.sh install failed"
 progress "base image debian:bookworm (debootstrap once, then cached)"
-timeout 900 bash "$podman_ci" base >/dev/null
+timeout 900 bash "$engine" base >/dev/null || fail "docker/podman-engine.sh base failed"
 started_service=0
 if ! curl -fsS --max-time 2 --unix-socket "$CTR_WORK/podman.sock" http://d/_ping >/dev/null 2>&1; then
-  timeout 60 bash "$podman_ci" start >/dev/null
+  timeout 60 bash "$engine" start >/dev/null || fail "docker/podman-engine.sh start failed"
   started_service=1
 fi
 # shellcheck disable=SC1091
@@ -68,6 +83,13 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 export STRATA_COMPUTE_PORT=${STRATA_COMPUTE_PORT:-$(free_port)}
 export STRATA_PAGESERVER_HTTP_PORT=${STRATA_PAGESERVER_HTTP_PORT:-$(free_port)}
 export COMPOSE_HTTP_TIMEOUT=300
+# Tokens of this run (docs/operations.md "Authentication"); the stack refuses to start
+# without them.
+rand_hex() { od -An -N16 -tx1 /dev/urandom | tr -d ' \n'; }
+export STRATA_ADMIN_TOKEN=${STRATA_ADMIN_TOKEN:-admin-$(rand_hex)}
+export STRATA_TENANT_TOKEN=${STRATA_TENANT_TOKEN:-tenant-$(rand_hex)}
+tenant_id=${STRATA_TENANT_ID:-5ca1ab1e5ca1ab1e5ca1ab1e5ca1ab1e}
+timeline_id=${STRATA_TIMELINE_ID:-7e1e7e1e7e1e7e1e7e1e7e1e7e1e7e1e}
 
 psql_host() {
   timeout "${PSQL_TIMEOUT:-30}" psql -X -h 127.0.0.1 -p "$STRATA_COMPUTE_PORT" -U postgres -d postgres \
@@ -90,6 +112,28 @@ tl = [t for t in json.load(sys.stdin)["timelines"] if t["timeline_id"] == sys.ar
 hi, lo = tl[0]["flush_lsn"].split("/")
 print((int(hi, 16) << 32) | int(lo, 16))' "${STRATA_TIMELINE_ID:-7e1e7e1e7e1e7e1e7e1e7e1e7e1e7e1e}"
 }
+# A metric's value (summed over its label sets) from the pageserver's /metrics.
+ps_metric() {
+  curl -fsS --max-time 5 "http://127.0.0.1:$STRATA_PAGESERVER_HTTP_PORT/metrics" |
+    awk -v m="$1" '$1 == m || index($1, m "{") == 1 { s += $2 } END { printf "%d\n", s }'
+}
+# Checks that the compute container ($1: a label for messages) is the stateless
+# product: no mounts, full_page_writes off, the smgr on, no relation file.
+check_stateless() {
+  local id mounts fpw ps files
+  id=$(container compute)
+  mounts=$(podman inspect -f '{{len .Mounts}}' "$id")
+  [ "$mounts" = 0 ] || fail "$1: the compute container has $mounts mounts: $(podman inspect -f '{{json .Mounts}}' "$id")"
+  fpw=$(psql_host 'show full_page_writes')
+  [ "$fpw" = off ] || fail "$1: full_page_writes is $fpw"
+  ps=$(psql_host 'show strata.pageserver')
+  [ "$ps" = pageserver:6400 ] || fail "$1: strata.pageserver is '$ps'"
+  # Relation files are named <relfilenode>[_fork][.segment]; a stateless basebackup
+  # ships none (only unlogged relations', and the stack has none).
+  files=$(timeout 30 "${DC[@]}" exec -T compute sh -c \
+    'find "$PGDATA/base" "$PGDATA/global" -type f | grep -E "/[0-9]+(_[a-z]+)?(\.[0-9]+)?$" || true')
+  [ -z "$files" ] || fail "$1: relation files in the compute's data directory: $(echo "$files" | head -n 5)"
+}
 lsn_dec() { python3 -c 'import sys; hi, lo = sys.argv[1].split("/"); print((int(hi, 16) << 32) | int(lo, 16))' "$1"; }
 
 cleanup() {
@@ -107,7 +151,7 @@ cleanup() {
   progress "tearing down (down -v)"
   timeout 180 "${DC[@]}" --profile bench down -v -t 20 >/dev/null 2>&1
   if [ "$started_service" = 1 ]; then
-    timeout 120 bash "$podman_ci" stop >/dev/null 2>&1
+    timeout 120 bash "$engine" stop >/dev/null 2>&1
   fi
   progress "total $((SECONDS - t_start)) s"
   exit "$rc"
@@ -122,7 +166,11 @@ progress "docker-compose config: ok"
 timeout 180 "${DC[@]}" --profile bench down -v -t 10 >/dev/null 2>&1 || true
 
 # --- 2. build and up ------------------------------------------------------------------
-progress "building images (the first build compiles the patched PostgreSQL: ~20 min at -j2)"
+if [ -x "$ctx/docker/pg-prefix/bin/postgres" ]; then
+  progress "building images (with the patched PostgreSQL make built, staged in the context)"
+else
+  progress "building images (no staged PostgreSQL: the builder compiles it, ~20 min at -j2)"
+fi
 t0=$SECONDS
 timeout "$build_timeout" "${DC[@]}" build >"$CTR_WORK/build.log" 2>&1 || {
   tail -n 40 "$CTR_WORK/build.log" >&2
@@ -150,7 +198,53 @@ done
 [ "$(psql_host 'select 1')" = 1 ] || fail "compute not reachable from the host"
 up_s=$((SECONDS - t0))
 progress "stack up in $up_s s: $(psql_host 'select version()' | cut -c1-40)"
-progress "init: $(dc logs --no-color init | grep -E 'imported|nothing to do|already' | tail -n 1 | sed 's/^[^|]*| //')"
+progress "init: $(dc logs --no-color init | grep -E 'made the timeline|nothing to do' | tail -n 1 | sed 's/^[^|]*| //')"
+images0=$(ps_metric pageserver_image_written_total)
+
+# --- 3. the stateless compute ------------------------------------------------------------
+check_stateless "first compute"
+progress "compute: no mounts, full_page_writes off, pages from pageserver:6400, no relation file"
+progress "compute start: $(dc logs --no-color compute | grep -E 'basebackup at|postgres starts now' | sed 's/^[^|]*| //' | tr '\n' ';')"
+
+# --- 4. tokens --------------------------------------------------------------------------
+# Connections from inside the stack's network (the compute image has psql).
+in_stack_psql() { timeout 30 "${DC[@]}" exec -T compute psql -X -Atc "$2" "$1" 2>&1 || true; }
+wrong="wrong-$(rand_hex)"
+out=$(in_stack_psql "host=pageserver port=6400 user=postgres dbname=postgres password=$wrong" \
+  "pagestream_v1 $tenant_id $timeline_id")
+[[ "$out" == *"password authentication failed"* ]] || fail "pageserver pg port took a wrong token: $out"
+out=$(in_stack_psql "host=pageserver port=6400 user=postgres dbname=postgres password=$STRATA_TENANT_TOKEN" \
+  "basebackup 00000000000000000000000000000001 $timeline_id 0/0")
+[[ "$out" == *"may not use tenant"* ]] || fail "pageserver let the tenant's token name another tenant: $out"
+for sk in sk1 sk2 sk3; do
+  out=$(in_stack_psql "host=$sk port=5454 user=postgres dbname=postgres password=$wrong" "select 1")
+  [[ "$out" == *"password authentication failed"* ]] || fail "$sk took a wrong token: $out"
+done
+code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $wrong" \
+  "http://127.0.0.1:$STRATA_PAGESERVER_HTTP_PORT/v1/tenant")
+[ "$code" = 403 ] || fail "pageserver HTTP API answered $code to a wrong token"
+code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$STRATA_PAGESERVER_HTTP_PORT/v1/tenant")
+[ "$code" = 401 ] || fail "pageserver HTTP API answered $code without a token"
+# A compute given a wrong token does not start (neither step fences the running one:
+# the pageserver's refusal comes first, the safekeepers' before any election).
+# (podman run on the stack's network: docker-compose 1.29's `run` of a service with
+# dependencies asks podman for links, which it refuses.)
+net=$(podman inspect -f '{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}' "$(container compute)" | awk '{print $1}')
+compute_image="${STRATA_IMAGE_PREFIX:-strata}-compute:${STRATA_IMAGE_TAG:-dev}"
+for var in STRATA_PAGESERVER_PASSWORD STRATA_SAFEKEEPER_PASSWORD; do
+  if out=$(timeout 120 podman run --rm --network "$net" -e STRATA_TENANT_ID="$tenant_id" \
+    -e STRATA_TIMELINE_ID="$timeline_id" -e STRATA_SAFEKEEPERS=sk1:5454,sk2:5454,sk3:5454 \
+    -e STRATA_PAGESERVER=pageserver:6400 -e STRATA_PAGESERVER_HTTP=pageserver:9898 \
+    -e STRATA_PAGESERVER_PASSWORD="$STRATA_TENANT_TOKEN" \
+    -e STRATA_SAFEKEEPER_PASSWORD="$STRATA_TENANT_TOKEN" -e "$var=$wrong" \
+    "$compute_image" 2>&1 </dev/null); then
+    fail "a compute with a wrong $var started: $out"
+  fi
+  [[ "$out" == *"not valid"* || "$out" == *"password authentication failed"* ]] ||
+    fail "a compute with a wrong $var failed for another reason: $(echo "$out" | tail -n 3)"
+done
+[ "$(psql_host 'select 1')" = 1 ] || fail "the compute stopped answering after the token checks"
+progress "tokens: a wrong one is refused by the pageserver (pg and HTTP), sk1-3 and a new compute"
 
 # --- 3. pgbench from the bench service ------------------------------------------------
 progress "bench service: pgbench -i, then ${bench_seconds} s of TPC-B"
@@ -182,12 +276,15 @@ for i in $(seq 1 20); do
 done
 [ "$(psql_host 'select count(*) from compose_ledger')" = 20 ] || fail "ledger does not hold 20 rows"
 progress "20 single-row commits returned with sk3 down"
+wal0=$(lsn_dec "$(psql_host 'select pg_current_wal_lsn()')")
 timeout $((bench_seconds + 300)) "${DC[@]}" run --rm --no-deps -e BENCH_SECONDS=10 bench >"$CTR_WORK/bench2.log" 2>&1 || {
   cat "$CTR_WORK/bench2.log" >&2
   fail "pgbench with sk3 down failed"
 }
 tx2=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$CTR_WORK/bench2.log")
 [ -n "$tx2" ] && [ "$tx2" -gt 0 ] || fail "pgbench with sk3 down committed nothing"
+wal1=$(lsn_dec "$(psql_host 'select pg_current_wal_lsn()')")
+wal_per_tx=$(((wal1 - wal0) / tx2))
 n2=$(psql_host 'select count(*) from pgbench_history')
 [ "$n2" -eq $((n1 + tx2)) ] || fail "history grew from $n1 to $n2 rows, pgbench reported $tx2"
 [ "$(state_of sk3)" != running ] || fail "sk3 came back during the run: the test did not run without it"
@@ -201,6 +298,8 @@ while :; do
   sleep 1
 done
 progress "with sk3 down: history $n1 -> $n2 rows (+$tx2 pgbench transactions); sk1, sk2 flushed to the compute's WAL end"
+progress "WAL: $wal_per_tx bytes per TPC-B transaction (compute-side, $tx2 transactions, full_page_writes off)"
+[ "$wal_per_tx" -lt 2000 ] || fail "$wal_per_tx WAL bytes per transaction: full_page_writes is not off in effect"
 
 # --- 5. sk3 comes back and catches up ------------------------------------------------------
 timeout 60 "${DC[@]}" start sk3 >/dev/null 2>&1 || fail "docker-compose start sk3 failed"
@@ -213,5 +312,40 @@ until f3=$(sk_flush sk3 2>/dev/null) && [ "$f3" -ge "$target" ]; do
 done
 progress "sk3 restarted and caught up to the compute's WAL end"
 
+# --- 8. a new compute container: every acknowledged commit, at once -------------------
+psql_host "insert into compose_ledger (id) values (22)" >/dev/null
+acked="$(psql_host 'select count(*) from pgbench_history'),$(psql_host "select count(*) || ',' || max(id) from compose_ledger")"
+relpath=$(psql_host "select pg_relation_filepath('pgbench_accounts')")
+progress "acknowledged before recreating the compute: history,ledger rows,max id = $acked"
+timeout 120 "${DC[@]}" rm -sf compute >/dev/null 2>&1 || fail "docker-compose rm -sf compute failed"
+[ -z "$(container compute)" ] || fail "the compute container is still there after rm -sf"
+t_up=$(date +%s.%N)
+timeout 120 "${DC[@]}" up -d compute >"$CTR_WORK/up2.log" 2>&1 || {
+  cat "$CTR_WORK/up2.log" >&2
+  fail "docker-compose up -d compute failed"
+}
+t_started=$(date +%s.%N)
+deadline=$((SECONDS + 60))
+until got=$(PSQL_TIMEOUT=5 psql_host "select (select count(*) from pgbench_history) || ',' || (select count(*) || ',' || max(id) from compose_ledger)" 2>/dev/null); do
+  [ "$SECONDS" -lt "$deadline" ] || fail "the new compute did not answer within 60 s"
+  sleep 0.05
+done
+t_first=$(date +%s.%N)
+[ "$got" = "$acked" ] || fail "the new compute has $got, acknowledged were $acked"
+first_ms=$(python3 -c "import sys; print(int((float(sys.argv[2]) - float(sys.argv[1])) * 1000))" "$t_started" "$t_first")
+up_ms=$(python3 -c "import sys; print(int((float(sys.argv[2]) - float(sys.argv[1])) * 1000))" "$t_up" "$t_started")
+progress "recreated compute: first query ${first_ms} ms after 'up -d compute' returned (up -d itself ${up_ms} ms); every acknowledged row there ($got)"
+progress "new compute start: $(dc logs --no-color compute | grep -E 'basebackup at|postgres starts now' | sed 's/^[^|]*| //' | tr '\n' ';')"
+[ "$first_ms" -lt 2000 ] || fail "first query ${first_ms} ms after the container started (limit 2000 ms)"
+check_stateless "recreated compute"
+timeout 30 "${DC[@]}" exec -T compute sh -c "test ! -e \"\$PGDATA/$relpath\"" ||
+  fail "pgbench_accounts' file $relpath exists in the new compute"
+progress "recreated compute: stateless (no mounts, fpw off, no $relpath or any relation file)"
+
+# --- 9. image generation ----------------------------------------------------------------
+images1=$(ps_metric pageserver_image_written_total)
+[ "$images1" -gt "$images0" ] || fail "pageserver_image_written_total did not rise ($images0 -> $images1)"
+progress "pageserver wrote $((images1 - images0)) page images during the test"
+
 test_s=$((SECONDS - t0))
-progress "PASS: image build ${build_s} s; stack up ${up_s} s; test after the build ${test_s} s"
+progress "PASS: image build ${build_s} s; stack up ${up_s} s; test after the build ${test_s} s; WAL ${wal_per_tx} B/tx; first query after recreate ${first_ms} ms"

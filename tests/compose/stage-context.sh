@@ -7,7 +7,11 @@
 # working tree so the stack being tested is the one on disk.  worktree: every tracked
 # file as it is on disk.  Untracked files, build trees and caches never go in.  Every
 # mtime is set to 0, so podman's layer cache sees only content changes and a second run
-# reuses the slow layers (the patched PostgreSQL build).
+# reuses the slow layers (the patched PostgreSQL build).  docker/pg-prefix/ gets the
+# patched PostgreSQL that `make` built for this tree's smgr-hook.patch
+# (compute/postgres/build.sh --prefix-only), so the images do not compile it again;
+# without one the Dockerfile builds it.
+# Environment: STRATA_COMPOSE_PG_PREFIX (a prefix to stage, or none; default: the cache's).
 # Not for: building (run.sh does that).
 set -euo pipefail
 dest=${1:?usage: stage-context.sh DEST [head|worktree]}
@@ -33,4 +37,20 @@ case "$mode" in
 esac
 # The same filter BuildKit applies from docker/Dockerfile.dockerignore.
 rm -rf "$dest/tests/compose" "$dest/tests/integration" "$dest/docs" "$dest/bench"
+# The patched PostgreSQL `make` built for this tree's patch, when there is one: the
+# Dockerfile uses it instead of compiling PostgreSQL again (STRATA_COMPOSE_PG_PREFIX=none
+# leaves it out, so the image build compiles it as a user with only Docker would).
+pg_prefix=${STRATA_COMPOSE_PG_PREFIX:-}
+if [ -z "$pg_prefix" ]; then
+  pg_prefix=$(bash "$dest/compute/postgres/build.sh" --prefix-only 2>/dev/null | tail -n 1) || pg_prefix=""
+fi
+rm -rf "$dest/docker/pg-prefix"
+mkdir -p "$dest/docker/pg-prefix"
+if [ "$pg_prefix" != none ] && [ -n "$pg_prefix" ]; then
+  [ -x "$pg_prefix/bin/postgres" ] || { echo "stage-context: $pg_prefix has no bin/postgres" >&2; exit 1; }
+  cp -a "$pg_prefix/." "$dest/docker/pg-prefix/"
+  echo "stage-context: patched PostgreSQL from $pg_prefix" >&2
+else
+  echo "stage-context: no patched PostgreSQL staged: the image build compiles it" >&2
+fi
 find "$dest" -exec touch -h -d @0 {} +
