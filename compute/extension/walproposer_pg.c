@@ -142,9 +142,10 @@ static XLogRecPtr basebackup_lsn = InvalidXLogRecPtr;
  */
 typedef struct wp_shared {
     pg_atomic_uint64 last_elected_term;
-    /* Where this server's real WAL begins: the basebackup LSN of a compute
-     * started from the pageserver (its pg_wal holds nothing real before
-     * it), 0 for a server with its own history. */
+    /* Where this server's real WAL begins: for a compute started from the
+     * pageserver, its first term's start (the basebackup LSN, or the start
+     * of its segment on an empty timeline; its pg_wal holds nothing real
+     * before it), 0 for a server with its own history. */
     pg_atomic_uint64 own_wal_start;
 } wp_shared;
 static wp_shared *wp_sh = NULL;
@@ -569,7 +570,9 @@ static void on_elected(const proposer_effect *e, TimestampTz now)
     check_own_history(e);
     pg_atomic_write_u64(&wp_sh->last_elected_term, e->u.elected.term);
     if (basebackup_lsn != InvalidXLogRecPtr) {
-        pg_atomic_write_u64(&wp_sh->own_wal_start, basebackup_lsn);
+        /* The term starts at X, or on an empty timeline at the start of X's
+         * segment, which the basebackup ships whole (checked above). */
+        pg_atomic_write_u64(&wp_sh->own_wal_start, e->u.elected.term_start_lsn);
         basebackup_signal_consumed();
     }
     wp.local_wanted = true;
