@@ -1,0 +1,156 @@
+"""
+A stateless compute behaves like stock PostgreSQL where stock Postgres looks
+at relation files the compute does not have (issue 10, part 5):
+
+- sizes: pg_relation_size, pg_table_size, pg_total_relation_size come from
+  the smgr (blocks x 8192) and equal stock PostgreSQL's for the same
+  `pgbench -i`; pg_database_size and pg_tablespace_size add what the
+  pageserver holds (DBSIZE / SPCSIZE requests) to the local files;
+- DROP TABLESPACE refuses a tablespace that still holds a relation, in this
+  database or another, as stock does;
+- GetNewRelFileNode checks a new relfilenode through the smgr: with the OID
+  counter set back onto a relfilenode in use (what OID wraparound does; set
+  here by a test function compiled with PGXS, the running equivalent of
+  `pg_resetwal -o`), a new table must not get that relation's storage;
+- a clean stop streams the shutdown checkpoint to the safekeepers, and the
+  next compute starts at its end without replaying anything.
+
+Every postgres program runs as the unprivileged postgres user when we are
+root; everything listens on 127.0.0.1 (stock server: a unix socket too).
+"""
+import os
+import re
+import shutil
+import socket
+import subprocess
+
+import psycopg
+import pytest
+
+from conftest import (STOCK_PG_BINDIR, as_pg_user_kwargs, chown_to_pg_user, lsn_to_int,
+                      make_shared_dir, wait_until)
+from smgr_harness import running_cluster
+from test_durability import pgbench
+
+SCALE = 4
+PGBENCH_RELATIONS = ["pgbench_accounts", "pgbench_branches", "pgbench_tellers",
+                     "pgbench_history", "pgbench_accounts_pkey", "pgbench_branches_pkey",
+                     "pgbench_tellers_pkey"]
+
+
+@pytest.fixture
+def stateless(request):
+    with running_cluster(request) as c:
+        yield c
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_as_pg(cmd, timeout=120, check=True):
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          **as_pg_user_kwargs())
+    if check and proc.returncode != 0:
+        raise AssertionError("%s exited %d\n%s\n%s" % (" ".join(cmd), proc.returncode,
+                                                      proc.stdout, proc.stderr))
+    return proc
+
+
+class StockServer:
+    """Stock PostgreSQL 15 (Debian's binaries) on a fresh initdb: the oracle."""
+
+    def __init__(self):
+        self.dir = make_shared_dir("strata-stock-")
+        chown_to_pg_user(self.dir)
+        self.pgdata = os.path.join(self.dir, "pgdata")
+        self.port = free_port()
+        run_as_pg([os.path.join(STOCK_PG_BINDIR, "initdb"), "-D", self.pgdata, "-A", "trust",
+                   "-U", "postgres", "--no-sync"], timeout=300)
+        self.proc = subprocess.Popen(
+            [os.path.join(STOCK_PG_BINDIR, "postgres"), "-D", self.pgdata, "-p", str(self.port),
+             "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=" + self.dir,
+             "-c", "fsync=off", "-c", "autovacuum=off"],
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.dir, "log"), "w"),
+            **as_pg_user_kwargs())
+        wait_until(self._ready, 60, "the stock server to accept connections")
+
+    @property
+    def connstr(self):
+        return "host=127.0.0.1 port=%d user=postgres dbname=postgres" % self.port
+
+    def _ready(self):
+        try:
+            psycopg.connect(self.connstr, connect_timeout=2).close()
+            return True
+        except psycopg.OperationalError:
+            return False
+
+    def connect(self):
+        return psycopg.connect(self.connstr, autocommit=True)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(2)  # fast shutdown
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def relation_sizes(conn):
+    """{relation: (main, fsm, vm, table, total)} for the pgbench relations."""
+    out = {}
+    for rel in PGBENCH_RELATIONS:
+        (row,) = conn.execute(
+            "select pg_relation_size(%s, 'main'), pg_relation_size(%s, 'fsm'), "
+            "pg_relation_size(%s, 'vm'), pg_table_size(%s), pg_total_relation_size(%s)",
+            (rel,) * 5).fetchall()
+        out[rel] = tuple(row)
+    return out
+
+
+class PgbenchTarget:
+    def __init__(self, connstr):
+        self.connstr = connstr
+
+
+def test_sizes_equal_stock(stateless):
+    c = stateless
+    stock = StockServer()
+    try:
+        for target in (stock, c):
+            proc = pgbench(PgbenchTarget(target.connstr), "-i", "-q", "-s", str(SCALE),
+                           timeout=600)
+            assert proc.returncode == 0, proc.stderr
+        with stock.connect() as conn:
+            want = relation_sizes(conn)
+            (stock_db,), = conn.execute("select pg_database_size(current_database())").fetchall()
+        with c.connect() as conn:
+            got = relation_sizes(conn)
+            (db_size, ts_size, rels_total), = conn.execute(
+                "select pg_database_size(current_database()), "
+                "pg_tablespace_size('pg_default'), "
+                "sum(pg_total_relation_size(oid)) from pg_class "
+                "where relkind in ('r', 'm') and not relisshared").fetchall()
+    finally:
+        stock.stop()
+    accounts_blocks = want["pgbench_accounts"][0] // 8192
+    assert accounts_blocks > 1000, want  # 100000 rows per scale unit, ~61 per page
+    assert got == want, "sizes differ from stock's:\n%s\n%s" % (got, want)
+    # The database holds at least its relations (the pageserver's part).
+    tables_total = sum(v[4] for r, v in got.items() if not r.endswith("_pkey"))
+    assert db_size >= rels_total >= tables_total, (db_size, rels_total, tables_total)
+    assert abs(db_size - stock_db) < 0.1 * stock_db, (db_size, stock_db)
+    assert ts_size >= db_size, (ts_size, db_size)
+
+    # A new compute knows nothing locally: the sizes come from the pageserver.
+    c.stop("compute")
+    c.start("compute")
+    with c.connect() as conn:
+        again = relation_sizes(conn)
+    assert {r: v[0] for r, v in again.items()} == {r: v[0] for r, v in want.items()}
