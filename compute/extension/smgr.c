@@ -657,7 +657,7 @@ static const f_smgr strata_smgr = {
 /* ---- sizes and tablespaces ---------------------------------------------- */
 
 /*
- * dbsize.c looks at local files, which a stateless compute
+ * dbsize.c and DROP TABLESPACE look at local files, which a stateless compute
  * has only for temporary and unlogged relations: the patched server asks
  * these instead (smgr.h, "Hooks for a storage manager that keeps relations
  * elsewhere").  Requests that sum over many relations ask the pageserver at
@@ -702,6 +702,17 @@ static int64 strata_storage_size(Oid spc, Oid db)
     if (OidIsValid(db))
         return strata_ps_dbsize(db, wal_end_flushed());
     return strata_ps_spcsize(spc, wal_end_flushed(), &relations);
+}
+
+/* DROP TABLESPACE: in use while the pageserver holds any relation of it, in
+ * any database (relations dropped by committed transactions are gone at
+ * their commit record). */
+static bool strata_tablespace_in_use(Oid spc)
+{
+    uint32 relations = 0;
+
+    (void)strata_ps_spcsize(spc, wal_end_flushed(), &relations);
+    return relations > 0;
 }
 
 /* ---- hooks -------------------------------------------------------------- */
@@ -752,11 +763,13 @@ static void strata_object_access(ObjectAccessType access, Oid classId, Oid objec
 }
 
 /*
- * The size hooks came with a later revision of the patch: a server without
- * them still runs the smgr (sizes then read 0), with a WARNING.
+ * The size and tablespace hooks came with a later revision of the patch: a
+ * server without them still runs the smgr (sizes then read 0, DROP
+ * TABLESPACE does not see the pageserver's relations), with a WARNING.
  */
 typedef int64 (*relation_size_fn)(RelFileNode rnode, BackendId backend, ForkNumber fork);
 typedef int64 (*storage_size_fn)(Oid spc, Oid db);
+typedef bool (*tablespace_in_use_fn)(Oid spc);
 
 static void install_storage_hooks(void)
 {
@@ -764,15 +777,18 @@ static void install_storage_hooks(void)
      * against the headers of the patch's first revision. */
     relation_size_fn *rel_size = dlsym(RTLD_DEFAULT, "smgr_relation_size_hook");
     storage_size_fn *storage_size = dlsym(RTLD_DEFAULT, "smgr_storage_size_hook");
-    if (rel_size == NULL || storage_size == NULL) {
+    tablespace_in_use_fn *in_use = dlsym(RTLD_DEFAULT, "smgr_tablespace_in_use_hook");
+    if (rel_size == NULL || storage_size == NULL || in_use == NULL) {
         ereport(WARNING,
                 (errmsg("this PostgreSQL has no smgr size hooks: pg_relation_size and "
-                        "pg_database_size will read 0"),
+                        "pg_database_size will read 0 and DROP TABLESPACE will not see "
+                        "relations on the pageserver"),
                  errhint("Rebuild PostgreSQL with the current compute/postgres/smgr-hook.patch.")));
         return;
     }
     *rel_size = strata_relation_size;
     *storage_size = strata_storage_size;
+    *in_use = strata_tablespace_in_use;
 }
 
 void strata_smgr_setup(void)

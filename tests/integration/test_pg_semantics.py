@@ -251,3 +251,50 @@ def test_new_relfilenode_skips_one_in_use(stateless):
             assert conn.execute("select count(*) from newcomer").fetchall() == [(1,)]
     finally:
         shutil.rmtree(src, ignore_errors=True)
+
+
+def tablespace_dir():
+    d = make_shared_dir("strata-tblspc-")
+    chown_to_pg_user(d)
+    return d
+
+
+def test_drop_tablespace_refuses_when_not_empty(stateless):
+    c = stateless
+    loc = tablespace_dir()
+    try:
+        with c.connect() as conn:
+            conn.execute("create tablespace ts_semantics location '%s'" % loc)
+            conn.execute("create table in_ts (id int, v text) tablespace ts_semantics")
+            conn.execute("insert into in_ts select g, 'x' from generate_series(1, 5000) g")
+            conn.execute("create table empty_in_ts (id int) tablespace ts_semantics")
+            with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState,
+                               match='tablespace "ts_semantics" is not empty'):
+                conn.execute("drop tablespace ts_semantics")
+            (ts_size, rel_size), = conn.execute(
+                "select pg_tablespace_size('ts_semantics'), pg_relation_size('in_ts')").fetchall()
+            assert ts_size >= rel_size > 0, (ts_size, rel_size)
+            conn.execute("drop table in_ts")
+            # An empty relation keeps it in use too.
+            with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
+                conn.execute("drop tablespace ts_semantics")
+            conn.execute("drop table empty_in_ts")
+            # So does a relation of another database.
+            conn.execute("create database other_db")
+        other = c.connstr.replace("dbname=postgres", "dbname=other_db")
+        assert other != c.connstr, c.connstr
+        with psycopg.connect(other, autocommit=True) as conn:
+            conn.execute("create table elsewhere (id int) tablespace ts_semantics")
+            conn.execute("insert into elsewhere values (1)")
+        with c.connect() as conn:
+            with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState,
+                               match="is not empty"):
+                conn.execute("drop tablespace ts_semantics")
+        with psycopg.connect(other, autocommit=True) as conn:
+            conn.execute("drop table elsewhere")
+        with c.connect() as conn:
+            conn.execute("drop tablespace ts_semantics")
+            assert conn.execute("select count(*) from pg_tablespace where spcname = "
+                                "'ts_semantics'").fetchall() == [(0,)]
+    finally:
+        shutil.rmtree(loc, ignore_errors=True)
