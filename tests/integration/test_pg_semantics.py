@@ -298,3 +298,50 @@ def test_drop_tablespace_refuses_when_not_empty(stateless):
                                 "'ts_semantics'").fetchall() == [(0,)]
     finally:
         shutil.rmtree(loc, ignore_errors=True)
+
+
+def checkpoint_end(c, pgdata):
+    """(location, end) of the latest checkpoint record of a stopped data
+    directory: pg_controldata for the location, pg_waldump for the end (the
+    next record's position, where it finds no record)."""
+    out = run_as_pg([c.pg_program("pg_controldata"), "-D", pgdata]).stdout
+    state = re.search(r"Database cluster state:\s+(.*)", out).group(1).strip()
+    assert state == "shut down", out
+    loc = re.search(r"Latest checkpoint location:\s+(\S+)", out).group(1)
+    dump = run_as_pg([c.pg_program("pg_waldump"), "-p", os.path.join(pgdata, "pg_wal"),
+                      "-s", loc], check=False)
+    records = [l for l in dump.stdout.splitlines() if l.startswith("rmgr:")]
+    assert len(records) == 1 and "CHECKPOINT_SHUTDOWN" in records[0], dump.stdout + dump.stderr
+    m = re.search(r"invalid record length at ([0-9A-F]+/[0-9A-F]+)", dump.stderr)
+    assert m, dump.stderr
+    return lsn_to_int(loc), lsn_to_int(m.group(1))
+
+
+def test_clean_stop_streams_shutdown_checkpoint(stateless):
+    c = stateless
+    with c.connect() as conn:
+        conn.execute("create table before_stop (id int)")
+        conn.execute("insert into before_stop select generate_series(1, 1000)")
+    # Read before the next start sets the stopped directory aside.
+    pgdata = c.compute_datadir
+    c.stop("compute")
+    loc, end = checkpoint_end(c, pgdata)
+    sks = c.status()["safekeepers"]
+    flushed = sorted(lsn_to_int(sk["flush_lsn"]) for sk in sks if sk["flush_lsn"])
+    majority = len(sks) // 2 + 1
+    assert len(flushed) >= majority, sks
+    # A majority holds the WAL up to the end of the shutdown checkpoint (and
+    # no safekeeper holds more: nothing is written after it).
+    assert flushed[-majority] == end, ("safekeepers flushed %s; checkpoint %x ends at %x"
+                                       % ([hex(f) for f in flushed], loc, end))
+    assert flushed[-1] == end
+    proc = c.start("compute")
+    m = re.search(r"start at ([0-9A-F]+/[0-9A-F]+)", proc.stdout)
+    assert m, proc.stdout
+    assert lsn_to_int(m.group(1)) == end, (proc.stdout, hex(end))
+    with c.connect() as conn:
+        assert conn.execute("select count(*) from before_stop").fetchall() == [(1000,)]
+    # The compute's log (appended by every start): the last start replayed nothing.
+    with open(os.path.join(c.dir, "compute.log"), errors="replace") as f:
+        last_start = f.read().rsplit("starting PostgreSQL", 1)[-1]
+    assert "redo starts at" not in last_start, last_start[-2000:]
