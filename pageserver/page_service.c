@@ -80,9 +80,9 @@ struct ps_conn {
 };
 
 /* Metrics by request type (index = PS_REQ_* tag). */
-#define N_TYPES 5
+#define N_TYPES 6
 static const char *const type_names[N_TYPES] = {"exists", "nblocks", "getpage", "dbsize",
-                                                "slru_segment"};
+                                                "slru_segment", "spcsize"};
 
 struct page_service {
     uv_loop_t *loop;
@@ -203,6 +203,18 @@ static void execute(job *j, lsn_t lsn)
         if (rc < 0)
             break;
         r.u.db_size_bytes = bytes;
+        set_response(j, &r, 32);
+        return;
+    }
+    case PS_REQ_SPCSIZE: {
+        int64_t bytes = 0;
+        uint32_t relations = 0;
+        rc = timeline_spc_size(tl, q->u.spcsize.spc, lsn, &bytes, &relations, err, sizeof err,
+                               &sqlstate);
+        if (rc < 0)
+            break;
+        r.u.spc_size.bytes = bytes;
+        r.u.spc_size.relations = relations;
         set_response(j, &r, 32);
         return;
     }

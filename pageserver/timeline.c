@@ -950,22 +950,32 @@ static void rel_size_range(pg_key *from, pg_key *to)
     to->kind = KEY_DB;
 }
 
-typedef struct db_size_arg {
+typedef struct storage_size_arg {
+    bool by_spc;  /* sum one tablespace (spc) rather than one database (db) */
+    uint32_t spc;
     uint32_t db;
     uint64_t blocks;
-} db_size_arg;
+    uint32_t relations; /* MAIN forks seen, empty ones included */
+} storage_size_arg;
 
-static int add_db_size(const pg_key *k, lsn_t lsn, const value_ref *v, void *arg)
+/* Init forks are left out: a compute keeps an unlogged relation (its init
+ * fork and the main fork made from it) in local files and adds those itself. */
+static int add_storage_size(const pg_key *k, lsn_t lsn, const value_ref *v, void *arg)
 {
     (void)lsn;
-    db_size_arg *a = arg;
-    if (k->kind == KEY_REL_SIZE && k->db == a->db && v->kind == VAL_SIZE && v->len == 4)
-        a->blocks += get_be32(v->payload);
+    storage_size_arg *a = arg;
+    if (k->kind != KEY_REL_SIZE || v->kind != VAL_SIZE || v->len != 4 || k->fork == FORK_INIT)
+        return 0;
+    if (a->by_spc ? k->spc != a->spc : k->db != a->db)
+        return 0;
+    a->blocks += get_be32(v->payload);
+    if (k->fork == FORK_MAIN)
+        a->relations++;
     return 0;
 }
 
-int timeline_db_size(timeline *tl, uint32_t db, lsn_t lsn, int64_t *bytes, char *err, size_t errlen,
-                     const char **sqlstate)
+static int storage_size(timeline *tl, storage_size_arg *a, lsn_t lsn, char *err, size_t errlen,
+                        const char **sqlstate)
 {
     if (timeline_is_deleted(tl))
         return deleted_error(tl, err, errlen, sqlstate);
@@ -973,15 +983,32 @@ int timeline_db_size(timeline *tl, uint32_t db, lsn_t lsn, int64_t *bytes, char 
         return -1;
     pg_key from, to;
     rel_size_range(&from, &to);
-    db_size_arg a = {.db = db};
-    if (store_scan(tl->st, &from, &to, lsn, add_db_size, &a, err, errlen) != 0) {
+    if (store_scan(tl->st, &from, &to, lsn, add_storage_size, a, err, errlen) != 0) {
         if (sqlstate != NULL)
             *sqlstate = "XX000";
         return -1;
     }
-    if (check_horizon(tl, lsn, err, errlen, sqlstate) != 0)
+    return check_horizon(tl, lsn, err, errlen, sqlstate) != 0 ? -1 : 0;
+}
+
+int timeline_db_size(timeline *tl, uint32_t db, lsn_t lsn, int64_t *bytes, char *err, size_t errlen,
+                     const char **sqlstate)
+{
+    storage_size_arg a = {.db = db};
+    if (storage_size(tl, &a, lsn, err, errlen, sqlstate) != 0)
         return -1;
     *bytes = (int64_t)(a.blocks * PG_BLCKSZ);
+    return 0;
+}
+
+int timeline_spc_size(timeline *tl, uint32_t spc, lsn_t lsn, int64_t *bytes, uint32_t *relations,
+                      char *err, size_t errlen, const char **sqlstate)
+{
+    storage_size_arg a = {.by_spc = true, .spc = spc};
+    if (storage_size(tl, &a, lsn, err, errlen, sqlstate) != 0)
+        return -1;
+    *bytes = (int64_t)(a.blocks * PG_BLCKSZ);
+    *relations = a.relations;
     return 0;
 }
 

@@ -230,9 +230,16 @@ int timeline_get_rel_page_noredo(timeline *tl, uint32_t spc, uint32_t db, uint32
                                  uint8_t fork, uint32_t blk, lsn_t lsn, uint8_t out[PG_BLCKSZ],
                                  char *err, size_t errlen, const char **sqlstate);
 
-/* Sum of the sizes of the database's relation forks at lsn, in bytes. */
+/* Sum of the sizes of the database's relation forks at lsn, in bytes (init
+ * forks left out: a compute keeps those in local files). */
 int timeline_db_size(timeline *tl, uint32_t db, lsn_t lsn, int64_t *bytes, char *err, size_t errlen,
                      const char **sqlstate);
+
+/* The same for the relations of one tablespace (every database), plus how
+ * many relations (MAIN forks, empty ones included) it holds: DROP TABLESPACE
+ * refuses while that is not 0. */
+int timeline_spc_size(timeline *tl, uint32_t spc, lsn_t lsn, int64_t *bytes, uint32_t *relations,
+                      char *err, size_t errlen, const char **sqlstate);
 
 /* An SLRU segment's pages at lsn (at most max_blocks, else an error):
  * out gets *nblocks * PG_BLCKSZ bytes.  58P01 when the segment does not

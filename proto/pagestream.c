@@ -7,6 +7,7 @@
  *     EXISTS, NBLOCKS   body = spc u32 | db u32 | rel u32 | fork u8          (38 bytes)
  *     GETPAGE           body = spc u32 | db u32 | rel u32 | fork u8 | blk u32 (42 bytes)
  *     DBSIZE            body = db u32                                       (29 bytes)
+ *     SPCSIZE           body = spc u32                                      (29 bytes)
  *     GET_SLRU_SEGMENT  body = kind u8 | segno u32                          (30 bytes)
  *
  *   response = tag u8 | reqid u64 | result
@@ -14,6 +15,7 @@
  *     NBLOCKS           u32                                                (13 bytes)
  *     GETPAGE           8192 bytes                                         (8201 bytes)
  *     DBSIZE            i64, never negative                                (17 bytes)
+ *     SPCSIZE           bytes i64, never negative | relations u32         (21 bytes)
  *     GET_SLRU_SEGMENT  nblocks u32 (<= 32) | nblocks x 8192 bytes
  *     ERROR             sqlstate 5 bytes [0-9A-Z] | len u32 (<= 1024) | message
  *                       (printable text, no NUL)
@@ -94,6 +96,7 @@ static size_t request_len(uint8_t tag)
     case PS_REQ_GETPAGE:
         return REQ_HEADER_LEN + REL_LEN + 4;
     case PS_REQ_DBSIZE:
+    case PS_REQ_SPCSIZE:
         return REQ_HEADER_LEN + 4;
     case PS_REQ_GET_SLRU_SEGMENT:
         return REQ_HEADER_LEN + 5;
@@ -164,6 +167,9 @@ int pagestream_decode_request(const uint8_t *buf, size_t len, pagestream_request
     case PS_REQ_DBSIZE:
         out->u.dbsize.db = get_u32(body);
         return 0;
+    case PS_REQ_SPCSIZE:
+        out->u.spcsize.spc = get_u32(body);
+        return 0;
     case PS_REQ_GET_SLRU_SEGMENT:
         out->u.slru.kind = body[0];
         out->u.slru.segno = get_u32(body + 1);
@@ -207,6 +213,9 @@ size_t pagestream_encode_request(const pagestream_request *req, uint8_t *buf, si
     case PS_REQ_DBSIZE:
         put_u32(body, req->u.dbsize.db);
         break;
+    case PS_REQ_SPCSIZE:
+        put_u32(body, req->u.spcsize.spc);
+        break;
     case PS_REQ_GET_SLRU_SEGMENT:
         body[0] = req->u.slru.kind;
         put_u32(body + 1, req->u.slru.segno);
@@ -227,7 +236,8 @@ int pagestream_decode_response(const uint8_t *buf, size_t len, pagestream_respon
     }
     uint8_t tag = buf[0];
     if (tag != PS_RESP_EXISTS && tag != PS_RESP_NBLOCKS && tag != PS_RESP_GETPAGE &&
-        tag != PS_RESP_DBSIZE && tag != PS_RESP_GET_SLRU_SEGMENT && tag != PS_RESP_ERROR) {
+        tag != PS_RESP_DBSIZE && tag != PS_RESP_SPCSIZE && tag != PS_RESP_GET_SLRU_SEGMENT &&
+        tag != PS_RESP_ERROR) {
         *why = "pagestream response: unknown tag";
         return -1;
     }
@@ -252,6 +262,9 @@ int pagestream_decode_response(const uint8_t *buf, size_t len, pagestream_respon
         break;
     case PS_RESP_DBSIZE:
         want = 8;
+        break;
+    case PS_RESP_SPCSIZE:
+        want = 12;
         break;
     case PS_RESP_GET_SLRU_SEGMENT:
         if (rest < 4) {
@@ -305,6 +318,14 @@ int pagestream_decode_response(const uint8_t *buf, size_t len, pagestream_respon
             return -1;
         }
         return 0;
+    case PS_RESP_SPCSIZE:
+        out->u.spc_size.bytes = (int64_t)get_u64(p);
+        out->u.spc_size.relations = get_u32(p + 8);
+        if (out->u.spc_size.bytes < 0) {
+            *why = "pagestream response: negative tablespace size";
+            return -1;
+        }
+        return 0;
     case PS_RESP_GET_SLRU_SEGMENT:
         out->u.slru.nblocks = get_u32(p);
         out->u.slru.blocks = p + 4;
@@ -346,6 +367,11 @@ size_t pagestream_encode_response(const pagestream_response *resp, uint8_t *buf,
             return 0;
         n = RESP_HEADER_LEN + 8;
         break;
+    case PS_RESP_SPCSIZE:
+        if (resp->u.spc_size.bytes < 0)
+            return 0;
+        n = RESP_HEADER_LEN + 12;
+        break;
     case PS_RESP_GET_SLRU_SEGMENT:
         if (resp->u.slru.nblocks > PAGESTREAM_MAX_SLRU_BLOCKS ||
             (resp->u.slru.nblocks > 0 && resp->u.slru.blocks == NULL))
@@ -379,6 +405,10 @@ size_t pagestream_encode_response(const pagestream_response *resp, uint8_t *buf,
         break;
     case PS_RESP_DBSIZE:
         put_u64(p, (uint64_t)resp->u.db_size_bytes);
+        break;
+    case PS_RESP_SPCSIZE:
+        put_u64(p, (uint64_t)resp->u.spc_size.bytes);
+        put_u32(p + 8, resp->u.spc_size.relations);
         break;
     case PS_RESP_GET_SLRU_SEGMENT:
         put_u32(p, resp->u.slru.nblocks);

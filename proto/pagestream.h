@@ -21,6 +21,7 @@
  *     EXISTS, NBLOCKS   body = spc u32 | db u32 | rel u32 | fork u8          (38 bytes)
  *     GETPAGE           body = spc u32 | db u32 | rel u32 | fork u8 | blk u32 (42 bytes)
  *     DBSIZE            body = db u32                                       (29 bytes)
+ *     SPCSIZE           body = spc u32                                      (29 bytes)
  *     GET_SLRU_SEGMENT  body = kind u8 | segno u32                          (30 bytes)
  *
  *   response = tag u8 | reqid u64 | result
@@ -28,6 +29,7 @@
  *     NBLOCKS           u32                                                (13 bytes)
  *     GETPAGE           8192 bytes                                         (8201 bytes)
  *     DBSIZE            i64, never negative                                (17 bytes)
+ *     SPCSIZE           bytes i64, never negative | relations u32         (21 bytes)
  *     GET_SLRU_SEGMENT  nblocks u32 (<= 32) | nblocks x 8192 bytes         (13 + n*8192)
  *     ERROR             sqlstate 5 bytes [0-9A-Z] | len u32 (<= 1024) | message
  *                       (printable text, no NUL)                           (18 + len)
@@ -61,12 +63,14 @@ typedef enum pagestream_tag {
     PS_REQ_GETPAGE = 2,
     PS_REQ_DBSIZE = 3,
     PS_REQ_GET_SLRU_SEGMENT = 4,
+    PS_REQ_SPCSIZE = 5,
     /* Responses: 0x80 | request tag, or ERROR. */
     PS_RESP_EXISTS = 0x80,
     PS_RESP_NBLOCKS = 0x81,
     PS_RESP_GETPAGE = 0x82,
     PS_RESP_DBSIZE = 0x83,
     PS_RESP_GET_SLRU_SEGMENT = 0x84,
+    PS_RESP_SPCSIZE = 0x85,
     PS_RESP_ERROR = 0xFF,
 } pagestream_tag;
 
@@ -86,6 +90,7 @@ typedef struct pagestream_request {
         pagestream_rel rel;                                  /* EXISTS, NBLOCKS */
         struct { pagestream_rel rel; uint32_t blkno; } page; /* GETPAGE */
         struct { uint32_t db; } dbsize;                      /* DBSIZE */
+        struct { uint32_t spc; } spcsize;                    /* SPCSIZE */
         struct { uint8_t kind; uint32_t segno; } slru;       /* GET_SLRU_SEGMENT; kind as slru_kind */
     } u;
 } pagestream_request;
@@ -98,6 +103,9 @@ typedef struct pagestream_response {
         uint32_t nblocks;
         const uint8_t *page; /* PAGESTREAM_BLCKSZ bytes */
         int64_t db_size_bytes;
+        /* SPCSIZE: bytes of the tablespace's relations, and how many relations
+         * (MAIN forks) it holds, empty ones included. */
+        struct { int64_t bytes; uint32_t relations; } spc_size;
         struct { uint32_t nblocks; const uint8_t *blocks; } slru; /* nblocks × 8 KB */
         struct { char sqlstate[6]; const char *message; uint32_t message_len; } error;
     } u;

@@ -54,6 +54,7 @@ typedef struct ps_slot {
         bool exists;
         uint32 nblocks;
         int64 dbsize;
+        struct { int64 bytes; uint32 relations; } spcsize;
     } v;
     char *page; /* BLCKSZ, owned by the ring (TopMemoryContext) */
 } ps_slot;
@@ -340,6 +341,10 @@ static bool take_response(const char *msg, int len, char *why_out, size_t why_le
         case PS_RESP_DBSIZE:
             s->v.dbsize = resp.u.db_size_bytes;
             break;
+        case PS_RESP_SPCSIZE:
+            s->v.spcsize.bytes = resp.u.spc_size.bytes;
+            s->v.spcsize.relations = resp.u.spc_size.relations;
+            break;
         case PS_RESP_GETPAGE:
             memcpy(s->page, resp.u.page, BLCKSZ);
             break;
@@ -517,6 +522,24 @@ int64 strata_ps_dbsize(Oid db, XLogRecPtr nms)
     req.u.dbsize.db = db;
     i = call(&req);
     result = ring[i].v.dbsize;
+    finish_slot(i);
+    return result;
+}
+
+int64 strata_ps_spcsize(Oid spc, XLogRecPtr nms, uint32 *relations)
+{
+    pagestream_request req;
+    int i;
+    int64 result;
+
+    memset(&req, 0, sizeof req);
+    req.tag = PS_REQ_SPCSIZE;
+    req.request_lsn = LSN_MAX;
+    req.not_modified_since = nms;
+    req.u.spcsize.spc = spc;
+    i = call(&req);
+    result = ring[i].v.spcsize.bytes;
+    *relations = ring[i].v.spcsize.relations;
     finish_slot(i);
     return result;
 }

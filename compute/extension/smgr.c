@@ -36,6 +36,7 @@
 #include "access/multixact.h"
 #include "access/xlog.h"
 #include "access/xloginsert.h"
+#include "access/xlogrecovery.h"
 #include "catalog/objectaccess.h"
 #include "catalog/pg_control.h"
 #include "catalog/pg_database.h"
@@ -653,6 +654,67 @@ static const f_smgr strata_smgr = {
     .smgr_immedsync = strata_immedsync,
 };
 
+/* ---- sizes and tablespaces ---------------------------------------------- */
+
+/*
+ * dbsize.c and DROP TABLESPACE look at local files, which a stateless compute
+ * has only for temporary and unlogged relations: the patched server asks
+ * these instead (smgr.h, "Hooks for a storage manager that keeps relations
+ * elsewhere").  Requests that sum over many relations ask the pageserver at
+ * the end of this compute's WAL, flushed first, so that every change made
+ * here before the call is counted.
+ */
+static XLogRecPtr wal_end_flushed(void)
+{
+    XLogRecPtr lsn;
+
+    if (RecoveryInProgress())
+        return GetXLogReplayRecPtr(NULL);
+    lsn = GetXLogInsertRecPtr();
+    flush_upto(lsn);
+    return lsn;
+}
+
+/* One fork: blocks x BLCKSZ from the smgr (the relsize cache or the
+ * pageserver), 0 when the fork does not exist; -1 (stat the local files)
+ * for what lives in local files. */
+static int64 strata_relation_size(RelFileNode rnode, BackendId backend, ForkNumber fork)
+{
+    SMgrRelation reln;
+
+    if (backend != InvalidBackendId)
+        return -1;
+    reln = smgropen(rnode, backend);
+    if (reln->smgr_impl != &strata_smgr || is_local(reln, fork))
+        return -1;
+    if (!smgrexists(reln, fork))
+        return 0;
+    return (int64)smgrnblocks(reln, fork) * BLCKSZ;
+}
+
+/* What the pageserver holds of a database or a tablespace; dbsize.c adds
+ * the local files (unlogged relations, the map and version files). */
+static int64 strata_storage_size(Oid spc, Oid db)
+{
+    uint32 relations;
+
+    Assert(OidIsValid(spc) != OidIsValid(db));
+    if (OidIsValid(db))
+        return strata_ps_dbsize(db, wal_end_flushed());
+    return strata_ps_spcsize(spc, wal_end_flushed(), &relations);
+}
+
+/* DROP TABLESPACE: in use while the pageserver holds any relation of it, in
+ * any database (relations dropped by committed transactions are gone at
+ * their commit record). */
+static bool strata_tablespace_in_use(Oid spc)
+{
+    uint32 relations = 0;
+
+    (void)strata_ps_spcsize(spc, wal_end_flushed(), &relations);
+    return relations > 0;
+}
+
 /* ---- hooks -------------------------------------------------------------- */
 
 static const f_smgr *strata_smgr_choose(BackendId backend, RelFileNode rnode)
@@ -700,6 +762,35 @@ static void strata_object_access(ObjectAccessType access, Oid classId, Oid objec
         strata_fc_forget_db(objectId);
 }
 
+/*
+ * The size and tablespace hooks came with a later revision of the patch: a
+ * server without them still runs the smgr (sizes then read 0, DROP
+ * TABLESPACE does not see the pageserver's relations), with a WARNING.
+ */
+typedef int64 (*relation_size_fn)(RelFileNode rnode, BackendId backend, ForkNumber fork);
+typedef int64 (*storage_size_fn)(Oid spc, Oid db);
+typedef bool (*tablespace_in_use_fn)(Oid spc);
+
+static void install_storage_hooks(void)
+{
+    /* Own types with the hooks' signatures (smgr.h): this file also builds
+     * against the headers of the patch's first revision. */
+    relation_size_fn *rel_size = dlsym(RTLD_DEFAULT, "smgr_relation_size_hook");
+    storage_size_fn *storage_size = dlsym(RTLD_DEFAULT, "smgr_storage_size_hook");
+    tablespace_in_use_fn *in_use = dlsym(RTLD_DEFAULT, "smgr_tablespace_in_use_hook");
+    if (rel_size == NULL || storage_size == NULL || in_use == NULL) {
+        ereport(WARNING,
+                (errmsg("this PostgreSQL has no smgr size hooks: pg_relation_size and "
+                        "pg_database_size will read 0 and DROP TABLESPACE will not see "
+                        "relations on the pageserver"),
+                 errhint("Rebuild PostgreSQL with the current compute/postgres/smgr-hook.patch.")));
+        return;
+    }
+    *rel_size = strata_relation_size;
+    *storage_size = strata_storage_size;
+    *in_use = strata_tablespace_in_use;
+}
+
 void strata_smgr_setup(void)
 {
     smgr_hook_type *hook;
@@ -725,6 +816,7 @@ void strata_smgr_setup(void)
     *hook = strata_smgr_choose;
     *init_hook = strata_smgr_init;
     *shutdown_hook = strata_smgr_shutdown;
+    install_storage_hooks();
     prev_shmem_request_hook = shmem_request_hook;
     shmem_request_hook = strata_shmem_request;
     prev_shmem_startup_hook = shmem_startup_hook;

@@ -147,7 +147,10 @@ void strata_fc_forget_db(Oid db);
 /* Synchronous requests; ERROR on pageserver error or timeout. */
 bool strata_ps_exists(RelFileNode rnode, ForkNumber fork, XLogRecPtr nms);
 BlockNumber strata_ps_nblocks(RelFileNode rnode, ForkNumber fork, XLogRecPtr nms);
+/* Bytes of the database's (tablespace's) relations on the pageserver, init
+ * forks left out; for a tablespace also how many relations it holds. */
 int64 strata_ps_dbsize(Oid db, XLogRecPtr nms);
+int64 strata_ps_spcsize(Oid spc, XLogRecPtr nms, uint32 *relations);
 /* Reads a page into buffer: uses a prefetched answer if one is queued for
  * this block and was requested with not_modified_since >= nms; else asks.
  * zero_if_missing: the caller knows the block exists locally (a fork created

@@ -27,6 +27,18 @@
  * checkpoint that nobody may acknowledge.  SIGQUIT kills every backend at
  * once and clients see a lost connection, never a COMMIT.
  *
+ * Clean stop: on the patched server the worker is registered with
+ * BGWORKER_STOP_AFTER_CHECKPOINT, so a fast or smart shutdown leaves it
+ * running, like a walsender, while the checkpointer writes the shutdown
+ * checkpoint; the local walsender streams that record to it as any other.
+ * The postmaster then sends SIGUSR2 (its "send the rest of the WAL and
+ * exit" to walsenders); the worker exits once a majority of safekeepers has
+ * flushed up to the end of the server's WAL, or after
+ * strata.safekeeper_timeout without one (WARNING: the next compute then
+ * starts at the safekeepers' end, before the checkpoint, and the WAL past it
+ * is lost as in any crash of a compute).  The postmaster waits for it, so
+ * the next compute starts at the shutdown checkpoint and replays nothing.
+ *
  * Not for: the Paxos rules (proposer core), message encoding (proto/), or
  * anything that runs in regular backends.
  */
@@ -126,6 +138,13 @@ static struct {
 } wp;
 
 static void wp_stop(const char *reason) pg_attribute_noreturn();
+static void shutdown_step(TimestampTz now);
+
+/* SIGUSR2 from the postmaster: the shutdown checkpoint is written. */
+static volatile sig_atomic_t shutdown_requested = false;
+/* Once it came: the end of the server's WAL, and when to give up on it. */
+static XLogRecPtr shutdown_wal_end = InvalidXLogRecPtr;
+static TimestampTz shutdown_deadline = 0;
 static void basebackup_signal_consumed(void);
 
 /* The name of the file the compute launcher writes (see read_basebackup_signal). */
@@ -183,6 +202,10 @@ void strata_walproposer_register(void)
 
     memset(&bgw, 0, sizeof(bgw));
     bgw.bgw_flags = BGWORKER_SHMEM_ACCESS;
+#ifdef BGWORKER_STOP_AFTER_CHECKPOINT
+    /* The patched server: stay for the shutdown checkpoint (file header). */
+    bgw.bgw_flags |= BGWORKER_STOP_AFTER_CHECKPOINT;
+#endif
     bgw.bgw_start_time = BgWorkerStart_RecoveryFinished;
     bgw.bgw_restart_time = 1;
     /* The library may be preloaded by absolute path: load it the same way. */
@@ -792,7 +815,9 @@ static void handle_local(TimestampTz now)
     if (!wp.local_wanted)
         return;
     if (wp.local.state == PQSTREAM_IDLE) {
-        if (now >= wp.local_next_attempt)
+        /* In shutdown the walsender left after sending everything; the
+         * postmaster takes no new connections. */
+        if (now >= wp.local_next_attempt && !shutdown_requested)
             local_start(now);
         return;
     }
@@ -848,8 +873,9 @@ static void handle_local(TimestampTz now)
     if (wp.local.state == PQSTREAM_STREAMING)
         (void)pqstream_flush(&wp.local);
     if (wp.local.state == PQSTREAM_IDLE) {
-        ereport(LOG, (errmsg("strata walproposer: lost the local walsender: %s",
-                             pqstream_error(&wp.local))));
+        ereport(shutdown_requested ? DEBUG1 : LOG,
+                (errmsg("strata walproposer: lost the local walsender: %s",
+                        pqstream_error(&wp.local))));
         wp.local_next_attempt = TimestampTzPlusMilliseconds(now, 1000);
     }
 }
@@ -950,12 +976,54 @@ static void start_core(void)
                         errmsg("strata walproposer: bad configuration"), errdetail("%s", why)));
 }
 
+static void handle_sigusr2(SIGNAL_ARGS)
+{
+    int save_errno = errno;
+
+    shutdown_requested = true;
+    SetLatch(MyLatch);
+    errno = save_errno;
+}
+
+/*
+ * After SIGUSR2: exits once the quorum commit LSN reached the end of the
+ * server's WAL (the shutdown checkpoint's end; nothing writes WAL any more),
+ * or when the deadline passed.
+ */
+static void shutdown_step(TimestampTz now)
+{
+    char a[LSN_FMT_LEN], b[LSN_FMT_LEN];
+
+    if (shutdown_wal_end == InvalidXLogRecPtr) {
+        shutdown_wal_end = GetFlushRecPtr(NULL);
+        shutdown_deadline = TimestampTzPlusMilliseconds(now, strata_safekeeper_timeout);
+        ereport(LOG, (errmsg("strata walproposer: shutting down once the safekeepers hold the "
+                             "WAL up to %s (the shutdown checkpoint)",
+                             lsn_format(shutdown_wal_end, a))));
+    }
+    if (wp.commit_lsn >= shutdown_wal_end) {
+        ereport(LOG, (errmsg("strata walproposer: a majority of safekeepers holds the WAL up to "
+                             "%s; exiting",
+                             lsn_format(wp.commit_lsn, a))));
+        proc_exit(0);
+    }
+    if (now >= shutdown_deadline) {
+        ereport(WARNING,
+                (errmsg("strata walproposer: the safekeepers confirmed the WAL only up to %s, "
+                        "not to its end %s, within strata.safekeeper_timeout; exiting",
+                        lsn_format(wp.commit_lsn, a), lsn_format(shutdown_wal_end, b)),
+                 errdetail("The next compute starts where a majority of safekeepers ends.")));
+        proc_exit(0);
+    }
+}
+
 void strata_walproposer_main(Datum arg)
 {
     TimestampTz last_tick = 0;
 
     pqsignal(SIGHUP, SignalHandlerForConfigReload);
     pqsignal(SIGTERM, die);
+    pqsignal(SIGUSR2, handle_sigusr2);
     BackgroundWorkerUnblockSignals();
 
     memset(&wp, 0, sizeof(wp));
@@ -988,6 +1056,8 @@ void strata_walproposer_main(Datum arg)
             last_tick = now;
         }
         local_send_status(now, false);
+        if (shutdown_requested)
+            shutdown_step(now);
         wait_for_work(next_timeout(now));
     }
 }

@@ -26,7 +26,7 @@ import struct
 LATEST = 0xFFFFFFFFFFFFFFFF
 PAGE = 8192
 
-REQ_EXISTS, REQ_NBLOCKS, REQ_GETPAGE, REQ_DBSIZE, REQ_SLRU = 0, 1, 2, 3, 4
+REQ_EXISTS, REQ_NBLOCKS, REQ_GETPAGE, REQ_DBSIZE, REQ_SLRU, REQ_SPCSIZE = 0, 1, 2, 3, 4, 5
 RESP_ERROR = 0xFF
 
 
@@ -193,6 +193,11 @@ class Client:
     def db_size(self, db, lsn=LATEST, nms=0):
         payload = self._call(REQ_DBSIZE, lsn, struct.pack(">I", db), nms)
         return struct.unpack(">q", payload)[0]
+
+    def spc_size(self, spc, lsn=LATEST, nms=0):
+        """(bytes, relations) of a tablespace, every database."""
+        payload = self._call(REQ_SPCSIZE, lsn, struct.pack(">I", spc), nms)
+        return struct.unpack(">qI", payload)
 
     def slru_segment(self, kind, segno, lsn=LATEST, nms=0):
         payload = self._call(REQ_SLRU, lsn, struct.pack(">BI", kind, segno), nms)

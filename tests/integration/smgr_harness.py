@@ -32,6 +32,11 @@ CLI_BUILD = os.environ.get("STRATA_SMGR_CLI_BUILD", SAN_BUILD)
 
 
 def pg_prefix():
+    """The patched build: STRATA_PG_PREFIX when set (e.g. a build of an older
+    patch, to see a test fail without a fix), else build.sh's for the
+    current patch."""
+    if os.environ.get("STRATA_PG_PREFIX"):
+        return os.environ["STRATA_PG_PREFIX"]
     return subprocess.check_output(["bash", os.path.join(REPO, "compute/postgres/build.sh"),
                                     "--prefix-only"], text=True).strip()
 

@@ -78,8 +78,8 @@ def test_gap_fsm(gap_cluster, log_evicted):
         assert after < before, "FSM survived without eviction logging?"
 
 
-# A fork's size in blocks as the smgr says (pg_relation_size stats the local
-# file, which a stateless compute does not have: PG 15 has no dbsize hook).
+# A fork's size in blocks, counted by reading its pages (independent of the
+# size the smgr reports, which pg_relation_size returns).
 NBLOCKS_FN = ("create function strata_nblocks(r regclass, f text) returns int language plpgsql "
               "as $$ declare n int := 0; begin loop begin perform get_raw_page(r::text, f, n); "
               "exception when others then return n; end; n := n + 1; end loop; end $$")

@@ -324,6 +324,18 @@ def test_pages_match_the_imported_data_directory(imported):
                     for f in files if f.split(".")[0].split("_")[0].isdigit())
         assert c.db_size(POSTGRES_DB, lsn) == total
 
+        # Tablespace size: every relation file of global/, and how many
+        # relations (main forks) it holds.
+        def relation_files(top):
+            return [(f, os.path.getsize(os.path.join(root, f)))
+                    for root, _, files in os.walk(os.path.join(pgdata, top))
+                    for f in files if f.split(".")[0].split("_")[0].isdigit()]
+        files = relation_files("global")
+        mains = [f for f, _ in files if f.isdigit()]
+        assert c.spc_size(GLOBAL_SPC, lsn) == (sum(n for _, n in files), len(mains))
+        assert c.spc_size(DEFAULT_SPC, lsn)[0] == sum(n for _, n in relation_files("base"))
+        assert c.spc_size(424242, lsn) == (0, 0)
+
         # pg_xact segment 0000.
         xact = open(os.path.join(pgdata, "pg_xact", "0000"), "rb").read()
         assert c.slru_segment(0, 0, lsn) == xact

@@ -37,7 +37,8 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD_SH = os.path.join(REPO, "compute", "postgres", "build.sh")
 STOCK_POSTGRES = "/usr/lib/postgresql/15/bin/postgres"
-HOOK_SYMBOLS = ("smgr_hook", "smgr_init_hook", "smgr_shutdown_hook")
+HOOK_SYMBOLS = ("smgr_hook", "smgr_init_hook", "smgr_shutdown_hook", "smgr_relation_size_hook",
+                "smgr_storage_size_hook", "smgr_tablespace_in_use_hook")
 CONTRIB = ("amcheck", "pageinspect", "pg_stat_statements", "pg_buffercache", "pg_prewarm")
 
 
@@ -251,6 +252,8 @@ def test_hook_symbols_exported():
     with open(header) as f:
         text = f.read()
     assert "typedef struct f_smgr" in text and "smgr_impl" in text and "smgr_which" not in text
+    with open(os.path.join(os.path.dirname(header), "..", "postmaster", "bgworker.h")) as f:
+        assert "BGWORKER_STOP_AFTER_CHECKPOINT" in f.read()
 
 
 def test_queries_and_contrib(server_factory):

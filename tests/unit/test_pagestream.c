@@ -126,6 +126,12 @@ static void test_request_round_trips(void **state)
     assert_int_equal(out.u.dbsize.db, 16385);
 
     memset(&r, 0, sizeof r);
+    r.tag = PS_REQ_SPCSIZE;
+    r.u.spcsize.spc = 16400;
+    assert_int_equal(request_round_trip(&r, &out), 29);
+    assert_int_equal(out.u.spcsize.spc, 16400);
+
+    memset(&r, 0, sizeof r);
     r.tag = PS_REQ_GET_SLRU_SEGMENT;
     r.u.slru.kind = 2;
     r.u.slru.segno = 0xABCD;
@@ -161,8 +167,8 @@ static void test_request_rejections(void **state)
     assert_int_equal(pagestream_decode_request(w, 30, &r, &why), -1);
     assert_non_null(strstr(why, "SLRU kind"));
 
-    /* Unknown tags, including response tags and the gap after 4. */
-    const uint8_t bad_tags[] = {5, 6, 0x7F, 0x80, 0x82, 0xFF, 'Q'};
+    /* Unknown tags, including response tags and the gap after 5. */
+    const uint8_t bad_tags[] = {6, 7, 0x7F, 0x80, 0x82, 0xFF, 'Q'};
     for (size_t i = 0; i < sizeof bad_tags; i++) {
         w[0] = bad_tags[i];
         why = NULL;
@@ -252,6 +258,13 @@ static void test_response_round_trips(void **state)
     assert_int_equal(response_round_trip(&r, &out), 17);
     assert_true(out.u.db_size_bytes == 7 * 8192);
 
+    r.tag = PS_RESP_SPCSIZE;
+    r.u.spc_size.bytes = 9 * 8192;
+    r.u.spc_size.relations = 4;
+    assert_int_equal(response_round_trip(&r, &out), 21);
+    assert_true(out.u.spc_size.bytes == 9 * 8192);
+    assert_int_equal(out.u.spc_size.relations, 4);
+
     r.tag = PS_RESP_GET_SLRU_SEGMENT;
     r.u.slru.nblocks = 3;
     r.u.slru.blocks = blocks;
@@ -293,6 +306,11 @@ static void test_response_rejections(void **state)
     assert_int_equal(pagestream_decode_response(w, 17, &r, &why), -1);
     assert_non_null(strstr(why, "negative"));
 
+    w[0] = PS_RESP_SPCSIZE;
+    put64(w + 9, UINT64_MAX);
+    assert_int_equal(pagestream_decode_response(w, 21, &r, &why), -1);
+    assert_non_null(strstr(why, "negative"));
+
     w[0] = PS_RESP_GET_SLRU_SEGMENT;
     put32(w + 9, 33);
     assert_int_equal(pagestream_decode_response(w, 13, &r, &why), -1);
@@ -317,7 +335,7 @@ static void test_response_rejections(void **state)
     assert_int_equal(pagestream_decode_response(w, 20, &r, &why), -1);
     assert_non_null(strstr(why, "1024"));
 
-    const uint8_t bad_tags[] = {0, 2, 0x85, 0xFE, 100, 103};
+    const uint8_t bad_tags[] = {0, 2, 0x86, 0xFE, 100, 103};
     for (size_t i = 0; i < sizeof bad_tags; i++) {
         w[0] = bad_tags[i];
         assert_int_equal(pagestream_decode_response(w, 20, &r, &why), -1);
