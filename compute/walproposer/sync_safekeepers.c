@@ -15,8 +15,9 @@
  * WAL the lagging safekeepers need comes from the donor safekeeper over
  * physical replication (`START_REPLICATION PHYSICAL X/Y (term 'N')`, which
  * streams up to the donor's flush_lsn instead of its commit_lsn).  All of
- * [lowest start point, term start) is kept in memory, so the gap is bounded
- * by --max-wal-mb (default 256); a larger gap is a clear failure.
+ * [lowest start point, term start) is kept in memory, at most --max-wal-mb
+ * (default 256) of it: a safekeeper lagging further is left behind (a
+ * warning) and the others, if a majority, complete the sync.
  *
  * Not for: the Paxos rules (proposer.c) or the libpq mechanics (pqstream.c).
  */
@@ -247,16 +248,26 @@ static void on_elected(sync_state *st, const proposer_effect *e, uint64_t now)
     log_info("elected in term %llu, donor %s, term starts at %s, streaming from %s",
              (unsigned long long)st->term, st->peers[st->donor].addr,
              lsn_format(st->term_start_lsn, a), lsn_format(e->u.elected.start_streaming_at, b));
-    gap = st->term_start_lsn - e->u.elected.start_streaming_at;
-    if (gap > st->max_wal)
-        die("safekeepers lag the donor by %llu bytes, more than --max-wal-mb allows",
-            (unsigned long long)gap);
+    lsn_t from = e->u.elected.start_streaming_at;
+    gap = st->term_start_lsn - from;
+    if (gap > st->max_wal) {
+        /* A voter lags by more than we buffer: read only the last
+         * --max-wal-mb (from a page boundary).  The voters within it reach
+         * the term start; the laggard's appends fail below (it is dropped)
+         * and the sync completes with the others when they are a majority,
+         * instead of failing every compute start from now on. */
+        from = (st->term_start_lsn - st->max_wal + 8191) & ~(lsn_t)8191;
+        log_warn("a safekeeper lags the donor by %llu bytes, more than --max-wal-mb: "
+                 "syncing from %s, it stays behind",
+                 (unsigned long long)gap, lsn_format(from, b));
+        gap = st->term_start_lsn - from;
+    }
     st->bufmem = malloc(gap > 0 ? (size_t)gap : 1);
     if (st->bufmem == NULL)
         die("out of memory for %llu bytes of donor WAL", (unsigned long long)gap);
     walbuf_init(&st->buf, st->bufmem, gap > 0 ? (size_t)gap : 1);
-    walbuf_reset(&st->buf, e->u.elected.start_streaming_at);
-    st->wal_end = e->u.elected.start_streaming_at;
+    walbuf_reset(&st->buf, from);
+    st->wal_end = from;
     if (gap > 0)
         donor_start(st, now);
 }
