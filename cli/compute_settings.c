@@ -12,40 +12,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/compute_owned.h"
 #include "common/durable.h"
 
 #define COMPUTE_SETTINGS_FILE "compute.settings"
 #define COMPUTE_SETTINGS_FILE_MAX                                                                  \
     (COMPUTE_SETTINGS_MAX * (COMPUTE_SETTING_NAME_MAX + COMPUTE_SETTING_VALUE_MAX + 2) + 4096)
 
-/*
- * What Strata writes at every start and no operator may override (the same
- * list as compute/extension/alter_system.c): where the launcher finds the
- * compute, the synchronous replication through the walproposer that holds
- * every commit until the safekeepers have it, the WAL and crash behaviour a
- * stateless compute relies on, and the timeline's identity and credentials.
- */
-static const char *const owned[] = {
-    "port",
-    "unix_socket_directories",
-    "synchronous_standby_names",
-    "synchronous_commit",
-    "restart_after_crash",
-    "strata.safekeepers",
-    "strata.tenant_id",
-    "strata.timeline_id",
-    "strata.pageserver",
-    "strata.pageserver_password",
-    "strata.safekeeper_password",
-};
-
-bool compute_settings_owned(const char *name)
-{
-    for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++)
-        if (strcmp(name, owned[i]) == 0)
-            return true;
-    return false;
-}
 
 /* A GUC name: an identifier, optionally "prefix.identifier" (a custom
  * setting of an extension). */
@@ -80,7 +53,7 @@ static int name_parse(const char *s, size_t len, const char *where, char *out, c
     for (size_t i = 0; i < len; i++)
         out[i] = (char)tolower((unsigned char)s[i]);
     out[len] = '\0';
-    if (compute_settings_owned(out))
+    if (compute_setting_owned(out))
         return cli_err_set(err,
                            "%s: %s is set by Strata at every start and cannot be changed "
                            "(docs/cli.md, compute settings)",

@@ -14,7 +14,7 @@
  * Precedence, lowest first: Strata's own settings, the spec, the
  * environment, then ALTER SYSTEM (postgresql.auto.conf, kept with the
  * timeline: compute/extension/alter_system.c).  Settings Strata owns
- * (compute_settings_owned) are refused everywhere, ALTER SYSTEM included;
+ * (common/compute_owned.h) are refused everywhere, ALTER SYSTEM included;
  * shared_preload_libraries is merged: strata is always loaded first, a
  * library given by name must exist in the patched PostgreSQL's library
  * directory.
@@ -43,10 +43,6 @@ typedef struct compute_settings {
     int n;
     compute_setting s[COMPUTE_SETTINGS_MAX];
 } compute_settings;
-
-/* True for a setting Strata writes at every start and nobody may change
- * (name lower-cased).  shared_preload_libraries is not one: it is merged. */
-bool compute_settings_owned(const char *name);
 
 /*
  * Parses "name=value" (what --set takes) into *out: checks the name's

@@ -37,41 +37,21 @@
 #include "tcop/utility.h"
 #include "utils/guc.h"
 
+#include "common/compute_owned.h"
 #include "common/walformat.h"
 #include "compute/extension/strata.h"
 
 static ProcessUtility_hook_type prev_process_utility = NULL;
 
 /*
- * Settings the launcher writes at every start and that no ALTER SYSTEM may
- * override: where the launcher finds the compute, what it loads, the
- * synchronous replication through the walproposer that holds commits back
- * until the safekeepers have them, what a stateless compute relies on, and
- * the timeline's identity and credentials.  cli/compute_settings.c refuses
- * the same names in `strata start compute --set`, shared_preload_libraries
- * excepted: the launcher merges that list with strata's.
+ * What no ALTER SYSTEM may override: the settings the launcher owns
+ * (common/compute_owned.c, the list `strata start compute --set` refuses
+ * too) and shared_preload_libraries, which the launcher merges with strata's
+ * from --set.
  */
-static const char *const owned_settings[] = {
-    "port",
-    "unix_socket_directories",
-    "shared_preload_libraries",
-    "synchronous_standby_names",
-    "synchronous_commit",
-    "restart_after_crash",
-    "strata.safekeepers",
-    "strata.tenant_id",
-    "strata.timeline_id",
-    "strata.pageserver",
-    "strata.pageserver_password",
-    "strata.safekeeper_password",
-};
-
 static bool strata_owned_setting(const char *name)
 {
-    for (size_t i = 0; i < lengthof(owned_settings); i++)
-        if (pg_strcasecmp(name, owned_settings[i]) == 0)
-            return true;
-    return false;
+    return compute_setting_owned(name) || pg_strcasecmp(name, "shared_preload_libraries") == 0;
 }
 
 /*

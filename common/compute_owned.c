@@ -1,0 +1,30 @@
+/*
+ * compute_owned.c: the one list of settings Strata owns on a compute (see
+ * compute_owned.h).
+ */
+#include "common/compute_owned.h"
+
+#include <stddef.h>
+#include <strings.h>
+
+static const char *const owned[] = {
+    "port",
+    "unix_socket_directories",
+    "synchronous_standby_names",
+    "synchronous_commit",
+    "restart_after_crash",
+    "strata.safekeepers",
+    "strata.tenant_id",
+    "strata.timeline_id",
+    "strata.pageserver",
+    "strata.pageserver_password",
+    "strata.safekeeper_password",
+};
+
+bool compute_setting_owned(const char *name)
+{
+    for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++)
+        if (strcasecmp(name, owned[i]) == 0)
+            return true;
+    return false;
+}
