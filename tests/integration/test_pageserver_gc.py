@@ -286,30 +286,49 @@ def test_walreceiver_feedback_switch_and_failover(cluster_dir):
     conn = cluster.connect()
     conn.execute("CREATE TABLE wr_t (a int, b text)")
 
-    # 'z' feedback: the safekeeper streamed from hears how far we got.
+    # 'z' feedback: the safekeeper streamed from hears how far we got. The
+    # receiver may switch source meanwhile (a safekeeper outside the last
+    # commit's majority looks stalled), so ask whichever one it streams from.
+    def feedback_from_source(field, lsn):
+        name = streaming_from(cluster, ps.info())
+        if name is None:
+            return None
+        f = sk_timeline(sk_by_name(cluster, name), ps)["pageserver_feedback"]
+        return lsn_to_int(f[field]) >= lsn and f
+
+    lsn0 = commit_lsn(conn)
+    ps.wait_ingested(lsn0)
+    wait_until(lambda: streaming_from(cluster, ps.info()), 30, "a streaming receiver")
     lsn = commit_lsn(conn)
-    info = ps.wait_ingested(lsn)
-    name = wait_until(lambda: streaming_from(cluster, ps.info()), 30, "a streaming receiver")
-    sk = sk_by_name(cluster, name)
-    fb0 = sk_timeline(sk, ps)["pageserver_feedback"]
-    lsn = commit_lsn(conn)
+    assert lsn > lsn0
     ps.wait_ingested(lsn)
-    fb = wait_until(lambda: (lambda f: lsn_to_int(f["last_received_lsn"]) >= lsn and f)(
-        sk_timeline(sk, ps)["pageserver_feedback"]), 30, "last_received feedback to advance")
-    assert lsn_to_int(fb["last_received_lsn"]) > lsn_to_int(fb0["last_received_lsn"])
+    fb = wait_until(lambda: feedback_from_source("last_received_lsn", lsn), 30,
+                    "last_received feedback to advance")
     # disk_consistent follows once the open layer is flushed (age limit 10 s).
-    fb = wait_until(lambda: (lambda f: lsn_to_int(f["disk_consistent_lsn"]) >= lsn and f)(
-        sk_timeline(sk, ps)["pageserver_feedback"]), 60, "disk_consistent feedback to advance")
+    fb = wait_until(lambda: feedback_from_source("disk_consistent_lsn", lsn), 60,
+                    "disk_consistent feedback to advance")
     assert lsn_to_int(fb["disk_consistent_lsn"]) <= lsn_to_int(fb["last_received_lsn"])
     wr = ps.info()["walreceiver"]
     assert wr["state"] == "streaming" and wr["last_error"] == "", wr
 
     # A safekeeper that stops answering falls behind; the others are more
     # than the switch lag ahead: the receiver switches.
-    pid = sk_pid(cluster, name)
-    os.kill(pid, signal.SIGSTOP)
+    def stop_source():
+        """SIGSTOPs the safekeeper streamed from; retried if the receiver
+        switched away between looking and stopping."""
+        name = streaming_from(cluster, ps.info())
+        if name is None:
+            return None
+        pid = sk_pid(cluster, name)
+        os.kill(pid, signal.SIGSTOP)
+        info = ps.info()
+        if streaming_from(cluster, info) == name:
+            return name, pid, info["walreceiver"]["switches"]
+        os.kill(pid, signal.SIGCONT)
+        return None
+
+    name, pid, switches = wait_until(stop_source, 30, "stopping the streamed-from safekeeper")
     try:
-        switches = ps.info()["walreceiver"]["switches"]
         # About 3 MB of WAL: three times the switch lag.
         lsn = commit_lsn(conn, rows=20000)
         info = ps.wait_ingested(lsn, timeout=90)
