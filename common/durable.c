@@ -191,6 +191,8 @@ int durable_unlink(const char *path)
     return durable_fsync_parent(path);
 }
 
+enum { LOCK_RETRIES = 100, LOCK_RETRY_US = 10000 };
+
 int durable_lock_dir(const char *dir, const char *name)
 {
     char path[PATH_MAX];
@@ -200,10 +202,18 @@ int durable_lock_dir(const char *dir, const char *name)
     if (fd < 0)
         return -errno;
     /* flock locks belong to the open file description, so a second
-     * durable_lock_dir in the same process is refused too. */
+     * durable_lock_dir in the same process is refused too.  A child that
+     * another thread forked holds the description until its exec closes it
+     * (O_CLOEXEC): a lock just released by its owner can look taken for that
+     * moment, so EWOULDBLOCK is believed only after a second of retries. */
+    int tries = 0;
     while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         if (errno == EINTR)
             continue;
+        if (errno == EWOULDBLOCK && ++tries < LOCK_RETRIES) {
+            usleep(LOCK_RETRY_US);
+            continue;
+        }
         int rc = errno == EWOULDBLOCK ? -EWOULDBLOCK : -errno;
         close(fd);
         return rc;

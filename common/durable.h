@@ -70,7 +70,8 @@ int durable_unlink(const char *path);
  * Takes an exclusive lock on "<dir>/<name>" (created if missing) and writes
  * our pid into it.  Returns the open descriptor (>= 0) that holds the lock
  * until durable_unlock_dir closes it, -EWOULDBLOCK when another process (or
- * another descriptor in this one) holds it, or another negative errno.
+ * another descriptor in this one) still holds it after about a second, or
+ * another negative errno.
  */
 int durable_lock_dir(const char *dir, const char *name);
 

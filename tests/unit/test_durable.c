@@ -176,6 +176,28 @@ static void test_lock_dir_excludes(void **state)
     assert_int_equal(durable_lock_dir(path, "x.lock"), -ENOENT);
 }
 
+/* A child forked while the lock was held keeps the lock's open file
+ * description until it execs or exits; the owner that released it and locks
+ * again at that moment must wait for the child, not be told "in use". */
+static void test_lock_dir_outlasts_forked_child(void **state)
+{
+    (void)state;
+    int fd = durable_lock_dir(tmpdir, "test.lock");
+    assert_true(fd >= 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        usleep(300 * 1000); /* between fork and exec, a little long */
+        _exit(0);
+    }
+    durable_unlock_dir(fd);
+    fd = durable_lock_dir(tmpdir, "test.lock");
+    assert_true(fd >= 0);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    durable_unlock_dir(fd);
+}
+
 /* --- uring --- */
 
 typedef struct done_log {
@@ -264,6 +286,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_read_file_limits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rename_unlink_fsync_dir, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lock_dir_excludes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lock_dir_outlasts_forked_child, setup, teardown),
         cmocka_unit_test_setup_teardown(test_uring_write_and_sync, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
