@@ -29,6 +29,7 @@
  */
 #include "proto/walpush.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* ---- Byte cursors ------------------------------------------------------ */
@@ -239,6 +240,71 @@ int membership_union(const membership *m, member *out)
     return n;
 }
 
+int membership_parse_set(const char *text, member *set, uint32_t *n_out, const char **why)
+{
+    uint32_t n = 0;
+    const char *p = text;
+    while (*p != '\0') {
+        if (n == MEMBERSHIP_MAX) {
+            *why = "membership: more than MEMBERSHIP_MAX members in a set";
+            return -1;
+        }
+        const char *end = strchr(p, ',');
+        size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
+        const char *at = memchr(p, '@', len);
+        if (at == NULL || at == p) {
+            *why = "membership: a member is not written node_id@host:port";
+            return -1;
+        }
+        uint64_t id = 0;
+        for (const char *d = p; d < at; d++) {
+            if (*d < '0' || *d > '9' || id > (UINT64_MAX - 9) / 10) {
+                *why = "membership: a node id is not a number";
+                return -1;
+            }
+            id = id * 10 + (uint64_t)(*d - '0');
+        }
+        size_t alen = len - (size_t)(at + 1 - p);
+        if (alen == 0 || alen > MEMBER_ADDR_MAX) {
+            *why = "membership: member address empty or longer than MEMBER_ADDR_MAX";
+            return -1;
+        }
+        set[n].node_id = id;
+        memcpy(set[n].addr, at + 1, alen);
+        set[n].addr[alen] = '\0';
+        n++;
+        p += len;
+        if (*p == ',') {
+            p++;
+            if (*p == '\0') {
+                *why = "membership: trailing comma";
+                return -1;
+            }
+        }
+    }
+    const char *bad = check_set(set, n);
+    if (bad) {
+        *why = bad;
+        return -1;
+    }
+    *n_out = n;
+    return 0;
+}
+
+size_t membership_format_set(const member *set, uint32_t n, char *buf, size_t cap)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (uint32_t i = 0; i < n && i < MEMBERSHIP_MAX; i++) {
+        int w = snprintf(buf + len, cap - len, "%s%llu@%s", i > 0 ? "," : "",
+                         (unsigned long long)set[i].node_id, set[i].addr);
+        if (w < 0 || (size_t)w >= cap - len)
+            return strlen(buf);
+        len += (size_t)w;
+    }
+    return len;
+}
+
 static void put_set(wcur *w, const member *set, uint32_t n)
 {
     put_u8(w, (uint8_t)n);
@@ -274,6 +340,10 @@ static int get_set(rcur *r, member *set, uint32_t *n_out, const char **why)
         const uint8_t *a = get_bytes(r, len);
         if (a == NULL)
             break;
+        if (memchr(a, '\0', len) != NULL) {
+            *why = "membership: member address has a NUL byte";
+            return -1;
+        }
         memcpy(set[i].addr, a, len);
         set[i].addr[len] = '\0';
     }

@@ -89,6 +89,16 @@ const char *membership_check(const membership *m);
 /* True if a and b are the same configuration. */
 bool membership_equal(const membership *a, const membership *b);
 
+/*
+ * Text form of one set, as operators and the CLI write it:
+ * "id@host:port,id@host:port" (empty string: no members).  Parse returns 0,
+ * or -1 with *why; format returns the length written (cap > 0; the text is
+ * cut at cap - 1 bytes, which MEMBERSHIP_TEXT_MAX always fits).
+ */
+#define MEMBERSHIP_TEXT_MAX (MEMBERSHIP_MAX * (20 + 1 + MEMBER_ADDR_MAX + 1) + 1)
+int membership_parse_set(const char *text, member *set, uint32_t *n, const char **why);
+size_t membership_format_set(const member *set, uint32_t n, char *buf, size_t cap);
+
 /* The union of both sets, members first, each node once: the proposer's
  * acceptor slots.  Returns the count (at most 2 * MEMBERSHIP_MAX). */
 int membership_union(const membership *m, member *out);

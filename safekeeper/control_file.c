@@ -161,8 +161,13 @@ static int get_mconf(reader *r, membership *m, size_t hist_end, uint32_t body, c
             sets[k][i].node_id = get_u64(r);
             memcpy(sets[k][i].addr, r->p, MEMBER_ADDR_MAX + 1);
             r->p += MEMBER_ADDR_MAX + 1;
-            if (sets[k][i].addr[MEMBER_ADDR_MAX] != '\0')
+            size_t alen = strnlen(sets[k][i].addr, MEMBER_ADDR_MAX + 1);
+            if (alen > MEMBER_ADDR_MAX)
                 return bad(err, errlen, "control file member address is not terminated");
+            /* One encoding per state: the field is padded with zeros. */
+            for (size_t z = alen; z <= MEMBER_ADDR_MAX; z++)
+                if (sets[k][i].addr[z] != '\0')
+                    return bad(err, errlen, "control file member address has bytes after its end");
         }
         *counts[k] = n;
         at += (size_t)n * CONTROL_FILE_MEMBER_SIZE;
