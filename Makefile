@@ -1,4 +1,4 @@
-# Thin wrapper around CMake and the test runners (DESIGN section 13).
+# Thin wrapper around CMake and the test runners (docs/design.md §2.5).
 #   make demo   deps + build + `strata demo`
 #   make test   deps + build + every test
 #   make check  fast loop: build the sanitized tree, unit tests + simulator

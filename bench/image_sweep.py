@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """image_sweep: choose the pageserver's --image-threshold (image generation
-pushdown, DESIGN 8.4) from measurements.
+pushdown, docs/design.md §6.6) from measurements.
 
 For: one run on one machine, with the release build (STRATA_BUILD, default
 ./build).  Three safekeepers, a primary (the patched build with no hook set,

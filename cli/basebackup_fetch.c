@@ -4,7 +4,7 @@
  * Blocking libpq (PQgetCopyData with async = 0) bounded by the socket's
  * receive timeout; each CopyData goes straight into the tar reader, whose
  * callbacks write the files.  fsync is not needed: the compute's data
- * directory is ephemeral (DESIGN 9.3, fsync = off).
+ * directory is ephemeral (docs/design.md §7.6, fsync = off).
  */
 #include "cli/basebackup_fetch.h"
 

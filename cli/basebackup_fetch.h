@@ -1,6 +1,6 @@
 /*
  * basebackup_fetch.h: fetching a basebackup from the pageserver into a new
- * data directory (DESIGN 9.4 step 2).
+ * data directory (docs/design.md §7.7 step 2).
  *
  * For: `basebackup <tenant> <timeline> <lsn> [full]` over libpq (CopyOut),
  * the archive checked and extracted by basebackup_tar.h into a directory

@@ -1,6 +1,6 @@
 /*
  * basebackup_tar.h: a strict, streaming reader of the ustar archive a
- * pageserver basebackup sends (DESIGN 5.4, 9.4).
+ * pageserver basebackup sends (docs/design.md §3.5, §6.9).
  *
  * For: decoding untrusted bytes, fed in pieces of any size, into entries
  * (directories and regular files) and file data, with every field checked

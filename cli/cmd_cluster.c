@@ -181,7 +181,7 @@ static int start_safekeeper(const cluster *c, const cluster_safekeeper *sk, cli_
     return 0;
 }
 
-/* A compute on a new empty data directory from a basebackup (DESIGN 9.4),
+/* A compute on a new empty data directory from a basebackup (docs/design.md §7.7),
  * each step's time printed. */
 static int start_compute_from_pageserver(const cluster *c, cli_err *err)
 {

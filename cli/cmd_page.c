@@ -1,6 +1,6 @@
 /*
  * cmd_page.c: `strata page get`, one page version fetched from the
- * pageserver over the pagestream protocol (DESIGN section 5.3) and written,
+ * pageserver over the pagestream protocol (docs/design.md §3.4) and written,
  * raw, to stdout: exactly PAGESTREAM_BLCKSZ bytes, nothing else.
  *
  * It speaks as a compute would: the query `pagestream_v1 <tenant>

@@ -1,7 +1,7 @@
 /*
  * cmd_status.c: `strata status [--json]`, what runs under D and where.
  *
- * The JSON form is the stable interface of DESIGN section 13: exactly one
+ * The JSON form is the stable interface of docs/design.md §2.5: exactly one
  * object on stdout; a component that is not running has "pid": null, and a
  * value nobody could report (an LSN of a stopped safekeeper or pageserver)
  * is null.  Ports are those of cluster.json, running or not.

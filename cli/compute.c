@@ -4,7 +4,7 @@
  * Why these settings (strata.conf):
  *   synchronous_standby_names = 'walproposer', synchronous_commit = on:
  *     a commit returns only once the walproposer reports it flushed, which it
- *     does when a majority of safekeepers has fsynced it (DESIGN section 6).
+ *     does when a majority of safekeepers has fsynced it (docs/design.md §4).
  *   fsync = off: durability is the safekeepers' job; the compute's pg_wal is
  *     a staging area.  A crash of the machine may corrupt pgdata; a crash of
  *     postgres alone (kill -9) loses nothing because the OS still has it.
@@ -595,7 +595,7 @@ int compute_stop(const cluster *c, bool immediate, cli_err *err)
     return compute_kill(pid, err);
 }
 
-/* ---- computes started from a pageserver basebackup (DESIGN 9.4) ---- */
+/* ---- computes started from a pageserver basebackup (docs/design.md §7.7) ---- */
 
 #define COMPUTE_SYNC_TIMEOUT_S 60
 #define COMPUTE_BASEBACKUP_TIMEOUT_MS 120000

@@ -69,7 +69,7 @@ int compute_wait_ready(const cluster *c, int timeout_ms, cli_err *err);
 int compute_stop(const cluster *c, bool immediate, cli_err *err);
 
 /*
- * Computes started from the pageserver (DESIGN 9.4).  Layout adds
+ * Computes started from the pageserver (docs/design.md §7.7).  Layout adds
  * D/compute/template (the patched initdb the pageserver imports the
  * timeline from; removed after the import) and D/sync-safekeepers.log.
  */
@@ -95,7 +95,7 @@ typedef struct compute_start_report {
  * directory removed, a basebackup at X fetched into a new empty one
  * (stateless: no permanent relation file, pages through the strata smgr;
  * STRATA_COMPUTE_MODE=full fetches every relation file and turns the smgr
- * off), the settings of DESIGN 9.3
+ * off), the settings of docs/design.md §7.6
  * and strata.signal (X) written, everything chowned to the postgres user,
  * the PATCHED postgres started (not waited for: compute_wait_ready).  The
  * compute must not run.  Exception (rep->legacy): a data directory made

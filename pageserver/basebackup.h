@@ -1,5 +1,5 @@
 /*
- * basebackup.h: the tar stream a compute starts from (DESIGN 5.4, 9.4).
+ * basebackup.h: the tar stream a compute starts from (docs/design.md §3.5, §6.9).
  *
  * For: writing, at one LSN, a ustar archive of a PostgreSQL 15 data
  * directory rebuilt from the page-version store: the directory skeleton,

@@ -1,6 +1,6 @@
 /*
  * basebackup_service.h: the "basebackup" command of the pageserver's
- * wire-protocol port (DESIGN 5.4, 9.4).
+ * wire-protocol port (docs/design.md §3.5, §6.9).
  *
  * For: answering `basebackup <tenant_id> <timeline_id> <lsn> [full]` on a
  * connection of the page service: checks the arguments, waits (bounded) for

@@ -1,5 +1,5 @@
 /*
- * http_api.h: the pageserver's HTTP admin API and /metrics (DESIGN 5.6).
+ * http_api.h: the pageserver's HTTP admin API and /metrics (docs/design.md §3.7).
  *
  *   GET    /v1/status                                  every timeline: LSNs, WAL receiver
  *   POST   /v1/tenant                                  create a tenant: {} (new random id) or

@@ -1,5 +1,5 @@
 /*
- * imagegen.h: image generation pushdown (DESIGN 8.4) -- per-page delta
+ * imagegen.h: image generation pushdown (docs/design.md §6.6) -- per-page delta
  * counters, a bounded queue of pages to materialise, background workers that
  * rebuild them, and the hand-back of finished images to the store's writer.
  *

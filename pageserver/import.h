@@ -1,6 +1,6 @@
 /*
  * import.h: loading a cleanly shut down PostgreSQL 15 data directory into a
- * store as page images (DESIGN 9.4, "Creating a timeline").
+ * store as page images (docs/design.md §6.1).
  *
  * For: the timeline's starting point.  import_pgdata() reads pg_control
  * (CRC checked; state must be "shut down"), reads the checkpoint record it

@@ -1,5 +1,5 @@
 /*
- * ingest.h: turning decoded WAL records into store values (DESIGN 8.1).
+ * ingest.h: turning decoded WAL records into store values (docs/design.md §6.2).
  *
  * For: the pageserver's WAL ingest.  Given one decoded record (common/
  * walformat.h) and its start and end LSN, ingest_record() puts every value
@@ -83,7 +83,7 @@ typedef struct ingest_backend {
 /*
  * Called once for every page value ingest puts (KEY_REL_BLOCK and
  * KEY_SLRU_BLOCK keys), with complete = value_is_complete(v): the hook for
- * image generation (DESIGN 8.4) to count deltas per page since its newest
+ * image generation (docs/design.md §6.6) to count deltas per page since its newest
  * image.  Runs on the writer thread inside ingest_record(); must not block.
  */
 typedef void (*ingest_page_hook)(void *arg, const pg_key *k, lsn_t lsn, bool complete);
@@ -123,7 +123,7 @@ typedef struct ingest_options {
      * every chain a read replays under the count, so a hot page (an index
      * metapage, a CLOG page) never outgrows the read side's chain limit.
      * Runs on the writer thread and blocks ingest on redo: with background
-     * image generation (imagegen.h, DESIGN 8.4) on it is only the backstop
+     * image generation (imagegen.h, docs/design.md §6.6) on it is only the backstop
      * that guarantees the bound when the workers cannot keep up (its
      * counters also restart at the images they store, ingest_note_image),
      * so it rarely fires. */

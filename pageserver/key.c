@@ -2,7 +2,7 @@
  * key.c: the pageserver's key encoding and value codec (pageserver/key.h).
  *
  * For: turning a pg_key into the 18 bytes that sort with memcmp in the order
- * of DESIGN 8.2 (and back, validating), index keys (key || big-endian LSN),
+ * of docs/design.md §6.3 (and back, validating), index keys (key || big-endian LSN),
  * human-readable key names, and the value header codec (kind, flags, length,
  * payload) with per-kind payload checks.
  * Not for: where values are stored (store.c) or what they mean to redo.

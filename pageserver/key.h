@@ -1,5 +1,5 @@
 /*
- * key.h: the pageserver's key space and value encoding (DESIGN section 8.2).
+ * key.h: the pageserver's key space and value encoding (docs/design.md §6.3).
  *
  * For: naming every versioned thing the pageserver stores (relation blocks,
  * relation sizes, databases, relmaps, SLRU pages and segments, two-phase
@@ -8,7 +8,7 @@
  * applied (redo).
  *
  * Keys encode to PG_KEY_LEN bytes that sort, with memcmp, in the order of
- * DESIGN 8.2: kind, then relation (spc, db, rel, fork), then block.  A full
+ * docs/design.md §6.3: kind, then relation (spc, db, rel, fork), then block.  A full
  * index key is the encoded key followed by the big-endian LSN, so a cursor
  * positioned at (K, L) and walking backwards sees K's versions newest first.
  *

@@ -1,6 +1,6 @@
 /*
  * page_service.h: the pageserver's Postgres-protocol endpoint for computes
- * (DESIGN 5.3): `pagestream_v1 <tenant> <timeline>` then CopyBoth, one
+ * (docs/design.md §3.4): `pagestream_v1 <tenant> <timeline>` then CopyBoth, one
  * pagestream request (proto/pagestream.h) per CopyData.
  *
  * For: accepting connections (common/pgwire.h on the daemon's libuv loop),

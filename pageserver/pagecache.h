@@ -1,6 +1,6 @@
 /*
- * pagecache.h: a bounded cache of materialised pages (DESIGN 8.2, last
- * paragraph), keyed by (owner, key, version LSN).
+ * pagecache.h: a bounded cache of materialised pages (docs/design.md §6.4),
+ * keyed by (owner, key, version LSN).
  *
  * For: skipping redo for hot pages.  The page service asks the store for the
  * newest version of a key at or below the read LSN; that version's LSN

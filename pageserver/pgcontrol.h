@@ -1,5 +1,5 @@
 /*
- * pgcontrol.h: the startup files of a basebackup (DESIGN 9.4): a
+ * pgcontrol.h: the startup files of a basebackup (docs/design.md §6.9): a
  * global/pg_control and a bootstrap WAL segment holding one
  * XLOG_CHECKPOINT_SHUTDOWN record, so that a PostgreSQL 15 started on them
  * begins at a chosen LSN without replaying anything and with no core patch.

@@ -1,5 +1,5 @@
 /*
- * redo.h: turning a page's versions into the page (DESIGN sections 5.5, 8.3).
+ * redo.h: turning a page's versions into the page (docs/design.md §3.6, §6.5).
  *
  * For: given the versions of one page from store_get_versions() (newest
  * first, ending at a complete value or not), producing the 8 KB page.

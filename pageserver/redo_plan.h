@@ -1,5 +1,5 @@
 /*
- * redo_plan.h: deciding how a page is rebuilt from its versions (DESIGN 8.3).
+ * redo_plan.h: deciding how a page is rebuilt from its versions (docs/design.md §6.5).
  *
  * For: turning a version_list (newest first, as store_get_versions returns
  * it) into a plan: where to start (an image, an all-zero page, or nothing

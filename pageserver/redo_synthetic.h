@@ -1,6 +1,6 @@
 /*
  * redo_synthetic.h: applying the pageserver's own deltas to a page, in C
- * (DESIGN 8.1 "records with effects beyond their block references", 8.3).
+ * (docs/design.md §6.2 and §6.5).
  *
  * For: the delta kinds ingest synthesises (key.h): VAL_CLOG_SET on a CLOG
  * SLRU page, VAL_VM_CLEAR on a visibility-map page, VAL_MXACT_OFFSET and

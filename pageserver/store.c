@@ -1,5 +1,5 @@
 /*
- * store.c: one timeline's page-version store (pageserver/store.h, DESIGN 8.2).
+ * store.c: one timeline's page-version store (pageserver/store.h, docs/design.md §6.3).
  *
  * For: gluing the parts together: the open and frozen layers
  * (store_layer.c), data files (store_datafile.c), the block cache

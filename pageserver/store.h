@@ -1,5 +1,5 @@
 /*
- * store.h: one timeline's page-version store (DESIGN section 8.2).
+ * store.h: one timeline's page-version store (docs/design.md §6.3).
  *
  * For: keeping every version of every key (key.h) as (key, LSN) -> value, and
  * answering "which versions of K does a reader need at LSN L".  Three parts
@@ -60,7 +60,7 @@ void store_close(store *st);
  */
 int store_put(store *st, const pg_key *k, lsn_t lsn, const value_ref *v, char *err, size_t errlen);
 
-/* Image generation (DESIGN 8.4): store a materialised page at an older LSN. */
+/* Image generation (docs/design.md §6.6): store a materialised page at an older LSN. */
 int store_put_image(store *st, const pg_key *k, lsn_t lsn, const uint8_t page[PG_BLCKSZ], char *err,
                     size_t errlen);
 

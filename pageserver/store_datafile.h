@@ -1,5 +1,5 @@
 /*
- * store_datafile.h: the store's immutable data files (DESIGN 8.2 part 2),
+ * store_datafile.h: the store's immutable data files (docs/design.md §6.3, part 2),
  * private to the store (pageserver/store*.c) and its tests.
  *
  * For: the on-disk format of a data file and the code that writes one

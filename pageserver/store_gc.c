@@ -1,6 +1,6 @@
 /*
  * store_gc.c: garbage collection of the store (store_gc in store.h,
- * DESIGN 8.5).
+ * docs/design.md §6.7).
  *
  * For: two passes.  (1) Walk the LMDB index key by key and delete every
  * version older than the newest complete value at or below the horizon (a

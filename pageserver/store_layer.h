@@ -1,5 +1,5 @@
 /*
- * store_layer.h: the store's in-memory layer (DESIGN 8.2 part 1), private to
+ * store_layer.h: the store's in-memory layer (docs/design.md §6.3, part 1), private to
  * the store (pageserver/store*.c).
  *
  * For: holding recently ingested values.  Value bytes are appended to

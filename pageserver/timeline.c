@@ -352,7 +352,7 @@ static void stop_walreceiver(timeline *tl)
     walreceiver_stop(wr);
 }
 
-/* ---- image generation (DESIGN 8.4; the machinery is imagegen.c) ---- */
+/* ---- image generation (docs/design.md §6.6; the machinery is imagegen.c) ---- */
 
 static int read_size(timeline *tl, const pg_key *k, lsn_t lsn, uint32_t *nblocks, char *err,
                      size_t errlen);

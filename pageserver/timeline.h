@@ -11,7 +11,7 @@
  * Not for: the set of timelines, creating or deleting their directories
  * (tenants.h), the network (page_service.h, http_api.h).
  *
- * Reads follow DESIGN 5.3 and 8.1: a relation fork exists at LSN L iff its
+ * Reads follow docs/design.md §3.4 and §6.4: a relation fork exists at LSN L iff its
  * newest KEY_REL_SIZE value at or below L is a size; a block at or past the
  * size, or below it with no version, reads as an all-zero page (the gap of
  * an extension); a block of a fork that does not exist is an error.
@@ -52,7 +52,7 @@
 #define TIMELINE_SAFEKEEPER_LEN 128
 
 /*
- * Retention (DESIGN 8.5): the PITR window.  The GC horizon is the oldest LSN
+ * Retention (docs/design.md §6.7): the PITR window.  The GC horizon is the oldest LSN
  * that must stay readable:
  *   by bytes:   last_record_lsn - pitr_window_bytes
  *   by time:    the LSN ingested pitr_window_seconds ago (from the timeline's
@@ -78,7 +78,7 @@ typedef struct timeline_services {
     uint32_t wr_probe_interval_ms;
     uint64_t wr_switch_lag_bytes;
     uint32_t wr_status_interval_ms;
-    /* Image generation (DESIGN 8.4, imagegen.h): image_threshold > 0 is the
+    /* Image generation (docs/design.md §6.6, imagegen.h): image_threshold > 0 is the
      * threshold, 0 means TIMELINE_DEFAULT_IMAGE_THRESHOLD, < 0 turns
      * background generation off (ingest's synchronous safety net at
      * INGEST_IMAGE_THRESHOLD, the backstop either way, then is the only
@@ -174,7 +174,7 @@ typedef struct timeline_status {
 } timeline_status;
 void timeline_get_status(timeline *tl, timeline_status *out);
 
-/* ---- retention and GC (DESIGN 8.5) ---- */
+/* ---- retention and GC (docs/design.md §6.7) ---- */
 
 /* The GC horizon: reads at a lower LSN fail with "requested LSN X is below
  * the GC horizon Y of this timeline" (SQLSTATE 55000).  Any thread. */

@@ -1,6 +1,6 @@
 /*
  * walreceiver.h: one timeline's WAL stream from the safekeepers into ingest
- * (DESIGN 5.2, 8.1).
+ * (docs/design.md §3.3, §6.8).
  *
  * For: a thread per timeline that connects to one safekeeper with libpq
  * (replication=true, options '-c tenant_id=.. -c timeline_id=..'), runs

@@ -1,5 +1,5 @@
 /*
- * pagestream.c: the pagestream codec (DESIGN 5.3).  See pagestream.h.
+ * pagestream.c: the pagestream codec (docs/design.md §3.4).  See pagestream.h.
  *
  * Wire layout (big-endian, one message per CopyData payload):
  *

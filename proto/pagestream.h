@@ -1,6 +1,6 @@
 /*
  * pagestream.h: the page service protocol, compute -> pageserver
- * (DESIGN section 5.3).
+ * (docs/design.md §3.4).
  *
  * After the query `pagestream_v1 <tenant_hex> <timeline_hex>` the server
  * answers CopyBothResponse; then every request and every response is one

@@ -1,6 +1,6 @@
 /*
  * replication.h: the CopyData messages of Postgres physical streaming
- * replication (DESIGN 5.2), one codec for every side that speaks them.
+ * replication (docs/design.md §3.3), one codec for every side that speaks them.
  *
  * Server to client: XLogData 'w' and keepalive 'k'.  Client to server:
  * standby status update 'r', hot-standby feedback 'h', and Strata's

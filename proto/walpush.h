@@ -1,6 +1,6 @@
 /*
  * walpush.h: the WAL-push protocol between the walproposer (Paxos proposer)
- * and the safekeepers (acceptors), DESIGN section 5.1.
+ * and the safekeepers (acceptors), docs/design.md §3.2.
  *
  * Each message is one CopyData payload: a one-byte tag, then big-endian
  * fields.  Decoders validate lengths and ranges before trusting a byte and

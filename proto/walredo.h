@@ -1,6 +1,6 @@
 /*
  * walredo.h: the pipe protocol between the pageserver's redo pool and a redo
- * helper (DESIGN 5.5, 8.3), one codec for both ends.
+ * helper (docs/design.md §3.6, §6.5), one codec for both ends.
  *
  * Frames travel over the helper's stdin (requests) and stdout (responses).
  * Every frame is: type u8, payload length u32 (big-endian, counts the payload

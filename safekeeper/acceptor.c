@@ -2,7 +2,7 @@
  * acceptor.c: the Paxos acceptor of one timeline (see acceptor.h for the
  * contract with the edge).
  *
- * For: the consensus rules of DESIGN section 6 on the acceptor's side --
+ * For: the consensus rules of docs/design.md §4 on the acceptor's side --
  * vote once per term and only after the WAL is flushed and the term is
  * durable; truncate divergent WAL at the highest common point of the term
  * histories before adopting the proposer's history; accept only contiguous

@@ -1,6 +1,6 @@
 /*
  * acceptor.h: the safekeeper's Paxos acceptor for one timeline, as a pure
- * state machine (DESIGN sections 6 and 7).
+ * state machine (docs/design.md §4 and §5).
  *
  * For: deciding what a safekeeper does with each WAL-push message from a
  * proposer and with each completed disk flush -- votes, truncation of

@@ -710,7 +710,7 @@ static void housekeep_timeline(sk_timeline *tl)
         }
         tl->persisted = *st;
     }
-    /* WAL removal horizon (DESIGN 7), from persisted values only. */
+    /* WAL removal horizon (docs/design.md §5.5), from persisted values only. */
     const acceptor_persistent_state *p = &tl->persisted;
     lsn_t horizon = p->ps_feedback.disk_consistent_lsn;
     if (horizon == LSN_INVALID || tl->ws == NULL || !wal_store_idle(tl->ws))

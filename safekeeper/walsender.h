@@ -1,7 +1,7 @@
 /*
  * walsender.h: the safekeeper's side of standard physical replication
  * (START_REPLICATION), for pg_receivewal, a stock standby's walreceiver
- * and the pageserver (DESIGN 5.2).
+ * and the pageserver (docs/design.md §3.3).
  *
  * Streams XLogData ('w') of WAL only up to the timeline's committed end
  * (min(commit_lsn, flush_lsn)), or up to flush_lsn when started with a term

@@ -1,6 +1,6 @@
 /*
  * pagestore.c: one process's pagestream connection to the pageserver
- * (DESIGN 5.3, 9.2): requests, pipelined prefetch, reconnection.
+ * (docs/design.md §3.4, §7.2): requests, pipelined prefetch, reconnection.
  *
  * Each Postgres process that reads a permanent relation opens, on first use,
  * one libpq connection to strata.pageserver and switches it to CopyBoth with

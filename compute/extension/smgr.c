@@ -1,5 +1,5 @@
 /*
- * smgr.c: the compute's storage manager (DESIGN 9.2): permanent relations
+ * smgr.c: the compute's storage manager (docs/design.md §7.2): permanent relations
  * live on the pageserver, temporary and unlogged ones on local md.c.
  *
  * Installed through the patched server's smgr_hook, which strata.so reaches
@@ -274,7 +274,7 @@ static bool shutdown_checkpoint_running(void)
 }
 
 /*
- * Eviction-time logging (DESIGN 9.2).  Returns the LSN to record as the
+ * Eviction-time logging (docs/design.md §7.4).  Returns the LSN to record as the
  * block's last-written LSN: the new record's when the page was logged, else
  * the page's own.
  */

@@ -1,5 +1,5 @@
 /*
- * smgr_cache.c: the compute's shared caches (DESIGN 9.2) -- the
+ * smgr_cache.c: the compute's shared caches (docs/design.md §7.3) -- the
  * last-written-LSN cache, the relation size cache -- and the smgr's shared
  * statistics counters.
  *

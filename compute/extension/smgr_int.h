@@ -1,6 +1,6 @@
 /*
  * smgr_int.h: what the files of the compute's storage manager share
- * (DESIGN 9.2): the shared caches (smgr_cache.c), the per-backend pagestream
+ * (docs/design.md §7.2-§7.4): the shared caches (smgr_cache.c), the per-backend pagestream
  * connection (pagestore.c) and the f_smgr itself (smgr.c).
  *
  * Not an API for other programs and not exported from strata.so.  Everything
@@ -24,7 +24,7 @@
 
 /* ---- GUCs (strata.c defines them) ---------------------------------- */
 extern char *strata_pageserver;          /* "host:port"; "" = no smgr */
-extern bool strata_log_evicted_pages;    /* DESIGN 9.2 eviction-time logging */
+extern bool strata_log_evicted_pages;    /* design.md §7.4 eviction-time logging */
 extern int strata_relsize_cache_size;    /* entries */
 extern int strata_lwlsn_cache_size;      /* entries */
 extern int strata_prefetch_depth;        /* GetPage requests in flight */

@@ -1,5 +1,5 @@
 # compute/walproposer/CMakeLists.local.cmake: strata-sync-safekeepers, the
-# proposer run with no Postgres behind it (DESIGN 6.7).  Included by
+# proposer run with no Postgres behind it (docs/design.md §4.7).  Included by
 # compute/walproposer/CMakeLists.txt.  pqstream.c, walbuf.c and wp_edge.c are
 # the libc+libpq edge helpers it shares with strata.so (which compiles them
 # in directly); here they form a small static library.

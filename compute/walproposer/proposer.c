@@ -2,7 +2,7 @@
  * proposer.c: the walproposer's Paxos proposer (see proposer.h for the
  * contract with the edge).
  *
- * For: DESIGN 6.1-6.4 and 6.7 on the proposer's side.  Terms: greetings from
+ * For: docs/design.md §4.1-§4.4 and §4.7 on the proposer's side.  Terms: greetings from
  * a majority, term = max + 1.  Votes: a majority, refusals fence.  Donor: the
  * voter with the highest (last_log_term, flush_lsn); the term starts at its
  * flush_lsn and our history is its history plus (term, term_start_lsn).

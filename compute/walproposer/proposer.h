@@ -1,6 +1,6 @@
 /*
  * proposer.h: the walproposer's Paxos proposer, as a pure state machine
- * (DESIGN section 6).
+ * (docs/design.md §4).
  *
  * For: everything the walproposer decides -- collecting greetings, picking a
  * term, counting votes, choosing the donor and the term start, computing

@@ -1,6 +1,6 @@
 /*
  * sync_safekeepers.c: `strata-sync-safekeepers`, the proposer with no
- * Postgres behind it (DESIGN 6.7).
+ * Postgres behind it (docs/design.md §4.7).
  *
  *   strata-sync-safekeepers --safekeepers h:p,h:p,h:p --tenant HEX
  *                           --timeline HEX [--password PW] [--timeout SECONDS]

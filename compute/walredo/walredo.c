@@ -3,7 +3,7 @@
  * PostgreSQL 15 running in single-user mode.
  *
  * For: applying WAL records to one page at a time for the pageserver
- * (DESIGN 5.5, 8.3).  The pool starts `postgres --single` on a private copy
+ * (docs/design.md §3.6, §6.5).  The pool starts `postgres --single` on a private copy
  * of a tiny data directory and sends one line, SELECT strata_walredo_main();
  * that function never returns.  It installs the in-memory smgr
  * (inmem_smgr.c), enters the seccomp sandbox (seccomp.c), writes the hello

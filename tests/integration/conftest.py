@@ -26,7 +26,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SAN_BUILD = os.environ.get("STRATA_SAN_BUILD", os.path.join(REPO, "build-san"))
 BUILD = os.environ.get("STRATA_BUILD", os.path.join(REPO, "build"))
 PG_BINDIR = os.environ.get("STRATA_PG_BINDIR", "/usr/lib/postgresql/15/bin")
-# Stock oracles always come from Debian's PostgreSQL (DESIGN section 3).
+# Stock oracles always come from Debian's PostgreSQL (docs/design.md §1.5).
 STOCK_PG_BINDIR = "/usr/lib/postgresql/15/bin"
 
 LSN_RE = re.compile(r"^[0-9A-F]{1,8}/[0-9A-F]{1,8}$")

@@ -1,5 +1,5 @@
 """
-A small pagestream client for tests (DESIGN 5.3, proto/pagestream.h).
+A small pagestream client for tests (docs/design.md §3.4, proto/pagestream.h).
 
 Raw sockets speaking the Postgres v3 protocol: startup (trust), one simple
 query `pagestream_v1 <tenant> <timeline>`, then CopyBoth with one pagestream

@@ -1,6 +1,6 @@
 """
 The admin API of the pageserver and the safekeeper, and `strata tenant` /
-`strata timeline` over it (issue #5, DESIGN 5.6), against real daemons from
+`strata timeline` over it (issue #5, docs/design.md §3.7), against real daemons from
 $STRATA_SAN_BUILD/bin, without an auth file (trust).
 
 What it shows:

@@ -1,4 +1,4 @@
-"""The pageserver's `basebackup` command (DESIGN 5.4, 9.4) on a `strata up`
+"""The pageserver's `basebackup` command (docs/design.md §3.5, §6.9) on a `strata up`
 cluster: a basebackup of the running timeline at an LSN untars into a
 directory the PATCHED postgres starts from (full mode: every table equal to
 the original), a non-full one holds no file of a permanent relation but the

@@ -233,7 +233,7 @@ def test_stop_start_pageserver(cluster):
     assert "not running" in refused.stderr.decode()
 
     # The compute is stateless: a statement that needs a page it does not
-    # hold waits for the pageserver (DESIGN 10) instead of failing.  Run it
+    # hold waits for the pageserver (docs/design.md §9) instead of failing.  Run it
     # while the pageserver is down, then bring the pageserver back: the
     # statement completes, and the pageserver catches up from its own data.
     outcome = {}

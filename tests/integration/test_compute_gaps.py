@@ -1,5 +1,5 @@
 """
-The three gaps of DESIGN 9.2: state a page carries that the WAL does not.
+The three gaps of docs/design.md §7.4: state a page carries that the WAL does not.
 Each test runs with strata.log_evicted_pages on (must behave like stock
 PostgreSQL) and off (must show the state lost -- proving the test can fail).
 

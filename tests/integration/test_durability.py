@@ -1,4 +1,4 @@
-"""Quorum durability of the cluster (DESIGN sections 6 and 10), end to end.
+"""Quorum durability of the cluster (docs/design.md §4 and §9), end to end.
 
 A ledger client commits rows one transaction at a time and records each
 transaction it saw acknowledged (COMMIT returned).  Then:

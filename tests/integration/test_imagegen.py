@@ -1,4 +1,4 @@
-"""Image generation pushdown (DESIGN 8.4) end to end.
+"""Image generation pushdown (docs/design.md §6.6) end to end.
 
 A stock PostgreSQL 15 primary with full_page_writes = off (no record ever
 resets a page's delta chain) runs pgbench through three safekeepers into a

@@ -1,5 +1,5 @@
 """
-The pageserver daemon end to end (DESIGN 5.3, 5.6, 8, 10): a real
+The pageserver daemon end to end (docs/design.md §3.4, §3.7, §6, §9): a real
 strata-pageserver (from $STRATA_SAN_BUILD/bin, default ./build-san/bin) on
 ephemeral ports, driven over HTTP and over pagestream with the raw client in
 pagestream.py.

@@ -1,6 +1,6 @@
 """
-Pageserver retention and GC (DESIGN 8.5), and the WAL receiver against our
-own safekeepers (DESIGN 5.2, 8.1), on a `strata up` cluster: three
+Pageserver retention and GC (docs/design.md §6.7), and the WAL receiver against our
+own safekeepers (docs/design.md §3.3, §6.8), on a `strata up` cluster: three
 safekeepers, a stock compute with the walproposer, and the pageserver (the
 CLI passes our PAGESERVER_* environment on to it).
 

@@ -1,5 +1,5 @@
 """kill -9 of the pageserver while it ingests, then a restart on the same data
-directory (DESIGN sections 7, 8.2 and 10).
+directory (docs/design.md §5.5, §6.3 and §9).
 
 What this shows:
   * the pageserver never reports as persisted (disk_consistent_lsn in its

@@ -1,4 +1,4 @@
-"""PostgreSQL's own regression suite against a Strata compute (DESIGN 11).
+"""PostgreSQL's own regression suite against a Strata compute (docs/design.md §10).
 
 tests/regress/run_pg_regress.sh runs the patched build's pg_regress with the
 installcheck schedule and passes only when the failing tests are exactly the

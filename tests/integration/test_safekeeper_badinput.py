@@ -1,5 +1,5 @@
 """
-Bad and hostile input against a real strata-safekeeper (DESIGN 1.6, 10).
+Bad and hostile input against a real strata-safekeeper (docs/design.md §1.4, §9).
 
 Starts the daemon (from $STRATA_SAN_BUILD/bin, default ./build-san/bin) on
 ephemeral ports and talks to it with a small raw-socket Postgres-protocol

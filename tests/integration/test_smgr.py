@@ -1,5 +1,5 @@
 """
-The compute's smgr end to end (DESIGN 9.2): a compute running the patched
+The compute's smgr end to end (docs/design.md §7.2): a compute running the patched
 PostgreSQL with strata.pageserver set and tiny shared_buffers, so pages
 round-trip through the pageserver.
 

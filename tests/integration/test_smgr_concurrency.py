@@ -1,6 +1,6 @@
 """
 The stateless compute's smgr when several backends share its pages
-(DESIGN 9.2): what the parallel pg_regress schedule found.
+(docs/design.md §7.2-§7.4): what the parallel pg_regress schedule found.
 
 - sequence: nextval changes a sequence's page without WAL for 31 of every 32
   values (the WAL pre-logs 32 ahead).  A page evicted by ANOTHER backend and

@@ -1,4 +1,4 @@
-"""The compute launcher (DESIGN 9.3, 9.4; issue #4 part 2 and 4) on a
+"""The compute launcher (docs/design.md §7.6, §7.7; issue #4 part 2 and 4) on a
 `strata up` cluster:
 
   * `strata stop compute --immediate` in the middle of a write load, then
@@ -8,7 +8,7 @@
     the btree clean;
   * the time from `strata start compute` to the first query answered is
     printed (the CLI's own step timings too);
-  * the settings of DESIGN 9.3 are in force;
+  * the settings of docs/design.md §7.6 are in force;
   * stateless mode (the default: non-full basebackup and strata.pageserver):
     no file of a permanent relation in the data directory, and start to
     first query under 2 s (from the CLI's start to a query answered); the

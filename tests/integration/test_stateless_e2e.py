@@ -1,4 +1,4 @@
-"""The stateless compute end to end (issue #4; DESIGN sections 8.4, 9 and 10).
+"""The stateless compute end to end (issue #4; docs/design.md §6.6, §7 and §9).
 
 Real processes through the `strata` CLI: three safekeepers, the pageserver
 and a compute started from a basebackup with the strata smgr

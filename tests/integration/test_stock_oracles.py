@@ -1,5 +1,5 @@
 """Stock PostgreSQL tools as oracles for what the safekeepers serve
-(DESIGN section 5.2): they speak the standard physical replication protocol,
+(docs/design.md §3.3): they speak the standard physical replication protocol,
 so
 
   * pg_receivewal pointed at a safekeeper writes segments byte-identical to

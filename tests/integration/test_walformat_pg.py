@@ -21,7 +21,7 @@ import tempfile
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# A stock oracle: always Debian's PostgreSQL (DESIGN section 3).
+# A stock oracle: always Debian's PostgreSQL (docs/design.md §1.5).
 PGBIN = "/usr/lib/postgresql/15/bin"
 SEG_SIZE = 16 * 1024 * 1024
 BLCKSZ = 8192

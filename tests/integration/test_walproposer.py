@@ -1,5 +1,5 @@
 """Quorum-durable WAL: the walproposer in a stock PostgreSQL 15 against three
-real strata-safekeeper processes (DESIGN sections 6 and 10).
+real strata-safekeeper processes (docs/design.md §4 and §9).
 
 What these tests show:
   * a commit returns once a majority of safekeepers has it;

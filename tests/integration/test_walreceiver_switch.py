@@ -1,6 +1,6 @@
 """
 The pageserver's WAL receiver leaves a safekeeper that stops offering WAL
-while another has committed more (DESIGN 8.1: switch on failure or lag).
+while another has committed more (docs/design.md §6.8: switch on failure or lag).
 
 The safekeeper it streams from is frozen with SIGSTOP: its socket stays
 open and silent, so nothing fails, and the lag is far below the byte

@@ -1,4 +1,4 @@
-"""The redo helper and pool against real WAL (DESIGN 8.3).
+"""The redo helper and pool against real WAL (docs/design.md §6.5).
 
 A real PostgreSQL (the patched build, as the unprivileged `postgres` user,
 full_page_writes=on) runs a heap + btree workload after a checkpoint, so the

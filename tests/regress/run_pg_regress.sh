@@ -3,7 +3,7 @@
 # schedule of the PATCHED build) against a running server -- normally a
 # Strata compute -- and a verdict against tests/regress/expected_diffs.txt.
 #
-# For: proving the compute behaves like PostgreSQL (DESIGN section 11).  The
+# For: proving the compute behaves like PostgreSQL (docs/design.md §10).  The
 # suite runs with pg_regress from the patched build's source tree (the one
 # compute/postgres/build.sh made; it has regress.so and the expected files
 # of exactly that minor version) and the patched build's psql.  Failing

@@ -1,5 +1,5 @@
 /*
- * sim.c: the deterministic simulator of Strata's consensus (DESIGN 6, 11).
+ * sim.c: the deterministic simulator of Strata's consensus (docs/design.md §4.9, §10).
  *
  * For: driving the real acceptor core (3 acceptors) and the real proposer
  * core (3 competing proposer slots) through seeded fault schedules -- a
