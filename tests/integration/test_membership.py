@@ -168,6 +168,7 @@ def test_replace_dead_safekeeper_under_pgbench(cluster):
         shutil.rmtree(cluster.safekeeper_datadir("sk2"))
         proc = cluster.run("safekeeper", "replace", "sk2", timeout=300)
         out = proc.stdout
+        print(out)
         assert "caught up" in out and "generation 2: members" in out, out
         st = cluster.status()
         assert st["configuration"]["generation"] == 2, st["configuration"]
