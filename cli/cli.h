@@ -68,6 +68,7 @@ int cmd_psql(const cli_opts *o);
 int cmd_sync_safekeepers(const cli_opts *o);
 int cmd_bench(const cli_opts *o);
 int cmd_demo(const cli_opts *o);
+int cmd_safekeeper(const cli_opts *o);
 int cmd_page(const cli_opts *o);
 
 /* Prints "strata: <reason>" on stderr and returns CLI_FAIL. */

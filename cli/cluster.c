@@ -303,6 +303,16 @@ int cluster_load(const char *dir, cluster *c, cli_err *err)
             cli_err_set(err, "%s: bad safekeeper entry %d", path, i + 1);
             goto out;
         }
+        /* The node id: i + 1 unless `strata safekeeper replace` gave the
+         * safekeeper in this place a new one. */
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(sk, "id");
+        if (id != NULL) {
+            if (!cJSON_IsNumber(id) || id->valuedouble < 1 || id->valuedouble > 1e9) {
+                cli_err_set(err, "%s: bad node id of safekeeper entry %d", path, i + 1);
+                goto out;
+            }
+            tmp.sk[i].id = (int)id->valuedouble;
+        }
     }
     *c = tmp;
     rc = 0;

@@ -70,6 +70,32 @@ static bool add(cJSON *obj, const char *key, cJSON *item)
     return true;
 }
 
+/* The newest configuration any safekeeper reports (generation 0: none). */
+static const membership *newest_mconf(const status_snapshot *s)
+{
+    static const membership none;
+    const membership *best = &none;
+    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
+        if (s->sk_tl[i].known && s->sk_tl[i].mconf.generation > best->generation)
+            best = &s->sk_tl[i].mconf;
+    return best;
+}
+
+static cJSON *members_json(const member *set, uint32_t n)
+{
+    cJSON *arr = cJSON_CreateArray();
+    for (uint32_t i = 0; arr != NULL && i < n; i++) {
+        cJSON *m = cJSON_CreateObject();
+        if (m == NULL || !cJSON_AddItemToArray(arr, m) ||
+            !add(m, "node_id", cJSON_CreateNumber((double)set[i].node_id)) ||
+            !add(m, "addr", cJSON_CreateString(set[i].addr))) {
+            cJSON_Delete(arr);
+            return NULL;
+        }
+    }
+    return arr;
+}
+
 static cJSON *status_json(const cluster *c, const status_snapshot *s)
 {
     cJSON *root = cJSON_CreateObject();
@@ -89,6 +115,11 @@ static cJSON *status_json(const cluster *c, const status_snapshot *s)
          add(ps, "last_record_lsn", json_lsn(s->ps_tl.known, s->ps_tl.last_record_lsn)) &&
          add(ps, "disk_consistent_lsn", json_lsn(s->ps_tl.known, s->ps_tl.disk_consistent_lsn)) &&
          (sks = cJSON_AddArrayToObject(root, "safekeepers")) != NULL;
+    const membership *m = newest_mconf(s);
+    cJSON *conf = cJSON_AddObjectToObject(root, "configuration");
+    ok = ok && conf != NULL && add(conf, "generation", cJSON_CreateNumber(m->generation)) &&
+         add(conf, "members", members_json(m->members, m->n_members)) &&
+         add(conf, "new_members", members_json(m->new_members, m->n_new_members));
     for (int i = 0; ok && i < CLUSTER_SAFEKEEPERS; i++) {
         const safekeeper_timeline *tl = &s->sk_tl[i];
         cJSON *sk = cJSON_CreateObject();
@@ -101,6 +132,10 @@ static cJSON *status_json(const cluster *c, const status_snapshot *s)
              add(sk, "pid", json_pid(s->sk_pid[i])) &&
              add(sk, "pg_port", cJSON_CreateNumber(c->sk[i].pg_port)) &&
              add(sk, "http_port", cJSON_CreateNumber(c->sk[i].http_port)) &&
+             add(sk, "node_id",
+                 tl->known ? cJSON_CreateNumber((double)tl->node_id) : cJSON_CreateNull()) &&
+             add(sk, "generation",
+                 tl->known ? cJSON_CreateNumber(tl->mconf.generation) : cJSON_CreateNull()) &&
              add(sk, "term",
                  tl->known ? cJSON_CreateNumber((double)tl->term) : cJSON_CreateNull()) &&
              add(sk, "flush_lsn", json_lsn(tl->known, tl->flush_lsn)) &&
@@ -150,6 +185,14 @@ static void status_print_human(const cluster *c, const status_snapshot *s)
     if (s->ps_tl.known) {
         lsn_format(s->ps_tl.last_record_lsn, last);
         lsn_format(s->ps_tl.disk_consistent_lsn, disk);
+    }
+    const membership *m = newest_mconf(s);
+    if (m->generation > 0) {
+        char mem[MEMBERSHIP_TEXT_MAX], nmem[MEMBERSHIP_TEXT_MAX];
+        membership_format_set(m->members, m->n_members, mem, sizeof mem);
+        membership_format_set(m->new_members, m->n_new_members, nmem, sizeof nmem);
+        printf("%-11s generation %u: members %s%s%s\n", "config", m->generation, mem,
+               m->n_new_members > 0 ? ", joint with " : "", nmem);
     }
     printf("%-11s %-8s ", "pageserver",
            s->ps_pid ? "running" : (s->ps_built ? "stopped" : "absent"));

@@ -50,6 +50,7 @@ static const command commands[] = {
     {"demo", cmd_demo, OPT_DIR | OPT_PORT_BASE, "demo [--dir D] [--port-base N]"},
     {"page", cmd_page, OPT_DIR | OPT_PAGE,
      "page get [--dir D] --rel SPC/DB/REL [--fork main|fsm|vm|init] --blk N [--lsn X/Y]"},
+    {"safekeeper", cmd_safekeeper, OPT_RAW, "safekeeper replace NAME [--dir D]"},
     {"tenant", cmd_tenant, OPT_RAW,
      "tenant create [--id T] | list | show T | delete T  [--dir D] [--pageserver H:P] "
      "[--auth-file F] [--json]"},

@@ -155,11 +155,40 @@ static bool json_lsn(const cJSON *v, lsn_t *out)
 }
 
 /* Reads term/flush/commit from one timeline object. */
+/* One member set from the status JSON; false if malformed. */
+static bool members_from_json(const cJSON *arr, member *set, uint32_t *n)
+{
+    *n = 0;
+    if (arr == NULL)
+        return true; /* a safekeeper from before configurations */
+    const cJSON *m;
+    cJSON_ArrayForEach(m, arr)
+    {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(m, "node_id");
+        const cJSON *addr = cJSON_GetObjectItemCaseSensitive(m, "addr");
+        if (*n == MEMBERSHIP_MAX || !cJSON_IsNumber(id) || id->valuedouble < 1 ||
+            !cJSON_IsString(addr) || strlen(addr->valuestring) > MEMBER_ADDR_MAX)
+            return false;
+        set[*n].node_id = (uint64_t)id->valuedouble;
+        snprintf(set[*n].addr, sizeof set[*n].addr, "%s", addr->valuestring);
+        (*n)++;
+    }
+    return true;
+}
+
 static bool timeline_from_json(const cJSON *tl, safekeeper_timeline *out)
 {
+    const cJSON *conf = cJSON_GetObjectItemCaseSensitive(tl, "configuration");
+    const cJSON *gen = cJSON_GetObjectItemCaseSensitive(conf, "generation");
+    if (cJSON_IsNumber(gen) && gen->valuedouble >= 0 && gen->valuedouble <= UINT32_MAX)
+        out->mconf.generation = (uint32_t)gen->valuedouble;
     return json_term(cJSON_GetObjectItemCaseSensitive(tl, "term"), &out->term) &&
            json_lsn(cJSON_GetObjectItemCaseSensitive(tl, "flush_lsn"), &out->flush_lsn) &&
-           json_lsn(cJSON_GetObjectItemCaseSensitive(tl, "commit_lsn"), &out->commit_lsn);
+           json_lsn(cJSON_GetObjectItemCaseSensitive(tl, "commit_lsn"), &out->commit_lsn) &&
+           members_from_json(cJSON_GetObjectItemCaseSensitive(conf, "members"),
+                             out->mconf.members, &out->mconf.n_members) &&
+           members_from_json(cJSON_GetObjectItemCaseSensitive(conf, "new_members"),
+                             out->mconf.new_members, &out->mconf.n_new_members);
 }
 
 static bool json_id_equals(const cJSON *obj, const char *key, const strata_id *want)
@@ -182,6 +211,9 @@ void safekeepers_query(const cluster *c, const cluster_safekeeper *sk, safekeepe
     free(body);
     if (root == NULL)
         return;
+    const cJSON *node = cJSON_GetObjectItemCaseSensitive(root, "node_id");
+    if (cJSON_IsNumber(node) && node->valuedouble >= 0)
+        out->node_id = (uint64_t)node->valuedouble;
     const cJSON *timelines = cJSON_GetObjectItemCaseSensitive(root, "timelines");
     const cJSON *tl;
     cJSON_ArrayForEach(tl, timelines)

@@ -16,6 +16,7 @@
 
 #include "cli/cli.h"
 #include "cli/cluster.h"
+#include "proto/walpush.h"
 
 /* What a safekeeper reports about the cluster's timeline. */
 typedef struct safekeeper_timeline {
@@ -23,6 +24,8 @@ typedef struct safekeeper_timeline {
     uint64_t term;
     lsn_t flush_lsn;
     lsn_t commit_lsn;
+    uint64_t node_id;
+    membership mconf; /* the timeline's configuration as this one holds it */
 } safekeeper_timeline;
 
 /* The pid of the running safekeeper, or 0 when it is not running. */

@@ -8,21 +8,28 @@
  *
  * Layout, all integers big-endian, after the one-byte tag:
  *   ProposerGreeting 'g'  u32 proto_version, 16B tenant, 16B timeline,
- *                         u32 pg_version, u64 system_id, u32 wal_seg_size
- *   AcceptorGreeting 'g'  u64 node_id, u64 term
- *   VoteRequest      'v'  u64 term
+ *                         u32 pg_version, u64 system_id, u32 wal_seg_size,
+ *                         membership
+ *   AcceptorGreeting 'g'  u64 node_id, u64 term, membership
+ *   VoteRequest      'v'  u64 term, u32 generation
  *   VoteResponse     'v'  u64 term, u8 vote_given, u64 flush_lsn,
  *                         u64 truncate_lsn, history
- *   ProposerElected  'e'  u64 term, u64 start_streaming_at, history
- *   AppendRequest    'a'  u64 term, u64 begin, u64 end, u64 commit,
- *                         u64 truncate, then end - begin WAL bytes
+ *   ProposerElected  'e'  u64 term, u32 generation, u64 start_streaming_at,
+ *                         history
+ *   AppendRequest    'a'  u64 term, u32 generation, u64 begin, u64 end,
+ *                         u64 commit, u64 truncate, then end - begin WAL
+ *                         bytes
  *   AppendResponse   'a'  u64 term, u64 flush_lsn, u64 commit_lsn,
  *                         u64 ps last_received, u64 ps disk_consistent,
  *                         u64 ps remote_consistent
  *   history               u32 n, then n x (u64 term, u64 lsn)
+ *   membership            u32 generation, u8 n, n x member, u8 n_new,
+ *                         n_new x member
+ *   member                u64 node_id, u8 len, len address bytes
  */
 #include "proto/walpush.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* ---- Byte cursors ------------------------------------------------------ */
@@ -161,6 +168,208 @@ static int get_history(rcur *r, term_history *h, const char **why)
     return 0;
 }
 
+/* ---- Membership -------------------------------------------------------- */
+
+static bool set_contains(const member *set, uint32_t n, uint64_t node_id)
+{
+    for (uint32_t i = 0; i < n && i < MEMBERSHIP_MAX; i++)
+        if (set[i].node_id == node_id)
+            return true;
+    return false;
+}
+
+bool membership_contains(const membership *m, uint64_t node_id)
+{
+    return set_contains(m->members, m->n_members, node_id) ||
+           set_contains(m->new_members, m->n_new_members, node_id);
+}
+
+static const char *check_set(const member *set, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        if (set[i].node_id == 0)
+            return "membership: node id 0";
+        size_t len = strnlen(set[i].addr, sizeof set[i].addr);
+        if (len == 0 || len > MEMBER_ADDR_MAX)
+            return "membership: empty or unterminated member address";
+        for (size_t k = 0; k < len; k++)
+            if (set[i].addr[k] <= ' ' || set[i].addr[k] > '~')
+                return "membership: member address has a non-printable byte";
+        if (set_contains(set, i, set[i].node_id))
+            return "membership: a node id appears twice in one set";
+    }
+    return NULL;
+}
+
+const char *membership_check(const membership *m)
+{
+    if (m->n_members > MEMBERSHIP_MAX || m->n_new_members > MEMBERSHIP_MAX)
+        return "membership: more than MEMBERSHIP_MAX members in a set";
+    if (m->generation == 0 && (m->n_members != 0 || m->n_new_members != 0))
+        return "membership: generation 0 has no members";
+    if (m->generation > 0 && m->n_members == 0)
+        return "membership: a configuration needs at least one member";
+    const char *bad = check_set(m->members, m->n_members);
+    return bad ? bad : check_set(m->new_members, m->n_new_members);
+}
+
+static bool set_equal(const member *a, const member *b, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (a[i].node_id != b[i].node_id || strcmp(a[i].addr, b[i].addr) != 0)
+            return false;
+    return true;
+}
+
+bool membership_equal(const membership *a, const membership *b)
+{
+    return a->generation == b->generation && a->n_members == b->n_members &&
+           a->n_new_members == b->n_new_members &&
+           set_equal(a->members, b->members, a->n_members) &&
+           set_equal(a->new_members, b->new_members, a->n_new_members);
+}
+
+int membership_union(const membership *m, member *out)
+{
+    int n = 0;
+    for (uint32_t i = 0; i < m->n_members && i < MEMBERSHIP_MAX; i++)
+        out[n++] = m->members[i];
+    for (uint32_t i = 0; i < m->n_new_members && i < MEMBERSHIP_MAX; i++)
+        if (!set_contains(m->members, m->n_members, m->new_members[i].node_id))
+            out[n++] = m->new_members[i];
+    return n;
+}
+
+int membership_parse_set(const char *text, member *set, uint32_t *n_out, const char **why)
+{
+    uint32_t n = 0;
+    const char *p = text;
+    while (*p != '\0') {
+        if (n == MEMBERSHIP_MAX) {
+            *why = "membership: more than MEMBERSHIP_MAX members in a set";
+            return -1;
+        }
+        const char *end = strchr(p, ',');
+        size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
+        const char *at = memchr(p, '@', len);
+        if (at == NULL || at == p) {
+            *why = "membership: a member is not written node_id@host:port";
+            return -1;
+        }
+        uint64_t id = 0;
+        for (const char *d = p; d < at; d++) {
+            if (*d < '0' || *d > '9' || id > (UINT64_MAX - 9) / 10) {
+                *why = "membership: a node id is not a number";
+                return -1;
+            }
+            id = id * 10 + (uint64_t)(*d - '0');
+        }
+        size_t alen = len - (size_t)(at + 1 - p);
+        if (alen == 0 || alen > MEMBER_ADDR_MAX) {
+            *why = "membership: member address empty or longer than MEMBER_ADDR_MAX";
+            return -1;
+        }
+        set[n].node_id = id;
+        memcpy(set[n].addr, at + 1, alen);
+        set[n].addr[alen] = '\0';
+        n++;
+        p += len;
+        if (*p == ',') {
+            p++;
+            if (*p == '\0') {
+                *why = "membership: trailing comma";
+                return -1;
+            }
+        }
+    }
+    const char *bad = check_set(set, n);
+    if (bad) {
+        *why = bad;
+        return -1;
+    }
+    *n_out = n;
+    return 0;
+}
+
+size_t membership_format_set(const member *set, uint32_t n, char *buf, size_t cap)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (uint32_t i = 0; i < n && i < MEMBERSHIP_MAX; i++) {
+        int w = snprintf(buf + len, cap - len, "%s%llu@%s", i > 0 ? "," : "",
+                         (unsigned long long)set[i].node_id, set[i].addr);
+        if (w < 0 || (size_t)w >= cap - len)
+            return strlen(buf);
+        len += (size_t)w;
+    }
+    return len;
+}
+
+static void put_set(wcur *w, const member *set, uint32_t n)
+{
+    put_u8(w, (uint8_t)n);
+    for (uint32_t i = 0; i < n; i++) {
+        size_t len = strnlen(set[i].addr, sizeof set[i].addr);
+        put_u64(w, set[i].node_id);
+        put_u8(w, (uint8_t)len);
+        put_bytes(w, set[i].addr, len);
+    }
+}
+
+static void put_membership(wcur *w, const membership *m)
+{
+    put_u32(w, m->generation);
+    put_set(w, m->members, m->n_members);
+    put_set(w, m->new_members, m->n_new_members);
+}
+
+static int get_set(rcur *r, member *set, uint32_t *n_out, const char **why)
+{
+    uint32_t n = get_u8(r);
+    if (n > MEMBERSHIP_MAX) {
+        *why = "membership: more than MEMBERSHIP_MAX members in a set";
+        return -1;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        set[i].node_id = get_u64(r);
+        uint32_t len = get_u8(r);
+        if (len > MEMBER_ADDR_MAX) {
+            *why = "membership: member address longer than MEMBER_ADDR_MAX";
+            return -1;
+        }
+        const uint8_t *a = get_bytes(r, len);
+        if (a == NULL)
+            break;
+        if (memchr(a, '\0', len) != NULL) {
+            *why = "membership: member address has a NUL byte";
+            return -1;
+        }
+        memcpy(set[i].addr, a, len);
+        set[i].addr[len] = '\0';
+    }
+    if (r->short_read) {
+        *why = "membership: message too short";
+        return -1;
+    }
+    *n_out = n;
+    return 0;
+}
+
+static int get_membership(rcur *r, membership *m, const char **why)
+{
+    memset(m, 0, sizeof *m);
+    m->generation = get_u32(r);
+    if (get_set(r, m->members, &m->n_members, why) != 0 ||
+        get_set(r, m->new_members, &m->n_new_members, why) != 0)
+        return -1;
+    const char *bad = membership_check(m);
+    if (bad) {
+        *why = bad;
+        return -1;
+    }
+    return 0;
+}
+
 /* ---- Validation shared by encoders and decoders ------------------------ */
 
 static bool seg_size_ok(uint32_t s)
@@ -174,7 +383,7 @@ static const char *check_greeting(const proposer_greeting *g)
         return "ProposerGreeting: unsupported protocol version";
     if (!seg_size_ok(g->wal_seg_size))
         return "ProposerGreeting: wal_seg_size is not a power of two in 1 MB .. 1 GB";
-    return NULL;
+    return membership_check(&g->mconf);
 }
 
 static const char *check_append(const append_request *a)
@@ -206,11 +415,13 @@ size_t walpush_encode_proposer_msg(const proposer_msg *msg, uint8_t *buf, size_t
         put_u32(&w, g->pg_version);
         put_u64(&w, g->system_id);
         put_u32(&w, g->wal_seg_size);
+        put_membership(&w, &g->mconf);
         break;
     }
     case PMSG_VOTE_REQUEST:
         put_u8(&w, WALPUSH_TAG_VOTE);
         put_u64(&w, msg->u.vote.term);
+        put_u32(&w, msg->u.vote.generation);
         break;
     case PMSG_ELECTED: {
         const proposer_elected *e = &msg->u.elected;
@@ -218,6 +429,7 @@ size_t walpush_encode_proposer_msg(const proposer_msg *msg, uint8_t *buf, size_t
             return 0;
         put_u8(&w, WALPUSH_TAG_ELECTED);
         put_u64(&w, e->term);
+        put_u32(&w, e->generation);
         put_u64(&w, e->start_streaming_at);
         put_history(&w, &e->history);
         break;
@@ -228,6 +440,7 @@ size_t walpush_encode_proposer_msg(const proposer_msg *msg, uint8_t *buf, size_t
             return 0;
         put_u8(&w, WALPUSH_TAG_APPEND);
         put_u64(&w, a->term);
+        put_u32(&w, a->generation);
         put_u64(&w, a->begin_lsn);
         put_u64(&w, a->end_lsn);
         put_u64(&w, a->commit_lsn);
@@ -268,6 +481,8 @@ int walpush_decode_proposer_msg(const uint8_t *buf, size_t len, proposer_msg *ou
             *why = "ProposerGreeting: message too short";
             return -1;
         }
+        if (get_membership(&r, &g->mconf, why) != 0)
+            return -1;
         memcpy(g->tenant_id.b, t, STRATA_ID_LEN);
         memcpy(g->timeline_id.b, tl, STRATA_ID_LEN);
         const char *bad = check_greeting(g);
@@ -280,6 +495,7 @@ int walpush_decode_proposer_msg(const uint8_t *buf, size_t len, proposer_msg *ou
     case WALPUSH_TAG_VOTE:
         out->kind = PMSG_VOTE_REQUEST;
         out->u.vote.term = get_u64(&r);
+        out->u.vote.generation = get_u32(&r);
         if (r.short_read) {
             *why = "VoteRequest: message too short";
             return -1;
@@ -289,6 +505,7 @@ int walpush_decode_proposer_msg(const uint8_t *buf, size_t len, proposer_msg *ou
         proposer_elected *e = &out->u.elected;
         out->kind = PMSG_ELECTED;
         e->term = get_u64(&r);
+        e->generation = get_u32(&r);
         e->start_streaming_at = get_u64(&r);
         if (r.short_read) {
             *why = "ProposerElected: message too short";
@@ -302,6 +519,7 @@ int walpush_decode_proposer_msg(const uint8_t *buf, size_t len, proposer_msg *ou
         append_request *a = &out->u.append;
         out->kind = PMSG_APPEND;
         a->term = get_u64(&r);
+        a->generation = get_u32(&r);
         a->begin_lsn = get_u64(&r);
         a->end_lsn = get_u64(&r);
         a->commit_lsn = get_u64(&r);
@@ -346,6 +564,9 @@ size_t walpush_encode_acceptor_msg(const acceptor_msg *msg, uint8_t *buf, size_t
         put_u8(&w, WALPUSH_TAG_GREETING);
         put_u64(&w, msg->u.greeting.node_id);
         put_u64(&w, msg->u.greeting.term);
+        if (membership_check(&msg->u.greeting.mconf))
+            return 0;
+        put_membership(&w, &msg->u.greeting.mconf);
         break;
     case AMSG_VOTE_RESPONSE: {
         const vote_response *v = &msg->u.vote;
@@ -397,6 +618,8 @@ int walpush_decode_acceptor_msg(const uint8_t *buf, size_t len, acceptor_msg *ou
             *why = "AcceptorGreeting: message too short";
             return -1;
         }
+        if (get_membership(&r, &out->u.greeting.mconf, why) != 0)
+            return -1;
         break;
     case WALPUSH_TAG_VOTE: {
         vote_response *v = &out->u.vote;

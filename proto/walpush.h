@@ -23,7 +23,7 @@
 #include "common/lsn.h"
 
 /* Sent in ProposerGreeting and in START_WAL_PUSH (proto_version '1'). */
-#define WALPUSH_PROTO_VERSION 1
+#define WALPUSH_PROTO_VERSION 2
 
 /* Most WAL bytes one AppendRequest may carry. */
 #define WALPUSH_MAX_APPEND (128 * 1024)
@@ -33,6 +33,11 @@
 
 /* Largest encoded message: an AppendRequest with a full payload. */
 #define WALPUSH_MAX_MESSAGE (WALPUSH_MAX_APPEND + 64)
+
+/* Membership: most members in one set of a configuration, and the longest
+ * member address ("host:port" of its WAL-push port, without the NUL). */
+#define MEMBERSHIP_MAX 7
+#define MEMBER_ADDR_MAX 63
 
 #define WALPUSH_TAG_GREETING 'g'
 #define WALPUSH_TAG_VOTE 'v'
@@ -51,6 +56,53 @@ typedef struct term_history {
     term_switch entries[TERM_HISTORY_MAX];
 } term_history;
 
+/* One safekeeper of a configuration. */
+typedef struct member {
+    uint64_t node_id; /* > 0, unique within a set */
+    char addr[MEMBER_ADDR_MAX + 1];
+} member;
+
+/*
+ * A timeline's safekeeper configuration.  Generation 0 means "none known":
+ * the proposer's own list of safekeepers is the configuration and every node
+ * counts (how a cluster starts).  From generation 1 on, only members count:
+ * an election or a commit needs a majority of members and, while new_members
+ * is not empty (a joint configuration, during a membership change), also a
+ * majority of new_members.  A safekeeper that is in neither set neither votes
+ * nor accepts WAL.  Generations only grow.
+ */
+typedef struct membership {
+    uint32_t generation;
+    uint32_t n_members; /* 0 only in generation 0 */
+    member members[MEMBERSHIP_MAX];
+    uint32_t n_new_members; /* > 0: joint configuration */
+    member new_members[MEMBERSHIP_MAX];
+} membership;
+
+/* True if node_id is in members or new_members. */
+bool membership_contains(const membership *m, uint64_t node_id);
+
+/* NULL if m is well-formed (see above; addresses are printable, non-empty
+ * and NUL-terminated, node ids unique within a set), else what is wrong. */
+const char *membership_check(const membership *m);
+
+/* True if a and b are the same configuration. */
+bool membership_equal(const membership *a, const membership *b);
+
+/*
+ * Text form of one set, as operators and the CLI write it:
+ * "id@host:port,id@host:port" (empty string: no members).  Parse returns 0,
+ * or -1 with *why; format returns the length written (cap > 0; the text is
+ * cut at cap - 1 bytes, which MEMBERSHIP_TEXT_MAX always fits).
+ */
+#define MEMBERSHIP_TEXT_MAX (MEMBERSHIP_MAX * (20 + 1 + MEMBER_ADDR_MAX + 1) + 1)
+int membership_parse_set(const char *text, member *set, uint32_t *n, const char **why);
+size_t membership_format_set(const member *set, uint32_t n, char *buf, size_t cap);
+
+/* The union of both sets, members first, each node once: the proposer's
+ * acceptor slots.  Returns the count (at most 2 * MEMBERSHIP_MAX). */
+int membership_union(const membership *m, member *out);
+
 typedef struct proposer_greeting {
     uint32_t proto_version;
     strata_id tenant_id;
@@ -58,15 +110,21 @@ typedef struct proposer_greeting {
     uint32_t pg_version;   /* e.g. 150020 */
     uint64_t system_id;    /* 0 from sync-safekeepers: not checked */
     uint32_t wal_seg_size; /* a power of two, 1 MB .. 1 GB */
+    membership mconf;      /* the proposer's; an acceptor adopts a newer one */
 } proposer_greeting;
 
 typedef struct acceptor_greeting {
     uint64_t node_id;
-    uint64_t term; /* highest term this acceptor has voted for */
+    uint64_t term;    /* highest term this acceptor has voted for */
+    membership mconf; /* the acceptor's (after adopting the proposer's) */
 } acceptor_greeting;
 
+/* VoteRequest, ProposerElected and AppendRequest carry the generation of
+ * the proposer's configuration; an acceptor whose generation differs
+ * refuses them (the proposer reconnects and learns the newer one). */
 typedef struct vote_request {
     uint64_t term;
+    uint32_t generation;
 } vote_request;
 
 typedef struct vote_response {
@@ -79,12 +137,14 @@ typedef struct vote_response {
 
 typedef struct proposer_elected {
     uint64_t term;
+    uint32_t generation;
     lsn_t start_streaming_at;
     term_history history; /* the proposer's */
 } proposer_elected;
 
 typedef struct append_request {
     uint64_t term;
+    uint32_t generation;
     lsn_t begin_lsn;
     lsn_t end_lsn; /* end_lsn - begin_lsn == wal_len; equal for a heartbeat */
     lsn_t commit_lsn;

@@ -185,16 +185,33 @@ int acceptor_restore(acceptor *acc, const acceptor_persistent_state *st, lsn_t t
 
 /* ---- Messages ---------------------------------------------------------- */
 
+/*
+ * Messages after the greeting name the proposer's configuration generation;
+ * only the current one is served, and only to a member: an excluded
+ * safekeeper neither votes nor accepts WAL, and a proposer that missed a
+ * switch must reconnect (its greeting then tells it the new configuration).
+ */
+static int check_generation(const acceptor *acc, uint32_t generation, acceptor_output *out)
+{
+    if (generation != acc->st.mconf.generation)
+        return fail(out, "configuration generation does not match this safekeeper's: reconnect "
+                         "to learn the current configuration");
+    if (acc->st.mconf.generation > 0 && !membership_contains(&acc->st.mconf, acc->st.node_id))
+        return fail(out, "this safekeeper is not a member of the timeline's configuration");
+    return 0;
+}
+
 static int handle_greeting(acceptor *acc, const proposer_greeting *g, acceptor_output *out)
 {
     if (!strata_id_equal(&g->tenant_id, &acc->st.tenant_id) ||
         !strata_id_equal(&g->timeline_id, &acc->st.timeline_id))
         return fail(out, "ProposerGreeting: tenant or timeline does not match");
+    bool persist = false;
     if (!initialised(acc)) {
         acc->st.pg_version = g->pg_version;
         acc->st.system_id = g->system_id;
         acc->st.wal_seg_size = g->wal_seg_size;
-        emit_persist(acc, out);
+        persist = true;
     } else {
         if (g->wal_seg_size != acc->st.wal_seg_size)
             return fail(out, "ProposerGreeting: wal_seg_size does not match the timeline's");
@@ -207,14 +224,43 @@ static int handle_greeting(acceptor *acc, const proposer_greeting *g, acceptor_o
          * IDENTIFY_SYSTEM gives a stock standby the right identifier. */
         if (acc->st.system_id == 0 && g->system_id != 0) {
             acc->st.system_id = g->system_id;
-            emit_persist(acc, out);
+            persist = true;
         }
     }
+    /* A proposer that knows a newer configuration brings it (this acceptor
+     * missed the switch); the reply tells an older proposer ours. */
+    if (g->mconf.generation > acc->st.mconf.generation) {
+        acc->st.mconf = g->mconf;
+        persist = true;
+    }
+    if (persist)
+        emit_persist(acc, out);
     memset(&out->msg, 0, sizeof(out->msg));
     out->msg.kind = AMSG_GREETING;
     out->msg.u.greeting.node_id = acc->st.node_id;
     out->msg.u.greeting.term = acc->st.term;
+    out->msg.u.greeting.mconf = acc->st.mconf;
     emit_send(out);
+    return 0;
+}
+
+int acceptor_switch_membership(acceptor *acc, const membership *m, acceptor_output *out)
+{
+    out_reset(out);
+    const char *bad = membership_check(m);
+    if (bad)
+        return fail(out, bad);
+    if (m->generation == 0)
+        return fail(out, "a configuration switch needs a generation above 0");
+    if (m->generation == acc->st.mconf.generation) {
+        if (membership_equal(m, &acc->st.mconf))
+            return 0;
+        return fail(out, "a different configuration already has this generation");
+    }
+    if (m->generation < acc->st.mconf.generation)
+        return fail(out, "the timeline already has a newer configuration generation");
+    acc->st.mconf = *m;
+    emit_persist(acc, out);
     return 0;
 }
 
@@ -222,6 +268,8 @@ static int handle_vote(acceptor *acc, const vote_request *v, acceptor_output *ou
 {
     if (!initialised(acc))
         return fail(out, "VoteRequest before ProposerGreeting");
+    if (check_generation(acc, v->generation, out) != 0)
+        return -1;
     /*
      * Flush everything received, voted or not: the proposer computes where
      * our streaming starts from the flush_lsn we report, and once we answer
@@ -285,6 +333,8 @@ static int handle_elected(acceptor *acc, const proposer_elected *e, acceptor_out
 {
     if (!initialised(acc))
         return fail(out, "ProposerElected before ProposerGreeting");
+    if (check_generation(acc, e->generation, out) != 0)
+        return -1;
     if (e->term < acc->st.term) {
         /* A newer proposer got our vote: tell this one so it stops. */
         emit_append_response(acc, out);
@@ -351,6 +401,8 @@ static int handle_append(acceptor *acc, const append_request *a, acceptor_output
 {
     if (!initialised(acc))
         return fail(out, "AppendRequest before ProposerGreeting");
+    if (check_generation(acc, a->generation, out) != 0)
+        return -1;
     if (a->term < acc->st.term) {
         emit_append_response(acc, out);
         return 0;

@@ -68,6 +68,9 @@ typedef struct acceptor_persistent_state {
     /* Peer horizon: lowest WAL any acceptor may still need (from proposer). */
     lsn_t truncate_lsn;
     pageserver_feedback ps_feedback;
+    /* The timeline's safekeeper configuration (generation 0: none known).
+     * Only grows: a proposer's greeting or acceptor_switch_membership. */
+    membership mconf;
 } acceptor_persistent_state;
 
 typedef enum acceptor_effect_kind {
@@ -178,6 +181,15 @@ int acceptor_restore(acceptor *acc, const acceptor_persistent_state *st, lsn_t t
  * reply carrying our term (the proposer then stops).
  */
 int acceptor_handle_message(acceptor *acc, const proposer_msg *msg, acceptor_output *out);
+
+/*
+ * Switches the timeline to configuration m (the membership-change command).
+ * m must be valid and have a higher generation than ours, or be equal to
+ * ours (then nothing happens).  Returns 0 with a PERSIST_CONTROL in out when
+ * it switched, or -1 with out->error.  Proposers of an older generation are
+ * refused from then on; they reconnect and learn m from the greeting.
+ */
+int acceptor_switch_membership(acceptor *acc, const membership *m, acceptor_output *out);
 
 /* True if WAL was written that no completed or in-flight flush covers. */
 bool acceptor_flush_wanted(const acceptor *acc);

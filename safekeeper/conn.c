@@ -16,7 +16,7 @@
 #include "safekeeper/walsender.h"
 
 #define MAX_TOKENS 32
-#define MAX_TOKEN_LEN 128
+#define MAX_TOKEN_LEN 640 /* a member list (MEMBERSHIP_TEXT_MAX) fits */
 
 typedef enum conn_mode { MODE_IDLE = 0, MODE_PUSH, MODE_SEND } conn_mode;
 
@@ -231,7 +231,7 @@ static void cmd_show(sk_conn *sc, const tokens *t)
         send_one_value(sc, "data_directory_mode", "0700");
     } else {
         char msg[200];
-        snprintf(msg, sizeof msg, "unrecognized configuration parameter \"%s\"", t->t[1]);
+        snprintf(msg, sizeof msg, "unrecognized configuration parameter \"%.120s\"", t->t[1]);
         error_ready(sc, "42704", msg, NULL);
     }
 }
@@ -251,6 +251,41 @@ static void cmd_timeline_history(sk_conn *sc, const tokens *t)
     error_ready(sc, "58P01", msg, NULL);
 }
 
+static void cmd_timeline_status(sk_conn *sc);
+
+/* SWITCH_MEMBERSHIP <generation> '<members>' ['<new members>']: sets the
+ * timeline's configuration (see acceptor_switch_membership); the reply is
+ * the configuration now in force. */
+static void cmd_switch_membership(sk_conn *sc, const tokens *t)
+{
+    const char *syntax = "syntax: SWITCH_MEMBERSHIP <generation> '<id@host:port,...>' "
+                         "['<new members>']";
+    uint64_t gen;
+    if (t->n < 3 || t->n > 4 || !parse_u64(t->t[1], &gen) || gen == 0 || gen > UINT32_MAX) {
+        error_ready(sc, "42601", syntax, NULL);
+        return;
+    }
+    sk_timeline *tl = require_timeline(sc);
+    if (tl == NULL)
+        return;
+    membership m;
+    memset(&m, 0, sizeof m);
+    m.generation = (uint32_t)gen;
+    const char *why = NULL;
+    if (membership_parse_set(t->t[2], m.members, &m.n_members, &why) != 0 ||
+        (t->n == 4 && membership_parse_set(t->t[3], m.new_members, &m.n_new_members, &why) != 0)) {
+        error_ready(sc, "22023", "invalid configuration", why);
+        return;
+    }
+    char err[200];
+    if (sk_timeline_switch_membership(tl, &m, err, sizeof err) != 0) {
+        error_ready(sc, strstr(err, "busy") != NULL ? "55006" : "22023",
+                    "could not switch the configuration", err);
+        return;
+    }
+    cmd_timeline_status(sc);
+}
+
 static void cmd_timeline_status(sk_conn *sc)
 {
     sk_timeline *tl = require_timeline(sc);
@@ -263,11 +298,42 @@ static void cmd_timeline_status(sk_conn *sc)
     lsn_format(acceptor_commit_lsn(acc), commit);
     lsn_format(acceptor_state(acc)->timeline_start_lsn, start);
     lsn_format(acceptor_truncate_lsn(acc), trunc);
-    const char *names[] = {"term", "flush_lsn", "commit_lsn", "timeline_start_lsn", "truncate_lsn"};
-    const uint32_t oids[] = {20, 25, 25, 25, 25};
-    const char *values[] = {term, flush, commit, start, trunc};
-    pgwire_send_row_description(sc->c, 5, names, oids);
-    pgwire_send_data_row(sc->c, 5, values);
+    const acceptor_persistent_state *st = acceptor_state(acc);
+    const membership *m = &st->mconf;
+    char gen[16], mem[MEMBERSHIP_TEXT_MAX], nmem[MEMBERSHIP_TEXT_MAX];
+    snprintf(gen, sizeof gen, "%u", m->generation);
+    membership_format_set(m->members, m->n_members, mem, sizeof mem);
+    membership_format_set(m->new_members, m->n_new_members, nmem, sizeof nmem);
+    /* What a new member copying this timeline needs (strata safekeeper
+     * replace): the history of the WAL held, server info, where the WAL on
+     * disk begins, what the pageserver has made durable. */
+    static char hist[TERM_HISTORY_MAX * 48];
+    size_t hl = 0;
+    hist[0] = '\0';
+    for (uint32_t i = 0; i < st->history.n; i++) {
+        char l[LSN_FMT_LEN];
+        int w = snprintf(hist + hl, sizeof hist - hl, "%s%" PRIu64 "@%s", i > 0 ? "," : "",
+                         st->history.entries[i].term, lsn_format(st->history.entries[i].lsn, l));
+        if (w < 0 || (size_t)w >= sizeof hist - hl)
+            break;
+        hl += (size_t)w;
+    }
+    char pgv[16], sysid[24], segsz[16], walstart[LSN_FMT_LEN], dc[LSN_FMT_LEN];
+    snprintf(pgv, sizeof pgv, "%u", st->pg_version);
+    snprintf(sysid, sizeof sysid, "%" PRIu64, st->system_id);
+    snprintf(segsz, sizeof segsz, "%u", st->wal_seg_size);
+    wal_store *ws = sk_timeline_store(tl);
+    lsn_format(ws != NULL ? wal_store_oldest_lsn(ws) : LSN_INVALID, walstart);
+    lsn_format(st->ps_feedback.disk_consistent_lsn, dc);
+    const char *names[] = {"term",         "flush_lsn",  "commit_lsn", "timeline_start_lsn",
+                           "truncate_lsn", "generation", "members",    "new_members",
+                           "history",      "pg_version", "system_id",  "wal_seg_size",
+                           "wal_start",    "ps_disk_consistent_lsn"};
+    const uint32_t oids[] = {20, 25, 25, 25, 25, 23, 25, 25, 25, 23, 25, 23, 25, 25};
+    const char *values[] = {term, flush, commit, start, trunc, gen,   mem,
+                            nmem, hist,  pgv,    sysid, segsz, walstart, dc};
+    pgwire_send_row_description(sc->c, 14, names, oids);
+    pgwire_send_data_row(sc->c, 14, values);
     pgwire_send_command_complete(sc->c, "TIMELINE_STATUS");
     pgwire_send_ready(sc->c);
 }
@@ -472,6 +538,8 @@ static void on_query(pgwire_conn *c, const char *sql, void *arg)
         cmd_start_wal_push(sc, &t);
     else if (is_kw(&t, 0, "TIMELINE_STATUS") && t.n == 1)
         cmd_timeline_status(sc);
+    else if (is_kw(&t, 0, "SWITCH_MEMBERSHIP"))
+        cmd_switch_membership(sc, &t);
     else {
         char msg[200];
         snprintf(msg, sizeof msg, "unsupported command: %.120s", sql);

@@ -35,6 +35,17 @@ static void put_u64(writer *w, uint64_t v)
         *w->p++ = (uint8_t)(v >> (8 * i));
 }
 
+static void put_members(writer *w, const member *set, uint32_t n)
+{
+    put_u32(w, n);
+    for (uint32_t i = 0; i < n; i++) {
+        put_u64(w, set[i].node_id);
+        memset(w->p, 0, MEMBER_ADDR_MAX + 1);
+        memcpy(w->p, set[i].addr, strnlen(set[i].addr, MEMBER_ADDR_MAX));
+        w->p += MEMBER_ADDR_MAX + 1;
+    }
+}
+
 static void put_id(writer *w, const strata_id *id)
 {
     memcpy(w->p, id->b, STRATA_ID_LEN);
@@ -67,11 +78,17 @@ static void get_id(reader *r, strata_id *id)
     r->p += STRATA_ID_LEN;
 }
 
+static size_t mconf_size(uint32_t n_members, uint32_t n_new)
+{
+    return 12 + CONTROL_FILE_MEMBER_SIZE * (size_t)(n_members + n_new);
+}
+
 size_t control_file_encode(const acceptor_persistent_state *st, uint8_t *buf, size_t cap)
 {
-    if (st->history.n > TERM_HISTORY_MAX)
+    if (st->history.n > TERM_HISTORY_MAX || membership_check(&st->mconf) != NULL)
         return 0;
-    size_t body = FIXED_BODY_SIZE + 16 * (size_t)st->history.n;
+    size_t body = FIXED_BODY_SIZE + 16 * (size_t)st->history.n +
+                  mconf_size(st->mconf.n_members, st->mconf.n_new_members);
     size_t total = HEADER_SIZE + body + 4;
     if (cap < total)
         return 0;
@@ -98,6 +115,9 @@ size_t control_file_encode(const acceptor_persistent_state *st, uint8_t *buf, si
         put_u64(&w, st->history.entries[i].term);
         put_u64(&w, st->history.entries[i].lsn);
     }
+    put_u32(&w, st->mconf.generation);
+    put_members(&w, st->mconf.members, st->mconf.n_members);
+    put_members(&w, st->mconf.new_members, st->mconf.n_new_members);
     assert((size_t)(w.p - buf) == total - 4);
     put_u32(&w, crc32c(buf, total - 4));
     return total;
@@ -117,6 +137,50 @@ static int bad(char *err, size_t errlen, const char *fmt, ...)
     return -1;
 }
 
+/* The configuration at the end of a version 2 body (which starts at
+ * offset hist_end of body bytes). */
+static int get_mconf(reader *r, membership *m, size_t hist_end, uint32_t body, char *err,
+                     size_t errlen)
+{
+    memset(m, 0, sizeof *m);
+    m->generation = get_u32(r);
+    uint32_t *counts[2] = {&m->n_members, &m->n_new_members};
+    member *sets[2] = {m->members, m->new_members};
+    size_t at = hist_end + 4;
+    for (int k = 0; k < 2; k++) {
+        if (at + 4 > body)
+            return bad(err, errlen, "control file configuration is cut short");
+        uint32_t n = get_u32(r);
+        at += 4;
+        if (n > MEMBERSHIP_MAX)
+            return bad(err, errlen, "control file configuration has %u members in a set (max %d)",
+                       n, MEMBERSHIP_MAX);
+        if (at + (size_t)n * CONTROL_FILE_MEMBER_SIZE > body)
+            return bad(err, errlen, "control file configuration is cut short");
+        for (uint32_t i = 0; i < n; i++) {
+            sets[k][i].node_id = get_u64(r);
+            memcpy(sets[k][i].addr, r->p, MEMBER_ADDR_MAX + 1);
+            r->p += MEMBER_ADDR_MAX + 1;
+            size_t alen = strnlen(sets[k][i].addr, MEMBER_ADDR_MAX + 1);
+            if (alen > MEMBER_ADDR_MAX)
+                return bad(err, errlen, "control file member address is not terminated");
+            /* One encoding per state: the field is padded with zeros. */
+            for (size_t z = alen; z <= MEMBER_ADDR_MAX; z++)
+                if (sets[k][i].addr[z] != '\0')
+                    return bad(err, errlen, "control file member address has bytes after its end");
+        }
+        *counts[k] = n;
+        at += (size_t)n * CONTROL_FILE_MEMBER_SIZE;
+    }
+    if (at != body)
+        return bad(err, errlen, "control file body length %u does not match its configuration",
+                   body);
+    const char *why = membership_check(m);
+    if (why != NULL)
+        return bad(err, errlen, "control file configuration: %s", why);
+    return 0;
+}
+
 int control_file_decode(const uint8_t *buf, size_t len, acceptor_persistent_state *out, char *err,
                         size_t errlen)
 {
@@ -130,7 +194,7 @@ int control_file_decode(const uint8_t *buf, size_t len, acceptor_persistent_stat
         return bad(err, errlen, "control file has bad magic 0x%08X (expected 0x%08X)", magic,
                    CONTROL_FILE_MAGIC);
     uint32_t version = get_u32(&r);
-    if (version != CONTROL_FILE_VERSION)
+    if (version != CONTROL_FILE_VERSION && version != 1)
         return bad(err, errlen, "control file has unsupported format version %u (expected %u)",
                    version, CONTROL_FILE_VERSION);
     uint32_t body = get_u32(&r);
@@ -164,7 +228,8 @@ int control_file_decode(const uint8_t *buf, size_t len, acceptor_persistent_stat
     if (n > TERM_HISTORY_MAX)
         return bad(err, errlen, "control file term history has %u entries (max %d)", n,
                    TERM_HISTORY_MAX);
-    if ((size_t)body != FIXED_BODY_SIZE + 16 * (size_t)n)
+    size_t hist_end = FIXED_BODY_SIZE + 16 * (size_t)n;
+    if (version == 1 ? (size_t)body != hist_end : (size_t)body < hist_end + mconf_size(0, 0))
         return bad(err, errlen, "control file body length %u does not fit %u history entries", body,
                    n);
     st.history.n = n;
@@ -175,6 +240,8 @@ int control_file_decode(const uint8_t *buf, size_t len, acceptor_persistent_stat
                       st.history.entries[i].lsn < st.history.entries[i - 1].lsn))
             return bad(err, errlen, "control file term history entry %u is out of order", i);
     }
+    if (version >= 2 && get_mconf(&r, &st.mconf, hist_end, body, err, errlen) != 0)
+        return -1;
     assert((size_t)(r.p - buf) == len - 4);
 
     if (strata_id_is_zero(&st.tenant_id) || strata_id_is_zero(&st.timeline_id))

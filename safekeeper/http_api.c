@@ -15,6 +15,17 @@ static void add_lsn(cJSON *o, const char *name, lsn_t lsn)
     cJSON_AddStringToObject(o, name, lsn_format(lsn, buf));
 }
 
+static void add_members(cJSON *o, const char *name, const member *set, uint32_t n)
+{
+    cJSON *arr = cJSON_AddArrayToObject(o, name);
+    for (uint32_t i = 0; i < n; i++) {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddNumberToObject(m, "node_id", (double)set[i].node_id);
+        cJSON_AddStringToObject(m, "addr", set[i].addr);
+        cJSON_AddItemToArray(arr, m);
+    }
+}
+
 static cJSON *timeline_json(const sk_timeline_status *s)
 {
     cJSON *o = cJSON_CreateObject();
@@ -30,6 +41,10 @@ static cJSON *timeline_json(const sk_timeline_status *s)
     add_lsn(fb, "last_received_lsn", s->ps_feedback.last_received_lsn);
     add_lsn(fb, "disk_consistent_lsn", s->ps_feedback.disk_consistent_lsn);
     add_lsn(fb, "remote_consistent_lsn", s->ps_feedback.remote_consistent_lsn);
+    cJSON *conf = cJSON_AddObjectToObject(o, "configuration");
+    cJSON_AddNumberToObject(conf, "generation", s->mconf.generation);
+    add_members(conf, "members", s->mconf.members, s->mconf.n_members);
+    add_members(conf, "new_members", s->mconf.new_members, s->mconf.n_new_members);
     cJSON_AddNumberToObject(o, "connections", s->connections);
     cJSON_AddBoolToObject(o, "failed", s->failed);
     return o;

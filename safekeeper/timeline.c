@@ -866,6 +866,7 @@ static void fill_status(const sk_timeline *tl, sk_timeline_status *s)
     s->truncate_lsn = acceptor_truncate_lsn(&tl->acc);
     s->timeline_start_lsn = st->timeline_start_lsn;
     s->ps_feedback = st->ps_feedback;
+    s->mconf = st->mconf;
     s->connections = tl->connections;
     s->failed = tl->failed;
 }
@@ -1002,6 +1003,50 @@ void sk_pusher_closed(sk_node *node, sk_pusher *p)
     free_pusher_message(p);
     free(p);
     publish_timeline(tl);
+}
+
+/* ---- configuration ---------------------------------------------------- */
+
+int sk_timeline_switch_membership(sk_timeline *tl, const membership *m, char *err, size_t errlen)
+{
+    if (tl->failed) {
+        snprintf(err, errlen, "the timeline's WAL storage failed");
+        return -1;
+    }
+    if (tl->executing) {
+        snprintf(err, errlen, "the timeline is busy executing a message: try again");
+        return -1;
+    }
+    uint32_t before = acceptor_state(&tl->acc)->mconf.generation;
+    if (acceptor_switch_membership(&tl->acc, m, &tl->out) != 0) {
+        snprintf(err, errlen, "%s", tl->out.error);
+        return -1;
+    }
+    for (int i = 0; i < tl->out.n; i++) {
+        assert(tl->out.effects[i].kind == ACC_PERSIST_CONTROL);
+        int rc = control_file_write(tl->dir, &tl->out.control);
+        if (rc != 0) {
+            tl_fail(tl, "could not write the control file", rc);
+            snprintf(err, errlen, "could not write the control file: %s", strerror(-rc));
+            return -1;
+        }
+        tl->persisted = tl->out.control;
+    }
+    tl->out.n = 0;
+    if (m->generation != before) {
+        char name[80], mem[MEMBERSHIP_TEXT_MAX], nmem[MEMBERSHIP_TEXT_MAX];
+        membership_format_set(m->members, m->n_members, mem, sizeof mem);
+        membership_format_set(m->new_members, m->n_new_members, nmem, sizeof nmem);
+        log_info("%s: configuration generation %u -> %u: members %s%s%s",
+                 tl_name(tl, name, sizeof name), before, m->generation, mem,
+                 m->n_new_members > 0 ? ", joint with new members " : "", nmem);
+        if (tl->streaming != NULL && tl->streaming->conn != NULL)
+            fatal_to(tl->streaming->conn, "57P01",
+                     "the timeline's safekeeper configuration changed: reconnect to learn it",
+                     NULL);
+    }
+    publish_timeline(tl);
+    return 0;
 }
 
 /* ---- sender side ------------------------------------------------------ */

@@ -70,6 +70,7 @@ typedef struct sk_timeline_status {
     lsn_t truncate_lsn;
     lsn_t timeline_start_lsn;
     pageserver_feedback ps_feedback;
+    membership mconf;
     int connections;
     bool failed;
 } sk_timeline_status;
@@ -137,6 +138,15 @@ void sk_pusher_message(sk_node *node, sk_pusher *p, const uint8_t *data, size_t 
 /* p's connection closed: unlinks it (frees p now or when its message
  * finishes executing). */
 void sk_pusher_closed(sk_node *node, sk_pusher *p);
+
+/*
+ * Switches tl to configuration m now (acceptor_switch_membership, then the
+ * control file, durably) and drops the streaming proposer connection so
+ * that its proposer reconnects and learns m at once.  0, or -1 with err:
+ * an invalid or older configuration, a failed timeline, or the timeline
+ * busy executing a message (err says "busy"; try again).
+ */
+int sk_timeline_switch_membership(sk_timeline *tl, const membership *m, char *err, size_t errlen);
 
 /* --- sender side (walsender.c) --- */
 

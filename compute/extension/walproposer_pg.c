@@ -102,6 +102,7 @@ typedef struct sk_slot {
 static struct {
     int n_sk;
     sk_slot sk[WP_MAX_SAFEKEEPERS];
+    membership mconf; /* generation 0: strata.safekeepers is the list */
     strata_id tenant;
     strata_id timeline;
 
@@ -166,6 +167,10 @@ typedef struct wp_shared {
      * of its segment on an empty timeline; its pg_wal holds nothing real
      * before it), 0 for a server with its own history. */
     pg_atomic_uint64 own_wal_start;
+    /* The newest safekeeper configuration a safekeeper told us (generation
+     * 0: none yet, strata.safekeepers is the list).  Written by the worker
+     * before it restarts to use it; read by the next worker. */
+    membership mconf;
 } wp_shared;
 static wp_shared *wp_sh = NULL;
 static shmem_request_hook_type prev_wp_shmem_request_hook = NULL;
@@ -189,6 +194,7 @@ static void wp_shmem_startup(void)
     if (!found) {
         pg_atomic_init_u64(&wp_sh->last_elected_term, 0);
         pg_atomic_init_u64(&wp_sh->own_wal_start, 0);
+        memset(&wp_sh->mconf, 0, sizeof(wp_sh->mconf));
     }
     LWLockRelease(AddinShmemInitLock);
 }
@@ -225,6 +231,31 @@ void strata_walproposer_register(void)
 
 /* ---- configuration ----------------------------------------------------- */
 
+/* The safekeepers of a configuration learned earlier (see wp_shared). */
+static void slots_from_membership(const membership *m)
+{
+    member slots[WP_MAX_SAFEKEEPERS];
+    int n = membership_union(m, slots);
+
+    wp.n_sk = 0;
+    for (int i = 0; i < n; i++) {
+        sk_slot *sk = &wp.sk[wp.n_sk++];
+        const char *colon = strrchr(slots[i].addr, ':');
+
+        if (colon == NULL || colon == slots[i].addr)
+            ereport(FATAL, (errmsg("strata walproposer: configuration generation %u names "
+                                   "member " UINT64_FORMAT " at \"%s\", not host:port",
+                                   m->generation, slots[i].node_id, slots[i].addr)));
+        snprintf(sk->host, sizeof(sk->host), "%.*s", (int)(colon - slots[i].addr), slots[i].addr);
+        strlcpy(sk->port, colon + 1, sizeof(sk->port));
+        snprintf(sk->addr, sizeof(sk->addr), "%s", slots[i].addr);
+        pqstream_init(&sk->stream);
+        sk->backoff_ms = 0;
+        sk->next_attempt = 0;
+    }
+    wp.mconf = *m;
+}
+
 static void parse_safekeepers(void)
 {
     char *list = pstrdup(strata_safekeepers);
@@ -253,6 +284,12 @@ static void parse_safekeepers(void)
         sk->next_attempt = 0;
     }
     pfree(list);
+    if (wp_sh != NULL && wp_sh->mconf.generation > 0) {
+        ereport(LOG, (errmsg("strata walproposer: using safekeeper configuration generation %u "
+                             "learned from the safekeepers",
+                             wp_sh->mconf.generation)));
+        slots_from_membership(&wp_sh->mconf);
+    }
     if (!strata_id_parse(strata_tenant_id, &wp.tenant) ||
         !strata_id_parse(strata_timeline_id, &wp.timeline))
         ereport(FATAL, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -681,6 +718,15 @@ static void run_effects(TimestampTz now)
             case PROP_SYNC_DONE:
                 elog(ERROR,
                      "strata walproposer: the proposer core finished a sync in compute mode");
+                break;
+            case PROP_RECONFIGURE:
+                /* Keep it for the next worker, which starts a new election
+                 * with those members; the postmaster restarts us. */
+                memcpy(&wp_sh->mconf, e->u.mconf, sizeof(wp_sh->mconf));
+                ereport(LOG, (errmsg("strata walproposer: safekeeper %s holds configuration "
+                                     "generation %u; restarting with its members",
+                                     wp.sk[i].addr, e->u.mconf->generation)));
+                proc_exit(1);
             }
         }
         wp.out.n = 0;
@@ -958,6 +1004,7 @@ static void start_core(void)
 
     proposer_config_defaults(&cfg);
     cfg.n_acceptors = wp.n_sk;
+    cfg.mconf = wp.mconf;
     cfg.tenant_id = wp.tenant;
     cfg.timeline_id = wp.timeline;
     cfg.pg_version = PG_VERSION_NUM;

@@ -8,8 +8,9 @@
  * flush_lsn and our history is its history plus (term, term_start_lsn).
  * Streaming: per acceptor from the highest common point of the histories,
  * bounded appends, a bounded window, heartbeats.  Commit: the highest LSN a
- * majority of the configured acceptors flushed, counting only flushes at or
- * past term_start_lsn.
+ * quorum of the configuration flushed (a majority of each of its sets),
+ * counting only flushes at or past term_start_lsn.  Configuration: a
+ * greeting with a newer generation ends this proposer (RECONFIGURE).
  *
  * Not for: IO, clocks, WAL bytes.  libc only (compiled into strata.so).
  *
@@ -39,14 +40,72 @@ static proposer_effect *out_push(proposer_output *out, proposer_effect_kind kind
     return e;
 }
 
-static int quorum(const proposer *p)
+/*
+ * Whether the slots marked in `has` form a quorum: a majority of every set
+ * of the configuration (generation 0: of all slots).
+ */
+static bool is_quorum(const proposer *p, const bool *has)
 {
-    return p->cfg.n_acceptors / 2 + 1;
+    int n_m = 0, got_m = 0, n_n = 0, got_n = 0;
+    for (int i = 0; i < p->cfg.n_acceptors; i++) {
+        if (p->in_members[i]) {
+            n_m++;
+            got_m += has[i];
+        }
+        if (p->in_new[i]) {
+            n_n++;
+            got_n += has[i];
+        }
+    }
+    assert(n_m > 0);
+    return got_m >= n_m / 2 + 1 && (n_n == 0 || got_n >= n_n / 2 + 1);
+}
+
+/*
+ * The highest LSN a quorum holds, given each slot's value (0: none): per
+ * set, the majority-th highest value; the lowest over the sets.  0 when some
+ * set has no majority with a value.
+ */
+static lsn_t quorum_lsn(const proposer *p, const lsn_t *v)
+{
+    lsn_t result = LSN_MAX;
+    for (int set = 0; set < 2; set++) {
+        const bool *in = set == 0 ? p->in_members : p->in_new;
+        lsn_t vals[PROPOSER_MAX_ACCEPTORS];
+        int n = 0, size = 0;
+        for (int i = 0; i < p->cfg.n_acceptors; i++) {
+            if (!in[i])
+                continue;
+            size++;
+            if (v[i] > 0)
+                vals[n++] = v[i];
+        }
+        if (size == 0)
+            continue;
+        int need = size / 2 + 1;
+        if (n < need)
+            return 0;
+        /* Sort descending; the need-th highest is held by a majority. */
+        for (int a = 1; a < n; a++) {
+            lsn_t x = vals[a];
+            int b = a - 1;
+            while (b >= 0 && vals[b] < x) {
+                vals[b + 1] = vals[b];
+                b--;
+            }
+            vals[b + 1] = x;
+        }
+        if (vals[need - 1] < result)
+            result = vals[need - 1];
+    }
+    assert(result != LSN_MAX);
+    return result;
 }
 
 static bool finished(const proposer *p)
 {
-    return p->phase == PROPOSER_FENCED || p->phase == PROPOSER_SYNC_DONE;
+    return p->phase == PROPOSER_FENCED || p->phase == PROPOSER_SYNC_DONE ||
+           p->phase == PROPOSER_RECONFIGURE;
 }
 
 static void fence(proposer *p, const char *reason, proposer_output *out)
@@ -91,8 +150,19 @@ void proposer_config_defaults(proposer_config *cfg)
 
 int proposer_init(proposer *p, const proposer_config *cfg, uint64_t now_ms, const char **why)
 {
-    if (cfg->n_acceptors < 1 || cfg->n_acceptors > PROPOSER_MAX_ACCEPTORS) {
+    const char *bad = membership_check(&cfg->mconf);
+    if (bad) {
+        *why = bad;
+        return -1;
+    }
+    member slots[PROPOSER_MAX_ACCEPTORS];
+    int n_slots = membership_union(&cfg->mconf, slots);
+    if (cfg->mconf.generation == 0 && (cfg->n_acceptors < 1 || cfg->n_acceptors > MEMBERSHIP_MAX)) {
         *why = "number of acceptors must be 1..7";
+        return -1;
+    }
+    if (cfg->mconf.generation > 0 && cfg->n_acceptors != n_slots) {
+        *why = "number of acceptors must be the configuration's member count";
         return -1;
     }
     uint32_t s = cfg->wal_seg_size;
@@ -113,6 +183,19 @@ int proposer_init(proposer *p, const proposer_config *cfg, uint64_t now_ms, cons
     p->phase = PROPOSER_COLLECTING_TERMS;
     p->now_ms = now_ms;
     p->donor = -1;
+    for (int i = 0; i < cfg->n_acceptors; i++) {
+        if (cfg->mconf.generation == 0) {
+            p->in_members[i] = true;
+            continue;
+        }
+        p->slot_node[i] = slots[i].node_id;
+        for (uint32_t k = 0; k < cfg->mconf.n_members; k++)
+            if (cfg->mconf.members[k].node_id == slots[i].node_id)
+                p->in_members[i] = true;
+        for (uint32_t k = 0; k < cfg->mconf.n_new_members; k++)
+            if (cfg->mconf.new_members[k].node_id == slots[i].node_id)
+                p->in_new[i] = true;
+    }
     return 0;
 }
 
@@ -147,6 +230,7 @@ static void emit_append(proposer *p, int i, lsn_t begin, lsn_t end, proposer_out
     e->acceptor = i;
     append_request *a = &e->u.append;
     a->term = p->term;
+    a->generation = p->cfg.mconf.generation;
     a->begin_lsn = begin;
     a->end_lsn = end;
     a->commit_lsn = p->commit_lsn;
@@ -208,6 +292,7 @@ static void start_streaming(proposer *p, int i, proposer_output *out)
     memset(&peer->msg, 0, sizeof(peer->msg));
     peer->msg.kind = PMSG_ELECTED;
     peer->msg.u.elected.term = p->term;
+    peer->msg.u.elected.generation = p->cfg.mconf.generation;
     peer->msg.u.elected.start_streaming_at = start;
     peer->msg.u.elected.history = p->history;
     send_msg(p, i, out);
@@ -220,15 +305,16 @@ static void check_sync_done(proposer *p, proposer_output *out)
 {
     if (!p->cfg.sync_safekeepers || p->phase != PROPOSER_ELECTED)
         return;
-    int synced = 0, behind = 0; /* behind: streaming, not yet synced */
+    bool synced[PROPOSER_MAX_ACCEPTORS] = {false};
+    int behind = 0; /* streaming, not yet synced */
     for (int i = 0; i < p->cfg.n_acceptors; i++) {
         const proposer_peer *peer = &p->peers[i];
         if (peer->flush_lsn >= p->term_start_lsn && peer->commit_lsn >= p->term_start_lsn)
-            synced++;
+            synced[i] = true;
         else if (peer->state == PEER_STREAMING)
             behind++;
     }
-    if (synced < quorum(p))
+    if (!is_quorum(p, synced))
         return;
     if (p->sync_quorum_ms == 0)
         p->sync_quorum_ms = p->now_ms > 0 ? p->now_ms : 1;
@@ -244,41 +330,26 @@ static void check_sync_done(proposer *p, proposer_output *out)
 static void recompute_commit(proposer *p, proposer_output *out)
 {
     lsn_t flushes[PROPOSER_MAX_ACCEPTORS];
-    int n = 0;
     lsn_t min_flush = LSN_MAX;
     for (int i = 0; i < p->cfg.n_acceptors; i++) {
         lsn_t f = p->peers[i].flush_lsn;
         if (f < min_flush)
             min_flush = f;
 #ifdef STRATA_BUG_COMMIT_OLD_TERM
-        if (f > 0)
-            flushes[n++] = f;
+        flushes[i] = f;
 #else
         /* Never commit an older term's WAL by counting (Raft figure 8):
          * only acceptors that hold our term's start count. */
-        if (f > 0 && f >= p->term_start_lsn)
-            flushes[n++] = f;
+        flushes[i] = f >= p->term_start_lsn ? f : 0;
 #endif
     }
-    /* Sort descending; the quorum-th highest is held by a majority. */
-    for (int a = 1; a < n; a++) {
-        lsn_t v = flushes[a];
-        int b = a - 1;
-        while (b >= 0 && flushes[b] < v) {
-            flushes[b + 1] = flushes[b];
-            b--;
-        }
-        flushes[b + 1] = v;
-    }
     bool advanced = false;
-    if (n >= quorum(p)) {
-        lsn_t c = flushes[quorum(p) - 1];
-        if (c > p->commit_lsn) {
-            p->commit_lsn = c;
-            advanced = true;
-            proposer_effect *e = out_push(out, PROP_COMMIT_ADVANCED);
-            e->u.commit_lsn = c;
-        }
+    lsn_t c = quorum_lsn(p, flushes);
+    if (c > p->commit_lsn) {
+        p->commit_lsn = c;
+        advanced = true;
+        proposer_effect *e = out_push(out, PROP_COMMIT_ADVANCED);
+        e->u.commit_lsn = c;
     }
     lsn_t horizon = min_flush < p->commit_lsn ? min_flush : p->commit_lsn;
     if (horizon > p->truncate_lsn)
@@ -366,6 +437,7 @@ static void send_vote_request(proposer *p, int i, proposer_output *out)
     memset(&peer->msg, 0, sizeof(peer->msg));
     peer->msg.kind = PMSG_VOTE_REQUEST;
     peer->msg.u.vote.term = p->term;
+    peer->msg.u.vote.generation = p->cfg.mconf.generation;
     peer->state = PEER_VOTING;
     send_msg(p, i, out);
 }
@@ -375,20 +447,35 @@ static int handle_greeting(proposer *p, int i, const acceptor_greeting *g, propo
     proposer_peer *peer = &p->peers[i];
     if (peer->state != PEER_GREETING)
         return violation(p, i, out);
+    /* Slots are nodes: another node at that address is not this member. */
+    if (p->slot_node[i] != 0 && g->node_id != p->slot_node[i])
+        return violation(p, i, out);
+    if (g->mconf.generation > p->cfg.mconf.generation) {
+        p->learned = g->mconf;
+        p->phase = PROPOSER_RECONFIGURE;
+        proposer_effect *e = out_push(out, PROP_RECONFIGURE);
+        e->acceptor = i;
+        e->u.mconf = &p->learned;
+        return 0;
+    }
+    /* Our greeting carried our configuration: an acceptor holds ours or a
+     * newer one, never an older one. */
+    if (g->mconf.generation < p->cfg.mconf.generation)
+        return violation(p, i, out);
     peer->greeting_term = g->term;
     peer->state = PEER_GREETED;
 
     if (p->phase == PROPOSER_COLLECTING_TERMS) {
-        int greeted = 0;
+        bool greeted[PROPOSER_MAX_ACCEPTORS] = {false};
         uint64_t max_term = 0;
         for (int k = 0; k < p->cfg.n_acceptors; k++) {
             if (p->peers[k].state == PEER_GREETED) {
-                greeted++;
+                greeted[k] = true;
                 if (p->peers[k].greeting_term > max_term)
                     max_term = p->peers[k].greeting_term;
             }
         }
-        if (greeted < quorum(p))
+        if (!is_quorum(p, greeted))
             return 0;
         p->term = max_term + 1;
         p->phase = PROPOSER_VOTING;
@@ -426,11 +513,10 @@ static int handle_vote(proposer *p, int i, const vote_response *v, proposer_outp
     peer->state = PEER_VOTED;
 
     if (p->phase == PROPOSER_VOTING) {
-        int votes = 0;
+        bool votes[PROPOSER_MAX_ACCEPTORS] = {false};
         for (int k = 0; k < p->cfg.n_acceptors; k++)
-            if (p->peers[k].state == PEER_VOTED && p->peers[k].vote_given)
-                votes++;
-        if (votes >= quorum(p))
+            votes[k] = p->peers[k].state == PEER_VOTED && p->peers[k].vote_given;
+        if (is_quorum(p, votes))
             elect(p, out);
         return 0;
     }
@@ -491,6 +577,7 @@ void proposer_connected(proposer *p, int i, proposer_output *out)
     g->pg_version = p->cfg.pg_version;
     g->system_id = p->cfg.system_id;
     g->wal_seg_size = p->cfg.wal_seg_size;
+    g->mconf = p->cfg.mconf;
     send_msg(p, i, out);
 }
 

@@ -37,8 +37,21 @@
  *                    lost: stop (a compute must shut down).  reason says why.
  *   PROP_SYNC_DONE   sync-safekeepers mode: lsn is the synced end of WAL;
  *                    print it and exit.
+ *   PROP_RECONFIGURE an acceptor holds a newer safekeeper configuration
+ *                    (*mconf): the edge closes every connection and starts
+ *                    a new proposer whose acceptors are that
+ *                    configuration's (membership_union order), with
+ *                    cfg.mconf set to it.  The new proposer runs a new
+ *                    election; nothing committed is lost.
  *
- * After FENCED or SYNC_DONE the core ignores all further input.
+ * Configurations (proto/walpush.h, membership): with cfg.mconf.generation 0
+ * the n_acceptors given are the configuration and a majority of them is a
+ * quorum.  From generation 1 on, acceptor slot i is node
+ * membership_union(&cfg.mconf)[i]; a greeting from another node id is a
+ * violation; a quorum (for the election and for commit) is a majority of
+ * members and, in a joint configuration, also a majority of new_members.
+ *
+ * After FENCED, SYNC_DONE or RECONFIGURE the core ignores all further input.
  *
  * Threading: none; one thread at a time.
  */
@@ -51,10 +64,14 @@
 #include "common/lsn.h"
 #include "proto/walpush.h"
 
-#define PROPOSER_MAX_ACCEPTORS 7
+/* Both sets of a joint configuration. */
+#define PROPOSER_MAX_ACCEPTORS (2 * MEMBERSHIP_MAX)
 
 typedef struct proposer_config {
-    int n_acceptors; /* 1..PROPOSER_MAX_ACCEPTORS; majority = n/2 + 1 */
+    /* 1..MEMBERSHIP_MAX in generation 0 (majority = n/2 + 1); else the
+     * size of membership_union(&mconf). */
+    int n_acceptors;
+    membership mconf; /* generation 0: the n_acceptors given */
     strata_id tenant_id;
     strata_id timeline_id;
     uint32_t pg_version;   /* e.g. 150020 */
@@ -90,11 +107,12 @@ typedef enum proposer_effect_kind {
     PROP_COMMIT_ADVANCED,
     PROP_FENCED,
     PROP_SYNC_DONE,
+    PROP_RECONFIGURE,
 } proposer_effect_kind;
 
 typedef struct proposer_effect {
     proposer_effect_kind kind;
-    int acceptor; /* SEND, APPEND, DISCONNECT: index 0..n-1 */
+    int acceptor; /* SEND, APPEND, DISCONNECT, RECONFIGURE: index 0..n-1 */
     union {
         /* SEND: valid until the next call into the proposer. */
         const proposer_msg *msg;
@@ -113,6 +131,8 @@ typedef struct proposer_effect {
         lsn_t commit_lsn; /* COMMIT_ADVANCED */
         lsn_t sync_lsn;   /* SYNC_DONE */
         const char *reason; /* FENCED: static string */
+        /* RECONFIGURE: valid until the next call into the proposer. */
+        const membership *mconf;
     } u;
 } proposer_effect;
 
@@ -131,6 +151,7 @@ typedef enum proposer_phase {
     PROPOSER_ELECTED,              /* streaming */
     PROPOSER_SYNC_DONE,
     PROPOSER_FENCED,
+    PROPOSER_RECONFIGURE, /* an acceptor knows a newer configuration */
 } proposer_phase;
 
 typedef enum proposer_peer_state {
@@ -173,6 +194,12 @@ typedef struct proposer {
     lsn_t commit_lsn;
     lsn_t truncate_lsn;
     uint64_t sync_quorum_ms; /* sync mode: when a majority was synced; 0 before */
+    /* Per slot: the node id it must be (0 in generation 0), and whether it
+     * counts in members / new_members. */
+    uint64_t slot_node[PROPOSER_MAX_ACCEPTORS];
+    bool in_members[PROPOSER_MAX_ACCEPTORS];
+    bool in_new[PROPOSER_MAX_ACCEPTORS];
+    membership learned; /* RECONFIGURE's payload */
     proposer_peer peers[PROPOSER_MAX_ACCEPTORS];
 } proposer;
 

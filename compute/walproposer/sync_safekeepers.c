@@ -71,6 +71,9 @@ typedef struct sync_state {
     proposer_output out;
     uint32_t failed;
     bool busy; /* a receive budget ran out: poll again at once */
+    /* A safekeeper told us a newer configuration: start over with it. */
+    bool reconfigure;
+    membership mconf;
 
     /* Donor WAL (after ELECTED, if some acceptor is behind). */
     bool elected;
@@ -146,6 +149,31 @@ static void parse_safekeepers(sync_state *st, const char *list)
     free(copy);
     if (st->n == 0)
         usage("--safekeepers is empty");
+}
+
+/* Replaces the peers by the members of st->mconf (membership_union order,
+ * as the proposer core numbers its acceptors). */
+static void peers_from_membership(sync_state *st)
+{
+    member slots[PROPOSER_MAX_ACCEPTORS];
+    int n = membership_union(&st->mconf, slots);
+
+    for (int i = 0; i < st->n; i++)
+        pqstream_close(&st->peers[i].stream);
+    memset(st->peers, 0, sizeof(st->peers));
+    st->n = n;
+    for (int i = 0; i < n; i++) {
+        sync_peer *p = &st->peers[i];
+        const char *colon = strrchr(slots[i].addr, ':');
+
+        if (colon == NULL || colon == slots[i].addr)
+            die("configuration generation %u names member %llu at \"%s\", not host:port",
+                st->mconf.generation, (unsigned long long)slots[i].node_id, slots[i].addr);
+        snprintf(p->host, sizeof(p->host), "%.*s", (int)(colon - slots[i].addr), slots[i].addr);
+        snprintf(p->port, sizeof(p->port), "%s", colon + 1);
+        snprintf(p->addr, sizeof(p->addr), "%s", slots[i].addr);
+        pqstream_init(&p->stream);
+    }
 }
 
 /* Connection parameters shared by the walpush and the donor streams. */
@@ -302,6 +330,17 @@ static void run_effects(sync_state *st, uint64_t now)
                 break;
             case PROP_FENCED:
                 die("%s", e->u.reason);
+            case PROP_RECONFIGURE:
+                /* The core is finished; the main loop starts a new one. */
+                st->mconf = *e->u.mconf;
+                st->reconfigure = true;
+                log_info("safekeeper %s holds configuration generation %u: starting over "
+                         "with its %u members",
+                         st->peers[i].addr, st->mconf.generation,
+                         st->mconf.n_members + st->mconf.n_new_members);
+                st->out.n = 0;
+                st->failed = 0;
+                return;
             case PROP_SYNC_DONE: {
                 char lsnbuf[LSN_FMT_LEN];
 
@@ -600,6 +639,7 @@ int main(int argc, char **argv)
 
     proposer_config_defaults(&cfg);
     cfg.n_acceptors = st.n;
+    cfg.mconf = st.mconf;
     cfg.tenant_id = st.tenant;
     cfg.timeline_id = st.timeline;
     cfg.pg_version = SYNC_PG_VERSION;
@@ -619,8 +659,23 @@ int main(int argc, char **argv)
 
         if (now >= deadline)
             die("timed out after %ld s: %s", timeout_s, progress(&st));
-        for (int i = 0; i < st.n; i++)
+        for (int i = 0; i < st.n && !st.reconfigure; i++)
             handle_peer(&st, i, now);
+        if (st.reconfigure) {
+            /* Nothing was elected under the old configuration that the new
+             * election would not find: start over with its members. */
+            st.reconfigure = false;
+            st.elected = false;
+            free(st.bufmem);
+            st.bufmem = NULL;
+            pqstream_close(&st.donor_stream);
+            peers_from_membership(&st);
+            cfg.n_acceptors = st.n;
+            cfg.mconf = st.mconf;
+            if (proposer_init(&st.core, &cfg, now, &why) != 0)
+                die("bad configuration from a safekeeper: %s", why);
+            continue;
+        }
         handle_donor(&st, now);
         if (now - last_tick >= SYNC_TICK_MS) {
             proposer_tick(&st.core, now, &st.out);

@@ -20,8 +20,13 @@ from conftest import (LSN_RE, SAN_BUILD, lsn_to_int, make_shared_dir, pageserver
 
 
 def check_status_schema(st, directory):
-    assert set(st) == {"dir", "compute", "pageserver", "safekeepers"}
+    assert set(st) == {"dir", "compute", "pageserver", "safekeepers", "configuration"}
     assert st["dir"] == directory
+    conf = st["configuration"]
+    assert set(conf) == {"generation", "members", "new_members"}
+    assert isinstance(conf["generation"], int) and conf["generation"] >= 0
+    for m in conf["members"] + conf["new_members"]:
+        assert set(m) == {"node_id", "addr"} and m["node_id"] >= 1, m
     compute = st["compute"]
     assert set(compute) == {"pid", "port", "connstr", "datadir"}
     assert compute["pid"] is None or isinstance(compute["pid"], int)
@@ -41,9 +46,11 @@ def check_status_schema(st, directory):
     assert [sk["name"] for sk in st["safekeepers"]] == ["sk1", "sk2", "sk3"]
     ports = {compute["port"], ps["pg_port"], ps["http_port"]}
     for sk in st["safekeepers"]:
-        assert set(sk) == {"name", "pid", "pg_port", "http_port", "term", "flush_lsn",
-                           "commit_lsn"}
+        assert set(sk) == {"name", "pid", "pg_port", "http_port", "node_id", "generation", "term",
+                           "flush_lsn", "commit_lsn"}
         assert sk["pid"] is None or isinstance(sk["pid"], int)
+        assert sk["node_id"] is None or (isinstance(sk["node_id"], int) and sk["node_id"] >= 1)
+        assert sk["generation"] is None or isinstance(sk["generation"], int)
         assert sk["term"] is None or (isinstance(sk["term"], int) and sk["term"] >= 0)
         for key in ("flush_lsn", "commit_lsn"):
             assert sk[key] is None or LSN_RE.match(sk[key]), sk[key]

@@ -271,24 +271,37 @@ class Conn:
 # --------------------------------------------------- WAL-push messages
 
 
-def greeting(tenant, timeline, seg=SEG, version=1, pg_version=150020):
+def members_wire(members):
+    """One member set on the wire: u8 count, then (u64 node id, u8 length,
+    address) per member."""
+    b = struct.pack("!B", len(members))
+    for node, addr in members:
+        a = addr.encode()
+        b += struct.pack("!QB", node, len(a)) + a
+    return b
+
+
+def greeting(tenant, timeline, seg=SEG, version=2, pg_version=150020, generation=0,
+             members=(), new_members=()):
     return (b"g" + struct.pack("!I", version) + bytes.fromhex(tenant) + bytes.fromhex(timeline)
-            + struct.pack("!IQI", pg_version, SYSID, seg))
+            + struct.pack("!IQI", pg_version, SYSID, seg)
+            + struct.pack("!I", generation) + members_wire(members) + members_wire(new_members))
 
 
-def vote(term):
-    return b"v" + struct.pack("!Q", term)
+def vote(term, generation=0):
+    return b"v" + struct.pack("!QI", term, generation)
 
 
-def elected(term, start, history):
-    b = b"e" + struct.pack("!QQI", term, start, len(history))
+def elected(term, start, history, generation=0):
+    b = b"e" + struct.pack("!QIQI", term, generation, start, len(history))
     for t, l in history:
         b += struct.pack("!QQ", t, l)
     return b
 
 
-def append(term, begin, wal, commit, truncate=0):
-    return b"a" + struct.pack("!QQQQQ", term, begin, begin + len(wal), commit, truncate) + wal
+def append(term, begin, wal, commit, truncate=0, generation=0):
+    return (b"a" + struct.pack("!QIQQQQ", term, generation, begin, begin + len(wal), commit,
+                               truncate) + wal)
 
 
 def parse_append_response(b):
@@ -380,7 +393,7 @@ class Proposer:
 
     def __init__(self, sk, tenant, timeline, term=1, start=SEG, seg=SEG):
         self.c = Conn(sk.pg_port, opts(tenant, timeline))
-        self.c.start_copy_both("START_WAL_PUSH (proto_version '1')")
+        self.c.start_copy_both("START_WAL_PUSH (proto_version '2')")
         self.c.copy_data(greeting(tenant, timeline, seg=seg))
         g = self.c.recv_copy()
         assert g[0:1] == b"g"
@@ -526,7 +539,7 @@ def test_bad_input_gets_clear_errors(sk):
     # An append that is not WAL (the acceptor's tracker rejects it), sent
     # on a second connection that got through greeting and vote refusal.
     c = Conn(sk.pg_port, opts(tenant, timeline))
-    c.start_copy_both("START_WAL_PUSH (proto_version '1')")
+    c.start_copy_both("START_WAL_PUSH (proto_version '2')")
     c.copy_data(append(1, 0, b"\x01" * 64, 0))
     err = c.expect_error()
     assert "ProposerGreeting" in err["M"] + err.get("D", ""), err

@@ -1033,6 +1033,11 @@ static void prop_process(int pi, proposer_output *out)
             prop_on_elected(pi, e);
             need_wal = true;
             break;
+        case PROP_RECONFIGURE:
+            /* No scenario here changes the configuration (generation 0). */
+            violate("proposer %d reconfigured to generation %u", pn->uid,
+                    e->u.mconf->generation);
+            return;
         case PROP_COMMIT_ADVANCED:
             trace("p%d commit -> %s", pi, fmt_lsn(e->u.commit_lsn));
             if (e->u.commit_lsn < proposer_term_start_lsn(&pn->core))

@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -24,6 +25,7 @@ static uint8_t walmem[WINDOW];
 static acceptor acc;
 static acceptor_output out;
 static strata_id tenant = {{1}}, timeline = {{2}};
+static uint32_t generation; /* what vote/elected/append carry */
 
 static void greet(void)
 {
@@ -40,6 +42,7 @@ static int vote(uint64_t term)
 {
     proposer_msg m = {.kind = PMSG_VOTE_REQUEST};
     m.u.vote.term = term;
+    m.u.vote.generation = generation;
     return acceptor_handle_message(&acc, &m, &out);
 }
 
@@ -48,6 +51,7 @@ static int elected(uint64_t term, lsn_t start, const term_history *h)
     static proposer_msg m;
     m.kind = PMSG_ELECTED;
     m.u.elected.term = term;
+    m.u.elected.generation = generation;
     m.u.elected.start_streaming_at = start;
     m.u.elected.history = *h;
     return acceptor_handle_message(&acc, &m, &out);
@@ -57,6 +61,7 @@ static int append(uint64_t term, lsn_t begin, lsn_t end, lsn_t commit)
 {
     proposer_msg m = {.kind = PMSG_APPEND};
     m.u.append.term = term;
+    m.u.append.generation = generation;
     m.u.append.begin_lsn = begin;
     m.u.append.end_lsn = end;
     m.u.append.commit_lsn = commit;
@@ -104,6 +109,90 @@ static void setup_streaming(uint64_t term)
     term_history h;
     set_history(&h, 1, (uint64_t[]){term}, (lsn_t[]){BOOT});
     assert_int_equal(elected(term, BOOT, &h), 0);
+}
+
+static membership conf(uint32_t gen, const uint64_t *ids, int n)
+{
+    membership m = {.generation = gen, .n_members = (uint32_t)n};
+    for (int i = 0; i < n; i++) {
+        m.members[i].node_id = ids[i];
+        snprintf(m.members[i].addr, sizeof m.members[i].addr, "127.0.0.1:%d", 7000 + (int)ids[i]);
+    }
+    return m;
+}
+
+static int greet_conf(const membership *m)
+{
+    proposer_msg msg = {.kind = PMSG_GREETING};
+    msg.u.greeting.proto_version = WALPUSH_PROTO_VERSION;
+    msg.u.greeting.tenant_id = tenant;
+    msg.u.greeting.timeline_id = timeline;
+    msg.u.greeting.pg_version = 150020;
+    msg.u.greeting.wal_seg_size = SEG;
+    msg.u.greeting.mconf = *m;
+    return acceptor_handle_message(&acc, &msg, &out);
+}
+
+/* Configurations: switched only forward, served only to the current
+ * generation and only while a member, learned from a newer proposer. */
+static void test_configuration_generation(void **state)
+{
+    (void)state;
+    generation = 0;
+    acceptor_init(&acc, 1, &tenant, &timeline);
+    greet();
+    assert_int_equal(vote(1), 0);
+
+    membership g2 = conf(2, (uint64_t[]){1, 2, 3}, 3);
+    assert_int_equal(acceptor_switch_membership(&acc, &g2, &out), 0);
+    assert_int_equal(out.n, 1);
+    assert_int_equal(out.effects[0].kind, ACC_PERSIST_CONTROL);
+    assert_true(membership_equal(&out.control.mconf, &g2));
+    /* The old generation is refused; the greeting tells the newer one. */
+    assert_int_equal(vote(2), -1);
+    assert_non_null(strstr(out.error, "generation"));
+    membership none = {0};
+    assert_int_equal(greet_conf(&none), 0);
+    assert_int_equal(out.n, 1);
+    assert_int_equal(out.effects[0].kind, ACC_SEND);
+    assert_true(membership_equal(&out.msg.u.greeting.mconf, &g2));
+    generation = 2;
+    assert_int_equal(vote(2), 0);
+
+    /* Same generation, same content: nothing; other content, older: no. */
+    assert_int_equal(acceptor_switch_membership(&acc, &g2, &out), 0);
+    assert_int_equal(out.n, 0);
+    membership other = conf(2, (uint64_t[]){1, 2, 4}, 3);
+    assert_int_equal(acceptor_switch_membership(&acc, &other, &out), -1);
+    assert_non_null(strstr(out.error, "different configuration"));
+    membership g1 = conf(1, (uint64_t[]){1, 2, 3}, 3);
+    assert_int_equal(acceptor_switch_membership(&acc, &g1, &out), -1);
+    assert_non_null(strstr(out.error, "newer"));
+    membership bad = g2;
+    bad.generation = 9;
+    bad.members[1].node_id = 1;
+    assert_int_equal(acceptor_switch_membership(&acc, &bad, &out), -1);
+    assert_non_null(strstr(out.error, "twice"));
+
+    /* Excluded: node 1 is not in generation 3. */
+    membership g3 = conf(3, (uint64_t[]){2, 3, 4}, 3);
+    assert_int_equal(acceptor_switch_membership(&acc, &g3, &out), 0);
+    generation = 3;
+    assert_int_equal(vote(3), -1);
+    assert_non_null(strstr(out.error, "not a member"));
+
+    /* A proposer bringing generation 5 (with node 1 back): adopted, the
+     * control file written before the reply. */
+    membership g5 = conf(5, (uint64_t[]){1, 3, 4}, 3);
+    assert_int_equal(greet_conf(&g5), 0);
+    assert_int_equal(out.n, 2);
+    assert_int_equal(out.effects[0].kind, ACC_PERSIST_CONTROL);
+    assert_true(membership_equal(&out.control.mconf, &g5));
+    assert_int_equal(out.effects[1].kind, ACC_SEND);
+    assert_int_equal(out.msg.u.greeting.mconf.generation, 5);
+    generation = 5;
+    assert_int_equal(vote(4), 0);
+    generation = 0;
 }
 
 static void test_greeting_initialises_and_checks(void **state)
@@ -369,6 +458,7 @@ int main(void)
         cmocka_unit_test(test_group_commit),
         cmocka_unit_test(test_truncate_clamps_inflight_flush),
         cmocka_unit_test(test_restore),
+        cmocka_unit_test(test_configuration_generation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

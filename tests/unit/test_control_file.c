@@ -41,7 +41,23 @@ static void sample(acceptor_persistent_state *st, uint32_t nhist)
     st->ps_feedback.last_received_lsn = 0x2F00000;
     st->ps_feedback.disk_consistent_lsn = 0x2E00000;
     st->ps_feedback.remote_consistent_lsn = 0x2D00000;
+    /* A joint configuration: {1,2,3} -> {1,3,4}. */
+    st->mconf.generation = 4;
+    st->mconf.n_members = 3;
+    st->mconf.n_new_members = 3;
+    const uint64_t old_ids[] = {1, 2, 3}, new_ids[] = {1, 3, 4};
+    for (int i = 0; i < 3; i++) {
+        st->mconf.members[i].node_id = old_ids[i];
+        snprintf(st->mconf.members[i].addr, sizeof st->mconf.members[i].addr,
+                 "127.0.0.1:%d", 5430 + (int)old_ids[i]);
+        st->mconf.new_members[i].node_id = new_ids[i];
+        snprintf(st->mconf.new_members[i].addr, sizeof st->mconf.new_members[i].addr,
+                 "127.0.0.1:%d", 5430 + (int)new_ids[i]);
+    }
 }
+
+/* Bytes of the sample's configuration in the body. */
+#define SAMPLE_MCONF_SIZE (12 + 6 * CONTROL_FILE_MEMBER_SIZE)
 
 static void test_roundtrip(void **state)
 {
@@ -52,13 +68,30 @@ static void test_roundtrip(void **state)
         acceptor_persistent_state st, back;
         sample(&st, sizes[k]);
         size_t len = control_file_encode(&st, buf, sizeof buf);
-        assert_int_equal(len, 12 + 124 + 16 * sizes[k] + 4);
+        assert_int_equal(len, 12 + 124 + 16 * sizes[k] + SAMPLE_MCONF_SIZE + 4);
         char err[200] = "";
         assert_int_equal(control_file_decode(buf, len, &back, err, sizeof err), 0);
         assert_memory_equal(&back, &st, sizeof st);
         /* One byte short of room: refused, nothing written past cap. */
         assert_int_equal(control_file_encode(&st, buf, len - 1), 0);
+        /* Generation 0 (no configuration known) round-trips too. */
+        memset(&st.mconf, 0, sizeof st.mconf);
+        len = control_file_encode(&st, buf, sizeof buf);
+        assert_int_equal(len, 12 + 124 + 16 * sizes[k] + 12 + 4);
+        assert_int_equal(control_file_decode(buf, len, &back, err, sizeof err), 0);
+        assert_memory_equal(&back, &st, sizeof st);
     }
+    /* The largest file fits CONTROL_FILE_MAX_SIZE. */
+    acceptor_persistent_state big;
+    sample(&big, TERM_HISTORY_MAX);
+    big.mconf.n_members = big.mconf.n_new_members = MEMBERSHIP_MAX;
+    for (int i = 0; i < MEMBERSHIP_MAX; i++) {
+        big.mconf.members[i].node_id = 10 + (uint64_t)i;
+        big.mconf.new_members[i].node_id = 20 + (uint64_t)i;
+        memset(big.mconf.members[i].addr, 'a', MEMBER_ADDR_MAX);
+        memset(big.mconf.new_members[i].addr, 'b', MEMBER_ADDR_MAX);
+    }
+    assert_int_equal(control_file_encode(&big, buf, sizeof buf), CONTROL_FILE_MAX_SIZE);
     acceptor_persistent_state st;
     sample(&st, 1);
     st.history.n = TERM_HISTORY_MAX + 1;
@@ -101,7 +134,7 @@ static void mut_magic(uint8_t *b, size_t *len)
 static void mut_version(uint8_t *b, size_t *len)
 {
     (void)len;
-    set_u32(b + 4, 2);
+    set_u32(b + 4, 3);
 }
 static void mut_short(uint8_t *b, size_t *len)
 {
@@ -143,6 +176,29 @@ static void mut_hist_order(uint8_t *b, size_t *len)
     (void)len;
     memset(b + 136 + 16, 0, 8); /* second entry's term = 0 < first */
 }
+/* The configuration of sample(st, 3) starts at body offset 136 + 48. */
+#define MCONF_AT (136 + 48)
+static void mut_members_many(uint8_t *b, size_t *len)
+{
+    (void)len;
+    set_u32(b + MCONF_AT + 4, 8);
+}
+static void mut_member_addr(uint8_t *b, size_t *len)
+{
+    (void)len;
+    memset(b + MCONF_AT + 8 + 8, 'x', MEMBER_ADDR_MAX + 1); /* no NUL */
+}
+static void mut_member_twice(uint8_t *b, size_t *len)
+{
+    (void)len;
+    /* Second member's node id becomes the first's (1). */
+    memcpy(b + MCONF_AT + 8 + CONTROL_FILE_MEMBER_SIZE, b + MCONF_AT + 8, 8);
+}
+static void mut_members_cut(uint8_t *b, size_t *len)
+{
+    (void)len;
+    set_u32(b + MCONF_AT + 4, 7); /* more members than the body holds */
+}
 static void mut_zero_tenant(uint8_t *b, size_t *len)
 {
     (void)len;
@@ -165,17 +221,46 @@ static void test_corruption_rejected(void **state)
     acceptor_persistent_state st;
     sample(&st, 3);
     expect_rejected(&st, mut_magic, false, "bad magic");
-    expect_rejected(&st, mut_version, false, "unsupported format version 2");
+    expect_rejected(&st, mut_version, false, "unsupported format version 3");
     expect_rejected(&st, mut_short, false, "too short");
     expect_rejected(&st, mut_drop_last, false, "does not match file size");
     expect_rejected(&st, mut_body_len, false, "does not match file size");
-    expect_rejected(&st, mut_extra, true, "does not fit 3 history entries");
-    expect_rejected(&st, mut_hist_n, true, "does not fit 4 history entries");
+    expect_rejected(&st, mut_extra, true, "does not match its configuration");
+    expect_rejected(&st, mut_members_many, true, "8 members in a set");
+    expect_rejected(&st, mut_member_addr, true, "not terminated");
+    expect_rejected(&st, mut_member_twice, true, "appears twice");
+    expect_rejected(&st, mut_members_cut, true, "cut short");
+    /* The body holds the configuration after the history, so a count one
+     * too high reads a fourth entry that does not continue the history. */
+    expect_rejected(&st, mut_hist_n, true, "history entry 3 is out of order");
     expect_rejected(&st, mut_hist_huge, true, "100000 entries");
     expect_rejected(&st, mut_hist_order, true, "out of order");
     expect_rejected(&st, mut_zero_tenant, true, "zero tenant");
     expect_rejected(&st, mut_seg_size, true, "invalid wal_seg_size");
     expect_rejected(&st, mut_term_low, true, "below its history");
+}
+
+/* A version 1 file (before configurations) reads as generation 0. */
+static void test_version1_reads_as_generation0(void **state)
+{
+    (void)state;
+    acceptor_persistent_state st, back;
+    sample(&st, 2);
+    memset(&st.mconf, 0, sizeof st.mconf);
+    static uint8_t buf[CONTROL_FILE_MAX_SIZE];
+    size_t len = control_file_encode(&st, buf, sizeof buf);
+    /* Version 1 had no configuration: drop its 12 bytes (the end of the
+     * body), then rewrite version, body length and CRC. */
+    len -= 12;
+    set_u32(buf + 4, 1);
+    set_u32(buf + 8, (uint32_t)(len - 16));
+    uint32_t crc = crc32c(buf, len - 4);
+    for (int i = 0; i < 4; i++)
+        buf[len - 4 + (size_t)i] = (uint8_t)(crc >> (8 * i));
+    char err[200] = "";
+    assert_int_equal(control_file_decode(buf, len, &back, err, sizeof err), 0);
+    assert_memory_equal(&back, &st, sizeof st);
+    assert_int_equal(back.mconf.generation, 0);
 }
 
 static void test_every_bit_flip_rejected(void **state)
@@ -246,6 +331,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip),
         cmocka_unit_test(test_corruption_rejected),
+        cmocka_unit_test(test_version1_reads_as_generation0),
         cmocka_unit_test(test_every_bit_flip_rejected),
         cmocka_unit_test(test_file_roundtrip),
     };

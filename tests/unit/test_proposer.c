@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -86,6 +87,155 @@ static void respond(int i, uint64_t term, lsn_t flush, lsn_t commit)
     m.u.append.flush_lsn = flush;
     m.u.append.commit_lsn = commit;
     assert_int_equal(proposer_handle_message(&prop, i, &m, &out), 0);
+}
+
+/* ---- configurations ------------------------------------------------------ */
+
+static void add_member(member *set, uint32_t *n, uint64_t id)
+{
+    set[*n].node_id = id;
+    snprintf(set[*n].addr, sizeof set[*n].addr, "127.0.0.1:%d", 6000 + (int)id);
+    (*n)++;
+}
+
+/* Generation gen: members old_ids, and (joint) new_ids. */
+static membership conf(uint32_t gen, const uint64_t *old_ids, int n_old, const uint64_t *new_ids,
+                       int n_new)
+{
+    membership m = {.generation = gen};
+    for (int i = 0; i < n_old; i++)
+        add_member(m.members, &m.n_members, old_ids[i]);
+    for (int i = 0; i < n_new; i++)
+        add_member(m.new_members, &m.n_new_members, new_ids[i]);
+    return m;
+}
+
+static void start_conf(const membership *m)
+{
+    proposer_config cfg = {0};
+    proposer_config_defaults(&cfg);
+    member slots[PROPOSER_MAX_ACCEPTORS];
+    cfg.n_acceptors = membership_union(m, slots);
+    cfg.mconf = *m;
+    cfg.tenant_id.b[0] = 1;
+    cfg.timeline_id.b[0] = 2;
+    cfg.pg_version = 150020;
+    cfg.wal_seg_size = SEG;
+    cfg.bootstrap_lsn = BOOT;
+    const char *why = NULL;
+    assert_int_equal(proposer_init(&prop, &cfg, 0, &why), 0);
+}
+
+/* Slot i greets as node `node` holding configuration m; returns what the
+ * core said. */
+static int greet_as(int i, uint64_t node, uint64_t term, const membership *m)
+{
+    proposer_connected(&prop, i, &out);
+    const proposer_effect *e = find(PROP_SEND, i);
+    assert_non_null(e);
+    assert_int_equal(e->u.msg->kind, PMSG_GREETING);
+    acceptor_msg msg = {.kind = AMSG_GREETING};
+    msg.u.greeting.node_id = node;
+    msg.u.greeting.term = term;
+    msg.u.greeting.mconf = *m;
+    return proposer_handle_message(&prop, i, &msg, &out);
+}
+
+/* Joint configuration {1,2,3} -> {1,3,4}: slots are nodes 1,2,3,4; the
+ * election and the commit need a majority of both sets. */
+static void test_joint_configuration_quorum(void **state)
+{
+    (void)state;
+    membership m = conf(2, (uint64_t[]){1, 2, 3}, 3, (uint64_t[]){1, 3, 4}, 3);
+    start_conf(&m);
+    /* The greeting carries our configuration. */
+    proposer_connected(&prop, 0, &out);
+    assert_true(membership_equal(&find(PROP_SEND, 0)->u.msg->u.greeting.mconf, &m));
+    acceptor_msg g = {.kind = AMSG_GREETING};
+    g.u.greeting.node_id = 1;
+    g.u.greeting.mconf = m;
+    assert_int_equal(proposer_handle_message(&prop, 0, &g, &out), 0);
+    /* Nodes 1 and 2: a majority of the old set, not of the new one. */
+    assert_int_equal(greet_as(1, 2, 0, &m), 0);
+    assert_int_equal(count(PROP_SEND), 0);
+    assert_int_equal(proposer_get_phase(&prop), PROPOSER_COLLECTING_TERMS);
+    /* Node 4 completes the new set's majority {1, 4}. */
+    assert_int_equal(greet_as(3, 4, 0, &m), 0);
+    assert_int_equal(proposer_get_phase(&prop), PROPOSER_VOTING);
+    assert_int_equal(count(PROP_SEND), 3);
+    for (int i = 0; i < out.n; i++)
+        assert_int_equal(out.effects[i].u.msg->u.vote.generation, 2);
+
+    /* Votes from nodes 1 and 2 are not enough; node 4's is. */
+    vote(0, true, 1, 0, 0, NULL, NULL);
+    vote(1, true, 1, 0, 0, NULL, NULL);
+    assert_null(find(PROP_ELECTED, -1));
+    vote(3, true, 1, 0, 0, NULL, NULL);
+    assert_non_null(find(PROP_ELECTED, -1));
+    const proposer_effect *el = find(PROP_SEND, 3);
+    assert_non_null(el);
+    assert_int_equal(el->u.msg->u.elected.generation, 2);
+    const proposer_effect *ap = find(PROP_APPEND, 3);
+    assert_non_null(ap);
+    assert_int_equal(ap->u.append.generation, 2);
+
+    proposer_wal_available(&prop, BOOT + 0x300, &out);
+    /* Flushes on nodes 1 and 2 (old majority): no commit. */
+    respond(0, 1, BOOT + 0x300, 0);
+    respond(1, 1, BOOT + 0x300, 0);
+    assert_true(proposer_commit_lsn(&prop) < BOOT + 0x100);
+    /* Node 4 flushed less: the commit is what both majorities hold. */
+    respond(3, 1, BOOT + 0x100, 0);
+    assert_true(proposer_commit_lsn(&prop) == BOOT + 0x100);
+    respond(3, 1, BOOT + 0x300, 0);
+    assert_true(proposer_commit_lsn(&prop) == BOOT + 0x300);
+}
+
+/* A new configuration without node 2: its flushes no longer count, and a
+ * node at a member's address that is not that member is refused. */
+static void test_excluded_member_does_not_count(void **state)
+{
+    (void)state;
+    membership m = conf(3, (uint64_t[]){1, 3, 4}, 3, NULL, 0);
+    start_conf(&m);
+    /* Slot 2 is node 4; node 2 answering there is a protocol violation. */
+    assert_int_equal(greet_as(2, 2, 0, &m), -1);
+    assert_non_null(find(PROP_DISCONNECT, 2));
+    assert_int_equal(greet_as(0, 1, 0, &m), 0);
+    assert_int_equal(greet_as(2, 4, 0, &m), 0);
+    vote(0, true, 1, 0, 0, NULL, NULL);
+    vote(2, true, 1, 0, 0, NULL, NULL);
+    assert_non_null(find(PROP_ELECTED, -1));
+    proposer_wal_available(&prop, BOOT + 0x200, &out);
+    respond(0, 1, BOOT + 0x200, 0);
+    assert_true(proposer_commit_lsn(&prop) < BOOT + 0x200);
+    respond(2, 1, BOOT + 0x200, 0);
+    assert_true(proposer_commit_lsn(&prop) == BOOT + 0x200);
+}
+
+/* A safekeeper with a newer configuration ends this proposer: the edge
+ * starts over with that configuration.  An older one is a violation (our
+ * greeting carried ours, which it must have adopted). */
+static void test_newer_configuration_reconfigures(void **state)
+{
+    (void)state;
+    start(3, false);
+    membership none = {0};
+    assert_int_equal(greet_as(0, 1, 0, &none), 0);
+    membership m = conf(5, (uint64_t[]){1, 3, 4}, 3, NULL, 0);
+    assert_int_equal(greet_as(1, 3, 0, &m), 0);
+    const proposer_effect *e = find(PROP_RECONFIGURE, 1);
+    assert_non_null(e);
+    assert_true(membership_equal(e->u.mconf, &m));
+    assert_int_equal(proposer_get_phase(&prop), PROPOSER_RECONFIGURE);
+    /* Finished: further input does nothing. */
+    proposer_tick(&prop, 100000, &out);
+    assert_int_equal(out.n, 0);
+
+    membership m6 = conf(6, (uint64_t[]){1, 3, 4}, 3, NULL, 0);
+    start_conf(&m6);
+    assert_int_equal(greet_as(0, 1, 0, &m), -1);
+    assert_non_null(find(PROP_DISCONNECT, 0));
 }
 
 static void test_term_and_donor_choice(void **state)
@@ -326,6 +476,9 @@ int main(void)
         cmocka_unit_test(test_fencing),
         cmocka_unit_test(test_heartbeat_and_timeout),
         cmocka_unit_test(test_sync_safekeepers),
+        cmocka_unit_test(test_joint_configuration_quorum),
+        cmocka_unit_test(test_excluded_member_does_not_count),
+        cmocka_unit_test(test_newer_configuration_reconfigures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

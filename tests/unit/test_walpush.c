@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -68,7 +69,8 @@ static void test_proposer_greeting(void **state)
     m.u.greeting.system_id = 0x0123456789abcdefULL;
     m.u.greeting.wal_seg_size = 16u << 20;
     size_t n = roundtrip_p(&m, &d);
-    assert_int_equal(n, 1 + 4 + 16 + 16 + 4 + 8 + 4);
+    /* Generation 0: u32 generation and two empty member sets. */
+    assert_int_equal(n, 1 + 4 + 16 + 16 + 4 + 8 + 4 + 4 + 1 + 1);
     assert_int_equal(buf[0], 'g');
     assert_int_equal(d.kind, PMSG_GREETING);
     assert_true(strata_id_equal(&d.u.greeting.tenant_id, &m.u.greeting.tenant_id));
@@ -93,7 +95,7 @@ static void test_proposer_greeting(void **state)
         assert_int_equal(walpush_encode_proposer_msg(&b, buf, sizeof(buf)), 0);
         n = roundtrip_p(&m, &d);
         uint32_t s = bad_sizes[i];
-        size_t off = n - 4;
+        size_t off = n - 4 - 6;
         buf[off] = (uint8_t)(s >> 24);
         buf[off + 1] = (uint8_t)(s >> 16);
         buf[off + 2] = (uint8_t)(s >> 8);
@@ -108,16 +110,20 @@ static void test_vote_request_and_elected(void **state)
     (void)state;
     proposer_msg m = {.kind = PMSG_VOTE_REQUEST}, d;
     m.u.vote.term = 0xfedcba9876543210ULL;
-    assert_int_equal(roundtrip_p(&m, &d), 9);
+    m.u.vote.generation = 0x01020304;
+    assert_int_equal(roundtrip_p(&m, &d), 13);
     assert_true(d.u.vote.term == m.u.vote.term);
+    assert_int_equal(d.u.vote.generation, 0x01020304);
 
     proposer_msg e = {.kind = PMSG_ELECTED};
     e.u.elected.term = 42;
+    e.u.elected.generation = 7;
     e.u.elected.start_streaming_at = 0x2000028;
     fill_history(&e.u.elected.history, 3);
     size_t n = roundtrip_p(&e, &d);
-    assert_int_equal(n, 1 + 8 + 8 + 4 + 3 * 16);
+    assert_int_equal(n, 1 + 8 + 4 + 8 + 4 + 3 * 16);
     assert_int_equal(d.kind, PMSG_ELECTED);
+    assert_int_equal(d.u.elected.generation, 7);
     assert_int_equal(d.u.elected.history.n, 3);
     assert_true(d.u.elected.history.entries[2].lsn == 0x1000200);
 
@@ -126,11 +132,11 @@ static void test_vote_request_and_elected(void **state)
     roundtrip_p(&e, &d);
     assert_int_equal(d.u.elected.history.n, TERM_HISTORY_MAX);
     n = walpush_encode_proposer_msg(&e, buf, sizeof(buf));
-    /* Patch n to TERM_HISTORY_MAX + 1 (at offset 17). */
-    buf[17] = 0;
-    buf[18] = 0;
-    buf[19] = (uint8_t)((TERM_HISTORY_MAX + 1) >> 8);
-    buf[20] = (uint8_t)(TERM_HISTORY_MAX + 1);
+    /* Patch n to TERM_HISTORY_MAX + 1 (at offset 21). */
+    buf[21] = 0;
+    buf[22] = 0;
+    buf[23] = (uint8_t)((TERM_HISTORY_MAX + 1) >> 8);
+    buf[24] = (uint8_t)(TERM_HISTORY_MAX + 1);
     const char *why = NULL;
     assert_int_equal(walpush_decode_proposer_msg(buf, n, &d, &why), -1);
     assert_non_null(strstr(why, "TERM_HISTORY_MAX"));
@@ -141,8 +147,8 @@ static void test_vote_request_and_elected(void **state)
     assert_int_equal(walpush_encode_proposer_msg(&e, buf, sizeof(buf)), 0);
     fill_history(&e.u.elected.history, 3);
     n = walpush_encode_proposer_msg(&e, buf, sizeof(buf));
-    /* entries[2].term is at 1+8+8+4+2*16 .. +8: make it equal to entries[1]'s (5). */
-    size_t off = 1 + 8 + 8 + 4 + 2 * 16;
+    /* entries[2].term is at 1+8+4+8+4+2*16 .. +8: make it equal to entries[1]'s (5). */
+    size_t off = 1 + 8 + 4 + 8 + 4 + 2 * 16;
     memset(buf + off, 0, 8);
     buf[off + 7] = 5;
     assert_int_equal(walpush_decode_proposer_msg(buf, n, &d, &why), -1);
@@ -168,17 +174,17 @@ static void test_append(void **state)
     a->wal = wal;
     a->wal_len = WALPUSH_MAX_APPEND;
     size_t n = roundtrip_p(&m, &d);
-    assert_int_equal(n, 1 + 5 * 8 + WALPUSH_MAX_APPEND);
+    assert_int_equal(n, 1 + 5 * 8 + 4 + WALPUSH_MAX_APPEND);
     assert_true(n <= WALPUSH_MAX_MESSAGE);
     assert_int_equal(d.u.append.wal_len, WALPUSH_MAX_APPEND);
-    assert_ptr_equal(d.u.append.wal, buf + 41);
+    assert_ptr_equal(d.u.append.wal, buf + 45);
     assert_memory_equal(d.u.append.wal, wal, WALPUSH_MAX_APPEND);
 
     /* Heartbeat: no bytes. */
     a->end_lsn = a->begin_lsn;
     a->wal_len = 0;
     a->wal = NULL;
-    assert_int_equal(roundtrip_p(&m, &d), 41);
+    assert_int_equal(roundtrip_p(&m, &d), 45);
     assert_int_equal(d.u.append.wal_len, 0);
 
     const char *why = NULL;
@@ -189,7 +195,7 @@ static void test_append(void **state)
     assert_int_equal(walpush_encode_proposer_msg(&m, buf, sizeof(buf)), 0);
     a->wal_len = 8;
     n = walpush_encode_proposer_msg(&m, buf, sizeof(buf));
-    assert_int_equal(n, 49);
+    assert_int_equal(n, 53);
     static uint8_t longer[64];
     memcpy(longer, buf, n);
     longer[n] = 0xaa;
@@ -204,7 +210,7 @@ static void test_append(void **state)
     assert_int_equal(walpush_encode_proposer_msg(&m, buf, sizeof(buf)), 0);
     a->end_lsn = a->begin_lsn;
     n = walpush_encode_proposer_msg(&m, buf, sizeof(buf));
-    buf[1 + 8 + 15] = 0x27; /* end_lsn = begin - 1 */
+    buf[1 + 8 + 4 + 15] = 0x27; /* end_lsn = begin - 1 */
     assert_int_equal(walpush_decode_proposer_msg(buf, n, &d, &why), -1);
     assert_non_null(strstr(why, "end_lsn below"));
 
@@ -223,8 +229,90 @@ static void test_append(void **state)
     /* Buffer too small to encode. */
     a->end_lsn = a->begin_lsn + 100;
     a->wal_len = 100;
-    assert_int_equal(walpush_encode_proposer_msg(&m, buf, 140), 0);
-    assert_int_equal(walpush_encode_proposer_msg(&m, buf, 141), 141);
+    assert_int_equal(walpush_encode_proposer_msg(&m, buf, 144), 0);
+    assert_int_equal(walpush_encode_proposer_msg(&m, buf, 145), 145);
+}
+
+static void set_member(member *m, uint64_t id, const char *addr)
+{
+    m->node_id = id;
+    snprintf(m->addr, sizeof m->addr, "%s", addr);
+}
+
+/* Configurations in greetings: round trip, and every malformed one is
+ * refused with a reason; the pure helpers. */
+static void test_membership(void **state)
+{
+    (void)state;
+    acceptor_msg g = {.kind = AMSG_GREETING}, d;
+    membership *m = &g.u.greeting.mconf;
+    g.u.greeting.node_id = 4;
+    g.u.greeting.term = 9;
+    m->generation = 3;
+    m->n_members = 3;
+    set_member(&m->members[0], 1, "127.0.0.1:5001");
+    set_member(&m->members[1], 2, "127.0.0.1:5002");
+    set_member(&m->members[2], 3, "127.0.0.1:5003");
+    m->n_new_members = 3;
+    set_member(&m->new_members[0], 1, "127.0.0.1:5001");
+    set_member(&m->new_members[1], 3, "127.0.0.1:5003");
+    set_member(&m->new_members[2], 4, "sk4.example:5004");
+    size_t n = roundtrip_a(&g, &d);
+    assert_int_equal(n, 17 + 4 + 2 + 5 * (8 + 1 + 14) + (8 + 1 + 16));
+    assert_true(membership_equal(&d.u.greeting.mconf, m));
+    assert_true(membership_contains(m, 2) && membership_contains(m, 4));
+    assert_false(membership_contains(m, 5));
+    member u[2 * MEMBERSHIP_MAX];
+    assert_int_equal(membership_union(m, u), 4);
+    assert_true(u[0].node_id == 1 && u[1].node_id == 2 && u[2].node_id == 3 &&
+                u[3].node_id == 4);
+
+    /* The same in a ProposerGreeting. */
+    proposer_msg p = {.kind = PMSG_GREETING}, pd;
+    p.u.greeting.proto_version = WALPUSH_PROTO_VERSION;
+    fill_id(&p.u.greeting.tenant_id, 1);
+    fill_id(&p.u.greeting.timeline_id, 2);
+    p.u.greeting.wal_seg_size = 16u << 20;
+    p.u.greeting.mconf = *m;
+    roundtrip_p(&p, &pd);
+    assert_true(membership_equal(&pd.u.greeting.mconf, m));
+
+    /* Encoders refuse what decoders would refuse. */
+    const char *why = NULL;
+    acceptor_msg bad = g;
+    bad.u.greeting.mconf.new_members[2].node_id = 3; /* twice in one set */
+    assert_int_equal(walpush_encode_acceptor_msg(&bad, buf, sizeof buf), 0);
+    assert_non_null(strstr(membership_check(&bad.u.greeting.mconf), "twice"));
+    bad = g;
+    bad.u.greeting.mconf.members[0].node_id = 0;
+    assert_non_null(strstr(membership_check(&bad.u.greeting.mconf), "node id 0"));
+    bad = g;
+    bad.u.greeting.mconf.members[1].addr[3] = '\n';
+    assert_non_null(strstr(membership_check(&bad.u.greeting.mconf), "non-printable"));
+    bad = g;
+    bad.u.greeting.mconf.n_members = 0;
+    assert_non_null(strstr(membership_check(&bad.u.greeting.mconf), "at least one"));
+    bad = g;
+    bad.u.greeting.mconf.generation = 0;
+    assert_non_null(strstr(membership_check(&bad.u.greeting.mconf), "generation 0"));
+
+    /* Decoders: a set count over MEMBERSHIP_MAX, an address length over
+     * MEMBER_ADDR_MAX, a cut message. */
+    n = walpush_encode_acceptor_msg(&g, buf, sizeof buf);
+    size_t count_at = 17 + 4;
+    buf[count_at] = MEMBERSHIP_MAX + 1;
+    assert_int_equal(walpush_decode_acceptor_msg(buf, n, &d, &why), -1);
+    assert_non_null(strstr(why, "MEMBERSHIP_MAX"));
+    buf[count_at] = 3;
+    buf[count_at + 1 + 8] = MEMBER_ADDR_MAX + 1;
+    assert_int_equal(walpush_decode_acceptor_msg(buf, n, &d, &why), -1);
+    assert_non_null(strstr(why, "MEMBER_ADDR_MAX"));
+    buf[count_at + 1 + 8] = 14;
+    assert_int_equal(walpush_decode_acceptor_msg(buf, n, &d, &why), 0);
+    for (size_t cut = 17; cut < n; cut++) {
+        assert_int_equal(walpush_decode_acceptor_msg(buf, cut, &d, &why), -1);
+        assert_non_null(why);
+    }
 }
 
 static void test_acceptor_messages(void **state)
@@ -233,7 +321,7 @@ static void test_acceptor_messages(void **state)
     acceptor_msg g = {.kind = AMSG_GREETING}, d;
     g.u.greeting.node_id = 3;
     g.u.greeting.term = 99;
-    assert_int_equal(roundtrip_a(&g, &d), 17);
+    assert_int_equal(roundtrip_a(&g, &d), 17 + 6);
     assert_int_equal(d.kind, AMSG_GREETING);
     assert_true(d.u.greeting.node_id == 3 && d.u.greeting.term == 99);
 
@@ -361,6 +449,7 @@ int main(void)
         cmocka_unit_test(test_vote_request_and_elected),
         cmocka_unit_test(test_append),
         cmocka_unit_test(test_acceptor_messages),
+        cmocka_unit_test(test_membership),
         cmocka_unit_test(test_short_trailing_unknown),
         cmocka_unit_test(test_history_helpers),
     };

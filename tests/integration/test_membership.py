@@ -1,0 +1,191 @@
+"""
+Safekeeper configurations (issue 11.6, the consensus half): a running
+cluster moves from the implicit configuration (generation 0, the compute's
+list) through generation 1 {1,2,3}, a joint generation 2 {1,2,3} -> {1,2},
+to generation 3 {1,2}, while a compute commits throughout.  The walproposer
+learns each configuration from the safekeepers (nobody edits its settings);
+the excluded safekeeper no longer counts: with sk2 stopped, sk1 and sk3
+are a majority of the old configuration but not of the new one, so a
+commit must wait until sk2 is back.  A restarted compute, still configured
+with all three addresses, learns generation 3 and commits again.  Every
+acknowledged row is present at the end.
+"""
+import os
+import re
+import shutil
+import signal
+import threading
+import time
+
+import psycopg
+import pytest
+
+from conftest import wait_until
+
+
+def sk_conn(cluster, name):
+    return psycopg.connect(cluster.safekeeper_connstr(name), autocommit=True,
+                           connect_timeout=10)
+
+
+def timeline_status(cluster, name):
+    with sk_conn(cluster, name) as c:
+        cur = c.execute("TIMELINE_STATUS")
+        cols = [d.name for d in cur.description]
+        return dict(zip(cols, cur.fetchone()))
+
+
+def switch(cluster, name, generation, members, new_members=None):
+    """SWITCH_MEMBERSHIP on one safekeeper; retried while it is busy."""
+    sql = "SWITCH_MEMBERSHIP %d '%s'" % (generation, members)
+    if new_members is not None:
+        sql += " '%s'" % new_members
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            with sk_conn(cluster, name) as c:
+                cur = c.execute(sql)
+                cols = [d.name for d in cur.description]
+                return dict(zip(cols, cur.fetchone()))
+        except psycopg.errors.ObjectInUse:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def member_text(cluster, names, node_ids):
+    return ",".join("%d@127.0.0.1:%d" % (node_ids[n], cluster.safekeeper(n)["pg_port"])
+                    for n in names)
+
+
+def insert(conn, ledger, n=20):
+    for _ in range(n):
+        (k,) = conn.execute("INSERT INTO ledger (note) VALUES ('x') RETURNING k").fetchone()
+        ledger.append(k)
+
+
+def compute_log(cluster):
+    path = os.path.join(cluster.dir, "compute.log")
+    with open(path, errors="replace") as f:
+        return f.read()
+
+
+def test_configuration_change_under_load(cluster):
+    names = ["sk1", "sk2", "sk3"]
+    st = cluster.status()
+    node_ids = {sk["name"]: sk["node_id"] for sk in st["safekeepers"]}
+    assert sorted(node_ids.values()) == [1, 2, 3], st["safekeepers"]
+    assert st["configuration"]["generation"] == 0
+
+    conn = cluster.connect()
+    conn.execute("CREATE TABLE ledger (k bigserial PRIMARY KEY, note text)")
+    ledger = []
+    insert(conn, ledger)
+
+    # Generation 1: the same three, now written down.
+    all3 = member_text(cluster, names, node_ids)
+    for n in names:
+        row = switch(cluster, n, 1, all3)
+        assert row["generation"] == 1 and row["members"] == all3, row
+    insert(conn, ledger)
+    wait_until(lambda: "configuration generation 1" in compute_log(cluster), 30,
+               "the walproposer to learn generation 1")
+
+    # Joint: {1,2,3} -> {1,2}; then {1,2} alone.
+    two = member_text(cluster, ["sk1", "sk2"], node_ids)
+    for n in names:
+        switch(cluster, n, 2, all3, two)
+    insert(conn, ledger)
+    for n in names:
+        switch(cluster, n, 3, two)
+    insert(conn, ledger)
+    st = cluster.status()
+    assert st["configuration"]["generation"] == 3
+    assert [m["node_id"] for m in st["configuration"]["members"]] == [1, 2]
+    assert st["configuration"]["new_members"] == []
+    status3 = timeline_status(cluster, "sk3")
+    assert status3["generation"] == 3 and status3["members"] == two, status3
+
+    # sk3 no longer counts: with sk2 stopped, nothing commits.
+    sk2_pid = cluster.safekeeper("sk2")["pid"]
+    os.kill(sk2_pid, signal.SIGSTOP)
+    done = threading.Event()
+    result = {}
+
+    def blocked_insert():
+        try:
+            with cluster.connect() as c2:
+                (k,) = c2.execute("INSERT INTO ledger (note) VALUES ('during') RETURNING k"
+                                  ).fetchone()
+                result["k"] = k
+        except Exception as e:  # reported below
+            result["error"] = e
+        done.set()
+
+    t = threading.Thread(target=blocked_insert)
+    try:
+        t.start()
+        assert not done.wait(4), "a commit went through with sk1 and the excluded sk3"
+    finally:
+        os.kill(sk2_pid, signal.SIGCONT)
+    assert done.wait(60), "the commit did not finish once sk2 was back"
+    t.join()
+    assert "error" not in result, result
+    ledger.append(result["k"])
+    insert(conn, ledger)
+    conn.close()
+
+    # A restarted compute is still configured with all three addresses; it
+    # learns generation 3 from the safekeepers and commits with sk1 and sk2.
+    cluster.stop("compute")
+    cluster.start("compute")
+    conn = cluster.connect()
+    insert(conn, ledger)
+    log = compute_log(cluster)
+    assert re.search(r"holds configuration generation 3|using safekeeper configuration "
+                     r"generation 3", log), log[-3000:]
+    rows = {k for (k,) in conn.execute("SELECT k FROM ledger").fetchall()}
+    missing = set(ledger) - rows
+    assert not missing, "acknowledged rows lost: %s" % sorted(missing)[:10]
+    conn.close()
+
+
+def test_replace_dead_safekeeper_under_pgbench(cluster):
+    """Issue 11.6's done-when: under pgbench with a ledger, kill -9 sk2 and
+    delete its directory, `strata safekeeper replace sk2` (which returns once
+    the new member caught up), then kill -9 sk1: commits go on with sk3 and
+    the new member, and every acknowledged commit is present."""
+    from test_durability import (Ledger, create_ledger, pgbench_finish, pgbench_init,
+                                 pgbench_start)
+    create_ledger(cluster)
+    pgbench_init(cluster)
+    ledger = Ledger(cluster.connstr)
+    ledger.start()
+    bench = pgbench_start(cluster, seconds=40, clients=2)
+    try:
+        wait_until(lambda: len(ledger.acked) >= 50, 60, "ledger commits before the failure")
+        os.kill(cluster.safekeeper("sk2")["pid"], signal.SIGKILL)
+        shutil.rmtree(cluster.safekeeper_datadir("sk2"))
+        proc = cluster.run("safekeeper", "replace", "sk2", timeout=300)
+        out = proc.stdout
+        print(out)
+        assert "caught up" in out and "generation 2: members" in out, out
+        st = cluster.status()
+        assert st["configuration"]["generation"] == 2, st["configuration"]
+        members = sorted(m["node_id"] for m in st["configuration"]["members"])
+        assert members == [1, 3, 4], st["configuration"]
+        assert cluster.safekeeper("sk2")["node_id"] == 4
+
+        # The old sk1 dies: sk3 and the new node 4 are the majority.
+        os.kill(cluster.safekeeper("sk1")["pid"], signal.SIGKILL)
+        before = len(ledger.acked)
+        wait_until(lambda: len(ledger.acked) >= before + 50, 90,
+                   "ledger commits with sk3 and the new sk2 only")
+    finally:
+        ledger.finish()
+    assert ledger.error is None, ledger.error
+    processed = pgbench_finish(bench, timeout=120)
+    assert processed > 0
+    rows = {r for (r,) in cluster.sql("select id from ledger")}
+    missing = [i for i, _x in ledger.acked if i not in rows]
+    assert not missing, "acknowledged ledger rows lost: %s" % missing[:10]
