@@ -154,7 +154,8 @@ def test_replace_dead_safekeeper_under_pgbench(cluster):
     """Issue 11.6's done-when: under pgbench with a ledger, kill -9 sk2 and
     delete its directory, `strata safekeeper replace sk2` (which returns once
     the new member caught up), then kill -9 sk1: commits go on with sk3 and
-    the new member, and every acknowledged commit is present."""
+    the new member, and every acknowledged commit is present.  Then sk1 is
+    replaced too, and the cluster goes down and up with its new nodes."""
     from test_durability import (Ledger, create_ledger, pgbench_finish, pgbench_init,
                                  pgbench_start)
     create_ledger(cluster)
@@ -181,6 +182,15 @@ def test_replace_dead_safekeeper_under_pgbench(cluster):
         before = len(ledger.acked)
         wait_until(lambda: len(ledger.acked) >= before + 50, 90,
                    "ledger commits with sk3 and the new sk2 only")
+
+        # A second change on top of the first: sk1 is replaced too.
+        proc = cluster.run("safekeeper", "replace", "sk1", timeout=300)
+        print(proc.stdout)
+        st = cluster.status()
+        assert st["configuration"]["generation"] == 4, st["configuration"]
+        assert sorted(m["node_id"] for m in st["configuration"]["members"]) == [3, 4, 5]
+        before = len(ledger.acked)
+        wait_until(lambda: len(ledger.acked) >= before + 20, 90, "commits after two changes")
     finally:
         ledger.finish()
     assert ledger.error is None, ledger.error
@@ -189,3 +199,17 @@ def test_replace_dead_safekeeper_under_pgbench(cluster):
     rows = {r for (r,) in cluster.sql("select id from ledger")}
     missing = [i for i, _x in ledger.acked if i not in rows]
     assert not missing, "acknowledged ledger rows lost: %s" % missing[:10]
+
+    # down and up: the new node ids come back from cluster.json, and the
+    # compute's sync-safekeepers and walproposer, configured with the three
+    # addresses, learn generation 4 from the safekeepers.
+    cluster.down()
+    cluster.up()
+    st = cluster.status()
+    assert [sk["node_id"] for sk in st["safekeepers"]] == [5, 4, 3], st["safekeepers"]
+    assert st["configuration"]["generation"] == 4
+    n = cluster.sql("insert into ledger (payload) values ('after up') returning id")[0][0]
+    rows = {r for (r,) in cluster.sql("select id from ledger")}
+    assert n in rows
+    missing = [i for i, _x in ledger.acked if i not in rows]
+    assert not missing, "acknowledged ledger rows lost after down/up: %s" % missing[:10]
