@@ -354,7 +354,7 @@ static void cmd_start_replication(sk_conn *sc, const tokens *t)
 
 static int push_option(void *arg, const char *name, const char *value, char *err, size_t errlen)
 {
-    (void)arg;
+    bool *allow_create = arg;
     if (strcasecmp(name, "proto_version") == 0) {
         uint64_t v;
         if (!parse_u64(value, &v) || v != WALPUSH_PROTO_VERSION) {
@@ -365,8 +365,19 @@ static int push_option(void *arg, const char *name, const char *value, char *err
         }
         return 0;
     }
-    if (strcasecmp(name, "allow_timeline_creation") == 0)
-        return 0;
+    if (strcasecmp(name, "allow_timeline_creation") == 0) {
+        if (strcasecmp(value, "true") == 0 || strcasecmp(value, "on") == 0) {
+            *allow_create = true;
+            return 0;
+        }
+        if (strcasecmp(value, "false") == 0 || strcasecmp(value, "off") == 0) {
+            *allow_create = false;
+            return 0;
+        }
+        snprintf(err, errlen, "allow_timeline_creation takes 'true' or 'false', not \"%.32s\"",
+                 value);
+        return -1;
+    }
     snprintf(err, errlen, "unrecognized START_WAL_PUSH option \"%s\"", name);
     return -1;
 }
@@ -375,12 +386,16 @@ static void cmd_start_wal_push(sk_conn *sc, const tokens *t)
 {
     int i = 1;
     char err[200];
-    if (parse_options(t, &i, push_option, NULL, err, sizeof err) != 0) {
+    bool allow_create = false;
+    if (parse_options(t, &i, push_option, &allow_create, err, sizeof err) != 0) {
         error_ready(sc, "42601", err, NULL);
         return;
     }
     if (i != t->n) {
-        error_ready(sc, "42601", "syntax: START_WAL_PUSH [(proto_version '1')]", NULL);
+        error_ready(sc, "42601",
+                    "syntax: START_WAL_PUSH [(proto_version '1' [, allow_timeline_creation "
+                    "'true'])]",
+                    NULL);
         return;
     }
     sk_pusher *p = calloc(1, sizeof *p);
@@ -391,6 +406,7 @@ static void cmd_start_wal_push(sk_conn *sc, const tokens *t)
     p->conn = sc->c;
     p->tenant_id = sc->tenant_id;
     p->timeline_id = sc->timeline_id;
+    p->allow_create = allow_create;
     sc->pusher = p;
     sc->mode = MODE_PUSH;
     pgwire_start_copy_both(sc->c);

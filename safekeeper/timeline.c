@@ -941,6 +941,19 @@ void sk_pusher_message(sk_node *node, sk_pusher *p, const uint8_t *data, size_t 
             return;
         }
         sk_timeline *tl = sk_node_find(node, &p->tenant_id, &p->timeline_id);
+        if (tl == NULL && !p->allow_create) {
+            char msg[200], t[STRATA_ID_HEX_LEN], l[STRATA_ID_HEX_LEN];
+            snprintf(msg, sizeof msg,
+                     "timeline %s/%s does not exist on this safekeeper and this connection may "
+                     "not create it",
+                     strata_id_format(&p->tenant_id, t), strata_id_format(&p->timeline_id, l));
+            metrics_counter_inc(node->metrics.errors);
+            fatal_to(p->conn, "42704", msg,
+                     "only the proposer that bootstraps a timeline sends START_WAL_PUSH "
+                     "(allow_timeline_creation 'true'); a safekeeper that lost the timeline "
+                     "must be restored or replaced, not recreated empty");
+            return;
+        }
         if (tl == NULL) {
             tl = tl_create(node, &p->tenant_id, &p->timeline_id, &why);
             if (tl == NULL) {
