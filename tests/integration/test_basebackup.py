@@ -38,8 +38,9 @@ def patched_bindir():
 
 def pageserver_conn(cluster):
     port = cluster.status()["pageserver"]["pg_port"]
+    _admin, token = cluster.tokens()
     return psycopg.connect("host=127.0.0.1 port=%d user=%s dbname=postgres" % (port, pg_user()),
-                           autocommit=True, connect_timeout=10)
+                           autocommit=True, connect_timeout=10, password=token)
 
 
 def basebackup(cluster, lsn, full=False):

@@ -20,8 +20,10 @@ from conftest import (LSN_RE, SAN_BUILD, lsn_to_int, make_shared_dir, pageserver
 
 
 def check_status_schema(st, directory):
-    assert set(st) == {"dir", "compute", "pageserver", "safekeepers"}
+    assert set(st) == {"dir", "auth", "auth_file", "compute", "pageserver", "safekeepers"}
     assert st["dir"] == directory
+    assert isinstance(st["auth"], bool)
+    assert st["auth_file"] == (directory + "/auth.json" if st["auth"] else None)
     compute = st["compute"]
     assert set(compute) == {"pid", "port", "connstr", "datadir"}
     assert compute["pid"] is None or isinstance(compute["pid"], int)
