@@ -295,6 +295,8 @@ def test_a_1gb_segment_is_zero_filled_off_the_event_loop(sk):
             acked_meanwhile += 1
     t.join(120)
     b_time = done["b"]
+    print("1 GB segment: B's first append took %.2f s; A got %d acks meanwhile, slowest %.3f s"
+          % (b_time, acked_meanwhile, slowest))
     if b_time < 0.3:
         pytest.skip("this disk zero-fills 1 GB in %.2f s: too fast to see a stall" % b_time)
     # On the loop thread A waited for the whole fill and got nothing in
