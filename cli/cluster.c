@@ -256,8 +256,9 @@ static int cluster_auth_read(cluster *c, cli_err *err)
         return -1;
     struct stat st;
     if (lstat(path, &st) != 0)
-        return cli_err_set(err, "%s: %s (auth is on for this cluster: restore the file, or "
-                                "run `strata down` and `strata up` to make new tokens)",
+        return cli_err_set(err,
+                           "%s: %s (auth is on for this cluster: restore the file, or "
+                           "run `strata down` and `strata up` to make new tokens)",
                            path, strerror(errno));
     if (!S_ISREG(st.st_mode) || (st.st_mode & 077) != 0)
         return cli_err_set(err, "%s must be a regular file of mode 0600 (chmod 600 %s)", path,
@@ -277,8 +278,9 @@ static int cluster_auth_read(cluster *c, cli_err *err)
     rc = 0;
     if (!cJSON_IsString(admin) || !token_ok(admin->valuestring) || !cJSON_IsString(mine) ||
         !token_ok(mine->valuestring))
-        rc = cli_err_set(err, "%s: expected {\"admin_token\": ..., \"tenants\": {\"%s\": ...}} "
-                              "with tokens of 1..64 printable characters",
+        rc = cli_err_set(err,
+                         "%s: expected {\"admin_token\": ..., \"tenants\": {\"%s\": ...}} "
+                         "with tokens of 1..64 printable characters",
                          path, tenant);
     else {
         snprintf(c->admin_token, sizeof c->admin_token, "%s", admin->valuestring);

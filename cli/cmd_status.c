@@ -79,8 +79,7 @@ static cJSON *status_json(const cluster *c, const status_snapshot *s)
     snprintf(auth_file, sizeof auth_file, "%s/%s", c->dir, CLUSTER_AUTH_FILE);
     bool ok = add(root, "dir", cJSON_CreateString(c->dir)) &&
               add(root, "auth", cJSON_CreateBool(c->auth)) &&
-              add(root, "auth_file",
-                  c->auth ? cJSON_CreateString(auth_file) : cJSON_CreateNull());
+              add(root, "auth_file", c->auth ? cJSON_CreateString(auth_file) : cJSON_CreateNull());
     cJSON *compute = cJSON_AddObjectToObject(root, "compute");
     cJSON *ps = cJSON_AddObjectToObject(root, "pageserver");
     cJSON *sks = NULL;
@@ -133,8 +132,8 @@ static void status_print_human(const cluster *c, const status_snapshot *s)
     printf("tenant    %s\ntimeline  %s\n", strata_id_format(&c->tenant_id, tenant),
            strata_id_format(&c->timeline_id, timeline));
     if (c->auth)
-        printf("auth      on: every daemon port and the admin API need a token (%s/%s)\n\n",
-               c->dir, CLUSTER_AUTH_FILE);
+        printf("auth      on: every daemon port and the admin API need a token (%s/%s)\n\n", c->dir,
+               CLUSTER_AUTH_FILE);
     else
         printf("auth      OFF (--no-auth): every daemon port and the admin API trust "
                "everyone\n\n");

@@ -98,8 +98,9 @@ int pageserver_start(const cluster *c, cli_err *err)
     char auth_file[PATH_MAX];
     if (cluster_path(c, CLUSTER_AUTH_FILE, auth_file, err) != 0)
         return -1;
-    char *argv[] = {program,     "--datadir", p.datadir, "--listen-pg", listen_pg, "--listen-http",
-                    listen_http, "--pg-bindir", bindir,  NULL,          NULL,      NULL};
+    char *argv[] = {
+        program,     "--datadir",   p.datadir, "--listen-pg", listen_pg, "--listen-http",
+        listen_http, "--pg-bindir", bindir,    NULL,          NULL,      NULL};
     /* Its WAL receivers take the admin token from PAGESERVER_SAFEKEEPER_PASSWORD
      * (cluster_auth_export): flags show in ps. */
     if (c->auth) {
@@ -210,8 +211,7 @@ void pageserver_query(const cluster *c, pageserver_timeline *out)
     cli_err err = {{0}};
     char *body = NULL;
     if (probe_http_get(c->pageserver_http_port, path, cluster_admin_token(c),
-                       PAGESERVER_QUERY_TIMEOUT_MS, &body, &err) !=
-        0)
+                       PAGESERVER_QUERY_TIMEOUT_MS, &body, &err) != 0)
         return;
     cJSON *root = cJSON_Parse(body);
     free(body);
@@ -269,8 +269,8 @@ int pageserver_create_timeline(const cluster *c, const char *pgdata, lsn_t *lsn,
         return cli_err_set(err, "out of memory");
     int status = 0;
     char *resp = NULL;
-    int rc = probe_http_request(c->pageserver_http_port, "POST", path, body,
-                                cluster_admin_token(c), PAGESERVER_IMPORT_TIMEOUT_MS, &status, &resp, err);
+    int rc = probe_http_request(c->pageserver_http_port, "POST", path, body, cluster_admin_token(c),
+                                PAGESERVER_IMPORT_TIMEOUT_MS, &status, &resp, err);
     free(body);
     if (rc != 0)
         return -1;
@@ -282,8 +282,7 @@ int pageserver_create_timeline(const cluster *c, const char *pgdata, lsn_t *lsn,
         cli_err get_err = {{0}};
         bool adopted = false;
         if (probe_http_get(c->pageserver_http_port, path, cluster_admin_token(c),
-                       PAGESERVER_QUERY_TIMEOUT_MS, &got,
-                           &get_err) == 0) {
+                           PAGESERVER_QUERY_TIMEOUT_MS, &got, &get_err) == 0) {
             cJSON *root = cJSON_Parse(got);
             adopted = root != NULL && json_lsn(root, "start_lsn", lsn);
             cJSON_Delete(root);

@@ -87,8 +87,7 @@ static bool probe_wait(int fd, short events, long long deadline)
 }
 
 int probe_http_request(int port, const char *method, const char *path, const char *body,
-                       const char *token, int timeout_ms, int *status, char **resp,
-                       cli_err *err)
+                       const char *token, int timeout_ms, int *status, char **resp, cli_err *err)
 {
     long long deadline = proc_now_ms() + timeout_ms;
     size_t body_len = body ? strlen(body) : 0;
@@ -99,8 +98,8 @@ int probe_http_request(int port, const char *method, const char *path, const cha
         return cli_err_set(err, "connect 127.0.0.1:%d: %s", port, strerror(errno));
     char head[1024];
     char auth[300] = "";
-    if (token != NULL && snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", token) >=
-                             (int)sizeof auth) {
+    if (token != NULL &&
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", token) >= (int)sizeof auth) {
         close(fd);
         return cli_err_set(err, "bearer token too long");
     }

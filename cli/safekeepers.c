@@ -183,7 +183,8 @@ void safekeepers_query(const cluster *c, const cluster_safekeeper *sk, safekeepe
         return;
     cli_err err = {{0}};
     char *body = NULL;
-    if (probe_http_get(sk->http_port, "/v1/status", NULL, SAFEKEEPER_QUERY_TIMEOUT_MS, &body, &err) != 0)
+    if (probe_http_get(sk->http_port, "/v1/status", NULL, SAFEKEEPER_QUERY_TIMEOUT_MS, &body,
+                       &err) != 0)
         return;
     cJSON *root = cJSON_Parse(body);
     free(body);

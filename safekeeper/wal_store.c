@@ -147,8 +147,8 @@ static bool parse_segment_name(uint32_t seg_size, const char *name, uint64_t *se
     return true;
 }
 
-static int seg_path_in(const char *dir, uint32_t seg_size, uint64_t segno, bool partial,
-                       char *buf, size_t cap)
+static int seg_path_in(const char *dir, uint32_t seg_size, uint64_t segno, bool partial, char *buf,
+                       size_t cap)
 {
     char name[SEG_NAME_LEN + 1];
     wal_store_segment_name(seg_size, segno, name);
