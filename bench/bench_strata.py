@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import time
 import urllib.request
 
@@ -105,10 +106,23 @@ class StrataCluster:
     def _cli(self, *args, timeout=300):
         return run([self.cli] + list(args), timeout=timeout)
 
+    def _no_auth(self):
+        """["--no-auth"] when this build's CLI has it (auth is on by default
+        since issue 11.7), else [] (an older build runs open anyway)."""
+        cp = subprocess.run([self.cli, "up", "--help"], capture_output=True, text=True,
+                            timeout=60)
+        return ["--no-auth"] if "--no-auth" in cp.stdout else []
+
     def up(self):
         if not self.with_pageserver:
             self.cli = self._private_binaries()
-        self._cli("up", "--dir", self.cluster_dir, timeout=600)
+        # Benchmarks run with auth off: the daemons trust every connection,
+        # as before auth existed, so numbers compare across builds (and the
+        # bench programs talk to the daemons without tokens).
+        no_auth = self._no_auth()
+        log("strata up%s: auth off, every daemon port trusts everyone (benchmark only)"
+            % (" --no-auth" if no_auth else ""))
+        self._cli("up", "--dir", self.cluster_dir, *no_auth, timeout=600)
         status = self.status()
         if status.get("compute", {}).get("pid") is None:
             raise BenchError("strata up returned but the compute is not running")

@@ -48,6 +48,7 @@ typedef struct cli_opts {
     bool json;        /* status --json */
     bool immediate;   /* stop --immediate */
     bool remote;      /* start compute --remote (compute_remote.h) */
+    int auth;         /* up: 1 --auth, -1 --no-auth, 0 as the cluster was made */
     const char *name; /* stop/start/bench NAME */
     int argc;         /* extra arguments (psql after --, bench args) */
     char **argv;

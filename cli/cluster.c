@@ -233,6 +233,133 @@ static int cluster_read_file(const char *path, char **text, cli_err *err)
     return 0;
 }
 
+/* ---- auth (cluster.h) ---- */
+
+/* A token must be what auth_table_parse accepts: printable, no spaces. */
+static bool token_ok(const char *t)
+{
+    size_t n = strlen(t);
+    if (n == 0 || n >= CLUSTER_TOKEN_LEN)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (t[i] <= ' ' || t[i] > '~')
+            return false;
+    return true;
+}
+
+/* Reads D/auth.json into c's tokens.  The daemons check its mode too; we
+ * refuse the same files so that a bad one is named before anything starts. */
+static int cluster_auth_read(cluster *c, cli_err *err)
+{
+    char path[PATH_MAX];
+    if (cluster_path(c, CLUSTER_AUTH_FILE, path, err) != 0)
+        return -1;
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return cli_err_set(err,
+                           "%s: %s (auth is on for this cluster: restore the file, or "
+                           "run `strata down` and `strata up` to make new tokens)",
+                           path, strerror(errno));
+    if (!S_ISREG(st.st_mode) || (st.st_mode & 077) != 0)
+        return cli_err_set(err, "%s must be a regular file of mode 0600 (chmod 600 %s)", path,
+                           path);
+    char *text = NULL;
+    int rc = cluster_read_file(path, &text, err);
+    if (rc != 0)
+        return rc < 0 ? -1 : cli_err_set(err, "%s disappeared", path);
+    cJSON *root = cJSON_Parse(text);
+    memset(text, 0, strlen(text));
+    free(text);
+    char tenant[STRATA_ID_HEX_LEN];
+    strata_id_format(&c->tenant_id, tenant);
+    const cJSON *admin = cJSON_GetObjectItemCaseSensitive(root, "admin_token");
+    const cJSON *tenants = cJSON_GetObjectItemCaseSensitive(root, "tenants");
+    const cJSON *mine = cJSON_GetObjectItemCaseSensitive(tenants, tenant);
+    rc = 0;
+    if (!cJSON_IsString(admin) || !token_ok(admin->valuestring) || !cJSON_IsString(mine) ||
+        !token_ok(mine->valuestring))
+        rc = cli_err_set(err,
+                         "%s: expected {\"admin_token\": ..., \"tenants\": {\"%s\": ...}} "
+                         "with tokens of 1..64 printable characters",
+                         path, tenant);
+    else {
+        snprintf(c->admin_token, sizeof c->admin_token, "%s", admin->valuestring);
+        snprintf(c->tenant_token, sizeof c->tenant_token, "%s", mine->valuestring);
+        c->auth = true;
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+static int new_token(char out[CLUSTER_TOKEN_LEN])
+{
+    strata_id a, b;
+    char ha[STRATA_ID_HEX_LEN], hb[STRATA_ID_HEX_LEN];
+    if (!strata_id_generate(&a) || !strata_id_generate(&b))
+        return -1;
+    snprintf(out, CLUSTER_TOKEN_LEN, "%s%s", strata_id_format(&a, ha), strata_id_format(&b, hb));
+    return 0;
+}
+
+static int write_all(int fd, const char *buf, size_t len);
+
+int cluster_auth_enable(cluster *c, cli_err *err)
+{
+    char path[PATH_MAX], tmp[PATH_MAX];
+    if (cluster_path(c, CLUSTER_AUTH_FILE, path, err) != 0 ||
+        cluster_path(c, CLUSTER_AUTH_FILE ".tmp", tmp, err) != 0)
+        return -1;
+    if (access(path, F_OK) == 0)
+        return cluster_auth_read(c, err);
+    char admin[CLUSTER_TOKEN_LEN], tenant_token[CLUSTER_TOKEN_LEN], tenant[STRATA_ID_HEX_LEN];
+    if (new_token(admin) != 0 || new_token(tenant_token) != 0)
+        return cli_err_set(err, "getrandom failed while generating tokens");
+    char text[512];
+    snprintf(text, sizeof text, "{\"admin_token\": \"%s\",\n \"tenants\": {\"%s\": \"%s\"}}\n",
+             admin, strata_id_format(&c->tenant_id, tenant), tenant_token);
+    /* 0600 from the start: the tokens are never readable by others. */
+    (void)unlink(tmp);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return cli_err_set(err, "create %s: %s", tmp, strerror(errno));
+    int rc = 0;
+    if (fchmod(fd, 0600) != 0 || write_all(fd, text, strlen(text)) != 0 || fsync(fd) != 0)
+        rc = cli_err_set(err, "write %s: %s", tmp, strerror(errno));
+    memset(text, 0, sizeof text);
+    if (close(fd) != 0 && rc == 0)
+        rc = cli_err_set(err, "close %s: %s", tmp, strerror(errno));
+    if (rc == 0 && rename(tmp, path) != 0)
+        rc = cli_err_set(err, "rename %s: %s", tmp, strerror(errno));
+    if (rc != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    int dfd = open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0 || fsync(dfd) != 0) {
+        if (dfd >= 0)
+            close(dfd);
+        return cli_err_set(err, "fsync %s: %s", c->dir, strerror(errno));
+    }
+    close(dfd);
+    return cluster_auth_read(c, err);
+}
+
+const char *cluster_admin_token(const cluster *c)
+{
+    return c->auth ? c->admin_token : NULL;
+}
+
+int cluster_auth_export(const cluster *c, cli_err *err)
+{
+    if (!c->auth)
+        return 0;
+    if (setenv("STRATA_SAFEKEEPER_PASSWORD", c->tenant_token, 1) != 0 ||
+        setenv("STRATA_PAGESERVER_PASSWORD", c->tenant_token, 1) != 0 ||
+        setenv("PAGESERVER_SAFEKEEPER_PASSWORD", c->admin_token, 1) != 0)
+        return cli_err_set(err, "setenv: %s", strerror(errno));
+    return 0;
+}
+
 int cluster_load(const char *dir, cluster *c, cli_err *err)
 {
     char path[PATH_MAX];
@@ -290,6 +417,13 @@ int cluster_load(const char *dir, cluster *c, cli_err *err)
         }
         tmp.pageserver_imported = true;
     }
+    const cJSON *auth = cJSON_GetObjectItemCaseSensitive(root, "auth");
+    if (auth != NULL && !cJSON_IsBool(auth)) {
+        cli_err_set(err, "%s: \"auth\" must be true or false", path);
+        goto out;
+    }
+    if (cJSON_IsTrue(auth) && cluster_auth_read(&tmp, err) != 0)
+        goto out;
     if (!cJSON_IsArray(sks) || cJSON_GetArraySize(sks) != CLUSTER_SAFEKEEPERS) {
         cli_err_set(err, "%s: expected %d safekeepers", path, CLUSTER_SAFEKEEPERS);
         goto out;
@@ -339,7 +473,8 @@ static cJSON *cluster_to_json(const cluster *c)
         !cJSON_AddStringToObject(root, "pg_user", c->pg_user) ||
         !cJSON_AddNumberToObject(compute, "port", c->compute_port) ||
         !cJSON_AddNumberToObject(pageserver, "pg_port", c->pageserver_pg_port) ||
-        !cJSON_AddNumberToObject(pageserver, "http_port", c->pageserver_http_port))
+        !cJSON_AddNumberToObject(pageserver, "http_port", c->pageserver_http_port) ||
+        !cJSON_AddBoolToObject(root, "auth", c->auth))
         goto fail;
     if (c->pageserver_imported) {
         char lsn[LSN_FMT_LEN];

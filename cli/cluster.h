@@ -8,6 +8,14 @@
  * move (atomically: temporary file, fsync, rename, directory fsync); read
  * by every other command.
  *
+ * Authentication (docs/operations.md): a cluster is made with auth on
+ * unless `strata up --no-auth` says otherwise; cluster.json records which
+ * ("auth": true/false; a file without the key predates auth and is off).
+ * With auth, D/auth.json (mode 0600) is the daemons' auth file: a random
+ * admin token and a random token of the cluster's tenant.  Every daemon
+ * gets it with --auth-file; the compute holds the tenant's token only;
+ * the CLI and the pageserver's WAL receivers use the admin token.
+ *
  * Not for: runtime state (pids live in D/<name>.pid, see proc.h) or
  * anything about starting processes.
  */
@@ -27,6 +35,10 @@
 /* With --port-base N: compute N, sk<i> pg N+2i-1 and http N+2i, pageserver
  * pg N+7 and http N+8. */
 #define CLUSTER_PORT_SPAN 9
+
+#define CLUSTER_AUTH_FILE "auth.json"
+/* A token: 64 hex digits (256 random bits), NUL included. */
+#define CLUSTER_TOKEN_LEN 65
 
 /* A host name or address (no port), NUL included. */
 #define CLUSTER_HOST_LEN 128
@@ -52,6 +64,11 @@ typedef struct cluster {
     bool pageserver_imported;
     lsn_t pageserver_import_lsn;
     cluster_safekeeper sk[CLUSTER_SAFEKEEPERS];
+    /* Auth on every daemon port and the admin API; the tokens are read
+     * from D/auth.json by cluster_load (not kept in cluster.json). */
+    bool auth;
+    char admin_token[CLUSTER_TOKEN_LEN];
+    char tenant_token[CLUSTER_TOKEN_LEN];
     /* Where the daemons are and how the compute listens.  Not in
      * cluster.json: the local cluster is 127.0.0.1 throughout
      * (cluster_load, cluster_init); a compute started against remote
@@ -90,6 +107,26 @@ void cluster_assign_ports(cluster *c, int port_base);
 
 /* Writes D/cluster.json durably.  Returns 0 or -1 with a reason. */
 int cluster_save(const cluster *c, cli_err *err);
+
+/*
+ * Turns auth on: reads D/auth.json, or writes a new one (mode 0600, new
+ * random tokens) when it does not exist, and sets c->auth and the tokens.
+ * Does not save cluster.json.  Returns 0 or -1 with a reason.
+ */
+int cluster_auth_enable(cluster *c, cli_err *err);
+
+/* The admin token, or NULL when auth is off. */
+const char *cluster_admin_token(const cluster *c);
+
+/*
+ * Puts the cluster's tokens where the programs it starts look for them
+ * (docs/operations.md): STRATA_SAFEKEEPER_PASSWORD and
+ * STRATA_PAGESERVER_PASSWORD (the tenant's token: sync-safekeepers, the
+ * basebackup, the compute's strata.conf) and PAGESERVER_SAFEKEEPER_PASSWORD
+ * (the admin token: the pageserver's WAL receivers).  Nothing when auth is
+ * off.  Returns 0 or -1 with a reason.
+ */
+int cluster_auth_export(const cluster *c, cli_err *err);
 
 /* The safekeeper called name ("sk1"..), or NULL. */
 const cluster_safekeeper *cluster_find_safekeeper(const cluster *c, const char *name);

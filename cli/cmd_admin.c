@@ -209,6 +209,10 @@ static int resolve_target(const admin_args *a, target *t, cli_err *err)
         if (token_from_file(a->auth_file, t->token, sizeof t->token, err) != 0)
             return -1;
         t->has_token = true;
+    } else if (a->pageserver == NULL && t->have_cluster && t->c.auth) {
+        /* The local cluster's own pageserver: its admin token. */
+        snprintf(t->token, sizeof t->token, "%s", t->c.admin_token);
+        t->has_token = true;
     } else {
         const char *env = getenv("STRATA_ADMIN_TOKEN");
         if (env != NULL && *env != '\0') {

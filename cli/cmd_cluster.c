@@ -106,6 +106,8 @@ static int load_existing(const char *dir_arg, cluster *c, cli_err *err)
     if (rc == 1)
         return cli_err_set(err, "no cluster under %s (run `strata up --dir %s` first)", dir,
                            dir_arg);
+    if (rc == 0 && cluster_auth_export(c, err) != 0)
+        return -1;
     return rc;
 }
 
@@ -330,19 +332,45 @@ static int attach_pageserver(cluster *c, cli_err *err)
     return 0;
 }
 
-/* Creates or loads the cluster of `up`, applying --port-base. */
+static void print_auth(const cluster *c)
+{
+    if (c->auth)
+        printf("auth: on for every daemon port and the admin API (tokens in %s/%s, mode 0600)\n",
+               c->dir, CLUSTER_AUTH_FILE);
+    else
+        printf("auth: OFF (--no-auth): every daemon port and the admin API trust everyone; "
+               "for benchmarks on a trusted machine only\n");
+}
+
+/* Creates or loads the cluster of `up`, applying --port-base and
+ * --auth/--no-auth. */
 static int up_prepare(const cli_opts *o, const char *dir, cluster *c, cli_err *err)
 {
     int rc = cluster_load(dir, c, err);
     if (rc < 0)
         return -1;
     if (rc == 1) {
-        if (cluster_init(dir, o->port_base, c, err) != 0 || cluster_save(c, err) != 0)
+        if (cluster_init(dir, o->port_base, c, err) != 0 ||
+            (o->auth >= 0 && cluster_auth_enable(c, err) != 0) || cluster_save(c, err) != 0)
             return -1;
         char tl[STRATA_ID_HEX_LEN];
         printf("created cluster under %s (timeline %s)\n", dir,
                strata_id_format(&c->timeline_id, tl));
+        print_auth(c);
         return 0;
+    }
+    if (o->auth != 0 && (o->auth > 0) != c->auth) {
+        if (anything_running(c))
+            return cli_err_set(err,
+                               "the cluster under %s runs with auth %s; run `strata down` "
+                               "before turning it %s",
+                               dir, c->auth ? "on" : "off", c->auth ? "off" : "on");
+        if (o->auth > 0 && cluster_auth_enable(c, err) != 0)
+            return -1;
+        c->auth = o->auth > 0;
+        if (cluster_save(c, err) != 0)
+            return -1;
+        print_auth(c);
     }
     if (o->port_base > 0 && o->port_base != c->compute_port) {
         if (anything_running(c))
@@ -375,7 +403,8 @@ int cmd_up(const cli_opts *o)
     if (lock < 0)
         return cli_fail(&err);
     int rc = CLI_OK;
-    if (up_prepare(o, dir, &c, &err) != 0 || update_compute_settings(&c, o, &err) != 0)
+    if (up_prepare(o, dir, &c, &err) != 0 || cluster_auth_export(&c, &err) != 0 ||
+        update_compute_settings(&c, o, &err) != 0)
         goto fail;
     /* Find what is missing before starting anything. */
     bool with_pageserver = pageserver_built();

@@ -208,7 +208,12 @@ int cmd_page(const cli_opts *o)
              "sslmode=disable gssencmode=disable application_name=strata-page-get",
              c.pageserver_pg_port, c.pg_user, PAGE_CONNECT_TIMEOUT_S);
     long long deadline = proc_now_ms() + PAGE_TIMEOUT_MS;
-    PGconn *conn = PQconnectdb(connstr);
+    /* With auth the tenant's token is the password (docs/operations.md). */
+    const char *keys[] = {"dbname", "password", NULL};
+    const char *vals[] = {connstr, c.auth ? c.tenant_token : NULL, NULL};
+    if (!c.auth)
+        keys[1] = NULL;
+    PGconn *conn = PQconnectdbParams(keys, vals, 1);
     if (conn == NULL || PQstatus(conn) != CONNECTION_OK) {
         char why[512];
         cli_err_set(&err, "connecting to the pageserver on port %d: %s", c.pageserver_pg_port,

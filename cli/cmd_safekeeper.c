@@ -40,8 +40,9 @@
 
 static sk_target target_of(const cluster *c, const cluster_safekeeper *sk)
 {
+    /* The admin token when auth is on: configuration changes need it. */
     sk_target t = {.host = sk->host, .port = sk->pg_port, .tenant = c->tenant_id,
-                   .timeline = c->timeline_id, .password = NULL};
+                   .timeline = c->timeline_id, .password = cluster_admin_token(c)};
     return t;
 }
 

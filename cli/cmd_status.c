@@ -101,7 +101,11 @@ static cJSON *status_json(const cluster *c, const status_snapshot *s)
     cJSON *root = cJSON_CreateObject();
     if (root == NULL)
         return NULL;
-    bool ok = add(root, "dir", cJSON_CreateString(c->dir));
+    char auth_file[PATH_MAX + 16];
+    snprintf(auth_file, sizeof auth_file, "%s/%s", c->dir, CLUSTER_AUTH_FILE);
+    bool ok = add(root, "dir", cJSON_CreateString(c->dir)) &&
+              add(root, "auth", cJSON_CreateBool(c->auth)) &&
+              add(root, "auth_file", c->auth ? cJSON_CreateString(auth_file) : cJSON_CreateNull());
     cJSON *compute = cJSON_AddObjectToObject(root, "compute");
     cJSON *ps = cJSON_AddObjectToObject(root, "pageserver");
     cJSON *sks = NULL;
@@ -160,8 +164,14 @@ static void status_print_human(const cluster *c, const status_snapshot *s)
 {
     char tenant[STRATA_ID_HEX_LEN], timeline[STRATA_ID_HEX_LEN];
     printf("cluster   %s\n", c->dir);
-    printf("tenant    %s\ntimeline  %s\n\n", strata_id_format(&c->tenant_id, tenant),
+    printf("tenant    %s\ntimeline  %s\n", strata_id_format(&c->tenant_id, tenant),
            strata_id_format(&c->timeline_id, timeline));
+    if (c->auth)
+        printf("auth      on: every daemon port and the admin API need a token (%s/%s)\n\n", c->dir,
+               CLUSTER_AUTH_FILE);
+    else
+        printf("auth      OFF (--no-auth): every daemon port and the admin API trust "
+               "everyone\n\n");
     printf("%-11s %-8s %-8s %-6s %-6s %-18s %-18s\n", "NAME", "STATE", "PID", "PORT", "HTTP",
            "FLUSH_LSN", "COMMIT_LSN");
     printf("%-11s %-8s ", "compute", s->compute_pid ? "running" : "stopped");

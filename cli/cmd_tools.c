@@ -37,6 +37,15 @@ static int load_cluster(const cli_opts *o, cluster *c, cli_err *err)
     return rc;
 }
 
+/* libpq's PGPASSWORD for a program talking to the cluster's daemons (a
+ * flag would show in ps); nothing when auth is off. */
+static int export_pgpassword(const cluster *c, cli_err *err)
+{
+    if (c->auth && setenv("PGPASSWORD", c->tenant_token, 1) != 0)
+        return cli_err_set(err, "setenv: %s", strerror(errno));
+    return 0;
+}
+
 /* Execs program with fixed arguments then o's extra ones; returns only on
  * failure. */
 static int exec_with(char *program, char *const fixed[], int nfixed, const cli_opts *o,
@@ -88,6 +97,8 @@ int cmd_sync_safekeepers(const cli_opts *o)
                           "(strata stop compute first)");
         return cli_fail(&err);
     }
+    if (export_pgpassword(&c, &err) != 0)
+        return cli_fail(&err);
     safekeepers_list(&c, sks, sizeof sks);
     char *fixed[] = {"--safekeepers", sks,
                      "--tenant",      strata_id_format(&c.tenant_id, tenant),

@@ -296,8 +296,15 @@ static int compute_safekeeper_password_conf(char *out, size_t len, cli_err *err)
     return 0;
 }
 
+/*
+ * allow_create: this start bootstraps the timeline on the safekeepers
+ * (none has it yet), so the walproposer may create it there
+ * (strata.allow_timeline_creation; it stops offering that to a safekeeper
+ * once it answered).  Every later start is written without it: a
+ * safekeeper that lost the timeline is then refused, not recreated empty.
+ */
 static int compute_write_config(const cluster *c, const compute_paths *p, compute_kind kind,
-                                cli_err *err)
+                                bool allow_create, cli_err *err)
 {
     char sks[256], tenant[STRATA_ID_HEX_LEN], timeline[STRATA_ID_HEX_LEN], preload[4096];
     compute_settings *user = malloc(sizeof *user);
@@ -354,12 +361,13 @@ static int compute_write_config(const cluster *c, const compute_paths *p, comput
                      "fsync = off\n"
                      "restart_after_crash = off\n"
                      "log_line_prefix = '%%m [%%p] '\n"
-                     "%s%s",
+                     "%s%s%s",
                      c->compute_exec ? "the environment (--remote)" : "cluster.json",
                      c->compute_listen, c->compute_port, p->sockdir, preload, sks,
                      strata_id_format(&c->tenant_id, tenant),
                      strata_id_format(&c->timeline_id, timeline),
-                     kind == COMPUTE_INITDB ? "on" : "off", sk_password, smgr);
+                     kind == COMPUTE_INITDB ? "on" : "off", sk_password, smgr,
+                     allow_create ? "strata.allow_timeline_creation = on\n" : "");
     if (n < 0 || n >= COMPUTE_CONF_MAX) {
         cli_err_set(err, "compute configuration too long");
         goto out;
@@ -500,7 +508,16 @@ int compute_start(const cluster *c, cli_err *err)
     if (proc_user_for_postgres(c->pg_user, &user, err) != 0 ||
         compute_init_datadir(c, &created, err) != 0)
         return -1;
-    if (compute_write_config(c, &p, COMPUTE_INITDB, err) != 0 ||
+    /* A cluster without a pageserver: its first compute bootstraps the
+     * timeline on the safekeepers, when all of them run and none has it. */
+    bool allow_create = true;
+    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
+        safekeeper_timeline tl;
+        safekeepers_query(c, &c->sk[i], &tl);
+        if (tl.known || safekeepers_pid(c, &c->sk[i]) == 0)
+            allow_create = false;
+    }
+    if (compute_write_config(c, &p, COMPUTE_INITDB, allow_create, err) != 0 ||
         proc_chown_tree(p.root, &user, err) != 0)
         return -1;
 
@@ -700,9 +717,11 @@ static void remove_aside(const compute_paths *p)
  * fences any compute still running), brings a majority to the end of
  * committed WAL and prints it.  On a timeline no safekeeper has WAL for yet
  * it refuses ("no acceptor has WAL"): the compute then starts at the
- * pageserver timeline's start LSN.
+ * pageserver timeline's start LSN.  Returns 1 when no safekeeper has the
+ * timeline at all (a new one: run again with allow_create to bootstrap it),
+ * 0, or -1 with a reason.
  */
-static int compute_sync(const cluster *c, lsn_t *x, bool *empty, cli_err *err)
+static int compute_sync(const cluster *c, bool allow_create, lsn_t *x, bool *empty, cli_err *err)
 {
     char program[PATH_MAX], sks[256], tenant[STRATA_ID_HEX_LEN], timeline[STRATA_ID_HEX_LEN],
         log[PATH_MAX], timeout[16];
@@ -714,7 +733,9 @@ static int compute_sync(const cluster *c, lsn_t *x, bool *empty, cli_err *err)
     char *argv[] = {program,     "--safekeepers", sks,     "--tenant",
                     strata_id_format(&c->tenant_id, tenant), "--timeline",
                     strata_id_format(&c->timeline_id, timeline), "--timeout",
-                    timeout,     NULL};
+                    timeout,     NULL, NULL};
+    if (allow_create)
+        argv[9] = "--allow-timeline-creation";
     if (unlink(log) != 0 && errno != ENOENT)
         return cli_err_set(err, "removing %s: %s", log, strerror(errno));
     cli_err run_err = {{0}};
@@ -735,17 +756,21 @@ static int compute_sync(const cluster *c, lsn_t *x, bool *empty, cli_err *err)
         unsetenv("PGPASSWORD");
     FILE *f = fopen(log, "re");
     char line[512], last[512] = "";
-    bool no_wal = false;
+    bool no_wal = false, no_timeline = false;
     while (f != NULL && fgets(line, sizeof line, f) != NULL) {
         line[strcspn(line, "\r\n")] = '\0';
         if (strstr(line, "no acceptor has WAL") != NULL)
             no_wal = true;
+        if (strstr(line, "no safekeeper has the timeline") != NULL)
+            no_timeline = true;
         if (line[0] != '\0')
             snprintf(last, sizeof last, "%s", line);
     }
     if (f != NULL)
         fclose(f);
     *empty = false;
+    if (rc != 0 && no_timeline)
+        return 1;
     if (rc != 0 && no_wal) {
         *empty = true;
         *x = c->pageserver_import_lsn;
@@ -761,7 +786,7 @@ static int compute_sync(const cluster *c, lsn_t *x, bool *empty, cli_err *err)
 
 /* Step 3: the files a basebackup leaves to the launcher. */
 static int compute_configure(const cluster *c, const compute_paths *p, compute_kind kind,
-                             lsn_t x, cli_err *err)
+                             lsn_t x, bool allow_create, cli_err *err)
 {
     char path[PATH_MAX + 32], lb[LSN_FMT_LEN], text[LSN_FMT_LEN + 2];
     snprintf(path, sizeof path, "%s/pg_hba.conf", p->pgdata);
@@ -779,7 +804,7 @@ static int compute_configure(const cluster *c, const compute_paths *p, compute_k
     snprintf(text, sizeof text, "%s\n", lsn_format(x, lb));
     if (write_file(path, text, err) != 0)
         return -1;
-    return compute_write_config(c, p, kind, err);
+    return compute_write_config(c, p, kind, allow_create, err);
 }
 
 /* Stateless unless STRATA_COMPUTE_MODE=full asks for a complete copy
@@ -810,7 +835,16 @@ int compute_start_from_pageserver(const cluster *c, compute_start_report *rep, c
     rep->stateless = kind == COMPUTE_BB_STATELESS;
     long long t0 = proc_now_ms();
 
-    if (compute_sync(c, &rep->lsn, &rep->empty_timeline, err) != 0)
+    int synced = compute_sync(c, false, &rep->lsn, &rep->empty_timeline, err);
+    if (synced == 1) {
+        /* No safekeeper has the timeline: a new one, bootstrapped now. */
+        rep->bootstrap = true;
+        synced = compute_sync(c, true, &rep->lsn, &rep->empty_timeline, err);
+        if (synced == 1)
+            return cli_err_set(err, "sync-safekeepers --allow-timeline-creation still found no "
+                                    "safekeeper with the timeline");
+    }
+    if (synced != 0)
         return -1;
     long long t1 = proc_now_ms();
     rep->sync_ms = t1 - t0;
@@ -871,7 +905,7 @@ int compute_start_from_pageserver(const cluster *c, compute_start_report *rep, c
     rep->basebackup_bytes = bres.bytes;
     rep->basebackup_files = bres.files;
 
-    if (compute_configure(c, &p, kind, rep->lsn, err) != 0 ||
+    if (compute_configure(c, &p, kind, rep->lsn, rep->bootstrap, err) != 0 ||
         proc_chown_tree(p.root, &user, err) != 0 || compute_remove_stale_locks(c, &p, err) != 0)
         return -1;
     if (c->compute_exec) {

@@ -82,6 +82,7 @@ int compute_remove_template(const cluster *c, cli_err *err);
 typedef struct compute_start_report {
     lsn_t lsn;           /* X: where the compute starts */
     bool empty_timeline; /* no safekeeper had WAL: X is the timeline's start */
+    bool bootstrap;      /* no safekeeper had the timeline: this start created it */
     bool stateless;      /* non-full basebackup + strata.pageserver */
     bool legacy;         /* started on its own pre-pageserver data directory */
     long long sync_ms, cleanup_ms, basebackup_ms, configure_ms;

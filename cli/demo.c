@@ -82,7 +82,7 @@ static void read_metrics(const cluster *c, demo_metrics *m)
     memset(m, 0, sizeof *m);
     char *body = NULL;
     cli_err err = {{0}};
-    if (probe_http_get(c->pageserver_http_port, "/metrics", 2000, &body, &err) != 0)
+    if (probe_http_get(c->pageserver_http_port, "/metrics", NULL, 2000, &body, &err) != 0)
         return;
     m->known = metric_value(body, "pageserver_image_written_total", &m->images_written) &&
                metric_value(body, "pageserver_read_chain_max", &m->chain_max);

@@ -25,6 +25,7 @@ enum {
     OPT_RAW = 1 << 8,      /* the command parses every argument itself */
     OPT_SETTINGS = 1 << 9, /* --set name=value, --reset name (compute settings) */
     OPT_REMOTE = 1 << 10,  /* --remote (start compute against remote daemons) */
+    OPT_AUTH = 1 << 11,    /* --auth / --no-auth (up) */
 };
 
 typedef struct command {
@@ -35,8 +36,8 @@ typedef struct command {
 } command;
 
 static const command commands[] = {
-    {"up", cmd_up, OPT_DIR | OPT_PORT_BASE | OPT_SETTINGS,
-     "up [--dir D] [--port-base N] [--set NAME=VALUE]... [--reset NAME]..."},
+    {"up", cmd_up, OPT_DIR | OPT_PORT_BASE | OPT_SETTINGS | OPT_AUTH,
+     "up [--dir D] [--port-base N] [--no-auth | --auth] [--set NAME=VALUE]... [--reset NAME]..."},
     {"down", cmd_down, OPT_DIR, "down [--dir D]"},
     {"status", cmd_status, OPT_DIR | OPT_JSON, "status [--dir D] [--json]"},
     {"stop", cmd_stop, OPT_DIR | OPT_IMMEDIATE | OPT_NAME, "stop NAME [--immediate] [--dir D]"},
@@ -47,7 +48,8 @@ static const command commands[] = {
     {"sync-safekeepers", cmd_sync_safekeepers, OPT_DIR | OPT_PASS,
      "sync-safekeepers [--dir D] [-- ARGS]"},
     {"bench", cmd_bench, OPT_DIR | OPT_NAME | OPT_PASS_ALL, "bench NAME [--dir D] [ARGS...]"},
-    {"demo", cmd_demo, OPT_DIR | OPT_PORT_BASE, "demo [--dir D] [--port-base N]"},
+    {"demo", cmd_demo, OPT_DIR | OPT_PORT_BASE | OPT_AUTH,
+     "demo [--dir D] [--port-base N] [--no-auth | --auth]"},
     {"page", cmd_page, OPT_DIR | OPT_PAGE,
      "page get [--dir D] --rel SPC/DB/REL [--fork main|fsm|vm|init] --blk N [--lsn X/Y]"},
     {"safekeeper", cmd_safekeeper, OPT_RAW, "safekeeper replace NAME [--dir D]"},
@@ -208,6 +210,12 @@ int main(int argc, char **argv)
             if (o.nreset >= CLI_MAX_SETTINGS)
                 return usage_error("more than %s --reset options", "64");
             o.reset[o.nreset++] = value;
+        } else if ((cmd->opts & OPT_AUTH) &&
+                   (strcmp(arg, "--no-auth") == 0 || strcmp(arg, "--auth") == 0)) {
+            int want = strcmp(arg, "--auth") == 0 ? 1 : -1;
+            if (o.auth != 0 && o.auth != want)
+                return usage_error("%s", "--auth and --no-auth contradict each other");
+            o.auth = want;
         } else if ((cmd->opts & OPT_REMOTE) && strcmp(arg, "--remote") == 0) {
             o.remote = true;
         } else if ((cmd->opts & OPT_JSON) && strcmp(arg, "--json") == 0) {

@@ -95,8 +95,18 @@ int pageserver_start(const cluster *c, cli_err *err)
     char listen_pg[32], listen_http[32];
     snprintf(listen_pg, sizeof listen_pg, "127.0.0.1:%d", c->pageserver_pg_port);
     snprintf(listen_http, sizeof listen_http, "127.0.0.1:%d", c->pageserver_http_port);
-    char *argv[] = {program,         "--datadir", p.datadir,     "--listen-pg", listen_pg,
-                    "--listen-http", listen_http, "--pg-bindir", bindir,        NULL};
+    char auth_file[PATH_MAX];
+    if (cluster_path(c, CLUSTER_AUTH_FILE, auth_file, err) != 0)
+        return -1;
+    char *argv[] = {
+        program,     "--datadir",   p.datadir, "--listen-pg", listen_pg, "--listen-http",
+        listen_http, "--pg-bindir", bindir,    NULL,          NULL,      NULL};
+    /* Its WAL receivers take the admin token from PAGESERVER_SAFEKEEPER_PASSWORD
+     * (cluster_auth_export): flags show in ps. */
+    if (c->auth) {
+        argv[9] = "--auth-file";
+        argv[10] = auth_file;
+    }
     proc_user self = {.drop = false};
     pid_t pid;
     if (proc_spawn_detached(argv, p.logfile, p.datadir, &self, &pid, err) != 0)
@@ -149,7 +159,7 @@ int pageserver_wait_ready(const cluster *c, int timeout_ms, cli_err *err)
                                    p.logfile);
             cli_err probe_err = {{0}};
             char *body = NULL;
-            if (probe_http_get(http, "/v1/status", 1000, &body, &probe_err) == 0) {
+            if (probe_http_get(http, "/v1/status", NULL, 1000, &body, &probe_err) == 0) {
                 free(body);
                 return 0;
             }
@@ -200,8 +210,8 @@ void pageserver_query(const cluster *c, pageserver_timeline *out)
     ps_timeline_path(c, path, sizeof path);
     cli_err err = {{0}};
     char *body = NULL;
-    if (probe_http_get(c->pageserver_http_port, path, PAGESERVER_QUERY_TIMEOUT_MS, &body, &err) !=
-        0)
+    if (probe_http_get(c->pageserver_http_port, path, cluster_admin_token(c),
+                       PAGESERVER_QUERY_TIMEOUT_MS, &body, &err) != 0)
         return;
     cJSON *root = cJSON_Parse(body);
     free(body);
@@ -259,7 +269,7 @@ int pageserver_create_timeline(const cluster *c, const char *pgdata, lsn_t *lsn,
         return cli_err_set(err, "out of memory");
     int status = 0;
     char *resp = NULL;
-    int rc = probe_http_request(c->pageserver_http_port, "POST", path, body,
+    int rc = probe_http_request(c->pageserver_http_port, "POST", path, body, cluster_admin_token(c),
                                 PAGESERVER_IMPORT_TIMEOUT_MS, &status, &resp, err);
     free(body);
     if (rc != 0)
@@ -271,8 +281,8 @@ int pageserver_create_timeline(const cluster *c, const char *pgdata, lsn_t *lsn,
         char *got = NULL;
         cli_err get_err = {{0}};
         bool adopted = false;
-        if (probe_http_get(c->pageserver_http_port, path, PAGESERVER_QUERY_TIMEOUT_MS, &got,
-                           &get_err) == 0) {
+        if (probe_http_get(c->pageserver_http_port, path, cluster_admin_token(c),
+                           PAGESERVER_QUERY_TIMEOUT_MS, &got, &get_err) == 0) {
             cJSON *root = cJSON_Parse(got);
             adopted = root != NULL && json_lsn(root, "start_lsn", lsn);
             cJSON_Delete(root);

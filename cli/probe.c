@@ -87,7 +87,7 @@ static bool probe_wait(int fd, short events, long long deadline)
 }
 
 int probe_http_request(int port, const char *method, const char *path, const char *body,
-                       int timeout_ms, int *status, char **resp, cli_err *err)
+                       const char *token, int timeout_ms, int *status, char **resp, cli_err *err)
 {
     long long deadline = proc_now_ms() + timeout_ms;
     size_t body_len = body ? strlen(body) : 0;
@@ -97,15 +97,21 @@ int probe_http_request(int port, const char *method, const char *path, const cha
     if (fd < 0)
         return cli_err_set(err, "connect 127.0.0.1:%d: %s", port, strerror(errno));
     char head[1024];
+    char auth[300] = "";
+    if (token != NULL &&
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", token) >= (int)sizeof auth) {
+        close(fd);
+        return cli_err_set(err, "bearer token too long");
+    }
     int head_len;
     if (body != NULL)
         head_len = snprintf(head, sizeof head,
-                            "%s %s HTTP/1.0\r\nHost: 127.0.0.1:%d\r\n"
+                            "%s %s HTTP/1.0\r\nHost: 127.0.0.1:%d\r\n%s"
                             "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-                            method, path, port, body_len);
+                            method, path, port, auth, body_len);
     else
-        head_len = snprintf(head, sizeof head, "%s %s HTTP/1.0\r\nHost: 127.0.0.1:%d\r\n\r\n",
-                            method, path, port);
+        head_len = snprintf(head, sizeof head, "%s %s HTTP/1.0\r\nHost: 127.0.0.1:%d\r\n%s\r\n",
+                            method, path, port, auth);
     if (head_len < 0 || head_len >= (int)sizeof head) {
         close(fd);
         return cli_err_set(err, "HTTP path too long");
@@ -187,11 +193,12 @@ out:
     return rc;
 }
 
-int probe_http_get(int port, const char *path, int timeout_ms, char **body, cli_err *err)
+int probe_http_get(int port, const char *path, const char *token, int timeout_ms, char **body,
+                   cli_err *err)
 {
     int status = 0;
     char *resp = NULL;
-    if (probe_http_request(port, "GET", path, NULL, timeout_ms, &status, &resp, err) != 0)
+    if (probe_http_request(port, "GET", path, NULL, token, timeout_ms, &status, &resp, err) != 0)
         return -1;
     if (status != 200) {
         free(resp);

@@ -18,20 +18,22 @@
 bool probe_tcp(int port, int timeout_ms);
 
 /*
- * GET path from 127.0.0.1:port (HTTP/1.0) within timeout_ms.  On status 200
+ * GET path from 127.0.0.1:port (HTTP/1.0) within timeout_ms, with
+ * "Authorization: Bearer <token>" unless token is NULL.  On status 200
  * returns 0 and a NUL-terminated malloc'd body the caller frees; otherwise
  * -1 with a reason.
  */
-int probe_http_get(int port, const char *path, int timeout_ms, char **body, cli_err *err);
+int probe_http_get(int port, const char *path, const char *token, int timeout_ms, char **body,
+                   cli_err *err);
 
 /*
  * Sends method path (HTTP/1.0) to 127.0.0.1:port with body (JSON, or NULL
- * for none) and reads the whole response within timeout_ms.  When a response
- * arrived, whatever its status, returns 0 with *status and a NUL-terminated
- * malloc'd body the caller frees; otherwise -1 with a reason.
+ * for none) and a bearer token (NULL: none), and reads the whole response within timeout_ms.  When
+ * a response arrived, whatever its status, returns 0 with *status and a NUL-terminated malloc'd
+ * body the caller frees; otherwise -1 with a reason.
  */
 int probe_http_request(int port, const char *method, const char *path, const char *body,
-                       int timeout_ms, int *status, char **resp, cli_err *err);
+                       const char *token, int timeout_ms, int *status, char **resp, cli_err *err);
 
 /* True when the server at connstr accepts connections (PQping). */
 bool probe_pg_ready(const char *connstr);

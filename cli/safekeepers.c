@@ -76,8 +76,15 @@ int safekeepers_start(const cluster *c, const cluster_safekeeper *sk, cli_err *e
     snprintf(id, sizeof id, "%d", sk->id);
     snprintf(listen_pg, sizeof listen_pg, "127.0.0.1:%d", sk->pg_port);
     snprintf(listen_http, sizeof listen_http, "127.0.0.1:%d", sk->http_port);
+    char auth_file[PATH_MAX];
+    if (cluster_path(c, CLUSTER_AUTH_FILE, auth_file, err) != 0)
+        return -1;
     char *argv[] = {program,   "--id",          id,          "--datadir", datadir, "--listen-pg",
-                    listen_pg, "--listen-http", listen_http, NULL};
+                    listen_pg, "--listen-http", listen_http, NULL,        NULL,    NULL};
+    if (c->auth) {
+        argv[9] = "--auth-file";
+        argv[10] = auth_file;
+    }
     proc_user self = {.drop = false};
     pid_t pid;
     if (proc_spawn_detached(argv, logfile, datadir, &self, &pid, err) != 0)
@@ -205,7 +212,8 @@ void safekeepers_query(const cluster *c, const cluster_safekeeper *sk, safekeepe
         return;
     cli_err err = {{0}};
     char *body = NULL;
-    if (probe_http_get(sk->http_port, "/v1/status", SAFEKEEPER_QUERY_TIMEOUT_MS, &body, &err) != 0)
+    if (probe_http_get(sk->http_port, "/v1/status", NULL, SAFEKEEPER_QUERY_TIMEOUT_MS, &body,
+                       &err) != 0)
         return;
     cJSON *root = cJSON_Parse(body);
     free(body);

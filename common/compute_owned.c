@@ -19,6 +19,7 @@ static const char *const owned[] = {
     "strata.pageserver",
     "strata.pageserver_password",
     "strata.safekeeper_password",
+    "strata.allow_timeline_creation",
 };
 
 bool compute_setting_owned(const char *name)

@@ -265,6 +265,13 @@ static void cmd_switch_membership(sk_conn *sc, const tokens *t)
         error_ready(sc, "42601", syntax, NULL);
         return;
     }
+    /* Changing who counts is the operator's: with token authentication,
+     * only the admin token may (a tenant's token opens its timelines' WAL). */
+    const char *who = pgwire_conn_principal(sc->c);
+    if (who != NULL && strcmp(who, "admin") != 0) {
+        error_ready(sc, "42501", "SWITCH_MEMBERSHIP needs the admin token", NULL);
+        return;
+    }
     sk_timeline *tl = require_timeline(sc);
     if (tl == NULL)
         return;
@@ -420,7 +427,7 @@ static void cmd_start_replication(sk_conn *sc, const tokens *t)
 
 static int push_option(void *arg, const char *name, const char *value, char *err, size_t errlen)
 {
-    (void)arg;
+    bool *allow_create = arg;
     if (strcasecmp(name, "proto_version") == 0) {
         uint64_t v;
         if (!parse_u64(value, &v) || v != WALPUSH_PROTO_VERSION) {
@@ -431,8 +438,19 @@ static int push_option(void *arg, const char *name, const char *value, char *err
         }
         return 0;
     }
-    if (strcasecmp(name, "allow_timeline_creation") == 0)
-        return 0;
+    if (strcasecmp(name, "allow_timeline_creation") == 0) {
+        if (strcasecmp(value, "true") == 0 || strcasecmp(value, "on") == 0) {
+            *allow_create = true;
+            return 0;
+        }
+        if (strcasecmp(value, "false") == 0 || strcasecmp(value, "off") == 0) {
+            *allow_create = false;
+            return 0;
+        }
+        snprintf(err, errlen, "allow_timeline_creation takes 'true' or 'false', not \"%.32s\"",
+                 value);
+        return -1;
+    }
     snprintf(err, errlen, "unrecognized START_WAL_PUSH option \"%s\"", name);
     return -1;
 }
@@ -441,12 +459,16 @@ static void cmd_start_wal_push(sk_conn *sc, const tokens *t)
 {
     int i = 1;
     char err[200];
-    if (parse_options(t, &i, push_option, NULL, err, sizeof err) != 0) {
+    bool allow_create = false;
+    if (parse_options(t, &i, push_option, &allow_create, err, sizeof err) != 0) {
         error_ready(sc, "42601", err, NULL);
         return;
     }
     if (i != t->n) {
-        error_ready(sc, "42601", "syntax: START_WAL_PUSH [(proto_version '1')]", NULL);
+        error_ready(sc, "42601",
+                    "syntax: START_WAL_PUSH [(proto_version '2' [, allow_timeline_creation "
+                    "'true'])]",
+                    NULL);
         return;
     }
     sk_pusher *p = calloc(1, sizeof *p);
@@ -457,6 +479,7 @@ static void cmd_start_wal_push(sk_conn *sc, const tokens *t)
     p->conn = sc->c;
     p->tenant_id = sc->tenant_id;
     p->timeline_id = sc->timeline_id;
+    p->allow_create = allow_create;
     sc->pusher = p;
     sc->mode = MODE_PUSH;
     pgwire_start_copy_both(sc->c);

@@ -37,6 +37,7 @@ typedef enum store_wait {
     WAIT_NONE = 0,
     WAIT_WRITTEN, /* every appended write completed (a vote's flush) */
     WAIT_IDLE,    /* no write or sync round left (a truncation) */
+    WAIT_SEGMENT, /* a new segment is being zero-filled off the loop (an append) */
 } store_wait;
 
 struct sk_timeline {
@@ -131,6 +132,7 @@ static bool store_wait_over(const sk_timeline *tl)
 {
     switch (tl->wait) {
     case WAIT_NONE:
+    case WAIT_SEGMENT: /* only on_ws_segment_ready ends it */
         return false;
     case WAIT_WRITTEN:
         return wal_store_written_lsn(tl->ws) >= wal_store_write_lsn(tl->ws);
@@ -179,6 +181,18 @@ static void on_ws_error(void *arg, int err)
     tl_fail(tl, "WAL write or fdatasync failed", err);
 }
 
+/* The segment an append waited for is in place (or failed: the store
+ * reported it through on_ws_error, and run_effects stops there). */
+static void on_ws_segment_ready(void *arg, int err)
+{
+    sk_timeline *tl = arg;
+    (void)err;
+    if (tl->executing && tl->wait == WAIT_SEGMENT) {
+        tl->wait = WAIT_NONE;
+        run_effects(tl);
+    }
+}
+
 static int open_store(sk_timeline *tl, uint32_t seg_size)
 {
     wal_store_config cfg = {.dir = tl->dir,
@@ -187,6 +201,8 @@ static int open_store(sk_timeline *tl, uint32_t seg_size)
                             .on_flushed = on_ws_flushed,
                             .on_error = on_ws_error,
                             .on_written = on_ws_written,
+                            .loop = tl->node->loop,
+                            .on_segment_ready = on_ws_segment_ready,
                             .arg = tl,
                             .caller_syncs = true,
                             .link_writes = true};
@@ -287,6 +303,15 @@ static void run_effects(sk_timeline *tl)
                     rc = wal_store_truncate(tl->ws, e->lsn);
                 else
                     rc = -EINVAL;
+            }
+            /* A new segment is zero-filled on the thread pool, not here:
+             * a 1 GB one would stall every timeline of this safekeeper. */
+            if (rc == 0) {
+                rc = wal_store_prepare(tl->ws, e->lsn, e->len);
+                if (rc == 1) {
+                    tl->wait = WAIT_SEGMENT;
+                    return; /* on_ws_segment_ready resumes this effect */
+                }
             }
             if (rc == 0)
                 rc = wal_store_append(tl->ws, e->lsn, e->data, e->len);
@@ -942,6 +967,19 @@ void sk_pusher_message(sk_node *node, sk_pusher *p, const uint8_t *data, size_t 
             return;
         }
         sk_timeline *tl = sk_node_find(node, &p->tenant_id, &p->timeline_id);
+        if (tl == NULL && !p->allow_create) {
+            char msg[200], t[STRATA_ID_HEX_LEN], l[STRATA_ID_HEX_LEN];
+            snprintf(msg, sizeof msg,
+                     "timeline %s/%s does not exist on this safekeeper and this connection may "
+                     "not create it",
+                     strata_id_format(&p->tenant_id, t), strata_id_format(&p->timeline_id, l));
+            metrics_counter_inc(node->metrics.errors);
+            fatal_to(p->conn, "42704", msg,
+                     "only the proposer that bootstraps a timeline sends START_WAL_PUSH "
+                     "(allow_timeline_creation 'true'); a safekeeper that lost the timeline "
+                     "must be restored or replaced, not recreated empty");
+            return;
+        }
         if (tl == NULL) {
             tl = tl_create(node, &p->tenant_id, &p->timeline_id, &why);
             if (tl == NULL) {

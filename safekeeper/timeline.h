@@ -102,6 +102,11 @@ typedef struct sk_pusher {
     strata_id tenant_id;
     strata_id timeline_id;
     sk_timeline *tl; /* NULL until the greeting found or created it */
+    /* START_WAL_PUSH (allow_timeline_creation 'true'): the greeting may
+     * create the timeline when this safekeeper lacks it.  Without it a
+     * missing timeline is refused: a safekeeper that lost its data must not
+     * come back as an empty, voting member. */
+    bool allow_create;
     uint8_t *msg;    /* the message waiting or being executed (owned) */
     size_t msg_len;
     bool queued;

@@ -33,6 +33,17 @@ static const uint8_t zero_block[64 * 1024];
 
 typedef enum sync_state { SYNC_NONE = 0, SYNC_TO_SUBMIT, SYNC_SUBMITTED } sync_state;
 
+/* A segment being zero-filled on the thread pool (wal_store_prepare).  The
+ * worker reads only its own copy of what it needs. */
+typedef struct seg_job {
+    uv_work_t req;
+    wal_store *ws; /* NULL once the store closed: the result is dropped */
+    char dir[PATH_MAX];
+    uint32_t seg_size;
+    uint64_t segno;
+    int result; /* 0 or a negative errno */
+} seg_job;
+
 typedef struct seg_file {
     wal_store *owner;
     bool in_use;
@@ -64,6 +75,9 @@ struct wal_store {
     wal_store_flushed_fn on_flushed;
     wal_store_error_fn on_error;
     wal_store_written_fn on_written;
+    uv_loop_t *loop;
+    wal_store_segment_fn on_segment_ready;
+    seg_job *job; /* the segment being created off the loop, or NULL */
     void *arg;
     bool caller_syncs;
     bool link_writes;
@@ -133,12 +147,18 @@ static bool parse_segment_name(uint32_t seg_size, const char *name, uint64_t *se
     return true;
 }
 
-static int seg_path(const wal_store *ws, uint64_t segno, bool partial, char *buf, size_t cap)
+static int seg_path_in(const char *dir, uint32_t seg_size, uint64_t segno, bool partial, char *buf,
+                       size_t cap)
 {
     char name[SEG_NAME_LEN + 1];
-    wal_store_segment_name(ws->seg_size, segno, name);
-    int n = snprintf(buf, cap, "%s/%s%s", ws->dir, name, partial ? ".partial" : "");
+    wal_store_segment_name(seg_size, segno, name);
+    int n = snprintf(buf, cap, "%s/%s%s", dir, name, partial ? ".partial" : "");
     return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
+}
+
+static int seg_path(const wal_store *ws, uint64_t segno, bool partial, char *buf, size_t cap)
+{
+    return seg_path_in(ws->dir, ws->seg_size, segno, partial, buf, cap);
 }
 
 static void store_fail(wal_store *ws, int err)
@@ -172,12 +192,13 @@ static int write_zeros(int fd, uint64_t from, uint64_t to)
     return 0;
 }
 
-/* Creates segment segno as "<name>.partial", zero-filled, durably; returns
- * an open read-write descriptor or a negative errno. */
-static int create_segment(wal_store *ws, uint64_t segno)
+/* Creates segment segno under dir as "<name>.partial", zero-filled,
+ * durably; returns an open read-write descriptor or a negative errno.
+ * Touches no store: it also runs on the thread pool (seg_job). */
+static int create_segment_file(const char *dir, uint32_t seg_size, uint64_t segno)
 {
     char tmp[PATH_MAX], path[PATH_MAX];
-    int rc = seg_path(ws, segno, true, path, sizeof path);
+    int rc = seg_path_in(dir, seg_size, segno, true, path, sizeof path);
     if (rc != 0)
         return rc;
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
@@ -185,7 +206,7 @@ static int create_segment(wal_store *ws, uint64_t segno)
     int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0)
         return -errno;
-    rc = write_zeros(fd, 0, ws->seg_size);
+    rc = write_zeros(fd, 0, seg_size);
     if (rc == 0)
         rc = durable_rename(tmp, path); /* fsyncs the file, then the directory */
     if (rc != 0) {
@@ -193,7 +214,14 @@ static int create_segment(wal_store *ws, uint64_t segno)
         unlink(tmp);
         return rc;
     }
-    ws->stats.segments_created++;
+    return fd;
+}
+
+static int create_segment(wal_store *ws, uint64_t segno)
+{
+    int fd = create_segment_file(ws->dir, ws->seg_size, segno);
+    if (fd >= 0)
+        ws->stats.segments_created++;
     return fd;
 }
 
@@ -225,7 +253,9 @@ static seg_file *find_seg(wal_store *ws, uint64_t segno)
     return NULL;
 }
 
-static int ensure_segment(wal_store *ws, uint64_t segno, seg_file **out)
+/* Opens segment segno into a free slot (creating it when create and it is
+ * missing; -ENOENT otherwise). */
+static int ensure_segment_ex(wal_store *ws, uint64_t segno, bool create, seg_file **out)
 {
     seg_file *s = find_seg(ws, segno);
     if (s != NULL) {
@@ -241,12 +271,78 @@ static int ensure_segment(wal_store *ws, uint64_t segno, seg_file **out)
     if (s == NULL)
         return -EBUSY; /* caller let too much WAL pile up unflushed */
     int fd = open_segment(ws, segno, O_RDWR);
-    if (fd == -ENOENT)
+    if (fd == -ENOENT && create)
         fd = create_segment(ws, segno);
     if (fd < 0)
         return fd;
     *s = (seg_file){.owner = ws, .in_use = true, .segno = segno, .fd = fd};
     *out = s;
+    return 0;
+}
+
+static int ensure_segment(wal_store *ws, uint64_t segno, seg_file **out)
+{
+    return ensure_segment_ex(ws, segno, true, out);
+}
+
+/* ---- segments made off the loop thread (wal_store_prepare) ---- */
+
+static void seg_job_work(uv_work_t *req)
+{
+    seg_job *job = req->data;
+    int fd = create_segment_file(job->dir, job->seg_size, job->segno);
+    job->result = fd < 0 ? fd : 0;
+    if (fd >= 0)
+        close(fd); /* wal_store_prepare opens it again on the loop thread */
+}
+
+static void seg_job_done(uv_work_t *req, int status)
+{
+    seg_job *job = req->data;
+    wal_store *ws = job->ws;
+    int rc = status != 0 ? status : job->result;
+    free(job);
+    if (ws == NULL)
+        return; /* the store was closed meanwhile */
+    ws->job = NULL;
+    if (rc == 0)
+        ws->stats.segments_created++;
+    else
+        store_fail(ws, rc);
+    ws->on_segment_ready(ws->arg, rc);
+}
+
+int wal_store_prepare(wal_store *ws, lsn_t lsn, size_t len)
+{
+    if (ws->failed != 0)
+        return -EIO;
+    if (ws->loop == NULL || ws->on_segment_ready == NULL || len == 0)
+        return 0;
+    if (ws->job != NULL)
+        return 1;
+    for (uint64_t segno = lsn / ws->seg_size; segno <= (lsn + len - 1) / ws->seg_size; segno++) {
+        seg_file *s;
+        int rc = ensure_segment_ex(ws, segno, false, &s);
+        if (rc == 0)
+            continue;
+        if (rc != -ENOENT)
+            return rc;
+        seg_job *job = calloc(1, sizeof *job);
+        if (job == NULL)
+            return -ENOMEM;
+        job->req.data = job;
+        job->ws = ws;
+        snprintf(job->dir, sizeof job->dir, "%s", ws->dir);
+        job->seg_size = ws->seg_size;
+        job->segno = segno;
+        rc = uv_queue_work(ws->loop, &job->req, seg_job_work, seg_job_done);
+        if (rc != 0) {
+            free(job);
+            return rc;
+        }
+        ws->job = job;
+        return 1;
+    }
     return 0;
 }
 
@@ -524,6 +620,8 @@ int wal_store_open(const wal_store_config *cfg, wal_store **out)
     ws->on_flushed = cfg->on_flushed;
     ws->on_error = cfg->on_error;
     ws->on_written = cfg->on_written;
+    ws->loop = cfg->loop;
+    ws->on_segment_ready = cfg->on_segment_ready;
     ws->arg = cfg->arg;
     ws->caller_syncs = cfg->caller_syncs;
     ws->link_writes = cfg->caller_syncs && cfg->link_writes;
@@ -600,6 +698,8 @@ void wal_store_close(wal_store *ws)
 {
     if (ws == NULL)
         return;
+    if (ws->job != NULL)
+        ws->job->ws = NULL; /* it finishes on its own; seg_job_done drops it */
     uring_cancel_wait(ws->ring, &ws->space_waiter);
     while (ws->head != NULL) {
         wal_write *w = ws->head;

@@ -18,7 +18,14 @@
  * the caller decides which flushed LSN is a record boundary and what may be
  * sent.  Reads use pread and are synchronous.
  *
- * Threading: everything runs on the loop thread that owns the uring.
+ * New segments: with cfg->loop, wal_store_prepare zero-fills a missing
+ * segment on libuv's thread pool (a 1 GB segment takes seconds; the loop
+ * must keep serving every other timeline meanwhile) and calls
+ * on_segment_ready on the loop thread when it is in place.  A store without
+ * a loop, or an append that was not prepared, creates it synchronously.
+ *
+ * Threading: everything runs on the loop thread that owns the uring, except
+ * the zero-filling of a segment, which touches only its own file.
  * Callbacks run from ring completions and must not close the store.
  * Errors: functions return 0 / a count or a negative errno.  A failed write
  * or fdatasync is fatal for the store (as in Postgres, a failed fsync cannot
@@ -43,6 +50,9 @@ typedef void (*wal_store_flushed_fn)(void *arg, lsn_t flushed_lsn, uint64_t sync
 typedef void (*wal_store_error_fn)(void *arg, int err);
 /* written_lsn: every write below it has completed (not yet durable). */
 typedef void (*wal_store_written_fn)(void *arg, lsn_t written_lsn);
+/* A segment wal_store_prepare started is in place (err 0), or its creation
+ * failed (err a negative errno; on_error ran first and the store failed). */
+typedef void (*wal_store_segment_fn)(void *arg, int err);
 
 typedef struct wal_store_config {
     const char *dir;   /* the timeline directory (exists); copied */
@@ -51,6 +61,9 @@ typedef struct wal_store_config {
     wal_store_flushed_fn on_flushed;
     wal_store_error_fn on_error;
     wal_store_written_fn on_written; /* may be NULL */
+    /* With both: wal_store_prepare creates segments off the loop thread. */
+    uv_loop_t *loop;
+    wal_store_segment_fn on_segment_ready;
     void *arg;
     /* false: the store starts a sync round by itself whenever writes have
      * completed and none is running.  true: the caller decides when, with
@@ -83,15 +96,25 @@ int wal_store_open(const wal_store_config *cfg, wal_store **out);
 
 /* Closes files and frees.  In-flight IO refers to the store: close it only
  * when wal_store_idle() or after uring_close() drained the ring (in the same
- * loop iteration: the ring's memory lives until the loop runs again). */
+ * loop iteration: the ring's memory lives until the loop runs again).  A
+ * segment still being zero-filled finishes on its own, unreported. */
 void wal_store_close(wal_store *ws);
+
+/*
+ * Makes sure every segment [lsn, lsn+len) touches exists and is open, so
+ * that an append there never creates one on the caller's thread.  0: they
+ * are; 1: a missing one is being zero-filled on the thread pool (call again
+ * after on_segment_ready); a negative errno on failure.  Without a loop in
+ * the config, always 0 (the append creates).
+ */
+int wal_store_prepare(wal_store *ws, lsn_t lsn, size_t len);
 
 /*
  * Appends len bytes at lsn, which must equal wal_store_write_lsn() (else
  * -EINVAL).  Data is copied; the write is issued now (or queued if the ring
  * is full) and covered by a following sync round.  Returns 0 or a negative
  * errno (-EIO after a failure, -ENOMEM, or a segment-creation error).
- * Segment creation is synchronous (it happens once per seg_size bytes).
+ * A segment wal_store_prepare did not make is created synchronously.
  */
 int wal_store_append(wal_store *ws, lsn_t lsn, const void *data, size_t len);
 

@@ -31,6 +31,7 @@ char *strata_safekeepers = NULL;
 char *strata_tenant_id = NULL;
 char *strata_timeline_id = NULL;
 char *strata_safekeeper_password = NULL;
+bool strata_allow_timeline_creation = false;
 char *strata_pageserver_password = NULL;
 int strata_safekeeper_connect_timeout = 10000;
 int strata_safekeeper_reconnect_delay = 100;
@@ -109,6 +110,12 @@ static void define_gucs(void)
     DefineCustomStringVariable(
         "strata.safekeeper_password", "Password for connections to safekeepers.", "Empty: none.",
         &strata_safekeeper_password, "", PGC_POSTMASTER, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+    DefineCustomBoolVariable(
+        "strata.allow_timeline_creation",
+        "Lets the walproposer create its timeline on a safekeeper that lacks it.",
+        "Only for the compute that bootstraps a new timeline (strata sets it then); each "
+        "safekeeper is offered the creation until it first answers a greeting.",
+        &strata_allow_timeline_creation, false, PGC_POSTMASTER, 0, NULL, NULL, NULL);
     DefineCustomIntVariable("strata.safekeeper_connect_timeout",
                             "Abandon a safekeeper connection attempt after this long.", NULL,
                             &strata_safekeeper_connect_timeout, 10000, 100, 3600 * 1000, PGC_SIGHUP,

@@ -19,6 +19,7 @@ extern char *strata_tenant_id;
 extern char *strata_timeline_id;
 /* strata.safekeeper_password: sent to safekeepers when set. */
 extern char *strata_safekeeper_password;
+extern bool strata_allow_timeline_creation;
 extern char *strata_pageserver_password;
 /* strata.safekeeper_connect_timeout (ms): a connect attempt that takes
  * longer is abandoned and retried. */

@@ -96,6 +96,7 @@ typedef struct sk_slot {
     TimestampTz connected_at; /* 0 while not streaming */
     TimestampTz next_attempt;
     int backoff_ms;
+    bool greeted; /* answered our greeting once: it has the timeline */
 } sk_slot;
 
 /* Everything the worker owns; one instance per process. */
@@ -322,6 +323,12 @@ static void sk_start(sk_slot *sk, TimestampTz now)
 
     wp_edge_safekeeper_params(&params, sk->host, sk->port, &wp.tenant, &wp.timeline, "walproposer",
                               strata_safekeeper_connect_timeout / 1000, strata_safekeeper_password);
+    /* Creation only while bootstrapping: once a safekeeper has answered a
+     * greeting it holds the timeline, and losing it later must be an error. */
+    if (strata_allow_timeline_creation && !sk->greeted)
+        snprintf(params.query, sizeof(params.query),
+                 "START_WAL_PUSH (proto_version '%d', allow_timeline_creation 'true')",
+                 WALPUSH_PROTO_VERSION);
     sk->connect_started = now;
     if (pqstream_start(&sk->stream, params.keys, params.vals, params.query) != PQSTREAM_OK) {
         ereport(sk->backoff_ms == 0 ? LOG : DEBUG1,
@@ -772,6 +779,8 @@ static void core_message(int i, const uint8 *buf, size_t len, TimestampTz now)
         run_effects(now);
         return;
     }
+    if (msg.kind == AMSG_GREETING)
+        wp.sk[i].greeted = true;
     wp.fence_acceptor = i;
     wp.fence_term = acceptor_msg_term(&msg);
     if (proposer_handle_message(&wp.core, i, &msg, &wp.out) != 0)

@@ -4,6 +4,7 @@
  *
  *   strata-sync-safekeepers --safekeepers h:p,h:p,h:p --tenant HEX
  *                           --timeline HEX [--password PW] [--timeout SECONDS]
+ *                           [--allow-timeline-creation]
  *
  * It runs the proposer core in sync mode: gets elected (which bumps the term
  * and so fences any running compute), brings a majority of safekeepers to
@@ -18,6 +19,12 @@
  * [lowest start point, term start) is kept in memory, at most --max-wal-mb
  * (default 256) of it: a safekeeper lagging further is left behind (a
  * warning) and the others, if a majority, complete the sync.
+ *
+ * A safekeeper that lacks the timeline refuses the connection unless
+ * --allow-timeline-creation is given (only when a new timeline is being
+ * bootstrapped).  When every safekeeper refuses so, it exits 1 with "no
+ * safekeeper has the timeline"; when too many refuse for a majority, with
+ * their reason.
  *
  * Not for: the Paxos rules (proposer.c) or the libpq mechanics (pqstream.c).
  */
@@ -57,6 +64,7 @@ typedef struct sync_peer {
     uint64_t connected_ms; /* 0 while not streaming */
     uint32_t backoff_ms;
     bool refused; /* it refused our password or tenant: retrying cannot help */
+    bool missing; /* refused: it does not have the timeline (and may not create it) */
 } sync_peer;
 
 typedef struct sync_state {
@@ -64,6 +72,7 @@ typedef struct sync_state {
     sync_peer peers[PROPOSER_MAX_ACCEPTORS];
     strata_id tenant, timeline;
     const char *password;
+    bool allow_create;
     uint32_t seg_size;
     size_t max_wal;
 
@@ -117,7 +126,8 @@ __attribute__((noreturn)) static void usage(const char *why)
     fprintf(stderr,
             "usage: strata-sync-safekeepers --safekeepers H:P,H:P,H:P --tenant HEX --timeline HEX\n"
             "                               [--password PW] [--timeout SECONDS] [--max-wal-mb N]\n"
-            "                               [--wal-seg-size BYTES] [--verbose]\n"
+            "                               [--wal-seg-size BYTES] [--allow-timeline-creation]\n"
+            "                               [--verbose]\n"
             "Elects a proposer on the safekeepers, syncs a majority to the end of WAL,\n"
             "prints that LSN (X/Y) and exits 0; exits 1 with a reason on failure.\n");
     exit(why != NULL ? 2 : 0);
@@ -181,6 +191,10 @@ static void connect_params(const sync_state *st, const sync_peer *p, wp_edge_par
 {
     wp_edge_safekeeper_params(params, p->host, p->port, &st->tenant, &st->timeline,
                               "sync-safekeepers", 10, st->password);
+    if (st->allow_create)
+        snprintf(params->query, sizeof(params->query),
+                 "START_WAL_PUSH (proto_version '%d', allow_timeline_creation 'true')",
+                 WALPUSH_PROTO_VERSION);
 }
 
 static void peer_retry(sync_peer *p, uint64_t now)
@@ -371,14 +385,24 @@ static void run_effects(sync_state *st, uint64_t now)
 static void note_refusal(sync_state *st, sync_peer *p)
 {
     const char *why = pqstream_error(&p->stream);
+    bool missing = strstr(why, "does not exist on this safekeeper") != NULL;
     if (strstr(why, "password authentication failed") == NULL &&
-        strstr(why, "permission denied") == NULL)
+        strstr(why, "permission denied") == NULL && !missing)
         return;
     p->refused = true;
-    int refused = 0;
-    for (int i = 0; i < st->n; i++)
+    p->missing = missing;
+    int refused = 0, n_missing = 0;
+    for (int i = 0; i < st->n; i++) {
         refused += st->peers[i].refused;
-    if (refused > st->n - (st->n / 2 + 1))
+        n_missing += st->peers[i].missing;
+    }
+    if (n_missing == st->n)
+        die("no safekeeper has the timeline (all %d refused: it does not exist there; a new "
+            "timeline is bootstrapped with --allow-timeline-creation)",
+            st->n);
+    /* While every refusal is a missing timeline, wait for the others: if all
+     * lack it, that is the answer above. */
+    if (refused > st->n - (st->n / 2 + 1) && (n_missing < refused || refused == st->n))
         die("%d of %d safekeepers refused the connection: %s: %s", refused, st->n, p->addr, why);
 }
 
@@ -438,6 +462,7 @@ static void handle_peer(sync_state *st, int i, uint64_t now)
     if (p->stream.state == PQSTREAM_IDLE && p->up) {
         log_info("lost safekeeper %s: %s", p->addr, pqstream_error(&p->stream));
         p->up = false;
+        note_refusal(st, p); /* a missing timeline is refused after the greeting */
         peer_retry(p, now);
         proposer_disconnected(&st->core, i, &st->out);
         run_effects(st, now);
@@ -572,6 +597,7 @@ int main(int argc, char **argv)
                                          {"max-wal-mb", required_argument, NULL, 'm'},
                                          {"wal-seg-size", required_argument, NULL, 'w'},
                                          {"verbose", no_argument, NULL, 'v'},
+                                         {"allow-timeline-creation", no_argument, NULL, 'C'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     const char *sks = NULL, *tenant = NULL, *timeline = NULL;
@@ -616,6 +642,9 @@ int main(int argc, char **argv)
             break;
         case 'v':
             verbose = true;
+            break;
+        case 'C':
+            st.allow_create = true;
             break;
         case 'h':
             usage(NULL);

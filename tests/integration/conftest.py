@@ -18,6 +18,7 @@ import signal
 import subprocess
 import tempfile
 import time
+import urllib.request
 
 import psycopg
 import pytest
@@ -245,12 +246,38 @@ class StrataCluster:
             state = json.load(f)
         return state["tenant_id"], state["timeline_id"]
 
+    def tokens(self):
+        """(admin token, tenant token) of a cluster with auth (D/auth.json,
+        docs/operations.md), or (None, None) for one made with --no-auth."""
+        with open(os.path.join(self.dir, "cluster.json")) as f:
+            state = json.load(f)
+        if not state.get("auth"):
+            return None, None
+        with open(os.path.join(self.dir, "auth.json")) as f:
+            auth = json.load(f)
+        return auth["admin_token"], auth["tenants"][state["tenant_id"]]
+
+    def bearer(self):
+        """HTTP headers that carry the admin token (none without auth)."""
+        admin, _tenant = self.tokens()
+        return {"Authorization": "Bearer " + admin} if admin else {}
+
+    def http_get_json(self, port, path, timeout=10):
+        """GET a daemon's HTTP path with the admin token; the parsed body."""
+        req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path),
+                                     headers=self.bearer())
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return json.load(resp)
+
     def safekeeper_connstr(self, name):
         """libpq connection string of a safekeeper's pg port for this timeline
-        (what pg_receivewal or a standby's primary_conninfo uses)."""
+        (what pg_receivewal or a standby's primary_conninfo uses), with the
+        tenant's token as the password when the cluster has auth."""
         tenant, timeline = self.ids()
-        return ("host=127.0.0.1 port=%d user=%s options='-c tenant_id=%s -c timeline_id=%s'"
-                % (self.safekeeper(name)["pg_port"], pg_user(), tenant, timeline))
+        _admin, token = self.tokens()
+        return ("host=127.0.0.1 port=%d user=%s options='-c tenant_id=%s -c timeline_id=%s'%s"
+                % (self.safekeeper(name)["pg_port"], pg_user(), tenant, timeline,
+                   " password=%s" % token if token else ""))
 
     def safekeeper_datadir(self, name):
         return os.path.join(self.dir, name)

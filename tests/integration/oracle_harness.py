@@ -425,6 +425,7 @@ class Primary:
                 "strata.safekeepers = '%s'" % ",".join(sk.addr for sk in safekeepers),
                 "strata.tenant_id = '%s'" % TENANT,
                 "strata.timeline_id = '%s'" % timeline,
+                "strata.allow_timeline_creation = on",  # a new timeline on new safekeepers
                 ""]))
         chown_to_pg_user(path)
 

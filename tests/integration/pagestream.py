@@ -213,8 +213,9 @@ class Client:
         self.sock.close()
 
 
-def startup(host, port, user="strata", database="postgres", timeout=30):
-    """A socket past authentication (trust) and ReadyForQuery, as a Client."""
+def startup(host, port, user="strata", database="postgres", timeout=30, password=None):
+    """A socket past authentication (trust, or a cleartext password: a
+    token) and ReadyForQuery, as a Client."""
     sock = socket.create_connection((host, port), timeout=timeout)
     params = b"user\0" + user.encode() + b"\0database\0" + database.encode() + b"\0\0"
     sock.sendall(struct.pack(">II", 8 + len(params), 196608) + params)
@@ -223,7 +224,10 @@ def startup(host, port, user="strata", database="postgres", timeout=30):
         typ, body = c.read_message()
         if typ == "R":
             (code,) = struct.unpack(">I", body[:4])
-            if code != 0:
+            if code == 3 and password is not None:
+                pw = password.encode() + b"\0"
+                sock.sendall(b"p" + struct.pack(">I", 4 + len(pw)) + pw)
+            elif code != 0:
                 raise ServerError({"M": "authentication method %d not supported here" % code})
         elif typ == "E":
             raise ServerError(Client.parse_error(body))
@@ -231,10 +235,10 @@ def startup(host, port, user="strata", database="postgres", timeout=30):
             return c
 
 
-def connect(host, port, tenant, timeline, timeout=30):
+def connect(host, port, tenant, timeline, timeout=30, password=None):
     """A Client in CopyBoth mode on tenant/timeline (hex ids).  Raises
     ServerError when the server refuses (unknown tenant or timeline)."""
-    c = startup(host, port, timeout=timeout)
+    c = startup(host, port, timeout=timeout, password=password)
     c.query("pagestream_v1 %s %s" % (tenant, timeline))
     try:
         c._expect_copy_both()

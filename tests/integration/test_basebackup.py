@@ -38,8 +38,11 @@ def patched_bindir():
 
 def pageserver_conn(cluster):
     port = cluster.status()["pageserver"]["pg_port"]
+    # The admin token: it may name any tenant, so a malformed one reaches the
+    # command's own checks (a tenant's token is refused before them).
+    admin, _token = cluster.tokens()
     return psycopg.connect("host=127.0.0.1 port=%d user=%s dbname=postgres" % (port, pg_user()),
-                           autocommit=True, connect_timeout=10)
+                           autocommit=True, connect_timeout=10, password=admin)
 
 
 def basebackup(cluster, lsn, full=False):

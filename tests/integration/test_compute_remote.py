@@ -55,6 +55,11 @@ def remote_env(cluster, port, **extra):
         "STRATA_PG_USER": pg_user(),
         "STRATA_COMPUTE_FILE_CACHE_MB": "16",
     })
+    # A cluster with auth (the default): the compute holds the tenant's token.
+    _admin, token = cluster.tokens()
+    if token:
+        env["STRATA_PAGESERVER_PASSWORD"] = token
+        env["STRATA_SAFEKEEPER_PASSWORD"] = token
     env.update(extra)
     return env
 
@@ -162,7 +167,9 @@ def test_remote_compute_is_the_stateless_start(cluster_dir):
 def test_remote_compute_with_tokens(cluster_dir, tmp_path):
     cluster = cluster_dir
     cluster.env["STRATA_COMPUTE_MODE"] = "stateless"
-    cluster.up()
+    # The daemons get this test's own auth file below, through their
+    # environment: the cluster's generated one stays out of the way.
+    cluster.up("--no-auth")
     cluster.sql("create table s (id int primary key)")
     cluster.sql("insert into s select generate_series(1, 100)")
     tenant, timeline = cluster.ids()

@@ -23,9 +23,14 @@ import pytest
 from conftest import wait_until
 
 
-def sk_conn(cluster, name):
-    return psycopg.connect(cluster.safekeeper_connstr(name), autocommit=True,
-                           connect_timeout=10)
+def sk_conn(cluster, name, admin=False):
+    """A connection to a safekeeper's WAL-push port for the cluster's
+    timeline, with the tenant's token or (admin) the admin token."""
+    connstr = cluster.safekeeper_connstr(name)
+    admin_token, tenant_token = cluster.tokens()
+    if admin and admin_token:
+        connstr = connstr.replace("password=%s" % tenant_token, "password=%s" % admin_token)
+    return psycopg.connect(connstr, autocommit=True, connect_timeout=10)
 
 
 def timeline_status(cluster, name):
@@ -43,7 +48,7 @@ def switch(cluster, name, generation, members, new_members=None):
     deadline = time.monotonic() + 10
     while True:
         try:
-            with sk_conn(cluster, name) as c:
+            with sk_conn(cluster, name, admin=True) as c:
                 cur = c.execute(sql)
                 cols = [d.name for d in cur.description]
                 return dict(zip(cols, cur.fetchone()))
@@ -82,8 +87,12 @@ def test_configuration_change_under_load(cluster):
     ledger = []
     insert(conn, ledger)
 
-    # Generation 1: the same three, now written down.
+    # Generation 1: the same three, now written down.  Only the admin token
+    # may change who counts.
     all3 = member_text(cluster, names, node_ids)
+    with sk_conn(cluster, "sk1") as c:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="admin token"):
+            c.execute("SWITCH_MEMBERSHIP 1 '%s'" % all3)
     for n in names:
         row = switch(cluster, n, 1, all3)
         assert row["generation"] == 1 and row["members"] == all3, row

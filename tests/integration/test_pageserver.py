@@ -633,14 +633,14 @@ def test_pages_rebuilt_from_wal_of_a_running_cluster(cluster):
     tenant, timeline = cluster.ids()
     deadline = time.time() + 60
     while True:
-        with urllib.request.urlopen("http://127.0.0.1:%d/v1/tenant/%s/timeline/%s" %
-                                    (status["http_port"], tenant, timeline), timeout=10) as r:
-            info = json.loads(r.read())
+        info = cluster.http_get_json(status["http_port"], "/v1/tenant/%s/timeline/%s" %
+                                     (tenant, timeline))
         if lsn_int(info["last_record_lsn"]) >= lsn:
             break
         assert time.time() < deadline, info
         time.sleep(0.1)
-    c = pagestream.connect("127.0.0.1", status["pg_port"], tenant, timeline)
+    c = pagestream.connect("127.0.0.1", status["pg_port"], tenant, timeline,
+                           password=cluster.tokens()[1])
     try:
         assert c.exists(DEFAULT_SPC, dboid, rfn, 0, LATEST, nms=lsn)
         nblocks = c.nblocks(DEFAULT_SPC, dboid, rfn, 0, LATEST, nms=lsn)

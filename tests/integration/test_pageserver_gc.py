@@ -40,9 +40,10 @@ DEFAULT_SPC = 1663
 WINDOW = 256 * 1024
 
 
-def http_get(port, path, timeout=10):
+def http_get(port, path, timeout=10, headers=None):
+    req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), headers=headers or {})
     try:
-        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=timeout) as r:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
             body = r.read()
             status = r.status
     except urllib.error.HTTPError as e:
@@ -68,7 +69,8 @@ class PS:
 
     def info(self):
         status, body = http_get(self.ports[1], "/v1/tenant/%s/timeline/%s" % (self.tenant,
-                                                                              self.timeline))
+                                                                              self.timeline),
+                                headers=self.cluster.bearer())
         assert status == 200, body
         return body
 
@@ -78,7 +80,8 @@ class PS:
             return r.read().decode()
 
     def connect(self):
-        return pagestream.connect("127.0.0.1", self.ports[0], self.tenant, self.timeline)
+        return pagestream.connect("127.0.0.1", self.ports[0], self.tenant, self.timeline,
+                                  password=self.cluster.tokens()[1])
 
     def wait_ingested(self, lsn, timeout=60):
         return wait_until(lambda: lsn_to_int(self.info()["last_record_lsn"]) >= lsn and
@@ -126,7 +129,8 @@ def test_gc_keeps_reads_at_and_above_the_horizon_and_refuses_older(cluster_dir):
     cluster.stop("compute")
     status = cluster.status()
     sk_lsns = [lsn_to_int(http_get(sk["http_port"], "/v1/tenant/%s/timeline/%s" % (
-        ps.tenant, ps.timeline))[1]["commit_lsn"]) for sk in status["safekeepers"]]
+        ps.tenant, ps.timeline), headers=cluster.bearer())[1]["commit_lsn"])
+        for sk in status["safekeepers"]]
     end = max(sk_lsns)
     ps.wait_ingested(end)
     # Restarting flushes the store: disk_consistent_lsn == last_record_lsn.
@@ -216,10 +220,10 @@ def test_gc_keeps_reads_at_and_above_the_horizon_and_refuses_older(cluster_dir):
 
     check_reads()
     status, body = http_get(ps.ports[1], "/v1/tenant/%s/timeline/%s/rels?lsn=%s" % (
-        ps.tenant, ps.timeline, int_to_lsn(lsns[0])))
+        ps.tenant, ps.timeline, int_to_lsn(lsns[0])), headers=cluster.bearer())
     assert status == 400 and "below the GC horizon" in body["error"], body
     status, body = http_get(ps.ports[1], "/v1/tenant/%s/timeline/%s/rels?lsn=%s" % (
-        ps.tenant, ps.timeline, int_to_lsn(horizon)))
+        ps.tenant, ps.timeline, int_to_lsn(horizon)), headers=cluster.bearer())
     assert status == 200 and any(r["rel"] == rfn for r in body["rels"]), body
 
     # The horizon is durable: after a restart with GC off, old reads stay refused.
@@ -235,7 +239,8 @@ def test_gc_keeps_reads_at_and_above_the_horizon_and_refuses_older(cluster_dir):
 
 def sk_timeline(sk, ps):
     status, body = http_get(sk["http_port"], "/v1/tenant/%s/timeline/%s" % (ps.tenant,
-                                                                           ps.timeline))
+                                                                           ps.timeline),
+                            headers=ps.cluster.bearer())
     assert status == 200, body
     return body
 

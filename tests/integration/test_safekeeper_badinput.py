@@ -391,9 +391,11 @@ def sk():
 class Proposer:
     """A well-behaved WAL-push session driven from Python."""
 
-    def __init__(self, sk, tenant, timeline, term=1, start=SEG, seg=SEG):
+    def __init__(self, sk, tenant, timeline, term=1, start=SEG, seg=SEG, create=True):
         self.c = Conn(sk.pg_port, opts(tenant, timeline))
-        self.c.start_copy_both("START_WAL_PUSH (proto_version '2')")
+        # A new timeline is created only when the proposer asks for it.
+        self.c.start_copy_both("START_WAL_PUSH (proto_version '2'%s)" % (
+            ", allow_timeline_creation 'true'" if create else ""))
         self.c.copy_data(greeting(tenant, timeline, seg=seg))
         g = self.c.recv_copy()
         assert g[0:1] == b"g"

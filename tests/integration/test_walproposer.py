@@ -194,6 +194,8 @@ class Compute:
                 "strata.safekeepers = '%s'" % ",".join(sk.addr for sk in self.safekeepers),
                 "strata.tenant_id = '%s'" % TENANT,
                 "strata.timeline_id = '%s'" % self.timeline,
+                # These tests start the timeline on empty safekeepers.
+                "strata.allow_timeline_creation = on",
                 "log_min_messages = info"] + self.extra_conf + [""]))
         with open(os.path.join(self.datadir, "pg_hba.conf"), "w") as f:
             f.write("local all all trust\nlocal replication all trust\n"

@@ -8,11 +8,9 @@ threshold.  The compute keeps committing through the other two; the
 pageserver must notice the stall at its next probe, switch, and ingest the
 new WAL.
 """
-import json
 import os
 import signal
 import time
-import urllib.request
 
 from conftest import lsn_to_int, wait_until
 
@@ -20,9 +18,7 @@ from conftest import lsn_to_int, wait_until
 def timeline_status(cluster):
     tenant, timeline = cluster.ids()
     port = cluster.status()["pageserver"]["http_port"]
-    url = "http://127.0.0.1:%d/v1/tenant/%s/timeline/%s" % (port, tenant, timeline)
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        return json.load(resp)
+    return cluster.http_get_json(port, "/v1/tenant/%s/timeline/%s" % (tenant, timeline))
 
 
 def test_frozen_safekeeper_is_left_for_one_that_has_more(cluster_dir):
