@@ -48,7 +48,6 @@
  */
 #include "pageserver/redo.h"
 
-#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -73,6 +72,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/strata_assert.h"
 #include "pageserver/redo_plan.h"
 #include "pageserver/redo_synthetic.h"
 #include "proto/walredo.h"
@@ -495,7 +495,7 @@ static void helper_reset(redo_pool *p, helper *h, uint64_t gen, bool holding_wmu
  * loaded 2-core machine, where the spinner takes the core the helper needs.) */
 static int read_some(helper *h, uint64_t deadline)
 {
-    assert(h->rlen < READ_CHUNK + MAX_PRELUDE);
+    STRATA_ASSERT(h->rlen < READ_CHUNK + MAX_PRELUDE);
     for (;;) {
         struct pollfd pfd = {.fd = h->out_fd, .events = POLLIN};
         int rc = poll(&pfd, 1, remaining_ms(deadline));
@@ -756,7 +756,7 @@ static void release_helper(redo_pool *p, helper *h)
 {
     pthread_mutex_lock(&p->mu);
     h->inflight--;
-    assert(h->inflight >= 0);
+    STRATA_ASSERT(h->inflight >= 0);
     pthread_cond_signal(&p->cv);
     pthread_mutex_unlock(&p->mu);
 }
@@ -786,8 +786,8 @@ static req_result send_request(redo_pool *p, helper *h, const request *rq, waite
     uint64_t deadline = *deadlinep;
     *gen = h->generation;
     uint64_t seq = h->next_write_seq++;
-    assert(seq - h->next_read_seq < MAX_INFLIGHT_PER_HELPER);
-    assert(h->slots[seq % MAX_INFLIGHT_PER_HELPER] == NULL);
+    STRATA_ASSERT(seq - h->next_read_seq < MAX_INFLIGHT_PER_HELPER);
+    STRATA_ASSERT(h->slots[seq % MAX_INFLIGHT_PER_HELPER] == NULL);
     w->out = rq->out;
     w->state = WS_PENDING;
     h->slots[seq % MAX_INFLIGHT_PER_HELPER] = w;

@@ -5,8 +5,7 @@
  */
 #include "pageserver/redo_plan.h"
 
-#include <assert.h>
-
+#include "common/strata_assert.h"
 #include "pageserver/redo_synthetic.h"
 
 bool redo_plan_is_synthetic(uint8_t kind)
@@ -92,6 +91,6 @@ int redo_plan_make(const version_list *vl, redo_step *steps, int cap, redo_plan 
             out->records += count;
         next -= count;
     }
-    assert(out->nsteps <= vl->n);
+    STRATA_ASSERT(out->nsteps <= vl->n);
     return 0;
 }

@@ -35,6 +35,7 @@
 
 #include "common/durable.h"
 #include "common/log.h"
+#include "common/strata_assert.h"
 #include "pageserver/store_priv.h"
 
 static void put_be32(uint8_t *p, uint32_t v)
@@ -248,8 +249,8 @@ void store_file_unref(store_file *f)
     if (f == NULL)
         return;
     int was = atomic_fetch_sub(&f->refs, 1);
-    if (was <= 0)
-        abort();
+    STRATA_ASSERT_MSG(was > 0, "data file %016llx released with %d references",
+                      (unsigned long long)f->id, was);
     if (was == 1) {
         close(f->fd);
         free(f);
@@ -274,8 +275,7 @@ store_snap *store_snap_acquire(store *st)
 {
     uint64_t w = atomic_fetch_add(&st->snap_word, (uint64_t)1 << 32);
     store_snap *s = atomic_load(&st->snap_slots[(uint32_t)w]);
-    if (s == NULL)
-        abort(); /* a pinned slot is never empty */
+    STRATA_ASSERT(s != NULL); /* a pinned slot is never empty */
     return s;
 }
 
@@ -1194,15 +1194,11 @@ static int flush_layer(store *st, store_layer *f, char *err, size_t errlen)
         sched_yield();
         s = store_snap_clone_current(st);
     }
-    for (int i = 0; i < s->nfrozen; i++) {
-        if (s->frozen[i] == f) {
-            store_layer_unref(f);
-            memmove(&s->frozen[i], &s->frozen[i + 1],
-                    (size_t)(s->nfrozen - i - 1) * sizeof s->frozen[0]);
-            s->nfrozen--;
-            break;
-        }
-    }
+    /* Only this thread removes frozen layers, and always the oldest: were an
+     * older one still unflushed, disk_consistent_lsn would claim its WAL. */
+    STRATA_ASSERT(s->nfrozen > 0 && s->frozen[s->nfrozen - 1] == f);
+    store_layer_unref(f);
+    s->nfrozen--;
     atomic_store(&st->disk_consistent_lsn, flsn);
     if (store_snap_publish(st, s) != 0)
         log_warn("store: could not publish snapshot after flush; layer kept until next change");

@@ -14,6 +14,8 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
+#include "common/strata_assert.h"
+
 #define NSHARDS 16
 #define SHARD_BUCKETS 1024
 
@@ -61,8 +63,7 @@ store_cache *store_cache_create(size_t capacity_bytes)
 static void entry_unref(entry *e)
 {
     int was = atomic_fetch_sub(&e->refs, 1);
-    if (was <= 0)
-        abort();
+    STRATA_ASSERT_MSG(was > 0, "cache entry released with %d references", was);
     if (was == 1) {
         free((void *)e->pub.data);
         free(e);

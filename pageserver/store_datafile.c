@@ -21,6 +21,7 @@
 
 #include "common/crc32c.h"
 #include "common/durable.h"
+#include "common/strata_assert.h"
 
 static const uint8_t df_magic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'D', 'F'};
 #define BLOCK_MAGIC 0x53424C4Bu /* "SBLK" */
@@ -502,8 +503,9 @@ fail:
 
 const store_df_block_info *store_df_writer_block(const store_df_writer *w, uint32_t block_no)
 {
-    if (block_no >= w->nblocks)
-        abort(); /* a location from another writer */
+    /* A larger number is a location from another writer. */
+    STRATA_ASSERT_MSG(block_no < w->nblocks, "block %u of a writer with %u blocks", block_no,
+                      w->nblocks);
     return &w->blocks[block_no];
 }
 

@@ -28,6 +28,7 @@
 
 #include "common/durable.h"
 #include "common/log.h"
+#include "common/strata_assert.h"
 #include "pageserver/store.h"
 #include "pageserver/store_priv.h"
 
@@ -145,6 +146,9 @@ static long gc_batch(store *st, lsn_t horizon, uint8_t pos[PG_KEY_LEN], bool *do
                 break;
             }
         }
+        /* What stays must rebuild the key at the horizon: it starts at a
+         * complete version, or nothing stays after a newest tombstone. */
+        STRATA_ASSERT(cut == 0 || (cut == n ? (*ents)[n - 1].tombstone : (*ents)[cut].complete));
         for (size_t i = 0; i < cut; i++) {
             gc_ent *e = &(*ents)[i];
             MDB_val dk = {PG_INDEX_KEY_LEN, e->ikey};
@@ -158,10 +162,8 @@ static long gc_batch(store *st, lsn_t horizon, uint8_t pos[PG_KEY_LEN], bool *do
             while (d < ndeltas && deltas[d].id != e->file_id)
                 d++;
             if (d == ndeltas) {
-                if (ndeltas == MAX_DELTAS) {
-                    /* Cannot happen: the loop stops at half. */
-                    abort();
-                }
+                /* Room is left: the loop stops at half. */
+                STRATA_ASSERT(ndeltas < MAX_DELTAS);
                 deltas[ndeltas++] = (file_delta){.id = e->file_id};
             }
             deltas[d].bytes += e->entry_len;

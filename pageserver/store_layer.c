@@ -16,7 +16,6 @@
  */
 #include "pageserver/store_layer.h"
 
-#include <assert.h>
 #include <errno.h>
 #include <stddef.h>
 #include <fcntl.h>
@@ -27,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/strata_assert.h"
 
 /* Chunk size (a value never spans two) and the most chunks a layer holds. */
 #define LAYER_CHUNK_SHIFT 20
@@ -155,10 +155,8 @@ int store_layer_create(const char *path, uint32_t nbuckets, store_layer **out, c
 void store_layer_ref(store_layer *l)
 {
     int was = atomic_fetch_add(&l->refs, 1);
-    (void)was;
     /* A reference can only be taken from one already held. */
-    if (was <= 0)
-        abort();
+    STRATA_ASSERT_MSG(was > 0, "layer referenced with %d references", was);
 }
 
 void store_layer_unref(store_layer *l)
@@ -166,8 +164,7 @@ void store_layer_unref(store_layer *l)
     if (l == NULL)
         return;
     int was = atomic_fetch_sub(&l->refs, 1);
-    if (was <= 0)
-        abort();
+    STRATA_ASSERT_MSG(was > 0, "layer released with %d references", was);
     if (was > 1)
         return;
     close(l->fd);
@@ -227,12 +224,12 @@ int store_layer_find_at(const store_layer_version *v, uint32_t n, lsn_t at)
 const uint8_t *store_layer_data(const store_layer *l, const store_layer_version *ver)
 {
     uint64_t c = ver->off >> LAYER_CHUNK_SHIFT;
-    assert(c < LAYER_MAX_CHUNKS);
-    assert((ver->off & (LAYER_CHUNK - 1)) + ver->len <= LAYER_CHUNK);
+    STRATA_ASSERT(c < LAYER_MAX_CHUNKS);
+    STRATA_ASSERT((ver->off & (LAYER_CHUNK - 1)) + ver->len <= LAYER_CHUNK);
     /* The version was published (release) after its chunk and bytes. */
     const uint8_t *chunk = atomic_load_explicit(&((store_layer *)l)->chunks[c],
                                                 memory_order_acquire);
-    assert(chunk != NULL);
+    STRATA_ASSERT(chunk != NULL);
     return chunk + (ver->off & (LAYER_CHUNK - 1));
 }
 

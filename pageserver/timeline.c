@@ -15,7 +15,6 @@
  */
 #include "pageserver/timeline.h"
 
-#include <assert.h>
 #include <errno.h>
 #include <ftw.h>
 #include <limits.h>
@@ -32,6 +31,7 @@
 #include "common/durable.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/strata_assert.h"
 #include "pageserver/import.h"
 #include "pageserver/ingest.h"
 #include "pageserver/walreceiver.h"
@@ -407,7 +407,7 @@ static int image_put(void *arg, const pg_key *k, lsn_t lsn, const uint8_t page[P
                      char *err, size_t errlen)
 {
     timeline *tl = arg;
-    assert(lsn <= store_last_record_lsn(tl->st));
+    STRATA_ASSERT(lsn <= store_last_record_lsn(tl->st));
     if (store_put_image(tl->st, k, lsn, page, err, errlen) != 0)
         return -1;
     ingest_note_image(tl->ing, k);
@@ -530,8 +530,7 @@ fail:
 void timeline_ref(timeline *tl)
 {
     int before = atomic_fetch_add(&tl->refs, 1);
-    assert(before > 0);
-    (void)before;
+    STRATA_ASSERT(before > 0);
 }
 
 static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
@@ -547,7 +546,7 @@ static int remove_entry(const char *path, const struct stat *sb, int flag, struc
 void timeline_unref(timeline *tl)
 {
     int before = atomic_fetch_sub(&tl->refs, 1);
-    assert(before > 0);
+    STRATA_ASSERT(before > 0);
     if (before != 1)
         return;
     bool deleted = atomic_load(&tl->deleted);

@@ -19,8 +19,9 @@
  */
 #include "safekeeper/acceptor.h"
 
-#include <assert.h>
 #include <string.h>
+
+#include "common/strata_assert.h"
 
 /* ---- Output helpers ---------------------------------------------------- */
 
@@ -33,7 +34,7 @@ static void out_reset(acceptor_output *out)
 
 static acceptor_effect *out_push(acceptor_output *out, acceptor_effect_kind kind)
 {
-    assert(out->n < ACCEPTOR_MAX_EFFECTS);
+    STRATA_ASSERT(out->n < ACCEPTOR_MAX_EFFECTS);
     acceptor_effect *e = &out->effects[out->n++];
     memset(e, 0, sizeof(*e));
     e->kind = kind;
@@ -51,7 +52,7 @@ static int fail(acceptor_output *out, const char *why)
 static void emit_persist(acceptor *acc, acceptor_output *out)
 {
     for (int i = 0; i < out->n; i++)
-        assert(out->effects[i].kind != ACC_PERSIST_CONTROL);
+        STRATA_ASSERT(out->effects[i].kind != ACC_PERSIST_CONTROL);
     acc->st.flush_lsn = acc->flush_lsn;
     out->control = acc->st;
     acc->persisted_commit_lsn = acc->st.commit_lsn;
@@ -61,7 +62,7 @@ static void emit_persist(acceptor *acc, acceptor_output *out)
 static void emit_send(acceptor_output *out)
 {
     for (int i = 0; i < out->n; i++)
-        assert(out->effects[i].kind != ACC_SEND);
+        STRATA_ASSERT(out->effects[i].kind != ACC_SEND);
     out_push(out, ACC_SEND);
 }
 
@@ -415,7 +416,7 @@ static int handle_append(acceptor *acc, const append_request *a, acceptor_output
         return fail(out, "AppendRequest: wal length does not match end_lsn - begin_lsn");
 
     if (a->wal_len > 0) {
-        assert(acc->tracker_valid);
+        STRATA_ASSERT(acc->tracker_valid);
         wal_tracker copy = acc->tracker;
         const char *why = NULL;
         if (wal_tracker_feed(&copy, a->begin_lsn, a->wal, a->wal_len, &why) != 0)
@@ -481,7 +482,7 @@ bool acceptor_flush_wanted(const acceptor *acc)
 
 lsn_t acceptor_flush_begin(acceptor *acc)
 {
-    assert(!acc->flush_in_flight);
+    STRATA_ASSERT(!acc->flush_in_flight);
     acc->flush_in_flight = true;
     acc->flush_covers = acc->write_lsn;
     return acc->flush_covers;
@@ -490,7 +491,7 @@ lsn_t acceptor_flush_begin(acceptor *acc)
 int acceptor_flush_done(acceptor *acc, acceptor_output *out)
 {
     out_reset(out);
-    assert(acc->flush_in_flight);
+    STRATA_ASSERT(acc->flush_in_flight);
     acc->flush_in_flight = false;
     lsn_t covers = acc->flush_covers;
     if (covers > acc->write_lsn)
@@ -508,7 +509,7 @@ int acceptor_flush_done(acceptor *acc, acceptor_output *out)
     memmove(&acc->pending[0], &acc->pending[popped],
             (size_t)(acc->n_pending - popped) * sizeof(acc->pending[0]));
     acc->n_pending -= popped;
-    assert(acc->flush_lsn <= acc->durable_lsn);
+    STRATA_ASSERT(acc->flush_lsn <= acc->durable_lsn);
     /* Durable now: the next control-file save, lazy or not, may store it.
      * A restart scans from the stored flush_lsn, so it must not lag behind
      * the WAL that removal (which follows commit_lsn) lets go. */

@@ -11,7 +11,6 @@
  */
 #include "safekeeper/timeline.h"
 
-#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
@@ -22,6 +21,7 @@
 
 #include "common/durable.h"
 #include "common/log.h"
+#include "common/strata_assert.h"
 #include "common/walformat.h"
 #include "proto/walpush.h"
 #include "safekeeper/control_file.h"
@@ -224,7 +224,7 @@ static int ensure_store(sk_timeline *tl)
 
 static void maybe_start_sync(sk_timeline *tl)
 {
-    assert(!tl->executing);
+    STRATA_ASSERT(!tl->executing);
     if (tl->failed || tl->sync_in_flight || tl->flush_done_pending || tl->ws == NULL ||
         !acceptor_flush_wanted(&tl->acc))
         return;
@@ -237,8 +237,9 @@ static void maybe_start_sync(sk_timeline *tl)
     }
     /* Every WRITE_WAL completed before the output ended, so the store has
      * written exactly what the core thinks it has. */
-    assert(store_covers == covers);
-    (void)covers;
+    STRATA_ASSERT_MSG(store_covers == covers, "store covers %X/%X, acceptor %X/%X",
+                      (uint32_t)(store_covers >> 32), (uint32_t)store_covers,
+                      (uint32_t)(covers >> 32), (uint32_t)covers);
     if (rc == 1)
         tl->flush_done_pending = true; /* already durable (a vote flushed it) */
     else
@@ -281,13 +282,13 @@ static void send_output_msg(sk_timeline *tl)
     /* The largest acceptor message: a VoteResponse with a full history. */
     uint8_t buf[64 + 16 * TERM_HISTORY_MAX];
     size_t n = walpush_encode_acceptor_msg(&tl->out.msg, buf, sizeof buf);
-    assert(n > 0);
+    STRATA_ASSERT(n > 0);
     pgwire_send_copy_data(c, buf, n);
 }
 
 static void run_effects(sk_timeline *tl)
 {
-    assert(tl->executing);
+    STRATA_ASSERT(tl->executing);
     while (tl->effect_idx < tl->out.n) {
         if (tl->failed)
             break;
@@ -427,7 +428,7 @@ static void sync_due(sk_timeline *tl)
     sk_node *node = tl->node;
     if (tl->sync_due)
         return;
-    assert(node->n_due < SK_MAX_TIMELINES);
+    STRATA_ASSERT(node->n_due < SK_MAX_TIMELINES);
     tl->sync_due = true;
     node->due[node->n_due++] = tl;
 }
@@ -1061,7 +1062,7 @@ int sk_timeline_switch_membership(sk_timeline *tl, const membership *m, char *er
         return -1;
     }
     for (int i = 0; i < tl->out.n; i++) {
-        assert(tl->out.effects[i].kind == ACC_PERSIST_CONTROL);
+        STRATA_ASSERT(tl->out.effects[i].kind == ACC_PERSIST_CONTROL);
         int rc = control_file_write(tl->dir, &tl->out.control);
         if (rc != 0) {
             tl_fail(tl, "could not write the control file", rc);

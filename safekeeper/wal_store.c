@@ -12,7 +12,6 @@
  */
 #include "safekeeper/wal_store.h"
 
-#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -24,6 +23,7 @@
 #include <unistd.h>
 
 #include "common/durable.h"
+#include "common/strata_assert.h"
 
 /* Segments open for writing at once (from flush_lsn's to write_lsn's). */
 #define WAL_STORE_MAX_OPEN 64
@@ -163,7 +163,7 @@ static int seg_path(const wal_store *ws, uint64_t segno, bool partial, char *buf
 
 static void store_fail(wal_store *ws, int err)
 {
-    assert(err < 0);
+    STRATA_ASSERT(err < 0);
     if (ws->failed != 0)
         return;
     ws->failed = err;
@@ -348,7 +348,7 @@ int wal_store_prepare(wal_store *ws, lsn_t lsn, size_t len)
 
 static void close_seg(seg_file *s)
 {
-    assert(s->sync == SYNC_NONE);
+    STRATA_ASSERT(s->sync == SYNC_NONE);
     close(s->fd);
     s->in_use = false;
 }
@@ -364,10 +364,10 @@ static void on_write_done(void *arg, int res)
         store_fail(ws, res);
         return;
     }
-    assert((size_t)res == w->end - w->start);
+    STRATA_ASSERT((size_t)res == w->end - w->start);
     seg_file *s = find_seg(ws, w->segno);
-    assert(s != NULL);
-    assert(s->writes_in_flight > 0);
+    STRATA_ASSERT(s != NULL);
+    STRATA_ASSERT(s->writes_in_flight > 0);
     s->writes_in_flight--;
     /* With linked writes, a write below the running round's target is
      * always followed by that round's fdatasync of its segment (chained
@@ -378,7 +378,7 @@ static void on_write_done(void *arg, int res)
     lsn_t before = ws->written_lsn;
     while (ws->head != NULL && ws->head->done) {
         wal_write *done = ws->head;
-        assert(done->start == ws->written_lsn);
+        STRATA_ASSERT(done->start == ws->written_lsn);
         ws->written_lsn = done->end;
         ws->head = done->next;
         if (ws->head == NULL)
@@ -393,9 +393,9 @@ static void on_write_done(void *arg, int res)
 
 static void finish_round(wal_store *ws)
 {
-    assert(ws->round_active && ws->round_outstanding == 0);
+    STRATA_ASSERT(ws->round_active && ws->round_outstanding == 0);
     /* Never report as durable what has not been written (and synced). */
-    assert(ws->written_lsn >= ws->round_target);
+    STRATA_ASSERT(ws->written_lsn >= ws->round_target);
     ws->round_active = false;
     ws->rounds_in_flight--;
     /* wal_store_flush_now may have gone further meanwhile. */
@@ -409,7 +409,7 @@ static void finish_round(wal_store *ws)
         seg_file *s = &ws->segs[i];
         if (!s->in_use || (s->segno + 1) * (uint64_t)ws->seg_size > ws->flush_lsn)
             continue;
-        assert(!s->dirty);
+        STRATA_ASSERT(!s->dirty);
         uint64_t segno = s->segno;
         close_seg(s);
         char from[PATH_MAX], to[PATH_MAX];
@@ -431,7 +431,7 @@ static void on_sync_done(void *arg, int res)
 {
     seg_file *s = arg;
     wal_store *ws = s->owner;
-    assert(s->sync == SYNC_SUBMITTED && ws->round_active && ws->round_outstanding > 0);
+    STRATA_ASSERT(s->sync == SYNC_SUBMITTED && ws->round_active && ws->round_outstanding > 0);
     s->sync = SYNC_NONE;
     ws->round_outstanding--;
     ws->stats.fdatasyncs++;
@@ -557,14 +557,15 @@ static bool any_dirty(const wal_store *ws)
 
 static void start_round(wal_store *ws)
 {
-    assert(!ws->round_active);
-    assert(ws->link_writes ? ws->write_lsn > ws->flush_lsn : ws->written_lsn > ws->flush_lsn);
+    STRATA_ASSERT(!ws->round_active);
+    STRATA_ASSERT(ws->link_writes ? ws->write_lsn > ws->flush_lsn
+                                  : ws->written_lsn > ws->flush_lsn);
     ws->round_active = true;
     ws->round_target = ws->link_writes ? ws->write_lsn : ws->written_lsn;
     if (ws->link_writes) {
         for (wal_write *w = ws->head; w != NULL; w = w->next) {
             seg_file *s = find_seg(ws, w->segno);
-            assert(s != NULL);
+            STRATA_ASSERT(s != NULL);
             s->dirty = true; /* not yet written: the round syncs it after */
         }
     }
@@ -579,7 +580,7 @@ static void start_round(wal_store *ws)
         s->sync = SYNC_TO_SUBMIT;
         ws->round_outstanding++;
     }
-    assert(ws->round_outstanding > 0);
+    STRATA_ASSERT(ws->round_outstanding > 0);
     ws->rounds_in_flight++;
     if (ws->rounds_in_flight > ws->stats.max_syncs_in_flight)
         ws->stats.max_syncs_in_flight = ws->rounds_in_flight;

@@ -20,8 +20,9 @@
  */
 #include "compute/walproposer/proposer.h"
 
-#include <assert.h>
 #include <string.h>
+
+#include "common/strata_assert.h"
 
 /* Effects kept free for control messages when topping up pipelines. */
 #define RESERVED_EFFECTS (3 * PROPOSER_MAX_ACCEPTORS + 4)
@@ -33,7 +34,7 @@ static void out_reset(proposer_output *out)
 
 static proposer_effect *out_push(proposer_output *out, proposer_effect_kind kind)
 {
-    assert(out->n < PROPOSER_MAX_EFFECTS);
+    STRATA_ASSERT(out->n < PROPOSER_MAX_EFFECTS);
     proposer_effect *e = &out->effects[out->n++];
     memset(e, 0, sizeof(*e));
     e->kind = kind;
@@ -57,7 +58,7 @@ static bool is_quorum(const proposer *p, const bool *has)
             got_n += has[i];
         }
     }
-    assert(n_m > 0);
+    STRATA_ASSERT(n_m > 0);
     return got_m >= n_m / 2 + 1 && (n_n == 0 || got_n >= n_n / 2 + 1);
 }
 
@@ -98,7 +99,7 @@ static lsn_t quorum_lsn(const proposer *p, const lsn_t *v)
         if (vals[need - 1] < result)
             result = vals[need - 1];
     }
-    assert(result != LSN_MAX);
+    STRATA_ASSERT(result != LSN_MAX);
     return result;
 }
 
@@ -217,7 +218,7 @@ static lsn_t streaming_start(const proposer *p, const vote_response *v)
     uint32_t k = i - 1;
     if (mine->entries[k].term == p->term)
         return v->flush_lsn;
-    assert(k + 1 < mine->n);
+    STRATA_ASSERT(k + 1 < mine->n);
     lsn_t end_p = mine->entries[k + 1].lsn;
     lsn_t end_a = k + 1 < theirs->n ? theirs->entries[k + 1].lsn : v->flush_lsn;
     return end_p < end_a ? end_p : end_a;
@@ -380,7 +381,7 @@ static void elect(proposer *p, proposer_output *out)
         if (peer->vote.truncate_lsn > max_truncate)
             max_truncate = peer->vote.truncate_lsn;
     }
-    assert(donor >= 0);
+    STRATA_ASSERT(donor >= 0);
     const vote_response *dv = &p->peers[donor].vote;
 
     if (dv->flush_lsn == 0 && dv->history.n == 0) {
@@ -402,7 +403,7 @@ static void elect(proposer *p, proposer_output *out)
     p->history.entries[p->history.n].term = p->term;
     p->history.entries[p->history.n].lsn = p->term_start_lsn;
     p->history.n++;
-    assert(term_history_valid(&p->history));
+    STRATA_ASSERT(term_history_valid(&p->history));
     p->donor = donor;
     p->truncate_lsn = max_truncate;
     /* Truncate horizons only ever trail a commit, so this is committed. */
@@ -561,7 +562,7 @@ static int handle_append_response(proposer *p, int i, const append_response *r,
 void proposer_connected(proposer *p, int i, proposer_output *out)
 {
     out_reset(out);
-    assert(i >= 0 && i < p->cfg.n_acceptors);
+    STRATA_ASSERT(i >= 0 && i < p->cfg.n_acceptors);
     if (finished(p))
         return;
     proposer_peer *peer = &p->peers[i];
@@ -584,7 +585,7 @@ void proposer_connected(proposer *p, int i, proposer_output *out)
 void proposer_disconnected(proposer *p, int i, proposer_output *out)
 {
     out_reset(out);
-    assert(i >= 0 && i < p->cfg.n_acceptors);
+    STRATA_ASSERT(i >= 0 && i < p->cfg.n_acceptors);
     /* Its flush_lsn stays: what it acknowledged in our term is durable. */
     p->peers[i].state = PEER_DISCONNECTED;
 }
@@ -592,7 +593,7 @@ void proposer_disconnected(proposer *p, int i, proposer_output *out)
 int proposer_handle_message(proposer *p, int i, const acceptor_msg *msg, proposer_output *out)
 {
     out_reset(out);
-    assert(i >= 0 && i < p->cfg.n_acceptors);
+    STRATA_ASSERT(i >= 0 && i < p->cfg.n_acceptors);
     if (finished(p))
         return 0;
     proposer_peer *peer = &p->peers[i];
