@@ -5,8 +5,8 @@
  * timeline ids, every component's ports, the user postgres runs as, and the
  * LSN at which the pageserver imported the compute's data directory.
  * Written at the first `up`, and again when that import happens or ports
- * move (atomically: temporary file, fsync, rename, directory fsync); read
- * by every other command.
+ * move (atomically, with durable_write_file: temporary file, fsync, rename,
+ * directory fsync); read by every other command.
  *
  * Not for: runtime state (pids live in D/<name>.pid, see proc.h) or
  * anything about starting processes.
