@@ -19,6 +19,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "common/durable.h"
+
 /* A state file bigger than this is not ours. */
 #define CLUSTER_FILE_MAX (64 * 1024)
 
@@ -502,25 +504,10 @@ fail:
     return NULL;
 }
 
-static int write_all(int fd, const char *buf, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = write(fd, buf, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return -1;
-        buf += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 int cluster_save(const cluster *c, cli_err *err)
 {
-    char path[PATH_MAX], tmp[PATH_MAX];
-    if (cluster_path(c, CLUSTER_FILE, path, err) != 0 ||
-        cluster_path(c, CLUSTER_FILE ".tmp", tmp, err) != 0)
+    char path[PATH_MAX];
+    if (cluster_path(c, CLUSTER_FILE, path, err) != 0)
         return -1;
     cJSON *root = cluster_to_json(c);
     if (root == NULL)
@@ -530,35 +517,19 @@ int cluster_save(const cluster *c, cli_err *err)
     if (text == NULL)
         return cli_err_set(err, "out of memory");
 
-    int rc = -1;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        cli_err_set(err, "create %s: %s", tmp, strerror(errno));
-        goto out;
+    /* The JSON and a final newline, replaced atomically (durable.h). */
+    size_t len = strlen(text);
+    char *data = malloc(len + 1);
+    if (data == NULL) {
+        cJSON_free(text);
+        return cli_err_set(err, "out of memory");
     }
-    if (write_all(fd, text, strlen(text)) != 0 || write_all(fd, "\n", 1) != 0 || fsync(fd) != 0) {
-        cli_err_set(err, "write %s: %s", tmp, strerror(errno));
-        close(fd);
-        goto out;
-    }
-    if (close(fd) != 0) {
-        cli_err_set(err, "close %s: %s", tmp, strerror(errno));
-        goto out;
-    }
-    if (rename(tmp, path) != 0) {
-        cli_err_set(err, "rename %s: %s", tmp, strerror(errno));
-        goto out;
-    }
-    int dfd = open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0 || fsync(dfd) != 0) {
-        cli_err_set(err, "fsync %s: %s", c->dir, strerror(errno));
-        if (dfd >= 0)
-            close(dfd);
-        goto out;
-    }
-    close(dfd);
-    rc = 0;
-out:
-    free(text);
-    return rc;
+    memcpy(data, text, len);
+    data[len] = '\n';
+    cJSON_free(text);
+    int rc = durable_write_file(path, data, len + 1, 0644);
+    free(data);
+    if (rc != 0)
+        return cli_err_set(err, "write %s: %s", path, strerror(-rc));
+    return 0;
 }

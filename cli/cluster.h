@@ -5,8 +5,8 @@
  * timeline ids, every component's ports, the user postgres runs as, and the
  * LSN at which the pageserver imported the compute's data directory.
  * Written at the first `up`, and again when that import happens or ports
- * move (atomically: temporary file, fsync, rename, directory fsync); read
- * by every other command.
+ * move (atomically, with durable_write_file: temporary file, fsync, rename,
+ * directory fsync); read by every other command.
  *
  * Authentication (docs/operations.md): a cluster is made with auth on
  * unless `strata up --no-auth` says otherwise; cluster.json records which

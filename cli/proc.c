@@ -24,6 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/durable.h"
+
 /* The step of child setup that failed, sent with errno over the pipe. */
 enum child_step { STEP_LOG, STEP_CHDIR, STEP_GROUPS, STEP_SETGID, STEP_SETUID, STEP_EXEC };
 
@@ -242,23 +244,12 @@ int proc_run(char *const argv[], const char *logpath, const proc_user *user, int
 
 int proc_pidfile_write(const char *path, pid_t pid, cli_err *err)
 {
-    char tmp[4200];
-    int n = snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    if (n < 0 || n >= (int)sizeof tmp)
-        return cli_err_set(err, "path too long: %s", path);
-    FILE *f = fopen(tmp, "we");
-    if (f == NULL)
-        return cli_err_set(err, "create %s: %s", tmp, strerror(errno));
-    fprintf(f, "%d\n", (int)pid);
-    if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
-        int e = errno;
-        fclose(f);
-        return cli_err_set(err, "write %s: %s", tmp, strerror(e));
-    }
-    if (fclose(f) != 0)
-        return cli_err_set(err, "close %s: %s", tmp, strerror(errno));
-    if (rename(tmp, path) != 0)
-        return cli_err_set(err, "rename %s: %s", tmp, strerror(errno));
+    char text[32];
+    int n = snprintf(text, sizeof text, "%d\n", (int)pid);
+    assert(n > 0 && n < (int)sizeof text);
+    int rc = durable_write_file(path, text, (size_t)n, 0644);
+    if (rc != 0)
+        return cli_err_set(err, "write %s: %s", path, strerror(-rc));
     return 0;
 }
 

@@ -54,7 +54,8 @@ int proc_spawn_detached(char *const argv[], const char *logpath, const char *cwd
 int proc_run(char *const argv[], const char *logpath, const proc_user *user, int timeout_s,
              cli_err *err);
 
-/* Writes pid durably-enough (write+rename) to path.  Returns 0 or -1. */
+/* Replaces path with pid atomically and durably (durable_write_file: the old
+ * or the new pid after a crash, never a torn file).  Returns 0 or -1. */
 int proc_pidfile_write(const char *path, pid_t pid, cli_err *err);
 
 /* Reads a pid file.  Returns 0, 1 when absent or unparsable, -1 on IO error. */

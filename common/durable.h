@@ -14,7 +14,8 @@
  * cache: every call does its syscalls synchronously and blocks the caller.
  *
  * Every function returns 0 on success or a negative errno value; nothing
- * here logs, callers decide how to report.  EINTR and short writes are
+ * here logs, callers decide how to report.  The result may not be dropped
+ * (STRATA_MUST_CHECK, common/must_check.h).  EINTR and short writes are
  * retried internally.
  */
 #ifndef STRATA_COMMON_DURABLE_H
@@ -24,47 +25,51 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "common/must_check.h"
+
 /*
  * Replaces path with exactly len bytes of data: writes "<path>.tmp", fsyncs
  * it, renames it to path and fsyncs path's directory.  On failure path still
  * holds its previous content (or does not exist) and the temporary file is
  * removed.
  */
-int durable_write_file(const char *path, const void *data, size_t len, mode_t mode);
+STRATA_MUST_CHECK int durable_write_file(const char *path, const void *data, size_t len,
+                                         mode_t mode);
 
 /* Reads the whole file into a malloc'd buffer (caller frees *out); fails with
  * -EFBIG if it is larger than max_len. */
-int durable_read_file(const char *path, size_t max_len, void **out, size_t *out_len);
+STRATA_MUST_CHECK int durable_read_file(const char *path, size_t max_len, void **out,
+                                        size_t *out_len);
 
 /*
  * Writes all len bytes of buf at offset off of fd (pwrite until done): a
  * short write is continued, EINTR retried, a write of 0 bytes is -EIO.  Does
  * not sync: follow with durable_fsync_fd or durable_fdatasync_fd.
  */
-int durable_pwrite_all(int fd, const void *buf, size_t len, uint64_t off);
+STRATA_MUST_CHECK int durable_pwrite_all(int fd, const void *buf, size_t len, uint64_t off);
 
 /*
  * Reads up to len bytes at offset off of fd into buf, continuing short reads
  * and retrying EINTR; returns the bytes read (fewer than len only at end of
  * file) or a negative errno.
  */
-ssize_t durable_pread_all(int fd, void *buf, size_t len, uint64_t off);
+STRATA_MUST_CHECK ssize_t durable_pread_all(int fd, void *buf, size_t len, uint64_t off);
 
 /* fsync(2) / fdatasync(2) of fd, retried on EINTR. */
-int durable_fsync_fd(int fd);
-int durable_fdatasync_fd(int fd);
+STRATA_MUST_CHECK int durable_fsync_fd(int fd);
+STRATA_MUST_CHECK int durable_fdatasync_fd(int fd);
 
 /* fsyncs the directory dir itself (its entries: creations, renames, unlinks). */
-int durable_fsync_dir(const char *dir);
+STRATA_MUST_CHECK int durable_fsync_dir(const char *dir);
 
 /* fsyncs the directory that contains path. */
-int durable_fsync_parent(const char *path);
+STRATA_MUST_CHECK int durable_fsync_parent(const char *path);
 
 /* fsyncs the file from, renames it to to, fsyncs the directory of to. */
-int durable_rename(const char *from, const char *to);
+STRATA_MUST_CHECK int durable_rename(const char *from, const char *to);
 
 /* Unlinks path and fsyncs its directory; a missing file is success. */
-int durable_unlink(const char *path);
+STRATA_MUST_CHECK int durable_unlink(const char *path);
 
 /*
  * Takes an exclusive lock on "<dir>/<name>" (created if missing) and writes
@@ -73,7 +78,7 @@ int durable_unlink(const char *path);
  * another descriptor in this one) still holds it after about a second, or
  * another negative errno.
  */
-int durable_lock_dir(const char *dir, const char *name);
+STRATA_MUST_CHECK int durable_lock_dir(const char *dir, const char *name);
 
 /* Releases a lock taken by durable_lock_dir (closes fd; the file stays). */
 void durable_unlock_dir(int fd);

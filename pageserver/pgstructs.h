@@ -6,8 +6,9 @@
  * For: decoding rmgr main data (xact, smgr, dbase, relmap, clog, multixact,
  * heap flags, XLOG checkpoint records) and pg_control without including any
  * Postgres header in the daemon.  Each block names the Postgres header the
- * values come from; the offsets were checked with offsetof() against the
- * patched build's headers.
+ * values come from; compute/extension/pgstructs_check.c, compiled into
+ * strata.so against those headers, static-asserts every constant, size and
+ * offset here against Postgres's own, so a mismatch fails the build.
  *
  * Not for: the WAL record framing (common/walformat.h) or key/value encoding
  * (pageserver/key.h).  Constants and pure inline readers only; no state.

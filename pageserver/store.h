@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "common/lsn.h"
+#include "common/must_check.h"
 #include "pageserver/key.h"
 
 typedef struct store store;
@@ -58,11 +59,12 @@ void store_close(store *st);
  * Copies the payload.  0, or -1 with err (e.g. out of space: a clear error,
  * the store stays consistent and the put may be retried).
  */
-int store_put(store *st, const pg_key *k, lsn_t lsn, const value_ref *v, char *err, size_t errlen);
+STRATA_MUST_CHECK int store_put(store *st, const pg_key *k, lsn_t lsn, const value_ref *v,
+                                char *err, size_t errlen);
 
 /* Image generation (docs/design.md §6.6): store a materialised page at an older LSN. */
-int store_put_image(store *st, const pg_key *k, lsn_t lsn, const uint8_t page[PG_BLCKSZ], char *err,
-                    size_t errlen);
+STRATA_MUST_CHECK int store_put_image(store *st, const pg_key *k, lsn_t lsn,
+                                      const uint8_t page[PG_BLCKSZ], char *err, size_t errlen);
 
 /* Every value of every record ending at or before lsn has been put: readers
  * may now read at lsn.  Wakes store_wait_lsn() waiters.  lsn never decreases. */
@@ -112,12 +114,12 @@ int store_scan(store *st, const pg_key *from, const pg_key *to, lsn_t lsn, store
 
 /* Freezes the open layer and flushes everything ingested so far; returns when
  * disk_consistent_lsn >= the last_record_lsn at the call.  0 or -1. */
-int store_flush(store *st, char *err, size_t errlen);
+STRATA_MUST_CHECK int store_flush(store *st, char *err, size_t errlen);
 
 /* Drops versions no reader at or above horizon can need (older than the
  * newest complete value at or below horizon), in small steps, without
  * blocking readers or the writer.  Returns values removed, or -1. */
-long store_gc(store *st, lsn_t horizon, char *err, size_t errlen);
+STRATA_MUST_CHECK long store_gc(store *st, lsn_t horizon, char *err, size_t errlen);
 
 /* Counters for /metrics and status (a consistent-enough snapshot). */
 typedef struct store_stats {

@@ -215,6 +215,18 @@ static int gc_publish(store *st, store_file *add, uint64_t drop_id)
     return rc;
 }
 
+/* Unlinks data file id, which the index no longer lists.  A failure is only
+ * logged: an unlisted data file is a leftover that store_open deletes. */
+static void remove_unindexed_file(store *st, uint64_t id)
+{
+    char path[4400];
+    store_df_path(st->data_dir, id, path, sizeof path);
+    int rc = durable_unlink(path);
+    if (rc != 0)
+        log_warn("store: GC could not remove %s (it goes at the next open): %s", path,
+                 strerror(-rc));
+}
+
 /* Drops a file with nothing live from the index and the disk. */
 static int gc_drop_file(store *st, uint64_t id, uint64_t size, char *err, size_t errlen)
 {
@@ -239,9 +251,7 @@ static int gc_drop_file(store *st, uint64_t id, uint64_t size, char *err, size_t
     if (gc_publish(st, NULL, id) != 0)
         log_warn("store: GC could not publish a snapshot without file %016llx",
                  (unsigned long long)id);
-    char path[4400];
-    store_df_path(st->data_dir, id, path, sizeof path);
-    durable_unlink(path);
+    remove_unindexed_file(st, id);
     atomic_fetch_sub(&st->data_files, 1);
     atomic_fetch_sub(&st->data_file_bytes, size);
     return 0;
@@ -452,9 +462,7 @@ static int gc_rewrite_file(store *st, uint64_t id, uint64_t old_size, char *err,
     if (gc_publish(st, NULL, id) != 0)
         log_warn("store: GC could not publish a snapshot without file %016llx",
                  (unsigned long long)id);
-    char path[4400];
-    store_df_path(st->data_dir, id, path, sizeof path);
-    durable_unlink(path);
+    remove_unindexed_file(st, id);
     if (w != NULL) {
         atomic_fetch_add(&st->data_files, 1);
         atomic_fetch_add(&st->data_file_bytes, new_size);

@@ -563,7 +563,12 @@ void timeline_unref(timeline *tl)
     store_close(tl->st);
     if (deleted) {
         nftw(tl->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-        durable_fsync_parent(tl->dir);
+        /* Only logged, nothing to retry: what a crash may bring back is
+         * normally the ".deleting" directory, which the next start removes
+         * (tenants.c). */
+        int rc = durable_fsync_parent(tl->dir);
+        if (rc != 0)
+            log_warn("fsync of the directory of %s: %s", tl->dir, strerror(-rc));
         log_info("removed deleted timeline directory %s", tl->dir);
     }
     pthread_mutex_destroy(&tl->wr_mu);

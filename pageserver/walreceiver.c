@@ -25,10 +25,8 @@
 
 #include "common/log.h"
 #include "common/walformat.h"
+#include "pageserver/walreceiver_choice.h"
 #include "proto/replication.h"
-
-/* How long a safekeeper that failed a probe is left out of later probes. */
-#define WALRECEIVER_PROBE_BACKOFF_MS 30000
 
 struct walreceiver {
     walreceiver_options o;
@@ -206,28 +204,33 @@ static int identify(walreceiver *wr, PGconn *c, int i, lsn_t *xlogpos)
     return rc;
 }
 
-/* The safekeeper further ahead (its xlogpos in *pos), preferring any other
- * than the one that failed last on ties; -1 if none answers. */
-static int choose(walreceiver *wr, int exclude, lsn_t *pos)
+/* Probes every safekeeper except exclude (-1 none) with IDENTIFY_SYSTEM
+ * into cand[0..n_safekeepers).  While streaming (wr->probing), one that is
+ * backing off after a failed probe is left out, and one that fails now
+ * starts backing off.  A stop request leaves the rest unprobed. */
+static void probe(walreceiver *wr, int exclude, walreceiver_candidate *cand)
 {
-    int best = -1;
-    lsn_t best_pos = 0;
+    for (int i = 0; i < wr->o.n_safekeepers; i++)
+        cand[i] = (walreceiver_candidate){.answered = false, .xlogpos = 0};
     for (int i = 0; i < wr->o.n_safekeepers && !atomic_load(&wr->stop); i++) {
-        if (i == exclude || (wr->probing && now_ms() < wr->probe_skip_until_ms[i]))
+        if (i == exclude ||
+            (wr->probing && !walreceiver_choice_probe_due(wr->probe_skip_until_ms[i], now_ms())))
             continue;
         PGconn *c = connect_sk(wr, i);
-        lsn_t p;
-        bool ok = c != NULL && identify(wr, c, i, &p) == 0;
-        if (ok && (best < 0 || p > best_pos || (p == best_pos && best == wr->last_failed))) {
-            best = i;
-            best_pos = p;
-        }
-        if (!ok && wr->probing)
-            wr->probe_skip_until_ms[i] = now_ms() + WALRECEIVER_PROBE_BACKOFF_MS;
+        cand[i].answered = c != NULL && identify(wr, c, i, &cand[i].xlogpos) == 0;
+        if (!cand[i].answered && wr->probing)
+            wr->probe_skip_until_ms[i] = walreceiver_choice_probe_backoff(now_ms());
         PQfinish(c);
     }
-    *pos = best_pos;
-    return best;
+}
+
+/* The safekeeper to (re)connect to (walreceiver_choice_best over a probe of
+ * all), or -1 if none answers. */
+static int choose(walreceiver *wr)
+{
+    walreceiver_candidate cand[WALRECEIVER_MAX_SAFEKEEPERS];
+    probe(wr, -1, cand);
+    return walreceiver_choice_best(cand, wr->o.n_safekeepers, wr->last_failed);
 }
 
 static int send_copy(walreceiver *wr, PGconn *c, const replication_msg *m)
@@ -410,25 +413,25 @@ static int stream(walreceiver *wr, int i)
                 next_status = now + wr->o.status_interval_ms;
             }
             if (wr->o.n_safekeepers > 1 && now >= next_probe) {
-                /* Idle before the probe: the probe's own time, when nothing
-                 * is read, does not count. */
-                bool idle = now - last_advance_ms >= wr->o.probe_interval_ms;
-                lsn_t other;
+                /* The probe's start is "now" for the policy: the probe's
+                 * own time, when nothing is read, does not count as idle. */
+                walreceiver_candidate cand[WALRECEIVER_MAX_SAFEKEEPERS];
                 wr->probing = true;
-                int j = choose(wr, i, &other);
+                probe(wr, i, cand);
                 wr->probing = false;
                 next_probe = now_ms() + wr->o.probe_interval_ms;
-                lsn_t got = wal_reader_last_record_end(&r);
-                /* Lagging far behind another, or offering nothing new for a
-                 * whole probe interval while another has committed more
-                 * (a safekeeper outside the last commit's majority learns
-                 * the commit LSN only from the next compute). */
-                bool lagging = other > got && other - got > wr->o.switch_lag_bytes;
-                bool stalled = idle && other > cur_end;
-                if (j >= 0 && (lagging || stalled)) {
+                walreceiver_source src = {.index = i,
+                                          .received = wal_reader_last_record_end(&r),
+                                          .offered = cur_end,
+                                          .advanced_ms = last_advance_ms};
+                walreceiver_switch sw =
+                    walreceiver_choice_switch(cand, wr->o.n_safekeepers, wr->last_failed, &src,
+                                              wr->o.switch_lag_bytes, wr->o.probe_interval_ms, now);
+                if (sw.target >= 0) {
+                    int j = sw.target;
                     log_write(LOG_LEVEL_INFO, "walreceiver: switching from %s to %s (%s, ahead by %" PRIu64
-                              " bytes)", wr->sk[i], wr->sk[j], lagging ? "lagging" : "stalled",
-                              (uint64_t)(other - got));
+                              " bytes)", wr->sk[i], wr->sk[j], walreceiver_choice_reason_name(sw.reason),
+                              sw.ahead_by);
                     pthread_mutex_lock(&wr->mu);
                     wr->status.switches++;
                     pthread_mutex_unlock(&wr->mu);
@@ -523,11 +526,10 @@ static void *run(void *arg)
     walreceiver *wr = arg;
     uint32_t backoff = wr->o.reconnect_min_ms;
     while (!atomic_load(&wr->stop)) {
-        lsn_t pos;
         int i = wr->switch_to;
         wr->switch_to = -1;
         if (i < 0)
-            i = choose(wr, -1, &pos);
+            i = choose(wr);
         if (i < 0) {
             sleep_interruptible(wr, backoff);
             backoff = backoff * 2 > wr->o.reconnect_max_ms ? wr->o.reconnect_max_ms : backoff * 2;

@@ -24,7 +24,10 @@
  * IDENTIFY_SYSTEM (xlogpos = its commit LSN) and picks the most advanced one
  * that answers; while streaming it re-probes the others every
  * probe_interval_ms and switches when one is more than switch_lag_bytes ahead
- * of what was received.  On any error (connection, protocol, bad WAL) it
+ * of what was received, or when the current one has offered nothing new for
+ * a whole probe interval while another has committed more.  The rules are
+ * pure functions in walreceiver_choice.h; this file probes and feeds them.
+ * On any error (connection, protocol, bad WAL) it
  * disconnects, waits with exponential backoff (reconnect_min_ms doubling to
  * reconnect_max_ms) and tries again, preferring another safekeeper.  An
  * ingest error (corrupt record or store failure) is fatal for the timeline:
