@@ -303,8 +303,6 @@ static int new_token(char out[CLUSTER_TOKEN_LEN])
     return 0;
 }
 
-static int write_all(int fd, const char *buf, size_t len);
-
 int cluster_auth_enable(cluster *c, cli_err *err)
 {
     char path[PATH_MAX], tmp[PATH_MAX];
@@ -319,30 +317,13 @@ int cluster_auth_enable(cluster *c, cli_err *err)
     char text[512];
     snprintf(text, sizeof text, "{\"admin_token\": \"%s\",\n \"tenants\": {\"%s\": \"%s\"}}\n",
              admin, strata_id_format(&c->tenant_id, tenant), tenant_token);
-    /* 0600 from the start: the tokens are never readable by others. */
+    /* 0600 from the start: the tokens are never readable by others (a stale
+     * temporary file, which might have another mode, goes first). */
     (void)unlink(tmp);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return cli_err_set(err, "create %s: %s", tmp, strerror(errno));
-    int rc = 0;
-    if (fchmod(fd, 0600) != 0 || write_all(fd, text, strlen(text)) != 0 || fsync(fd) != 0)
-        rc = cli_err_set(err, "write %s: %s", tmp, strerror(errno));
+    int rc = durable_write_file(path, text, strlen(text), 0600);
     memset(text, 0, sizeof text);
-    if (close(fd) != 0 && rc == 0)
-        rc = cli_err_set(err, "close %s: %s", tmp, strerror(errno));
-    if (rc == 0 && rename(tmp, path) != 0)
-        rc = cli_err_set(err, "rename %s: %s", tmp, strerror(errno));
-    if (rc != 0) {
-        unlink(tmp);
-        return -1;
-    }
-    int dfd = open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0 || fsync(dfd) != 0) {
-        if (dfd >= 0)
-            close(dfd);
-        return cli_err_set(err, "fsync %s: %s", c->dir, strerror(errno));
-    }
-    close(dfd);
+    if (rc != 0)
+        return cli_err_set(err, "write %s: %s", path, strerror(-rc));
     return cluster_auth_read(c, err);
 }
 
