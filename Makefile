@@ -47,12 +47,18 @@ integration: build build-san
 check: build-san
 	cd $(SAN_BUILD) && STRATA_SIM_SEEDS=200 ctest --output-on-failure -L fast
 
+# The real HammerDB run needs the kit a user names with HAMMERDB_KIT (a tool,
+# never part of the project): without it make test runs the HammerDB driver's
+# own tests and leaves out the one real run, which fails naming the variable
+# when run by hand without it (bench/README.md).
+HAMMERDB_DESELECT = $(if $(HAMMERDB_KIT),,--deselect bench/test_tprocc_hammerdb.py::test_quick_hammerdb_run_on_strata)
+
 test: deps build build-san
 	cd $(SAN_BUILD) && STRATA_SIM_SEEDS=$(SIM_SEEDS) ctest --output-on-failure
 	STRATA_BUILD=$(CURDIR)/$(BUILD) STRATA_SAN_BUILD=$(CURDIR)/$(SAN_BUILD) \
 		$(PYTEST) -q -ra tests/integration bench/test_bench.py bench/test_pageserver_bench.py \
 		bench/test_image_sweep.py bench/test_stateless_tpcb.py bench/test_tprocc.py \
-		bench/test_tprocc_hammerdb.py
+		bench/test_tprocc_hammerdb.py $(HAMMERDB_DESELECT)
 
 demo: deps build
 	$(BUILD)/bin/strata demo
