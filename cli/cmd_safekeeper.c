@@ -46,6 +46,23 @@ static sk_target target_of(const cluster *c, const cluster_safekeeper *sk)
     return t;
 }
 
+/* TIMELINE_STATUS of every running safekeeper but the one at index skip;
+ * up[i] says whether st[i] holds an answer. */
+static void query_survivors(const cluster *c, int skip, sk_state *st, bool *up)
+{
+    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
+        up[i] = false;
+        if (i == skip || safekeepers_pid(c, &c->sk[i]) == 0)
+            continue;
+        sk_target t = target_of(c, &c->sk[i]);
+        cli_err e = {{0}};
+        if (sk_client_status(&t, &st[i], &e) != 0)
+            log_warn("%s: %s", c->sk[i].name, e.msg);
+        else
+            up[i] = true;
+    }
+}
+
 /* The text of one set, for messages. */
 static const char *set_text(const member *set, uint32_t n, char *buf, size_t cap)
 {
@@ -111,34 +128,24 @@ static int replace(const char *dir_opt, const char *name)
     }
 
     /* 1. What the survivors hold. */
-    sk_state best_conf = {0}, donor_state = {0};
-    int donor = -1, reachable = 0;
+    sk_state st[CLUSTER_SAFEKEEPERS];
+    bool up[CLUSTER_SAFEKEEPERS];
+    query_survivors(&c, idx, st, up);
+    int donor = -1, conf = -1;
     for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
-        if (i == idx || safekeepers_pid(&c, &c.sk[i]) == 0)
+        if (!up[i])
             continue;
-        sk_target t = target_of(&c, &c.sk[i]);
-        sk_state s;
-        cli_err e = {{0}};
-        if (sk_client_status(&t, &s, &e) != 0) {
-            log_warn("%s: %s", c.sk[i].name, e.msg);
-            continue;
-        }
-        reachable++;
-        if (s.mconf.generation >= best_conf.mconf.generation)
-            best_conf = s;
-        lsn_t committed = s.commit_lsn < s.flush_lsn ? s.commit_lsn : s.flush_lsn;
-        lsn_t best = donor_state.commit_lsn < donor_state.flush_lsn ? donor_state.commit_lsn
-                                                                    : donor_state.flush_lsn;
-        if (donor < 0 || committed > best) {
+        if (conf < 0 || st[i].mconf.generation > st[conf].mconf.generation)
+            conf = i;
+        /* commit_lsn is what it may serve: min(commit, flush). */
+        if (donor < 0 || st[i].commit_lsn > st[donor].commit_lsn)
             donor = i;
-            donor_state = s;
-        }
     }
     if (donor < 0) {
         cli_err_set(&err, "no other safekeeper of the cluster answers: nothing to copy from");
         return cli_fail(&err);
     }
-    membership old = best_conf.mconf;
+    membership old = st[conf].mconf;
     if (old.generation == 0) {
         /* Never changed: the configuration is the cluster's three. */
         old.n_members = CLUSTER_SAFEKEEPERS;
@@ -173,7 +180,7 @@ static int replace(const char *dir_opt, const char *name)
     new_id++;
     printf("replacing %s (node %" PRIu64 ") by node %" PRIu64 "; donor %s; configuration "
            "generation %u\n",
-           name, dead, new_id, c.sk[donor].name, best_conf.mconf.generation);
+           name, dead, new_id, c.sk[donor].name, old.generation);
 
     /* 2. An empty data directory with a copy of the donor's WAL. */
     char datadir[PATH_MAX], aside[PATH_MAX + 64];
@@ -234,15 +241,10 @@ static int replace(const char *dir_opt, const char *name)
 
     /* 4. The new member catches up to what is committed now. */
     lsn_t target = 0;
-    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
-        if (i == idx || safekeepers_pid(&c, &c.sk[i]) == 0)
-            continue;
-        sk_target t = target_of(&c, &c.sk[i]);
-        sk_state s;
-        cli_err e = {{0}};
-        if (sk_client_status(&t, &s, &e) == 0 && s.commit_lsn > target)
-            target = s.commit_lsn;
-    }
+    query_survivors(&c, idx, st, up);
+    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
+        if (up[i] && st[i].commit_lsn > target)
+            target = st[i].commit_lsn;
     sk_target nt = target_of(&c, sk);
     long long deadline = proc_now_ms() + CATCH_UP_TIMEOUT_MS, next_print = 0;
     for (;;) {

@@ -18,7 +18,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdint.h>
@@ -88,14 +87,6 @@ pid_t compute_pid(const cluster *c)
     return proc_matches(pid, "postgres", p.pgdata) ? pid : 0;
 }
 
-static int remove_one(const char *path, const struct stat *sb, int type, struct FTW *ftw)
-{
-    (void)sb;
-    (void)type;
-    (void)ftw;
-    return remove(path) == 0 ? 0 : -1;
-}
-
 static int write_file(const char *path, const char *text, cli_err *err)
 {
     FILE *f = fopen(path, "we");
@@ -155,9 +146,8 @@ static int compute_initdb(const cluster *c, const compute_paths *p, const proc_u
     char initdb[PATH_MAX];
     if (compute_program("initdb", initdb, err) != 0)
         return -1;
-    if (access(p->staging, F_OK) == 0 &&
-        nftw(p->staging, remove_one, 32, FTW_DEPTH | FTW_PHYS) != 0)
-        return cli_err_set(err, "removing the leftover %s: %s", p->staging, strerror(errno));
+    if (proc_remove_tree(p->staging, err) != 0)
+        return -1;
     if (proc_chown_tree(p->root, user, err) != 0)
         return -1;
     printf("compute: initdb %s (log %s)\n", p->pgdata, p->initdb_log);
@@ -646,19 +636,7 @@ int compute_remove_template(const cluster *c, cli_err *err)
     char path[PATH_MAX];
     if (cluster_path(c, "compute/template", path, err) != 0)
         return -1;
-    if (access(path, F_OK) == 0 && nftw(path, remove_one, 32, FTW_DEPTH | FTW_PHYS) != 0)
-        return cli_err_set(err, "removing %s: %s", path, strerror(errno));
-    return 0;
-}
-
-/* Removes path (a directory tree) if it exists. */
-static int remove_tree(const char *path, cli_err *err)
-{
-    if (access(path, F_OK) != 0)
-        return 0;
-    if (nftw(path, remove_one, 32, FTW_DEPTH | FTW_PHYS) != 0)
-        return cli_err_set(err, "removing %s: %s", path, strerror(errno));
-    return 0;
+    return proc_remove_tree(path, err);
 }
 
 /*
@@ -707,7 +685,8 @@ static void remove_aside(const compute_paths *p)
             continue;
         char path[PATH_MAX * 2 + 8];
         snprintf(path, sizeof path, "%s/%s", p->root, e->d_name);
-        (void)nftw(path, remove_one, 32, FTW_DEPTH | FTW_PHYS);
+        cli_err ignored = {{0}};
+        (void)proc_remove_tree(path, &ignored);
     }
     _exit(0);
 }
@@ -887,7 +866,7 @@ int compute_start_from_pageserver(const cluster *c, compute_start_report *rep, c
     char fresh[PATH_MAX + 16], old[PATH_MAX + 64];
     snprintf(fresh, sizeof fresh, "%s.new", p.pgdata);
     snprintf(old, sizeof old, "%s.old.%lld", p.pgdata, proc_now_ms());
-    if (remove_tree(fresh, err) != 0)
+    if (proc_remove_tree(fresh, err) != 0)
         return -1;
     if (access(p.pgdata, F_OK) == 0 && rename(p.pgdata, old) != 0)
         return cli_err_set(err, "rename %s: %s", p.pgdata, strerror(errno));

@@ -83,6 +83,10 @@ bool proc_wait_gone(pid_t pid, int timeout_ms);
 /* chown -R path to user (no-op when user->drop is false).  0 or -1. */
 int proc_chown_tree(const char *path, const proc_user *user, cli_err *err);
 
+/* Removes path and everything under it, if it exists (symlinks are removed,
+ * never followed).  0, or -1 with a reason naming path. */
+int proc_remove_tree(const char *path, cli_err *err);
+
 /* Checks, as user, access(path, mode) (R_OK, W_OK, X_OK).  0 or -1. */
 int proc_check_access(const char *path, int mode, const proc_user *user, cli_err *err);
 

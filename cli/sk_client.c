@@ -16,6 +16,7 @@
 
 #include <libpq-fe.h>
 
+#include "cli/proc.h"
 #include "common/durable.h"
 #include "common/log.h"
 #include "safekeeper/control_file.h"
@@ -309,15 +310,6 @@ static int stream_wal(const sk_target *donor, seg_writer *w, lsn_t from, lsn_t t
     return rc;
 }
 
-/* rm -r of the directory we created (a failed copy leaves nothing). */
-static void remove_dir(const char *dir)
-{
-    char cmd[PATH_MAX + 16];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        log_warn("could not remove %s", dir);
-}
-
 int sk_client_copy_timeline(const sk_target *donor, const char *datadir, uint64_t node_id,
                             lsn_t *copied_to, cli_err *err)
 {
@@ -327,8 +319,9 @@ int sk_client_copy_timeline(const sk_target *donor, const char *datadir, uint64_
     if (s.wal_seg_size == 0 || s.wal_start == LSN_INVALID || s.flush_lsn == LSN_INVALID)
         return cli_err_set(err, "safekeeper %s:%d holds no WAL for this timeline", donor->host,
                            donor->port);
-    /* Committed WAL never changes: copy everything held up to the commit. */
-    lsn_t to = s.commit_lsn < s.flush_lsn ? s.commit_lsn : s.flush_lsn;
+    /* Committed WAL never changes: copy everything held up to the commit
+     * (TIMELINE_STATUS's commit_lsn is already min(commit, flush)). */
+    lsn_t to = s.commit_lsn;
     lsn_t from = s.wal_start;
     if (from < s.timeline_start_lsn)
         from = s.timeline_start_lsn - s.timeline_start_lsn % s.wal_seg_size;
@@ -385,7 +378,10 @@ int sk_client_copy_timeline(const sk_target *donor, const char *datadir, uint64_
             rc = cli_err_set(err, "write the control file in %s: %s", tdir, strerror(-wrc));
     }
     if (rc != 0) {
-        remove_dir(tdir);
+        /* A failed copy leaves nothing behind. */
+        cli_err rm = {{0}};
+        if (proc_remove_tree(tdir, &rm) != 0)
+            log_warn("%s", rm.msg);
         return -1;
     }
     *copied_to = to;

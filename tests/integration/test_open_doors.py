@@ -22,8 +22,6 @@ What it shows:
 import json
 import os
 import shutil
-import socket
-import struct
 import threading
 import time
 import urllib.error
@@ -43,64 +41,23 @@ WRONG = "not-the-token"
 
 def pg_try(port, password=None, options=None, replication=False, query=None, timeout=10):
     """Connects to 127.0.0.1:port, answering a cleartext password request
-    with password (or with nothing: the connection is then refused by the
-    server or dropped by us).  Returns ("refused", sqlstate, message) or,
-    past authentication, ("ok", the first message type the query got)."""
-    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    with password (or with an empty one: the server then refuses it).
+    Returns ("refused", sqlstate, message) or, past authentication, ("ok",
+    the first message type the query got) or ("error", sqlstate, message)."""
     try:
-        params = {"user": "test", "database": "postgres"}
-        if options:
-            params["options"] = options
-        if replication:
-            params["replication"] = "true"
-        body = struct.pack("!I", 196608)
-        for k, v in params.items():
-            body += k.encode() + b"\0" + v.encode() + b"\0"
-        body += b"\0"
-        sock.sendall(struct.pack("!I", len(body) + 4) + body)
-        buf = b""
-
-        def recv():
-            nonlocal buf
-            while len(buf) < 5 or len(buf) < 1 + struct.unpack("!I", buf[1:5])[0]:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    raise EOFError("connection closed")
-                buf += chunk
-            n = struct.unpack("!I", buf[1:5])[0]
-            typ, payload, buf = buf[0:1], buf[5:1 + n], buf[1 + n:]
-            return typ, payload
-
-        def error_fields(payload):
-            fields = {}
-            for part in payload.split(b"\0"):
-                if part:
-                    fields[chr(part[0])] = part[1:].decode(errors="replace")
-            return fields
-
-        while True:
-            typ, payload = recv()
-            if typ == b"R":
-                (code,) = struct.unpack("!I", payload[:4])
-                if code == 3:
-                    pw = (password or "").encode() + b"\0"
-                    sock.sendall(b"p" + struct.pack("!I", 4 + len(pw)) + pw)
-                else:
-                    assert code == 0, "unexpected authentication request %d" % code
-            elif typ == b"E":
-                f = error_fields(payload)
-                return ("refused", f.get("C"), f.get("M", ""))
-            elif typ == b"Z":
-                break
-        q = query.encode() + b"\0"
-        sock.sendall(b"Q" + struct.pack("!I", 4 + len(q)) + q)
-        typ, payload = recv()
+        c = Conn(port, options=options, timeout=timeout, password=password or "",
+                 replication="true" if replication else None)
+    except PgError as e:
+        return ("refused", e.fields.get("C"), e.fields.get("M", ""))
+    try:
+        c.send(b"Q", query.encode() + b"\0")
+        typ, payload = c.recv()
         if typ == b"E":
-            f = error_fields(payload)
+            f = Conn.parse_error(payload)
             return ("error", f.get("C"), f.get("M", ""))
         return ("ok", typ.decode())
     finally:
-        sock.close()
+        c.close()
 
 
 def http_status(port, method, path, token=None, body=None):

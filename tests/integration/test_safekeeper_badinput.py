@@ -137,9 +137,10 @@ class PgError(Exception):
 
 class Conn:
     def __init__(self, port, options=None, user="test", timeout=10, startup=True,
-                 replication=None):
+                 replication=None, password=None):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         self.rbuf = b""
+        self.password = password  # answers a cleartext password request
         if startup:
             params = {"user": user, "database": "postgres"}
             if options is not None:
@@ -197,7 +198,10 @@ class Conn:
             typ, body = self.recv_checked()
             if typ == b"R":
                 (code,) = struct.unpack("!I", body[:4])
-                assert code == 0, f"unexpected auth request {code}"
+                if code == 3 and self.password is not None:
+                    self.send(b"p", self.password.encode() + b"\0")
+                else:
+                    assert code == 0, f"unexpected auth request {code}"
             elif typ == b"Z":
                 return
 

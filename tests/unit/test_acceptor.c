@@ -27,15 +27,22 @@ static acceptor_output out;
 static strata_id tenant = {{1}}, timeline = {{2}};
 static uint32_t generation; /* what vote/elected/append carry */
 
+static int greet_conf(const membership *m)
+{
+    proposer_msg msg = {.kind = PMSG_GREETING};
+    msg.u.greeting.proto_version = WALPUSH_PROTO_VERSION;
+    msg.u.greeting.tenant_id = tenant;
+    msg.u.greeting.timeline_id = timeline;
+    msg.u.greeting.pg_version = 150020;
+    msg.u.greeting.wal_seg_size = SEG;
+    msg.u.greeting.mconf = *m;
+    return acceptor_handle_message(&acc, &msg, &out);
+}
+
 static void greet(void)
 {
-    proposer_msg m = {.kind = PMSG_GREETING};
-    m.u.greeting.proto_version = WALPUSH_PROTO_VERSION;
-    m.u.greeting.tenant_id = tenant;
-    m.u.greeting.timeline_id = timeline;
-    m.u.greeting.pg_version = 150020;
-    m.u.greeting.wal_seg_size = SEG;
-    assert_int_equal(acceptor_handle_message(&acc, &m, &out), 0);
+    membership none = {0};
+    assert_int_equal(greet_conf(&none), 0);
 }
 
 static int vote(uint64_t term)
@@ -121,17 +128,6 @@ static membership conf(uint32_t gen, const uint64_t *ids, int n)
     return m;
 }
 
-static int greet_conf(const membership *m)
-{
-    proposer_msg msg = {.kind = PMSG_GREETING};
-    msg.u.greeting.proto_version = WALPUSH_PROTO_VERSION;
-    msg.u.greeting.tenant_id = tenant;
-    msg.u.greeting.timeline_id = timeline;
-    msg.u.greeting.pg_version = 150020;
-    msg.u.greeting.wal_seg_size = SEG;
-    msg.u.greeting.mconf = *m;
-    return acceptor_handle_message(&acc, &msg, &out);
-}
 
 /* Configurations: switched only forward, served only to the current
  * generation and only while a member, learned from a newer proposer. */
