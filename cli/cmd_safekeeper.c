@@ -100,153 +100,189 @@ static int switch_all(const cluster *c, const membership *m, const member *count
     return took;
 }
 
-static int replace(const char *dir_opt, const char *name)
-{
-    cli_err err = {{0}};
-    char dir[PATH_MAX];
+/* What a replacement works from: the cluster, the safekeeper being replaced
+ * (its index), the survivors' newest configuration, the donor and the new
+ * node id. */
+typedef struct replace_plan {
     cluster c;
-    if (cluster_resolve_dir(dir_opt, dir, &err) != 0)
-        return cli_fail(&err);
-    int rc = cluster_load(dir, &c, &err);
+    int idx;
+    int donor;
+    membership old;
+    uint64_t dead, new_id;
+} replace_plan;
+
+/* Step 0: the named safekeeper exists and is not running. */
+static int load_target(const char *dir_opt, const char *name, replace_plan *p, cli_err *err)
+{
+    char dir[PATH_MAX];
+    if (cluster_resolve_dir(dir_opt, dir, err) != 0)
+        return -1;
+    int rc = cluster_load(dir, &p->c, err);
+    if (rc > 0)
+        cli_err_set(err, "no cluster in %s", dir);
     if (rc != 0)
-        return rc > 0 ? (cli_err_set(&err, "no cluster in %s", dir), cli_fail(&err))
-                      : cli_fail(&err);
-    const cluster_safekeeper *found = cluster_find_safekeeper(&c, name);
+        return -1;
+    const cluster_safekeeper *found = cluster_find_safekeeper(&p->c, name);
     if (found == NULL) {
-        cli_err_set(&err, "no safekeeper named '%s' (sk1, sk2, sk3)", name);
-        return cli_fail(&err);
+        cli_err_set(err, "no safekeeper named '%s' (sk1, sk2, sk3)", name);
+        return -1;
     }
-    int idx = (int)(found - c.sk);
-    cluster_safekeeper *sk = &c.sk[idx];
-    pid_t pid = safekeepers_pid(&c, sk);
+    p->idx = (int)(found - p->c.sk);
+    pid_t pid = safekeepers_pid(&p->c, found);
     if (pid != 0) {
-        cli_err_set(&err,
+        cli_err_set(err,
                     "%s is running (pid %d): replace is for a safekeeper that is gone; "
                     "stop it first (strata stop %s --immediate)",
                     name, (int)pid, name);
-        return cli_fail(&err);
+        return -1;
     }
+    p->dead = (uint64_t)found->id;
+    return 0;
+}
 
-    /* 1. What the survivors hold. */
+/* Step 1: the survivors' newest configuration and the donor (most committed
+ * WAL); the configuration must be settled and hold the node being replaced. */
+static int survey(replace_plan *p, const char *name, cli_err *err)
+{
+    const cluster *c = &p->c;
     sk_state st[CLUSTER_SAFEKEEPERS];
     bool up[CLUSTER_SAFEKEEPERS];
-    query_survivors(&c, idx, st, up);
-    int donor = -1, conf = -1;
+    query_survivors(c, p->idx, st, up);
+    int conf = -1;
+    p->donor = -1;
     for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
         if (!up[i])
             continue;
         if (conf < 0 || st[i].mconf.generation > st[conf].mconf.generation)
             conf = i;
         /* commit_lsn is what it may serve: min(commit, flush). */
-        if (donor < 0 || st[i].commit_lsn > st[donor].commit_lsn)
-            donor = i;
+        if (p->donor < 0 || st[i].commit_lsn > st[p->donor].commit_lsn)
+            p->donor = i;
     }
-    if (donor < 0) {
-        cli_err_set(&err, "no other safekeeper of the cluster answers: nothing to copy from");
-        return cli_fail(&err);
+    if (p->donor < 0) {
+        cli_err_set(err, "no other safekeeper of the cluster answers: nothing to copy from");
+        return -1;
     }
-    membership old = st[conf].mconf;
-    if (old.generation == 0) {
+    membership *old = &p->old;
+    *old = st[conf].mconf;
+    if (old->generation == 0) {
         /* Never changed: the configuration is the cluster's three. */
-        old.n_members = CLUSTER_SAFEKEEPERS;
+        old->n_members = CLUSTER_SAFEKEEPERS;
         for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
-            old.members[i].node_id = (uint64_t)c.sk[i].id;
-            snprintf(old.members[i].addr, sizeof old.members[i].addr, "%s:%d", c.sk[i].host,
-                     c.sk[i].pg_port);
+            old->members[i].node_id = (uint64_t)c->sk[i].id;
+            snprintf(old->members[i].addr, sizeof old->members[i].addr, "%s:%d", c->sk[i].host,
+                     c->sk[i].pg_port);
         }
     }
-    if (old.n_new_members > 0) {
-        char t[MEMBERSHIP_TEXT_MAX];
-        cli_err_set(&err,
+    char t[MEMBERSHIP_TEXT_MAX];
+    if (old->n_new_members > 0) {
+        cli_err_set(err,
                     "generation %u is a joint configuration (a change to %s did not finish); "
                     "finish or undo it before replacing another safekeeper",
-                    old.generation, set_text(old.new_members, old.n_new_members, t, sizeof t));
-        return cli_fail(&err);
+                    old->generation, set_text(old->new_members, old->n_new_members, t, sizeof t));
+        return -1;
     }
-    uint64_t dead = (uint64_t)sk->id;
-    if (!in_set(old.members, old.n_members, dead)) {
-        char t[MEMBERSHIP_TEXT_MAX];
-        cli_err_set(&err, "%s (node %" PRIu64 ") is not a member of generation %u (%s)", name,
-                    dead, old.generation, set_text(old.members, old.n_members, t, sizeof t));
-        return cli_fail(&err);
+    if (!in_set(old->members, old->n_members, p->dead)) {
+        cli_err_set(err, "%s (node %" PRIu64 ") is not a member of generation %u (%s)", name,
+                    p->dead, old->generation, set_text(old->members, old->n_members, t, sizeof t));
+        return -1;
     }
-    uint64_t new_id = 0;
+    /* A node id never used before, by the cluster or the configuration. */
+    p->new_id = 0;
     for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
-        if ((uint64_t)c.sk[i].id > new_id)
-            new_id = (uint64_t)c.sk[i].id;
-    for (uint32_t i = 0; i < old.n_members; i++)
-        if (old.members[i].node_id > new_id)
-            new_id = old.members[i].node_id;
-    new_id++;
-    printf("replacing %s (node %" PRIu64 ") by node %" PRIu64 "; donor %s; configuration "
-           "generation %u\n",
-           name, dead, new_id, c.sk[donor].name, old.generation);
+        if ((uint64_t)c->sk[i].id > p->new_id)
+            p->new_id = (uint64_t)c->sk[i].id;
+    for (uint32_t i = 0; i < old->n_members; i++)
+        if (old->members[i].node_id > p->new_id)
+            p->new_id = old->members[i].node_id;
+    p->new_id++;
+    return 0;
+}
 
-    /* 2. An empty data directory with a copy of the donor's WAL. */
+/* Step 2: an empty data directory (the old one moved aside) with a copy of
+ * the donor's WAL; the new node starts in the old one's place. */
+static int seed_new_node(replace_plan *p, const char *name, cli_err *err)
+{
+    cluster_safekeeper *sk = &p->c.sk[p->idx];
     char datadir[PATH_MAX], aside[PATH_MAX + 64];
-    if (cluster_path(&c, name, datadir, &err) != 0)
-        return cli_fail(&err);
+    if (cluster_path(&p->c, name, datadir, err) != 0)
+        return -1;
     struct stat sb;
     if (stat(datadir, &sb) == 0) {
-        snprintf(aside, sizeof aside, "%s.replaced-node%" PRIu64 "-%ld", datadir, dead,
+        snprintf(aside, sizeof aside, "%s.replaced-node%" PRIu64 "-%ld", datadir, p->dead,
                  (long)time(NULL));
         if (rename(datadir, aside) != 0) {
-            cli_err_set(&err, "move %s aside: %s", datadir, strerror(errno));
-            return cli_fail(&err);
+            cli_err_set(err, "move %s aside: %s", datadir, strerror(errno));
+            return -1;
         }
         printf("moved the old data directory to %s\n", aside);
     }
     if (mkdir(datadir, 0750) != 0) {
-        cli_err_set(&err, "mkdir %s: %s", datadir, strerror(errno));
-        return cli_fail(&err);
+        cli_err_set(err, "mkdir %s: %s", datadir, strerror(errno));
+        return -1;
     }
-    sk_target dt = target_of(&c, &c.sk[donor]);
+    sk_target dt = target_of(&p->c, &p->c.sk[p->donor]);
     lsn_t copied = 0;
-    if (sk_client_copy_timeline(&dt, datadir, new_id, &copied, &err) != 0)
-        return cli_fail(&err);
-    sk->id = (int)new_id;
-    if (cluster_save(&c, &err) != 0)
-        return cli_fail(&err);
-    if (safekeepers_start(&c, sk, &err) != 0 ||
-        safekeepers_wait_ready(&c, sk, START_TIMEOUT_MS, &err) != 0)
-        return cli_fail(&err);
+    if (sk_client_copy_timeline(&dt, datadir, p->new_id, &copied, err) != 0)
+        return -1;
+    sk->id = (int)p->new_id;
+    if (cluster_save(&p->c, err) != 0)
+        return -1;
+    if (safekeepers_start(&p->c, sk, err) != 0 ||
+        safekeepers_wait_ready(&p->c, sk, START_TIMEOUT_MS, err) != 0)
+        return -1;
     char l[LSN_FMT_LEN];
-    printf("%s started as node %" PRIu64 " with WAL up to %s\n", name, new_id,
+    printf("%s started as node %" PRIu64 " with WAL up to %s\n", name, p->new_id,
            lsn_format(copied, l));
+    return 0;
+}
 
-    /* 3. Joint configuration. */
-    membership joint = old;
-    joint.generation = old.generation + 1;
-    joint.n_new_members = 0;
-    for (uint32_t i = 0; i < old.n_members; i++) {
-        member m = old.members[i];
-        if (m.node_id == dead) {
-            m.node_id = new_id;
+/* Step 3: generation g+1, the old members and the new set, taken by a
+ * majority of the old members. */
+static int switch_joint(const replace_plan *p, membership *joint, cli_err *err)
+{
+    const cluster_safekeeper *sk = &p->c.sk[p->idx];
+    *joint = p->old;
+    joint->generation = p->old.generation + 1;
+    joint->n_new_members = 0;
+    for (uint32_t i = 0; i < p->old.n_members; i++) {
+        member m = p->old.members[i];
+        if (m.node_id == p->dead) {
+            m.node_id = p->new_id;
             snprintf(m.addr, sizeof m.addr, "%s:%d", sk->host, sk->pg_port);
         }
-        joint.new_members[joint.n_new_members++] = m;
+        joint->new_members[joint->n_new_members++] = m;
     }
-    int took = switch_all(&c, &joint, old.members, old.n_members);
-    if (took < (int)old.n_members / 2 + 1) {
-        cli_err_set(&err,
+    int took = switch_all(&p->c, joint, p->old.members, p->old.n_members);
+    if (took < (int)p->old.n_members / 2 + 1) {
+        cli_err_set(err,
                     "only %d of the %u old members took joint generation %u: no majority; the "
                     "cluster keeps generation %u where it was not taken",
-                    took, old.n_members, joint.generation, old.generation);
-        return cli_fail(&err);
+                    took, p->old.n_members, joint->generation, p->old.generation);
+        return -1;
     }
     char a[MEMBERSHIP_TEXT_MAX], b[MEMBERSHIP_TEXT_MAX];
-    printf("generation %u: joint %s -> %s\n", joint.generation,
-           set_text(joint.members, joint.n_members, a, sizeof a),
-           set_text(joint.new_members, joint.n_new_members, b, sizeof b));
+    printf("generation %u: joint %s -> %s\n", joint->generation,
+           set_text(joint->members, joint->n_members, a, sizeof a),
+           set_text(joint->new_members, joint->n_new_members, b, sizeof b));
+    return 0;
+}
 
-    /* 4. The new member catches up to what is committed now. */
+/* Step 4: the new member catches up to what the survivors have committed
+ * now, with progress every second. */
+static int wait_caught_up(const replace_plan *p, const char *name, uint32_t joint_generation,
+                          cli_err *err)
+{
+    sk_state st[CLUSTER_SAFEKEEPERS];
+    bool up[CLUSTER_SAFEKEEPERS];
     lsn_t target = 0;
-    query_survivors(&c, idx, st, up);
+    query_survivors(&p->c, p->idx, st, up);
     for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
         if (up[i] && st[i].commit_lsn > target)
             target = st[i].commit_lsn;
-    sk_target nt = target_of(&c, sk);
+    sk_target nt = target_of(&p->c, &p->c.sk[p->idx]);
     long long deadline = proc_now_ms() + CATCH_UP_TIMEOUT_MS, next_print = 0;
+    char h[LSN_FMT_LEN], t[LSN_FMT_LEN];
     for (;;) {
         sk_state s;
         cli_err e = {{0}};
@@ -255,16 +291,14 @@ static int replace(const char *dir_opt, const char *name)
             break;
         long long now = proc_now_ms();
         if (now >= deadline) {
-            char h[LSN_FMT_LEN], t[LSN_FMT_LEN];
-            cli_err_set(&err,
+            cli_err_set(err,
                         "%s did not catch up within %d s (has %s of %s); is a compute running? "
                         "generation %u stays joint",
                         name, CATCH_UP_TIMEOUT_MS / 1000, lsn_format(have, h),
-                        lsn_format(target, t), joint.generation);
-            return cli_fail(&err);
+                        lsn_format(target, t), joint_generation);
+            return -1;
         }
         if (now >= next_print) {
-            char h[LSN_FMT_LEN], t[LSN_FMT_LEN];
             printf("  %s at %s, catching up to %s\n", name, lsn_format(have, h),
                    lsn_format(target, t));
             fflush(stdout);
@@ -272,19 +306,41 @@ static int replace(const char *dir_opt, const char *name)
         }
         proc_sleep_ms(100);
     }
-    printf("%s caught up to %s\n", name, lsn_format(target, l));
+    printf("%s caught up to %s\n", name, lsn_format(target, t));
+    return 0;
+}
 
-    /* 5. The new configuration alone. */
-    membership final = {.generation = joint.generation + 1, .n_members = joint.n_new_members};
-    memcpy(final.members, joint.new_members, sizeof final.members);
-    took = switch_all(&c, &final, final.members, final.n_members);
+/* Step 5: generation g+2, the new set alone, taken by a majority of it. */
+static int switch_final(const replace_plan *p, const membership *joint, cli_err *err)
+{
+    membership final = {.generation = joint->generation + 1, .n_members = joint->n_new_members};
+    memcpy(final.members, joint->new_members, sizeof final.members);
+    int took = switch_all(&p->c, &final, final.members, final.n_members);
     if (took < (int)final.n_members / 2 + 1) {
-        cli_err_set(&err, "only %d of the %u new members took generation %u", took,
+        cli_err_set(err, "only %d of the %u new members took generation %u", took,
                     final.n_members, final.generation);
-        return cli_fail(&err);
+        return -1;
     }
+    char a[MEMBERSHIP_TEXT_MAX];
     printf("generation %u: members %s\n", final.generation,
            set_text(final.members, final.n_members, a, sizeof a));
+    return 0;
+}
+
+static int replace(const char *dir_opt, const char *name)
+{
+    cli_err err = {{0}};
+    replace_plan p;
+    membership joint;
+    if (load_target(dir_opt, name, &p, &err) != 0 || survey(&p, name, &err) != 0)
+        return cli_fail(&err);
+    printf("replacing %s (node %" PRIu64 ") by node %" PRIu64 "; donor %s; configuration "
+           "generation %u\n",
+           name, p.dead, p.new_id, p.c.sk[p.donor].name, p.old.generation);
+    if (seed_new_node(&p, name, &err) != 0 || switch_joint(&p, &joint, &err) != 0 ||
+        wait_caught_up(&p, name, joint.generation, &err) != 0 ||
+        switch_final(&p, &joint, &err) != 0)
+        return cli_fail(&err);
     return CLI_OK;
 }
 
