@@ -19,6 +19,7 @@
 #include "cli/proc.h"
 #include "common/durable.h"
 #include "common/log.h"
+#include "common/sqlstate.h"
 #include "safekeeper/control_file.h"
 
 #define SK_CONNECT_TIMEOUT "10"
@@ -171,7 +172,7 @@ int sk_client_switch(const sk_target *t, const membership *m, cli_err *err)
         PGresult *r = PQexec(c, q);
         ExecStatusType st = PQresultStatus(r);
         const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-        bool busy = st != PGRES_TUPLES_OK && state != NULL && strcmp(state, "55006") == 0;
+        bool busy = st != PGRES_TUPLES_OK && state != NULL && strcmp(state, SQLSTATE_OBJECT_IN_USE) == 0;
         if (st != PGRES_TUPLES_OK && !busy)
             cli_err_set(err, "SWITCH_MEMBERSHIP on %s:%d: %s", t->host, t->port,
                         PQerrorMessage(c));

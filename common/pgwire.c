@@ -28,6 +28,7 @@
 #include <sys/random.h>
 
 #include "common/log.h"
+#include "common/sqlstate.h"
 
 #define PROTO_CODE(major, minor) (((uint32_t)(major) << 16) | (uint32_t)(minor))
 #define CANCEL_REQUEST_CODE PROTO_CODE(1234, 5678)
@@ -459,7 +460,7 @@ static void conn_maybe_finish_close(pgwire_conn *c)
 static void conn_protocol_error(pgwire_conn *c, const char *what)
 {
     log_warn("pgwire: %s: protocol violation: %s", c->peer, what);
-    pgwire_send_error(c, "FATAL", "08P01", what, "The server closes this connection.");
+    pgwire_send_error(c, "FATAL", SQLSTATE_PROTOCOL_VIOLATION, what, "The server closes this connection.");
     conn_close_after_flush(c);
 }
 
@@ -600,7 +601,7 @@ static void conn_handle_startup_params(pgwire_conn *c, uint32_t code, const uint
     assert(pos == end);
     const char *user = pgwire_conn_param(c, "user");
     if (!user || !*user) {
-        pgwire_send_error(c, "FATAL", "28000",
+        pgwire_send_error(c, "FATAL", SQLSTATE_INVALID_AUTHORIZATION_SPECIFICATION,
                           "no PostgreSQL user name specified in startup packet", NULL);
         conn_close_after_flush(c);
         return;
@@ -614,14 +615,14 @@ static void conn_handle_startup_params(pgwire_conn *c, uint32_t code, const uint
                    strcmp(repl, "0") == 0)) {
             snprintf(err, sizeof err, "invalid value for parameter \"replication\": \"%.64s\"",
                      repl);
-            pgwire_send_error(c, "FATAL", "22023", err, NULL);
+            pgwire_send_error(c, "FATAL", SQLSTATE_INVALID_PARAMETER_VALUE, err, NULL);
             conn_close_after_flush(c);
             return;
         }
     }
     const char *opts = pgwire_conn_param(c, "options");
     if (opts && parse_options(c, opts, err, sizeof err) != 0) {
-        pgwire_send_error(c, "FATAL", "22023", err, NULL);
+        pgwire_send_error(c, "FATAL", SQLSTATE_INVALID_PARAMETER_VALUE, err, NULL);
         conn_close_after_flush(c);
         return;
     }
@@ -684,7 +685,7 @@ static void conn_handle_startup(pgwire_conn *c, const pgwire_frame *f)
     if ((code >> 16) != 3) {
         snprintf(err, sizeof err, "unsupported frontend protocol %u.%u: server supports 3.0 to 3.0",
                  code >> 16, code & 0xFFFF);
-        pgwire_send_error(c, "FATAL", "0A000", err, NULL);
+        pgwire_send_error(c, "FATAL", SQLSTATE_FEATURE_NOT_SUPPORTED, err, NULL);
         conn_close_after_flush(c);
         return;
     }
@@ -720,13 +721,13 @@ static void send_auth_ok_and_finish_startup(pgwire_conn *c)
     if (c->state == CONN_CLOSED)
         return;
     if (c->server && c->server->nestablished >= c->ws->cfg.max_connections) {
-        pgwire_send_error(c, "FATAL", "53300", "sorry, too many clients already", NULL);
+        pgwire_send_error(c, "FATAL", SQLSTATE_TOO_MANY_CONNECTIONS, "sorry, too many clients already", NULL);
         conn_close_after_flush(c);
         return;
     }
     if (c->h->on_connect && c->h->on_connect(c, c->arg) != 0) {
         if (c->state != CONN_CLOSED) {
-            pgwire_send_error(c, "FATAL", "28000", "connection refused by the server", NULL);
+            pgwire_send_error(c, "FATAL", SQLSTATE_INVALID_AUTHORIZATION_SPECIFICATION, "connection refused by the server", NULL);
             conn_close_after_flush(c);
         }
         return;
@@ -766,7 +767,7 @@ static void conn_handle_password(pgwire_conn *c, const pgwire_frame *f)
     const char *user = pgwire_conn_param(c, "user");
     bool ok;
     if (c->ws->has_authn) {
-        char sqlstate[6] = "28P01";
+        char sqlstate[6] = SQLSTATE_INVALID_PASSWORD;
         char principal[PGWIRE_PRINCIPAL_LEN] = "";
         if (c->ws->authn.check_password(c->ws->authn.arg, c, given, principal, sqlstate, err,
                                         sizeof err) != 0) {
@@ -809,7 +810,7 @@ static void conn_handle_password(pgwire_conn *c, const pgwire_frame *f)
     if (!ok) {
         snprintf(err, sizeof err, "password authentication failed for user \"%.64s\"", user);
         log_warn("pgwire: %s: %s", c->peer, err);
-        pgwire_send_error(c, "FATAL", "28P01", err, NULL);
+        pgwire_send_error(c, "FATAL", SQLSTATE_INVALID_PASSWORD, err, NULL);
         conn_close_after_flush(c);
         return;
     }
@@ -840,11 +841,11 @@ static void conn_handle_query(pgwire_conn *c, const pgwire_frame *f)
         return;
     }
     if (!c->h->on_query) {
-        pgwire_send_error(c, "ERROR", "0A000", "this server accepts no queries", NULL);
+        pgwire_send_error(c, "ERROR", SQLSTATE_FEATURE_NOT_SUPPORTED, "this server accepts no queries", NULL);
         return;
     }
     if (c->ws->has_authn && c->ws->authn.check_query != NULL) {
-        char sqlstate[6] = "42501", err[256];
+        char sqlstate[6] = SQLSTATE_INSUFFICIENT_PRIVILEGE, err[256];
         if (c->ws->authn.check_query(c->ws->authn.arg, c, sql, sqlstate, err, sizeof err) != 0) {
             sqlstate[5] = '\0';
             log_warn("pgwire: %s: %s", c->peer, err);
@@ -884,13 +885,13 @@ static void conn_handle_idle(pgwire_conn *c, const pgwire_frame *f)
     case 'E':
     case 'D':
     case 'C':
-        pgwire_send_error(c, "ERROR", "0A000", "extended query protocol is not supported",
+        pgwire_send_error(c, "ERROR", SQLSTATE_FEATURE_NOT_SUPPORTED, "extended query protocol is not supported",
                           "Use the simple query protocol.");
         c->skip_till_sync = true;
         return;
     case 'F':
         c->state = CONN_QUERY;
-        pgwire_send_error(c, "ERROR", "0A000", "function call protocol is not supported", NULL);
+        pgwire_send_error(c, "ERROR", SQLSTATE_FEATURE_NOT_SUPPORTED, "function call protocol is not supported", NULL);
         return;
     default:
         snprintf(err, sizeof err, "unexpected message type 0x%02x", f->type);
@@ -1012,7 +1013,7 @@ int pgwire_send_error(pgwire_conn *c, const char *severity, const char *sqlstate
     msg_put_u8(&m, 'V');
     msg_put_str(&m, severity);
     msg_put_u8(&m, 'C');
-    msg_put_str(&m, strlen(sqlstate) == 5 ? sqlstate : "XX000");
+    msg_put_str(&m, strlen(sqlstate) == 5 ? sqlstate : SQLSTATE_INTERNAL_ERROR);
     msg_put_u8(&m, 'M');
     msg_put_str(&m, msg);
     if (detail) {
@@ -1042,7 +1043,7 @@ int pgwire_send_notice(pgwire_conn *c, const char *severity, const char *msg)
     msg_put_u8(&m, 'V');
     msg_put_str(&m, severity);
     msg_put_u8(&m, 'C');
-    msg_put_str(&m, "00000");
+    msg_put_str(&m, SQLSTATE_SUCCESSFUL_COMPLETION);
     msg_put_u8(&m, 'M');
     msg_put_str(&m, msg);
     msg_put_u8(&m, 0);
@@ -1494,7 +1495,7 @@ static void conn_startup_timeout_cb(uv_timer_t *t)
         return;
     log_warn("pgwire: %s: startup not finished within %u ms", c->peer,
              c->ws->cfg.startup_timeout_ms);
-    pgwire_send_error(c, "FATAL", "08006", "canceling authentication due to timeout", NULL);
+    pgwire_send_error(c, "FATAL", SQLSTATE_CONNECTION_FAILURE, "canceling authentication due to timeout", NULL);
     conn_close_after_flush(c);
 }
 
