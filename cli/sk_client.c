@@ -17,6 +17,7 @@
 #include <libpq-fe.h>
 
 #include "cli/proc.h"
+#include "common/byteorder.h"
 #include "common/durable.h"
 #include "common/log.h"
 #include "common/sqlstate.h"
@@ -244,14 +245,6 @@ static int seg_write(seg_writer *w, lsn_t lsn, const uint8_t *data, size_t len, 
     return 0;
 }
 
-static uint64_t be64(const char *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = v << 8 | (uint8_t)p[i];
-    return v;
-}
-
 /* Streams [from, to) from the donor into w. */
 static int stream_wal(const sk_target *donor, seg_writer *w, lsn_t from, lsn_t to, cli_err *err)
 {
@@ -281,7 +274,7 @@ static int stream_wal(const sk_target *donor, seg_writer *w, lsn_t from, lsn_t t
             break;
         }
         if (n >= 25 && buf[0] == 'w') {
-            lsn_t start = be64(buf + 1);
+            lsn_t start = get_be64(buf + 1);
             size_t len = (size_t)n - 25;
             if (start != pos) {
                 rc = cli_err_set(err, "WAL stream from %s:%d jumped from %" PRIX64 " to %" PRIX64,

@@ -17,6 +17,7 @@
  *
  * Not here: TLS, SCRAM, the extended query protocol, anything about SQL.
  */
+#include "common/byteorder.h"
 #include "common/pgwire.h"
 
 #include <assert.h>
@@ -164,11 +165,6 @@ static void conn_maybe_finish_close(pgwire_conn *c);
 static void conn_process_input(pgwire_conn *c);
 
 /* ---------------------------------------------------------------- framing */
-
-static uint32_t get_be32(const uint8_t *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
 
 static bool frontend_type_known(uint8_t t)
 {
@@ -361,13 +357,15 @@ static void msg_put_u8(msg_builder *m, uint8_t v)
 
 static void msg_put_u16(msg_builder *m, uint16_t v)
 {
-    uint8_t b[2] = {(uint8_t)(v >> 8), (uint8_t)v};
+    uint8_t b[2];
+    put_be16(b, v);
     msg_put(m, b, 2);
 }
 
 static void msg_put_u32(msg_builder *m, uint32_t v)
 {
-    uint8_t b[4] = {(uint8_t)(v >> 24), (uint8_t)(v >> 16), (uint8_t)(v >> 8), (uint8_t)v};
+    uint8_t b[4];
+    put_be32(b, v);
     msg_put(m, b, 4);
 }
 
@@ -395,11 +393,7 @@ static int msg_end(msg_builder *m)
         log_error("pgwire: %s: dropping a message of %zu bytes", c->peer, n);
         return -1;
     }
-    uint8_t *p = c->pending.data + m->start + 1;
-    p[0] = (uint8_t)(n >> 24);
-    p[1] = (uint8_t)(n >> 16);
-    p[2] = (uint8_t)(n >> 8);
-    p[3] = (uint8_t)n;
+    put_be32(c->pending.data + m->start + 1, (uint32_t)n);
     size_t queued = pgwire_conn_pending_bytes(c);
     if (queued > c->ws->cfg.out_hard_limit) {
         log_warn("pgwire: %s: output queue over its hard limit (%zu > %zu bytes), closing", c->peer,

@@ -490,7 +490,7 @@ static int write_twophase(bb *b, const pg_key *k)
         return read_fail(b);
     }
     memcpy(file, v.payload, v.len);
-    pg_put_u32(file + v.len, crc32c(v.payload, v.len));
+    put_le32(file + v.len, crc32c(v.payload, v.len));
     free((void *)v.payload);
     char path[64];
     snprintf(path, sizeof path, "pg_twophase/%08X", k->rel);
@@ -543,7 +543,7 @@ static int write_all(bb *b)
     }
     lsn_t prev = b->o->prev_lsn;
     if (prev == LSN_INVALID && b->lsn == b->o->timeline_start && cp_found == b->lsn)
-        prev = pg_get_u64(cp.payload + PG_CP_REDO); /* the imported shutdown checkpoint */
+        prev = get_le64(cp.payload + PG_CP_REDO); /* the imported shutdown checkpoint */
     int64_t now = b->o->now != 0 ? b->o->now : (int64_t)time(NULL);
     pgcontrol_boot *boot = malloc(sizeof *boot);
     uint8_t *control = malloc(PG_CONTROL_FILE_SIZE);

@@ -28,6 +28,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "common/byteorder.h"
 #include "common/durable.h"
 #include "common/log.h"
 #include "common/metrics.h"
@@ -775,11 +776,6 @@ static int check_horizon(timeline *tl, lsn_t lsn, char *err, size_t errlen, cons
 }
 
 /* ---- reads ---- */
-
-static uint32_t get_be32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
 
 static int deleted_error(const timeline *tl, char *err, size_t errlen, const char **sqlstate)
 {
