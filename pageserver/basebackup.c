@@ -20,6 +20,7 @@
 #include <archive.h>
 #include <archive_entry.h>
 
+#include "common/byteorder.h"
 #include "common/crc32c.h"
 #include "common/sqlstate.h"
 #include "common/walformat.h"
@@ -227,8 +228,7 @@ static int list_add(const pg_key *k, lsn_t lsn, const value_ref *v, void *arg)
     }
     uint32_t size = 0;
     if (v->kind == VAL_SIZE && v->len == 4)
-        size = (uint32_t)v->payload[0] << 24 | (uint32_t)v->payload[1] << 16 |
-               (uint32_t)v->payload[2] << 8 | v->payload[3];
+        size = get_be32(v->payload);
     else if (v->kind == VAL_SIZE)
         return 0;
     l->k[l->n] = *k;

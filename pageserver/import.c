@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/byteorder.h"
 #include "common/crc32c.h"
 #include "common/walformat.h"
 #include "pageserver/ingest.h"
@@ -467,7 +468,8 @@ static int import_slru_dir(importer *im, const char *dir, slru_kind kind)
         uint32_t n;
         rc = for_each_page(im, path, &n, put_slru_page, &t);
         if (rc == 0) {
-            uint8_t p[4] = {(uint8_t)(n >> 24), (uint8_t)(n >> 16), (uint8_t)(n >> 8), (uint8_t)n};
+            uint8_t p[4];
+            put_be32(p, n);
             pg_key sk = {.kind = KEY_SLRU_SIZE, .fork = (uint8_t)kind, .rel = t.segno};
             rc = put(im, &sk, VAL_SIZE, p, 4);
             im->stats.slru_segments++;

@@ -40,6 +40,7 @@
 #include <cmocka.h>
 
 #include "cli/basebackup_tar.h"
+#include "common/byteorder.h"
 #include "common/crc32c.h"
 #include "common/walformat.h"
 #include "pageserver/basebackup.h"
@@ -295,8 +296,7 @@ static int st_slru(void *arg, uint8_t kind, uint32_t segno, lsn_t lsn, uint8_t *
     lsn_t found;
     if (store_get_latest(arg, &sk, lsn, &v, &found, err, errlen) != 1)
         return -1;
-    uint32_t n = (uint32_t)v.payload[0] << 24 | (uint32_t)v.payload[1] << 16 |
-                 (uint32_t)v.payload[2] << 8 | v.payload[3];
+    uint32_t n = get_be32(v.payload);
     free((void *)v.payload);
     if (n > max_blocks)
         return -1;
