@@ -33,6 +33,7 @@
 #include "cli/proc.h"
 #include "cli/safekeepers.h"
 #include "cli/sk_client.h"
+#include "common/durable.h"
 #include "common/log.h"
 
 #define CATCH_UP_TIMEOUT_MS (300 * 1000)
@@ -190,8 +191,9 @@ static int replace(const char *dir_opt, const char *name)
     if (stat(datadir, &sb) == 0) {
         snprintf(aside, sizeof aside, "%s.replaced-node%" PRIu64 "-%ld", datadir, dead,
                  (long)time(NULL));
-        if (rename(datadir, aside) != 0) {
-            cli_err_set(&err, "move %s aside: %s", datadir, strerror(errno));
+        int rc = durable_rename(datadir, aside);
+        if (rc != 0) {
+            cli_err_set(&err, "move %s aside: %s", datadir, strerror(-rc));
             return cli_fail(&err);
         }
         printf("moved the old data directory to %s\n", aside);

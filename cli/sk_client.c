@@ -236,8 +236,9 @@ static int seg_write(seg_writer *w, lsn_t lsn, const uint8_t *data, size_t len, 
                 return cli_err_set(err, "size %s: %s", path, strerror(errno));
             w->segno = segno;
         }
-        if (pwrite(w->fd, data, n, (off_t)off) != (ssize_t)n)
-            return cli_err_set(err, "write WAL segment in %s: %s", w->dir, strerror(errno));
+        int rc = durable_pwrite_all(w->fd, data, n, off);
+        if (rc != 0)
+            return cli_err_set(err, "write WAL segment in %s: %s", w->dir, strerror(-rc));
         lsn += n;
         data += n;
         len -= n;
@@ -366,8 +367,15 @@ int sk_client_copy_timeline(const sk_target *donor, const char *datadir, uint64_
         int wrc = control_file_write(tdir, &st);
         if (wrc == 0)
             wrc = durable_fsync_dir(tdir);
+        /* The new entries up the tree: the timeline directory in the tenant
+         * directory, that in the data directory, and the data directory
+         * (just made by the caller) in its parent. */
         if (wrc == 0)
             wrc = durable_fsync_parent(tdir);
+        if (wrc == 0)
+            wrc = durable_fsync_dir(datadir);
+        if (wrc == 0)
+            wrc = durable_fsync_parent(datadir);
         if (wrc != 0)
             rc = cli_err_set(err, "write the control file in %s: %s", tdir, strerror(-wrc));
     }
