@@ -33,6 +33,7 @@
 #include "cli/proc.h"
 #include "cli/safekeepers.h"
 #include "cli/sk_client.h"
+#include "common/durable.h"
 #include "common/log.h"
 
 #define CATCH_UP_TIMEOUT_MS (300 * 1000)
@@ -211,8 +212,9 @@ static int seed_new_node(replace_plan *p, const char *name, cli_err *err)
     if (stat(datadir, &sb) == 0) {
         snprintf(aside, sizeof aside, "%s.replaced-node%" PRIu64 "-%ld", datadir, p->dead,
                  (long)time(NULL));
-        if (rename(datadir, aside) != 0) {
-            cli_err_set(err, "move %s aside: %s", datadir, strerror(errno));
+        int rc = durable_rename(datadir, aside);
+        if (rc != 0) {
+            cli_err_set(err, "move %s aside: %s", datadir, strerror(-rc));
             return -1;
         }
         printf("moved the old data directory to %s\n", aside);

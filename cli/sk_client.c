@@ -17,8 +17,10 @@
 #include <libpq-fe.h>
 
 #include "cli/proc.h"
+#include "common/byteorder.h"
 #include "common/durable.h"
 #include "common/log.h"
+#include "common/sqlstate.h"
 #include "safekeeper/control_file.h"
 
 #define SK_CONNECT_TIMEOUT "10"
@@ -171,7 +173,7 @@ int sk_client_switch(const sk_target *t, const membership *m, cli_err *err)
         PGresult *r = PQexec(c, q);
         ExecStatusType st = PQresultStatus(r);
         const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-        bool busy = st != PGRES_TUPLES_OK && state != NULL && strcmp(state, "55006") == 0;
+        bool busy = st != PGRES_TUPLES_OK && state != NULL && strcmp(state, SQLSTATE_OBJECT_IN_USE) == 0;
         if (st != PGRES_TUPLES_OK && !busy)
             cli_err_set(err, "SWITCH_MEMBERSHIP on %s:%d: %s", t->host, t->port,
                         PQerrorMessage(c));
@@ -234,21 +236,14 @@ static int seg_write(seg_writer *w, lsn_t lsn, const uint8_t *data, size_t len, 
                 return cli_err_set(err, "size %s: %s", path, strerror(errno));
             w->segno = segno;
         }
-        if (pwrite(w->fd, data, n, (off_t)off) != (ssize_t)n)
-            return cli_err_set(err, "write WAL segment in %s: %s", w->dir, strerror(errno));
+        int rc = durable_pwrite_all(w->fd, data, n, off);
+        if (rc != 0)
+            return cli_err_set(err, "write WAL segment in %s: %s", w->dir, strerror(-rc));
         lsn += n;
         data += n;
         len -= n;
     }
     return 0;
-}
-
-static uint64_t be64(const char *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = v << 8 | (uint8_t)p[i];
-    return v;
 }
 
 /* Streams [from, to) from the donor into w. */
@@ -280,7 +275,7 @@ static int stream_wal(const sk_target *donor, seg_writer *w, lsn_t from, lsn_t t
             break;
         }
         if (n >= 25 && buf[0] == 'w') {
-            lsn_t start = be64(buf + 1);
+            lsn_t start = get_be64(buf + 1);
             size_t len = (size_t)n - 25;
             if (start != pos) {
                 rc = cli_err_set(err, "WAL stream from %s:%d jumped from %" PRIX64 " to %" PRIX64,
@@ -372,8 +367,15 @@ int sk_client_copy_timeline(const sk_target *donor, const char *datadir, uint64_
         int wrc = control_file_write(tdir, &st);
         if (wrc == 0)
             wrc = durable_fsync_dir(tdir);
+        /* The new entries up the tree: the timeline directory in the tenant
+         * directory, that in the data directory, and the data directory
+         * (just made by the caller) in its parent. */
         if (wrc == 0)
             wrc = durable_fsync_parent(tdir);
+        if (wrc == 0)
+            wrc = durable_fsync_dir(datadir);
+        if (wrc == 0)
+            wrc = durable_fsync_parent(datadir);
         if (wrc != 0)
             rc = cli_err_set(err, "write the control file in %s: %s", tdir, strerror(-wrc));
     }

@@ -30,6 +30,7 @@
 #include "common/log.h"
 #include "common/lsn.h"
 #include "common/metrics.h"
+#include "common/sqlstate.h"
 
 #define AUTH_FILE_MAX (1024 * 1024)
 #define RECHECK_MS 1000
@@ -491,7 +492,7 @@ static void refuse_tenant(const char *principal, const char *tenant, char sqlsta
                           size_t errlen)
 {
     auth_principal pr;
-    memcpy(sqlstate, "42501", 6);
+    memcpy(sqlstate, SQLSTATE_INSUFFICIENT_PRIVILEGE, 6);
     if (auth_principal_parse(principal, &pr) && pr.role == AUTH_ROLE_TENANT)
         snprintf(err, errlen, "permission denied: the token of tenant %s may not use tenant %.64s",
                  pr.tenant, tenant);
@@ -507,7 +508,7 @@ static int pg_check_password(void *arg, const pgwire_conn *c, const char *passwo
     const char *user = pgwire_conn_param(c, "user");
     if (p.role == AUTH_ROLE_NONE) {
         metrics_counter_inc(a->refused_password);
-        memcpy(sqlstate, "28P01", 6);
+        memcpy(sqlstate, SQLSTATE_INVALID_PASSWORD, 6);
         snprintf(err, errlen,
                  "password authentication failed for user \"%.64s\": the password is not a "
                  "token this server accepts",

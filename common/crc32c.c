@@ -11,6 +11,8 @@
  */
 #include "common/crc32c.h"
 
+#include "common/byteorder.h"
+
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -381,11 +383,6 @@ static const uint32_t crc32c_table[8][256] = {
     },
 };
 
-static inline uint32_t load_le32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 uint32_t crc32c_update_sw(uint32_t crc, const void *data, size_t len)
 {
     const uint8_t *p = data;
@@ -396,8 +393,8 @@ uint32_t crc32c_update_sw(uint32_t crc, const void *data, size_t len)
         len--;
     }
     while (len >= 8) {
-        uint32_t lo = load_le32(p) ^ crc;
-        uint32_t hi = load_le32(p + 4);
+        uint32_t lo = get_le32(p) ^ crc;
+        uint32_t hi = get_le32(p + 4);
         crc = crc32c_table[7][lo & 0xFF] ^ crc32c_table[6][(lo >> 8) & 0xFF] ^
               crc32c_table[5][(lo >> 16) & 0xFF] ^ crc32c_table[4][lo >> 24] ^
               crc32c_table[3][hi & 0xFF] ^ crc32c_table[2][(hi >> 8) & 0xFF] ^

@@ -17,6 +17,7 @@
  *
  * Not here: TLS, SCRAM, the extended query protocol, anything about SQL.
  */
+#include "common/byteorder.h"
 #include "common/pgwire.h"
 
 #include <assert.h>
@@ -28,6 +29,7 @@
 #include <sys/random.h>
 
 #include "common/log.h"
+#include "common/sqlstate.h"
 
 #define PROTO_CODE(major, minor) (((uint32_t)(major) << 16) | (uint32_t)(minor))
 #define CANCEL_REQUEST_CODE PROTO_CODE(1234, 5678)
@@ -163,11 +165,6 @@ static void conn_maybe_finish_close(pgwire_conn *c);
 static void conn_process_input(pgwire_conn *c);
 
 /* ---------------------------------------------------------------- framing */
-
-static uint32_t get_be32(const uint8_t *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
 
 static bool frontend_type_known(uint8_t t)
 {
@@ -360,13 +357,15 @@ static void msg_put_u8(msg_builder *m, uint8_t v)
 
 static void msg_put_u16(msg_builder *m, uint16_t v)
 {
-    uint8_t b[2] = {(uint8_t)(v >> 8), (uint8_t)v};
+    uint8_t b[2];
+    put_be16(b, v);
     msg_put(m, b, 2);
 }
 
 static void msg_put_u32(msg_builder *m, uint32_t v)
 {
-    uint8_t b[4] = {(uint8_t)(v >> 24), (uint8_t)(v >> 16), (uint8_t)(v >> 8), (uint8_t)v};
+    uint8_t b[4];
+    put_be32(b, v);
     msg_put(m, b, 4);
 }
 
@@ -394,11 +393,7 @@ static int msg_end(msg_builder *m)
         log_error("pgwire: %s: dropping a message of %zu bytes", c->peer, n);
         return -1;
     }
-    uint8_t *p = c->pending.data + m->start + 1;
-    p[0] = (uint8_t)(n >> 24);
-    p[1] = (uint8_t)(n >> 16);
-    p[2] = (uint8_t)(n >> 8);
-    p[3] = (uint8_t)n;
+    put_be32(c->pending.data + m->start + 1, (uint32_t)n);
     size_t queued = pgwire_conn_pending_bytes(c);
     if (queued > c->ws->cfg.out_hard_limit) {
         log_warn("pgwire: %s: output queue over its hard limit (%zu > %zu bytes), closing", c->peer,
@@ -459,7 +454,7 @@ static void conn_maybe_finish_close(pgwire_conn *c)
 static void conn_protocol_error(pgwire_conn *c, const char *what)
 {
     log_warn("pgwire: %s: protocol violation: %s", c->peer, what);
-    pgwire_send_error(c, "FATAL", "08P01", what, "The server closes this connection.");
+    pgwire_send_error(c, "FATAL", SQLSTATE_PROTOCOL_VIOLATION, what, "The server closes this connection.");
     conn_close_after_flush(c);
 }
 
@@ -600,7 +595,7 @@ static void conn_handle_startup_params(pgwire_conn *c, uint32_t code, const uint
     assert(pos == end);
     const char *user = pgwire_conn_param(c, "user");
     if (!user || !*user) {
-        pgwire_send_error(c, "FATAL", "28000",
+        pgwire_send_error(c, "FATAL", SQLSTATE_INVALID_AUTHORIZATION_SPECIFICATION,
                           "no PostgreSQL user name specified in startup packet", NULL);
         conn_close_after_flush(c);
         return;
@@ -614,14 +609,14 @@ static void conn_handle_startup_params(pgwire_conn *c, uint32_t code, const uint
                    strcmp(repl, "0") == 0)) {
             snprintf(err, sizeof err, "invalid value for parameter \"replication\": \"%.64s\"",
                      repl);
-            pgwire_send_error(c, "FATAL", "22023", err, NULL);
+            pgwire_send_error(c, "FATAL", SQLSTATE_INVALID_PARAMETER_VALUE, err, NULL);
             conn_close_after_flush(c);
             return;
         }
     }
     const char *opts = pgwire_conn_param(c, "options");
     if (opts && parse_options(c, opts, err, sizeof err) != 0) {
-        pgwire_send_error(c, "FATAL", "22023", err, NULL);
+        pgwire_send_error(c, "FATAL", SQLSTATE_INVALID_PARAMETER_VALUE, err, NULL);
         conn_close_after_flush(c);
         return;
     }
@@ -684,7 +679,7 @@ static void conn_handle_startup(pgwire_conn *c, const pgwire_frame *f)
     if ((code >> 16) != 3) {
         snprintf(err, sizeof err, "unsupported frontend protocol %u.%u: server supports 3.0 to 3.0",
                  code >> 16, code & 0xFFFF);
-        pgwire_send_error(c, "FATAL", "0A000", err, NULL);
+        pgwire_send_error(c, "FATAL", SQLSTATE_FEATURE_NOT_SUPPORTED, err, NULL);
         conn_close_after_flush(c);
         return;
     }
@@ -720,13 +715,13 @@ static void send_auth_ok_and_finish_startup(pgwire_conn *c)
     if (c->state == CONN_CLOSED)
         return;
     if (c->server && c->server->nestablished >= c->ws->cfg.max_connections) {
-        pgwire_send_error(c, "FATAL", "53300", "sorry, too many clients already", NULL);
+        pgwire_send_error(c, "FATAL", SQLSTATE_TOO_MANY_CONNECTIONS, "sorry, too many clients already", NULL);
         conn_close_after_flush(c);
         return;
     }
     if (c->h->on_connect && c->h->on_connect(c, c->arg) != 0) {
         if (c->state != CONN_CLOSED) {
-            pgwire_send_error(c, "FATAL", "28000", "connection refused by the server", NULL);
+            pgwire_send_error(c, "FATAL", SQLSTATE_INVALID_AUTHORIZATION_SPECIFICATION, "connection refused by the server", NULL);
             conn_close_after_flush(c);
         }
         return;
@@ -766,7 +761,7 @@ static void conn_handle_password(pgwire_conn *c, const pgwire_frame *f)
     const char *user = pgwire_conn_param(c, "user");
     bool ok;
     if (c->ws->has_authn) {
-        char sqlstate[6] = "28P01";
+        char sqlstate[6] = SQLSTATE_INVALID_PASSWORD;
         char principal[PGWIRE_PRINCIPAL_LEN] = "";
         if (c->ws->authn.check_password(c->ws->authn.arg, c, given, principal, sqlstate, err,
                                         sizeof err) != 0) {
@@ -809,7 +804,7 @@ static void conn_handle_password(pgwire_conn *c, const pgwire_frame *f)
     if (!ok) {
         snprintf(err, sizeof err, "password authentication failed for user \"%.64s\"", user);
         log_warn("pgwire: %s: %s", c->peer, err);
-        pgwire_send_error(c, "FATAL", "28P01", err, NULL);
+        pgwire_send_error(c, "FATAL", SQLSTATE_INVALID_PASSWORD, err, NULL);
         conn_close_after_flush(c);
         return;
     }
@@ -840,11 +835,11 @@ static void conn_handle_query(pgwire_conn *c, const pgwire_frame *f)
         return;
     }
     if (!c->h->on_query) {
-        pgwire_send_error(c, "ERROR", "0A000", "this server accepts no queries", NULL);
+        pgwire_send_error(c, "ERROR", SQLSTATE_FEATURE_NOT_SUPPORTED, "this server accepts no queries", NULL);
         return;
     }
     if (c->ws->has_authn && c->ws->authn.check_query != NULL) {
-        char sqlstate[6] = "42501", err[256];
+        char sqlstate[6] = SQLSTATE_INSUFFICIENT_PRIVILEGE, err[256];
         if (c->ws->authn.check_query(c->ws->authn.arg, c, sql, sqlstate, err, sizeof err) != 0) {
             sqlstate[5] = '\0';
             log_warn("pgwire: %s: %s", c->peer, err);
@@ -884,13 +879,13 @@ static void conn_handle_idle(pgwire_conn *c, const pgwire_frame *f)
     case 'E':
     case 'D':
     case 'C':
-        pgwire_send_error(c, "ERROR", "0A000", "extended query protocol is not supported",
+        pgwire_send_error(c, "ERROR", SQLSTATE_FEATURE_NOT_SUPPORTED, "extended query protocol is not supported",
                           "Use the simple query protocol.");
         c->skip_till_sync = true;
         return;
     case 'F':
         c->state = CONN_QUERY;
-        pgwire_send_error(c, "ERROR", "0A000", "function call protocol is not supported", NULL);
+        pgwire_send_error(c, "ERROR", SQLSTATE_FEATURE_NOT_SUPPORTED, "function call protocol is not supported", NULL);
         return;
     default:
         snprintf(err, sizeof err, "unexpected message type 0x%02x", f->type);
@@ -1012,7 +1007,7 @@ int pgwire_send_error(pgwire_conn *c, const char *severity, const char *sqlstate
     msg_put_u8(&m, 'V');
     msg_put_str(&m, severity);
     msg_put_u8(&m, 'C');
-    msg_put_str(&m, strlen(sqlstate) == 5 ? sqlstate : "XX000");
+    msg_put_str(&m, strlen(sqlstate) == 5 ? sqlstate : SQLSTATE_INTERNAL_ERROR);
     msg_put_u8(&m, 'M');
     msg_put_str(&m, msg);
     if (detail) {
@@ -1042,7 +1037,7 @@ int pgwire_send_notice(pgwire_conn *c, const char *severity, const char *msg)
     msg_put_u8(&m, 'V');
     msg_put_str(&m, severity);
     msg_put_u8(&m, 'C');
-    msg_put_str(&m, "00000");
+    msg_put_str(&m, SQLSTATE_SUCCESSFUL_COMPLETION);
     msg_put_u8(&m, 'M');
     msg_put_str(&m, msg);
     msg_put_u8(&m, 0);
@@ -1494,7 +1489,7 @@ static void conn_startup_timeout_cb(uv_timer_t *t)
         return;
     log_warn("pgwire: %s: startup not finished within %u ms", c->peer,
              c->ws->cfg.startup_timeout_ms);
-    pgwire_send_error(c, "FATAL", "08006", "canceling authentication due to timeout", NULL);
+    pgwire_send_error(c, "FATAL", SQLSTATE_CONNECTION_FAILURE, "canceling authentication due to timeout", NULL);
     conn_close_after_flush(c);
 }
 

@@ -13,22 +13,8 @@
 #include <assert.h>
 #include <string.h>
 
+#include "common/byteorder.h"
 #include "common/crc32c.h"
-
-static inline uint16_t get_u16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | p[1] << 8);
-}
-
-static inline uint32_t get_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static inline uint64_t get_u64(const uint8_t *p)
-{
-    return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
-}
 
 bool wal_seg_size_valid(uint32_t seg_size)
 {
@@ -40,19 +26,19 @@ size_t wal_page_header_parse(const uint8_t *buf, size_t len, wal_page_header *ou
     if (len < WAL_SHORT_PHD_SIZE)
         return 0;
     memset(out, 0, sizeof *out);
-    out->magic = get_u16(buf);
-    out->info = get_u16(buf + 2);
-    out->tli = get_u32(buf + 4);
-    out->pageaddr = get_u64(buf + 8);
-    out->rem_len = get_u32(buf + 16);
+    out->magic = get_le16(buf);
+    out->info = get_le16(buf + 2);
+    out->tli = get_le32(buf + 4);
+    out->pageaddr = get_le64(buf + 8);
+    out->rem_len = get_le32(buf + 16);
     if (!(out->info & WAL_XLP_LONG_HEADER))
         return WAL_SHORT_PHD_SIZE;
     if (len < WAL_LONG_PHD_SIZE)
         return 0;
     out->is_long = true;
-    out->sysid = get_u64(buf + 24);
-    out->seg_size = get_u32(buf + 32);
-    out->xlog_blcksz = get_u32(buf + 36);
+    out->sysid = get_le64(buf + 24);
+    out->seg_size = get_le32(buf + 32);
+    out->xlog_blcksz = get_le32(buf + 36);
     return WAL_LONG_PHD_SIZE;
 }
 
@@ -94,12 +80,12 @@ int wal_page_header_check(const wal_page_header *h, lsn_t page_lsn, uint32_t seg
 
 void wal_record_header_parse(const uint8_t *buf, wal_record_header *out)
 {
-    out->tot_len = get_u32(buf);
-    out->xid = get_u32(buf + 4);
-    out->prev = get_u64(buf + 8);
+    out->tot_len = get_le32(buf);
+    out->xid = get_le32(buf + 4);
+    out->prev = get_le64(buf + 8);
     out->info = buf[16];
     out->rmid = buf[17];
-    out->crc = get_u32(buf + WAL_RECORD_CRC_OFFSET);
+    out->crc = get_le32(buf + WAL_RECORD_CRC_OFFSET);
 }
 
 int wal_record_header_check(const wal_record_header *h, const char **why)
@@ -169,7 +155,7 @@ static int decode_block_header(cursor *c, wal_block_ref *b, const wal_block_ref 
     b->has_image = (b->flags & WAL_BKPBLOCK_HAS_IMAGE) != 0;
     b->has_data = (b->flags & WAL_BKPBLOCK_HAS_DATA) != 0;
     b->will_init = (b->flags & WAL_BKPBLOCK_WILL_INIT) != 0;
-    b->data_len = get_u16(p + 1);
+    b->data_len = get_le16(p + 1);
     if (b->fork > WAL_MAX_FORK)
         return decode_fail("WAL block reference has an invalid fork number", why);
     if (b->has_data && b->data_len == 0)
@@ -181,8 +167,8 @@ static int decode_block_header(cursor *c, wal_block_ref *b, const wal_block_ref 
     if (b->has_image) {
         if (!take(c, 5, &p))
             return decode_fail("WAL record too short for its block image header", why);
-        b->bimg_len = get_u16(p);
-        b->hole_offset = get_u16(p + 2);
+        b->bimg_len = get_le16(p);
+        b->hole_offset = get_le16(p + 2);
         b->bimg_info = p[4];
         b->apply_image = (b->bimg_info & WAL_BKPIMAGE_APPLY) != 0;
         bool has_hole = (b->bimg_info & WAL_BKPIMAGE_HAS_HOLE) != 0;
@@ -191,7 +177,7 @@ static int decode_block_header(cursor *c, wal_block_ref *b, const wal_block_ref 
             if (has_hole) {
                 if (!take(c, 2, &p))
                     return decode_fail("WAL record too short for its compressed image header", why);
-                b->hole_length = get_u16(p);
+                b->hole_length = get_le16(p);
             } else {
                 b->hole_length = 0;
             }
@@ -218,9 +204,9 @@ static int decode_block_header(cursor *c, wal_block_ref *b, const wal_block_ref 
     if (!(b->flags & WAL_BKPBLOCK_SAME_REL)) {
         if (!take(c, 12, &p))
             return decode_fail("WAL record too short for its block relation", why);
-        b->spc = get_u32(p);
-        b->db = get_u32(p + 4);
-        b->rel = get_u32(p + 8);
+        b->spc = get_le32(p);
+        b->db = get_le32(p + 4);
+        b->rel = get_le32(p + 8);
         *prev_rel = b;
     } else {
         if (*prev_rel == NULL)
@@ -231,7 +217,7 @@ static int decode_block_header(cursor *c, wal_block_ref *b, const wal_block_ref 
     }
     if (!take(c, 4, &p))
         return decode_fail("WAL record too short for its block number", why);
-    b->blkno = get_u32(p);
+    b->blkno = get_le32(p);
     return 0;
 }
 
@@ -269,19 +255,19 @@ int wal_record_decode(const uint8_t *raw, size_t len, wal_record *out, const cha
         } else if (id == WAL_XLR_BLOCK_ID_DATA_LONG) {
             if (!take(&c, 4, &p))
                 return decode_fail("WAL record too short for its main data length", why);
-            out->main_data_len = get_u32(p);
+            out->main_data_len = get_le32(p);
             datatotal += out->main_data_len;
             break;
         } else if (id == WAL_XLR_BLOCK_ID_ORIGIN) {
             if (!take(&c, 2, &p))
                 return decode_fail("WAL record too short for its origin", why);
             out->has_origin = true;
-            out->origin = get_u16(p);
+            out->origin = get_le16(p);
         } else if (id == WAL_XLR_BLOCK_ID_TOPLEVEL_XID) {
             if (!take(&c, 4, &p))
                 return decode_fail("WAL record too short for its top-level xid", why);
             out->has_toplevel_xid = true;
-            out->toplevel_xid = get_u32(p);
+            out->toplevel_xid = get_le32(p);
         } else if (id <= WAL_XLR_MAX_BLOCK_ID) {
             if ((int)id <= out->max_block_id)
                 return decode_fail("WAL record has block ids out of order", why);

@@ -20,7 +20,9 @@
 #include <archive.h>
 #include <archive_entry.h>
 
+#include "common/byteorder.h"
 #include "common/crc32c.h"
+#include "common/sqlstate.h"
 #include "common/walformat.h"
 #include "pageserver/pgcontrol.h"
 #include "pageserver/pgstructs.h"
@@ -226,8 +228,7 @@ static int list_add(const pg_key *k, lsn_t lsn, const value_ref *v, void *arg)
     }
     uint32_t size = 0;
     if (v->kind == VAL_SIZE && v->len == 4)
-        size = (uint32_t)v->payload[0] << 24 | (uint32_t)v->payload[1] << 16 |
-               (uint32_t)v->payload[2] << 8 | v->payload[3];
+        size = get_be32(v->payload);
     else if (v->kind == VAL_SIZE)
         return 0;
     l->k[l->n] = *k;
@@ -275,14 +276,14 @@ typedef struct bb {
 
 static int read_fail(bb *b)
 {
-    b->sqlstate = "XX000";
+    b->sqlstate = SQLSTATE_INTERNAL_ERROR;
     return -1;
 }
 
 static int write_fail(bb *b)
 {
     snprintf(b->err, b->errlen, "the basebackup was cancelled (the client went away)");
-    b->sqlstate = "57014";
+    b->sqlstate = SQLSTATE_QUERY_CANCELED;
     return -1;
 }
 
@@ -359,7 +360,7 @@ static int db_path(bb *b, uint32_t spc, uint32_t db, char *out, size_t len)
              "database %u lives in tablespace %u: only the default and global tablespaces are "
              "supported",
              db, spc);
-    b->sqlstate = "0A000";
+    b->sqlstate = SQLSTATE_FEATURE_NOT_SUPPORTED;
     return -1;
 }
 
@@ -489,7 +490,7 @@ static int write_twophase(bb *b, const pg_key *k)
         return read_fail(b);
     }
     memcpy(file, v.payload, v.len);
-    pg_put_u32(file + v.len, crc32c(v.payload, v.len));
+    put_le32(file + v.len, crc32c(v.payload, v.len));
     free((void *)v.payload);
     char path[64];
     snprintf(path, sizeof path, "pg_twophase/%08X", k->rel);
@@ -515,7 +516,7 @@ static int get_blob(bb *b, const pg_key *k, const char *what, size_t want, value
                  "no %s stored at LSN %s: the LSN is before the timeline starts or was "
                  "garbage-collected",
                  what, lsn_format(b->lsn, lb));
-        b->sqlstate = "58P01";
+        b->sqlstate = SQLSTATE_UNDEFINED_FILE;
         return -1;
     }
     if (v->kind != VAL_BLOB || v->len < want) {
@@ -542,7 +543,7 @@ static int write_all(bb *b)
     }
     lsn_t prev = b->o->prev_lsn;
     if (prev == LSN_INVALID && b->lsn == b->o->timeline_start && cp_found == b->lsn)
-        prev = pg_get_u64(cp.payload + PG_CP_REDO); /* the imported shutdown checkpoint */
+        prev = get_le64(cp.payload + PG_CP_REDO); /* the imported shutdown checkpoint */
     int64_t now = b->o->now != 0 ? b->o->now : (int64_t)time(NULL);
     pgcontrol_boot *boot = malloc(sizeof *boot);
     uint8_t *control = malloc(PG_CONTROL_FILE_SIZE);
@@ -556,7 +557,7 @@ static int write_all(bb *b)
     }
     if (pgcontrol_boot_plan(b->lsn, ctl.payload, ctl.len, cp.payload, prev, now, boot, b->err,
                             b->errlen) != 0) {
-        b->sqlstate = "22023";
+        b->sqlstate = SQLSTATE_INVALID_PARAMETER_VALUE;
         goto out;
     }
     pgcontrol_make_control(boot, ctl.payload, ctl.len, control);
@@ -659,7 +660,7 @@ int basebackup_write(const basebackup_source *src, lsn_t lsn, const basebackup_o
                  "LSN %s is not a record boundary (record ends are 8-byte aligned and not 0/0)",
                  lsn_format(lsn, lb));
         if (sqlstate != NULL)
-            *sqlstate = "22023";
+            *sqlstate = SQLSTATE_INVALID_PARAMETER_VALUE;
         return -1;
     }
     bb b = {.src = src, .lsn = lsn, .o = o, .res = res, .err = err, .errlen = errlen};
@@ -671,7 +672,7 @@ int basebackup_write(const basebackup_source *src, lsn_t lsn, const basebackup_o
     int rc;
     if (b.w.buf == NULL || b.page == NULL || tar_open(&b.w) != 0) {
         snprintf(err, errlen, "out of memory (starting the archive)");
-        b.sqlstate = "53200";
+        b.sqlstate = SQLSTATE_OUT_OF_MEMORY;
         rc = -1;
     } else {
         rc = write_all(&b);
@@ -680,6 +681,6 @@ int basebackup_write(const basebackup_source *src, lsn_t lsn, const basebackup_o
     free(b.w.buf);
     free(b.page);
     if (rc != 0 && sqlstate != NULL)
-        *sqlstate = b.sqlstate != NULL ? b.sqlstate : "XX000";
+        *sqlstate = b.sqlstate != NULL ? b.sqlstate : SQLSTATE_INTERNAL_ERROR;
     return rc;
 }

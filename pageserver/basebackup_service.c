@@ -30,6 +30,7 @@
 
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/sqlstate.h"
 #include "pageserver/basebackup.h"
 #include "pageserver/timeline.h"
 #include "pageserver/walreceiver.h"
@@ -165,7 +166,7 @@ static int wait_ingested(bb_job *j)
             return -1;
         if (waited >= j->wait_ms) {
             char a[LSN_FMT_LEN], b[LSN_FMT_LEN];
-            job_fail(j, "57014",
+            job_fail(j, SQLSTATE_QUERY_CANCELED,
                      "timed out after %u ms waiting for WAL at LSN %s to be ingested; last "
                      "ingested LSN is %s",
                      j->wait_ms, lsn_format(j->lsn, a),
@@ -173,7 +174,7 @@ static int wait_ingested(bb_job *j)
             return -1;
         }
         if (timeline_is_deleted(j->tl)) {
-            job_fail(j, "58P01", "the timeline was deleted");
+            job_fail(j, SQLSTATE_UNDEFINED_FILE, "the timeline was deleted");
             return -1;
         }
         uint32_t slice = j->wait_ms - waited < BB_WAIT_SLICE_MS ? (uint32_t)(j->wait_ms - waited)
@@ -215,11 +216,11 @@ static void *job_main(void *arg)
         const timeline_meta *meta = timeline_get_meta(j->tl);
         char a[LSN_FMT_LEN], b[LSN_FMT_LEN];
         if (horizon != LSN_INVALID && j->lsn < horizon) {
-            job_fail(j, "55000",
+            job_fail(j, SQLSTATE_OBJECT_NOT_IN_PREREQUISITE_STATE,
                      "requested LSN %s is below the GC horizon %s of this timeline",
                      lsn_format(j->lsn, a), lsn_format(horizon, b));
         } else if (j->lsn < meta->start_lsn) {
-            job_fail(j, "22023", "requested LSN %s is before the timeline's start %s",
+            job_fail(j, SQLSTATE_INVALID_PARAMETER_VALUE, "requested LSN %s is before the timeline's start %s",
                      lsn_format(j->lsn, a), lsn_format(meta->start_lsn, b));
         } else {
             basebackup_timeline_source ts = {.tl = j->tl, .st = j->st};
@@ -235,13 +236,13 @@ static void *job_main(void *arg)
             const char *sqlstate = NULL;
             if (basebackup_write(&src, j->lsn, &o, sink, j, &j->res, j->err, sizeof j->err,
                                  &sqlstate) != 0) {
-                snprintf(j->sqlstate, sizeof j->sqlstate, "%s", sqlstate ? sqlstate : "XX000");
+                snprintf(j->sqlstate, sizeof j->sqlstate, "%s", sqlstate ? sqlstate : SQLSTATE_INTERNAL_ERROR);
                 j->rc = -1;
             }
         }
     }
     if (j->rc == 0 && job_cancelled(j))
-        job_fail(j, "57014", "cancelled");
+        job_fail(j, SQLSTATE_QUERY_CANCELED, "cancelled");
     pthread_mutex_lock(&j->mu);
     j->finished = true;
     pthread_mutex_unlock(&j->mu);
@@ -292,7 +293,7 @@ static void job_finish(bb_job *j)
     } else if (j->rc != 0) {
         metrics_counter_inc(m_failures);
         log_warn("basebackup %s at %s failed: %s", j->ids, lsn_format(j->lsn, a), j->err);
-        pgwire_send_error(j->c, "ERROR", j->sqlstate[0] ? j->sqlstate : "XX000", j->err, NULL);
+        pgwire_send_error(j->c, "ERROR", j->sqlstate[0] ? j->sqlstate : SQLSTATE_INTERNAL_ERROR, j->err, NULL);
     } else {
         if (!j->copy_started)
             pgwire_start_copy_out(j->c);
@@ -413,7 +414,7 @@ void basebackup_service_query(uv_loop_t *loop, pgwire_conn *c, tenants *t, const
     pthread_once(&metrics_once, register_metrics);
     char buf[256], msg[400];
     if (strlen(sql) >= sizeof buf) {
-        pgwire_send_error(c, "ERROR", "42601", "command too long", usage);
+        pgwire_send_error(c, "ERROR", SQLSTATE_SYNTAX_ERROR, "command too long", usage);
         return;
     }
     strcpy(buf, sql);
@@ -421,7 +422,7 @@ void basebackup_service_query(uv_loop_t *loop, pgwire_conn *c, tenants *t, const
     int n = split_words(buf, w, 5);
     if (n < 4 || n > 5 || strcmp(w[0], "basebackup") != 0 ||
         (n == 5 && strcmp(w[4], "full") != 0)) {
-        pgwire_send_error(c, "ERROR", "42601", "malformed basebackup command", usage);
+        pgwire_send_error(c, "ERROR", SQLSTATE_SYNTAX_ERROR, "malformed basebackup command", usage);
         return;
     }
     strata_id tenant, tlid;
@@ -429,7 +430,7 @@ void basebackup_service_query(uv_loop_t *loop, pgwire_conn *c, tenants *t, const
         bool tenant_ok = strata_id_parse(w[1], &tenant);
         snprintf(msg, sizeof msg, "invalid %s \"%.40s\": expected 32 hex digits",
                  tenant_ok ? "timeline_id" : "tenant_id", tenant_ok ? w[2] : w[1]);
-        pgwire_send_error(c, "ERROR", "22023", msg, usage);
+        pgwire_send_error(c, "ERROR", SQLSTATE_INVALID_PARAMETER_VALUE, msg, usage);
         return;
     }
     lsn_t lsn = LSN_INVALID;
@@ -437,13 +438,13 @@ void basebackup_service_query(uv_loop_t *loop, pgwire_conn *c, tenants *t, const
         if (!lsn_parse(w[3], &lsn) || lsn == LSN_INVALID) {
             snprintf(msg, sizeof msg, "invalid LSN \"%.40s\": expected X/Y in hex or latest",
                      w[3]);
-            pgwire_send_error(c, "ERROR", "22023", msg, usage);
+            pgwire_send_error(c, "ERROR", SQLSTATE_INVALID_PARAMETER_VALUE, msg, usage);
             return;
         }
         if (lsn % 8 != 0) {
             snprintf(msg, sizeof msg,
                      "LSN %.40s is not a record boundary (record ends are 8-byte aligned)", w[3]);
-            pgwire_send_error(c, "ERROR", "22023", msg, NULL);
+            pgwire_send_error(c, "ERROR", SQLSTATE_INVALID_PARAMETER_VALUE, msg, NULL);
             return;
         }
     }
@@ -451,7 +452,7 @@ void basebackup_service_query(uv_loop_t *loop, pgwire_conn *c, tenants *t, const
     if (tl == NULL) {
         snprintf(msg, sizeof msg, "tenant %s timeline %s not found on this pageserver", w[1],
                  w[2]);
-        pgwire_send_error(c, "ERROR", "58P01", msg, NULL);
+        pgwire_send_error(c, "ERROR", SQLSTATE_UNDEFINED_FILE, msg, NULL);
         return;
     }
     store *st = walreceiver_store_of(&tenant, &tlid);
@@ -461,7 +462,7 @@ void basebackup_service_query(uv_loop_t *loop, pgwire_conn *c, tenants *t, const
                  "tenant %s timeline %s has no running WAL receiver (no safekeepers): "
                  "basebackup is not available for it",
                  w[1], w[2]);
-        pgwire_send_error(c, "ERROR", "55000", msg, NULL);
+        pgwire_send_error(c, "ERROR", SQLSTATE_OBJECT_NOT_IN_PREREQUISITE_STATE, msg, NULL);
         return;
     }
     if (atomic_fetch_add(&running_jobs, 1) >= BB_MAX_CONCURRENT) {
@@ -469,14 +470,14 @@ void basebackup_service_query(uv_loop_t *loop, pgwire_conn *c, tenants *t, const
         timeline_unref(tl);
         snprintf(msg, sizeof msg, "too many basebackups in progress (at most %d); try again",
                  BB_MAX_CONCURRENT);
-        pgwire_send_error(c, "ERROR", "53300", msg, NULL);
+        pgwire_send_error(c, "ERROR", SQLSTATE_TOO_MANY_CONNECTIONS, msg, NULL);
         return;
     }
     bb_job *j = calloc(1, sizeof *j);
     if (j == NULL) {
         atomic_fetch_sub(&running_jobs, 1);
         timeline_unref(tl);
-        pgwire_send_error(c, "ERROR", "53200", "out of memory", NULL);
+        pgwire_send_error(c, "ERROR", SQLSTATE_OUT_OF_MEMORY, "out of memory", NULL);
         return;
     }
     j->loop = loop;
@@ -504,7 +505,7 @@ void basebackup_service_query(uv_loop_t *loop, pgwire_conn *c, tenants *t, const
         metrics_counter_inc(m_failures);
         j->thread_joined = true;
         snprintf(msg, sizeof msg, "cannot start the basebackup thread: %s", strerror(rc));
-        pgwire_send_error(c, "ERROR", "53000", msg, NULL);
+        pgwire_send_error(c, "ERROR", SQLSTATE_INSUFFICIENT_RESOURCES, msg, NULL);
         uv_close((uv_handle_t *)&j->async, job_handle_closed);
         uv_close((uv_handle_t *)&j->timer, job_handle_closed);
         return;

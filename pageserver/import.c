@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/byteorder.h"
 #include "common/crc32c.h"
 #include "common/walformat.h"
 #include "pageserver/ingest.h"
@@ -150,7 +151,7 @@ static int read_checkpoint_record(const char *pgdata, control_info *ci, char *er
             }
             memcpy(ci->checkpoint_rec, rec->main_data, PG_CHECKPOINT_SIZE);
             /* As ingest stores a shutdown checkpoint: redo = its own start. */
-            pg_put_u64(ci->checkpoint_rec + PG_CP_REDO, s);
+            put_le64(ci->checkpoint_rec + PG_CP_REDO, s);
             ci->import_lsn = e;
             rc = 0;
             break;
@@ -173,33 +174,33 @@ static int read_control(const char *pgdata, control_info *ci, char *err, size_t 
         return -1;
     }
     const uint8_t *c = ci->file;
-    if (pg_get_u32(c + PG_CTL_CRC) != crc32c(c, PG_CTL_CRC)) {
+    if (get_le32(c + PG_CTL_CRC) != crc32c(c, PG_CTL_CRC)) {
         fail(err, errlen, "%s: CRC mismatch", path);
         return -1;
     }
-    if (pg_get_u32(c + PG_CTL_VERSION) != PG_CONTROL_VERSION) {
+    if (get_le32(c + PG_CTL_VERSION) != PG_CONTROL_VERSION) {
         fail(err, errlen, "%s: pg_control version %u is not PostgreSQL 15's %d", path,
-             pg_get_u32(c + PG_CTL_VERSION), PG_CONTROL_VERSION);
+             get_le32(c + PG_CTL_VERSION), PG_CONTROL_VERSION);
         return -1;
     }
-    uint32_t state = pg_get_u32(c + PG_CTL_STATE);
+    uint32_t state = get_le32(c + PG_CTL_STATE);
     if (state != PG_DB_SHUTDOWNED) {
         fail(err, errlen, "%s: the cluster was not shut down cleanly (state %u)", path, state);
         return -1;
     }
-    if (pg_get_u32(c + PG_CTL_BLCKSZ) != PG_BLCKSZ ||
-        pg_get_u32(c + PG_CTL_XLOG_BLCKSZ) != WAL_BLCKSZ) {
+    if (get_le32(c + PG_CTL_BLCKSZ) != PG_BLCKSZ ||
+        get_le32(c + PG_CTL_XLOG_BLCKSZ) != WAL_BLCKSZ) {
         fail(err, errlen, "%s: block sizes other than 8192 are not supported", path);
         return -1;
     }
-    ci->seg_size = pg_get_u32(c + PG_CTL_XLOG_SEG_SIZE);
+    ci->seg_size = get_le32(c + PG_CTL_XLOG_SEG_SIZE);
     if (!wal_seg_size_valid(ci->seg_size)) {
         fail(err, errlen, "%s: WAL segment size %u is not valid", path, ci->seg_size);
         return -1;
     }
-    ci->system_id = pg_get_u64(c + PG_CTL_SYSTEM_ID);
-    ci->checkpoint = pg_get_u64(c + PG_CTL_CHECKPOINT);
-    ci->tli = pg_get_u32(c + PG_CTL_CHECKPOINT_COPY + PG_CP_THIS_TLI);
+    ci->system_id = get_le64(c + PG_CTL_SYSTEM_ID);
+    ci->checkpoint = get_le64(c + PG_CTL_CHECKPOINT);
+    ci->tli = get_le32(c + PG_CTL_CHECKPOINT_COPY + PG_CP_THIS_TLI);
     return read_checkpoint_record(pgdata, ci, err, errlen);
 }
 
@@ -467,7 +468,8 @@ static int import_slru_dir(importer *im, const char *dir, slru_kind kind)
         uint32_t n;
         rc = for_each_page(im, path, &n, put_slru_page, &t);
         if (rc == 0) {
-            uint8_t p[4] = {(uint8_t)(n >> 24), (uint8_t)(n >> 16), (uint8_t)(n >> 8), (uint8_t)n};
+            uint8_t p[4];
+            put_be32(p, n);
             pg_key sk = {.kind = KEY_SLRU_SIZE, .fork = (uint8_t)kind, .rel = t.segno};
             rc = put(im, &sk, VAL_SIZE, p, 4);
             im->stats.slru_segments++;
@@ -502,8 +504,8 @@ static int import_twophase(importer *im, const char *dir)
             break;
         /* The state file ends with a CRC-32C of what precedes it; the store
          * keeps the state without it (as ingest does from the record). */
-        if (len < PG_XACT_PREPARE_HDR_SIZE + 4 || pg_get_u32(buf) != PG_TWOPHASE_MAGIC ||
-            crc32c(buf, len - 4) != pg_get_u32(buf + len - 4)) {
+        if (len < PG_XACT_PREPARE_HDR_SIZE + 4 || get_le32(buf) != PG_TWOPHASE_MAGIC ||
+            crc32c(buf, len - 4) != get_le32(buf + len - 4)) {
             fail(im->err, im->errlen, "%s is not a valid two-phase state file", path);
             rc = -1;
             break;

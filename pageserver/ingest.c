@@ -329,7 +329,7 @@ int ingest_size_get(ingest_state *ing, const pg_key *sk, bool *exists, uint32_t 
     if (rc == 1) {
         if (v.kind == VAL_SIZE && v.len == 4) {
             ex = true;
-            n = ingest_get_be32(v.payload);
+            n = get_be32(v.payload);
         } else if (v.kind != VAL_TOMBSTONE) {
             char kb[96];
             snprintf(err, errlen, "%s holds value kind %u, not a size",
@@ -351,7 +351,7 @@ int ingest_size_set(ingest_state *ing, const pg_key *sk, uint32_t nblocks, lsn_t
                     size_t errlen)
 {
     uint8_t p[4];
-    ingest_put_be32(p, nblocks);
+    put_be32(p, nblocks);
     if (ingest_put(ing, sk, lsn, VAL_SIZE, 0, p, 4, err, errlen) != 0)
         return -1;
     size_entry *e = cache_find(ing, sk, true);
@@ -462,7 +462,7 @@ void ingest_note_xid(ingest_state *ing, uint32_t xid)
 {
     if (!ing->cp_valid || xid < PG_FIRST_NORMAL_XID)
         return;
-    uint64_t next = pg_get_u64(ing->cp + PG_CP_NEXT_XID);
+    uint64_t next = get_le64(ing->cp + PG_CP_NEXT_XID);
     uint32_t next32 = (uint32_t)next;
     if (xid_follows(next32, xid))
         return;
@@ -475,7 +475,7 @@ void ingest_note_xid(ingest_state *ing, uint32_t xid)
         epoch++;
     if (rounded < PG_FIRST_NORMAL_XID)
         rounded = PG_FIRST_NORMAL_XID;
-    pg_put_u64(ing->cp + PG_CP_NEXT_XID, ((uint64_t)epoch << 32) | rounded);
+    put_le64(ing->cp + PG_CP_NEXT_XID, ((uint64_t)epoch << 32) | rounded);
     ing->cp_dirty = true;
 }
 
@@ -600,9 +600,9 @@ static int ingest_blocks(ingest_state *ing, lsn_t end, const wal_record *rec, ch
                 } else {
                     /* Redo stamps a restored page that is not new with the
                      * record's end (XLogReadBufferForRedoExtended). */
-                    if (pg_get_u16(page + PG_PAGE_UPPER_OFF) != 0) {
-                        pg_put_u32(page + PG_PAGE_LSN_OFF, (uint32_t)(end >> 32));
-                        pg_put_u32(page + PG_PAGE_LSN_OFF + 4, (uint32_t)end);
+                    if (get_le16(page + PG_PAGE_UPPER_OFF) != 0) {
+                        put_le32(page + PG_PAGE_LSN_OFF, (uint32_t)(end >> 32));
+                        put_le32(page + PG_PAGE_LSN_OFF + 4, (uint32_t)end);
                     }
                     prc = ingest_put(ing, &k, end, VAL_IMAGE, 0, page, PG_BLCKSZ, err, errlen);
                 }
@@ -645,18 +645,18 @@ static int ingest_xlog(ingest_state *ing, lsn_t start, lsn_t end, const wal_reco
         if (had) {
             /* Counters only move forward: ours may be ahead of an online
              * checkpoint that began before later records. */
-            uint64_t onx = pg_get_u64(old + PG_CP_NEXT_XID);
-            if (onx > pg_get_u64(ing->cp + PG_CP_NEXT_XID))
-                pg_put_u64(ing->cp + PG_CP_NEXT_XID, onx);
-            uint32_t om = pg_get_u32(old + PG_CP_NEXT_MULTI);
-            if (xid_follows(om, pg_get_u32(ing->cp + PG_CP_NEXT_MULTI)))
-                pg_put_u32(ing->cp + PG_CP_NEXT_MULTI, om);
-            uint32_t oo = pg_get_u32(old + PG_CP_NEXT_MULTI_OFFSET);
-            if (xid_follows(oo, pg_get_u32(ing->cp + PG_CP_NEXT_MULTI_OFFSET)))
-                pg_put_u32(ing->cp + PG_CP_NEXT_MULTI_OFFSET, oo);
+            uint64_t onx = get_le64(old + PG_CP_NEXT_XID);
+            if (onx > get_le64(ing->cp + PG_CP_NEXT_XID))
+                put_le64(ing->cp + PG_CP_NEXT_XID, onx);
+            uint32_t om = get_le32(old + PG_CP_NEXT_MULTI);
+            if (xid_follows(om, get_le32(ing->cp + PG_CP_NEXT_MULTI)))
+                put_le32(ing->cp + PG_CP_NEXT_MULTI, om);
+            uint32_t oo = get_le32(old + PG_CP_NEXT_MULTI_OFFSET);
+            if (xid_follows(oo, get_le32(ing->cp + PG_CP_NEXT_MULTI_OFFSET)))
+                put_le32(ing->cp + PG_CP_NEXT_MULTI_OFFSET, oo);
         }
         if (info == PG_XLOG_CHECKPOINT_SHUTDOWN)
-            pg_put_u64(ing->cp + PG_CP_REDO, start);
+            put_le64(ing->cp + PG_CP_REDO, start);
         ing->cp_dirty = true;
         return 0;
     }

@@ -13,6 +13,8 @@
 #include "pageserver/ingest.h"
 #include "pageserver/pgstructs.h"
 
+#include "common/byteorder.h"
+
 typedef struct size_entry {
     bool used;
     bool exists;
@@ -48,18 +50,6 @@ struct ingest_state {
     pg_key pending[INGEST_MAX_PENDING_IMAGES]; /* pages to rebuild after this record */
     int npending;
 };
-
-static inline uint32_t ingest_get_be32(const uint8_t *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-static inline void ingest_put_be32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
-}
 
 /* One value at (k, lsn); counts it and calls the page hook. */
 int ingest_put(ingest_state *ing, const pg_key *k, lsn_t lsn, uint8_t kind, uint8_t flags,

@@ -55,9 +55,9 @@ static int smgr_truncate(ingest_state *ing, lsn_t end, const wal_record *rec, ch
                          size_t errlen)
 {
     const uint8_t *d = rec->main_data;
-    uint32_t blkno = pg_get_u32(d);
-    uint32_t spc = pg_get_u32(d + 4), db = pg_get_u32(d + 8), rel = pg_get_u32(d + 12);
-    uint32_t flags = pg_get_u32(d + 16);
+    uint32_t blkno = get_le32(d);
+    uint32_t spc = get_le32(d + 4), db = get_le32(d + 8), rel = get_le32(d + 12);
+    uint32_t flags = get_le32(d + 16);
     /* smgr_redo creates the main fork first if it is missing. */
     if (ensure_fork(ing, spc, db, rel, FORK_MAIN, end, err, errlen) != 0)
         return -1;
@@ -132,12 +132,12 @@ int ingest_smgr(ingest_state *ing, lsn_t end, const wal_record *rec, char *err, 
                      PG_SMGR_CREATE_SIZE);
             return -1;
         }
-        uint32_t fork = pg_get_u32(d + 12);
+        uint32_t fork = get_le32(d + 12);
         if (fork > FORK_MAX) {
             snprintf(err, errlen, "smgr create record for fork %u", fork);
             return -1;
         }
-        return ensure_fork(ing, pg_get_u32(d), pg_get_u32(d + 4), pg_get_u32(d + 8),
+        return ensure_fork(ing, get_le32(d), get_le32(d + 4), get_le32(d + 8),
                            (uint8_t)fork, end, err, errlen);
     }
     if (info == PG_XLOG_SMGR_TRUNCATE) {
@@ -181,7 +181,7 @@ static int collect_rel(const pg_key *k, lsn_t lsn, const value_ref *v, void *arg
         l->v = nv;
         l->cap = nc;
     }
-    l->v[l->n++] = (rel_fork){k->rel, k->fork, ingest_get_be32(v->payload)};
+    l->v[l->n++] = (rel_fork){k->rel, k->fork, get_be32(v->payload)};
     return 0;
 }
 
@@ -306,28 +306,28 @@ int ingest_dbase(ingest_state *ing, lsn_t end, const wal_record *rec, char *err,
                      PG_DBASE_CREATE_FILE_COPY_SIZE);
             return -1;
         }
-        return db_copy(ing, end, pg_get_u32(d), pg_get_u32(d + 4), pg_get_u32(d + 8),
-                       pg_get_u32(d + 12), err, errlen);
+        return db_copy(ing, end, get_le32(d), get_le32(d + 4), get_le32(d + 8),
+                       get_le32(d + 12), err, errlen);
     case PG_XLOG_DBASE_CREATE_WAL_LOG:
         if (len != PG_DBASE_CREATE_WAL_LOG_SIZE) {
             snprintf(err, errlen, "create-database record main data is %u bytes, not %d", len,
                      PG_DBASE_CREATE_WAL_LOG_SIZE);
             return -1;
         }
-        return put_db_marker(ing, pg_get_u32(d + 4), pg_get_u32(d), end, false, err, errlen);
+        return put_db_marker(ing, get_le32(d + 4), get_le32(d), end, false, err, errlen);
     case PG_XLOG_DBASE_DROP: {
         if (len < PG_DBASE_DROP_HDR_SIZE) {
             snprintf(err, errlen, "drop-database record main data is %u bytes, too short", len);
             return -1;
         }
-        int32_t n = (int32_t)pg_get_u32(d + 4);
+        int32_t n = (int32_t)get_le32(d + 4);
         if (n < 0 || (uint64_t)n * 4 != len - PG_DBASE_DROP_HDR_SIZE) {
             snprintf(err, errlen, "drop-database record: %d tablespaces do not match %u bytes", n,
                      len);
             return -1;
         }
         for (int32_t i = 0; i < n; i++)
-            if (db_drop(ing, end, pg_get_u32(d + 8 + 4 * (size_t)i), pg_get_u32(d), err,
+            if (db_drop(ing, end, get_le32(d + 8 + 4 * (size_t)i), get_le32(d), err,
                         errlen) != 0)
                 return -1;
         return 0;
@@ -349,12 +349,12 @@ int ingest_relmap(ingest_state *ing, lsn_t end, const wal_record *rec, char *err
         snprintf(err, errlen, "relmap record main data is %u bytes, too short", len);
         return -1;
     }
-    int32_t nbytes = (int32_t)pg_get_u32(d + 8);
+    int32_t nbytes = (int32_t)get_le32(d + 8);
     if (nbytes != PG_RELMAP_FILE_SIZE || (uint32_t)nbytes != len - PG_RELMAP_UPDATE_HDR_SIZE) {
         snprintf(err, errlen, "relmap record: %d map bytes in %u bytes of main data", nbytes, len);
         return -1;
     }
-    pg_key k = {.kind = KEY_RELMAP, .spc = pg_get_u32(d + 4), .db = pg_get_u32(d)};
+    pg_key k = {.kind = KEY_RELMAP, .spc = get_le32(d + 4), .db = get_le32(d)};
     return ingest_put(ing, &k, end, VAL_BLOB, 0, d + PG_RELMAP_UPDATE_HDR_SIZE,
                       (uint32_t)nbytes, err, errlen);
 }
@@ -372,8 +372,8 @@ int ingest_logical_message(ingest_state *ing, lsn_t end, const wal_record *rec, 
         snprintf(err, errlen, "logical message main data is %u bytes, too short", len);
         return -1;
     }
-    uint64_t prefix_size = pg_get_u64(d + PG_LOGICAL_MESSAGE_PREFIX_SIZE_OFF);
-    uint64_t message_size = pg_get_u64(d + PG_LOGICAL_MESSAGE_SIZE_OFF);
+    uint64_t prefix_size = get_le64(d + PG_LOGICAL_MESSAGE_PREFIX_SIZE_OFF);
+    uint64_t message_size = get_le64(d + PG_LOGICAL_MESSAGE_SIZE_OFF);
     uint64_t room = len - PG_LOGICAL_MESSAGE_HDR_SIZE;
     if (prefix_size == 0 || prefix_size > room || message_size != room - prefix_size) {
         snprintf(err, errlen,
@@ -419,8 +419,8 @@ static int vm_clear_page(ingest_state *ing, lsn_t end, const wal_block_ref *b, u
         return 0;
     uint8_t p[9];
     p[0] = flags;
-    ingest_put_be32(p + 1, heap_a);
-    ingest_put_be32(p + 5, heap_b);
+    put_be32(p + 1, heap_a);
+    put_be32(p + 5, heap_b);
     pg_key k = pg_key_rel_block(b->spc, b->db, b->rel, FORK_VM, vblk);
     if (ingest_put(ing, &k, end, VAL_VM_CLEAR, 0, p, 9, err, errlen) != 0)
         return -1;
@@ -582,7 +582,7 @@ int ingest_parameter_change(ingest_state *ing, lsn_t end, const uint8_t *d, char
     memcpy(c + PG_CTL_WAL_LEVEL, d + 20, 4);
     c[PG_CTL_WAL_LOG_HINTS] = d[24];
     c[PG_CTL_TRACK_COMMIT_TS] = d[25];
-    pg_put_u32(c + PG_CTL_CRC, crc32c(c, PG_CTL_CRC));
+    put_le32(c + PG_CTL_CRC, crc32c(c, PG_CTL_CRC));
     rc = ingest_put(ing, &k, end, VAL_BLOB, 0, c, PG_CONTROL_FILE_SIZE, err, errlen);
     free(c);
     return rc;

@@ -155,9 +155,9 @@ static int clog_set(ingest_state *ing, uint32_t *xids, size_t n, uint8_t status,
             return -1;
         }
         p[0] = status;
-        ingest_put_be32(p + 1, (uint32_t)cnt);
+        put_be32(p + 1, (uint32_t)cnt);
         for (size_t x = 0; x < cnt; x++)
-            ingest_put_be32(p + 5 + 4 * x, xids[i + x]);
+            put_be32(p + 5 + 4 * x, xids[i + x]);
         pg_key k = pg_key_slru_block(SLRU_CLOG, page / PG_SLRU_PAGES_PER_SEGMENT,
                                      page % PG_SLRU_PAGES_PER_SEGMENT);
         int rc = ingest_put(ing, &k, end, VAL_CLOG_SET, 0, p, (uint32_t)plen, err, errlen);
@@ -180,7 +180,7 @@ int ingest_clog(ingest_state *ing, lsn_t end, const wal_record *rec, char *err, 
             snprintf(err, errlen, "CLOG zero-page record main data is %u bytes, not 4", len);
             return -1;
         }
-        return slru_zero_page(ing, SLRU_CLOG, pg_get_u32(d), end, err, errlen);
+        return slru_zero_page(ing, SLRU_CLOG, get_le32(d), end, err, errlen);
     }
     if (info == PG_CLOG_TRUNCATE) {
         if (len != 12) {
@@ -192,7 +192,7 @@ int ingest_clog(ingest_state *ing, lsn_t end, const wal_record *rec, char *err, 
             memcpy(ing->cp + PG_CP_OLDEST_XID_DB, d + 8, 4);
             ing->cp_dirty = true;
         }
-        return slru_truncate(ing, SLRU_CLOG, pg_get_u32(d), clog_page_precedes, end, err, errlen);
+        return slru_truncate(ing, SLRU_CLOG, get_le32(d), clog_page_precedes, end, err, errlen);
     }
     return 0;
 }
@@ -216,7 +216,7 @@ static int take_array(const uint8_t *d, uint32_t len, uint32_t *off, uint32_t sz
         snprintf(err, errlen, "xact record: %s count runs past the main data", what);
         return -1;
     }
-    int32_t cnt = (int32_t)pg_get_u32(d + *off);
+    int32_t cnt = (int32_t)get_le32(d + *off);
     *off += 4;
     if (cnt < 0 || (uint64_t)(uint32_t)cnt * sz > len - *off) {
         snprintf(err, errlen, "xact record: %d %s do not fit the main data", cnt, what);
@@ -245,7 +245,7 @@ static int xact_parse(const wal_record *rec, bool is_abort, xact_parsed *p, char
             snprintf(err, errlen, "xact record: xinfo runs past the main data");
             return -1;
         }
-        p->xinfo = pg_get_u32(d + off);
+        p->xinfo = get_le32(d + off);
         off += 4;
     }
     if (p->xinfo & PG_XINFO_HAS_DBINFO) {
@@ -276,7 +276,7 @@ static int xact_parse(const wal_record *rec, bool is_abort, xact_parsed *p, char
             snprintf(err, errlen, "xact record: two-phase xid runs past the main data");
             return -1;
         }
-        p->twophase_xid = pg_get_u32(d + off);
+        p->twophase_xid = get_le32(d + off);
         off += 4;
         if (p->xinfo & PG_XINFO_HAS_GID) {
             const uint8_t *nul = memchr(d + off, 0, len - off);
@@ -335,11 +335,11 @@ int ingest_xact(ingest_state *ing, lsn_t end, const wal_record *rec, char *err, 
                      len);
             return -1;
         }
-        if (pg_get_u32(d) != PG_TWOPHASE_MAGIC || pg_get_u32(d + 4) != len + 4) {
+        if (get_le32(d) != PG_TWOPHASE_MAGIC || get_le32(d + 4) != len + 4) {
             snprintf(err, errlen, "prepare record: bad magic or total length");
             return -1;
         }
-        uint32_t xid = pg_get_u32(d + PG_XACT_PREPARE_XID);
+        uint32_t xid = get_le32(d + PG_XACT_PREPARE_XID);
         ingest_note_xid(ing, xid);
         /* The two-phase state file without its trailing CRC-32C. */
         return twophase_key_put(ing, xid, end, d, len, false, err, errlen);
@@ -369,7 +369,7 @@ int ingest_xact(ingest_state *ing, lsn_t end, const wal_record *rec, char *err, 
     }
     xids[0] = xid;
     for (uint32_t i = 0; i < p.nsubxacts; i++)
-        xids[1 + i] = pg_get_u32(p.subxacts + 4 * i);
+        xids[1 + i] = get_le32(p.subxacts + 4 * i);
     for (uint32_t i = 0; i <= p.nsubxacts; i++)
         ingest_note_xid(ing, xids[i]);
     int rc = clog_set(ing, xids, (size_t)p.nsubxacts + 1,
@@ -380,7 +380,7 @@ int ingest_xact(ingest_state *ing, lsn_t end, const wal_record *rec, char *err, 
         return -1;
     for (uint32_t i = 0; i < p.nrels; i++) {
         const uint8_t *n = p.xnodes + PG_RELFILENODE_SIZE * i;
-        if (ingest_drop_relation(ing, pg_get_u32(n), pg_get_u32(n + 4), pg_get_u32(n + 8), end,
+        if (ingest_drop_relation(ing, get_le32(n), get_le32(n + 4), get_le32(n + 8), end,
                                  err, errlen) != 0)
             return -1;
     }
@@ -403,8 +403,8 @@ static int mxact_create(ingest_state *ing, lsn_t end, const uint8_t *d, uint32_t
         snprintf(err, errlen, "multixact create record main data is %u bytes, too short", len);
         return -1;
     }
-    uint32_t mid = pg_get_u32(d), moff = pg_get_u32(d + 4);
-    int32_t n = (int32_t)pg_get_u32(d + 8);
+    uint32_t mid = get_le32(d), moff = get_le32(d + 4);
+    int32_t n = (int32_t)get_le32(d + 8);
     if (n <= 0 || (uint64_t)n * PG_MXACT_MEMBER_SIZE != len - PG_MXACT_CREATE_HDR_SIZE) {
         snprintf(err, errlen, "multixact create record: %d members do not match %u bytes", n,
                  len);
@@ -418,8 +418,8 @@ static int mxact_create(ingest_state *ing, lsn_t end, const uint8_t *d, uint32_t
     /* The offset of multi mid. */
     uint32_t opage = mid / PG_MULTIXACT_OFFSETS_PER_PAGE;
     uint8_t op[8];
-    ingest_put_be32(op, mid);
-    ingest_put_be32(op + 4, moff);
+    put_be32(op, mid);
+    put_be32(op + 4, moff);
     pg_key ok = pg_key_slru_block(SLRU_MULTIXACT_OFFSETS, opage / PG_SLRU_PAGES_PER_SEGMENT,
                                   opage % PG_SLRU_PAGES_PER_SEGMENT);
     if (ingest_put(ing, &ok, end, VAL_MXACT_OFFSET, 0, op, 8, err, errlen) != 0)
@@ -439,20 +439,20 @@ static int mxact_create(ingest_state *ing, lsn_t end, const uint8_t *d, uint32_t
         size_t cnt = 0;
         while (j < n && (moff + (uint32_t)j) / PG_MULTIXACT_MEMBERS_PER_PAGE == page) {
             const uint8_t *m = mem + PG_MXACT_MEMBER_SIZE * (size_t)j;
-            uint32_t status = pg_get_u32(m + 4);
+            uint32_t status = get_le32(m + 4);
             if (status > 5) {
                 free(buf);
                 snprintf(err, errlen, "multixact member status %u out of range", status);
                 return -1;
             }
-            ingest_put_be32(buf + 8 + 5 * cnt, pg_get_u32(m));
+            put_be32(buf + 8 + 5 * cnt, get_le32(m));
             buf[8 + 5 * cnt + 4] = (uint8_t)status;
-            ingest_note_xid(ing, pg_get_u32(m));
+            ingest_note_xid(ing, get_le32(m));
             cnt++;
             j++;
         }
-        ingest_put_be32(buf, first);
-        ingest_put_be32(buf + 4, (uint32_t)cnt);
+        put_be32(buf, first);
+        put_be32(buf + 4, (uint32_t)cnt);
         pg_key mk = pg_key_slru_block(SLRU_MULTIXACT_MEMBERS, page / PG_SLRU_PAGES_PER_SEGMENT,
                                       page % PG_SLRU_PAGES_PER_SEGMENT);
         if (ingest_put(ing, &mk, end, VAL_MXACT_MEMBERS, 0, buf, (uint32_t)(8 + 5 * cnt), err,
@@ -466,13 +466,13 @@ static int mxact_create(ingest_state *ing, lsn_t end, const uint8_t *d, uint32_t
     free(buf);
     if (ing->cp_valid) {
         uint32_t next = mid + 1 < PG_MULTIXACT_FIRST_MULTI ? PG_MULTIXACT_FIRST_MULTI : mid + 1;
-        if (mx_follows(next, pg_get_u32(ing->cp + PG_CP_NEXT_MULTI))) {
-            pg_put_u32(ing->cp + PG_CP_NEXT_MULTI, next);
+        if (mx_follows(next, get_le32(ing->cp + PG_CP_NEXT_MULTI))) {
+            put_le32(ing->cp + PG_CP_NEXT_MULTI, next);
             ing->cp_dirty = true;
         }
         uint32_t noff = moff + (uint32_t)n;
-        if (mx_follows(noff, pg_get_u32(ing->cp + PG_CP_NEXT_MULTI_OFFSET))) {
-            pg_put_u32(ing->cp + PG_CP_NEXT_MULTI_OFFSET, noff);
+        if (mx_follows(noff, get_le32(ing->cp + PG_CP_NEXT_MULTI_OFFSET))) {
+            put_le32(ing->cp + PG_CP_NEXT_MULTI_OFFSET, noff);
             ing->cp_dirty = true;
         }
     }
@@ -515,7 +515,7 @@ int ingest_multixact(ingest_state *ing, lsn_t end, const wal_record *rec, char *
         return slru_zero_page(ing,
                               info == PG_XLOG_MULTIXACT_ZERO_OFF_PAGE ? SLRU_MULTIXACT_OFFSETS
                                                                       : SLRU_MULTIXACT_MEMBERS,
-                              pg_get_u32(d), end, err, errlen);
+                              get_le32(d), end, err, errlen);
     case PG_XLOG_MULTIXACT_CREATE_ID:
         return mxact_create(ing, end, d, len, err, errlen);
     case PG_XLOG_MULTIXACT_TRUNCATE_ID: {
@@ -524,13 +524,13 @@ int ingest_multixact(ingest_state *ing, lsn_t end, const wal_record *rec, char *
                      PG_MXACT_TRUNCATE_SIZE);
             return -1;
         }
-        uint32_t end_multi = pg_get_u32(d + 8);
+        uint32_t end_multi = get_le32(d + 8);
         if (ing->cp_valid) {
             memcpy(ing->cp + PG_CP_OLDEST_MULTI, d + 8, 4);
             memcpy(ing->cp + PG_CP_OLDEST_MULTI_DB, d, 4);
             ing->cp_dirty = true;
         }
-        if (mxact_truncate_members(ing, pg_get_u32(d + 12), pg_get_u32(d + 16), end, err,
+        if (mxact_truncate_members(ing, get_le32(d + 12), get_le32(d + 16), end, err,
                                    errlen) != 0)
             return -1;
         /* PerformOffsetsTruncation: cut at the page of the multi before end. */

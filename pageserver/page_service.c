@@ -43,6 +43,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/pgwire.h"
+#include "common/sqlstate.h"
 #include "pageserver/basebackup_service.h"
 #include "proto/pagestream.h"
 
@@ -151,7 +152,7 @@ static void set_response(job *j, const pagestream_response *r, size_t cap)
     j->resp = malloc(cap);
     j->resp_len = j->resp != NULL ? pagestream_encode_response(r, j->resp, cap) : 0;
     if (j->resp_len == 0)
-        set_error(j, "XX000", "out of memory encoding the response");
+        set_error(j, SQLSTATE_INTERNAL_ERROR, "out of memory encoding the response");
 }
 
 /* Runs a job's read at lsn (any thread). */
@@ -161,7 +162,7 @@ static void execute(job *j, lsn_t lsn)
     const pagestream_request *q = &j->req;
     pagestream_response r = {.tag = (uint8_t)(0x80 | q->tag), .reqid = q->reqid};
     char err[PAGESTREAM_MAX_ERROR_MESSAGE - 64];
-    const char *sqlstate = "XX000";
+    const char *sqlstate = SQLSTATE_INTERNAL_ERROR;
     char lb[LSN_FMT_LEN];
     int rc;
     switch (q->tag) {
@@ -177,7 +178,7 @@ static void execute(job *j, lsn_t lsn)
         } else if (rc == 0) {
             snprintf(err, sizeof err, "relation %u/%u/%u fork %u does not exist at LSN %s",
                      q->u.rel.spc, q->u.rel.db, q->u.rel.rel, q->u.rel.fork, lsn_format(lsn, lb));
-            sqlstate = "58P01";
+            sqlstate = SQLSTATE_UNDEFINED_FILE;
             rc = -1;
             break;
         } else {
@@ -264,7 +265,7 @@ static bool try_inline(job *j, lsn_t lsn)
         return false;
     uint8_t page[PG_BLCKSZ];
     char err[PAGESTREAM_MAX_ERROR_MESSAGE - 64];
-    const char *sqlstate = "XX000";
+    const char *sqlstate = SQLSTATE_INTERNAL_ERROR;
     int rc = timeline_get_rel_page_noredo(j->conn->tl, q->u.page.rel.spc, q->u.page.rel.db,
                                           q->u.page.rel.rel, q->u.page.rel.fork, q->u.page.blkno,
                                           lsn, page, err, sizeof err, &sqlstate);
@@ -404,7 +405,7 @@ static void conn_flush(ps_conn *pc)
             if (j->resp_len > 0)
                 pgwire_send_copy_data(pc->c, j->resp, j->resp_len);
             if (j->close_after) {
-                pgwire_send_error(pc->c, "FATAL", "08P01", j->fatal_message, NULL);
+                pgwire_send_error(pc->c, "FATAL", SQLSTATE_PROTOCOL_VIOLATION, j->fatal_message, NULL);
                 pgwire_conn_close(pc->c);
             }
         }
@@ -456,7 +457,7 @@ static void on_copy_data(pgwire_conn *c, const uint8_t *data, size_t n, void *ar
         return;
     job *j = job_new(pc);
     if (j == NULL) {
-        pgwire_send_error(c, "FATAL", "53200", "out of memory", NULL);
+        pgwire_send_error(c, "FATAL", SQLSTATE_OUT_OF_MEMORY, "out of memory", NULL);
         return;
     }
     const char *why = NULL;
@@ -469,7 +470,7 @@ static void on_copy_data(pgwire_conn *c, const uint8_t *data, size_t n, void *ar
             j->req.reqid = j->req.reqid << 8 | data[i];
         snprintf(j->fatal_message, sizeof j->fatal_message,
                  "malformed pagestream request (%zu bytes): %s", n, why);
-        set_error(j, "08P01", "%s", j->fatal_message);
+        set_error(j, SQLSTATE_PROTOCOL_VIOLATION, "%s", j->fatal_message);
         metrics_counter_inc(ps->protocol_errors);
         log_warn("pagestream %s: %s; closing", pgwire_conn_peer(c), j->fatal_message);
         j->close_after = true;
@@ -481,10 +482,10 @@ static void on_copy_data(pgwire_conn *c, const uint8_t *data, size_t n, void *ar
     metrics_counter_inc(ps->requests[j->req.tag]);
     const pagestream_request *q = &j->req;
     if (q->request_lsn == LSN_INVALID) {
-        set_error(j, "22023", "request_lsn 0/0 is not a valid LSN");
+        set_error(j, SQLSTATE_INVALID_PARAMETER_VALUE, "request_lsn 0/0 is not a valid LSN");
         j->done = true;
     } else if (q->request_lsn < q->not_modified_since) {
-        set_error(j, "22023", "request_lsn %s is older than not_modified_since %s",
+        set_error(j, SQLSTATE_INVALID_PARAMETER_VALUE, "request_lsn %s is older than not_modified_since %s",
                   lsn_format(q->request_lsn, lb), lsn_format(q->not_modified_since, lb2));
         j->done = true;
     } else if (q->not_modified_since > timeline_last_record_lsn(pc->tl)) {
@@ -525,7 +526,7 @@ static void on_park_timer(uv_timer_t *t)
             continue;
         }
         char lb[LSN_FMT_LEN], lb2[LSN_FMT_LEN];
-        set_error(j, "57014",
+        set_error(j, SQLSTATE_QUERY_CANCELED,
                   "timed out after %u ms waiting for WAL at LSN %s to arrive; last ingested LSN "
                   "is %s",
                   ps->opt.wait_lsn_timeout_ms, lsn_format(j->wait_lsn, lb), lsn_format(last, lb2));
@@ -561,7 +562,7 @@ static int on_connect(pgwire_conn *c, void *arg)
     if (pc == NULL || ring == NULL) {
         free(pc);
         free(ring);
-        pgwire_send_error(c, "FATAL", "53200", "out of memory", NULL);
+        pgwire_send_error(c, "FATAL", SQLSTATE_OUT_OF_MEMORY, "out of memory", NULL);
         return -1;
     }
     pc->ps = ps;
@@ -616,7 +617,7 @@ static void on_query(pgwire_conn *c, const char *sql, void *arg)
     ps_conn *pc = pgwire_conn_data(c);
     char buf[256];
     if (strlen(sql) >= sizeof buf) {
-        pgwire_send_error(c, "ERROR", "42601", "command too long", NULL);
+        pgwire_send_error(c, "ERROR", SQLSTATE_SYNTAX_ERROR, "command too long", NULL);
         return;
     }
     strcpy(buf, sql);
@@ -637,11 +638,11 @@ static void on_query(pgwire_conn *c, const char *sql, void *arg)
                  "unknown command \"%.64s\": this is a pageserver (try "
                  "pagestream_v1 <tenant_id> <timeline_id>)",
                  w[0]);
-        pgwire_send_error(c, "ERROR", "42601", msg, NULL);
+        pgwire_send_error(c, "ERROR", SQLSTATE_SYNTAX_ERROR, msg, NULL);
         return;
     }
     if (n != 3) {
-        pgwire_send_error(c, "ERROR", "42601", "usage: pagestream_v1 <tenant_id> <timeline_id>",
+        pgwire_send_error(c, "ERROR", SQLSTATE_SYNTAX_ERROR, "usage: pagestream_v1 <tenant_id> <timeline_id>",
                           NULL);
         return;
     }
@@ -651,17 +652,17 @@ static void on_query(pgwire_conn *c, const char *sql, void *arg)
         snprintf(msg, sizeof msg, "invalid %s \"%.40s\": expected 32 hex digits",
                  strata_id_parse(w[1], &tenant) ? "timeline_id" : "tenant_id",
                  strata_id_parse(w[1], &tenant) ? w[2] : w[1]);
-        pgwire_send_error(c, "ERROR", "22023", msg, NULL);
+        pgwire_send_error(c, "ERROR", SQLSTATE_INVALID_PARAMETER_VALUE, msg, NULL);
         return;
     }
     if (pc->tl != NULL) {
-        pgwire_send_error(c, "ERROR", "08P01", "this connection already streams pages", NULL);
+        pgwire_send_error(c, "ERROR", SQLSTATE_PROTOCOL_VIOLATION, "this connection already streams pages", NULL);
         return;
     }
     timeline *tl = tenants_get(ps->tenants, &tenant, &tlid);
     if (tl == NULL) {
         snprintf(msg, sizeof msg, "tenant %s timeline %s not found on this pageserver", w[1], w[2]);
-        pgwire_send_error(c, "ERROR", "58P01", msg, NULL);
+        pgwire_send_error(c, "ERROR", SQLSTATE_UNDEFINED_FILE, msg, NULL);
         return;
     }
     pc->tl = tl;
@@ -831,14 +832,14 @@ void page_service_stop(page_service *ps)
     for (job *list = q; list != NULL;) {
         job *j = list;
         list = j->next;
-        set_error(j, "57P01", "the pageserver is shutting down");
+        set_error(j, SQLSTATE_ADMIN_SHUTDOWN, "the pageserver is shutting down");
         j->done = true;
         conn_flush(j->conn);
     }
     while (ps->parked != NULL) {
         job *j = ps->parked;
         ps->parked = j->next;
-        set_error(j, "57P01", "the pageserver is shutting down");
+        set_error(j, SQLSTATE_ADMIN_SHUTDOWN, "the pageserver is shutting down");
         j->done = true;
         conn_flush(j->conn);
     }

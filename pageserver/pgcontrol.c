@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/byteorder.h"
 #include "common/crc32c.h"
 #include "common/walformat.h"
 #include "pageserver/key.h"
@@ -37,15 +38,15 @@ static void put_page_header(const pgcontrol_boot *b, lsn_t page, uint32_t rem_le
     if (rem_len > 0)
         info |= WAL_XLP_FIRST_IS_CONTRECORD;
     memset(buf, 0, is_long ? WAL_LONG_PHD_SIZE : WAL_SHORT_PHD_SIZE);
-    pg_put_u16(buf + 0, WAL_PAGE_MAGIC);
-    pg_put_u16(buf + 2, info);
-    pg_put_u32(buf + 4, b->tli);
-    pg_put_u64(buf + 8, page);
-    pg_put_u32(buf + 16, rem_len);
+    put_le16(buf + 0, WAL_PAGE_MAGIC);
+    put_le16(buf + 2, info);
+    put_le32(buf + 4, b->tli);
+    put_le64(buf + 8, page);
+    put_le32(buf + 16, rem_len);
     if (is_long) {
-        pg_put_u64(buf + 24, b->system_id);
-        pg_put_u32(buf + 32, b->seg_size);
-        pg_put_u32(buf + 36, WAL_BLCKSZ);
+        put_le64(buf + 24, b->system_id);
+        put_le32(buf + 32, b->seg_size);
+        put_le32(buf + 36, WAL_BLCKSZ);
     }
 }
 
@@ -123,24 +124,24 @@ int pgcontrol_boot_plan(lsn_t lsn, const uint8_t *control, size_t control_len,
     }
     if (control == NULL || control_len < PG_CTL_CRC + 4)
         return fail(err, errlen, "stored pg_control is too short");
-    if (pg_get_u32(control + PG_CTL_CRC) != crc32c(control, PG_CTL_CRC))
+    if (get_le32(control + PG_CTL_CRC) != crc32c(control, PG_CTL_CRC))
         return fail(err, errlen, "stored pg_control has a bad CRC");
-    if (pg_get_u32(control + PG_CTL_VERSION) != PG_CONTROL_VERSION)
+    if (get_le32(control + PG_CTL_VERSION) != PG_CONTROL_VERSION)
         return fail(err, errlen, "stored pg_control is not PostgreSQL 15's (pg_control_version)");
-    if (pg_get_u32(control + PG_CTL_BLCKSZ) != PG_BLCKSZ ||
-        pg_get_u32(control + PG_CTL_XLOG_BLCKSZ) != WAL_BLCKSZ)
+    if (get_le32(control + PG_CTL_BLCKSZ) != PG_BLCKSZ ||
+        get_le32(control + PG_CTL_XLOG_BLCKSZ) != WAL_BLCKSZ)
         return fail(err, errlen, "stored pg_control has a block size other than 8192");
-    uint32_t seg_size = pg_get_u32(control + PG_CTL_XLOG_SEG_SIZE);
+    uint32_t seg_size = get_le32(control + PG_CTL_XLOG_SEG_SIZE);
     if (!wal_seg_size_valid(seg_size))
         return fail(err, errlen, "stored pg_control has an invalid WAL segment size");
-    uint32_t tli = pg_get_u32(checkpoint + PG_CP_THIS_TLI);
+    uint32_t tli = get_le32(checkpoint + PG_CP_THIS_TLI);
     if (tli == 0)
         return fail(err, errlen, "stored checkpoint has timeline 0");
 
     out->lsn = lsn;
     out->seg_size = seg_size;
     out->tli = tli;
-    out->system_id = pg_get_u64(control + PG_CTL_SYSTEM_ID);
+    out->system_id = get_le64(control + PG_CTL_SYSTEM_ID);
     out->record_start = at_page_start(lsn) ? lsn + page_header_size(lsn, seg_size) : lsn;
     if (prev != LSN_INVALID && prev >= out->record_start) {
         snprintf(err, errlen, "previous record start %s is not before the checkpoint record",
@@ -150,22 +151,22 @@ int pgcontrol_boot_plan(lsn_t lsn, const uint8_t *control, size_t control_len,
 
     uint8_t *cp = out->checkpoint;
     memcpy(cp, checkpoint, PG_CHECKPOINT_SIZE);
-    pg_put_u64(cp + PG_CP_REDO, out->record_start);
-    pg_put_u32(cp + PG_CP_PREV_TLI, tli);
-    pg_put_u64(cp + PG_CP_TIME, (uint64_t)now);
-    pg_put_u32(cp + PG_CP_OLDEST_ACTIVE_XID, 0);
+    put_le64(cp + PG_CP_REDO, out->record_start);
+    put_le32(cp + PG_CP_PREV_TLI, tli);
+    put_le64(cp + PG_CP_TIME, (uint64_t)now);
+    put_le32(cp + PG_CP_OLDEST_ACTIVE_XID, 0);
 
     uint8_t *r = out->record;
     memset(r, 0, sizeof out->record);
-    pg_put_u32(r + 0, PGCONTROL_CHECKPOINT_RECORD_LEN); /* xl_tot_len */
-    pg_put_u32(r + 4, 0);                               /* xl_xid */
-    pg_put_u64(r + 8, prev);                            /* xl_prev */
+    put_le32(r + 0, PGCONTROL_CHECKPOINT_RECORD_LEN); /* xl_tot_len */
+    put_le32(r + 4, 0);                               /* xl_xid */
+    put_le64(r + 8, prev);                            /* xl_prev */
     r[16] = PG_XLOG_CHECKPOINT_SHUTDOWN;                /* xl_info */
     r[17] = PG_RM_XLOG;                                 /* xl_rmid */
     r[WAL_RECORD_HEADER_SIZE] = XLR_BLOCK_ID_DATA_SHORT;
     r[WAL_RECORD_HEADER_SIZE + 1] = PG_CHECKPOINT_SIZE;
     memcpy(r + WAL_RECORD_HEADER_SIZE + 2, cp, PG_CHECKPOINT_SIZE);
-    pg_put_u32(r + WAL_RECORD_CRC_OFFSET, wal_record_compute_crc(r, PGCONTROL_CHECKPOINT_RECORD_LEN));
+    put_le32(r + WAL_RECORD_CRC_OFFSET, wal_record_compute_crc(r, PGCONTROL_CHECKPOINT_RECORD_LEN));
 
     out->first_segno = out->record_start / seg_size;
     placer p = {.b = out, .segno = UINT64_MAX, .seg = NULL};
@@ -181,16 +182,16 @@ void pgcontrol_make_control(const pgcontrol_boot *b, const uint8_t *control, siz
     (void)control_len;
     memset(out, 0, PG_CONTROL_FILE_SIZE);
     memcpy(out, control, PG_CTL_CRC);
-    pg_put_u32(out + PG_CTL_STATE, PG_DB_SHUTDOWNED);
-    pg_put_u64(out + PG_CTL_TIME, pg_get_u64(b->checkpoint + PG_CP_TIME));
-    pg_put_u64(out + PG_CTL_CHECKPOINT, b->record_start);
+    put_le32(out + PG_CTL_STATE, PG_DB_SHUTDOWNED);
+    put_le64(out + PG_CTL_TIME, get_le64(b->checkpoint + PG_CP_TIME));
+    put_le64(out + PG_CTL_CHECKPOINT, b->record_start);
     memcpy(out + PG_CTL_CHECKPOINT_COPY, b->checkpoint, PG_CHECKPOINT_SIZE);
-    pg_put_u64(out + PG_CTL_MIN_RECOVERY_POINT, 0);
-    pg_put_u32(out + PG_CTL_MIN_RECOVERY_POINT_TLI, 0);
-    pg_put_u64(out + PG_CTL_BACKUP_START_POINT, 0);
-    pg_put_u64(out + PG_CTL_BACKUP_END_POINT, 0);
+    put_le64(out + PG_CTL_MIN_RECOVERY_POINT, 0);
+    put_le32(out + PG_CTL_MIN_RECOVERY_POINT_TLI, 0);
+    put_le64(out + PG_CTL_BACKUP_START_POINT, 0);
+    put_le64(out + PG_CTL_BACKUP_END_POINT, 0);
     out[PG_CTL_BACKUP_END_REQUIRED] = 0;
-    pg_put_u32(out + PG_CTL_CRC, crc32c(out, PG_CTL_CRC));
+    put_le32(out + PG_CTL_CRC, crc32c(out, PG_CTL_CRC));
 }
 
 void pgcontrol_make_segment(const pgcontrol_boot *b, uint64_t segno, uint8_t *seg)

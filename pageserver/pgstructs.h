@@ -19,37 +19,9 @@
 #include <stdint.h>
 #include <string.h>
 
-/* ---- little-endian readers (WAL and data files are host order, LE) ---- */
-
-static inline uint16_t pg_get_u16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | (p[1] << 8));
-}
-static inline uint32_t pg_get_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
-}
-static inline uint64_t pg_get_u64(const uint8_t *p)
-{
-    return (uint64_t)pg_get_u32(p) | ((uint64_t)pg_get_u32(p + 4) << 32);
-}
-static inline void pg_put_u16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-static inline void pg_put_u32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-    p[2] = (uint8_t)(v >> 16);
-    p[3] = (uint8_t)(v >> 24);
-}
-static inline void pg_put_u64(uint8_t *p, uint64_t v)
-{
-    pg_put_u32(p, (uint32_t)v);
-    pg_put_u32(p + 4, (uint32_t)(v >> 32));
-}
+/* WAL and data files are in host order, little-endian on every platform we
+ * build for: read and write them with get_le* and put_le*. */
+#include "common/byteorder.h"
 
 /* ---- ids (access/rmgrlist.h) ---- */
 enum {

@@ -71,6 +71,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/byteorder.h"
 #include "common/log.h"
 #include "common/strata_assert.h"
 #include "pageserver/redo_plan.h"
@@ -806,10 +807,7 @@ static req_result send_request(redo_pool *p, helper *h, const request *rq, waite
     walredo_encode(&m, push_hdr, sizeof push_hdr);
     push_hdr[0] = WALREDO_PUSH_PAGE;
     uint32_t plen = WALREDO_TAG_LEN + WALREDO_PAGE_SIZE;
-    push_hdr[1] = (uint8_t)(plen >> 24);
-    push_hdr[2] = (uint8_t)(plen >> 16);
-    push_hdr[3] = (uint8_t)(plen >> 8);
-    push_hdr[4] = (uint8_t)plen;
+    put_be32(push_hdr + 1, plen);
 
     int niov = 2 * rq->count + 4;
     struct iovec small[2 * 8 + 4];

@@ -14,22 +14,11 @@
 
 #include <string.h>
 
+#include "common/byteorder.h"
+
 #define CLOG_STATUS_MAX 3 /* committed 1, aborted 2, sub-committed 3 */
 #define VM_VALID_BITS 0x03
 #define MXACT_STATUS_MAX 5 /* MultiXactStatusUpdate */
-
-static uint32_t get_be32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-static void put_le32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-    p[2] = (uint8_t)(v >> 16);
-    p[3] = (uint8_t)(v >> 24);
-}
 
 static uint64_t slru_pageno(const pg_key *k)
 {
@@ -195,11 +184,6 @@ static int apply_mxact_members(const pg_key *k, const value_ref *v, uint8_t *pag
 #define SMGR_TRUNCATE_INFO 0x20
 #define SMGR_TRUNCATE_VM_FLAG 0x0004
 #define SMGR_TRUNCATE_LEN 20 /* xl_smgr_truncate: blkno, rnode (3 × u32), flags */
-
-static uint32_t get_le32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
 
 /* The main data of a raw XLogRecord with no block references (the only
  * headers before it may name an origin or a top-level xid).  NULL if the

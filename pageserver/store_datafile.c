@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include <zstd.h>
 
+#include "common/byteorder.h"
 #include "common/crc32c.h"
 #include "common/durable.h"
 #include "common/strata_assert.h"
@@ -27,30 +28,6 @@ static const uint8_t df_magic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'D', 'F'};
 #define BLOCK_MAGIC 0x53424C4Bu /* "SBLK" */
 /* Staging buffer size: writes are submitted in chunks of about this much. */
 #define STAGE_BYTES (1u << 20)
-
-static void put_be32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
-}
-
-static uint32_t get_be32(const uint8_t *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-
-static void put_be64(uint8_t *p, uint64_t v)
-{
-    put_be32(p, (uint32_t)(v >> 32));
-    put_be32(p + 4, (uint32_t)v);
-}
-
-static uint64_t get_be64(const uint8_t *p)
-{
-    return ((uint64_t)get_be32(p) << 32) | get_be32(p + 4);
-}
 
 void store_df_header_encode(uint64_t file_id, uint8_t out[STORE_DF_HEADER_LEN])
 {

@@ -26,19 +26,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/byteorder.h"
 #include "common/durable.h"
 #include "common/log.h"
 #include "common/strata_assert.h"
 #include "pageserver/store.h"
 #include "pageserver/store_priv.h"
-
-static uint64_t get_be64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = v << 8 | p[i];
-    return v;
-}
 
 typedef struct gc_ent {
     uint8_t ikey[PG_INDEX_KEY_LEN];

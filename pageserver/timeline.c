@@ -28,9 +28,11 @@
 
 #include <cjson/cJSON.h>
 
+#include "common/byteorder.h"
 #include "common/durable.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/sqlstate.h"
 #include "common/strata_assert.h"
 #include "pageserver/import.h"
 #include "pageserver/ingest.h"
@@ -68,7 +70,7 @@ struct timeline {
     char gc_last_error[256];
 };
 
-#define GC_SQLSTATE "55000"
+#define GC_SQLSTATE SQLSTATE_OBJECT_NOT_IN_PREREQUISITE_STATE
 #define GC_FILE_MAX 64
 
 /* ---- process-wide read metrics ---- */
@@ -775,18 +777,13 @@ static int check_horizon(timeline *tl, lsn_t lsn, char *err, size_t errlen, cons
 
 /* ---- reads ---- */
 
-static uint32_t get_be32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
 static int deleted_error(const timeline *tl, char *err, size_t errlen, const char **sqlstate)
 {
     char t[STRATA_ID_HEX_LEN], l[STRATA_ID_HEX_LEN];
     snprintf(err, errlen, "tenant %s timeline %s was deleted",
              strata_id_format(&tl->meta.tenant, t), strata_id_format(&tl->meta.timeline, l));
     if (sqlstate != NULL)
-        *sqlstate = "58P01";
+        *sqlstate = SQLSTATE_UNDEFINED_FILE;
     return -1;
 }
 
@@ -827,7 +824,7 @@ int timeline_rel_size(timeline *tl, uint32_t spc, uint32_t db, uint32_t rel, uin
     *nblocks = 0;
     int rc = read_size(tl, &k, lsn, nblocks, err, errlen);
     if (rc < 0 && sqlstate != NULL)
-        *sqlstate = "XX000";
+        *sqlstate = SQLSTATE_INTERNAL_ERROR;
     if (rc >= 0 && check_horizon(tl, lsn, err, errlen, sqlstate) != 0)
         return -1;
     return rc;
@@ -918,7 +915,7 @@ int timeline_get_rel_page(timeline *tl, uint32_t spc, uint32_t db, uint32_t rel,
         snprintf(err, errlen, "relation %u/%u/%u fork %u does not exist at LSN %s", spc, db, rel,
                  fork, lsn_format(lsn, lb));
         if (sqlstate != NULL)
-            *sqlstate = "58P01";
+            *sqlstate = SQLSTATE_UNDEFINED_FILE;
         return -1;
     }
     metrics_counter_inc(rm.pages);
@@ -932,7 +929,7 @@ int timeline_get_rel_page(timeline *tl, uint32_t spc, uint32_t db, uint32_t rel,
     rc = read_page(tl, &k, lsn, out, chain, &newest_complete, err, errlen);
     if (rc < 0) {
         if (sqlstate != NULL)
-            *sqlstate = "XX000";
+            *sqlstate = SQLSTATE_INTERNAL_ERROR;
         return -1;
     }
     if (rc == 0) {
@@ -989,7 +986,7 @@ static int storage_size(timeline *tl, storage_size_arg *a, lsn_t lsn, char *err,
     rel_size_range(&from, &to);
     if (store_scan(tl->st, &from, &to, lsn, add_storage_size, a, err, errlen) != 0) {
         if (sqlstate != NULL)
-            *sqlstate = "XX000";
+            *sqlstate = SQLSTATE_INTERNAL_ERROR;
         return -1;
     }
     return check_horizon(tl, lsn, err, errlen, sqlstate) != 0 ? -1 : 0;
@@ -1033,14 +1030,14 @@ int timeline_get_slru_segment(timeline *tl, uint8_t kind, uint32_t segno, lsn_t 
             snprintf(err, errlen, "SLRU segment %u of kind %u does not exist at LSN %s", segno,
                      kind, lsn_format(lsn, lb));
         if (sqlstate != NULL)
-            *sqlstate = rc == 0 ? "58P01" : "XX000";
+            *sqlstate = rc == 0 ? SQLSTATE_UNDEFINED_FILE : SQLSTATE_INTERNAL_ERROR;
         return -1;
     }
     if (n > max_blocks) {
         snprintf(err, errlen, "SLRU segment %u of kind %u has %u blocks, more than %u", segno, kind,
                  n, max_blocks);
         if (sqlstate != NULL)
-            *sqlstate = "XX000";
+            *sqlstate = SQLSTATE_INTERNAL_ERROR;
         return -1;
     }
     for (uint32_t b = 0; b < n; b++) {
@@ -1051,7 +1048,7 @@ int timeline_get_slru_segment(timeline *tl, uint8_t kind, uint32_t segno, lsn_t 
                        errlen);
         if (rc < 0) {
             if (sqlstate != NULL)
-                *sqlstate = "XX000";
+                *sqlstate = SQLSTATE_INTERNAL_ERROR;
             return -1;
         }
         if (rc == 0)
@@ -1113,7 +1110,7 @@ int timeline_get_rel_page_noredo(timeline *tl, uint32_t spc, uint32_t db, uint32
         snprintf(err, errlen, "relation %u/%u/%u fork %u does not exist at LSN %s", spc, db, rel,
                  fork, lsn_format(lsn, lb));
         if (sqlstate != NULL)
-            *sqlstate = "58P01";
+            *sqlstate = SQLSTATE_UNDEFINED_FILE;
         return -1;
     }
     bool zero = blk >= nblocks;
@@ -1124,7 +1121,7 @@ int timeline_get_rel_page_noredo(timeline *tl, uint32_t spc, uint32_t db, uint32
         rc = store_get_latest(tl->st, &k, lsn, &v, &found, err, errlen);
         if (rc < 0) {
             if (sqlstate != NULL)
-                *sqlstate = "XX000";
+                *sqlstate = SQLSTATE_INTERNAL_ERROR;
             return -1;
         }
         zero = rc == 0;

@@ -30,40 +30,13 @@
 
 #include <string.h>
 
+#include "common/byteorder.h"
+
 #define REQ_HEADER_LEN 25 /* tag + reqid + request_lsn + not_modified_since */
 #define RESP_HEADER_LEN 9 /* tag + reqid */
 #define REL_LEN 13        /* spc + db + rel + fork */
 #define SLRU_KIND_MAX 2   /* SLRU_MULTIXACT_MEMBERS in pageserver/key.h */
 #define FORK_NUMBER_MAX 3 /* INIT_FORKNUM */
-
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static uint32_t get_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--) {
-        p[i] = (uint8_t)v;
-        v >>= 8;
-    }
-}
-
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
-}
 
 static bool sqlstate_valid(const char *s)
 {
@@ -107,17 +80,17 @@ static size_t request_len(uint8_t tag)
 
 static void decode_rel(const uint8_t *p, pagestream_rel *rel)
 {
-    rel->spc = get_u32(p);
-    rel->db = get_u32(p + 4);
-    rel->rel = get_u32(p + 8);
+    rel->spc = get_be32(p);
+    rel->db = get_be32(p + 4);
+    rel->rel = get_be32(p + 8);
     rel->fork = p[12];
 }
 
 static void encode_rel(uint8_t *p, const pagestream_rel *rel)
 {
-    put_u32(p, rel->spc);
-    put_u32(p + 4, rel->db);
-    put_u32(p + 8, rel->rel);
+    put_be32(p, rel->spc);
+    put_be32(p + 4, rel->db);
+    put_be32(p + 8, rel->rel);
     p[12] = rel->fork;
 }
 
@@ -143,9 +116,9 @@ int pagestream_decode_request(const uint8_t *buf, size_t len, pagestream_request
         return -1;
     }
     out->tag = buf[0];
-    out->reqid = get_u64(buf + 1);
-    out->request_lsn = get_u64(buf + 9);
-    out->not_modified_since = get_u64(buf + 17);
+    out->reqid = get_be64(buf + 1);
+    out->request_lsn = get_be64(buf + 9);
+    out->not_modified_since = get_be64(buf + 17);
     const uint8_t *body = buf + REQ_HEADER_LEN;
     switch (out->tag) {
     case PS_REQ_EXISTS:
@@ -158,21 +131,21 @@ int pagestream_decode_request(const uint8_t *buf, size_t len, pagestream_request
         return 0;
     case PS_REQ_GETPAGE:
         decode_rel(body, &out->u.page.rel);
-        out->u.page.blkno = get_u32(body + REL_LEN);
+        out->u.page.blkno = get_be32(body + REL_LEN);
         if (out->u.page.rel.fork > FORK_NUMBER_MAX) {
             *why = "pagestream request: fork number out of range (0..3)";
             return -1;
         }
         return 0;
     case PS_REQ_DBSIZE:
-        out->u.dbsize.db = get_u32(body);
+        out->u.dbsize.db = get_be32(body);
         return 0;
     case PS_REQ_SPCSIZE:
-        out->u.spcsize.spc = get_u32(body);
+        out->u.spcsize.spc = get_be32(body);
         return 0;
     case PS_REQ_GET_SLRU_SEGMENT:
         out->u.slru.kind = body[0];
-        out->u.slru.segno = get_u32(body + 1);
+        out->u.slru.segno = get_be32(body + 1);
         if (out->u.slru.kind > SLRU_KIND_MAX) {
             *why = "pagestream request: SLRU kind out of range (0..2)";
             return -1;
@@ -197,9 +170,9 @@ size_t pagestream_encode_request(const pagestream_request *req, uint8_t *buf, si
         (req->tag == PS_REQ_GET_SLRU_SEGMENT && req->u.slru.kind > SLRU_KIND_MAX))
         return 0;
     buf[0] = req->tag;
-    put_u64(buf + 1, req->reqid);
-    put_u64(buf + 9, req->request_lsn);
-    put_u64(buf + 17, req->not_modified_since);
+    put_be64(buf + 1, req->reqid);
+    put_be64(buf + 9, req->request_lsn);
+    put_be64(buf + 17, req->not_modified_since);
     uint8_t *body = buf + REQ_HEADER_LEN;
     switch (req->tag) {
     case PS_REQ_EXISTS:
@@ -208,17 +181,17 @@ size_t pagestream_encode_request(const pagestream_request *req, uint8_t *buf, si
         break;
     case PS_REQ_GETPAGE:
         encode_rel(body, &req->u.page.rel);
-        put_u32(body + REL_LEN, req->u.page.blkno);
+        put_be32(body + REL_LEN, req->u.page.blkno);
         break;
     case PS_REQ_DBSIZE:
-        put_u32(body, req->u.dbsize.db);
+        put_be32(body, req->u.dbsize.db);
         break;
     case PS_REQ_SPCSIZE:
-        put_u32(body, req->u.spcsize.spc);
+        put_be32(body, req->u.spcsize.spc);
         break;
     case PS_REQ_GET_SLRU_SEGMENT:
         body[0] = req->u.slru.kind;
-        put_u32(body + 1, req->u.slru.segno);
+        put_be32(body + 1, req->u.slru.segno);
         break;
     default:
         return 0;
@@ -246,7 +219,7 @@ int pagestream_decode_response(const uint8_t *buf, size_t len, pagestream_respon
         return -1;
     }
     out->tag = tag;
-    out->reqid = get_u64(buf + 1);
+    out->reqid = get_be64(buf + 1);
     const uint8_t *p = buf + RESP_HEADER_LEN;
     size_t rest = len - RESP_HEADER_LEN;
     size_t want;
@@ -271,22 +244,22 @@ int pagestream_decode_response(const uint8_t *buf, size_t len, pagestream_respon
             *why = "pagestream response: SLRU segment shorter than its block count";
             return -1;
         }
-        if (get_u32(p) > PAGESTREAM_MAX_SLRU_BLOCKS) {
+        if (get_be32(p) > PAGESTREAM_MAX_SLRU_BLOCKS) {
             *why = "pagestream response: SLRU segment has more than 32 blocks";
             return -1;
         }
-        want = 4 + (size_t)get_u32(p) * PAGESTREAM_BLCKSZ;
+        want = 4 + (size_t)get_be32(p) * PAGESTREAM_BLCKSZ;
         break;
     default: /* PS_RESP_ERROR */
         if (rest < 9) {
             *why = "pagestream response: error shorter than SQLSTATE and length";
             return -1;
         }
-        if (get_u32(p + 5) > PAGESTREAM_MAX_ERROR_MESSAGE) {
+        if (get_be32(p + 5) > PAGESTREAM_MAX_ERROR_MESSAGE) {
             *why = "pagestream response: error message longer than 1024 bytes";
             return -1;
         }
-        want = 9 + get_u32(p + 5);
+        want = 9 + get_be32(p + 5);
         break;
     }
     if (rest < want) {
@@ -306,28 +279,28 @@ int pagestream_decode_response(const uint8_t *buf, size_t len, pagestream_respon
         out->u.exists = p[0] == 1;
         return 0;
     case PS_RESP_NBLOCKS:
-        out->u.nblocks = get_u32(p);
+        out->u.nblocks = get_be32(p);
         return 0;
     case PS_RESP_GETPAGE:
         out->u.page = p;
         return 0;
     case PS_RESP_DBSIZE:
-        out->u.db_size_bytes = (int64_t)get_u64(p);
+        out->u.db_size_bytes = (int64_t)get_be64(p);
         if (out->u.db_size_bytes < 0) {
             *why = "pagestream response: negative database size";
             return -1;
         }
         return 0;
     case PS_RESP_SPCSIZE:
-        out->u.spc_size.bytes = (int64_t)get_u64(p);
-        out->u.spc_size.relations = get_u32(p + 8);
+        out->u.spc_size.bytes = (int64_t)get_be64(p);
+        out->u.spc_size.relations = get_be32(p + 8);
         if (out->u.spc_size.bytes < 0) {
             *why = "pagestream response: negative tablespace size";
             return -1;
         }
         return 0;
     case PS_RESP_GET_SLRU_SEGMENT:
-        out->u.slru.nblocks = get_u32(p);
+        out->u.slru.nblocks = get_be32(p);
         out->u.slru.blocks = p + 4;
         return 0;
     default: /* PS_RESP_ERROR */
@@ -337,7 +310,7 @@ int pagestream_decode_response(const uint8_t *buf, size_t len, pagestream_respon
             *why = "pagestream response: SQLSTATE is not 5 characters of [0-9A-Z]";
             return -1;
         }
-        out->u.error.message_len = get_u32(p + 5);
+        out->u.error.message_len = get_be32(p + 5);
         out->u.error.message = (const char *)p + 9;
         if (!message_valid(out->u.error.message, out->u.error.message_len)) {
             *why = "pagestream response: error message contains a NUL byte";
@@ -391,33 +364,33 @@ size_t pagestream_encode_response(const pagestream_response *resp, uint8_t *buf,
     if (n > cap)
         return 0;
     buf[0] = resp->tag;
-    put_u64(buf + 1, resp->reqid);
+    put_be64(buf + 1, resp->reqid);
     uint8_t *p = buf + RESP_HEADER_LEN;
     switch (resp->tag) {
     case PS_RESP_EXISTS:
         p[0] = resp->u.exists ? 1 : 0;
         break;
     case PS_RESP_NBLOCKS:
-        put_u32(p, resp->u.nblocks);
+        put_be32(p, resp->u.nblocks);
         break;
     case PS_RESP_GETPAGE:
         memcpy(p, resp->u.page, PAGESTREAM_BLCKSZ);
         break;
     case PS_RESP_DBSIZE:
-        put_u64(p, (uint64_t)resp->u.db_size_bytes);
+        put_be64(p, (uint64_t)resp->u.db_size_bytes);
         break;
     case PS_RESP_SPCSIZE:
-        put_u64(p, (uint64_t)resp->u.spc_size.bytes);
-        put_u32(p + 8, resp->u.spc_size.relations);
+        put_be64(p, (uint64_t)resp->u.spc_size.bytes);
+        put_be32(p + 8, resp->u.spc_size.relations);
         break;
     case PS_RESP_GET_SLRU_SEGMENT:
-        put_u32(p, resp->u.slru.nblocks);
+        put_be32(p, resp->u.slru.nblocks);
         if (resp->u.slru.nblocks > 0)
             memcpy(p + 4, resp->u.slru.blocks, (size_t)resp->u.slru.nblocks * PAGESTREAM_BLCKSZ);
         break;
     default: /* PS_RESP_ERROR */
         memcpy(p, resp->u.error.sqlstate, 5);
-        put_u32(p + 5, resp->u.error.message_len);
+        put_be32(p + 5, resp->u.error.message_len);
         if (resp->u.error.message_len > 0)
             memcpy(p + 9, resp->u.error.message, resp->u.error.message_len);
         break;

@@ -8,37 +8,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/byteorder.h"
+
 /* Seconds from 1970-01-01 to 2000-01-01. */
 #define PG_EPOCH_UNIX_SECONDS 946684800LL
-
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static uint32_t get_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--) {
-        p[i] = (uint8_t)v;
-        v >>= 8;
-    }
-}
-
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
-}
 
 static int decode_xlogdata(const uint8_t *buf, size_t len, replication_msg *out, const char **why)
 {
@@ -49,9 +22,9 @@ static int decode_xlogdata(const uint8_t *buf, size_t len, replication_msg *out,
         return -1;
     }
     out->kind = REPLICATION_XLOGDATA;
-    m->wal_start = get_u64(buf + 1);
-    m->wal_end = get_u64(buf + 9);
-    m->send_time = (int64_t)get_u64(buf + 17);
+    m->wal_start = get_be64(buf + 1);
+    m->wal_end = get_be64(buf + 9);
+    m->send_time = (int64_t)get_be64(buf + 17);
     m->data = buf + REPLICATION_XLOGDATA_HEADER_LEN;
     m->data_len = len - REPLICATION_XLOGDATA_HEADER_LEN;
     if (m->wal_start + m->data_len < m->wal_start) {
@@ -72,8 +45,8 @@ static int decode_keepalive(const uint8_t *buf, size_t len, replication_msg *out
         return -1;
     }
     out->kind = REPLICATION_KEEPALIVE;
-    out->u.keepalive.wal_end = get_u64(buf + 1);
-    out->u.keepalive.send_time = (int64_t)get_u64(buf + 9);
+    out->u.keepalive.wal_end = get_be64(buf + 1);
+    out->u.keepalive.send_time = (int64_t)get_be64(buf + 9);
     out->u.keepalive.reply_requested = buf[17] == 1;
     return 0;
 }
@@ -111,10 +84,10 @@ static int decode_status_update(const uint8_t *buf, size_t len, replication_msg 
         return -1;
     }
     out->kind = REPLICATION_STATUS_UPDATE;
-    m->write_lsn = get_u64(buf + 1);
-    m->flush_lsn = get_u64(buf + 9);
-    m->apply_lsn = get_u64(buf + 17);
-    m->send_time = (int64_t)get_u64(buf + 25);
+    m->write_lsn = get_be64(buf + 1);
+    m->flush_lsn = get_be64(buf + 9);
+    m->apply_lsn = get_be64(buf + 17);
+    m->send_time = (int64_t)get_be64(buf + 25);
     m->reply_requested = buf[33] == 1;
     return 0;
 }
@@ -129,11 +102,11 @@ static int decode_hs_feedback(const uint8_t *buf, size_t len, replication_msg *o
         return -1;
     }
     out->kind = REPLICATION_HS_FEEDBACK;
-    m->send_time = (int64_t)get_u64(buf + 1);
-    m->xmin = get_u32(buf + 9);
-    m->xmin_epoch = get_u32(buf + 13);
-    m->catalog_xmin = get_u32(buf + 17);
-    m->catalog_xmin_epoch = get_u32(buf + 21);
+    m->send_time = (int64_t)get_be64(buf + 1);
+    m->xmin = get_be32(buf + 9);
+    m->xmin_epoch = get_be32(buf + 13);
+    m->catalog_xmin = get_be32(buf + 17);
+    m->catalog_xmin_epoch = get_be32(buf + 21);
     return 0;
 }
 
@@ -147,9 +120,9 @@ static int decode_ps_feedback(const uint8_t *buf, size_t len, replication_msg *o
         return -1;
     }
     out->kind = REPLICATION_PS_FEEDBACK;
-    m->last_received_lsn = get_u64(buf + 1);
-    m->disk_consistent_lsn = get_u64(buf + 9);
-    m->remote_consistent_lsn = get_u64(buf + 17);
+    m->last_received_lsn = get_be64(buf + 1);
+    m->disk_consistent_lsn = get_be64(buf + 9);
+    m->remote_consistent_lsn = get_be64(buf + 17);
     return 0;
 }
 
@@ -179,9 +152,9 @@ size_t replication_encode_xlogdata_header(const replication_xlogdata *m, uint8_t
     if (cap < REPLICATION_XLOGDATA_HEADER_LEN || m->wal_start + m->data_len < m->wal_start)
         return 0;
     buf[0] = REPLICATION_TAG_XLOGDATA;
-    put_u64(buf + 1, m->wal_start);
-    put_u64(buf + 9, m->wal_end);
-    put_u64(buf + 17, (uint64_t)m->send_time);
+    put_be64(buf + 1, m->wal_start);
+    put_be64(buf + 9, m->wal_end);
+    put_be64(buf + 17, (uint64_t)m->send_time);
     return REPLICATION_XLOGDATA_HEADER_LEN;
 }
 
@@ -206,8 +179,8 @@ size_t replication_encode(const replication_msg *msg, uint8_t *buf, size_t cap)
         if (cap < REPLICATION_KEEPALIVE_LEN)
             return 0;
         buf[0] = REPLICATION_TAG_KEEPALIVE;
-        put_u64(buf + 1, m->wal_end);
-        put_u64(buf + 9, (uint64_t)m->send_time);
+        put_be64(buf + 1, m->wal_end);
+        put_be64(buf + 9, (uint64_t)m->send_time);
         buf[17] = m->reply_requested ? 1 : 0;
         return REPLICATION_KEEPALIVE_LEN;
     }
@@ -216,10 +189,10 @@ size_t replication_encode(const replication_msg *msg, uint8_t *buf, size_t cap)
         if (cap < REPLICATION_STATUS_UPDATE_LEN)
             return 0;
         buf[0] = REPLICATION_TAG_STATUS_UPDATE;
-        put_u64(buf + 1, m->write_lsn);
-        put_u64(buf + 9, m->flush_lsn);
-        put_u64(buf + 17, m->apply_lsn);
-        put_u64(buf + 25, (uint64_t)m->send_time);
+        put_be64(buf + 1, m->write_lsn);
+        put_be64(buf + 9, m->flush_lsn);
+        put_be64(buf + 17, m->apply_lsn);
+        put_be64(buf + 25, (uint64_t)m->send_time);
         buf[33] = m->reply_requested ? 1 : 0;
         return REPLICATION_STATUS_UPDATE_LEN;
     }
@@ -228,11 +201,11 @@ size_t replication_encode(const replication_msg *msg, uint8_t *buf, size_t cap)
         if (cap < REPLICATION_HS_FEEDBACK_LEN)
             return 0;
         buf[0] = REPLICATION_TAG_HS_FEEDBACK;
-        put_u64(buf + 1, (uint64_t)m->send_time);
-        put_u32(buf + 9, m->xmin);
-        put_u32(buf + 13, m->xmin_epoch);
-        put_u32(buf + 17, m->catalog_xmin);
-        put_u32(buf + 21, m->catalog_xmin_epoch);
+        put_be64(buf + 1, (uint64_t)m->send_time);
+        put_be32(buf + 9, m->xmin);
+        put_be32(buf + 13, m->xmin_epoch);
+        put_be32(buf + 17, m->catalog_xmin);
+        put_be32(buf + 21, m->catalog_xmin_epoch);
         return REPLICATION_HS_FEEDBACK_LEN;
     }
     case REPLICATION_PS_FEEDBACK: {
@@ -240,9 +213,9 @@ size_t replication_encode(const replication_msg *msg, uint8_t *buf, size_t cap)
         if (cap < REPLICATION_PS_FEEDBACK_LEN)
             return 0;
         buf[0] = REPLICATION_TAG_PS_FEEDBACK;
-        put_u64(buf + 1, m->last_received_lsn);
-        put_u64(buf + 9, m->disk_consistent_lsn);
-        put_u64(buf + 17, m->remote_consistent_lsn);
+        put_be64(buf + 1, m->last_received_lsn);
+        put_be64(buf + 9, m->disk_consistent_lsn);
+        put_be64(buf + 17, m->remote_consistent_lsn);
         return REPLICATION_PS_FEEDBACK_LEN;
     }
     }

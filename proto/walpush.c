@@ -32,6 +32,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/byteorder.h"
+
 /* ---- Byte cursors ------------------------------------------------------ */
 
 typedef struct wcur {
@@ -58,14 +60,16 @@ static void put_u8(wcur *w, uint8_t v)
 
 static void put_u32(wcur *w, uint32_t v)
 {
-    uint8_t b[4] = {(uint8_t)(v >> 24), (uint8_t)(v >> 16), (uint8_t)(v >> 8), (uint8_t)v};
+    uint8_t b[4];
+    put_be32(b, v);
     put_bytes(w, b, 4);
 }
 
 static void put_u64(wcur *w, uint64_t v)
 {
-    put_u32(w, (uint32_t)(v >> 32));
-    put_u32(w, (uint32_t)v);
+    uint8_t b[8];
+    put_be64(b, v);
+    put_bytes(w, b, 8);
 }
 
 typedef struct rcur {
@@ -95,15 +99,13 @@ static uint8_t get_u8(rcur *r)
 static uint32_t get_u32(rcur *r)
 {
     const uint8_t *p = get_bytes(r, 4);
-    if (!p)
-        return 0;
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
+    return p ? get_be32(p) : 0;
 }
 
 static uint64_t get_u64(rcur *r)
 {
-    uint64_t hi = get_u32(r);
-    return hi << 32 | get_u32(r);
+    const uint8_t *p = get_bytes(r, 8);
+    return p ? get_be64(p) : 0;
 }
 
 /* ---- Term histories ---------------------------------------------------- */

@@ -8,56 +8,24 @@
 
 #include <string.h>
 
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static uint32_t get_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-static uint32_t get_u32_le(const uint8_t *p)
-{
-    return (uint32_t)p[3] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[1] << 8 | p[0];
-}
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--) {
-        p[i] = (uint8_t)v;
-        v >>= 8;
-    }
-}
-
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
-}
+#include "common/byteorder.h"
 
 static void put_tag(uint8_t *p, const walredo_tag *t)
 {
-    put_u32(p, t->spc);
-    put_u32(p + 4, t->db);
-    put_u32(p + 8, t->rel);
+    put_be32(p, t->spc);
+    put_be32(p + 4, t->db);
+    put_be32(p + 8, t->rel);
     p[12] = t->fork;
-    put_u32(p + 13, t->blk);
+    put_be32(p + 13, t->blk);
 }
 
 static int get_tag(const uint8_t *p, walredo_tag *t, const char **why)
 {
-    t->spc = get_u32(p);
-    t->db = get_u32(p + 4);
-    t->rel = get_u32(p + 8);
+    t->spc = get_be32(p);
+    t->db = get_be32(p + 4);
+    t->rel = get_be32(p + 8);
     t->fork = p[12];
-    t->blk = get_u32(p + 13);
+    t->blk = get_be32(p + 13);
     if (t->fork > 3) {
         *why = "walredo: fork number over 3";
         return -1;
@@ -143,7 +111,7 @@ int walredo_decode(const uint8_t *buf, size_t len, walredo_msg *out, size_t *use
         return 0;
     }
     uint8_t type = buf[0];
-    uint32_t plen = get_u32(buf + 1);
+    uint32_t plen = get_be32(buf + 1);
     if (check_length(type, plen, why) < 0)
         return -1;
     if (len - WALREDO_FRAME_HEADER_LEN < plen)
@@ -164,10 +132,10 @@ int walredo_decode(const uint8_t *buf, size_t len, walredo_msg *out, size_t *use
         out->page = p + WALREDO_TAG_LEN;
         break;
     case WALREDO_APPLY:
-        out->end_lsn = get_u64(p);
+        out->end_lsn = get_be64(p);
         out->data = p + 8;
         out->data_len = plen - 8;
-        if (get_u32_le(out->data) != out->data_len) {
+        if (get_le32(out->data) != out->data_len) {
             *why = "walredo: record's xl_tot_len does not match its frame";
             return -1;
         }
@@ -177,7 +145,7 @@ int walredo_decode(const uint8_t *buf, size_t len, walredo_msg *out, size_t *use
             *why = "walredo: hello frame without the magic";
             return -1;
         }
-        out->version = get_u32(p + WALREDO_MAGIC_LEN);
+        out->version = get_be32(p + WALREDO_MAGIC_LEN);
         break;
     case WALREDO_PAGE:
         out->page = p;
@@ -206,7 +174,7 @@ size_t walredo_encoded_len(const walredo_msg *m)
         break;
     case WALREDO_APPLY:
         if (m->data_len < WALREDO_MIN_RECORD || m->data_len > WALREDO_MAX_RECORD ||
-            get_u32_le(m->data) != m->data_len)
+            get_le32(m->data) != m->data_len)
             return 0;
         plen = 8 + m->data_len;
         break;
@@ -240,7 +208,7 @@ size_t walredo_encode(const walredo_msg *m, uint8_t *out, size_t cap)
     if (n == 0 || n > cap)
         return 0;
     out[0] = m->type;
-    put_u32(out + 1, (uint32_t)(n - WALREDO_FRAME_HEADER_LEN));
+    put_be32(out + 1, (uint32_t)(n - WALREDO_FRAME_HEADER_LEN));
     uint8_t *p = out + WALREDO_FRAME_HEADER_LEN;
     switch (m->type) {
     case WALREDO_BEGIN:
@@ -252,12 +220,12 @@ size_t walredo_encode(const walredo_msg *m, uint8_t *out, size_t cap)
         memcpy(p + WALREDO_TAG_LEN, m->page, WALREDO_PAGE_SIZE);
         break;
     case WALREDO_APPLY:
-        put_u64(p, m->end_lsn);
+        put_be64(p, m->end_lsn);
         memcpy(p + 8, m->data, m->data_len);
         break;
     case WALREDO_HELLO:
         memcpy(p, WALREDO_MAGIC, WALREDO_MAGIC_LEN);
-        put_u32(p + WALREDO_MAGIC_LEN, m->version);
+        put_be32(p + WALREDO_MAGIC_LEN, m->version);
         break;
     case WALREDO_PAGE:
         memcpy(p, m->page, WALREDO_PAGE_SIZE);
@@ -277,7 +245,7 @@ size_t walredo_encode_apply_header(lsn_t end_lsn, uint32_t rec_len,
     if (rec_len < WALREDO_MIN_RECORD || rec_len > WALREDO_MAX_RECORD)
         return 0;
     out[0] = WALREDO_APPLY;
-    put_u32(out + 1, 8 + rec_len);
-    put_u64(out + 5, end_lsn);
+    put_be32(out + 1, 8 + rec_len);
+    put_be64(out + 5, end_lsn);
     return WALREDO_APPLY_HEADER_LEN;
 }

@@ -13,6 +13,7 @@
 #include <strings.h>
 
 #include "common/log.h"
+#include "common/sqlstate.h"
 #include "safekeeper/walsender.h"
 
 #define MAX_TOKENS 32
@@ -175,7 +176,7 @@ static sk_timeline *require_timeline(sk_conn *sc)
         char t[STRATA_ID_HEX_LEN], l[STRATA_ID_HEX_LEN], msg[160];
         snprintf(msg, sizeof msg, "tenant %s timeline %s not found on this safekeeper",
                  strata_id_format(&sc->tenant_id, t), strata_id_format(&sc->timeline_id, l));
-        error_ready(sc, "42704", msg, NULL);
+        error_ready(sc, SQLSTATE_UNDEFINED_OBJECT, msg, NULL);
     }
     return tl;
 }
@@ -213,7 +214,7 @@ static void send_one_value(sk_conn *sc, const char *name, const char *value)
 static void cmd_show(sk_conn *sc, const tokens *t)
 {
     if (t->n != 2) {
-        error_ready(sc, "42601", "SHOW takes one parameter name", NULL);
+        error_ready(sc, SQLSTATE_SYNTAX_ERROR, "SHOW takes one parameter name", NULL);
         return;
     }
     if (strcasecmp(t->t[1], "wal_segment_size") == 0) {
@@ -232,7 +233,7 @@ static void cmd_show(sk_conn *sc, const tokens *t)
     } else {
         char msg[200];
         snprintf(msg, sizeof msg, "unrecognized configuration parameter \"%.120s\"", t->t[1]);
-        error_ready(sc, "42704", msg, NULL);
+        error_ready(sc, SQLSTATE_UNDEFINED_OBJECT, msg, NULL);
     }
 }
 
@@ -240,7 +241,7 @@ static void cmd_timeline_history(sk_conn *sc, const tokens *t)
 {
     uint64_t tli;
     if (t->n != 2 || !parse_u64(t->t[1], &tli) || tli == 0 || tli > UINT32_MAX) {
-        error_ready(sc, "42601", "syntax: TIMELINE_HISTORY <timeline>", NULL);
+        error_ready(sc, SQLSTATE_SYNTAX_ERROR, "syntax: TIMELINE_HISTORY <timeline>", NULL);
         return;
     }
     /* Timeline 1 has no history file, exactly as in Postgres. */
@@ -248,7 +249,7 @@ static void cmd_timeline_history(sk_conn *sc, const tokens *t)
     snprintf(msg, sizeof msg,
              "could not open file \"pg_wal/%08X.history\": No such file or directory",
              (unsigned)tli);
-    error_ready(sc, "58P01", msg, NULL);
+    error_ready(sc, SQLSTATE_UNDEFINED_FILE, msg, NULL);
 }
 
 static void cmd_timeline_status(sk_conn *sc);
@@ -262,14 +263,14 @@ static void cmd_switch_membership(sk_conn *sc, const tokens *t)
                          "['<new members>']";
     uint64_t gen;
     if (t->n < 3 || t->n > 4 || !parse_u64(t->t[1], &gen) || gen == 0 || gen > UINT32_MAX) {
-        error_ready(sc, "42601", syntax, NULL);
+        error_ready(sc, SQLSTATE_SYNTAX_ERROR, syntax, NULL);
         return;
     }
     /* Changing who counts is the operator's: with token authentication,
      * only the admin token may (a tenant's token opens its timelines' WAL). */
     const char *who = pgwire_conn_principal(sc->c);
     if (who != NULL && strcmp(who, "admin") != 0) {
-        error_ready(sc, "42501", "SWITCH_MEMBERSHIP needs the admin token", NULL);
+        error_ready(sc, SQLSTATE_INSUFFICIENT_PRIVILEGE, "SWITCH_MEMBERSHIP needs the admin token", NULL);
         return;
     }
     sk_timeline *tl = require_timeline(sc);
@@ -281,12 +282,12 @@ static void cmd_switch_membership(sk_conn *sc, const tokens *t)
     const char *why = NULL;
     if (membership_parse_set(t->t[2], m.members, &m.n_members, &why) != 0 ||
         (t->n == 4 && membership_parse_set(t->t[3], m.new_members, &m.n_new_members, &why) != 0)) {
-        error_ready(sc, "22023", "invalid configuration", why);
+        error_ready(sc, SQLSTATE_INVALID_PARAMETER_VALUE, "invalid configuration", why);
         return;
     }
     char err[200];
     if (sk_timeline_switch_membership(tl, &m, err, sizeof err) != 0) {
-        error_ready(sc, strstr(err, "busy") != NULL ? "55006" : "22023",
+        error_ready(sc, strstr(err, "busy") != NULL ? SQLSTATE_OBJECT_IN_USE : SQLSTATE_INVALID_PARAMETER_VALUE,
                     "could not switch the configuration", err);
         return;
     }
@@ -372,14 +373,14 @@ static void cmd_start_replication(sk_conn *sc, const tokens *t)
     if (is_kw(t, i, "SLOT"))
         i += 2; /* slots are not kept: the removal horizon comes from feedback */
     if (is_kw(t, i, "LOGICAL")) {
-        error_ready(sc, "0A000", "logical replication is not supported by a safekeeper", NULL);
+        error_ready(sc, SQLSTATE_FEATURE_NOT_SUPPORTED, "logical replication is not supported by a safekeeper", NULL);
         return;
     }
     if (is_kw(t, i, "PHYSICAL"))
         i++;
     lsn_t start;
     if (i >= t->n || !lsn_parse(t->t[i], &start)) {
-        error_ready(sc, "42601",
+        error_ready(sc, SQLSTATE_SYNTAX_ERROR,
                     "syntax: START_REPLICATION [SLOT s] [PHYSICAL] X/Y [TIMELINE 1] [TERM n]",
                     NULL);
         return;
@@ -393,25 +394,25 @@ static void cmd_start_replication(sk_conn *sc, const tokens *t)
                 char msg[160];
                 snprintf(msg, sizeof msg, "requested timeline %s is not in this server's history",
                          t->t[i + 1]);
-                error_ready(sc, "58P01", msg, NULL);
+                error_ready(sc, SQLSTATE_UNDEFINED_FILE, msg, NULL);
                 return;
             }
             i += 2;
         } else if (is_kw(t, i, "TERM") && i + 1 < t->n) {
             if (repl_option(&o, "term", t->t[i + 1], err, sizeof err) != 0) {
-                error_ready(sc, "42601", err, NULL);
+                error_ready(sc, SQLSTATE_SYNTAX_ERROR, err, NULL);
                 return;
             }
             i += 2;
         } else if (is_kw(t, i, "(")) {
             if (parse_options(t, &i, repl_option, &o, err, sizeof err) != 0) {
-                error_ready(sc, "42601", err, NULL);
+                error_ready(sc, SQLSTATE_SYNTAX_ERROR, err, NULL);
                 return;
             }
         } else {
             char msg[200];
             snprintf(msg, sizeof msg, "unexpected \"%s\" in START_REPLICATION", t->t[i]);
-            error_ready(sc, "42601", msg, NULL);
+            error_ready(sc, SQLSTATE_SYNTAX_ERROR, msg, NULL);
             return;
         }
     }
@@ -461,11 +462,11 @@ static void cmd_start_wal_push(sk_conn *sc, const tokens *t)
     char err[200];
     bool allow_create = false;
     if (parse_options(t, &i, push_option, &allow_create, err, sizeof err) != 0) {
-        error_ready(sc, "42601", err, NULL);
+        error_ready(sc, SQLSTATE_SYNTAX_ERROR, err, NULL);
         return;
     }
     if (i != t->n) {
-        error_ready(sc, "42601",
+        error_ready(sc, SQLSTATE_SYNTAX_ERROR,
                     "syntax: START_WAL_PUSH [(proto_version '2' [, allow_timeline_creation "
                     "'true'])]",
                     NULL);
@@ -473,7 +474,7 @@ static void cmd_start_wal_push(sk_conn *sc, const tokens *t)
     }
     sk_pusher *p = calloc(1, sizeof *p);
     if (p == NULL) {
-        error_ready(sc, "53200", "out of memory", NULL);
+        error_ready(sc, SQLSTATE_OUT_OF_MEMORY, "out of memory", NULL);
         return;
     }
     p->conn = sc->c;
@@ -493,13 +494,13 @@ static int get_id_option(pgwire_conn *c, const char *name, strata_id *out)
     char msg[200];
     if (v == NULL) {
         snprintf(msg, sizeof msg, "missing %s in the connection options", name);
-        pgwire_send_error(c, "FATAL", "28000", msg,
+        pgwire_send_error(c, "FATAL", SQLSTATE_INVALID_AUTHORIZATION_SPECIFICATION, msg,
                           "connect with options='-c tenant_id=<32 hex> -c timeline_id=<32 hex>'");
         return -1;
     }
     if (!strata_id_parse(v, out)) {
         snprintf(msg, sizeof msg, "invalid %s \"%.64s\": expected 32 hex digits", name, v);
-        pgwire_send_error(c, "FATAL", "22023", msg, NULL);
+        pgwire_send_error(c, "FATAL", SQLSTATE_INVALID_PARAMETER_VALUE, msg, NULL);
         return -1;
     }
     return 0;
@@ -516,7 +517,7 @@ static int on_connect(pgwire_conn *c, void *arg)
     }
     sk_conn *sc = calloc(1, sizeof *sc);
     if (sc == NULL) {
-        pgwire_send_error(c, "FATAL", "53200", "out of memory", NULL);
+        pgwire_send_error(c, "FATAL", SQLSTATE_OUT_OF_MEMORY, "out of memory", NULL);
         return -1;
     }
     sc->node = node;
@@ -537,7 +538,7 @@ static void on_query(pgwire_conn *c, const char *sql, void *arg)
     tokens t;
     const char *why = NULL;
     if (tokenize(sql, &t, &why) != 0) {
-        error_ready(sc, "42601", "could not parse command", why);
+        error_ready(sc, SQLSTATE_SYNTAX_ERROR, "could not parse command", why);
         return;
     }
     if (t.n == 0) {
@@ -546,7 +547,7 @@ static void on_query(pgwire_conn *c, const char *sql, void *arg)
         return;
     }
     if (sc->mode != MODE_IDLE) {
-        error_ready(sc, "08P01", "a command arrived while streaming", NULL);
+        error_ready(sc, SQLSTATE_PROTOCOL_VIOLATION, "a command arrived while streaming", NULL);
         return;
     }
     if (is_kw(&t, 0, "IDENTIFY_SYSTEM") && t.n == 1)
@@ -566,7 +567,7 @@ static void on_query(pgwire_conn *c, const char *sql, void *arg)
     else {
         char msg[200];
         snprintf(msg, sizeof msg, "unsupported command: %.120s", sql);
-        error_ready(sc, "42601", msg, NULL);
+        error_ready(sc, SQLSTATE_SYNTAX_ERROR, msg, NULL);
     }
 }
 

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/byteorder.h"
 #include "common/crc32c.h"
 #include "common/durable.h"
 
@@ -25,14 +26,14 @@ typedef struct writer {
 
 static void put_u32(writer *w, uint32_t v)
 {
-    for (int i = 0; i < 4; i++)
-        *w->p++ = (uint8_t)(v >> (8 * i));
+    put_le32(w->p, v);
+    w->p += 4;
 }
 
 static void put_u64(writer *w, uint64_t v)
 {
-    for (int i = 0; i < 8; i++)
-        *w->p++ = (uint8_t)(v >> (8 * i));
+    put_le64(w->p, v);
+    w->p += 8;
 }
 
 static void put_members(writer *w, const member *set, uint32_t n)
@@ -58,17 +59,15 @@ typedef struct reader {
 
 static uint32_t get_u32(reader *r)
 {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++)
-        v |= (uint32_t)*r->p++ << (8 * i);
+    uint32_t v = get_le32(r->p);
+    r->p += 4;
     return v;
 }
 
 static uint64_t get_u64(reader *r)
 {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)*r->p++ << (8 * i);
+    uint64_t v = get_le64(r->p);
+    r->p += 8;
     return v;
 }
 

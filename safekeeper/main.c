@@ -4,21 +4,20 @@
  * HTTP listener, the ports file, signals.  No protocol logic lives here.
  *
  * Every option is a flag, an environment variable and a config-file key
- * (flag > environment > config file > default); see --help.
+ * (flag > environment > config file > default; common/daemon_opts.h); see
+ * --help.
  */
-#include <errno.h>
-#include <getopt.h>
-#include <limits.h>
-#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <uv.h>
 
 #include "common/auth.h"
+#include "common/daemon.h"
+#include "common/daemon_opts.h"
 #include "common/durable.h"
 #include "common/log.h"
 #include "common/pgwire.h"
@@ -30,13 +29,6 @@
 #define URING_DEPTH 256
 #define LOCK_FILE "safekeeper.lock"
 #define PORTS_FILE "safekeeper.ports"
-
-typedef struct option_def {
-    const char *name; /* flag and config key */
-    const char *env;
-    const char *def; /* NULL: no default */
-    const char *help;
-} option_def;
 
 enum {
     OPT_ID,
@@ -51,21 +43,41 @@ enum {
     OPT_COUNT
 };
 
-static const option_def option_defs[OPT_COUNT] = {
-    {"id", "SAFEKEEPER_ID", NULL, "node id, a positive integer (required)"},
-    {"datadir", "SAFEKEEPER_DATADIR", NULL, "data directory, created if missing (required)"},
-    {"listen-pg", "SAFEKEEPER_LISTEN_PG", "127.0.0.1:5454",
-     "Postgres-protocol listen address HOST:PORT (port 0: ephemeral)"},
-    {"listen-http", "SAFEKEEPER_LISTEN_HTTP", "127.0.0.1:7676",
-     "HTTP listen address HOST:PORT (port 0: ephemeral)"},
-    {"password", "SAFEKEEPER_PASSWORD", NULL, "password clients must give (MD5); trust if unset"},
-    {"auth-file", "SAFEKEEPER_AUTH_FILE", NULL,
-     "JSON tokens file (mode 0600; see docs/operations.md); replaces --password"},
-    {"log-level", "SAFEKEEPER_LOG_LEVEL", "info", "debug, info, warn or error"},
-    {"housekeeping-ms", "SAFEKEEPER_HOUSEKEEPING_MS", "1000",
-     "period of the lazy control-file save and of WAL removal, 10..3600000 ms"},
-    {"config", "SAFEKEEPER_CONFIG", NULL, "config file of 'key = value' lines (keys as flags)"},
+static const daemon_opt option_table[OPT_COUNT] = {
+    [OPT_ID] = {"id", "SAFEKEEPER_ID", NULL, "node id, a positive integer (required)"},
+    [OPT_DATADIR] = {"datadir", "SAFEKEEPER_DATADIR", NULL,
+                     "data directory, created if missing (required)"},
+    [OPT_LISTEN_PG] = {"listen-pg", "SAFEKEEPER_LISTEN_PG", "127.0.0.1:5454",
+                       "Postgres-protocol listen address HOST:PORT (port 0: ephemeral)"},
+    [OPT_LISTEN_HTTP] = {"listen-http", "SAFEKEEPER_LISTEN_HTTP", "127.0.0.1:7676",
+                         "HTTP listen address HOST:PORT (port 0: ephemeral)"},
+    [OPT_PASSWORD] = {"password", "SAFEKEEPER_PASSWORD", NULL,
+                      "password clients must give (MD5); trust if unset"},
+    [OPT_AUTH_FILE] = {"auth-file", "SAFEKEEPER_AUTH_FILE", NULL,
+                       "JSON tokens file (mode 0600; see docs/operations.md); replaces "
+                       "--password"},
+    [OPT_LOG_LEVEL] = {"log-level", "SAFEKEEPER_LOG_LEVEL", "info", "debug, info, warn or error"},
+    [OPT_HOUSEKEEPING_MS] = {"housekeeping-ms", "SAFEKEEPER_HOUSEKEEPING_MS", "1000",
+                             "period of the lazy control-file save and of WAL removal, "
+                             "10..3600000 ms"},
+    [OPT_CONFIG] = {"config", "SAFEKEEPER_CONFIG", NULL,
+                    "config file of 'key = value' lines (keys as flags)"},
 };
+
+/* The options, checked and typed. */
+typedef struct sk_config {
+    uint64_t id;
+    const char *datadir;
+    const char *listen_pg;
+    const char *listen_http;
+    char pg_host[256];
+    char http_host[256];
+    int pg_port;
+    int http_port;
+    const char *password;  /* NULL: no password */
+    const char *auth_file; /* NULL or "": no tokens file */
+    unsigned housekeeping_ms;
+} sk_config;
 
 typedef struct daemon_state {
     uv_loop_t *loop;
@@ -73,103 +85,89 @@ typedef struct daemon_state {
     sk_node node;
     pgwire_server *pg;
     http_server *http;
-    uv_signal_t sigterm;
-    uv_signal_t sigint;
-    uv_signal_t sighup;
+    daemon_signals signals;
     auth_store *auth;
     pgwire_authenticator authn;
     uv_timer_t drain;
     int lock_fd;
 } daemon_state;
 
-static void usage(FILE *f)
+/* Reads flags, environment and config file into o, starts the log and
+ * checks that the required options are there. */
+static void parse_options(daemon_opts *o, int argc, char **argv)
 {
-    fprintf(f, "Usage: strata-safekeeper --id N --datadir DIR [options]\n\nOptions:\n");
-    for (int i = 0; i < OPT_COUNT; i++)
-        fprintf(f, "  --%-12s %s\n  %14s env %s, default: %s\n", option_defs[i].name,
-                option_defs[i].help, "", option_defs[i].env,
-                option_defs[i].def != NULL ? option_defs[i].def : "(none)");
-    fprintf(f, "  --%-12s this text\n", "help");
+    daemon_parse_options(o, argc, argv, OPT_LOG_LEVEL, "safekeeper");
+    char err[256];
+    if (!daemon_opts_require(o, OPT_ID, err, sizeof err) ||
+        !daemon_opts_require(o, OPT_DATADIR, err, sizeof err))
+        daemon_opts_exit(o, err, true);
 }
 
-static int find_option(const char *key)
+/* Turns the option strings into c; exits with a message on bad values. */
+static void check_options(const daemon_opts *o, sk_config *c)
 {
-    for (int i = 0; i < OPT_COUNT; i++) {
-        const char *n = option_defs[i].name;
-        size_t len = strlen(n);
-        if (strlen(key) != len)
-            continue;
-        bool same = true;
-        for (size_t k = 0; k < len && same; k++)
-            same = key[k] == n[k] || (n[k] == '-' && key[k] == '_');
-        if (same)
-            return i;
+    char **v = o->values;
+    char err[1024];
+    uint64_t housekeeping_ms;
+    if (!daemon_opt_uint("id", v[OPT_ID], 1, UINT64_MAX, &c->id, err, sizeof err) ||
+        !daemon_opt_hostport("listen-pg", v[OPT_LISTEN_PG], c->pg_host, sizeof c->pg_host,
+                             &c->pg_port, err, sizeof err) ||
+        !daemon_opt_hostport("listen-http", v[OPT_LISTEN_HTTP], c->http_host,
+                             sizeof c->http_host, &c->http_port, err, sizeof err) ||
+        !daemon_opt_uint("housekeeping-ms", v[OPT_HOUSEKEEPING_MS], 10, 3600000,
+                         &housekeeping_ms, err, sizeof err))
+        daemon_opts_exit(o, err, false);
+    c->housekeeping_ms = (unsigned)housekeeping_ms;
+    c->datadir = v[OPT_DATADIR];
+    c->listen_pg = v[OPT_LISTEN_PG];
+    c->listen_http = v[OPT_LISTEN_HTTP];
+    c->password = v[OPT_PASSWORD];
+    c->auth_file = v[OPT_AUTH_FILE];
+}
+
+/* io_uring and every timeline on disk. */
+static void open_node(daemon_state *d, const sk_config *c)
+{
+    int rc = uring_open(d->loop, URING_DEPTH, &d->ring);
+    if (rc != 0)
+        log_fatal("cannot set up io_uring: %s", strerror(-rc));
+    char err[512];
+    if (sk_node_init(&d->node, d->loop, d->ring, c->datadir, c->id, c->housekeeping_ms, err,
+                     sizeof err) != 0)
+        log_fatal("cannot load timelines: %s", err);
+}
+
+/* How clients authenticate: a password, a tokens file, or trust. */
+static void set_up_auth(daemon_state *d, const sk_config *c, pgwire_config *pcfg)
+{
+    bool tokens = c->auth_file != NULL && c->auth_file[0] != '\0';
+    if (c->password != NULL && tokens)
+        log_fatal("give --password or --auth-file, not both");
+    if (c->password != NULL) {
+        pcfg->auth = PGWIRE_AUTH_MD5;
+        pcfg->password = c->password;
     }
-    return -1;
-}
-
-static char *trim(char *s)
-{
-    while (*s == ' ' || *s == '\t')
-        s++;
-    size_t n = strlen(s);
-    while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\n' || s[n - 1] == '\r'))
-        s[--n] = '\0';
-    return s;
-}
-
-/* Fills values[] from the config file where still unset; exits on errors. */
-static void load_config(const char *path, char *values[OPT_COUNT])
-{
-    FILE *f = fopen(path, "r");
-    if (f == NULL) {
-        fprintf(stderr, "strata-safekeeper: cannot read config file %s: %s\n", path,
-                strerror(errno));
-        exit(2);
+    if (tokens) {
+        d->auth = daemon_open_auth(c->auth_file);
+        auth_pgwire_authenticator(d->auth, &d->authn);
+        pcfg->authenticator = &d->authn;
     }
-    char line[1024];
-    int lineno = 0;
-    while (fgets(line, sizeof line, f) != NULL) {
-        lineno++;
-        char *s = trim(line);
-        if (*s == '\0' || *s == '#')
-            continue;
-        char *eq = strchr(s, '=');
-        if (eq == NULL) {
-            fprintf(stderr, "strata-safekeeper: %s:%d: expected key = value\n", path, lineno);
-            exit(2);
-        }
-        *eq = '\0';
-        char *key = trim(s), *value = trim(eq + 1);
-        size_t vlen = strlen(value);
-        if (vlen >= 2 && (value[0] == '"' || value[0] == '\'') && value[vlen - 1] == value[0]) {
-            value[vlen - 1] = '\0';
-            value++;
-        }
-        int idx = find_option(key);
-        if (idx < 0 || idx == OPT_CONFIG) {
-            fprintf(stderr, "strata-safekeeper: %s:%d: unknown key \"%s\"\n", path, lineno, key);
-            exit(2);
-        }
-        if (values[idx] == NULL)
-            values[idx] = strdup(value);
-    }
-    fclose(f);
 }
 
-static bool parse_hostport(const char *s, char *host, size_t hostcap, int *port)
+/* The Postgres-protocol and HTTP listeners, then the ports file. */
+static void start_listeners(daemon_state *d, const sk_config *c)
 {
-    const char *colon = strrchr(s, ':');
-    if (colon == NULL || colon == s || (size_t)(colon - s) >= hostcap)
-        return false;
-    char *end;
-    long p = strtol(colon + 1, &end, 10);
-    if (colon[1] == '\0' || *end != '\0' || p < 0 || p > 65535)
-        return false;
-    memcpy(host, s, (size_t)(colon - s));
-    host[colon - s] = '\0';
-    *port = (int)p;
-    return true;
+    pgwire_config pcfg = {.host = c->pg_host, .port = c->pg_port};
+    set_up_auth(d, c, &pcfg);
+    char err[512];
+    d->pg = sk_conn_server_start(&d->node, &pcfg, err, sizeof err);
+    if (d->pg == NULL)
+        log_fatal("cannot listen on %s: %s", c->listen_pg, err);
+    d->http = sk_http_start(&d->node, d->auth, c->http_host, c->http_port, err, sizeof err);
+    if (d->http == NULL)
+        log_fatal("cannot listen on %s: %s", c->listen_http, err);
+    daemon_write_ports(c->datadir, PORTS_FILE, pgwire_server_port(d->pg),
+                       http_server_port(d->http), 0600);
 }
 
 static void on_drain(uv_timer_t *t)
@@ -185,22 +183,11 @@ static void on_drain(uv_timer_t *t)
     sk_node_shutdown(&d->node);
 }
 
-static void on_sighup(uv_signal_t *sig, int signum)
+/* Stops accepting, then waits (on_drain) for the open connections to end. */
+static void on_stop(void *arg, int signum)
 {
     (void)signum;
-    daemon_state *d = sig->data;
-    char err[512];
-    if (d->auth != NULL)
-        (void)auth_store_reload(d->auth, err, sizeof err); /* logs either way */
-}
-
-static void on_signal(uv_signal_t *sig, int signum)
-{
-    daemon_state *d = sig->data;
-    log_info("received signal %d, shutting down", signum);
-    uv_close((uv_handle_t *)&d->sigterm, NULL);
-    uv_close((uv_handle_t *)&d->sigint, NULL);
-    uv_close((uv_handle_t *)&d->sighup, NULL);
+    daemon_state *d = arg;
     if (d->http != NULL) {
         http_server_free(d->http);
         d->http = NULL;
@@ -214,161 +201,30 @@ static void on_signal(uv_signal_t *sig, int signum)
 
 int main(int argc, char **argv)
 {
-    char *values[OPT_COUNT] = {0};
-    static const struct option longopts[] = {
-        {"id", required_argument, NULL, OPT_ID},
-        {"datadir", required_argument, NULL, OPT_DATADIR},
-        {"listen-pg", required_argument, NULL, OPT_LISTEN_PG},
-        {"listen-http", required_argument, NULL, OPT_LISTEN_HTTP},
-        {"password", required_argument, NULL, OPT_PASSWORD},
-        {"auth-file", required_argument, NULL, OPT_AUTH_FILE},
-        {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
-        {"housekeeping-ms", required_argument, NULL, OPT_HOUSEKEEPING_MS},
-        {"config", required_argument, NULL, OPT_CONFIG},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    int ch;
-    while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        if (ch == 'h') {
-            usage(stdout);
-            return 0;
-        }
-        if (ch < 0 || ch >= OPT_COUNT) {
-            usage(stderr);
-            return 2;
-        }
-        values[ch] = strdup(optarg);
-    }
-    if (optind != argc) {
-        fprintf(stderr, "strata-safekeeper: unexpected argument \"%s\"\n", argv[optind]);
-        usage(stderr);
-        return 2;
-    }
-    for (int i = 0; i < OPT_COUNT; i++) {
-        const char *env = getenv(option_defs[i].env);
-        if (values[i] == NULL && env != NULL && *env != '\0')
-            values[i] = strdup(env);
-    }
-    if (values[OPT_CONFIG] != NULL)
-        load_config(values[OPT_CONFIG], values);
-    for (int i = 0; i < OPT_COUNT; i++) {
-        if (values[i] == NULL && option_defs[i].def != NULL)
-            values[i] = strdup(option_defs[i].def);
-    }
-
-    int level = log_level_parse(values[OPT_LOG_LEVEL]);
-    if (level < 0) {
-        fprintf(stderr, "strata-safekeeper: invalid --log-level \"%s\"\n", values[OPT_LOG_LEVEL]);
-        return 2;
-    }
-    log_init("safekeeper", (log_level)level);
-
-    char *end = NULL;
-    unsigned long long id = values[OPT_ID] != NULL ? strtoull(values[OPT_ID], &end, 10) : 0;
-    if (values[OPT_ID] == NULL || *end != '\0' || id == 0) {
-        fprintf(stderr, "strata-safekeeper: --id must be a positive integer\n");
-        usage(stderr);
-        return 2;
-    }
-    if (values[OPT_DATADIR] == NULL) {
-        fprintf(stderr, "strata-safekeeper: --datadir is required\n");
-        usage(stderr);
-        return 2;
-    }
-    char pg_host[256], http_host[256];
-    int pg_port, http_port;
-    if (!parse_hostport(values[OPT_LISTEN_PG], pg_host, sizeof pg_host, &pg_port)) {
-        fprintf(stderr, "strata-safekeeper: invalid --listen-pg \"%s\" (want HOST:PORT)\n",
-                values[OPT_LISTEN_PG]);
-        return 2;
-    }
-    if (!parse_hostport(values[OPT_LISTEN_HTTP], http_host, sizeof http_host, &http_port)) {
-        fprintf(stderr, "strata-safekeeper: invalid --listen-http \"%s\" (want HOST:PORT)\n",
-                values[OPT_LISTEN_HTTP]);
-        return 2;
-    }
-
-    unsigned long long housekeeping_ms = strtoull(values[OPT_HOUSEKEEPING_MS], &end, 10);
-    if (*end != '\0' || housekeeping_ms < 10 || housekeeping_ms > 3600000) {
-        fprintf(stderr, "strata-safekeeper: invalid --housekeeping-ms \"%s\" (10..3600000)\n",
-                values[OPT_HOUSEKEEPING_MS]);
-        return 2;
-    }
-
-    const char *datadir = values[OPT_DATADIR];
-    if (mkdir(datadir, 0700) != 0 && errno != EEXIST)
-        log_fatal("cannot create data directory %s: %s", datadir, strerror(errno));
+    daemon_opts opts = {.program = "strata-safekeeper",
+                        .synopsis = "--id N --datadir DIR [options]",
+                        .table = option_table,
+                        .count = OPT_COUNT,
+                        .config = OPT_CONFIG};
+    static sk_config c;
     static daemon_state d;
-    d.lock_fd = durable_lock_dir(datadir, LOCK_FILE);
-    if (d.lock_fd == -EWOULDBLOCK)
-        log_fatal("data directory %s is in use by another safekeeper (see %s/%s)", datadir, datadir,
-                  LOCK_FILE);
-    if (d.lock_fd < 0)
-        log_fatal("cannot lock data directory %s: %s", datadir, strerror(-d.lock_fd));
+    parse_options(&opts, argc, argv);
+    check_options(&opts, &c);
 
-    signal(SIGPIPE, SIG_IGN);
+    d.lock_fd = daemon_open_datadir(c.datadir, 0700, LOCK_FILE, "safekeeper");
     d.loop = uv_default_loop();
-    int rc = uring_open(d.loop, URING_DEPTH, &d.ring);
-    if (rc != 0)
-        log_fatal("cannot set up io_uring: %s", strerror(-rc));
-    char err[512];
-    if (sk_node_init(&d.node, d.loop, d.ring, datadir, id, (unsigned)housekeeping_ms, err,
-                     sizeof err) != 0)
-        log_fatal("cannot load timelines: %s", err);
+    open_node(&d, &c);
+    start_listeners(&d, &c);
+    daemon_signals_start(&d.signals, d.loop, d.auth, on_stop, &d);
 
-    pgwire_config pcfg = {.host = pg_host, .port = pg_port};
-    if (values[OPT_PASSWORD] != NULL && values[OPT_AUTH_FILE] != NULL &&
-        values[OPT_AUTH_FILE][0] != '\0')
-        log_fatal("give --password or --auth-file, not both");
-    if (values[OPT_PASSWORD] != NULL) {
-        pcfg.auth = PGWIRE_AUTH_MD5;
-        pcfg.password = values[OPT_PASSWORD];
-    }
-    if (values[OPT_AUTH_FILE] != NULL && values[OPT_AUTH_FILE][0] != '\0') {
-        d.auth = auth_store_open(values[OPT_AUTH_FILE], err, sizeof err);
-        if (d.auth == NULL)
-            log_fatal("%s", err);
-        int ntenants;
-        bool admin;
-        auth_store_counts(d.auth, &ntenants, &admin);
-        log_info("auth: %s: %d tenant tokens, admin token %s", values[OPT_AUTH_FILE], ntenants,
-                 admin ? "set" : "not set");
-        auth_pgwire_authenticator(d.auth, &d.authn);
-        pcfg.authenticator = &d.authn;
-    }
-    d.pg = sk_conn_server_start(&d.node, &pcfg, err, sizeof err);
-    if (d.pg == NULL)
-        log_fatal("cannot listen on %s: %s", values[OPT_LISTEN_PG], err);
-    d.http = sk_http_start(&d.node, d.auth, http_host, http_port, err, sizeof err);
-    if (d.http == NULL)
-        log_fatal("cannot listen on %s: %s", values[OPT_LISTEN_HTTP], err);
-
-    char ports[64], path[PATH_MAX];
-    int n = snprintf(ports, sizeof ports, "pg=%d http=%d\n", pgwire_server_port(d.pg),
-                     http_server_port(d.http));
-    snprintf(path, sizeof path, "%s/%s", datadir, PORTS_FILE);
-    rc = durable_write_file(path, ports, (size_t)n, 0600);
-    if (rc != 0)
-        log_fatal("cannot write %s: %s", path, strerror(-rc));
-
-    uv_signal_init(d.loop, &d.sigterm);
-    uv_signal_init(d.loop, &d.sigint);
-    d.sigterm.data = d.sigint.data = &d;
-    uv_signal_start(&d.sigterm, on_signal, SIGTERM);
-    uv_signal_start(&d.sigint, on_signal, SIGINT);
-    uv_signal_init(d.loop, &d.sighup);
-    d.sighup.data = &d;
-    uv_signal_start(&d.sighup, on_sighup, SIGHUP);
-
-    log_info("ready node_id=%llu pg_port=%d http_port=%d datadir=%s timelines=%d", id,
-             pgwire_server_port(d.pg), http_server_port(d.http), datadir, d.node.n_timelines);
+    log_info("ready node_id=%llu pg_port=%d http_port=%d datadir=%s timelines=%d",
+             (unsigned long long)c.id, pgwire_server_port(d.pg), http_server_port(d.http),
+             c.datadir, d.node.n_timelines);
     uv_run(d.loop, UV_RUN_DEFAULT);
     uv_loop_close(d.loop);
     durable_unlock_dir(d.lock_fd);
     auth_store_free(d.auth);
     log_info("stopped");
-    for (int i = 0; i < OPT_COUNT; i++)
-        free(values[i]);
+    daemon_opts_free(&opts);
     return 0;
 }

@@ -21,6 +21,7 @@
 
 #include "common/durable.h"
 #include "common/log.h"
+#include "common/sqlstate.h"
 #include "common/strata_assert.h"
 #include "common/walformat.h"
 #include "proto/walpush.h"
@@ -255,7 +256,7 @@ static void finish_output(sk_timeline *tl)
         if (tl->out.append_accepted && tl->streaming != p) {
             sk_pusher *old = tl->streaming;
             if (old != NULL && old->conn != NULL)
-                fatal_to(old->conn, "57P01", "another proposer connection took over this timeline",
+                fatal_to(old->conn, SQLSTATE_ADMIN_SHUTDOWN, "another proposer connection took over this timeline",
                          NULL);
             tl->streaming = p;
         }
@@ -393,7 +394,7 @@ static void run_effects(sk_timeline *tl)
     if (tl->failed) {
         /* Durability can no longer be promised: stop talking to proposers. */
         if (tl->exec != NULL)
-            fatal_to(tl->exec->conn, "58030", "safekeeper WAL storage failed", NULL);
+            fatal_to(tl->exec->conn, SQLSTATE_IO_ERROR, "safekeeper WAL storage failed", NULL);
         tl->out.append_accepted = false;
     }
     finish_output(tl);
@@ -458,7 +459,7 @@ static void tl_kick(sk_timeline *tl)
         if (tl->failed) {
             sk_pusher *p;
             while ((p = dequeue(tl)) != NULL) {
-                fatal_to(p->conn, "58030", "safekeeper WAL storage failed", NULL);
+                fatal_to(p->conn, SQLSTATE_IO_ERROR, "safekeeper WAL storage failed", NULL);
                 free_pusher_message(p);
             }
             break;
@@ -482,13 +483,13 @@ static void tl_kick(sk_timeline *tl)
         const char *why = NULL;
         if (walpush_decode_proposer_msg(p->msg, p->msg_len, &tl->msg, &why) != 0) {
             metrics_counter_inc(tl->node->metrics.errors);
-            fatal_to(p->conn, "08P01", "invalid WAL-push message", why);
+            fatal_to(p->conn, SQLSTATE_PROTOCOL_VIOLATION, "invalid WAL-push message", why);
             free_pusher_message(p);
             continue;
         }
         if (acceptor_handle_message(&tl->acc, &tl->msg, &tl->out) != 0) {
             metrics_counter_inc(tl->node->metrics.errors);
-            fatal_to(p->conn, "08P01", "WAL-push protocol violation", tl->out.error);
+            fatal_to(p->conn, SQLSTATE_PROTOCOL_VIOLATION, "WAL-push protocol violation", tl->out.error);
             free_pusher_message(p);
             continue;
         }
@@ -941,7 +942,7 @@ void sk_pusher_message(sk_node *node, sk_pusher *p, const uint8_t *data, size_t 
     if (p->msg != NULL) {
         /* Input is paused while a message executes; a second one means the
          * pause did not hold.  Refuse rather than queue without bound. */
-        fatal_to(p->conn, "XX000", "internal error: WAL-push message while another is pending",
+        fatal_to(p->conn, SQLSTATE_INTERNAL_ERROR, "internal error: WAL-push message while another is pending",
                  NULL);
         return;
     }
@@ -950,19 +951,19 @@ void sk_pusher_message(sk_node *node, sk_pusher *p, const uint8_t *data, size_t 
         const char *why = NULL;
         if (walpush_decode_proposer_msg(data, n, &m, &why) != 0) {
             metrics_counter_inc(node->metrics.errors);
-            fatal_to(p->conn, "08P01", "invalid WAL-push message", why);
+            fatal_to(p->conn, SQLSTATE_PROTOCOL_VIOLATION, "invalid WAL-push message", why);
             return;
         }
         if (m.kind != PMSG_GREETING) {
             metrics_counter_inc(node->metrics.errors);
-            fatal_to(p->conn, "08P01", "the first WAL-push message must be a ProposerGreeting",
+            fatal_to(p->conn, SQLSTATE_PROTOCOL_VIOLATION, "the first WAL-push message must be a ProposerGreeting",
                      NULL);
             return;
         }
         if (!strata_id_equal(&m.u.greeting.tenant_id, &p->tenant_id) ||
             !strata_id_equal(&m.u.greeting.timeline_id, &p->timeline_id)) {
             metrics_counter_inc(node->metrics.errors);
-            fatal_to(p->conn, "08P01",
+            fatal_to(p->conn, SQLSTATE_PROTOCOL_VIOLATION,
                      "ProposerGreeting names another tenant/timeline than the connection options",
                      NULL);
             return;
@@ -975,7 +976,7 @@ void sk_pusher_message(sk_node *node, sk_pusher *p, const uint8_t *data, size_t 
                      "not create it",
                      strata_id_format(&p->tenant_id, t), strata_id_format(&p->timeline_id, l));
             metrics_counter_inc(node->metrics.errors);
-            fatal_to(p->conn, "42704", msg,
+            fatal_to(p->conn, SQLSTATE_UNDEFINED_OBJECT, msg,
                      "only the proposer that bootstraps a timeline sends START_WAL_PUSH "
                      "(allow_timeline_creation 'true'); a safekeeper that lost the timeline "
                      "must be restored or replaced, not recreated empty");
@@ -985,7 +986,7 @@ void sk_pusher_message(sk_node *node, sk_pusher *p, const uint8_t *data, size_t 
             tl = tl_create(node, &p->tenant_id, &p->timeline_id, &why);
             if (tl == NULL) {
                 metrics_counter_inc(node->metrics.errors);
-                fatal_to(p->conn, "58030", "could not create timeline", why);
+                fatal_to(p->conn, SQLSTATE_IO_ERROR, "could not create timeline", why);
                 return;
             }
         }
@@ -995,7 +996,7 @@ void sk_pusher_message(sk_node *node, sk_pusher *p, const uint8_t *data, size_t 
     sk_timeline *tl = p->tl;
     p->msg = malloc(n > 0 ? n : 1);
     if (p->msg == NULL) {
-        fatal_to(p->conn, "53200", "out of memory", NULL);
+        fatal_to(p->conn, SQLSTATE_OUT_OF_MEMORY, "out of memory", NULL);
         return;
     }
     memcpy(p->msg, data, n);
@@ -1080,7 +1081,7 @@ int sk_timeline_switch_membership(sk_timeline *tl, const membership *m, char *er
                  tl_name(tl, name, sizeof name), before, m->generation, mem,
                  m->n_new_members > 0 ? ", joint with new members " : "", nmem);
         if (tl->streaming != NULL && tl->streaming->conn != NULL)
-            fatal_to(tl->streaming->conn, "57P01",
+            fatal_to(tl->streaming->conn, SQLSTATE_ADMIN_SHUTDOWN,
                      "the timeline's safekeeper configuration changed: reconnect to learn it",
                      NULL);
     }

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "common/sqlstate.h"
 #include "proto/replication.h"
 
 struct sk_sender {
@@ -40,7 +41,7 @@ static void removed_error(sk_sender *s, lsn_t lsn, const char *severity)
     uint32_t seg = sk_timeline_seg_size(s->tl);
     wal_store_segment_name(seg, lsn / seg, name);
     snprintf(msg, sizeof msg, "requested WAL segment %s has already been removed", name);
-    pgwire_send_error(s->c, severity, "58P01", msg, NULL);
+    pgwire_send_error(s->c, severity, SQLSTATE_UNDEFINED_FILE, msg, NULL);
 }
 
 static void stop(sk_sender *s, const char *sqlstate, const char *msg, const char *detail)
@@ -80,7 +81,7 @@ static void pump(sk_sender *s)
         snprintf(detail, sizeof detail, "streaming was started for term %llu, now %llu",
                  (unsigned long long)s->term,
                  (unsigned long long)acceptor_term(sk_timeline_acceptor(s->tl)));
-        stop(s, "40001", "the safekeeper's term changed", detail);
+        stop(s, SQLSTATE_T_R_SERIALIZATION_FAILURE, "the safekeeper's term changed", detail);
         return;
     }
     wal_store *ws = sk_timeline_store(s->tl);
@@ -96,7 +97,7 @@ static void pump(sk_sender *s)
             return;
         }
         if (n <= 0) {
-            stop(s, "58030", "could not read WAL", n < 0 ? strerror((int)-n) : "short read");
+            stop(s, SQLSTATE_IO_ERROR, "could not read WAL", n < 0 ? strerror((int)-n) : "short read");
             return;
         }
         replication_xlogdata x = {.wal_start = s->pos,
@@ -121,18 +122,18 @@ int walsender_start(sk_timeline *tl, pgwire_conn *c, lsn_t start, bool with_term
         char msg[128];
         snprintf(msg, sizeof msg, "term %llu does not match the safekeeper's current term %llu",
                  (unsigned long long)term, (unsigned long long)acceptor_term(acc));
-        pgwire_send_error(c, "ERROR", "40001", msg, NULL);
+        pgwire_send_error(c, "ERROR", SQLSTATE_T_R_SERIALIZATION_FAILURE, msg, NULL);
         return -1;
     }
     wal_store *ws = sk_timeline_store(tl);
     lsn_t oldest = ws != NULL ? wal_store_oldest_lsn(ws) : LSN_INVALID;
     if (ws == NULL || oldest == LSN_INVALID) {
-        pgwire_send_error(c, "ERROR", "55000", "the timeline holds no WAL yet", NULL);
+        pgwire_send_error(c, "ERROR", SQLSTATE_OBJECT_NOT_IN_PREREQUISITE_STATE, "the timeline holds no WAL yet", NULL);
         return -1;
     }
     sk_sender *s = calloc(1, sizeof *s);
     if (s == NULL) {
-        pgwire_send_error(c, "ERROR", "53200", "out of memory", NULL);
+        pgwire_send_error(c, "ERROR", SQLSTATE_OUT_OF_MEMORY, "out of memory", NULL);
         return -1;
     }
     s->tl = tl;
@@ -151,12 +152,12 @@ int walsender_start(sk_timeline *tl, pgwire_conn *c, lsn_t start, bool with_term
         snprintf(msg, sizeof msg,
                  "requested starting point %s is ahead of the WAL flush position of this server %s",
                  lsn_format(start, a), lsn_format(end, b));
-        pgwire_send_error(c, "ERROR", "55000", msg, NULL);
+        pgwire_send_error(c, "ERROR", SQLSTATE_OBJECT_NOT_IN_PREREQUISITE_STATE, msg, NULL);
         free(s);
         return -1;
     }
     if (sk_timeline_add_sender(tl, s) != 0) {
-        pgwire_send_error(c, "ERROR", "53300", "too many WAL senders on this timeline", NULL);
+        pgwire_send_error(c, "ERROR", SQLSTATE_TOO_MANY_CONNECTIONS, "too many WAL senders on this timeline", NULL);
         free(s);
         return -1;
     }
@@ -183,7 +184,7 @@ void walsender_on_copy_data(sk_sender *s, const uint8_t *data, size_t n)
             snprintf(detail, sizeof detail, "empty CopyData message");
         else
             snprintf(detail, sizeof detail, "message type 0x%02x, length %zu", data[0], n);
-        stop(s, "08P01", msg, detail);
+        stop(s, SQLSTATE_PROTOCOL_VIOLATION, msg, detail);
         return;
     }
     switch (m.kind) {

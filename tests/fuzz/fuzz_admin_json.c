@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "common/auth.h"
+#include "common/byteorder.h"
 #include "common/log.h"
 
 #define TENANT_A "0123456789abcdef0123456789abcdef"
@@ -64,14 +65,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
-static void put32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
-}
-
 static void fuzz_query(const uint8_t *data, size_t size)
 {
     pgwire_config cfg = {.authenticator = &authn};
@@ -82,13 +75,13 @@ static void fuzz_query(const uint8_t *data, size_t size)
     static const char kv[] = "user\0u\0";
     uint8_t pkt[64];
     size_t n = 8 + sizeof kv; /* kv's final NUL ends the list */
-    put32(pkt, (uint32_t)n);
-    put32(pkt + 4, 196608);
+    put_be32(pkt, (uint32_t)n);
+    put_be32(pkt + 4, 196608);
     memcpy(pkt + 8, kv, sizeof kv);
     pgwire_conn_feed(c, pkt, n);
     uint8_t pw[16] = {'p', 0, 0, 0, 0};
     memcpy(pw + 5, "tokA", 5);
-    put32(pw + 1, 4 + 5);
+    put_be32(pw + 1, 4 + 5);
     pgwire_conn_feed(c, pw, 10);
     uint8_t out[4096];
     while (pgwire_conn_take_output(c, out, sizeof out) > 0)
@@ -98,7 +91,7 @@ static void fuzz_query(const uint8_t *data, size_t size)
     uint8_t *q = malloc(size + 6);
     if (q != NULL) {
         q[0] = 'Q';
-        put32(q + 1, (uint32_t)(size + 5));
+        put_be32(q + 1, (uint32_t)(size + 5));
         memcpy(q + 5, data, size);
         q[5 + size] = '\0';
         pgwire_conn_feed(c, q, size + 6);

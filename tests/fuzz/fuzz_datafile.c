@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/byteorder.h"
 #include "common/crc32c.h"
 #include "pageserver/key.h"
 #include "pageserver/store_datafile.h"
@@ -23,10 +24,7 @@ static void fix_crc(uint8_t *blk, size_t len)
     uint32_t crc = crc32c_update(crc32c_init(), blk, 12);
     crc = crc32c_final(
         crc32c_update(crc, blk + STORE_DF_BLOCK_HEADER_LEN, len - STORE_DF_BLOCK_HEADER_LEN));
-    blk[12] = (uint8_t)(crc >> 24);
-    blk[13] = (uint8_t)(crc >> 16);
-    blk[14] = (uint8_t)(crc >> 8);
-    blk[15] = (uint8_t)crc;
+    put_be32(blk + 12, crc);
 }
 
 static void check_block(const uint8_t *raw, uint32_t raw_len)

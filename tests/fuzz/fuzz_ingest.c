@@ -140,8 +140,8 @@ static int f_page(void *arg, const pg_key *k, lsn_t lsn, uint8_t out[PG_BLCKSZ],
 static void seed_state(void)
 {
     static uint8_t cp[PG_CHECKPOINT_SIZE], ctl[PG_CONTROL_FILE_SIZE];
-    pg_put_u64(cp + PG_CP_NEXT_XID, 1000);
-    pg_put_u32(cp + PG_CP_NEXT_MULTI, 1);
+    put_le64(cp + PG_CP_NEXT_XID, 1000);
+    put_le32(cp + PG_CP_NEXT_MULTI, 1);
     char err[64];
     pg_key ck = {.kind = KEY_CHECKPOINT}, cc = {.kind = KEY_CONTROL};
     value_ref v = {.kind = VAL_BLOB, .len = sizeof cp, .payload = cp};
@@ -172,8 +172,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (len < WAL_RECORD_HEADER_SIZE)
             return 0;
         memcpy(raw, data + 1, len);
-        pg_put_u32(raw, (uint32_t)len);
-        pg_put_u32(raw + WAL_RECORD_CRC_OFFSET, wal_record_compute_crc(raw, len));
+        put_le32(raw, (uint32_t)len);
+        put_le32(raw + WAL_RECORD_CRC_OFFSET, wal_record_compute_crc(raw, len));
         const char *why;
         if (wal_record_decode(raw, len, &rec, &why) != 0)
             return 0;
@@ -186,21 +186,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             return 0;
         rec.hdr.rmid = data[1] % 22;
         rec.hdr.info = data[2];
-        rec.hdr.xid = pg_get_u32(data + 3);
+        rec.hdr.xid = get_le32(data + 3);
         rec.max_block_id = nb - 1;
         for (int i = 0; i < nb; i++, off += 9) {
             wal_block_ref *b = &rec.blocks[i];
             b->in_use = true;
             b->spc = 1663;
             b->db = 5;
-            b->rel = pg_get_u32(data + off) % 4 == 0 ? 16384 : pg_get_u32(data + off);
+            b->rel = get_le32(data + off) % 4 == 0 ? 16384 : get_le32(data + off);
             b->fork = data[off + 4] % 4;
-            b->blkno = pg_get_u32(data + off + 5) % 4096;
+            b->blkno = get_le32(data + off + 5) % 4096;
             b->will_init = data[off + 4] & 0x80;
         }
         /* The stored record: a minimal valid header. */
         memset(raw, 0, WAL_RECORD_HEADER_SIZE);
-        pg_put_u32(raw, WAL_RECORD_HEADER_SIZE);
+        put_le32(raw, WAL_RECORD_HEADER_SIZE);
         raw[17] = rec.hdr.rmid;
         rec.raw = raw;
         rec.hdr.tot_len = WAL_RECORD_HEADER_SIZE;

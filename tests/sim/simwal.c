@@ -6,26 +6,9 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "common/byteorder.h"
 #include "common/crc32c.h"
 #include "common/walformat.h"
-
-static void put16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
 
 void simwal_init(simwal *w, uint8_t *mem, lsn_t base, size_t cap, uint32_t seg_size, lsn_t pos,
                  lsn_t prev_start)
@@ -50,15 +33,15 @@ static uint32_t page_header(simwal *w, lsn_t at, uint32_t rem_len)
         info |= WAL_XLP_FIRST_IS_CONTRECORD;
     if (is_long)
         info |= WAL_XLP_LONG_HEADER;
-    put16(p, WAL_PAGE_MAGIC);
-    put16(p + 2, info);
-    put32(p + 4, 1); /* timeline 1 */
-    put64(p + 8, at);
-    put32(p + 16, rem_len);
+    put_le16(p, WAL_PAGE_MAGIC);
+    put_le16(p + 2, info);
+    put_le32(p + 4, 1); /* timeline 1 */
+    put_le64(p + 8, at);
+    put_le32(p + 16, rem_len);
     if (is_long) {
-        put64(p + 24, 0x5354524154410001ULL); /* system id */
-        put32(p + 32, w->seg_size);
-        put32(p + 36, WAL_BLCKSZ);
+        put_le64(p + 24, 0x5354524154410001ULL); /* system id */
+        put_le32(p + 32, w->seg_size);
+        put_le32(p + 36, WAL_BLCKSZ);
     }
     return size;
 }
@@ -83,7 +66,7 @@ lsn_t simwal_append(simwal *w, uint32_t payload_len, uint8_t rmid, uint8_t info,
         b += 2;
     } else {
         b[0] = WAL_XLR_BLOCK_ID_DATA_LONG;
-        put32(b + 1, payload_len);
+        put_le32(b + 1, payload_len);
         b += 5;
     }
     /* Pseudo-random filler for the first 4 KB, then copies of it, each with
@@ -110,15 +93,15 @@ lsn_t simwal_append(simwal *w, uint32_t payload_len, uint8_t rmid, uint8_t info,
     lsn_t start = at;
 
     memset(rec, 0, WAL_RECORD_HEADER_SIZE);
-    put32(rec, tot);
-    put32(rec + 4, seed);          /* xl_xid */
-    put64(rec + 8, w->prev_start); /* xl_prev */
+    put_le32(rec, tot);
+    put_le32(rec + 4, seed);          /* xl_xid */
+    put_le64(rec + 8, w->prev_start); /* xl_prev */
     rec[16] = info;
     rec[17] = rmid;
     uint32_t crc = crc32c_init();
     crc = crc32c_update(crc, rec + WAL_RECORD_HEADER_SIZE, tot - WAL_RECORD_HEADER_SIZE);
     crc = crc32c_update(crc, rec, WAL_RECORD_CRC_OFFSET);
-    put32(rec + WAL_RECORD_CRC_OFFSET, crc32c_final(crc));
+    put_le32(rec + WAL_RECORD_CRC_OFFSET, crc32c_final(crc));
 
     uint32_t done = 0;
     while (done < tot) {

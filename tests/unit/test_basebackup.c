@@ -40,6 +40,7 @@
 #include <cmocka.h>
 
 #include "cli/basebackup_tar.h"
+#include "common/byteorder.h"
 #include "common/crc32c.h"
 #include "common/walformat.h"
 #include "pageserver/basebackup.h"
@@ -54,19 +55,19 @@ static void fake_control(uint8_t *c, uint8_t *cp)
 {
     memset(c, 0, PG_CONTROL_FILE_SIZE);
     memset(cp, 0, PG_CHECKPOINT_SIZE);
-    pg_put_u64(c + PG_CTL_SYSTEM_ID, 0x1234567890ABCDEFull);
-    pg_put_u32(c + PG_CTL_VERSION, PG_CONTROL_VERSION);
-    pg_put_u32(c + PG_CTL_STATE, 6); /* in production */
-    pg_put_u32(c + PG_CTL_BLCKSZ, 8192);
-    pg_put_u32(c + PG_CTL_XLOG_BLCKSZ, 8192);
-    pg_put_u32(c + PG_CTL_XLOG_SEG_SIZE, SEG);
-    pg_put_u64(c + PG_CTL_MIN_RECOVERY_POINT, 0x5000);
-    pg_put_u32(c + PG_CTL_CRC, crc32c(c, PG_CTL_CRC));
-    pg_put_u32(cp + PG_CP_THIS_TLI, 1);
-    pg_put_u32(cp + PG_CP_PREV_TLI, 1);
-    pg_put_u64(cp + PG_CP_NEXT_XID, 745);
-    pg_put_u32(cp + PG_CP_NEXT_OID, 16390);
-    pg_put_u32(cp + PG_CP_OLDEST_ACTIVE_XID, 700);
+    put_le64(c + PG_CTL_SYSTEM_ID, 0x1234567890ABCDEFull);
+    put_le32(c + PG_CTL_VERSION, PG_CONTROL_VERSION);
+    put_le32(c + PG_CTL_STATE, 6); /* in production */
+    put_le32(c + PG_CTL_BLCKSZ, 8192);
+    put_le32(c + PG_CTL_XLOG_BLCKSZ, 8192);
+    put_le32(c + PG_CTL_XLOG_SEG_SIZE, SEG);
+    put_le64(c + PG_CTL_MIN_RECOVERY_POINT, 0x5000);
+    put_le32(c + PG_CTL_CRC, crc32c(c, PG_CTL_CRC));
+    put_le32(cp + PG_CP_THIS_TLI, 1);
+    put_le32(cp + PG_CP_PREV_TLI, 1);
+    put_le64(cp + PG_CP_NEXT_XID, 745);
+    put_le32(cp + PG_CP_NEXT_OID, 16390);
+    put_le32(cp + PG_CP_OLDEST_ACTIVE_XID, 700);
 }
 
 /* Plans at lsn, builds the segments and reads the record back. */
@@ -123,9 +124,9 @@ static void check_layout(lsn_t lsn, lsn_t want_start, bool two_segments)
     assert_int_equal(rec->hdr.info, PG_XLOG_CHECKPOINT_SHUTDOWN);
     assert_int_equal(rec->hdr.prev, prev);
     assert_int_equal(rec->main_data_len, PG_CHECKPOINT_SIZE);
-    assert_int_equal(pg_get_u64(rec->main_data + PG_CP_REDO), b.record_start);
-    assert_int_equal(pg_get_u32(rec->main_data + PG_CP_OLDEST_ACTIVE_XID), 0);
-    assert_int_equal(pg_get_u32(rec->main_data + PG_CP_NEXT_OID), 16390);
+    assert_int_equal(get_le64(rec->main_data + PG_CP_REDO), b.record_start);
+    assert_int_equal(get_le32(rec->main_data + PG_CP_OLDEST_ACTIVE_XID), 0);
+    assert_int_equal(get_le32(rec->main_data + PG_CP_NEXT_OID), 16390);
     /* The segment is valid WAL from its first byte (the walproposer streams
      * an empty timeline from there): a reader started at the segment start
      * skips the fake continuation and finds the same record. */
@@ -162,11 +163,11 @@ static void check_layout(lsn_t lsn, lsn_t want_start, bool two_segments)
 
     uint8_t out[PG_CONTROL_FILE_SIZE];
     pgcontrol_make_control(&b, ctl, sizeof ctl, out);
-    assert_int_equal(pg_get_u32(out + PG_CTL_CRC), crc32c(out, PG_CTL_CRC));
-    assert_int_equal(pg_get_u32(out + PG_CTL_STATE), PG_DB_SHUTDOWNED);
-    assert_int_equal(pg_get_u64(out + PG_CTL_CHECKPOINT), b.record_start);
+    assert_int_equal(get_le32(out + PG_CTL_CRC), crc32c(out, PG_CTL_CRC));
+    assert_int_equal(get_le32(out + PG_CTL_STATE), PG_DB_SHUTDOWNED);
+    assert_int_equal(get_le64(out + PG_CTL_CHECKPOINT), b.record_start);
     assert_memory_equal(out + PG_CTL_CHECKPOINT_COPY, rec->main_data, PG_CHECKPOINT_SIZE);
-    assert_int_equal(pg_get_u64(out + PG_CTL_MIN_RECOVERY_POINT), 0);
+    assert_int_equal(get_le64(out + PG_CTL_MIN_RECOVERY_POINT), 0);
     free(buf);
     free(wal);
 }
@@ -295,8 +296,7 @@ static int st_slru(void *arg, uint8_t kind, uint32_t segno, lsn_t lsn, uint8_t *
     lsn_t found;
     if (store_get_latest(arg, &sk, lsn, &v, &found, err, errlen) != 1)
         return -1;
-    uint32_t n = (uint32_t)v.payload[0] << 24 | (uint32_t)v.payload[1] << 16 |
-                 (uint32_t)v.payload[2] << 8 | v.payload[3];
+    uint32_t n = get_be32(v.payload);
     free((void *)v.payload);
     if (n > max_blocks)
         return -1;

@@ -17,6 +17,8 @@
 
 #include "safekeeper/control_file.c"
 
+#include "common/byteorder.h"
+
 static void sample(acceptor_persistent_state *st, uint32_t nhist)
 {
     memset(st, 0, sizeof *st);
@@ -120,12 +122,6 @@ static void expect_rejected(const acceptor_persistent_state *st,
         fail_msg("error \"%s\" does not mention \"%s\"", err, want);
 }
 
-static void set_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
 static void mut_magic(uint8_t *b, size_t *len)
 {
     (void)len;
@@ -134,7 +130,7 @@ static void mut_magic(uint8_t *b, size_t *len)
 static void mut_version(uint8_t *b, size_t *len)
 {
     (void)len;
-    set_u32(b + 4, 3);
+    put_le32(b + 4, 3);
 }
 static void mut_short(uint8_t *b, size_t *len)
 {
@@ -149,14 +145,14 @@ static void mut_drop_last(uint8_t *b, size_t *len)
 static void mut_body_len(uint8_t *b, size_t *len)
 {
     (void)len;
-    set_u32(b + 8, 124 + 16 * 2);
+    put_le32(b + 8, 124 + 16 * 2);
 }
 static void mut_extra(uint8_t *b, size_t *len)
 {
     /* Two more bytes in the body, body length adjusted to match. */
     memmove(b + *len - 2, b + *len - 4, 4);
     *len += 2;
-    set_u32(b + 8, (uint32_t)(*len - 16));
+    put_le32(b + 8, (uint32_t)(*len - 16));
 }
 /* Body offsets: tenant 12, timeline 28, pg_version 44, system_id 48,
  * seg size 56, node 60, term 68, start 76, flush 84, commit 92, trunc 100,
@@ -164,12 +160,12 @@ static void mut_extra(uint8_t *b, size_t *len)
 static void mut_hist_n(uint8_t *b, size_t *len)
 {
     (void)len;
-    set_u32(b + 132, 4);
+    put_le32(b + 132, 4);
 }
 static void mut_hist_huge(uint8_t *b, size_t *len)
 {
     (void)len;
-    set_u32(b + 132, 100000);
+    put_le32(b + 132, 100000);
 }
 static void mut_hist_order(uint8_t *b, size_t *len)
 {
@@ -181,7 +177,7 @@ static void mut_hist_order(uint8_t *b, size_t *len)
 static void mut_members_many(uint8_t *b, size_t *len)
 {
     (void)len;
-    set_u32(b + MCONF_AT + 4, 8);
+    put_le32(b + MCONF_AT + 4, 8);
 }
 static void mut_member_addr(uint8_t *b, size_t *len)
 {
@@ -197,7 +193,7 @@ static void mut_member_twice(uint8_t *b, size_t *len)
 static void mut_members_cut(uint8_t *b, size_t *len)
 {
     (void)len;
-    set_u32(b + MCONF_AT + 4, 7); /* more members than the body holds */
+    put_le32(b + MCONF_AT + 4, 7); /* more members than the body holds */
 }
 static void mut_zero_tenant(uint8_t *b, size_t *len)
 {
@@ -207,7 +203,7 @@ static void mut_zero_tenant(uint8_t *b, size_t *len)
 static void mut_seg_size(uint8_t *b, size_t *len)
 {
     (void)len;
-    set_u32(b + 56, 3u << 20);
+    put_le32(b + 56, 3u << 20);
 }
 static void mut_term_low(uint8_t *b, size_t *len)
 {
@@ -252,8 +248,8 @@ static void test_version1_reads_as_generation0(void **state)
     /* Version 1 had no configuration: drop its 12 bytes (the end of the
      * body), then rewrite version, body length and CRC. */
     len -= 12;
-    set_u32(buf + 4, 1);
-    set_u32(buf + 8, (uint32_t)(len - 16));
+    put_le32(buf + 4, 1);
+    put_le32(buf + 8, (uint32_t)(len - 16));
     uint32_t crc = crc32c(buf, len - 4);
     for (int i = 0; i < 4; i++)
         buf[len - 4 + (size_t)i] = (uint8_t)(crc >> (8 * i));

@@ -327,8 +327,8 @@ static void test_import_refusals(void **state)
 
     /* "in production" (a running or crashed server) with a valid CRC. */
     memcpy(c, orig, sizeof c);
-    pg_put_u32(c + PG_CTL_STATE, 6 /* DB_IN_PRODUCTION */);
-    pg_put_u32(c + PG_CTL_CRC, crc32c(c, PG_CTL_CRC));
+    put_le32(c + PG_CTL_STATE, 6 /* DB_IN_PRODUCTION */);
+    put_le32(c + PG_CTL_CRC, crc32c(c, PG_CTL_CRC));
     write_all(path, c, sizeof c);
     expect_refused("not shut down cleanly");
 
@@ -340,8 +340,8 @@ static void test_import_refusals(void **state)
 
     /* A checkpoint location that is not the checkpoint record. */
     memcpy(c, orig, sizeof c);
-    pg_put_u64(c + PG_CTL_CHECKPOINT, pg_get_u64(orig + PG_CTL_CHECKPOINT) - 0x1000);
-    pg_put_u32(c + PG_CTL_CRC, crc32c(c, PG_CTL_CRC));
+    put_le64(c + PG_CTL_CHECKPOINT, get_le64(orig + PG_CTL_CHECKPOINT) - 0x1000);
+    put_le32(c + PG_CTL_CRC, crc32c(c, PG_CTL_CRC));
     write_all(path, c, sizeof c);
     expect_refused("checkpoint");
     write_all(path, orig, sizeof orig);

@@ -20,6 +20,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "common/byteorder.h"
 #include "common/walformat.h"
 #include "pageserver/ingest.h"
 #include "pageserver/pgstructs.h"
@@ -186,11 +187,6 @@ static size_t count_kind(const mem_store *m, uint8_t key_kind, uint8_t val_kind)
     return c;
 }
 
-static uint32_t be32(const uint8_t *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-
 static uint32_t size_of(ingest_state *ing, uint32_t spc, uint32_t db, uint32_t rel, uint8_t fork)
 {
     uint32_t n = 0;
@@ -327,7 +323,7 @@ static void test_sample_block_values(void **state)
                 assert_true(v->kind == VAL_IMAGE || v->kind == VAL_ZERO_PAGE);
                 if (v->kind == VAL_IMAGE) {
                     assert_int_equal(v->len, PG_BLCKSZ);
-                    lsn_t pl = ((lsn_t)pg_get_u32(v->payload) << 32) | pg_get_u32(v->payload + 4);
+                    lsn_t pl = ((lsn_t)get_le32(v->payload) << 32) | get_le32(v->payload + 4);
                     assert_int_equal(pl, ends[i]);
                 }
                 images++;
@@ -336,7 +332,7 @@ static void test_sample_block_values(void **state)
                 assert_int_equal(v->len, e->tot_len);
                 /* The stored bytes are the intact record: its CRC holds. */
                 assert_int_equal(wal_record_compute_crc(v->payload, v->len),
-                                 pg_get_u32(v->payload + WAL_RECORD_CRC_OFFSET));
+                                 get_le32(v->payload + WAL_RECORD_CRC_OFFSET));
                 if (eb->has_image)
                     assert_true(v->flags & VALUE_WILL_INIT);
             }
@@ -385,8 +381,8 @@ static void test_sample_block_values(void **state)
         assert_true(v->payload[0] == PG_XACT_STATUS_COMMITTED ||
                     v->payload[0] == PG_XACT_STATUS_ABORTED);
         bool found = false;
-        for (uint32_t x = 0; x < be32(v->payload + 1); x++)
-            found |= be32(v->payload + 5 + 4 * x) == xid;
+        for (uint32_t x = 0; x < get_be32(v->payload + 1); x++)
+            found |= get_be32(v->payload + 5 + 4 * x) == xid;
         assert_true(found);
         xact_records++;
     }
@@ -420,7 +416,7 @@ static wal_record *mk(rec_builder *b, uint8_t rmid, uint8_t info, uint32_t xid, 
 {
     memset(&b->rec, 0, sizeof b->rec);
     memset(b->raw, 0, sizeof b->raw);
-    pg_put_u32(b->raw, sizeof b->raw); /* xl_tot_len, for VAL_WAL_RECORD puts */
+    put_le32(b->raw, sizeof b->raw); /* xl_tot_len, for VAL_WAL_RECORD puts */
     b->raw[17] = rmid;
     b->rec.hdr.tot_len = sizeof b->raw;
     b->rec.hdr.rmid = rmid;
@@ -466,10 +462,10 @@ static void ingest_bad(ingest_state *ing, lsn_t end, wal_record *r, const char *
 static void smgr_create(ingest_state *ing, rec_builder *b, lsn_t end, uint32_t rel, uint32_t fork)
 {
     wal_record *r = mk(b, PG_RM_SMGR, PG_XLOG_SMGR_CREATE, 0, PG_SMGR_CREATE_SIZE);
-    pg_put_u32(b->main, 1663);
-    pg_put_u32(b->main + 4, 5);
-    pg_put_u32(b->main + 8, rel);
-    pg_put_u32(b->main + 12, fork);
+    put_le32(b->main, 1663);
+    put_le32(b->main + 4, 5);
+    put_le32(b->main + 8, rel);
+    put_le32(b->main + 12, fork);
     ingest_ok(ing, end, r);
 }
 
@@ -524,11 +520,11 @@ static void test_sizes_and_truncate(void **state)
 
     /* Truncate everything to 40000 heap blocks. */
     r = mk(b, PG_RM_SMGR, PG_XLOG_SMGR_TRUNCATE, 0, PG_SMGR_TRUNCATE_SIZE);
-    pg_put_u32(b->main, 40000);
-    pg_put_u32(b->main + 4, 1663);
-    pg_put_u32(b->main + 8, 5);
-    pg_put_u32(b->main + 12, 100);
-    pg_put_u32(b->main + 16, PG_SMGR_TRUNCATE_HEAP | PG_SMGR_TRUNCATE_FSM | PG_SMGR_TRUNCATE_VM);
+    put_le32(b->main, 40000);
+    put_le32(b->main + 4, 1663);
+    put_le32(b->main + 8, 5);
+    put_le32(b->main + 12, 100);
+    put_le32(b->main + 16, PG_SMGR_TRUNCATE_HEAP | PG_SMGR_TRUNCATE_FSM | PG_SMGR_TRUNCATE_VM);
     ingest_ok(ing, 0x1050, r);
     assert_int_equal(size_of(ing, 1663, 5, 100, FORK_MAIN), 40000);
     /* VM: 40000 / 32672 = page 1, partially kept: the record goes on it. */
@@ -546,8 +542,8 @@ static void test_sizes_and_truncate(void **state)
     assert_int_equal(fv->kind, VAL_ZERO_PAGE);
 
     /* A "truncation" to a larger size changes nothing. */
-    pg_put_u32(b->main, 50000);
-    pg_put_u32(b->main + 16, PG_SMGR_TRUNCATE_HEAP);
+    put_le32(b->main, 50000);
+    put_le32(b->main + 16, PG_SMGR_TRUNCATE_HEAP);
     ingest_ok(ing, 0x1060, r);
     assert_int_equal(size_of(ing, 1663, 5, 100, FORK_MAIN), 40000);
 
@@ -555,7 +551,7 @@ static void test_sizes_and_truncate(void **state)
     r = mk(b, PG_RM_SMGR, PG_XLOG_SMGR_CREATE, 0, 15);
     ingest_bad(ing, 0x1070, r, "smgr create");
     r = mk(b, PG_RM_SMGR, PG_XLOG_SMGR_CREATE, 0, 16);
-    pg_put_u32(b->main + 12, 9);
+    put_le32(b->main + 12, 9);
     ingest_bad(ing, 0x1078, r, "fork 9");
     r = mk(b, PG_RM_SMGR, PG_XLOG_SMGR_TRUNCATE, 0, 24);
     ingest_bad(ing, 0x1080, r, "truncate");
@@ -586,29 +582,29 @@ static uint32_t xact_body(uint8_t *p, const uint32_t *subs, int nsubs, const uin
     off += 4;
     if (nsubs > 0) {
         xinfo |= PG_XINFO_HAS_SUBXACTS;
-        pg_put_u32(p + off, (uint32_t)nsubs);
+        put_le32(p + off, (uint32_t)nsubs);
         off += 4;
         for (int i = 0; i < nsubs; i++, off += 4)
-            pg_put_u32(p + off, subs[i]);
+            put_le32(p + off, subs[i]);
     }
     if (nrels > 0) {
         xinfo |= PG_XINFO_HAS_RELFILENODES;
-        pg_put_u32(p + off, (uint32_t)nrels);
+        put_le32(p + off, (uint32_t)nrels);
         off += 4;
         for (int i = 0; i < nrels; i++, off += 12) {
-            pg_put_u32(p + off, 1663);
-            pg_put_u32(p + off + 4, 5);
-            pg_put_u32(p + off + 8, rels[i]);
+            put_le32(p + off, 1663);
+            put_le32(p + off + 4, 5);
+            put_le32(p + off + 8, rels[i]);
         }
     }
     if (twophase_xid) {
         xinfo |= PG_XINFO_HAS_TWOPHASE | PG_XINFO_HAS_GID;
-        pg_put_u32(p + off, twophase_xid);
+        put_le32(p + off, twophase_xid);
         off += 4;
         memcpy(p + off, "gid1", 5);
         off += 5;
     }
-    pg_put_u32(p + xinfo_off, xinfo);
+    put_le32(p + xinfo_off, xinfo);
     return off;
 }
 
@@ -621,13 +617,13 @@ static void test_xact_clog_twophase(void **state)
 
     /* CLOG zero page: segment 1 page 2 (page 34). */
     wal_record *r = mk(b, PG_RM_CLOG, PG_CLOG_ZEROPAGE, 0, 4);
-    pg_put_u32(b->main, 34);
+    put_le32(b->main, 34);
     ingest_ok(ing, 0x100, r);
     pg_key zk = pg_key_slru_block(SLRU_CLOG, 1, 2);
     assert_int_equal(value_at(&m, &zk, 0x100)->kind, VAL_ZERO_PAGE);
     pg_key szk = {.kind = KEY_SLRU_SIZE, .fork = SLRU_CLOG, .rel = 1};
     const mem_value *sz = mem_latest(&m, &szk, LSN_MAX);
-    assert_int_equal(be32(sz->payload), 3);
+    assert_int_equal(get_be32(sz->payload), 3);
 
     /* A relation to drop at commit. */
     smgr_create(ing, b, 0x110, 300, FORK_MAIN);
@@ -644,11 +640,11 @@ static void test_xact_clog_twophase(void **state)
     assert_non_null(c0);
     assert_non_null(c1);
     assert_int_equal(c0->payload[0], PG_XACT_STATUS_COMMITTED);
-    assert_int_equal(be32(c0->payload + 1), 1);
-    assert_int_equal(be32(c0->payload + 5), 32767);
-    assert_int_equal(be32(c1->payload + 1), 3);
-    assert_int_equal(be32(c1->payload + 5), 32768); /* sorted */
-    assert_int_equal(be32(c1->payload + 13), 40000);
+    assert_int_equal(get_be32(c0->payload + 1), 1);
+    assert_int_equal(get_be32(c0->payload + 5), 32767);
+    assert_int_equal(get_be32(c1->payload + 1), 3);
+    assert_int_equal(get_be32(c1->payload + 5), 32768); /* sorted */
+    assert_int_equal(get_be32(c1->payload + 13), 40000);
     assert_int_equal(size_of(ing, 1663, 5, 300, FORK_MAIN), UINT32_MAX);
     assert_int_equal(size_of(ing, 1663, 5, 300, FORK_FSM), UINT32_MAX);
 
@@ -662,9 +658,9 @@ static void test_xact_clog_twophase(void **state)
     /* Prepare, then commit prepared. */
     r = mk(b, PG_RM_XACT, PG_XLOG_XACT_PREPARE, 42000, 100);
     memset(b->main, 0, 100);
-    pg_put_u32(b->main, PG_TWOPHASE_MAGIC);
-    pg_put_u32(b->main + 4, 104);
-    pg_put_u32(b->main + PG_XACT_PREPARE_XID, 42000);
+    put_le32(b->main, PG_TWOPHASE_MAGIC);
+    put_le32(b->main + 4, 104);
+    put_le32(b->main + PG_XACT_PREPARE_XID, 42000);
     ingest_ok(ing, 0x400, r);
     pg_key tk = {.kind = KEY_TWOPHASE, .rel = 42000};
     assert_int_equal(value_at(&m, &tk, 0x400)->kind, VAL_BLOB);
@@ -673,18 +669,18 @@ static void test_xact_clog_twophase(void **state)
     r = mk(b, PG_RM_XACT, PG_XLOG_XACT_COMMIT_PREPARED | PG_XLOG_XACT_HAS_INFO, 0, len);
     ingest_ok(ing, 0x500, r);
     assert_int_equal(value_at(&m, &tk, 0x500)->kind, VAL_TOMBSTONE);
-    assert_int_equal(be32(value_at(&m, &p1, 0x500)->payload + 5), 42000);
+    assert_int_equal(get_be32(value_at(&m, &p1, 0x500)->payload + 5), 42000);
 
     /* Malformed: a subxact count past the data, a prepare with a bad
      * length, an unterminated GID. */
     len = xact_body(b->main, subs, 3, NULL, 0, 0);
-    pg_put_u32(b->main + 12, 1000000);
+    put_le32(b->main + 12, 1000000);
     r = mk(b, PG_RM_XACT, PG_XLOG_XACT_COMMIT | PG_XLOG_XACT_HAS_INFO, 50000, len);
     ingest_bad(ing, 0x600, r, "subtransactions");
-    pg_put_u32(b->main + 12, 0x80000000u);
+    put_le32(b->main + 12, 0x80000000u);
     ingest_bad(ing, 0x608, r, "subtransactions");
     r = mk(b, PG_RM_XACT, PG_XLOG_XACT_PREPARE, 42001, 100);
-    pg_put_u32(b->main + 4, 999);
+    put_le32(b->main + 4, 999);
     ingest_bad(ing, 0x610, r, "prepare");
     len = xact_body(b->main, NULL, 0, NULL, 0, 42000);
     r = mk(b, PG_RM_XACT, PG_XLOG_XACT_COMMIT_PREPARED | PG_XLOG_XACT_HAS_INFO, 0, len - 1);
@@ -695,14 +691,14 @@ static void test_xact_clog_twophase(void **state)
 
     /* CLOG truncate drops whole segments before the cutoff. */
     r = mk(b, PG_RM_CLOG, PG_CLOG_ZEROPAGE, 0, 4);
-    pg_put_u32(b->main, 0);
+    put_le32(b->main, 0);
     ingest_ok(ing, 0x700, r);
     pg_key seg0 = {.kind = KEY_SLRU_SIZE, .fork = SLRU_CLOG, .rel = 0};
     assert_int_equal(mem_latest(&m, &seg0, LSN_MAX)->kind, VAL_SIZE);
     r = mk(b, PG_RM_CLOG, PG_CLOG_TRUNCATE, 0, 12);
-    pg_put_u32(b->main, 40); /* cutoff page 40: segment 0 (pages 0-31) goes */
-    pg_put_u32(b->main + 4, 40 * PG_CLOG_XACTS_PER_PAGE);
-    pg_put_u32(b->main + 8, 1);
+    put_le32(b->main, 40); /* cutoff page 40: segment 0 (pages 0-31) goes */
+    put_le32(b->main + 4, 40 * PG_CLOG_XACTS_PER_PAGE);
+    put_le32(b->main + 8, 1);
     ingest_ok(ing, 0x710, r);
     assert_int_equal(mem_latest(&m, &seg0, LSN_MAX)->kind, VAL_TOMBSTONE);
     assert_int_equal(mem_latest(&m, &szk, LSN_MAX)->kind, VAL_SIZE);
@@ -720,34 +716,34 @@ static void test_multixact(void **state)
     rec_builder *b = calloc(1, sizeof *b);
     /* Members 1634..1637 straddle members pages 0 and 1 (1636 per page). */
     wal_record *r = mk(b, PG_RM_MULTIXACT, PG_XLOG_MULTIXACT_CREATE_ID, 0, 12 + 4 * 8);
-    pg_put_u32(b->main, 2049); /* offsets page 1 */
-    pg_put_u32(b->main + 4, 1634);
-    pg_put_u32(b->main + 8, 4);
+    put_le32(b->main, 2049); /* offsets page 1 */
+    put_le32(b->main + 4, 1634);
+    put_le32(b->main + 8, 4);
     for (int i = 0; i < 4; i++) {
-        pg_put_u32(b->main + 12 + 8 * i, 900 + (uint32_t)i);
-        pg_put_u32(b->main + 16 + 8 * i, (uint32_t)i);
+        put_le32(b->main + 12 + 8 * i, 900 + (uint32_t)i);
+        put_le32(b->main + 16 + 8 * i, (uint32_t)i);
     }
     ingest_ok(ing, 0x100, r);
     pg_key ok = pg_key_slru_block(SLRU_MULTIXACT_OFFSETS, 0, 1);
     const mem_value *ov = value_at(&m, &ok, 0x100);
     assert_int_equal(ov->kind, VAL_MXACT_OFFSET);
-    assert_int_equal(be32(ov->payload), 2049);
-    assert_int_equal(be32(ov->payload + 4), 1634);
+    assert_int_equal(get_be32(ov->payload), 2049);
+    assert_int_equal(get_be32(ov->payload + 4), 1634);
     pg_key m0 = pg_key_slru_block(SLRU_MULTIXACT_MEMBERS, 0, 0);
     pg_key m1 = pg_key_slru_block(SLRU_MULTIXACT_MEMBERS, 0, 1);
     const mem_value *v0 = value_at(&m, &m0, 0x100), *v1 = value_at(&m, &m1, 0x100);
     assert_int_equal(v0->kind, VAL_MXACT_MEMBERS);
-    assert_int_equal(be32(v0->payload), 1634);
-    assert_int_equal(be32(v0->payload + 4), 2);
-    assert_int_equal(be32(v1->payload), 1636);
-    assert_int_equal(be32(v1->payload + 4), 2);
-    assert_int_equal(be32(v1->payload + 8), 902);
+    assert_int_equal(get_be32(v0->payload), 1634);
+    assert_int_equal(get_be32(v0->payload + 4), 2);
+    assert_int_equal(get_be32(v1->payload), 1636);
+    assert_int_equal(get_be32(v1->payload + 4), 2);
+    assert_int_equal(get_be32(v1->payload + 8), 902);
     assert_int_equal(v1->payload[12], 2);
 
     /* Malformed counts. */
-    pg_put_u32(b->main + 8, 5);
+    put_le32(b->main + 8, 5);
     ingest_bad(ing, 0x200, r, "members");
-    pg_put_u32(b->main + 8, 0xFFFFFFFFu);
+    put_le32(b->main + 8, 0xFFFFFFFFu);
     ingest_bad(ing, 0x208, r, "members");
     r = mk(b, PG_RM_MULTIXACT, PG_XLOG_MULTIXACT_TRUNCATE_ID, 0, 19);
     ingest_bad(ing, 0x210, r, "truncate");
@@ -771,7 +767,7 @@ static void test_dbase_relmap_vm(void **state)
     wal_record *r = mk(b, PG_RM_XLOG, PG_XLOG_FPI, 0, 0);
     static uint8_t img[PG_BLCKSZ];
     memset(img, 0x5A, sizeof img);
-    pg_put_u16(img + PG_PAGE_UPPER_OFF, 0x100);
+    put_le16(img + PG_PAGE_UPPER_OFF, 0x100);
     add_block(r, 0, 400, FORK_MAIN, 1, false);
     r->blocks[0].has_image = true;
     r->blocks[0].apply_image = true;
@@ -781,7 +777,7 @@ static void test_dbase_relmap_vm(void **state)
     pg_key ik = pg_key_rel_block(1663, 5, 400, FORK_MAIN, 1);
     const mem_value *iv = value_at(&m, &ik, 0x100);
     assert_int_equal(iv->kind, VAL_IMAGE);
-    assert_int_equal(pg_get_u32(iv->payload + 4), 0x100); /* page LSN = record end */
+    assert_int_equal(get_le32(iv->payload + 4), 0x100); /* page LSN = record end */
     assert_int_equal(iv->payload[100], 0x5A);
 
     /* A hole is re-expanded. */
@@ -802,9 +798,9 @@ static void test_dbase_relmap_vm(void **state)
 
     /* Relmap of database 5. */
     r = mk(b, PG_RM_RELMAP, PG_XLOG_RELMAP_UPDATE, 0, 12 + 512);
-    pg_put_u32(b->main, 5);
-    pg_put_u32(b->main + 4, 1663);
-    pg_put_u32(b->main + 8, 512);
+    put_le32(b->main, 5);
+    put_le32(b->main + 4, 1663);
+    put_le32(b->main + 8, 512);
     memset(b->main + 12, 0x33, 512);
     ingest_ok(ing, 0x200, r);
     pg_key mk5 = {.kind = KEY_RELMAP, .spc = 1663, .db = 5};
@@ -814,10 +810,10 @@ static void test_dbase_relmap_vm(void **state)
 
     /* FILE_COPY database 6 from 5: sizes, blocks and the relmap. */
     r = mk(b, PG_RM_DBASE, PG_XLOG_DBASE_CREATE_FILE_COPY, 0, 16);
-    pg_put_u32(b->main, 6);
-    pg_put_u32(b->main + 4, 1663);
-    pg_put_u32(b->main + 8, 5);
-    pg_put_u32(b->main + 12, 1663);
+    put_le32(b->main, 6);
+    put_le32(b->main + 4, 1663);
+    put_le32(b->main + 8, 5);
+    put_le32(b->main + 12, 1663);
     ingest_ok(ing, 0x300, r);
     uint32_t n6 = 0;
     char err[256];
@@ -835,24 +831,24 @@ static void test_dbase_relmap_vm(void **state)
 
     /* WAL_LOG create of database 7: just the database. */
     r = mk(b, PG_RM_DBASE, PG_XLOG_DBASE_CREATE_WAL_LOG, 0, 8);
-    pg_put_u32(b->main, 7);
-    pg_put_u32(b->main + 4, 1663);
+    put_le32(b->main, 7);
+    put_le32(b->main + 4, 1663);
     ingest_ok(ing, 0x310, r);
     pg_key db7 = {.kind = KEY_DB, .spc = 1663, .db = 7};
     assert_int_equal(value_at(&m, &db7, 0x310)->kind, VAL_BLOB);
 
     /* Drop database 6: its relations, relmap and marker go. */
     r = mk(b, PG_RM_DBASE, PG_XLOG_DBASE_DROP, 0, 12);
-    pg_put_u32(b->main, 6);
-    pg_put_u32(b->main + 4, 1);
-    pg_put_u32(b->main + 8, 1663);
+    put_le32(b->main, 6);
+    put_le32(b->main + 4, 1);
+    put_le32(b->main + 8, 1663);
     ingest_ok(ing, 0x400, r);
     assert_int_equal(ingest_rel_size(ing, 1663, 6, 400, FORK_MAIN, &n6, err, sizeof err), 0);
     assert_int_equal(value_at(&m, &db6, 0x400)->kind, VAL_TOMBSTONE);
     assert_int_equal(count_kind(&m, KEY_REL_SIZE, VAL_TOMBSTONE), 1);
     assert_int_equal(value_at(&m, &mk6, 0x400)->kind, VAL_TOMBSTONE);
     assert_int_equal(size_of(ing, 1663, 5, 400, FORK_MAIN), 3); /* source untouched */
-    pg_put_u32(b->main + 4, 2);
+    put_le32(b->main + 4, 2);
     ingest_bad(ing, 0x408, r, "tablespaces");
 
     /* VM clears: an update moving a tuple between heap blocks on two VM
@@ -871,15 +867,15 @@ static void test_dbase_relmap_vm(void **state)
     const mem_value *c0 = value_at(&m, &v0, 0x510), *c1 = value_at(&m, &v1, 0x510);
     assert_int_equal(c0->kind, VAL_VM_CLEAR);
     assert_int_equal(c0->payload[0], PG_VM_VALID_BITS);
-    assert_int_equal(be32(c0->payload + 1), 7);
-    assert_int_equal(be32(c0->payload + 5), UINT32_MAX);
-    assert_int_equal(be32(c1->payload + 1), 32672 + 5);
+    assert_int_equal(get_be32(c0->payload + 1), 7);
+    assert_int_equal(get_be32(c0->payload + 5), UINT32_MAX);
+    assert_int_equal(get_be32(c1->payload + 1), 32672 + 5);
     /* Both on one VM page: one delta with both. */
     r->blocks[0].blkno = 9;
     ingest_ok(ing, 0x518, r);
     c0 = value_at(&m, &v0, 0x518);
-    assert_int_equal(be32(c0->payload + 1), 9);
-    assert_int_equal(be32(c0->payload + 5), 7);
+    assert_int_equal(get_be32(c0->payload + 1), 9);
+    assert_int_equal(get_be32(c0->payload + 5), 7);
     assert_null(value_at(&m, &v1, 0x518));
     /* Lock clearing all-frozen on a heap block whose VM page is past the end. */
     r = mk(b, PG_RM_HEAP, PG_XLOG_HEAP_LOCK, 800, PG_HEAP_LOCK_SIZE);
@@ -909,35 +905,35 @@ static void test_checkpoint_records(void **state)
     rec_builder *b = calloc(1, sizeof *b);
     wal_record *r = mk(b, PG_RM_XLOG, PG_XLOG_CHECKPOINT_ONLINE, 0, PG_CHECKPOINT_SIZE);
     memset(b->main, 0, PG_CHECKPOINT_SIZE);
-    pg_put_u64(b->main + PG_CP_NEXT_XID, 1000);
-    pg_put_u32(b->main + PG_CP_NEXT_OID, 20000);
+    put_le64(b->main + PG_CP_NEXT_XID, 1000);
+    put_le32(b->main + PG_CP_NEXT_OID, 20000);
     ingest_ok(ing, 0x100, r);
     pg_key ck = {.kind = KEY_CHECKPOINT};
-    assert_int_equal(pg_get_u32(value_at(&m, &ck, 0x100)->payload + PG_CP_NEXT_OID), 20000);
+    assert_int_equal(get_le32(value_at(&m, &ck, 0x100)->payload + PG_CP_NEXT_OID), 20000);
     /* An xid beyond nextXid moves it up, rounded to 1024. */
     r = mk(b, PG_RM_HEAP, PG_XLOG_HEAP_INSERT, 1500, PG_HEAP_INSERT_SIZE);
     memset(b->main, 0, 3);
     add_block(r, 0, 500, FORK_MAIN, 0, true);
     ingest_ok(ing, 0x200, r);
-    assert_int_equal(pg_get_u64(value_at(&m, &ck, 0x200)->payload + PG_CP_NEXT_XID), 2048);
+    assert_int_equal(get_le64(value_at(&m, &ck, 0x200)->payload + PG_CP_NEXT_XID), 2048);
     /* An xid below it does not rewrite the checkpoint. */
     r->hdr.xid = 1600;
     ingest_ok(ing, 0x300, r);
     assert_null(value_at(&m, &ck, 0x300));
     /* NEXTOID. */
     r = mk(b, PG_RM_XLOG, PG_XLOG_NEXTOID, 0, 4);
-    pg_put_u32(b->main, 30000);
+    put_le32(b->main, 30000);
     ingest_ok(ing, 0x400, r);
-    assert_int_equal(pg_get_u32(value_at(&m, &ck, 0x400)->payload + PG_CP_NEXT_OID), 30000);
+    assert_int_equal(get_le32(value_at(&m, &ck, 0x400)->payload + PG_CP_NEXT_OID), 30000);
     /* A later online checkpoint with an older nextXid keeps ours. */
     r = mk(b, PG_RM_XLOG, PG_XLOG_CHECKPOINT_ONLINE, 0, PG_CHECKPOINT_SIZE);
     memset(b->main, 0, PG_CHECKPOINT_SIZE);
-    pg_put_u64(b->main + PG_CP_NEXT_XID, 1700);
-    pg_put_u32(b->main + PG_CP_NEXT_OID, 31000);
+    put_le64(b->main + PG_CP_NEXT_XID, 1700);
+    put_le32(b->main + PG_CP_NEXT_OID, 31000);
     ingest_ok(ing, 0x500, r);
     const mem_value *cv = value_at(&m, &ck, 0x500);
-    assert_int_equal(pg_get_u64(cv->payload + PG_CP_NEXT_XID), 2048);
-    assert_int_equal(pg_get_u32(cv->payload + PG_CP_NEXT_OID), 31000);
+    assert_int_equal(get_le64(cv->payload + PG_CP_NEXT_XID), 2048);
+    assert_int_equal(get_le32(cv->payload + PG_CP_NEXT_OID), 31000);
     /* Bad lengths. */
     r->main_data_len = 80;
     ingest_bad(ing, 0x600, r, "checkpoint");
@@ -959,8 +955,8 @@ static uint32_t logical_message(uint8_t *main, size_t cap, const char *prefix, c
     size_t plen = strlen(prefix) + 1;
     assert_true(PG_LOGICAL_MESSAGE_HDR_SIZE + plen + msg_len <= cap);
     memset(main, 0, PG_LOGICAL_MESSAGE_HDR_SIZE);
-    pg_put_u64(main + PG_LOGICAL_MESSAGE_PREFIX_SIZE_OFF, plen);
-    pg_put_u64(main + PG_LOGICAL_MESSAGE_SIZE_OFF, msg_len);
+    put_le64(main + PG_LOGICAL_MESSAGE_PREFIX_SIZE_OFF, plen);
+    put_le64(main + PG_LOGICAL_MESSAGE_SIZE_OFF, msg_len);
     memcpy(main + PG_LOGICAL_MESSAGE_HDR_SIZE, prefix, plen);
     memcpy(main + PG_LOGICAL_MESSAGE_HDR_SIZE + plen, msg, msg_len);
     return (uint32_t)(PG_LOGICAL_MESSAGE_HDR_SIZE + plen + msg_len);
@@ -999,13 +995,13 @@ static void test_auto_conf_messages(void **state)
     ingest_bad(ing, 0x400, r, "too short");
     len = logical_message(b->main, sizeof b->main, WAL_AUTO_CONF_PREFIX, "ab", 2);
     r = mk(b, PG_RM_LOGICALMSG, PG_XLOG_LOGICAL_MESSAGE, 0, len);
-    pg_put_u64(b->main + PG_LOGICAL_MESSAGE_SIZE_OFF, UINT64_MAX);
+    put_le64(b->main + PG_LOGICAL_MESSAGE_SIZE_OFF, UINT64_MAX);
     ingest_bad(ing, 0x408, r, "bytes of payload");
-    pg_put_u64(b->main + PG_LOGICAL_MESSAGE_SIZE_OFF, 2);
-    pg_put_u64(b->main + PG_LOGICAL_MESSAGE_PREFIX_SIZE_OFF, UINT64_MAX - 1);
+    put_le64(b->main + PG_LOGICAL_MESSAGE_SIZE_OFF, 2);
+    put_le64(b->main + PG_LOGICAL_MESSAGE_PREFIX_SIZE_OFF, UINT64_MAX - 1);
     ingest_bad(ing, 0x410, r, "bytes of payload");
-    pg_put_u64(b->main + PG_LOGICAL_MESSAGE_PREFIX_SIZE_OFF, strlen(WAL_AUTO_CONF_PREFIX));
-    pg_put_u64(b->main + PG_LOGICAL_MESSAGE_SIZE_OFF, 3);
+    put_le64(b->main + PG_LOGICAL_MESSAGE_PREFIX_SIZE_OFF, strlen(WAL_AUTO_CONF_PREFIX));
+    put_le64(b->main + PG_LOGICAL_MESSAGE_SIZE_OFF, 3);
     ingest_bad(ing, 0x418, r, "NUL-terminated");
     len = logical_message(b->main, sizeof b->main, WAL_AUTO_CONF_PREFIX, "a\0b", 3);
     r = mk(b, PG_RM_LOGICALMSG, PG_XLOG_LOGICAL_MESSAGE, 0, len);
@@ -1160,7 +1156,7 @@ static void test_fpi_32_blocks_real_store(void **state)
     wal_record *r = mk(b, PG_RM_XLOG, PG_XLOG_FPI, 0, 0);
     for (int id = 0; id < 32; id++) {
         memset(images[id], 0, PG_BLCKSZ);
-        pg_put_u16(images[id] + PG_PAGE_UPPER_OFF, 8000);
+        put_le16(images[id] + PG_PAGE_UPPER_OFF, 8000);
         images[id][100] = (uint8_t)(id + 1);
         add_block(r, id, 24576, 0, (uint32_t)id, false);
         r->blocks[id].has_image = true;
@@ -1180,7 +1176,7 @@ static void test_fpi_32_blocks_real_store(void **state)
     lsn_t found;
     assert_int_equal(store_get_latest(st, &sk, end, &v, &found, err, sizeof err), 1);
     assert_int_equal(v.kind, VAL_SIZE);
-    assert_int_equal(be32(v.payload), 32);
+    assert_int_equal(get_be32(v.payload), 32);
     assert_true(found == end);
     free((void *)v.payload);
     for (uint32_t blk = 0; blk < 32; blk++) {

@@ -15,17 +15,7 @@
 
 #include "proto/pagestream.h"
 
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--, v >>= 8)
-        p[i] = (uint8_t)v;
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 3; i >= 0; i--, v >>= 8)
-        p[i] = (uint8_t)v;
-}
+#include "common/byteorder.h"
 
 static uint8_t big[PAGESTREAM_MAX_MESSAGE + 16];
 static uint8_t again[PAGESTREAM_MAX_MESSAGE + 16];
@@ -63,14 +53,14 @@ static void test_getpage_layout(void **state)
 {
     (void)state;
     uint8_t w[42] = {PS_REQ_GETPAGE};
-    put64(w + 1, 0x0102030405060708ULL);
-    put64(w + 9, LSN_MAX);
-    put64(w + 17, 0x16B3728ULL);
-    put32(w + 25, 1663);
-    put32(w + 29, 5);
-    put32(w + 33, 16384);
+    put_be64(w + 1, 0x0102030405060708ULL);
+    put_be64(w + 9, LSN_MAX);
+    put_be64(w + 17, 0x16B3728ULL);
+    put_be32(w + 25, 1663);
+    put_be32(w + 29, 5);
+    put_be32(w + 33, 16384);
     w[37] = 2;
-    put32(w + 38, 77);
+    put_be32(w + 38, 77);
 
     pagestream_request r;
     const char *why = NULL;
@@ -302,26 +292,26 @@ static void test_response_rejections(void **state)
     assert_non_null(strstr(why, "neither"));
 
     w[0] = PS_RESP_DBSIZE;
-    put64(w + 9, UINT64_MAX);
+    put_be64(w + 9, UINT64_MAX);
     assert_int_equal(pagestream_decode_response(w, 17, &r, &why), -1);
     assert_non_null(strstr(why, "negative"));
 
     w[0] = PS_RESP_SPCSIZE;
-    put64(w + 9, UINT64_MAX);
+    put_be64(w + 9, UINT64_MAX);
     assert_int_equal(pagestream_decode_response(w, 21, &r, &why), -1);
     assert_non_null(strstr(why, "negative"));
 
     w[0] = PS_RESP_GET_SLRU_SEGMENT;
-    put32(w + 9, 33);
+    put_be32(w + 9, 33);
     assert_int_equal(pagestream_decode_response(w, 13, &r, &why), -1);
     assert_non_null(strstr(why, "32 blocks"));
-    put32(w + 9, 1); /* claims one block, carries none */
+    put_be32(w + 9, 1); /* claims one block, carries none */
     assert_int_equal(pagestream_decode_response(w, 13, &r, &why), -1);
     assert_non_null(strstr(why, "shorter"));
 
     w[0] = PS_RESP_ERROR;
     memcpy(w + 9, "xx000", 5); /* lower case is not a SQLSTATE */
-    put32(w + 14, 2);
+    put_be32(w + 14, 2);
     w[18] = 'h';
     w[19] = 'i';
     assert_int_equal(pagestream_decode_response(w, 20, &r, &why), -1);
@@ -331,7 +321,7 @@ static void test_response_rejections(void **state)
     w[19] = '\0';
     assert_int_equal(pagestream_decode_response(w, 20, &r, &why), -1);
     assert_non_null(strstr(why, "NUL"));
-    put32(w + 14, PAGESTREAM_MAX_ERROR_MESSAGE + 1);
+    put_be32(w + 14, PAGESTREAM_MAX_ERROR_MESSAGE + 1);
     assert_int_equal(pagestream_decode_response(w, 20, &r, &why), -1);
     assert_non_null(strstr(why, "1024"));
 

@@ -15,24 +15,13 @@
 
 #include "pageserver/redo_synthetic.h"
 
-static void be32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
-}
+#include "common/byteorder.h"
 
 /* Two-bit field number n counted from bit 0 of byte base (LSB first). */
 static unsigned get2(const uint8_t *page, size_t base, uint64_t n)
 {
     uint64_t bit = (uint64_t)base * 8 + n * 2;
     return (page[bit / 8] >> (bit % 8)) & 3;
-}
-
-static uint32_t le32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
 static uint8_t page[PG_BLCKSZ], before[PG_BLCKSZ];
@@ -53,9 +42,9 @@ static void test_clog_set(void **state)
     uint32_t xids[] = {base, base + 1, base + 5, base + 32767};
     uint8_t payload[5 + 4 * 4];
     payload[0] = 1; /* committed */
-    be32(payload + 1, 4);
+    put_be32(payload + 1, 4);
     for (int i = 0; i < 4; i++)
-        be32(payload + 5 + 4 * i, xids[i]);
+        put_be32(payload + 5 + 4 * i, xids[i]);
     memset(page, 0, sizeof page);
     page[100] = 0xFF; /* xids 400..403 of the page: all sub-committed, untouched */
     memcpy(before, page, sizeof page);
@@ -77,28 +66,28 @@ static void test_clog_set(void **state)
 
     /* Aborting over it replaces the two bits. */
     payload[0] = 2;
-    be32(payload + 1, 1);
-    be32(payload + 5, base + 1);
+    put_be32(payload + 1, 1);
+    put_be32(payload + 5, base + 1);
     assert_int_equal(apply(&k, VAL_CLOG_SET, payload, 9, &why), 0);
     assert_int_equal(page[0], 0x09);
 
     /* An xid of another page, a bad status, a bad count, the wrong page kind. */
-    be32(payload + 5, base + 32768);
+    put_be32(payload + 5, base + 32768);
     assert_int_equal(apply(&k, VAL_CLOG_SET, payload, 9, &why), -1);
     assert_non_null(why);
-    be32(payload + 5, base);
+    put_be32(payload + 5, base);
     payload[0] = 4;
     assert_int_equal(apply(&k, VAL_CLOG_SET, payload, 9, &why), -1);
     payload[0] = 1;
-    be32(payload + 1, 2);
+    put_be32(payload + 1, 2);
     assert_int_equal(apply(&k, VAL_CLOG_SET, payload, 9, &why), -1);
-    be32(payload + 1, 1);
+    put_be32(payload + 1, 1);
     pg_key mk = pg_key_slru_block(SLRU_MULTIXACT_OFFSETS, 0, 3);
     assert_int_equal(apply(&mk, VAL_CLOG_SET, payload, 9, &why), -1);
 
     /* Segment 2, page 5 holds xids from (2 * 32 + 5) * 32768. */
     k = pg_key_slru_block(SLRU_CLOG, 2, 5);
-    be32(payload + 5, (2 * 32 + 5) * 32768u + 9);
+    put_be32(payload + 5, (2 * 32 + 5) * 32768u + 9);
     memset(page, 0, sizeof page);
     assert_int_equal(apply(&k, VAL_CLOG_SET, payload, 9, &why), 0);
     assert_int_equal(page[2], 0x04);
@@ -115,8 +104,8 @@ static void test_vm_clear(void **state)
     uint32_t a = 32672 + 10, b = 32672 + 32671;
     uint8_t payload[9];
     payload[0] = 0x03; /* all-visible and all-frozen */
-    be32(payload + 1, a);
-    be32(payload + 5, b);
+    put_be32(payload + 1, a);
+    put_be32(payload + 5, b);
     const char *why;
     assert_int_equal(apply(&k, VAL_VM_CLEAR, payload, 9, &why), 0);
     for (uint32_t h = 0; h < 32672; h++) {
@@ -131,8 +120,8 @@ static void test_vm_clear(void **state)
     /* Only all-frozen (0x02), second block on another VM page: skipped. */
     memset(page, 0xFF, sizeof page);
     payload[0] = 0x02;
-    be32(payload + 1, 32672 + 1);
-    be32(payload + 5, 5); /* VM page 0 */
+    put_be32(payload + 1, 32672 + 1);
+    put_be32(payload + 5, 5); /* VM page 0 */
     assert_int_equal(apply(&k, VAL_VM_CLEAR, payload, 9, &why), 0);
     assert_int_equal(page[24], 0xF7);
     assert_int_equal(get2(page, 24, 5), 3);
@@ -141,17 +130,17 @@ static void test_vm_clear(void **state)
      * 8192, page size and layout version 4. */
     memset(page, 0, sizeof page);
     payload[0] = 0x01;
-    be32(payload + 1, 32672);
-    be32(payload + 5, UINT32_MAX);
+    put_be32(payload + 1, 32672);
+    put_be32(payload + 5, UINT32_MAX);
     assert_int_equal(apply(&k, VAL_VM_CLEAR, payload, 9, &why), 0);
     const uint8_t hdr[24] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 24, 0, 0, 0x20, 0, 0x20, 4, 0x20};
     assert_memory_equal(page, hdr, 24);
 
     /* Refusals: no block of this page, bad flags, wrong fork, bad length. */
-    be32(payload + 1, 3);
+    put_be32(payload + 1, 3);
     assert_int_equal(apply(&k, VAL_VM_CLEAR, payload, 9, &why), -1);
     payload[0] = 0x04;
-    be32(payload + 1, 32672);
+    put_be32(payload + 1, 32672);
     assert_int_equal(apply(&k, VAL_VM_CLEAR, payload, 9, &why), -1);
     payload[0] = 0x01;
     pg_key main_fork = pg_key_rel_block(1663, 5, 16384, FORK_MAIN, 1);
@@ -167,15 +156,15 @@ static void test_mxact_offset(void **state)
     /* 2048 offsets (u32) per page; multi 2048 * 33 + 7 is on segment 1 page 1. */
     pg_key k = pg_key_slru_block(SLRU_MULTIXACT_OFFSETS, 1, 1);
     uint8_t payload[8];
-    be32(payload, 2048 * 33 + 7);
-    be32(payload + 4, 0xA1B2C3D4);
+    put_be32(payload, 2048 * 33 + 7);
+    put_be32(payload + 4, 0xA1B2C3D4);
     const char *why;
     assert_int_equal(apply(&k, VAL_MXACT_OFFSET, payload, 8, &why), 0);
-    assert_int_equal(le32(page + 28), 0xA1B2C3D4);
+    assert_int_equal(get_le32(page + 28), 0xA1B2C3D4);
     for (size_t i = 0; i < sizeof page; i++)
         if (i < 28 || i >= 32)
             assert_int_equal(page[i], 0);
-    be32(payload, 2048 * 33 - 1);
+    put_be32(payload, 2048 * 33 - 1);
     assert_int_equal(apply(&k, VAL_MXACT_OFFSET, payload, 8, &why), -1);
     assert_non_null(why);
 }
@@ -190,24 +179,24 @@ static void test_mxact_members(void **state)
     /* Offsets 1636 + 3 .. 1636 + 5: the last member of group 0 and the first
      * two of group 1. */
     uint8_t payload[8 + 3 * 5];
-    be32(payload, 1636 + 3);
-    be32(payload + 4, 3);
+    put_be32(payload, 1636 + 3);
+    put_be32(payload + 4, 3);
     uint32_t xids[] = {1000, 1001, 1002};
     uint8_t st[] = {1, 5, 3};
     for (int i = 0; i < 3; i++) {
-        be32(payload + 8 + 5 * i, xids[i]);
+        put_be32(payload + 8 + 5 * i, xids[i]);
         payload[8 + 5 * i + 4] = st[i];
     }
     const char *why;
     assert_int_equal(apply(&k, VAL_MXACT_MEMBERS, payload, sizeof payload, &why), 0);
     /* Group 0: flag byte 3, xid slot 3 at 4 + 12. */
     assert_int_equal(page[3], 1);
-    assert_int_equal(le32(page + 16), 1000);
+    assert_int_equal(get_le32(page + 16), 1000);
     /* Group 1 at byte 20: flag bytes 20, 21; xids at 24, 28. */
     assert_int_equal(page[20], 5);
     assert_int_equal(page[21], 3);
-    assert_int_equal(le32(page + 24), 1001);
-    assert_int_equal(le32(page + 28), 1002);
+    assert_int_equal(get_le32(page + 24), 1001);
+    assert_int_equal(get_le32(page + 28), 1002);
     int nonzero = 0;
     for (size_t i = 0; i < sizeof page; i++)
         nonzero += page[i] != 0;
@@ -215,15 +204,15 @@ static void test_mxact_members(void **state)
 
     /* Rewriting a member replaces its flag byte only. */
     payload[8 + 4] = 2;
-    be32(payload + 4, 1);
+    put_be32(payload + 4, 1);
     assert_int_equal(apply(&k, VAL_MXACT_MEMBERS, payload, 13, &why), 0);
     assert_int_equal(page[3], 2);
     assert_int_equal(page[20], 5);
 
     /* Members of another page only, a bad status, wrong page kind. */
-    be32(payload, 5);
+    put_be32(payload, 5);
     assert_int_equal(apply(&k, VAL_MXACT_MEMBERS, payload, 13, &why), -1);
-    be32(payload, 1636);
+    put_be32(payload, 1636);
     payload[8 + 4] = 6;
     assert_int_equal(apply(&k, VAL_MXACT_MEMBERS, payload, 13, &why), -1);
     payload[8 + 4] = 0;
@@ -280,7 +269,7 @@ static void test_vm_truncate(void **state)
     /* A page never written is initialised first, as vm_readbuf does. */
     memset(page, 0, sizeof page);
     assert_int_equal(apply(&k, VAL_WAL_RECORD, rec, len, &why), 0);
-    assert_int_equal(le32(page + 12) & 0xFFFF, 24);
+    assert_int_equal(get_le32(page + 12) & 0xFFFF, 24);
     assert_int_equal(page[14] | page[15] << 8, PG_BLCKSZ);
 
     /* A cut at a page boundary leaves the kept page alone. */

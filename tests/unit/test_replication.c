@@ -14,17 +14,7 @@
 
 #include "proto/replication.h"
 
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--, v >>= 8)
-        p[i] = (uint8_t)v;
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 3; i >= 0; i--, v >>= 8)
-        p[i] = (uint8_t)v;
-}
+#include "common/byteorder.h"
 
 /* Encodes m, decodes the bytes in the given direction, re-encodes: same bytes. */
 static size_t round_trip(const replication_msg *m, int from_server, uint8_t *buf, size_t cap,
@@ -60,9 +50,9 @@ static void test_xlogdata_layout_and_round_trip(void **state)
     const char *why = NULL;
 
     (void)state;
-    put64(w + 1, 0x16B3740);
-    put64(w + 9, 0x16B4000);
-    put64(w + 17, 12345);
+    put_be64(w + 1, 0x16B3740);
+    put_be64(w + 9, 0x16B4000);
+    put_be64(w + 17, 12345);
     memcpy(w + 25, "WAL!", 4);
     assert_int_equal(replication_decode_server_msg(w, sizeof w, &m, &why), 0);
     assert_int_equal(m.kind, REPLICATION_XLOGDATA);
@@ -97,8 +87,8 @@ static void test_keepalive_layout_and_round_trip(void **state)
     const char *why = NULL;
 
     (void)state;
-    put64(k + 1, 0x16B4000);
-    put64(k + 9, 99);
+    put_be64(k + 1, 0x16B4000);
+    put_be64(k + 9, 99);
     k[17] = 1;
     assert_int_equal(replication_decode_server_msg(k, sizeof k, &m, &why), 0);
     assert_int_equal(m.kind, REPLICATION_KEEPALIVE);
@@ -124,13 +114,13 @@ static void test_status_update_layout_and_round_trip(void **state)
     (void)state;
     assert_int_equal(round_trip(&m, 0, buf, sizeof buf, &back), 34);
     assert_int_equal(buf[0], 'r');
-    put64(want, 0x100);
+    put_be64(want, 0x100);
     assert_memory_equal(buf + 1, want, 8);
-    put64(want, 0x200);
+    put_be64(want, 0x200);
     assert_memory_equal(buf + 9, want, 8);
-    put64(want, 0x300);
+    put_be64(want, 0x300);
     assert_memory_equal(buf + 17, want, 8);
-    put64(want, 0x400);
+    put_be64(want, 0x400);
     assert_memory_equal(buf + 25, want, 8);
     assert_int_equal(buf[33], 1);
     assert_int_equal(back.u.status.flush_lsn, 0x200);
@@ -146,11 +136,11 @@ static void test_hs_feedback_layout_and_round_trip(void **state)
     const char *why = NULL;
 
     (void)state;
-    put64(h + 1, 777);
-    put32(h + 9, 1000);
-    put32(h + 13, 2);
-    put32(h + 17, 900);
-    put32(h + 21, 3);
+    put_be64(h + 1, 777);
+    put_be32(h + 9, 1000);
+    put_be32(h + 13, 2);
+    put_be32(h + 17, 900);
+    put_be32(h + 21, 3);
     assert_int_equal(replication_decode_client_msg(h, sizeof h, &m, &why), 0);
     assert_int_equal(m.kind, REPLICATION_HS_FEEDBACK);
     assert_int_equal(m.u.hs_feedback.send_time, 777);
@@ -170,9 +160,9 @@ static void test_ps_feedback_layout_and_round_trip(void **state)
     const char *why = NULL;
 
     (void)state;
-    put64(z + 1, 0x3000000);
-    put64(z + 9, 0x2000000);
-    put64(z + 17, 0x1000000);
+    put_be64(z + 1, 0x3000000);
+    put_be64(z + 9, 0x2000000);
+    put_be64(z + 17, 0x1000000);
     assert_int_equal(replication_decode_client_msg(z, sizeof z, &m, &why), 0);
     assert_int_equal(m.kind, REPLICATION_PS_FEEDBACK);
     assert_int_equal(m.u.ps_feedback.last_received_lsn, 0x3000000);
@@ -219,7 +209,7 @@ static void test_rejects_malformed(void **state)
     expect_server_error(x, sizeof x, "unknown tag");
     expect_server_error(x, 0, "empty");
     /* Data running past the end of the LSN space. */
-    put64(big + 1, UINT64_MAX - 2);
+    put_be64(big + 1, UINT64_MAX - 2);
     expect_server_error(big, sizeof big, "LSN space");
 
     expect_client_error(r, 33, "standby status update");

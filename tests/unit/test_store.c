@@ -33,6 +33,8 @@
 #include "pageserver/store.h"
 #include "pageserver/store_datafile.h"
 
+#include "common/byteorder.h"
+
 static char tmpdir[256];
 static char storedir[512];
 
@@ -92,10 +94,7 @@ static store *open_store(const store_options *o)
 static void make_record(uint8_t *rec, uint32_t len, uint32_t tag, lsn_t lsn)
 {
     memset(rec, 0, len);
-    rec[0] = (uint8_t)len;
-    rec[1] = (uint8_t)(len >> 8);
-    rec[2] = (uint8_t)(len >> 16);
-    rec[3] = (uint8_t)(len >> 24);
+    put_le32(rec, len);
     memcpy(rec + 4, &tag, 4);
     memcpy(rec + 8, &lsn, 8);
     for (uint32_t i = 24; i < len; i++)
@@ -133,8 +132,8 @@ static void put_page(store *st, const pg_key *k, lsn_t lsn)
 
 static void put_size(store *st, const pg_key *k, lsn_t lsn, uint32_t nblocks)
 {
-    uint8_t b[4] = {(uint8_t)(nblocks >> 24), (uint8_t)(nblocks >> 16), (uint8_t)(nblocks >> 8),
-                    (uint8_t)nblocks};
+    uint8_t b[4];
+    put_be32(b, nblocks);
     value_ref v = {VAL_SIZE, 0, 4, b};
     char err[256];
     if (store_put(st, k, lsn, &v, err, sizeof err) != 0)

@@ -13,6 +13,8 @@
 
 #include "proto/walpush.h"
 
+#include "common/byteorder.h"
+
 static uint8_t buf[WALPUSH_MAX_MESSAGE];
 static uint8_t wal[WALPUSH_MAX_APPEND + 1];
 
@@ -96,10 +98,7 @@ static void test_proposer_greeting(void **state)
         n = roundtrip_p(&m, &d);
         uint32_t s = bad_sizes[i];
         size_t off = n - 4 - 6;
-        buf[off] = (uint8_t)(s >> 24);
-        buf[off + 1] = (uint8_t)(s >> 16);
-        buf[off + 2] = (uint8_t)(s >> 8);
-        buf[off + 3] = (uint8_t)s;
+        put_be32(buf + off, s);
         assert_int_equal(walpush_decode_proposer_msg(buf, n, &d, &why), -1);
         assert_non_null(strstr(why, "wal_seg_size"));
     }

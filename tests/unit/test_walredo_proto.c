@@ -15,17 +15,7 @@
 
 #include "proto/walredo.h"
 
-static void put32be(uint8_t *p, uint32_t v)
-{
-    for (int i = 3; i >= 0; i--, v >>= 8)
-        p[i] = (uint8_t)v;
-}
-
-static void put32le(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++, v >>= 8)
-        p[i] = (uint8_t)v;
-}
+#include "common/byteorder.h"
 
 /* A fake XLogRecord of len bytes: xl_tot_len little-endian, rest a pattern. */
 static uint8_t *fake_record(uint32_t len)
@@ -34,7 +24,7 @@ static uint8_t *fake_record(uint32_t len)
     assert_non_null(r);
     for (uint32_t i = 0; i < len; i++)
         r[i] = (uint8_t)(i * 7 + 1);
-    put32le(r, len);
+    put_le32(r, len);
     return r;
 }
 
@@ -70,7 +60,7 @@ static void test_apply_layout_and_header(void **state)
     assert_int_equal(n, 5 + 8 + 100);
     assert_int_equal(out[0], 'A');
     uint8_t len_be[4];
-    put32be(len_be, 108);
+    put_be32(len_be, 108);
     assert_memory_equal(out + 1, len_be, 4);
     const uint8_t lsn_be[] = {0, 0, 0, 1, 0, 0, 0, 0x28};
     assert_memory_equal(out + 5, lsn_be, 8);
@@ -198,39 +188,39 @@ static void test_rejects_malformed(void **state)
 
     /* Lengths wrong for the type. */
     f[0] = 'B';
-    put32be(f + 1, 16);
+    put_be32(f + 1, 16);
     expect_refused(f, 5, "17 bytes");
     f[0] = 'P';
-    put32be(f + 1, 17 + 8191);
+    put_be32(f + 1, 17 + 8191);
     expect_refused(f, 5, "tag + 8192");
     f[0] = 'H';
-    put32be(f + 1, 1);
+    put_be32(f + 1, 1);
     expect_refused(f, 5, "payload");
     f[0] = 'p';
-    put32be(f + 1, 4096);
+    put_be32(f + 1, 4096);
     expect_refused(f, 5, "8192");
     f[0] = 'E';
-    put32be(f + 1, 0);
+    put_be32(f + 1, 0);
     expect_refused(f, 5, "error frame length");
-    put32be(f + 1, WALREDO_MAX_ERROR + 1);
+    put_be32(f + 1, WALREDO_MAX_ERROR + 1);
     expect_refused(f, 5, "error frame length");
 
     /* A hostile apply length is refused from the header alone. */
     f[0] = 'A';
-    put32be(f + 1, 0xFFFFFFFFu);
+    put_be32(f + 1, 0xFFFFFFFFu);
     expect_refused(f, 5, "apply frame length");
-    put32be(f + 1, 8 + 23);
+    put_be32(f + 1, 8 + 23);
     expect_refused(f, 5, "apply frame length");
 
     /* xl_tot_len must match the frame. */
-    put32be(f + 1, 8 + 24);
-    put32le(f + 13, 25);
+    put_be32(f + 1, 8 + 24);
+    put_le32(f + 13, 25);
     expect_refused(f, 5 + 8 + 24, "xl_tot_len");
 
     /* Fork over 3. */
     memset(f, 0, sizeof f);
     f[0] = 'G';
-    put32be(f + 1, 17);
+    put_be32(f + 1, 17);
     f[5 + 12] = 4;
     expect_refused(f, 5 + 17, "fork");
     walredo_msg m = {.type = WALREDO_GET_PAGE, .tag = {.fork = 4}};
@@ -239,7 +229,7 @@ static void test_rejects_malformed(void **state)
     /* Hello needs the magic. */
     memset(f, 0, sizeof f);
     f[0] = 'V';
-    put32be(f + 1, 12);
+    put_be32(f + 1, 12);
     memcpy(f + 5, "STRATAWX", 8);
     expect_refused(f, 5 + 12, "magic");
 }
