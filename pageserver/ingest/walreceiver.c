@@ -24,6 +24,7 @@
 #include <libpq-fe.h>
 
 #include "common/log.h"
+#include "common/strata_assert.h"
 #include "common/walformat.h"
 #include "pageserver/ingest/walreceiver_choice.h"
 #include "proto/replication.h"
@@ -263,7 +264,8 @@ static int send_status(walreceiver *wr, PGconn *c, lsn_t received)
     return send_copy(wr, c, &z);
 }
 
-enum { STREAM_RETRY = 0, STREAM_FATAL = -1, STREAM_SWITCH = 1 };
+/* STREAM_CONTINUE: the steps of stream() only, "keep streaming". */
+enum { STREAM_RETRY = 0, STREAM_FATAL = -1, STREAM_SWITCH = 1, STREAM_CONTINUE = 2 };
 
 /* Records, at the end e of the last record of a message, that record's
  * start s (see KEY_CHECKPOINT_REL_RECORD_START): a basebackup at e then
@@ -357,16 +359,28 @@ static int ingest_xlogdata(walreceiver *wr, wal_reader *r, const replication_xlo
     return len == 0 ? 1 : STREAM_RETRY;
 }
 
-/* Streams from safekeeper i until an error, a stop or a switch. */
-static int stream(walreceiver *wr, int i)
+/* One connection's streaming state (stream() and its steps). */
+typedef struct stream_conn {
+    PGconn *c;
+    int i; /* the safekeeper streamed from */
+    wal_reader r;
+    uint64_t next_status, next_probe;
+    lsn_t cur_end;            /* how far this safekeeper offers WAL (its commit LSN) */
+    uint64_t last_advance_ms; /* ... and when that last moved */
+    bool healthy;             /* a message arrived on this connection */
+} stream_conn;
+
+/* Connects to safekeeper i and starts replication where the store's WAL
+ * ends.  0 (sc ready), or -1 (the error is recorded). */
+static int stream_open(walreceiver *wr, int i, stream_conn *sc)
 {
     PGconn *c = connect_sk(wr, i);
     if (c == NULL)
-        return STREAM_RETRY;
+        return -1;
     lsn_t pos;
     if (identify(wr, c, i, &pos) != 0) {
         PQfinish(c);
-        return STREAM_RETRY;
+        return -1;
     }
     lsn_t start = store_last_record_lsn(wr->st);
     if (start < wr->o.start_lsn)
@@ -378,7 +392,7 @@ static int stream(walreceiver *wr, int i)
         set_error(wr, "%s on %s: %s", q, wr->sk[i], PQerrorMessage(c));
         PQclear(res);
         PQfinish(c);
-        return STREAM_RETRY;
+        return -1;
     }
     PQclear(res);
     pthread_mutex_lock(&wr->mu);
@@ -392,123 +406,151 @@ static int stream(walreceiver *wr, int i)
     pthread_mutex_unlock(&wr->mu);
     log_write(LOG_LEVEL_INFO, "walreceiver: streaming from %s at %s", wr->sk[i], a);
 
-    wal_reader r;
+    *sc = (stream_conn){.c = c,
+                        .i = i,
+                        .next_probe = now_ms() + wr->o.probe_interval_ms,
+                        .cur_end = pos,
+                        .last_advance_ms = now_ms()};
     /* Records up to PostgreSQL's 1 GB limit: the buffer grows to fit. */
-    wal_reader_init_growable(&r, start, wr->o.wal_seg_size, &wr->buf, &wr->buf_cap);
-    uint64_t next_status = 0, next_probe = now_ms() + wr->o.probe_interval_ms;
-    /* How far this safekeeper offers WAL (its commit LSN), and when that
-     * last moved. */
-    lsn_t cur_end = pos;
-    uint64_t last_advance_ms = now_ms();
-    int result = STREAM_RETRY;
-    bool healthy = false; /* a message arrived on this connection */
-    while (!atomic_load(&wr->stop)) {
-        char *msg = NULL;
-        int n = PQgetCopyData(c, &msg, 1);
-        if (n == 0) {
-            uint64_t now = now_ms();
-            if (now >= next_status) {
-                if (send_status(wr, c, wal_reader_last_record_end(&r)) != 0)
-                    break;
-                next_status = now + wr->o.status_interval_ms;
-            }
-            if (wr->o.n_safekeepers > 1 && now >= next_probe) {
-                /* The probe's start is "now" for the policy: the probe's
-                 * own time, when nothing is read, does not count as idle. */
-                walreceiver_candidate cand[WALRECEIVER_MAX_SAFEKEEPERS];
-                wr->probing = true;
-                probe(wr, i, cand);
-                wr->probing = false;
-                next_probe = now_ms() + wr->o.probe_interval_ms;
-                walreceiver_source src = {.index = i,
-                                          .received = wal_reader_last_record_end(&r),
-                                          .offered = cur_end,
-                                          .advanced_ms = last_advance_ms};
-                walreceiver_switch sw =
-                    walreceiver_choice_switch(cand, wr->o.n_safekeepers, wr->last_failed, &src,
-                                              wr->o.switch_lag_bytes, wr->o.probe_interval_ms, now);
-                if (sw.target >= 0) {
-                    int j = sw.target;
-                    log_write(LOG_LEVEL_INFO, "walreceiver: switching from %s to %s (%s, ahead by %" PRIu64
-                              " bytes)", wr->sk[i], wr->sk[j], walreceiver_choice_reason_name(sw.reason),
-                              sw.ahead_by);
-                    pthread_mutex_lock(&wr->mu);
-                    wr->status.switches++;
-                    pthread_mutex_unlock(&wr->mu);
-                    wr->switch_to = j;
-                    result = STREAM_SWITCH;
-                    break;
-                }
-            }
-            /* Nothing to ingest now: store the images background generation
-             * finished instead of holding them until the next record. */
-            if (wr->ing != NULL)
-                ingest_idle(wr->ing);
-            struct pollfd pfd = {.fd = PQsocket(c), .events = POLLIN};
-            int pr = poll(&pfd, 1, 100);
-            if (pr < 0 && errno != EINTR) {
-                set_error(wr, "poll: %s", strerror(errno));
-                break;
-            }
-            if (pr > 0 && PQconsumeInput(c) == 0) {
-                set_error(wr, "connection to %s: %s", wr->sk[i], PQerrorMessage(c));
-                break;
-            }
-            continue;
-        }
-        if (n == -1) {
-            set_error(wr, "%s ended the stream: %s", wr->sk[i], PQerrorMessage(c));
-            break;
-        }
-        if (n < 0) {
-            set_error(wr, "reading from %s: %s", wr->sk[i], PQerrorMessage(c));
-            break;
-        }
-        replication_msg m;
-        const char *why;
-        int drc = replication_decode_server_msg((const uint8_t *)msg, (size_t)n, &m, &why);
-        if (drc != 0) {
-            set_error(wr, "bad message from %s: %s", wr->sk[i], why);
-            PQfreemem(msg);
-            break;
-        }
-        if (!healthy) {
-            healthy = true;
-            clear_error(wr);
-        }
-        int rc = 1;
-        if (m.kind == REPLICATION_XLOGDATA) {
-            if (m.u.xlogdata.wal_end > cur_end) {
-                cur_end = m.u.xlogdata.wal_end;
-                last_advance_ms = now_ms();
-            }
-            rc = ingest_xlogdata(wr, &r, &m.u.xlogdata);
-        } else if (m.kind == REPLICATION_KEEPALIVE) {
-            if (m.u.keepalive.wal_end > cur_end) {
-                cur_end = m.u.keepalive.wal_end;
-                last_advance_ms = now_ms();
-            }
-            pthread_mutex_lock(&wr->mu);
-            if (m.u.keepalive.wal_end > wr->status.upstream_lsn)
-                wr->status.upstream_lsn = m.u.keepalive.wal_end;
-            pthread_mutex_unlock(&wr->mu);
-            if (m.u.keepalive.reply_requested)
-                next_status = 0;
-        }
-        PQfreemem(msg);
-        if (rc == STREAM_FATAL) {
-            result = STREAM_FATAL;
-            break;
-        }
-        if (rc == STREAM_RETRY)
-            break;
+    wal_reader_init_growable(&sc->r, start, wr->o.wal_seg_size, &wr->buf, &wr->buf_cap);
+    return 0;
+}
+
+/* Probes the other safekeepers (now: when this probe started).
+ * STREAM_SWITCH when one should be streamed from instead (wr->switch_to
+ * names it), else STREAM_CONTINUE. */
+static int stream_probe(walreceiver *wr, stream_conn *sc, uint64_t now)
+{
+    /* The probe's start is "now" for the policy: the probe's own time, when
+     * nothing is read, does not count as idle. */
+    walreceiver_candidate cand[WALRECEIVER_MAX_SAFEKEEPERS];
+    wr->probing = true;
+    probe(wr, sc->i, cand);
+    wr->probing = false;
+    sc->next_probe = now_ms() + wr->o.probe_interval_ms;
+    walreceiver_source src = {.index = sc->i,
+                              .received = wal_reader_last_record_end(&sc->r),
+                              .offered = sc->cur_end,
+                              .advanced_ms = sc->last_advance_ms};
+    walreceiver_switch sw =
+        walreceiver_choice_switch(cand, wr->o.n_safekeepers, wr->last_failed, &src,
+                                  wr->o.switch_lag_bytes, wr->o.probe_interval_ms, now);
+    if (sw.target < 0)
+        return STREAM_CONTINUE;
+    int j = sw.target;
+    STRATA_ASSERT(j < wr->o.n_safekeepers && j != sc->i);
+    log_write(LOG_LEVEL_INFO,
+              "walreceiver: switching from %s to %s (%s, ahead by %" PRIu64 " bytes)",
+              wr->sk[sc->i], wr->sk[j], walreceiver_choice_reason_name(sw.reason), sw.ahead_by);
+    pthread_mutex_lock(&wr->mu);
+    wr->status.switches++;
+    pthread_mutex_unlock(&wr->mu);
+    wr->switch_to = j;
+    return STREAM_SWITCH;
+}
+
+/* Nothing to read: feedback when due, probing when due, idle ingest work,
+ * then up to 100 ms waiting for input.  STREAM_CONTINUE, STREAM_SWITCH or
+ * STREAM_RETRY. */
+static int stream_idle(walreceiver *wr, stream_conn *sc)
+{
+    uint64_t now = now_ms();
+    if (now >= sc->next_status) {
+        if (send_status(wr, sc->c, wal_reader_last_record_end(&sc->r)) != 0)
+            return STREAM_RETRY;
+        sc->next_status = now + wr->o.status_interval_ms;
     }
-    PQfinish(c);
+    if (wr->o.n_safekeepers > 1 && now >= sc->next_probe &&
+        stream_probe(wr, sc, now) == STREAM_SWITCH)
+        return STREAM_SWITCH;
+    /* Nothing to ingest now: store the images background generation
+     * finished instead of holding them until the next record. */
+    if (wr->ing != NULL)
+        ingest_idle(wr->ing);
+    struct pollfd pfd = {.fd = PQsocket(sc->c), .events = POLLIN};
+    int pr = poll(&pfd, 1, 100);
+    if (pr < 0 && errno != EINTR) {
+        set_error(wr, "poll: %s", strerror(errno));
+        return STREAM_RETRY;
+    }
+    if (pr > 0 && PQconsumeInput(sc->c) == 0) {
+        set_error(wr, "connection to %s: %s", wr->sk[sc->i], PQerrorMessage(sc->c));
+        return STREAM_RETRY;
+    }
+    return STREAM_CONTINUE;
+}
+
+/* The safekeeper offers WAL up to wal_end. */
+static void stream_offered(stream_conn *sc, lsn_t wal_end)
+{
+    if (wal_end > sc->cur_end) {
+        sc->cur_end = wal_end;
+        sc->last_advance_ms = now_ms();
+    }
+}
+
+/* Handles one CopyData message (n bytes).  STREAM_CONTINUE, STREAM_RETRY or
+ * STREAM_FATAL. */
+static int stream_message(walreceiver *wr, stream_conn *sc, const char *msg, int n)
+{
+    replication_msg m;
+    const char *why;
+    if (replication_decode_server_msg((const uint8_t *)msg, (size_t)n, &m, &why) != 0) {
+        set_error(wr, "bad message from %s: %s", wr->sk[sc->i], why);
+        return STREAM_RETRY;
+    }
+    if (!sc->healthy) {
+        sc->healthy = true;
+        clear_error(wr);
+    }
+    if (m.kind == REPLICATION_XLOGDATA) {
+        stream_offered(sc, m.u.xlogdata.wal_end);
+        int rc = ingest_xlogdata(wr, &sc->r, &m.u.xlogdata);
+        if (rc == STREAM_FATAL || rc == STREAM_RETRY)
+            return rc;
+    } else if (m.kind == REPLICATION_KEEPALIVE) {
+        stream_offered(sc, m.u.keepalive.wal_end);
+        pthread_mutex_lock(&wr->mu);
+        if (m.u.keepalive.wal_end > wr->status.upstream_lsn)
+            wr->status.upstream_lsn = m.u.keepalive.wal_end;
+        pthread_mutex_unlock(&wr->mu);
+        if (m.u.keepalive.reply_requested)
+            sc->next_status = 0;
+    }
+    return STREAM_CONTINUE;
+}
+
+/* Streams from safekeeper i until an error, a stop or a switch:
+ * STREAM_RETRY, STREAM_FATAL or STREAM_SWITCH. */
+static int stream(walreceiver *wr, int i)
+{
+    stream_conn sc;
+    if (stream_open(wr, i, &sc) != 0)
+        return STREAM_RETRY;
+    int result = STREAM_CONTINUE;
+    while (result == STREAM_CONTINUE && !atomic_load(&wr->stop)) {
+        char *msg = NULL;
+        int n = PQgetCopyData(sc.c, &msg, 1);
+        if (n == 0) {
+            result = stream_idle(wr, &sc);
+        } else if (n == -1) {
+            set_error(wr, "%s ended the stream: %s", wr->sk[i], PQerrorMessage(sc.c));
+            result = STREAM_RETRY;
+        } else if (n < 0) {
+            set_error(wr, "reading from %s: %s", wr->sk[i], PQerrorMessage(sc.c));
+            result = STREAM_RETRY;
+        } else {
+            result = stream_message(wr, &sc, msg, n);
+            PQfreemem(msg);
+        }
+    }
+    PQfinish(sc.c);
     pthread_mutex_lock(&wr->mu);
     wr->status.connected = false;
     wr->status.safekeeper = -1;
     pthread_mutex_unlock(&wr->mu);
-    return result;
+    /* A stop ends the stream like an error: the caller sees stop and exits. */
+    return result == STREAM_CONTINUE ? STREAM_RETRY : result;
 }
 
 static void sleep_interruptible(walreceiver *wr, uint32_t ms)
