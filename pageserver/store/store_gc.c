@@ -10,9 +10,9 @@
  * readers (MVCC snapshots) never wait long; each transaction also lowers the
  * live-byte counts of the data files it touched.  (2) Rewrite data files
  * whose live bytes fell under STORE_GC_REWRITE_FRACTION: copy live entries to
- * a new file (written and fsynced like a flush), make it readable, repoint
- * the index in one transaction, then unlink the old file.  Files with nothing
- * live are just dropped.
+ * a new file and repoint the index to it in one transaction
+ * (store_commit_data_file, like a flush), then unlink the old file.  Files
+ * with nothing live are just dropped.
  * Not for: the open and frozen layers (they are only flushed), or choosing
  * the horizon (the caller's PITR policy).
  *
@@ -31,14 +31,6 @@
 #include "common/strata_assert.h"
 #include "pageserver/store/store.h"
 #include "pageserver/store/store_priv.h"
-
-static uint64_t get_be64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = v << 8 | p[i];
-    return v;
-}
 
 typedef struct gc_ent {
     uint8_t ikey[PG_INDEX_KEY_LEN];
@@ -103,7 +95,7 @@ static long gc_batch(store *st, lsn_t horizon, uint8_t pos[PG_KEY_LEN], bool *do
         size_t n = 0;
         while (rc == 0 && k.mv_size == PG_INDEX_KEY_LEN &&
                memcmp(k.mv_data, key, PG_KEY_LEN) == 0 &&
-               get_be64((const uint8_t *)k.mv_data + PG_KEY_LEN) <= horizon) {
+               store_get_be64((const uint8_t *)k.mv_data + PG_KEY_LEN) <= horizon) {
             store_idxv iv;
             const char *why;
             if (store_idxv_decode(v.mv_data, v.mv_size, &iv, &why) != 0) {
@@ -265,232 +257,210 @@ typedef struct moved {
     store_df_loc loc;
 } moved;
 
-/* Copies file id's live entries into a new file and repoints the index. */
-static int gc_rewrite_file(store *st, uint64_t id, uint64_t old_size, char *err, size_t errlen)
+/* One rewrite of data file id: the entries copied out of it. */
+typedef struct gc_rewrite {
+    uint64_t id;
+    store_file *f;
+    moved *mv;
+    size_t nmv, cap;
+    uint8_t *blk; /* the block being read, as on disk */
+    uint8_t *raw; /* ... and decompressed */
+} gc_rewrite;
+
+/* Reads and decodes the block at off: rw->raw holds its *rl raw bytes, *blen
+ * is its length on disk.  0 or -1 with err. */
+static int gc_read_block(gc_rewrite *rw, uint64_t off, uint32_t *rl, size_t *blen, char *err,
+                         size_t errlen)
 {
-    store_snap *snap = store_snap_acquire(st);
-    store_file *f = store_snap_find_file(snap, id);
-    if (f != NULL)
-        atomic_fetch_add(&f->refs, 1);
-    store_snap_release(st, snap);
-    if (f == NULL) {
-        snprintf(err, errlen, "data file %016llx is not open", (unsigned long long)id);
+    const char *why = NULL;
+    uint8_t bh[STORE_DF_BLOCK_HEADER_LEN];
+    uint32_t raw_len, comp_len;
+    if (durable_pread_all(rw->f->fd, bh, sizeof bh, off) != (ssize_t)sizeof bh ||
+        store_df_block_header_decode(bh, sizeof bh, &raw_len, &comp_len, &why) != 0) {
+        snprintf(err, errlen, "data file %016llx at %llu: bad block header",
+                 (unsigned long long)rw->id, (unsigned long long)off);
         return -1;
     }
-    int ret = -1;
-    MDB_txn *rtxn = NULL, *txn = NULL;
-    store_df_writer *w = NULL;
-    store_file *nf = NULL;
-    moved *mv = NULL;
-    size_t nmv = 0, mv_cap = 0;
-    uint8_t *blk = NULL, *raw = NULL;
-    uint64_t new_id = 0, new_size = 0, new_bytes = 0;
-    bool published = false;
-    const char *why = NULL;
+    *blen = STORE_DF_BLOCK_HEADER_LEN + (size_t)comp_len;
+    uint8_t *nb = realloc(rw->blk, *blen);
+    if (nb == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    rw->blk = nb;
+    if (durable_pread_all(rw->f->fd, rw->blk, *blen, off) != (ssize_t)*blen) {
+        snprintf(err, errlen, "data file %016llx: short read", (unsigned long long)rw->id);
+        return -1;
+    }
+    free(rw->raw);
+    rw->raw = NULL;
+    if (store_df_block_decode(rw->blk, *blen, &rw->raw, rl, &why) != 0) {
+        snprintf(err, errlen, "data file %016llx at %llu: %s", (unsigned long long)rw->id,
+                 (unsigned long long)off, why);
+        return -1;
+    }
+    return 0;
+}
 
+/* Copies the live entry ikey (index value iv, used bytes at eoff of the block
+ * at off) to nf and remembers where it came from.  0 or -1 with err. */
+static int gc_copy_entry(store *st, gc_rewrite *rw, store_new_file *nf, const uint8_t *ikey,
+                         const store_idxv *iv, uint64_t off, size_t eoff, size_t used, char *err,
+                         size_t errlen)
+{
+    if (rw->nmv == rw->cap) {
+        size_t cap = rw->cap ? rw->cap * 2 : 1024;
+        moved *nm = realloc(rw->mv, cap * sizeof *nm);
+        if (nm == NULL) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        rw->mv = nm;
+        rw->cap = cap;
+    }
+    moved *m = &rw->mv[rw->nmv++];
+    memcpy(m->ikey, ikey, PG_INDEX_KEY_LEN);
+    m->kind = iv->kind;
+    m->flags = iv->flags;
+    m->old_block_off = off;
+    m->old_off_in_block = (uint32_t)eoff;
+    return store_new_file_add(st, nf, ikey, ikey + PG_INDEX_KEY_LEN, used - PG_INDEX_KEY_LEN,
+                              &m->loc, err, errlen);
+}
+
+/* Copies the entries of the raw block at off (rl bytes in rw->raw) that the
+ * index, as rtxn sees it, still points at.  0 or -1 with err. */
+static int gc_copy_block(store *st, gc_rewrite *rw, store_new_file *nf, MDB_txn *rtxn, uint64_t off,
+                         uint32_t rl, char *err, size_t errlen)
+{
+    size_t eoff = 0;
+    while (eoff < rl) {
+        const uint8_t *ikey;
+        value_ref v;
+        size_t used;
+        const char *why;
+        if (store_df_entry_decode(rw->raw, rl, eoff, &ikey, &v, &used, &why) != 0) {
+            snprintf(err, errlen, "data file %016llx at %llu: %s", (unsigned long long)rw->id,
+                     (unsigned long long)off, why);
+            return -1;
+        }
+        MDB_val k = {PG_INDEX_KEY_LEN, (void *)ikey}, val;
+        store_idxv iv;
+        int rc = mdb_get(rtxn, st->dbi_index, &k, &val);
+        bool live = rc == 0 && store_idxv_decode(val.mv_data, val.mv_size, &iv, &why) == 0 &&
+                    iv.tag == STORE_IDXV_FILE && iv.file_id == rw->id && iv.block_off == off &&
+                    iv.off_in_block == eoff;
+        if (live && gc_copy_entry(st, rw, nf, ikey, &iv, off, eoff, used, err, errlen) != 0)
+            return -1;
+        eoff += used;
+    }
+    return 0;
+}
+
+/* Step 1: every live entry of the old file into nf.  0 or -1 with err. */
+static int gc_copy_live(store *st, gc_rewrite *rw, store_new_file *nf, char *err, size_t errlen)
+{
+    const char *why = NULL;
     uint8_t hdr[STORE_DF_HEADER_LEN];
     uint64_t hdr_id;
-    if (durable_pread_all(f->fd, hdr, sizeof hdr, 0) != (ssize_t)sizeof hdr ||
-        store_df_header_decode(hdr, sizeof hdr, &hdr_id, &why) != 0 || hdr_id != id) {
-        snprintf(err, errlen, "data file %016llx: bad header%s%s", (unsigned long long)id,
+    if (durable_pread_all(rw->f->fd, hdr, sizeof hdr, 0) != (ssize_t)sizeof hdr ||
+        store_df_header_decode(hdr, sizeof hdr, &hdr_id, &why) != 0 || hdr_id != rw->id) {
+        snprintf(err, errlen, "data file %016llx: bad header%s%s", (unsigned long long)rw->id,
                  why ? ": " : "", why ? why : "");
-        goto out;
+        return -1;
     }
+    MDB_txn *rtxn;
     int rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, &rtxn);
     if (rc != 0) {
         store_mdb_err(err, errlen, "begin GC read transaction", rc);
-        rtxn = NULL;
-        goto out;
+        return -1;
     }
+    int ret = 0;
     uint64_t off = STORE_DF_HEADER_LEN;
-    while (off < f->size) {
-        uint8_t bh[STORE_DF_BLOCK_HEADER_LEN];
-        uint32_t raw_len, comp_len;
-        if (durable_pread_all(f->fd, bh, sizeof bh, off) != (ssize_t)sizeof bh ||
-            store_df_block_header_decode(bh, sizeof bh, &raw_len, &comp_len, &why) != 0) {
-            snprintf(err, errlen, "data file %016llx at %llu: bad block header",
-                     (unsigned long long)id, (unsigned long long)off);
-            goto out;
-        }
-        size_t blen = STORE_DF_BLOCK_HEADER_LEN + (size_t)comp_len;
-        uint8_t *nb = realloc(blk, blen);
-        if (nb == NULL) {
-            snprintf(err, errlen, "out of memory");
-            goto out;
-        }
-        blk = nb;
-        if (durable_pread_all(f->fd, blk, blen, off) != (ssize_t)blen) {
-            snprintf(err, errlen, "data file %016llx: short read", (unsigned long long)id);
-            goto out;
-        }
-        free(raw);
-        raw = NULL;
-        uint32_t rl;
-        if (store_df_block_decode(blk, blen, &raw, &rl, &why) != 0) {
-            snprintf(err, errlen, "data file %016llx at %llu: %s", (unsigned long long)id,
-                     (unsigned long long)off, why);
-            goto out;
-        }
-        size_t eoff = 0;
-        while (eoff < rl) {
-            const uint8_t *ikey;
-            value_ref v;
-            size_t used;
-            if (store_df_entry_decode(raw, rl, eoff, &ikey, &v, &used, &why) != 0) {
-                snprintf(err, errlen, "data file %016llx at %llu: %s", (unsigned long long)id,
-                         (unsigned long long)off, why);
-                goto out;
-            }
-            MDB_val k = {PG_INDEX_KEY_LEN, (void *)ikey}, val;
-            store_idxv iv;
-            rc = mdb_get(rtxn, st->dbi_index, &k, &val);
-            bool live = rc == 0 && store_idxv_decode(val.mv_data, val.mv_size, &iv, &why) == 0 &&
-                        iv.tag == STORE_IDXV_FILE && iv.file_id == id && iv.block_off == off &&
-                        iv.off_in_block == eoff;
-            if (live) {
-                if (w == NULL) {
-                    new_id = atomic_fetch_add(&st->next_file_id, 1);
-                    if (store_df_writer_open(st->data_dir, new_id, st->o.zstd_level, &w, err,
-                                             errlen) != 0)
-                        goto out;
-                }
-                if (nmv == mv_cap) {
-                    mv_cap = mv_cap ? mv_cap * 2 : 1024;
-                    moved *nm = realloc(mv, mv_cap * sizeof *mv);
-                    if (nm == NULL) {
-                        snprintf(err, errlen, "out of memory");
-                        goto out;
-                    }
-                    mv = nm;
-                }
-                moved *m = &mv[nmv++];
-                memcpy(m->ikey, ikey, PG_INDEX_KEY_LEN);
-                m->kind = iv.kind;
-                m->flags = iv.flags;
-                m->old_block_off = off;
-                m->old_off_in_block = (uint32_t)eoff;
-                if (store_df_writer_add(w, ikey, ikey + PG_INDEX_KEY_LEN, used - PG_INDEX_KEY_LEN,
-                                        &m->loc, err, errlen) != 0)
-                    goto out;
-                new_bytes += used;
-            }
-            eoff += used;
-        }
+    while (ret == 0 && off < rw->f->size) {
+        uint32_t rl = 0;
+        size_t blen = 0;
+        ret = gc_read_block(rw, off, &rl, &blen, err, errlen);
+        if (ret == 0)
+            ret = gc_copy_block(st, rw, nf, rtxn, off, rl, err, errlen);
         off += blen;
     }
     mdb_txn_abort(rtxn);
-    rtxn = NULL;
-    if (w != NULL) {
-        if (store_df_writer_finish(w, &new_size, err, errlen) != 0)
-            goto out;
-        nf = store_file_open(st, new_id, err, errlen);
-        if (nf == NULL)
-            goto out;
-        if (gc_publish(st, nf, 0) != 0) {
-            snprintf(err, errlen, "publish rewritten file: out of memory or snapshot slots");
-            goto out;
-        }
-        published = true;
-    }
-    rc = mdb_txn_begin(st->env, NULL, 0, &txn);
-    if (rc != 0) {
-        store_mdb_err(err, errlen, "begin GC transaction", rc);
-        txn = NULL;
-        goto out;
-    }
-    uint64_t live_bytes = 0, live_values = 0;
-    for (size_t i = 0; i < nmv; i++) {
-        moved *m = &mv[i];
+    return ret;
+}
+
+/* Step 2 (a store_index_fn; arg is the gc_rewrite): every moved entry that
+ * still points where it was copied from now points into nf; the old file's
+ * record goes. */
+static int gc_repoint(store *st, MDB_txn *txn, store_new_file *nf, void *arg, char *err,
+                      size_t errlen)
+{
+    gc_rewrite *rw = arg;
+    int rc = 0;
+    for (size_t i = 0; i < rw->nmv; i++) {
+        moved *m = &rw->mv[i];
         MDB_val k = {PG_INDEX_KEY_LEN, m->ikey}, val;
         store_idxv iv;
+        const char *why;
         /* A flush may have replaced the entry since we read it: move only
          * entries that still point where we copied from. */
         rc = mdb_get(txn, st->dbi_index, &k, &val);
         if (rc == MDB_NOTFOUND)
             continue;
         if (rc != 0)
-            goto mdb_fail;
+            goto fail;
         if (store_idxv_decode(val.mv_data, val.mv_size, &iv, &why) != 0 ||
-            iv.tag != STORE_IDXV_FILE || iv.file_id != id || iv.block_off != m->old_block_off ||
+            iv.tag != STORE_IDXV_FILE || iv.file_id != rw->id || iv.block_off != m->old_block_off ||
             iv.off_in_block != m->old_off_in_block)
             continue;
-        const store_df_block_info *b = store_df_writer_block(w, m->loc.block_no);
-        store_idxv niv = {.kind = m->kind,
-                          .flags = m->flags,
-                          .file_id = new_id,
-                          .block_off = b->off,
-                          .block_len = b->len,
-                          .off_in_block = m->loc.off_in_block,
-                          .entry_len = m->loc.entry_len};
         uint8_t enc[STORE_IDXV_FILE_LEN];
-        store_idxv_encode_file(&niv, enc);
+        store_new_file_idxv(nf, m->kind, m->flags, &m->loc, enc);
         MDB_val nv = {sizeof enc, enc};
         if ((rc = mdb_put(txn, st->dbi_index, &k, &nv, 0)) != 0)
-            goto mdb_fail;
-        live_bytes += m->loc.entry_len;
-        live_values++;
+            goto fail;
     }
     uint8_t fk[8];
-    store_file_key(id, fk);
+    store_file_key(rw->id, fk);
     MDB_val key = {8, fk};
     rc = mdb_del(txn, st->dbi_files, &key, NULL);
-    if (rc != 0 && rc != MDB_NOTFOUND)
-        goto mdb_fail;
-    if (w != NULL) {
-        store_file_rec r = {.file_size = new_size,
-                            .value_bytes = new_bytes,
-                            .live_bytes = live_bytes,
-                            .values = nmv,
-                            .live_values = live_values};
-        uint8_t nk[8], fr[STORE_FILE_REC_LEN];
-        store_file_key(new_id, nk);
-        store_file_rec_encode(&r, fr);
-        MDB_val k2 = {8, nk}, v2 = {sizeof fr, fr};
-        if ((rc = mdb_put(txn, st->dbi_files, &k2, &v2, 0)) != 0)
-            goto mdb_fail;
-        uint8_t nid[8];
-        store_file_key(atomic_load(&st->next_file_id), nid);
-        MDB_val mk = {strlen("next_file_id"), "next_file_id"}, mvv = {8, nid};
-        if ((rc = mdb_put(txn, st->dbi_meta, &mk, &mvv, 0)) != 0)
-            goto mdb_fail;
-    }
-    rc = mdb_txn_commit(txn);
-    txn = NULL;
-    if (rc != 0)
-        goto mdb_fail;
-    published = false; /* the new file is indexed now */
-    if (gc_publish(st, NULL, id) != 0)
-        log_warn("store: GC could not publish a snapshot without file %016llx",
-                 (unsigned long long)id);
-    remove_unindexed_file(st, id);
-    if (w != NULL) {
-        atomic_fetch_add(&st->data_files, 1);
-        atomic_fetch_add(&st->data_file_bytes, new_size);
-    }
-    atomic_fetch_sub(&st->data_files, 1);
-    atomic_fetch_sub(&st->data_file_bytes, old_size);
-    ret = 0;
-    goto out;
-mdb_fail:
+    if (rc == 0 || rc == MDB_NOTFOUND)
+        return 0;
+fail:
     store_mdb_err(err, errlen, "GC rewrite", rc);
-out:
-    if (rtxn != NULL)
-        mdb_txn_abort(rtxn);
-    if (txn != NULL)
-        mdb_txn_abort(txn);
-    if (published)
-        gc_publish(st, NULL, new_id);
-    if (ret != 0 && w != NULL) {
-        char p[4400];
-        store_df_path(st->data_dir, new_id, p, sizeof p);
-        unlink(p);
+    return -1;
+}
+
+/* Copies file id's live entries into a new file and repoints the index; the
+ * old file then leaves the snapshot and the disk. */
+static int gc_rewrite_file(store *st, uint64_t id, uint64_t old_size, char *err, size_t errlen)
+{
+    gc_rewrite rw = {.id = id};
+    store_snap *snap = store_snap_acquire(st);
+    rw.f = store_snap_find_file(snap, id);
+    if (rw.f != NULL)
+        atomic_fetch_add(&rw.f->refs, 1);
+    store_snap_release(st, snap);
+    if (rw.f == NULL) {
+        snprintf(err, errlen, "data file %016llx is not open", (unsigned long long)id);
+        return -1;
     }
-    store_file_unref(nf);
-    store_df_writer_free(w);
-    store_file_unref(f);
-    free(mv);
-    free(blk);
-    free(raw);
+    store_new_file nf = {0};
+    int ret = -1;
+    if (gc_copy_live(st, &rw, &nf, err, errlen) == 0 &&
+        store_commit_data_file(st, &nf, "GC rewrite", gc_repoint, &rw, err, errlen) == 0) {
+        if (gc_publish(st, NULL, id) != 0)
+            log_warn("store: GC could not publish a snapshot without file %016llx",
+                     (unsigned long long)id);
+        remove_unindexed_file(st, id);
+        atomic_fetch_sub(&st->data_files, 1);
+        atomic_fetch_sub(&st->data_file_bytes, old_size);
+        ret = 0;
+    }
+    store_new_file_release(st, &nf);
+    store_file_unref(rw.f);
+    free(rw.mv);
+    free(rw.blk);
+    free(rw.raw);
     return ret;
 }
 
@@ -544,7 +514,7 @@ long store_gc(store *st, lsn_t horizon, char *err, size_t errlen)
                 break;
             cands = nc;
         }
-        cands[ncand++] = (cand){get_be64(k.mv_data), r.file_size, r.live_values};
+        cands[ncand++] = (cand){store_get_be64(k.mv_data), r.file_size, r.live_values};
     }
     mdb_cursor_close(cur);
     mdb_txn_abort(txn);

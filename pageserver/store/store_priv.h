@@ -1,10 +1,11 @@
 /*
- * store_priv.h: what store.c and store_gc.c share (private to the store;
+ * store_priv.h: what the store's files share (private to the store;
  * nothing outside pageserver/store/ and its tests may include this).
  *
  * For: the store struct, the published snapshot (open layer, frozen layers,
  * open data files), the LMDB record formats (index values, file records,
- * metadata) and the helpers both the flush and GC paths use.
+ * metadata), the data-file commit both the flush and GC use, and the other
+ * helpers they share.
  * Not for: the public contract (store.h).
  *
  * Snapshot publication (readers never block): the current snapshot is named
@@ -25,6 +26,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/must_check.h"
 #include "pageserver/store/key.h"
 #include "pageserver/store/store.h"
 #include "pageserver/store/store_cache.h"
@@ -104,7 +106,22 @@ struct store {
     _Atomic uint64_t values_put, bytes_put, flushes, data_files, data_file_bytes, gc_removed;
 };
 
-/* ---- snapshots (store.c) ---- */
+/* Big-endian u64, the byte order of index keys, file ids and metadata. */
+static inline void store_put_be64(uint8_t *p, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--, v >>= 8)
+        p[i] = (uint8_t)v;
+}
+
+static inline uint64_t store_get_be64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* ---- data files and snapshots (store_snap.c) ---- */
 store_snap *store_snap_acquire(store *st);
 void store_snap_release(store *st, store_snap *s);
 /* A copy of the current snapshot with references on everything; caller holds
@@ -120,8 +137,11 @@ void store_snap_remove_file(store_snap *s, uint64_t id);
 /* Opens data file id (read-only); NULL with err. */
 store_file *store_file_open(store *st, uint64_t id, char *err, size_t errlen);
 void store_file_unref(store_file *f);
+/* Frees s and its references, and frees its slot (s->slot; none when it is
+ * STORE_SNAP_SLOTS). */
+void store_snap_free(store *st, store_snap *s);
 
-/* ---- LMDB records ---- */
+/* ---- LMDB records (store_records.c) ---- */
 #define STORE_IDXV_INLINE 1
 #define STORE_IDXV_FILE 2
 #define STORE_IDXV_FILE_LEN 31
@@ -157,7 +177,7 @@ void store_file_key(uint64_t id, uint8_t out[8]);
 int store_file_rec_sub(store *st, MDB_txn *txn, uint64_t id, uint64_t entry_len, uint64_t count);
 
 /*
- * Reads the value an index value points at.  For a file entry the block is
+ * Reads the value an index value points at (store_read.c).  For a file entry the block is
  * pinned in *hold (release with store_cache_release) and the entry's index
  * key is checked against ikey.  0 or -1 with err.
  */
@@ -165,7 +185,81 @@ int store_read_idxv(store *st, const store_snap *snap, const store_idxv *iv,
                     const uint8_t ikey[PG_INDEX_KEY_LEN], value_ref *out,
                     const store_cache_block **hold, char *err, size_t errlen);
 
-/* Formats an LMDB error. */
+/* Reads metadata value name from txn (0 when absent): 0 or an LMDB error
+ * code. */
+int store_meta_get_u64(store *st, MDB_txn *txn, const char *name, uint64_t *out);
+/* Writes metadata value name = v in txn: 0 or an LMDB error code. */
+int store_meta_put_u64(store *st, MDB_txn *txn, const char *name, uint64_t v);
+
+/* ---- committing a new data file (store_commit.c) ---- */
+
+/*
+ * A data file being written, from its first entry to the commit that
+ * references it.  Zero-initialise; store_new_file_add writes entries (the
+ * file is created on the first); store_commit_data_file commits;
+ * store_new_file_release always follows.
+ */
+typedef struct store_new_file {
+    uint64_t id;                      /* valid once w != NULL */
+    store_df_writer *w;               /* NULL: no entry written (no file) */
+    store_file *file;                 /* open once durable */
+    uint64_t size;                    /* bytes, once durable */
+    uint64_t value_bytes, values;     /* entries written */
+    uint64_t live_bytes, live_values; /* entries the index points at (store_new_file_idxv) */
+    bool published;                   /* in the current snapshot, not referenced yet */
+    bool committed;
+} store_new_file;
+
+/* Appends one entry (index key + encoded value of len bytes) to nf; *loc is
+ * where it went.  0 or -1 with err. */
+STRATA_MUST_CHECK int store_new_file_add(store *st, store_new_file *nf,
+                                         const uint8_t ikey[PG_INDEX_KEY_LEN], const uint8_t *value,
+                                         size_t len, store_df_loc *loc, char *err, size_t errlen);
+
+/* The index value naming nf's entry at loc, and counts that entry as live in
+ * nf's file record.  Only from a store_index_fn. */
+void store_new_file_idxv(store_new_file *nf, uint8_t kind, uint8_t flags, const store_df_loc *loc,
+                         uint8_t out[STORE_IDXV_FILE_LEN]);
+
+/* The caller's index changes, written into txn (name nf's entries through
+ * store_new_file_idxv).  0, or -1 with err (the transaction is aborted). */
+typedef int (*store_index_fn)(store *st, MDB_txn *txn, store_new_file *nf, void *arg, char *err,
+                              size_t errlen);
+
+/*
+ * Commits nf and the caller's index changes.  The single place where a data
+ * file becomes durable and referenced.  In order:
+ *   1. (nf has entries) finish the file: last block, fsync, rename from its
+ *      temporary name, fsync the data directory.  From here a crash leaves a
+ *      complete file that nothing references; the next open deletes it.
+ *   2. open it and publish a snapshot listing it: a reader that finds an
+ *      index entry naming the file must be able to open it.
+ *   3. one LMDB write transaction: index(txn) (the caller's changes), nf's
+ *      file record with the live counts index() produced, next_file_id;
+ *      commit (LMDB fsyncs it).
+ * 0: the file and every index change are durable together, the file counts
+ * in the store's stats, and release keeps it.  -1 with err (prefixed with
+ * what): nothing is committed; store_new_file_release takes the file out of
+ * the snapshot and unlinks it.  Issue #13 hooks the object-storage upload
+ * here, between steps 1 and 3 (the comment in store_commit.c marks the spot).
+ */
+STRATA_MUST_CHECK int store_commit_data_file(store *st, store_new_file *nf, const char *what,
+                                             store_index_fn index, void *arg, char *err,
+                                             size_t errlen);
+
+/* Frees nf's writer and file reference; an uncommitted file leaves the
+ * snapshot and the disk. */
+void store_new_file_release(store *st, store_new_file *nf);
+
+/* ---- flush (store_flush.c) ---- */
+
+/* Flushes frozen layer f, the oldest (only the background thread calls
+ * this): its values go to the index and a new data file, committed with the
+ * new disk_consistent_lsn through store_commit_data_file; only then does the
+ * layer leave the snapshot.  0 or -1 with err (nothing changed; retry). */
+STRATA_MUST_CHECK int store_flush_layer(store *st, store_layer *f, char *err, size_t errlen);
+
+/* Formats an LMDB error (store_records.c). */
 void store_mdb_err(char *err, size_t errlen, const char *what, int rc);
 
 #endif
