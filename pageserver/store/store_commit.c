@@ -1,7 +1,7 @@
 /*
  * store_commit.c: committing a new data file (store_priv.h, docs/storage.md).
  *
- * For: the one step the flush (store.c) and the GC rewrite (store_gc.c)
+ * For: the one step the flush (store_flush.c) and the GC rewrite (store_gc.c)
  * share: write a data file, make it durable, publish it to readers, and
  * reference it from the LMDB index in the same transaction as the caller's
  * index changes.  This is the single place where "a data file became durable

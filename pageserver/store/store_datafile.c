@@ -6,7 +6,8 @@
  * written and fsynced through a private io_uring, two staging buffers so
  * compression overlaps the previous write) and the validating parsers used on
  * every read.
- * Not for: deciding what goes into a file or indexing it (store.c).
+ * Not for: deciding what goes into a file or indexing it (store_flush.c,
+ * store_commit.c, store_gc.c).
  */
 #include "pageserver/store/store_datafile.h"
 

@@ -21,7 +21,8 @@
  * (one large value may make it bigger).  Entries are self-describing so a
  * reader can check that what it found is what the index promised, and GC can
  * walk a file without the index.
- * Not for: the index (LMDB, store.c) or caching (store_cache.h).
+ * Not for: the index (LMDB, store_records.c, store_commit.c) or caching
+ * (store_cache.h).
  *
  * Threads: a writer belongs to one thread.  The parsers are pure functions.
  * Errors: 0 or -1 with err/why filled; parsers validate every length, magic
