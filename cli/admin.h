@@ -1,6 +1,6 @@
 /*
  * admin.h: `strata tenant ...` and `strata timeline ...` -- the admin API
- * of a pageserver (pageserver/http_api.h) from the command line, and the
+ * of a pageserver (pageserver/service/http_api.h) from the command line, and the
  * small HTTP client they use.
  *
  * Which pageserver: --pageserver HOST:PORT (its HTTP port), else the one of

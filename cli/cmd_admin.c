@@ -4,7 +4,7 @@
  * docs/cli.md.  Errors print the server's own message and HTTP status.
  *
  * Not for: the HTTP transport (admin_http.c) or what the endpoints do
- * (pageserver/http_api.c).
+ * (pageserver/service/http_api.c).
  */
 #include <errno.h>
 #include <limits.h>

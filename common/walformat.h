@@ -72,7 +72,7 @@
  * whole new postgresql.auto.conf as a non-transactional logical message
  * (RM_LOGICALMSG_ID) with this prefix (compute/extension/alter_system.c);
  * the pageserver keeps it with the timeline and ships the newest one at or
- * below a basebackup's LSN (pageserver/ingest_misc.c, basebackup.c).  The
+ * below a basebackup's LSN (pageserver/ingest/ingest_misc.c, basebackup.c).  The
  * file may be at most WAL_AUTO_CONF_MAX bytes: the compute refuses a larger
  * one, the pageserver rejects the record.
  */

@@ -23,10 +23,10 @@
 #include "common/daemon_opts.h"
 #include "common/durable.h"
 #include "common/log.h"
-#include "pageserver/http_api.h"
-#include "pageserver/page_service.h"
+#include "pageserver/service/http_api.h"
+#include "pageserver/service/page_service.h"
 #include "pageserver/pagecache.h"
-#include "pageserver/redo.h"
+#include "pageserver/redo/redo.h"
 #include "pageserver/tenants.h"
 
 #define LOCK_FILE "pageserver.lock"

@@ -29,7 +29,7 @@
 #include <stdint.h>
 
 #include "common/lsn.h"
-#include "pageserver/key.h"
+#include "pageserver/store/key.h"
 
 #define PAGECACHE_SHARDS 64
 

@@ -11,7 +11,7 @@
  * offset here against Postgres's own, so a mismatch fails the build.
  *
  * Not for: the WAL record framing (common/walformat.h) or key/value encoding
- * (pageserver/key.h).  Constants and pure inline readers only; no state.
+ * (pageserver/store/key.h).  Constants and pure inline readers only; no state.
  */
 #ifndef STRATA_PAGESERVER_PGSTRUCTS_H
 #define STRATA_PAGESERVER_PGSTRUCTS_H

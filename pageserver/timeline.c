@@ -34,9 +34,9 @@
 #include "common/metrics.h"
 #include "common/sqlstate.h"
 #include "common/strata_assert.h"
-#include "pageserver/import.h"
-#include "pageserver/ingest.h"
-#include "pageserver/walreceiver.h"
+#include "pageserver/ingest/import.h"
+#include "pageserver/ingest/ingest.h"
+#include "pageserver/ingest/walreceiver.h"
 
 #define META_MAX_BYTES (64 * 1024)
 #define DEFAULT_MAX_CHAIN 10000

@@ -38,11 +38,11 @@
 #include <stdint.h>
 
 #include "common/lsn.h"
-#include "pageserver/imagegen.h"
-#include "pageserver/key.h"
+#include "pageserver/redo/imagegen.h"
+#include "pageserver/store/key.h"
 #include "pageserver/pagecache.h"
-#include "pageserver/redo.h"
-#include "pageserver/store.h"
+#include "pageserver/redo/redo.h"
+#include "pageserver/store/store.h"
 
 #define TIMELINE_META_FILE "timeline.json"
 #define TIMELINE_STORE_DIR "store"

@@ -35,7 +35,7 @@
 #define REQ_HEADER_LEN 25 /* tag + reqid + request_lsn + not_modified_since */
 #define RESP_HEADER_LEN 9 /* tag + reqid */
 #define REL_LEN 13        /* spc + db + rel + fork */
-#define SLRU_KIND_MAX 2   /* SLRU_MULTIXACT_MEMBERS in pageserver/key.h */
+#define SLRU_KIND_MAX 2   /* SLRU_MULTIXACT_MEMBERS in pageserver/store/key.h */
 #define FORK_NUMBER_MAX 3 /* INIT_FORKNUM */
 
 static bool sqlstate_valid(const char *s)

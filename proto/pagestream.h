@@ -35,7 +35,7 @@
  *                       (printable text, no NUL)                           (18 + len)
  *
  * Ranges checked by the decoders: fork 0..3, SLRU kind 0..2 (slru_kind in
- * pageserver/key.h).  Every message has exactly one valid length; a short,
+ * pageserver/store/key.h).  Every message has exactly one valid length; a short,
  * long (trailing bytes), unknown-tag or out-of-range message is rejected
  * with a reason.  The encoding is canonical: decode then encode gives back
  * the input bytes.

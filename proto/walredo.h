@@ -26,7 +26,7 @@
  * WAL) equals the bytes given.  The apply end LSN is the record's end
  * (walformat.h's convention), the LSN redo stamps on the page.
  *
- * Users: pageserver/redo.c (encodes requests, decodes responses), the helper
+ * Users: pageserver/redo/redo.c (encodes requests, decodes responses), the helper
  * compute/walredo/walredo.c (the reverse), tests and the benchmark.
  *
  * Pure, libc only, allocation-free; a decoded message's pointers point into

@@ -9,7 +9,7 @@
  * commit does, until the walproposer reports that a majority of safekeepers
  * holds it.  The pageserver keeps the file with the timeline, versioned by
  * LSN, and the basebackup at LSN X ships the newest version at or below X
- * (pageserver/ingest_misc.c, basebackup.c): a compute started anywhere on
+ * (pageserver/ingest/ingest_misc.c, basebackup.c): a compute started anywhere on
  * the timeline, at any later LSN, comes up with the settings, and a branch
  * or point-in-time start gets the settings as they were at its LSN.
  *

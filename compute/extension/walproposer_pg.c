@@ -1001,7 +1001,7 @@ static void basebackup_signal_consumed(void)
  * Starts the proposer core.  A new timeline (every safekeeper empty) begins
  * at the start of the WAL segment that holds the basebackup LSN when this
  * compute was started from a basebackup (the bootstrap segment is valid WAL
- * from its first byte: pageserver/pgcontrol.h), else at the start of the
+ * from its first byte: pageserver/service/pgcontrol.h), else at the start of the
  * segment that holds our current insert position: that segment is
  * certainly still in pg_wal, so the walsender can stream it.
  */

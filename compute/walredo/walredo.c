@@ -17,8 +17,8 @@
  * buffer pool) without a new entry point in core.  The core patch is only
  * the smgr hook.
  *
- * Not for: deciding which records to apply (pageserver/redo_plan.c) or the
- * pageserver's own deltas (pageserver/redo_synthetic.c).
+ * Not for: deciding which records to apply (pageserver/redo/redo_plan.c) or the
+ * pageserver's own deltas (pageserver/redo/redo_synthetic.c).
  *
  * Errors: anything that goes wrong while serving (a malformed frame, a record
  * that fails its CRC or does not touch the target, an ERROR raised by redo)

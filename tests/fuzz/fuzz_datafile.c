@@ -1,6 +1,6 @@
 /*
  * fuzz_datafile.c: libFuzzer target for the store's data-file parsers
- * (pageserver/store_datafile.h): the file header, block headers, block
+ * (pageserver/store/store_datafile.h): the file header, block headers, block
  * decoding (checksum, zstd frame, lengths) and the entries inside a block.
  *
  * The first input byte picks a mode; the rest is a data file.  In mode 1 the
@@ -16,8 +16,8 @@
 
 #include "common/byteorder.h"
 #include "common/crc32c.h"
-#include "pageserver/key.h"
-#include "pageserver/store_datafile.h"
+#include "pageserver/store/key.h"
+#include "pageserver/store/store_datafile.h"
 
 static void fix_crc(uint8_t *blk, size_t len)
 {

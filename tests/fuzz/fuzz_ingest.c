@@ -1,5 +1,5 @@
 /*
- * fuzz_ingest: arbitrary records into WAL ingest (pageserver/ingest.h).
+ * fuzz_ingest: arbitrary records into WAL ingest (pageserver/ingest/ingest.h).
  *
  * Input: byte 0 selects the mode.
  *   mode even: the rest is one raw XLogRecord; xl_tot_len and xl_crc are
@@ -25,7 +25,7 @@
 
 #include "common/crc32c.h"
 #include "common/walformat.h"
-#include "pageserver/ingest.h"
+#include "pageserver/ingest/ingest.h"
 #include "pageserver/pgstructs.h"
 
 #define MAX_VALUES 8192

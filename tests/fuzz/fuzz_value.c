@@ -1,6 +1,6 @@
 /*
  * fuzz_value.c: libFuzzer target for the pageserver's value codec and key
- * decoder (pageserver/key.h).  Decodes arbitrary bytes as a sequence of
+ * decoder (pageserver/store/key.h).  Decodes arbitrary bytes as a sequence of
  * values; whatever decodes must re-encode to exactly the bytes it came from
  * (the encoding is canonical) and must stay inside the input.  The first
  * PG_INDEX_KEY_LEN bytes are also tried as an index key: a decoded key must
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pageserver/key.h"
+#include "pageserver/store/key.h"
 
 static uint8_t again[VALUE_HEADER_LEN + 1024 * 1024];
 

@@ -28,7 +28,7 @@ from conftest import int_to_lsn, lsn_to_int
 from oracle_harness import OracleCluster, PageReader, compare_at, stock
 
 THRESHOLD = 16
-SLACK = 16  # the hard cap is 2 x threshold (pageserver/imagegen.h): ingest waits there
+SLACK = 16  # the hard cap is 2 x threshold (pageserver/redo/imagegen.h): ingest waits there
 
 
 def metrics(cluster):

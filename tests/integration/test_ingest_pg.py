@@ -14,7 +14,7 @@ exactly, and the set of relations per database both ways), the databases, the
 CLOG status of every xid equals txid_status(), the pending prepared
 transaction is known, and ingest reached the server's shutdown checkpoint.
 The FSM is not compared: Postgres extends it without WAL (see
-pageserver/ingest_misc.c and the report).
+pageserver/ingest/ingest_misc.c and the report).
 """
 
 import os

@@ -41,7 +41,7 @@ from test_durability import Ledger, create_ledger
 IMAGE_THRESHOLD = 16
 # A page is queued for image generation when its deltas since its newest
 # image reach the threshold; ingest waits (bounded) for the image of a page
-# that reaches twice the threshold (the hard cap of pageserver/imagegen.h), so
+# that reaches twice the threshold (the hard cap of pageserver/redo/imagegen.h), so
 # no read replays more than 2 x threshold deltas: slack = threshold.  A missing
 # or broken pushdown grows chains without bound (hundreds or thousands of
 # deltas on the pgbench_branches pages after 60 s).

@@ -5,7 +5,7 @@ full_page_writes=on) runs a heap + btree workload after a checkpoint, so the
 first change of every page carries a full-page image, and is stopped cleanly.
 strata-redo-tool (tests/tools/redo_tool.c, release build) reads its WAL with
 our decoder, keeps for each block the records from the last one that
-initialises it, and rebuilds pages through the redo pool (pageserver/redo.c)
+initialises it, and rebuilds pages through the redo pool (pageserver/redo/redo.c)
 and helpers running compute/walredo in the patched postgres.
 
 - Rebuilt pages equal the pages in the stopped server's data files, heap and

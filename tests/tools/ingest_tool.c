@@ -25,8 +25,8 @@
 #include <string.h>
 
 #include "common/walformat.h"
-#include "pageserver/import.h"
-#include "pageserver/ingest.h"
+#include "pageserver/ingest/import.h"
+#include "pageserver/ingest/ingest.h"
 #include "pageserver/pgstructs.h"
 
 typedef struct slot {

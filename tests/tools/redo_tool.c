@@ -1,6 +1,6 @@
 /*
  * strata-redo-tool: rebuilds pages from real WAL through the redo pool
- * (pageserver/redo.h), for the walredo integration test and the redo
+ * (pageserver/redo/redo.h), for the walredo integration test and the redo
  * benchmark.  A test tool, not for operators.
  *
  *   strata-redo-tool replay --pg-bindir B --work-dir W --out DIR
@@ -42,9 +42,9 @@
 
 #include "common/lsn.h"
 #include "common/walformat.h"
-#include "pageserver/key.h"
-#include "pageserver/redo.h"
-#include "pageserver/store.h"
+#include "pageserver/store/key.h"
+#include "pageserver/redo/redo.h"
+#include "pageserver/store/store.h"
 
 typedef struct rec {
     lsn_t end;

@@ -1,6 +1,6 @@
 /*
  * test_basebackup.c: pg_control + bootstrap WAL generation (pageserver/
- * pgcontrol.h) and the basebackup tar (pageserver/basebackup.h).
+ * pgcontrol.h) and the basebackup tar (pageserver/service/basebackup.h).
  *
  * What it shows:
  *   - for record starts mid-page, at a page boundary, at a segment boundary,
@@ -43,9 +43,9 @@
 #include "common/byteorder.h"
 #include "common/crc32c.h"
 #include "common/walformat.h"
-#include "pageserver/basebackup.h"
-#include "pageserver/import.h"
-#include "pageserver/pgcontrol.h"
+#include "pageserver/service/basebackup.h"
+#include "pageserver/ingest/import.h"
+#include "pageserver/service/pgcontrol.h"
 #include "pageserver/pgstructs.h"
 
 #define PGBIN "/usr/lib/postgresql/15/bin"

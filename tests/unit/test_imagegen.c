@@ -1,6 +1,6 @@
 /*
  * test_imagegen.c: image generation pushdown's counters and pipeline
- * (pageserver/imagegen.h) over fake rebuild and put functions: a page is
+ * (pageserver/redo/imagegen.h) over fake rebuild and put functions: a page is
  * queued once when its deltas reach the threshold (dedup while in flight),
  * complete values reset counters, a full pipeline drops and counts (and the
  * page asks again on its next delta), failures and skips settle counters,
@@ -29,7 +29,7 @@
 #include <cmocka.h>
 
 #include "common/metrics.h"
-#include "pageserver/imagegen.h"
+#include "pageserver/redo/imagegen.h"
 
 #define MAX_PUTS 4096
 

@@ -1,6 +1,6 @@
 /*
  * test_import.c: import of a real, freshly initdb'd PostgreSQL 15 data
- * directory (pageserver/import.h).  Runs the stock initdb as the
+ * directory (pageserver/ingest/import.h).  Runs the stock initdb as the
  * unprivileged user postgres, imports through an in-memory backend, and
  * checks the accounting against the files on disk (every relation fork's
  * size, block and byte counts, databases, relmaps, SLRU segments), the
@@ -26,7 +26,7 @@
 #include <cmocka.h>
 
 #include "common/crc32c.h"
-#include "pageserver/import.h"
+#include "pageserver/ingest/import.h"
 #include "pageserver/pgstructs.h"
 
 #define PGBIN "/usr/lib/postgresql/15/bin"

@@ -1,5 +1,5 @@
 /*
- * test_ingest.c: WAL ingest (pageserver/ingest.h) on real PostgreSQL 15 WAL
+ * test_ingest.c: WAL ingest (pageserver/ingest/ingest.h) on real PostgreSQL 15 WAL
  * (tests/unit/data/wal_sample_*, checked against its pg_waldump listing) and
  * on hand-built records for every rmgr effect: sizes and gap fill, smgr
  * truncate of FSM/VM, CLOG deltas across pages, two-phase state, dropped
@@ -22,7 +22,7 @@
 
 #include "common/byteorder.h"
 #include "common/walformat.h"
-#include "pageserver/ingest.h"
+#include "pageserver/ingest/ingest.h"
 #include "pageserver/pgstructs.h"
 
 /* ---- in-memory backend ---------------------------------------------- */

@@ -1,4 +1,4 @@
-/* Unit tests for pageserver/key.c: key encoding order, index keys, key
+/* Unit tests for pageserver/store/key.c: key encoding order, index keys, key
  * formatting, and the value codec. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "pageserver/key.h"
+#include "pageserver/store/key.h"
 
 /* A deterministic xorshift generator so failures reproduce. */
 static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;

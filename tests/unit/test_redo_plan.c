@@ -1,6 +1,6 @@
 /*
  * test_redo_plan.c: unit tests of the page-rebuild planner
- * (pageserver/redo_plan.h): where a rebuild starts (image, zero page,
+ * (pageserver/redo/redo_plan.h): where a rebuild starts (image, zero page,
  * will-init record, incomplete list), how runs of WAL records and of
  * synthetic deltas are grouped, oldest first, and refusal of values that
  * are not part of a page.
@@ -13,7 +13,7 @@
 
 #include <string.h>
 
-#include "pageserver/redo_plan.h"
+#include "pageserver/redo/redo_plan.h"
 
 #define MAXV 16
 

@@ -1,6 +1,6 @@
 /*
  * test_redo_synthetic.c: unit tests of the C synthetic redo
- * (pageserver/redo_synthetic.h).  Expected bits are computed here from the
+ * (pageserver/redo/redo_synthetic.h).  Expected bits are computed here from the
  * layouts as Postgres documents them (a bit index into the page, not the
  * module's byte/shift arithmetic), and a few positions are written out by
  * hand; the rest of the page must stay untouched.
@@ -13,7 +13,7 @@
 
 #include <string.h>
 
-#include "pageserver/redo_synthetic.h"
+#include "pageserver/redo/redo_synthetic.h"
 
 #include "common/byteorder.h"
 

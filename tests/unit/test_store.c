@@ -1,5 +1,5 @@
 /*
- * Unit tests for pageserver/store*.c: the page-version store, on real files
+ * Unit tests for pageserver/store/: the page-version store, on real files
  * in a temporary directory.  Covers reads across the open layer, frozen
  * layers and flushed data files (newest first, stopping at a complete value),
  * scans with tombstones, wait_lsn, restart from disk_consistent_lsn (clean
@@ -29,9 +29,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "pageserver/key.h"
-#include "pageserver/store.h"
-#include "pageserver/store_datafile.h"
+#include "pageserver/store/key.h"
+#include "pageserver/store/store.h"
+#include "pageserver/store/store_datafile.h"
 
 #include "common/byteorder.h"
 

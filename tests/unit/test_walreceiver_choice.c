@@ -1,4 +1,4 @@
-/* Unit tests for pageserver/walreceiver_choice.c: which safekeeper the WAL
+/* Unit tests for pageserver/ingest/walreceiver_choice.c: which safekeeper the WAL
  * receiver streams from, driven through positions and times without any
  * network (the probing itself is covered by test_pageserver_gc.py). */
 #include <setjmp.h>
@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "pageserver/walreceiver_choice.h"
+#include "pageserver/ingest/walreceiver_choice.h"
 
 #define LAG (1ull << 30) /* switch_lag_bytes (the default) */
 #define INTERVAL 10000u  /* probe_interval_ms (the default) */
