@@ -25,7 +25,7 @@ static const char remote_usage[] =
     "strata remote init|ls|put|get|head|rm URL ... [--endpoint URL] [--region R]\n"
     "         [--access-key K] [--secret-key S] [--part-size BYTES]\n"
     "         [--multipart-threshold BYTES] [--attempts N] [--timeout-ms MS]\n"
-    "         [--connect-timeout-ms MS]\n"
+    "         [--connect-timeout-ms MS] [--list-page N]\n"
     "  init URL                create the bucket (s3) or the root directory (file)\n"
     "  ls URL [PREFIX]         list keys (SIZE<tab>KEY) starting with PREFIX\n"
     "  put URL KEY FILE        store FILE under KEY\n"
@@ -105,7 +105,7 @@ static bool set_str(char *dst, size_t cap, const char *v)
 /* Options that override the URL's and the environment's settings. */
 typedef struct remote_flags {
     const char *endpoint, *region, *access_key, *secret_key;
-    const char *part_size, *threshold, *attempts, *timeout_ms, *connect_timeout_ms;
+    const char *part_size, *threshold, *attempts, *timeout_ms, *connect_timeout_ms, *list_page;
 } remote_flags;
 
 static int apply_flags(const remote_flags *f, remote_config *cfg)
@@ -130,6 +130,8 @@ static int apply_flags(const remote_flags *f, remote_config *cfg)
     if (f->connect_timeout_ms &&
         !parse_u32_max(f->connect_timeout_ms, 600000, &cfg->connect_timeout_ms))
         return usage_fail("bad --connect-timeout-ms %s", f->connect_timeout_ms);
+    if (f->list_page && !parse_u32_max(f->list_page, 1000, &cfg->list_page_keys))
+        return usage_fail("bad --list-page %s (1..1000 keys)", f->list_page);
     return 0;
 }
 
@@ -155,7 +157,8 @@ static int parse(const cli_opts *o, remote_args *a, remote_flags *f)
                 {"--multipart-threshold", &f->threshold},
                 {"--attempts", &f->attempts},
                 {"--timeout-ms", &f->timeout_ms},
-                {"--connect-timeout-ms", &f->connect_timeout_ms}};
+                {"--connect-timeout-ms", &f->connect_timeout_ms},
+                {"--list-page", &f->list_page}};
     bool only_operands = false;
     for (int i = 1; i < o->argc; i++) {
         const char *arg = o->argv[i];

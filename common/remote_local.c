@@ -267,8 +267,10 @@ static int local_del(remote_storage *rs, const char *key, remote_err *err)
             return 0;
         return remote_fail(err, -errno, "local DELETE %s: %s", key, strerror(errno));
     }
+    /* -ENOENT: a concurrent delete emptied and removed the directory (and
+     * fsynced its parent), which makes our unlink durable as well. */
     int rc = durable_fsync_parent(path);
-    if (rc != 0)
+    if (rc != 0 && rc != -ENOENT)
         return remote_fail(err, rc, "local DELETE %s: fsync directory: %s", key, strerror(-rc));
     remove_empty_dirs(path, strlen(rs->cfg.root));
     return 0;

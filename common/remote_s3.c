@@ -936,9 +936,9 @@ static int s3_list(remote_storage *rs, const char *prefix, remote_listing *out, 
                              rs->cfg.bucket, full);
             break;
         }
-        snprintf(query, sizeof query, "%s%s%slist-type=2&prefix=%s",
+        snprintf(query, sizeof query, "%s%s%slist-type=2&max-keys=%u&prefix=%s",
                  token ? "continuation-token=" : "", token ? enc_token : "", token ? "&" : "",
-                 enc_prefix);
+                 rs->cfg.list_page_keys, enc_prefix);
         s3_req req = {.op = "LIST", .method = "GET", .query = query, .resp_max = S3XML_MAX_BODY};
         rc = s3_perform(rs, &req, err);
         s3xml_list_page page = {0};

@@ -41,6 +41,7 @@ void remote_config_defaults(remote_config *cfg)
         .backoff_max_ms = 10000,
         .connect_timeout_ms = 5000,
         .request_timeout_ms = 300000,
+        .list_page_keys = 1000,
     };
 }
 
@@ -170,6 +171,9 @@ static int check_s3_config(remote_config *c, remote_err *err)
         return remote_fail(err, -EINVAL, "s3: multipart threshold must be positive");
     if (c->max_attempts < 1 || c->max_attempts > 100)
         return remote_fail(err, -EINVAL, "s3: attempts %d outside 1..100", c->max_attempts);
+    if (c->list_page_keys < 1 || c->list_page_keys > 1000)
+        return remote_fail(err, -EINVAL, "s3: %u keys a listing page, outside 1..1000",
+                           c->list_page_keys);
     if (c->backoff_base_ms > c->backoff_max_ms)
         return remote_fail(err, -EINVAL, "s3: backoff base above its maximum");
     return 0;

@@ -74,6 +74,7 @@ typedef struct remote_config {
     uint32_t backoff_max_ms;      /* s3: ... up to this */
     uint32_t connect_timeout_ms;  /* s3: per connection attempt */
     uint32_t request_timeout_ms;  /* s3: per request (one part, one GET), 0 = none */
+    uint32_t list_page_keys;      /* s3: keys per ListObjectsV2 page, 1..1000 */
 } remote_config;
 
 /* Defaults of the tunables (kind and locations left empty). */

@@ -528,16 +528,23 @@ static int parse_bool(const xdoc *d, int n, bool *out)
     return 0;
 }
 
+/* Checks that the root of a parsed d is named root and holds no text. */
+static int check_root(const xdoc *d, const char *root, char *err)
+{
+    if (!name_is(&d->nodes[0], root))
+        return fail(err, "root element <%.*s>, expected <%s>", (int)d->nodes[0].name_len,
+                    d->nodes[0].name, root);
+    for (size_t i = 0; i < d->nodes[0].text_len; i++)
+        if (!is_space(d->text[d->nodes[0].text_off + i]))
+            return fail(err, "text in <%s>", root);
+    return 0;
+}
+
 static int open_root(xdoc *d, const char *body, size_t len, const char *root, char *err)
 {
     int rc = xdoc_parse(d, body, len, err);
-    if (rc != 0)
-        return rc;
-    if (!name_is(&d->nodes[0], root)) {
-        rc = fail(err, "root element <%.*s>, expected <%s>", (int)d->nodes[0].name_len,
-                  d->nodes[0].name, root);
+    if (rc == 0 && (rc = check_root(d, root, err)) != 0)
         xdoc_free(d);
-    }
     return rc;
 }
 
@@ -665,13 +672,12 @@ int s3xml_parse_complete(const char *body, size_t len, s3xml_error *e, char err[
     int rc = xdoc_parse(&d, body, len, err);
     if (rc != 0)
         return rc;
-    if (name_is(&d.nodes[0], "Error")) {
+    bool is_error = name_is(&d.nodes[0], "Error");
+    rc = check_root(&d, is_error ? "Error" : "CompleteMultipartUploadResult", err);
+    if (rc == 0 && is_error) {
         rc = error_fields(&d, 0, e, err);
         rc = rc == 0 ? 1 : rc;
-    } else if (!name_is(&d.nodes[0], "CompleteMultipartUploadResult")) {
-        rc = fail(err, "root element <%.*s>, expected <CompleteMultipartUploadResult>",
-                  (int)d.nodes[0].name_len, d.nodes[0].name);
-    } else {
+    } else if (rc == 0) {
         int key = leaf(&d, 0, "Key", false, err);
         rc = key < -1 ? key : 0;
     }
