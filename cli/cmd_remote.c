@@ -167,8 +167,7 @@ static int parse(const cli_opts *o, remote_args *a, remote_flags *f)
             only_operands = true;
             continue;
         }
-        for (size_t k = 0; !only_operands && !matched && k < sizeof opts / sizeof opts[0];
-             k++) {
+        for (size_t k = 0; !only_operands && !matched && k < sizeof opts / sizeof opts[0]; k++) {
             const char *v = opt_value(o->argc, o->argv, &i, opts[k].name, &missing);
             if (missing)
                 return usage_fail("%s needs a value", opts[k].name);
@@ -188,7 +187,7 @@ static int parse(const cli_opts *o, remote_args *a, remote_flags *f)
     static const struct {
         const char *sub;
         int min, max;
-    } arity[] = {{"init", 1, 1}, {"ls", 1, 2},  {"put", 3, 3},
+    } arity[] = {{"init", 1, 1}, {"ls", 1, 2},   {"put", 3, 3},
                  {"get", 3, 3},  {"head", 2, 2}, {"rm", 2, REMOTE_MAX_ARGS}};
     for (size_t k = 0; k < sizeof arity / sizeof arity[0]; k++)
         if (strcmp(a->sub, arity[k].sub) == 0) {

@@ -41,8 +41,7 @@ typedef struct remote_ops {
      * past the end delivers nothing and succeeds. */
     int (*get)(remote_storage *rs, const char *key, uint64_t off, uint64_t len,
                const remote_sink *sink, remote_err *err);
-    int (*head)(remote_storage *rs, const char *key, bool *exists, uint64_t *size,
-                remote_err *err);
+    int (*head)(remote_storage *rs, const char *key, bool *exists, uint64_t *size, remote_err *err);
     int (*del)(remote_storage *rs, const char *key, remote_err *err);
     int (*del_many)(remote_storage *rs, const char *const *keys, size_t n, remote_err *err);
     /* Appends to out (unsorted is fine: the front end sorts). */

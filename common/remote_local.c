@@ -146,8 +146,7 @@ static int put_once(const char *path, size_t root_len, const remote_body *body, 
     return rc == -ENOENT && strcmp(*step, "rename") == 0 ? -EIO : rc;
 }
 
-static int local_put(remote_storage *rs, const char *key, const remote_body *body,
-                     remote_err *err)
+static int local_put(remote_storage *rs, const char *key, const remote_body *body, remote_err *err)
 {
     char path[PATH_MAX];
     if (local_path(rs, key, path, sizeof path) != 0)
@@ -159,12 +158,12 @@ static int local_put(remote_storage *rs, const char *key, const remote_body *bod
     for (int i = 0; rc == -ENOENT && i < LOCAL_RACE_RETRIES; i++)
         rc = put_once(path, strlen(rs->cfg.root) + 1, body, &step);
     if (rc == -EEXIST)
-        return remote_fail(err, rc, "local PUT %s: %s: the key and another key's directory "
-                                    "collide (\"a\" and \"a/b\" cannot both exist here)",
+        return remote_fail(err, rc,
+                           "local PUT %s: %s: the key and another key's directory "
+                           "collide (\"a\" and \"a/b\" cannot both exist here)",
                            key, step);
     if (rc == -ENODATA)
-        return remote_fail(err, -EIO, "local PUT %s: the source file shrank during the copy",
-                           key);
+        return remote_fail(err, -EIO, "local PUT %s: the source file shrank during the copy", key);
     if (rc != 0)
         return remote_fail(err, rc, "local PUT %s: %s: %s", key, step, strerror(-rc));
     return 0;
@@ -216,8 +215,8 @@ static int local_get(remote_storage *rs, const char *key, uint64_t off, uint64_t
     free(chunk);
     close(fd);
     if (rc == -EFBIG)
-        return remote_fail(err, rc, "local GET %s: object of %llu bytes is larger than asked",
-                           key, (unsigned long long)size);
+        return remote_fail(err, rc, "local GET %s: object of %llu bytes is larger than asked", key,
+                           (unsigned long long)size);
     if (rc != 0)
         return remote_fail(err, rc, "local GET %s: %s", key, strerror(-rc));
     return 0;
@@ -276,8 +275,7 @@ static int local_del(remote_storage *rs, const char *key, remote_err *err)
     return 0;
 }
 
-static int local_del_many(remote_storage *rs, const char *const *keys, size_t n,
-                          remote_err *err)
+static int local_del_many(remote_storage *rs, const char *const *keys, size_t n, remote_err *err)
 {
     for (size_t i = 0; i < n; i++) {
         int rc = local_del(rs, keys[i], err);
@@ -331,8 +329,7 @@ static int walk(const remote_storage *rs, char *rel, size_t rel_len, const char 
     return rc;
 }
 
-static int local_list(remote_storage *rs, const char *prefix, remote_listing *out,
-                      remote_err *err)
+static int local_list(remote_storage *rs, const char *prefix, remote_listing *out, remote_err *err)
 {
     if (root_exists(rs, "LIST", err) != 0)
         return -ENOENT;

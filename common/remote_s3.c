@@ -69,10 +69,10 @@ typedef struct s3_buf {
 
 /* One request, retried as a whole. */
 typedef struct s3_req {
-    const char *op;     /* for messages: "PUT", "GET", "LIST", ... */
-    const char *method; /* HTTP method */
-    const char *key;    /* relative key; NULL for a request on the bucket */
-    const char *query;  /* canonical query without '?', or NULL */
+    const char *op;          /* for messages: "PUT", "GET", "LIST", ... */
+    const char *method;      /* HTTP method */
+    const char *key;         /* relative key; NULL for a request on the bucket */
+    const char *query;       /* canonical query without '?', or NULL */
     const remote_body *body; /* what a PUT or POST sends: [body_off, +body_len) */
     uint64_t body_off, body_len;
     const char *content_type;
@@ -104,8 +104,8 @@ static void curl_init(void)
 
 static bool unreserved(unsigned char c)
 {
-    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-           c == '-' || c == '_' || c == '.' || c == '~';
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_' || c == '.' || c == '~';
 }
 
 /* Appends s URI-encoded (keep_slash: '/' stays as is) to out[cap];
@@ -158,8 +158,8 @@ static int payload_sha256(const s3_req *req, char hex[65])
         if (chunk == NULL)
             rc = -ENOMEM;
         for (uint64_t done = 0; rc == 0 && done < req->body_len;) {
-            size_t want = req->body_len - done < S3_HASH_CHUNK ? req->body_len - done
-                                                               : S3_HASH_CHUNK;
+            size_t want =
+                req->body_len - done < S3_HASH_CHUNK ? req->body_len - done : S3_HASH_CHUNK;
             ssize_t n = pread(b->fd, chunk, want, (off_t)(req->body_off + done));
             if (n < 0 && errno == EINTR)
                 continue;
@@ -378,8 +378,7 @@ static void give_handle(s3_state *st, CURL *h)
 /* "s3://bucket/prefix/key" (or the bucket) for messages. */
 static void object_name(const remote_storage *rs, const char *key, char *out, size_t cap)
 {
-    snprintf(out, cap, "s3://%s/%s%s", rs->cfg.bucket, key ? rs->cfg.prefix : "",
-             key ? key : "");
+    snprintf(out, cap, "s3://%s/%s%s", rs->cfg.bucket, key ? rs->cfg.prefix : "", key ? key : "");
 }
 
 static int build_url(const remote_storage *rs, const s3_req *req, char *url, size_t cap)
@@ -389,16 +388,15 @@ static int build_url(const remote_storage *rs, const s3_req *req, char *url, siz
         return -ENAMETOOLONG;
     if (req->key != NULL) {
         char full[REMOTE_MAX_KEY * 2];
-        if ((size_t)snprintf(full, sizeof full, "%s%s", rs->cfg.prefix, req->key) >=
-                sizeof full ||
+        if ((size_t)snprintf(full, sizeof full, "%s%s", rs->cfg.prefix, req->key) >= sizeof full ||
             strlen(full) > REMOTE_MAX_KEY)
             return -ENAMETOOLONG;
         url[len++] = '/';
         if (!uri_encode(url, cap, &len, full, true))
             return -ENAMETOOLONG;
     }
-    if (req->query != NULL && (size_t)snprintf(url + len, cap - len, "?%s", req->query) >=
-                                  cap - len)
+    if (req->query != NULL &&
+        (size_t)snprintf(url + len, cap - len, "?%s", req->query) >= cap - len)
         return -ENAMETOOLONG;
     return 0;
 }
@@ -545,12 +543,11 @@ static int request_failed(const remote_storage *rs, const s3_req *req, int rc, C
         snprintf(tries, sizeof tries, " (after %d attempts)", attempts);
     if (req->local_rc != 0)
         return remote_fail(err, req->local_rc, "s3 %s %s: %s%s", req->op, name,
-                           req->local_rc == -EFBIG    ? "object larger than asked"
-                           : req->local_rc == -EPROTO ? "the server sent more or other than "
-                                                        "the range asked for"
-                           : req->local_rc == -ENODATA
-                               ? "the source file shrank during the upload"
-                               : strerror(-req->local_rc),
+                           req->local_rc == -EFBIG     ? "object larger than asked"
+                           : req->local_rc == -EPROTO  ? "the server sent more or other than "
+                                                         "the range asked for"
+                           : req->local_rc == -ENODATA ? "the source file shrank during the upload"
+                                                       : strerror(-req->local_rc),
                            tries);
     if (cc != CURLE_OK)
         return remote_fail(err, rc, "s3 %s %s: %s: %s%s", req->op, name, curl_easy_strerror(cc),
@@ -619,7 +616,7 @@ static int s3_perform(remote_storage *rs, s3_req *req, remote_err *err)
             break;
         }
         if (!again || attempt >= rs->cfg.max_attempts) {
-            rc = cc == CURLE_COULDNT_CONNECT        ? -ECONNREFUSED
+            rc = cc == CURLE_COULDNT_CONNECT      ? -ECONNREFUSED
                  : cc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT
                                                   : -EIO;
             rc = request_failed(rs, req, rc, cc, errbuf, attempt, err);
@@ -657,8 +654,7 @@ static int s3_init(remote_storage *rs, remote_err *err)
     return rc;
 }
 
-static int put_single(remote_storage *rs, const char *key, const remote_body *body,
-                      remote_err *err)
+static int put_single(remote_storage *rs, const char *key, const remote_body *body, remote_err *err)
 {
     s3_req req = {.op = "PUT", .method = "PUT", .key = key, .body = body, .body_len = body->len};
     int rc = s3_perform(rs, &req, err);
@@ -673,8 +669,7 @@ static bool etag_ok(const char *etag)
     if (n < 2 || n >= 100)
         return false;
     for (size_t i = 0; i < n; i++)
-        if (etag[i] <= ' ' || etag[i] > '~' || etag[i] == '<' || etag[i] == '>' ||
-            etag[i] == '&')
+        if (etag[i] <= ' ' || etag[i] > '~' || etag[i] == '<' || etag[i] == '>' || etag[i] == '&')
             return false;
     return true;
 }
@@ -894,8 +889,7 @@ static int delete_batch(remote_storage *rs, const char *const *keys, size_t n, r
 static int s3_del_many(remote_storage *rs, const char *const *keys, size_t n, remote_err *err)
 {
     for (size_t i = 0; i < n; i += S3_DELETE_BATCH) {
-        int rc = delete_batch(rs, keys + i, n - i < S3_DELETE_BATCH ? n - i : S3_DELETE_BATCH,
-                              err);
+        int rc = delete_batch(rs, keys + i, n - i < S3_DELETE_BATCH ? n - i : S3_DELETE_BATCH, err);
         if (rc != 0)
             return rc;
     }
@@ -909,8 +903,9 @@ static int add_page(remote_storage *rs, const s3xml_list_page *page, remote_list
     for (size_t i = 0; i < page->n; i++) {
         const char *key = page->entries[i].key;
         if (strncmp(key, rs->cfg.prefix, plen) != 0)
-            return remote_fail(err, -EPROTO, "s3 LIST s3://%s/%s: the server listed %.200s, "
-                                             "outside the prefix",
+            return remote_fail(err, -EPROTO,
+                               "s3 LIST s3://%s/%s: the server listed %.200s, "
+                               "outside the prefix",
                                rs->cfg.bucket, rs->cfg.prefix, key);
         if (key[plen] == '\0')
             continue; /* a "folder" marker object named like the prefix */
@@ -949,8 +944,9 @@ static int s3_list(remote_storage *rs, const char *prefix, remote_listing *out, 
         if (rc == 0)
             rc = add_page(rs, &page, out, err);
         if (rc == 0 && page.truncated && token != NULL && strcmp(token, page.next_token) == 0)
-            rc = remote_fail(err, -EPROTO, "s3 LIST s3://%s/%s: the server repeated a "
-                                           "continuation token",
+            rc = remote_fail(err, -EPROTO,
+                             "s3 LIST s3://%s/%s: the server repeated a "
+                             "continuation token",
                              rs->cfg.bucket, full);
         free(token);
         token = NULL;
@@ -978,8 +974,7 @@ int remote_s3_open(remote_storage *rs, remote_err *err)
 {
     pthread_once(&curl_once, curl_init);
     if (curl_init_rc != CURLE_OK)
-        return remote_fail(err, -EIO, "s3: curl_global_init: %s",
-                           curl_easy_strerror(curl_init_rc));
+        return remote_fail(err, -EIO, "s3: curl_global_init: %s", curl_easy_strerror(curl_init_rc));
     s3_state *st = calloc(1, sizeof *st);
     if (st == NULL)
         return remote_fail(err, -ENOMEM, "s3: out of memory");

@@ -96,9 +96,8 @@ static int s3_config_from_url(const char *rest, remote_config *cfg, remote_err *
     const char *slash = strchr(rest, '/');
     size_t blen = slash ? (size_t)(slash - rest) : strlen(rest);
     if (!bucket_name_ok(rest, blen))
-        return remote_fail(err, -EINVAL,
-                           "s3: bad bucket name in s3://%s (3-63 of a-z 0-9 . -, path-style)",
-                           rest);
+        return remote_fail(
+            err, -EINVAL, "s3: bad bucket name in s3://%s (3-63 of a-z 0-9 . -, path-style)", rest);
     copy_str(cfg->bucket, sizeof cfg->bucket, rest, blen);
     const char *prefix = slash ? slash + 1 : "";
     size_t plen = strlen(prefix);
@@ -137,8 +136,9 @@ int remote_config_from_url(const char *url, remote_config *cfg, remote_err *err)
         cfg->kind = REMOTE_LOCAL;
         return 0;
     }
-    return remote_fail(err, -EINVAL, "remote storage URL %s: want s3://BUCKET/PREFIX or "
-                                     "file:///PATH",
+    return remote_fail(err, -EINVAL,
+                       "remote storage URL %s: want s3://BUCKET/PREFIX or "
+                       "file:///PATH",
                        url);
 }
 
@@ -156,9 +156,10 @@ static int check_s3_config(remote_config *c, remote_err *err)
         return remote_fail(err, -EINVAL, "s3: endpoint %s has a path (want http://HOST:PORT)",
                            c->endpoint);
     if (c->access_key[0] == '\0' || c->secret_key[0] == '\0')
-        return remote_fail(err, -EINVAL, "s3: no credentials (STRATA_S3_ACCESS_KEY and "
-                                         "STRATA_S3_SECRET_KEY, or AWS_ACCESS_KEY_ID and "
-                                         "AWS_SECRET_ACCESS_KEY)");
+        return remote_fail(err, -EINVAL,
+                           "s3: no credentials (STRATA_S3_ACCESS_KEY and "
+                           "STRATA_S3_SECRET_KEY, or AWS_ACCESS_KEY_ID and "
+                           "AWS_SECRET_ACCESS_KEY)");
     for (const char *p = c->region; *p; p++)
         if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-'))
             return remote_fail(err, -EINVAL, "s3: bad region %s", c->region);
@@ -232,9 +233,11 @@ int remote_init(remote_storage *rs, remote_err *err)
 static size_t utf8_len(const unsigned char *s, size_t avail)
 {
     unsigned char b = s[0];
-    size_t n = b < 0x80 ? 1 : (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3
-                          : (b & 0xF8) == 0xF0   ? 4
-                                                 : 0;
+    size_t n = b < 0x80             ? 1
+               : (b & 0xE0) == 0xC0 ? 2
+               : (b & 0xF0) == 0xE0 ? 3
+               : (b & 0xF8) == 0xF0 ? 4
+                                    : 0;
     if (n == 0 || n > avail)
         return 0;
     unsigned long cp = n == 1 ? b : b & (0x3F >> (n - 1));
@@ -346,8 +349,8 @@ int remote_put_file(remote_storage *rs, const char *key, const char *path, remot
         rc = remote_fail(err, -errno, "%s PUT %s: stat %s: %s", rs->ops->name, key, path,
                          strerror(errno));
     else if (!S_ISREG(st.st_mode))
-        rc = remote_fail(err, -EINVAL, "%s PUT %s: %s is not a regular file", rs->ops->name,
-                         key, path);
+        rc = remote_fail(err, -EINVAL, "%s PUT %s: %s is not a regular file", rs->ops->name, key,
+                         path);
     if (rc == 0) {
         remote_body body = {.fd = fd, .len = (uint64_t)st.st_size};
         rc = rs->ops->put(rs, key, &body, err);
@@ -445,8 +448,8 @@ static int buf_sink_reset(void *arg)
     return 0;
 }
 
-int remote_get_buf(remote_storage *rs, const char *key, size_t max_len, void **out,
-                   size_t *out_len, remote_err *err)
+int remote_get_buf(remote_storage *rs, const char *key, size_t max_len, void **out, size_t *out_len,
+                   remote_err *err)
 {
     *out = NULL;
     *out_len = 0;
@@ -506,8 +509,7 @@ int remote_get_range(remote_storage *rs, const char *key, uint64_t off, size_t l
     return rc;
 }
 
-int remote_head(remote_storage *rs, const char *key, bool *exists, uint64_t *size,
-                remote_err *err)
+int remote_head(remote_storage *rs, const char *key, bool *exists, uint64_t *size, remote_err *err)
 {
     *exists = false;
     *size = 0;
@@ -560,8 +562,7 @@ int remote_list(remote_storage *rs, const char *prefix, remote_listing *out, rem
     *out = (remote_listing){0};
     remote_err why;
     if (prefix_check(prefix, &why) != 0)
-        return remote_fail(err, -EINVAL, "%s LIST %s: %s", rs->ops->name, rs->describe,
-                           why.msg);
+        return remote_fail(err, -EINVAL, "%s LIST %s: %s", rs->ops->name, rs->describe, why.msg);
     int rc = rs->ops->list(rs, prefix, out, err);
     if (rc != 0) {
         remote_listing_free(out);

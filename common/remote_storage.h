@@ -60,13 +60,13 @@ typedef enum remote_kind { REMOTE_LOCAL = 1, REMOTE_S3 = 2 } remote_kind;
  */
 typedef struct remote_config {
     remote_kind kind;
-    char root[4096];       /* local: absolute path of the root directory */
-    char endpoint[512];    /* s3: http(s)://HOST[:PORT], no trailing '/' */
-    char bucket[64];       /* s3: 3-63 characters */
-    char prefix[512];      /* s3: "" or ending in '/', prepended to every key */
-    char region[64];       /* s3: signing region */
-    char access_key[128];  /* s3 */
-    char secret_key[128];  /* s3 */
+    char root[4096];              /* local: absolute path of the root directory */
+    char endpoint[512];           /* s3: http(s)://HOST[:PORT], no trailing '/' */
+    char bucket[64];              /* s3: 3-63 characters */
+    char prefix[512];             /* s3: "" or ending in '/', prepended to every key */
+    char region[64];              /* s3: signing region */
+    char access_key[128];         /* s3 */
+    char secret_key[128];         /* s3 */
     uint64_t multipart_threshold; /* s3: objects this large or larger go multipart */
     uint64_t part_size;           /* s3: bytes per part (5 MiB .. 5 GiB) */
     int max_attempts;             /* s3: tries per request, >= 1 */
@@ -87,15 +87,13 @@ void remote_config_defaults(remote_config *cfg);
  * (else AWS_ACCESS_KEY_ID) and STRATA_S3_SECRET_KEY (else
  * AWS_SECRET_ACCESS_KEY); missing ones are reported by remote_open.
  */
-STRATA_MUST_CHECK int remote_config_from_url(const char *url, remote_config *cfg,
-                                             remote_err *err);
+STRATA_MUST_CHECK int remote_config_from_url(const char *url, remote_config *cfg, remote_err *err);
 
 typedef struct remote_storage remote_storage;
 
 /* Checks cfg and makes a handle (no IO for S3; the local root must exist
  * unless remote_init is called next).  *out is freed by remote_close. */
-STRATA_MUST_CHECK int remote_open(const remote_config *cfg, remote_storage **out,
-                                  remote_err *err);
+STRATA_MUST_CHECK int remote_open(const remote_config *cfg, remote_storage **out, remote_err *err);
 void remote_close(remote_storage *rs);
 
 /* "file:///PATH" or "s3://BUCKET/PREFIX" of an open store, for messages. */
@@ -134,8 +132,8 @@ STRATA_MUST_CHECK int remote_get_range(remote_storage *rs, const char *key, uint
                                        size_t len, void *buf, size_t *got, remote_err *err);
 
 /* Whether key exists, and its size (0 when it does not). */
-STRATA_MUST_CHECK int remote_head(remote_storage *rs, const char *key, bool *exists,
-                                  uint64_t *size, remote_err *err);
+STRATA_MUST_CHECK int remote_head(remote_storage *rs, const char *key, bool *exists, uint64_t *size,
+                                  remote_err *err);
 
 /* Deletes key; a missing key is success. */
 STRATA_MUST_CHECK int remote_delete(remote_storage *rs, const char *key, remote_err *err);

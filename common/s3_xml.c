@@ -155,7 +155,7 @@ static int read_entity(cursor *c, char *out, size_t *len, char *err)
     int digits = 0;
     while (c->p < c->end && *c->p != ';') {
         char d = *c->p;
-        int v = (d >= '0' && d <= '9')                  ? d - '0'
+        int v = (d >= '0' && d <= '9')                 ? d - '0'
                 : (base == 16 && d >= 'a' && d <= 'f') ? d - 'a' + 10
                 : (base == 16 && d >= 'A' && d <= 'F') ? d - 'A' + 10
                                                        : -1;

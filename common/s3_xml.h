@@ -47,10 +47,10 @@ typedef struct s3xml_error {
 
 /* The outcome of a DeleteObjects request (DeleteResult). */
 typedef struct s3xml_delete_result {
-    size_t deleted;             /* <Deleted> entries */
-    size_t errors;              /* <Error> entries */
-    char first_error_key[256];  /* the first failed key (truncated) */
-    s3xml_error first_error;    /* and its code and message */
+    size_t deleted;            /* <Deleted> entries */
+    size_t errors;             /* <Error> entries */
+    char first_error_key[256]; /* the first failed key (truncated) */
+    s3xml_error first_error;   /* and its code and message */
 } s3xml_delete_result;
 
 /* Decodes a ListBucketResult; on success the caller frees *out with

@@ -125,9 +125,16 @@ static void test_config_from_urls(void **state)
     assert_int_equal(remote_open(&cfg, &rs, &err), -EINVAL);
     assert_non_null(strstr(err.msg, "has a path"));
 
-    static const char *const bad[] = {"s3://", "s3://ab", "s3://Upper", "s3://b_u",
-                                      "s3://bucket/a/../b", "s3://bucket/.strata-tmp-x",
-                                      "file://relative", "http://x/y", "/plain/path", ""};
+    static const char *const bad[] = {"s3://",
+                                      "s3://ab",
+                                      "s3://Upper",
+                                      "s3://b_u",
+                                      "s3://bucket/a/../b",
+                                      "s3://bucket/.strata-tmp-x",
+                                      "file://relative",
+                                      "http://x/y",
+                                      "/plain/path",
+                                      ""};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err.msg[0] = '\0';
         if (remote_config_from_url(bad[i], &cfg, &err) != -EINVAL)
@@ -145,14 +152,26 @@ static void test_key_rules(void **state)
 {
     (void)state;
     remote_err err = {{0}};
-    static const char *const good[] = {"a", "a/b/c", "a b/c+d/\xc3\xa9t\xc3\xa9 \xe2\x82\xac",
-                                       "x.strata-tmp", "..a", "a/.b", "%2F&?#=~"};
+    static const char *const good[] = {
+        "a",    "a/b/c",   "a b/c+d/\xc3\xa9t\xc3\xa9 \xe2\x82\xac", "x.strata-tmp", "..a",
+        "a/.b", "%2F&?#=~"};
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
         if (remote_key_check(good[i], &err) != 0)
             fail_msg("key '%s' refused: %s", good[i], err.msg);
-    static const char *const bad[] = {"", "/a", "a/", "a//b", "./a", "a/../b", "..",
-                                      ".strata-tmp-1", "a/.strata-tmpX", "a\x01", "a\x7f",
-                                      "\xff", "\xc3", "\xed\xa0\x80"};
+    static const char *const bad[] = {"",
+                                      "/a",
+                                      "a/",
+                                      "a//b",
+                                      "./a",
+                                      "a/../b",
+                                      "..",
+                                      ".strata-tmp-1",
+                                      "a/.strata-tmpX",
+                                      "a\x01",
+                                      "a\x7f",
+                                      "\xff",
+                                      "\xc3",
+                                      "\xed\xa0\x80"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err.msg[0] = '\0';
         if (remote_key_check(bad[i], &err) != -EINVAL)
@@ -204,8 +223,7 @@ static void test_local_put_get_head_delete(void **state)
     assert_non_null(strstr(err.msg, "local GET nothing/here"));
     assert_null(buf);
     /* Larger than the caller accepts. */
-    assert_int_equal(remote_get_buf(rs, "a b/c+d/\xc3\xa9t\xc3\xa9", 5, &buf, &len, &err),
-                     -EFBIG);
+    assert_int_equal(remote_get_buf(rs, "a b/c+d/\xc3\xa9t\xc3\xa9", 5, &buf, &len, &err), -EFBIG);
     /* Bad keys never reach the file system. */
     assert_int_equal(remote_put_buf(rs, "../escape", "x", 1, &err), -EINVAL);
     assert_non_null(strstr(err.msg, "'..'"));
@@ -421,9 +439,8 @@ static void test_local_concurrent_readers(void **state)
     pthread_create(&deleter, NULL, race_deleter, &r);
     remote_err err;
     for (int i = 0; i < 200; i++) {
-        assert_int_equal(remote_put_buf(r.rs, "race/dir/obj", i % 2 ? a : b,
-                                        i % 2 ? RACE_A : RACE_B, &err),
-                         0);
+        assert_int_equal(
+            remote_put_buf(r.rs, "race/dir/obj", i % 2 ? a : b, i % 2 ? RACE_A : RACE_B, &err), 0);
         /* Also a put into a directory the deleter keeps removing. */
         assert_int_equal(remote_put_buf(r.rs, "race/other/y", "y", 1, &err), 0);
         assert_int_equal(remote_delete(r.rs, "race/other/y", &err), 0);

@@ -25,16 +25,16 @@ static int list(const char *body, s3xml_list_page *page, char *err)
 static void test_list_accepts_a_real_page(void **state)
 {
     (void)state;
-    const char *body =
-        PROLOG "<ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
-               "<Name>b</Name><Prefix>p/</Prefix><KeyCount>2</KeyCount>"
-               "<IsTruncated>true</IsTruncated>"
-               "<NextContinuationToken>1ue/Gc+x=</NextContinuationToken>\n"
-               "  <Contents><Key>p/a b&amp;c&lt;&gt;&quot;&apos;</Key>"
-               "<ETag>&quot;x&quot;</ETag><Size>100000</Size></Contents>\n"
-               "  <Contents>\n<Key>p/&#xE9;t&#233; \xe2\x82\xac</Key><Size>18446744073709551615</Size>"
-               "<Owner><ID>u</ID></Owner></Contents>"
-               "</ListBucketResult>\n";
+    const char *body = PROLOG
+        "<ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
+        "<Name>b</Name><Prefix>p/</Prefix><KeyCount>2</KeyCount>"
+        "<IsTruncated>true</IsTruncated>"
+        "<NextContinuationToken>1ue/Gc+x=</NextContinuationToken>\n"
+        "  <Contents><Key>p/a b&amp;c&lt;&gt;&quot;&apos;</Key>"
+        "<ETag>&quot;x&quot;</ETag><Size>100000</Size></Contents>\n"
+        "  <Contents>\n<Key>p/&#xE9;t&#233; \xe2\x82\xac</Key><Size>18446744073709551615</Size>"
+        "<Owner><ID>u</ID></Owner></Contents>"
+        "</ListBucketResult>\n";
     s3xml_list_page page;
     char err[S3XML_MAX_ERR] = "";
     assert_int_equal(list(body, &page, err), 0);
@@ -111,7 +111,7 @@ static void test_list_rejects_bad_bodies(void **state)
     expect_list_rejected(LBR(NOT_TRUNC ENTRY("&#12a;", "1")), "bad character reference");
     expect_list_rejected(LBR(NOT_TRUNC ENTRY("a]]>b", "1")), "']]>'");
     expect_list_rejected(LBR(NOT_TRUNC ENTRY("\xff", "1")), "not UTF-8");
-    expect_list_rejected(LBR(NOT_TRUNC ENTRY("\xc0\xaf", "1")), "not UTF-8"); /* overlong '/' */
+    expect_list_rejected(LBR(NOT_TRUNC ENTRY("\xc0\xaf", "1")), "not UTF-8");     /* overlong '/' */
     expect_list_rejected(LBR(NOT_TRUNC ENTRY("\xed\xa0\x80", "1")), "not UTF-8"); /* surrogate */
     expect_list_rejected(LBR(NOT_TRUNC ENTRY("a\x01", "1")), "not UTF-8");
     expect_list_rejected(LBR(NOT_TRUNC ENTRY("\xe2\x82", "1")), "not UTF-8"); /* truncated */
@@ -171,8 +171,7 @@ static void test_initiate(void **state)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err[0] = '\0';
-        assert_int_equal(s3xml_parse_initiate(bad[i], strlen(bad[i]), id, sizeof id, err),
-                         -EPROTO);
+        assert_int_equal(s3xml_parse_initiate(bad[i], strlen(bad[i]), id, sizeof id, err), -EPROTO);
         assert_true(err[0] != '\0');
     }
 }
@@ -201,10 +200,12 @@ static void test_complete_and_error(void **state)
     assert_int_equal(s3xml_parse_error(real, strlen(real), &e, err), 0);
     assert_string_equal(e.code, "NoSuchKey");
     assert_string_equal(e.message, "");
-    static const char *const bad[] = {
-        "<Error><Message>m</Message></Error>", "<Error><Code></Code></Error>",
-        "<Error><Code>a</Code><Code>b</Code></Error>", "<Err><Code>a</Code></Err>",
-        "<Error><Code>a</Code>", "<html><body>502 Bad Gateway</body></html>"};
+    static const char *const bad[] = {"<Error><Message>m</Message></Error>",
+                                      "<Error><Code></Code></Error>",
+                                      "<Error><Code>a</Code><Code>b</Code></Error>",
+                                      "<Err><Code>a</Code></Err>",
+                                      "<Error><Code>a</Code>",
+                                      "<html><body>502 Bad Gateway</body></html>"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_int_equal(s3xml_parse_error(bad[i], strlen(bad[i]), &e, err), -EPROTO);
 
