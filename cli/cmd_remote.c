@@ -7,6 +7,7 @@
  *   strata remote ls   URL [PREFIX]
  *   strata remote put  URL KEY FILE
  *   strata remote get  URL KEY FILE
+ *   strata remote cat  URL KEY [OFFSET [LENGTH]]
  *   strata remote head URL KEY
  *   strata remote rm   URL KEY...
  *
@@ -22,14 +23,15 @@
 #include "common/remote_storage.h"
 
 static const char remote_usage[] =
-    "strata remote init|ls|put|get|head|rm URL ... [--endpoint URL] [--region R]\n"
+    "strata remote init|ls|put|get|cat|head|rm URL ... [--endpoint URL] [--region R]\n"
     "         [--access-key K] [--secret-key S] [--part-size BYTES]\n"
     "         [--multipart-threshold BYTES] [--attempts N] [--timeout-ms MS]\n"
     "         [--connect-timeout-ms MS] [--list-page N]\n"
     "  init URL                create the bucket (s3) or the root directory (file)\n"
     "  ls URL [PREFIX]         list keys (SIZE<tab>KEY) starting with PREFIX\n"
-    "  put URL KEY FILE        store FILE under KEY\n"
+    "  put URL KEY FILE        store FILE (- : standard input) under KEY\n"
     "  get URL KEY FILE        fetch KEY into FILE (written durably)\n"
+    "  cat URL KEY [OFF [LEN]] write KEY (from byte OFF, LEN bytes) to standard output\n"
     "  head URL KEY            print KEY's size; exit 1 if it does not exist\n"
     "  rm URL KEY...           delete the keys (missing keys are no error)\n"
     "URL: s3://BUCKET[/PREFIX] or file:///PATH.  S3 settings also come from\n"
@@ -140,7 +142,7 @@ static int parse(const cli_opts *o, remote_args *a, remote_flags *f)
     memset(a, 0, sizeof *a);
     memset(f, 0, sizeof *f);
     if (o->argc < 1)
-        return usage_fail("%s", "a subcommand is needed: init, ls, put, get, head or rm");
+        return usage_fail("%s", "a subcommand is needed: init, ls, put, get, cat, head or rm");
     a->sub = o->argv[0];
     if (strcmp(a->sub, "-h") == 0 || strcmp(a->sub, "--help") == 0) {
         printf("usage: %s\n", remote_usage);
@@ -187,15 +189,105 @@ static int parse(const cli_opts *o, remote_args *a, remote_flags *f)
     static const struct {
         const char *sub;
         int min, max;
-    } arity[] = {{"init", 1, 1}, {"ls", 1, 2},   {"put", 3, 3},
-                 {"get", 3, 3},  {"head", 2, 2}, {"rm", 2, REMOTE_MAX_ARGS}};
+    } arity[] = {{"init", 1, 1},
+                 {"ls", 1, 2},
+                 {"put", 3, 3},
+                 {"get", 3, 3},
+                 {"cat", 2, 4},
+                 {"head", 2, 2},
+                 {"rm", 2, REMOTE_MAX_ARGS}};
     for (size_t k = 0; k < sizeof arity / sizeof arity[0]; k++)
         if (strcmp(a->sub, arity[k].sub) == 0) {
             if (a->npos < arity[k].min || a->npos > arity[k].max)
                 return usage_fail("wrong number of operands for '%s'", a->sub);
             return 0;
         }
-    return usage_fail("unknown subcommand '%s' (init, ls, put, get, head, rm)", a->sub);
+    return usage_fail("unknown subcommand '%s' (init, ls, put, get, cat, head, rm)", a->sub);
+}
+
+/* Most bytes `put - ` and `cat` hold in memory. */
+#define REMOTE_CLI_MAX_BUF (1ull << 30)
+
+static int write_stdout(const void *buf, size_t len, remote_err *err)
+{
+    if (fwrite(buf, 1, len, stdout) != len || fflush(stdout) != 0) {
+        snprintf(err->msg, sizeof err->msg, "writing standard output: %s", strerror(errno));
+        return -EIO;
+    }
+    return 0;
+}
+
+/* put URL KEY -: the whole of standard input, as one buffer. */
+static int put_stdin(remote_storage *rs, const char *key, remote_err *err)
+{
+    size_t len = 0, cap = 1 << 20;
+    char *buf = malloc(cap);
+    int rc = buf ? 0 : -ENOMEM;
+    while (rc == 0) {
+        if (len == cap) {
+            char *bigger = cap < REMOTE_CLI_MAX_BUF ? realloc(buf, cap * 2) : NULL;
+            if (bigger == NULL) {
+                rc = cap < REMOTE_CLI_MAX_BUF ? -ENOMEM : -EFBIG;
+                break;
+            }
+            buf = bigger;
+            cap *= 2;
+        }
+        size_t n = fread(buf + len, 1, cap - len, stdin);
+        len += n;
+        if (n == 0)
+            rc = ferror(stdin) ? -EIO : 1;
+    }
+    if (rc < 0)
+        snprintf(err->msg, sizeof err->msg, "reading standard input: %s", strerror(-rc));
+    else
+        rc = remote_put_buf(rs, key, buf, len, err);
+    free(buf);
+    return rc;
+}
+
+static int cat(remote_storage *rs, const remote_args *a, remote_err *err)
+{
+    if (a->npos == 2) {
+        void *buf;
+        size_t len;
+        int rc = remote_get_buf(rs, a->pos[1], REMOTE_CLI_MAX_BUF, &buf, &len, err);
+        if (rc == 0)
+            rc = write_stdout(buf, len, err);
+        free(buf);
+        return rc;
+    }
+    uint64_t off, len = 0;
+    if (!parse_bytes(a->pos[2], &off) || (a->npos == 4 && !parse_bytes(a->pos[3], &len))) {
+        snprintf(err->msg, sizeof err->msg, "bad OFFSET or LENGTH (bytes, K/M/G allowed)");
+        return -EINVAL;
+    }
+    if (a->npos == 3) { /* from OFFSET to the end */
+        bool exists;
+        uint64_t size;
+        int rc = remote_head(rs, a->pos[1], &exists, &size, err);
+        if (rc == 0 && !exists) {
+            snprintf(err->msg, sizeof err->msg, "%s: no such key in %s", a->pos[1],
+                     remote_describe(rs));
+            rc = -ENOENT;
+        }
+        if (rc != 0)
+            return rc;
+        len = size > off ? size - off : 0;
+    }
+    if (len == 0)
+        return 0;
+    if (len > REMOTE_CLI_MAX_BUF) {
+        snprintf(err->msg, sizeof err->msg, "more than 1G to write: give a LENGTH");
+        return -EFBIG;
+    }
+    void *buf = malloc(len);
+    size_t got;
+    int rc = buf ? remote_get_range(rs, a->pos[1], off, len, buf, &got, err) : -ENOMEM;
+    if (rc == 0)
+        rc = write_stdout(buf, got, err);
+    free(buf);
+    return rc;
 }
 
 static int run(remote_storage *rs, const remote_args *a, remote_err *err)
@@ -204,7 +296,10 @@ static int run(remote_storage *rs, const remote_args *a, remote_err *err)
     if (strcmp(sub, "init") == 0)
         return remote_init(rs, err);
     if (strcmp(sub, "put") == 0)
-        return remote_put_file(rs, a->pos[1], a->pos[2], err);
+        return strcmp(a->pos[2], "-") == 0 ? put_stdin(rs, a->pos[1], err)
+                                           : remote_put_file(rs, a->pos[1], a->pos[2], err);
+    if (strcmp(sub, "cat") == 0)
+        return cat(rs, a, err);
     if (strcmp(sub, "get") == 0)
         return remote_get_file(rs, a->pos[1], a->pos[2], err);
     if (strcmp(sub, "rm") == 0)

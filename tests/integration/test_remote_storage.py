@@ -8,7 +8,8 @@ Without STRATA_S3_SCRIPT the S3 test fails and says so; `make test` leaves
 it out unless the variable is set.
 
 Covered: create the store, put and get (single and multipart: 40 MiB in
-5 MiB parts), keys with space, '+' and UTF-8, head, list with a prefix,
+5 MiB parts, from a file and from memory), byte ranges (inside, across and
+past the end), keys with space, '+' and UTF-8, head, list with a prefix,
 delete one and many, a missing key, a bad key, and for S3 a listing of
 several pages, a wrong secret
 (403 SignatureDoesNotMatch) and an unreachable endpoint (retried, then a
@@ -30,12 +31,19 @@ BIG = 40 * 1024 * 1024
 MULTIPART = ["--part-size", "5M", "--multipart-threshold", "8M"]
 
 
-def remote(args, env=None, check=True, timeout=120):
-    cp = subprocess.run([strata_bin(), "remote"] + args, capture_output=True, text=True,
-                        env=env, timeout=timeout, check=False)
+def remote(args, env=None, check=True, timeout=120, input_bytes=None):
+    """Runs `strata remote ARGS`; stdout and stderr as text unless input_bytes
+    is given (then bytes in, bytes out)."""
+    binary = input_bytes is not None
+    cp = subprocess.run([strata_bin(), "remote"] + args, capture_output=True, text=not binary,
+                        input=input_bytes, env=env, timeout=timeout, check=False)
     if check and cp.returncode != 0:
         raise AssertionError("strata remote %s: exit %d: %s" % (args, cp.returncode, cp.stderr))
     return cp
+
+
+def cat(url, env, key, *range_args):
+    return remote(["cat", url, key] + list(range_args), env, input_bytes=b"").stdout
 
 
 def listing(url, env, prefix=None):
@@ -85,6 +93,23 @@ def exercise(url, env, tmp_path):
     remote(["get", url, "plain/empty", str(back)], env)
     assert back.read_bytes() == b""
     assert not (tmp_path / "back.tmp").exists()
+
+    # Byte ranges (get_range) and whole objects into memory (get_buf).
+    data = small.read_bytes()
+    assert cat(url, env, ODD_KEY) == data
+    assert cat(url, env, ODD_KEY, "100", "50") == data[100:150]
+    assert cat(url, env, ODD_KEY, "13990") == data[13990:]
+    assert cat(url, env, ODD_KEY, "13990", "100") == data[13990:]
+    assert cat(url, env, ODD_KEY, "14000", "10") == b""
+    assert cat(url, env, ODD_KEY, "99999", "10") == b""
+    assert cat(url, env, "plain/empty", "0", "10") == b""
+    assert cat(url, env, "plain/empty") == b""
+    # From memory (put_buf): standard input, large enough for multipart.
+    mem = random.Random(7).randbytes(12 * 1024 * 1024 + 3)
+    remote(["put", url, "mem/obj", "-"] + MULTIPART, env, input_bytes=mem)
+    assert cat(url, env, "mem/obj") == mem
+    assert cat(url, env, "mem/obj", "5242870", "20") == mem[5242870:5242890]
+    remote(["rm", url, "mem/obj"], env)
 
     # A missing key: exit 1, a message naming the key; the target untouched.
     back.write_bytes(b"keep")
