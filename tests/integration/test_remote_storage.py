@@ -13,14 +13,18 @@ past the end), keys with space, '+' and UTF-8, head, list with a prefix,
 delete one and many, a missing key, a bad key, and for S3 a listing of
 several pages, a wrong secret
 (403 SignatureDoesNotMatch) and an unreachable endpoint (retried, then a
-clear error).
+clear error).  Against a local endpoint that always fails, the retry policy:
+5xx and 429 and timeouts retried, other 4xx not.
 """
 
 import hashlib
+import http.server
 import os
 import random
 import socket
 import subprocess
+import threading
+import time
 
 import pytest
 
@@ -165,6 +169,73 @@ def test_remote_usage_errors():
     env = {k: v for k, v in os.environ.items() if "S3" not in k and not k.startswith("AWS_")}
     cp = remote(["ls", "s3://bucket"], env, check=False)
     assert cp.returncode == 1 and "STRATA_S3_ENDPOINT" in cp.stderr, cp.stderr
+
+
+class FaultyS3(http.server.ThreadingHTTPServer):
+    """An endpoint that answers every request with one fixed failure and
+    counts the requests: it checks the client's retry policy, not S3."""
+
+    def __init__(self, status, code, hang=False):
+        self.status, self.code, self.hang, self.requests = status, code, hang, 0
+        super().__init__(("127.0.0.1", 0), FaultyHandler)
+
+
+class FaultyHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # answers curl's Expect: 100-continue
+
+    def do_any(self):
+        self.server.requests += 1
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+        if self.server.hang:
+            time.sleep(3)
+            return
+        body = ("<?xml version=\"1.0\"?><Error><Code>%s</Code><Message>injected</Message>"
+                "</Error>" % self.server.code).encode()
+        self.send_response(self.server.status)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        try:
+            self.wfile.write(body)
+        except OSError:
+            pass  # the client gave up first
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_any
+
+    def log_message(self, *args):
+        pass
+
+
+def test_remote_s3_retry_policy(tmp_path):
+    """5xx, 429 and timeouts are retried up to --attempts; other 4xx are not."""
+    require_binaries(strata_bin())
+    src = tmp_path / "src"
+    src.write_bytes(b"x" * 1000)
+    cases = [(503, "SlowDown", False, 3), (500, "InternalError", False, 3),
+             (429, "TooManyRequests", False, 3), (400, "InvalidArgument", False, 1),
+             (404, "NoSuchBucket", False, 1), (200, "", True, 2)]
+    for status, code, hang, want in cases:
+        server = FaultyS3(status, code, hang)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            env = dict(os.environ, STRATA_S3_ENDPOINT="http://127.0.0.1:%d" % server.server_port,
+                       STRATA_S3_ACCESS_KEY="k", STRATA_S3_SECRET_KEY="s")
+            cp = remote(["put", "s3://bucket/p", "key", str(src), "--attempts", str(want if
+                         want > 1 else 3), "--timeout-ms", "500"], env, check=False)
+        finally:
+            server.shutdown()
+            server.server_close()
+        assert cp.returncode == 1, cp.stderr
+        assert server.requests == want, (status, server.requests, cp.stderr)
+        assert "s3 PUT s3://bucket/p/key" in cp.stderr, cp.stderr
+        if hang:
+            assert "Timeout" in cp.stderr, cp.stderr
+        else:
+            assert "HTTP %d %s: injected" % (status, code) in cp.stderr, cp.stderr
+        assert ("after %d attempts" % want in cp.stderr) == (want > 1), cp.stderr
 
 
 def port_block_free(base, count):
