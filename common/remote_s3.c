@@ -564,9 +564,9 @@ static int request_failed(const remote_storage *rs, const s3_req *req, int rc, C
 /*
  * Sends req, retrying as the header comment says.  Returns 0 for a 2xx
  * answer (the body in the sink or req->resp), the errno of the last
- * failure otherwise.  A 4xx/5xx the caller handles itself (a missing key
- * for HEAD, 416 for a range) is returned as -ENOENT/-ERANGE with req->status
- * set and err filled.
+ * failure otherwise, with err filled and req->status set, so a caller
+ * that expects a failure (404 for HEAD, 416 for a range past the end) can
+ * turn it into success.
  */
 static int s3_perform(remote_storage *rs, s3_req *req, remote_err *err)
 {
