@@ -42,7 +42,7 @@ fuzz: build-san
 
 integration: build build-san
 	STRATA_BUILD=$(CURDIR)/$(BUILD) STRATA_SAN_BUILD=$(CURDIR)/$(SAN_BUILD) \
-		$(PYTEST) -q -ra tests/integration
+		$(PYTEST) -q -ra tests/integration $(S3_DESELECT)
 
 check: build-san
 	cd $(SAN_BUILD) && STRATA_SIM_SEEDS=200 ctest --output-on-failure -L fast
@@ -53,12 +53,17 @@ check: build-san
 # when run by hand without it (bench/README.md).
 HAMMERDB_DESELECT = $(if $(HAMMERDB_KIT),,--deselect bench/test_tprocc_hammerdb.py::test_quick_hammerdb_run_on_strata)
 
+# Likewise the S3 test of the remote storage runs a real radosgw from the start
+# script a user names with STRATA_S3_SCRIPT (docs/operations.md); without it
+# the test is left out here and fails naming the variable when run by hand.
+S3_DESELECT = $(if $(STRATA_S3_SCRIPT),,--deselect tests/integration/test_remote_storage.py::test_remote_s3_radosgw)
+
 test: deps build build-san
 	cd $(SAN_BUILD) && STRATA_SIM_SEEDS=$(SIM_SEEDS) ctest --output-on-failure
 	STRATA_BUILD=$(CURDIR)/$(BUILD) STRATA_SAN_BUILD=$(CURDIR)/$(SAN_BUILD) \
 		$(PYTEST) -q -ra tests/integration bench/test_bench.py bench/test_pageserver_bench.py \
 		bench/test_image_sweep.py bench/test_stateless_tpcb.py bench/test_tprocc.py \
-		bench/test_tprocc_hammerdb.py $(HAMMERDB_DESELECT)
+		bench/test_tprocc_hammerdb.py $(HAMMERDB_DESELECT) $(S3_DESELECT)
 
 demo: deps build
 	$(BUILD)/bin/strata demo

@@ -71,6 +71,7 @@ int cmd_bench(const cli_opts *o);
 int cmd_demo(const cli_opts *o);
 int cmd_safekeeper(const cli_opts *o);
 int cmd_page(const cli_opts *o);
+int cmd_remote(const cli_opts *o); /* cmd_remote.c: the object store */
 
 /* Prints "strata: <reason>" on stderr and returns CLI_FAIL. */
 int cli_fail(const cli_err *err);

@@ -59,6 +59,9 @@ static const command commands[] = {
     {"timeline", cmd_timeline, OPT_RAW,
      "timeline create [--id TL] [--initdb|--import PGDATA] [--safekeepers H:P,..] | list | "
      "show TL | delete TL  [--tenant T] [--dir D] [--pageserver H:P] [--auth-file F] [--json]"},
+    {"remote", cmd_remote, OPT_RAW,
+     "remote init|ls|put|get|head|rm URL [KEY] [FILE] [--endpoint URL] [--region R] ... "
+     "(strata remote --help)"},
 };
 
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
