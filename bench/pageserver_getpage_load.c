@@ -24,7 +24,7 @@
  *
  * Built by bench/pageserver_bench.py with:
  *   cc -O2 -std=gnu11 -I<repo> bench/pageserver_getpage_load.c proto/pagestream.c
- *      common/lsn.c -lpq
+ *      common/base/lsn.c -lpq
  */
 #include <assert.h>
 #include <errno.h>
@@ -37,7 +37,7 @@
 
 #include <libpq-fe.h>
 
-#include "common/lsn.h"
+#include "base/lsn.h"
 #include "proto/pagestream.h"
 
 #define MAX_DEPTH 1024

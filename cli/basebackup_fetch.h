@@ -19,7 +19,7 @@
 
 #include "cli/cli.h"
 #include "cli/cluster.h"
-#include "common/lsn.h"
+#include "base/lsn.h"
 
 typedef struct bbfetch_result {
     uint64_t bytes;   /* archive bytes received */

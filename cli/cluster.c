@@ -19,7 +19,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "common/durable.h"
+#include "base/durable.h"
 
 /* A state file bigger than this is not ours. */
 #define CLUSTER_FILE_MAX (64 * 1024)

@@ -26,7 +26,7 @@
 #include <stdbool.h>
 
 #include "cli/cli.h"
-#include "common/lsn.h"
+#include "base/lsn.h"
 
 #define CLUSTER_SAFEKEEPERS 3
 #define CLUSTER_FILE "cluster.json"

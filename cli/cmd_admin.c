@@ -17,7 +17,7 @@
 
 #include "cli/admin.h"
 #include "cli/cluster.h"
-#include "common/lsn.h"
+#include "base/lsn.h"
 
 #define CREATE_TIMEOUT_MS 300000 /* an initdb + import */
 #define TIMEOUT_MS 30000

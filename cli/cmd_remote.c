@@ -1,6 +1,6 @@
 /*
  * cmd_remote.c: `strata remote`, the operator's view of a remote store
- * (common/remote_storage.h): create it, list, put, get, delete and inspect
+ * (common/net/remote_storage.h): create it, list, put, get, delete and inspect
  * objects, with the same URL, environment and settings the daemons use.
  *
  *   strata remote init URL
@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "common/remote_storage.h"
+#include "net/remote_storage.h"
 
 static const char remote_usage[] =
     "strata remote init|ls|put|get|cat|head|rm URL ... [--endpoint URL] [--region R]\n"

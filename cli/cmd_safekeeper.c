@@ -33,8 +33,8 @@
 #include "cli/proc.h"
 #include "cli/safekeepers.h"
 #include "cli/sk_client.h"
-#include "common/durable.h"
-#include "common/log.h"
+#include "base/durable.h"
+#include "base/log.h"
 
 #define CATCH_UP_TIMEOUT_MS (300 * 1000)
 #define START_TIMEOUT_MS (30 * 1000)

@@ -35,7 +35,7 @@
 #include "cli/probe.h"
 #include "cli/proc.h"
 #include "cli/safekeepers.h"
-#include "common/log.h"
+#include "base/log.h"
 
 #define COMPUTE_INITDB_TIMEOUT_S 300
 #define COMPUTE_FAST_STOP_TIMEOUT_MS 30000

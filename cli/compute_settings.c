@@ -12,8 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/compute_owned.h"
-#include "common/durable.h"
+#include "base/compute_owned.h"
+#include "base/durable.h"
 
 #define COMPUTE_SETTINGS_FILE "compute.settings"
 #define COMPUTE_SETTINGS_FILE_MAX                                                                  \

@@ -14,7 +14,7 @@
  * Precedence, lowest first: Strata's own settings, the spec, the
  * environment, then ALTER SYSTEM (postgresql.auto.conf, kept with the
  * timeline: compute/extension/alter_system.c).  Settings Strata owns
- * (common/compute_owned.h) are refused everywhere, ALTER SYSTEM included;
+ * (common/base/compute_owned.h) are refused everywhere, ALTER SYSTEM included;
  * shared_preload_libraries is merged: strata is always loaded first, a
  * library given by name must exist in the patched PostgreSQL's library
  * directory.
@@ -65,7 +65,7 @@ int compute_settings_parse_text(const char *text, const char *what, compute_sett
                                 cli_err *err);
 
 /* D/compute.settings: loaded (empty when the file does not exist) and
- * saved durably (common/durable.h).  0 or -1. */
+ * saved durably (common/base/durable.h).  0 or -1. */
 int compute_settings_load(const cluster *c, compute_settings *out, cli_err *err);
 int compute_settings_save(const cluster *c, const compute_settings *ss, cli_err *err);
 

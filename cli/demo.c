@@ -29,7 +29,7 @@
 #include "cli/pageserver.h"
 #include "cli/probe.h"
 #include "cli/proc.h"
-#include "common/lsn.h"
+#include "base/lsn.h"
 
 #define DEMO_SCALE "10"
 #define DEMO_SECONDS 30

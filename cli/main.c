@@ -10,7 +10,7 @@
 
 #include "cli/admin.h"
 #include "cli/cli.h"
-#include "common/log.h"
+#include "base/log.h"
 
 /* Options a command accepts. */
 enum {

@@ -23,7 +23,7 @@
 #include "cli/locate.h"
 #include "cli/probe.h"
 #include "cli/proc.h"
-#include "common/log.h"
+#include "base/log.h"
 
 /* How long the pageserver gets to exit after SIGTERM (it flushes). */
 #define PAGESERVER_STOP_TIMEOUT_MS 30000

@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/durable.h"
+#include "base/durable.h"
 
 /* The step of child setup that failed, sent with errno over the pipe. */
 enum child_step { STEP_LOG, STEP_CHDIR, STEP_GROUPS, STEP_SETGID, STEP_SETUID, STEP_EXEC };

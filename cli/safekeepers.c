@@ -17,7 +17,7 @@
 #include "cli/locate.h"
 #include "cli/probe.h"
 #include "cli/proc.h"
-#include "common/log.h"
+#include "base/log.h"
 
 #define SAFEKEEPER_PROGRAM "strata-safekeeper"
 /* How long a safekeeper gets to exit after SIGTERM. */

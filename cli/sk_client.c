@@ -17,10 +17,10 @@
 #include <libpq-fe.h>
 
 #include "cli/proc.h"
-#include "common/byteorder.h"
-#include "common/durable.h"
-#include "common/log.h"
-#include "common/sqlstate.h"
+#include "base/byteorder.h"
+#include "base/durable.h"
+#include "base/log.h"
+#include "base/sqlstate.h"
 #include "safekeeper/control_file.h"
 
 #define SK_CONNECT_TIMEOUT "10"

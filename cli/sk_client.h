@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "cli/cli.h"
-#include "common/lsn.h"
+#include "base/lsn.h"
 #include "proto/walpush.h"
 
 /* Where a safekeeper listens and which timeline to talk about. */

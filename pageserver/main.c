@@ -5,7 +5,7 @@
  * ports file, signals.  No protocol or storage logic lives here.
  *
  * Every option is a flag, an environment variable and a config-file key
- * (flag > environment > config file > default; common/daemon_opts.h); see
+ * (flag > environment > config file > default; common/base/daemon_opts.h); see
  * --help.
  */
 #include <errno.h>
@@ -18,11 +18,11 @@
 
 #include <uv.h>
 
-#include "common/auth.h"
-#include "common/daemon.h"
-#include "common/daemon_opts.h"
-#include "common/durable.h"
-#include "common/log.h"
+#include "net/auth.h"
+#include "net/daemon.h"
+#include "base/daemon_opts.h"
+#include "base/durable.h"
+#include "base/log.h"
 #include "pageserver/service/http_api.h"
 #include "pageserver/service/page_service.h"
 #include "pageserver/pagecache.h"

@@ -28,7 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/lsn.h"
+#include "base/lsn.h"
 #include "pageserver/store/key.h"
 
 #define PAGECACHE_SHARDS 64

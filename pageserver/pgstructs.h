@@ -10,7 +10,7 @@
  * strata.so against those headers, static-asserts every constant, size and
  * offset here against Postgres's own, so a mismatch fails the build.
  *
- * Not for: the WAL record framing (common/walformat.h) or key/value encoding
+ * Not for: the WAL record framing (common/base/walformat.h) or key/value encoding
  * (pageserver/store/key.h).  Constants and pure inline readers only; no state.
  */
 #ifndef STRATA_PAGESERVER_PGSTRUCTS_H
@@ -21,7 +21,7 @@
 
 /* WAL and data files are in host order, little-endian on every platform we
  * build for: read and write them with get_le* and put_le*. */
-#include "common/byteorder.h"
+#include "base/byteorder.h"
 
 /* ---- ids (access/rmgrlist.h) ---- */
 enum {

@@ -31,8 +31,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/durable.h"
-#include "common/log.h"
+#include "base/durable.h"
+#include "base/log.h"
 
 #define GC_TICK_MS 1000
 #define CREATING_SUFFIX ".creating"

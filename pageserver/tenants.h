@@ -36,7 +36,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "common/lsn.h"
+#include "base/lsn.h"
 #include "pageserver/timeline.h"
 
 #define TENANTS_MAX_TIMELINES 1024

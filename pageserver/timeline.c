@@ -28,12 +28,12 @@
 
 #include <cjson/cJSON.h>
 
-#include "common/byteorder.h"
-#include "common/durable.h"
-#include "common/log.h"
-#include "common/metrics.h"
-#include "common/sqlstate.h"
-#include "common/strata_assert.h"
+#include "base/byteorder.h"
+#include "base/durable.h"
+#include "base/log.h"
+#include "base/metrics.h"
+#include "base/sqlstate.h"
+#include "base/strata_assert.h"
 #include "pageserver/ingest/import.h"
 #include "pageserver/ingest/ingest.h"
 #include "pageserver/ingest/walreceiver.h"

@@ -37,7 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/lsn.h"
+#include "base/lsn.h"
 #include "pageserver/redo/imagegen.h"
 #include "pageserver/store/key.h"
 #include "pageserver/pagecache.h"

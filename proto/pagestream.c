@@ -30,7 +30,7 @@
 
 #include <string.h>
 
-#include "common/byteorder.h"
+#include "base/byteorder.h"
 
 #define REQ_HEADER_LEN 25 /* tag + reqid + request_lsn + not_modified_since */
 #define RESP_HEADER_LEN 9 /* tag + reqid */

@@ -47,7 +47,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/lsn.h"
+#include "base/lsn.h"
 
 #define PAGESTREAM_PROTO_VERSION 1
 #define PAGESTREAM_BLCKSZ 8192

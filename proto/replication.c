@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/byteorder.h"
+#include "base/byteorder.h"
 
 /* Seconds from 1970-01-01 to 2000-01-01. */
 #define PG_EPOCH_UNIX_SECONDS 946684800LL

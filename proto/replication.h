@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/lsn.h"
+#include "base/lsn.h"
 #include "proto/walpush.h" /* pageserver_feedback */
 
 #define REPLICATION_TAG_XLOGDATA 'w'

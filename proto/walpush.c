@@ -32,7 +32,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/byteorder.h"
+#include "base/byteorder.h"
 
 /* ---- Byte cursors ------------------------------------------------------ */
 

@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/lsn.h"
+#include "base/lsn.h"
 
 /* Sent in ProposerGreeting and in START_WAL_PUSH (proto_version '1'). */
 #define WALPUSH_PROTO_VERSION 2

@@ -8,7 +8,7 @@
 
 #include <string.h>
 
-#include "common/byteorder.h"
+#include "base/byteorder.h"
 
 static void put_tag(uint8_t *p, const walredo_tag *t)
 {

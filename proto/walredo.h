@@ -40,7 +40,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/lsn.h"
+#include "base/lsn.h"
 
 #define WALREDO_PROTO_VERSION 1
 #define WALREDO_MAGIC "STRATAWR"

@@ -21,7 +21,7 @@
 
 #include <string.h>
 
-#include "common/strata_assert.h"
+#include "base/strata_assert.h"
 
 /* ---- Output helpers ---------------------------------------------------- */
 

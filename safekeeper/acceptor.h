@@ -37,8 +37,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "common/lsn.h"
-#include "common/walformat.h"
+#include "base/lsn.h"
+#include "base/walformat.h"
 #include "proto/walpush.h"
 
 /*

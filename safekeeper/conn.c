@@ -12,8 +12,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "common/log.h"
-#include "common/sqlstate.h"
+#include "base/log.h"
+#include "base/sqlstate.h"
 #include "safekeeper/walsender.h"
 
 #define MAX_TOKENS 32

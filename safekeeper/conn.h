@@ -14,7 +14,7 @@
 
 #include <stddef.h>
 
-#include "common/pgwire.h"
+#include "net/pgwire.h"
 #include "safekeeper/timeline.h"
 
 /* Starts listening per cfg; NULL with a message in err on failure. */

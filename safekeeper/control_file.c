@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/byteorder.h"
-#include "common/crc32c.h"
-#include "common/durable.h"
+#include "base/byteorder.h"
+#include "base/crc32c.h"
+#include "base/durable.h"
 
 #define HEADER_SIZE 12
 #define FIXED_BODY_SIZE 124 /* body without history entries */

@@ -9,7 +9,7 @@
  *     magic u32 | format version u32 | body length u32 | body | CRC-32C u32
  *
  * The CRC covers everything before it.  The file is replaced atomically
- * through common/durable.h (temp, fsync, rename, fsync dir), so a crash
+ * through common/base/durable.h (temp, fsync, rename, fsync dir), so a crash
  * leaves the old or the new content.  Loading is strict: bad magic, an
  * unknown version, a wrong length, a bad CRC or an impossible value is an
  * error that names the problem; nothing is guessed.

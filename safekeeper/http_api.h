@@ -1,5 +1,5 @@
 /*
- * http_api.h: the safekeeper's HTTP endpoints on common/http.h.
+ * http_api.h: the safekeeper's HTTP endpoints on common/net/http.h.
  *
  *   GET /v1/status                          node id, connections, every timeline
  *   GET /v1/tenant                          every tenant holding a timeline here, with
@@ -12,7 +12,7 @@
  * HTTP-thread operation (see docs/operations.md).  Timelines are created
  * by the first START_WAL_PUSH that names them.
  * With an auth store, everything but /v1/status and /metrics needs the
- * admin token (common/auth.h).
+ * admin token (common/net/auth.h).
  *
  * Handlers run on the HTTP thread and read only the snapshot the loop
  * publishes (sk_node_snapshot) and the node id, which never changes.
@@ -22,8 +22,8 @@
 
 #include <stddef.h>
 
-#include "common/auth.h"
-#include "common/http.h"
+#include "net/auth.h"
+#include "net/http.h"
 #include "safekeeper/timeline.h"
 
 /* Creates, routes and starts the server on host:port.  auth may be NULL

@@ -4,7 +4,7 @@
  * HTTP listener, the ports file, signals.  No protocol logic lives here.
  *
  * Every option is a flag, an environment variable and a config-file key
- * (flag > environment > config file > default; common/daemon_opts.h); see
+ * (flag > environment > config file > default; common/base/daemon_opts.h); see
  * --help.
  */
 #include <stdbool.h>
@@ -15,13 +15,13 @@
 
 #include <uv.h>
 
-#include "common/auth.h"
-#include "common/daemon.h"
-#include "common/daemon_opts.h"
-#include "common/durable.h"
-#include "common/log.h"
-#include "common/pgwire.h"
-#include "common/uring.h"
+#include "net/auth.h"
+#include "net/daemon.h"
+#include "base/daemon_opts.h"
+#include "base/durable.h"
+#include "base/log.h"
+#include "net/pgwire.h"
+#include "net/uring.h"
 #include "safekeeper/conn.h"
 #include "safekeeper/http_api.h"
 #include "safekeeper/timeline.h"

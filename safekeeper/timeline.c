@@ -19,11 +19,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "common/durable.h"
-#include "common/log.h"
-#include "common/sqlstate.h"
-#include "common/strata_assert.h"
-#include "common/walformat.h"
+#include "base/durable.h"
+#include "base/log.h"
+#include "base/sqlstate.h"
+#include "base/strata_assert.h"
+#include "base/walformat.h"
 #include "proto/walpush.h"
 #include "safekeeper/control_file.h"
 #include "safekeeper/walsender.h"

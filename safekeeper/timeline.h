@@ -35,10 +35,10 @@
 
 #include <uv.h>
 
-#include "common/lsn.h"
-#include "common/metrics.h"
-#include "common/pgwire.h"
-#include "common/uring.h"
+#include "base/lsn.h"
+#include "base/metrics.h"
+#include "net/pgwire.h"
+#include "net/uring.h"
 #include "safekeeper/acceptor.h"
 #include "safekeeper/wal_store.h"
 
@@ -47,7 +47,7 @@
 typedef struct sk_timeline sk_timeline;
 typedef struct sk_sender sk_sender; /* walsender.h */
 
-/* The daemon's series in the default metrics registry (common/metrics.h);
+/* The daemon's series in the default metrics registry (common/base/metrics.h);
  * updates are atomic, /metrics renders them from the HTTP thread. */
 typedef struct sk_metrics {
     metrics_counter *appends;

@@ -22,8 +22,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/durable.h"
-#include "common/strata_assert.h"
+#include "base/durable.h"
+#include "base/strata_assert.h"
 
 /* Segments open for writing at once (from flush_lsn's to write_lsn's). */
 #define WAL_STORE_MAX_OPEN 64

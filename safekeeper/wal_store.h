@@ -8,7 +8,7 @@
  * temporary name, fsynced and renamed into place, so fdatasync never changes
  * a file's size.
  *
- * Writes are asynchronous (common/uring.h) and issued as appends arrive.
+ * Writes are asynchronous (common/net/uring.h) and issued as appends arrive.
  * Group commit: at most one sync round (fdatasync of every segment touched)
  * is in flight; when it completes the store reports, through on_flushed,
  * the LSN whose writes had all completed before that round started, and if
@@ -38,8 +38,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/lsn.h"
-#include "common/uring.h"
+#include "base/lsn.h"
+#include "net/uring.h"
 
 typedef struct wal_store wal_store;
 

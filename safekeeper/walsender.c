@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/log.h"
-#include "common/sqlstate.h"
+#include "base/log.h"
+#include "base/sqlstate.h"
 #include "proto/replication.h"
 
 struct sk_sender {

@@ -24,8 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/lsn.h"
-#include "common/pgwire.h"
+#include "base/lsn.h"
+#include "net/pgwire.h"
 #include "safekeeper/timeline.h"
 
 /* Largest XLogData payload (WAL bytes) per message. */

@@ -37,15 +37,15 @@
 #include "tcop/utility.h"
 #include "utils/guc.h"
 
-#include "common/compute_owned.h"
-#include "common/walformat.h"
+#include "base/compute_owned.h"
+#include "base/walformat.h"
 #include "compute/extension/strata.h"
 
 static ProcessUtility_hook_type prev_process_utility = NULL;
 
 /*
  * What no ALTER SYSTEM may override: the settings the launcher owns
- * (common/compute_owned.c, the list `strata start compute --set` refuses
+ * (common/base/compute_owned.c, the list `strata start compute --set` refuses
  * too) and shared_preload_libraries, which the launcher merges with strata's
  * from --set.
  */

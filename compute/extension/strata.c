@@ -21,7 +21,7 @@
 #include "replication/walsender.h"
 #include "utils/guc.h"
 
-#include "common/lsn.h"
+#include "base/lsn.h"
 #include "compute/extension/smgr_int.h"
 #include "compute/extension/strata.h"
 

@@ -68,7 +68,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "common/lsn.h"
+#include "base/lsn.h"
 #include "compute/extension/strata.h"
 #include "compute/walproposer/pqstream.h"
 #include "compute/walproposer/walbuf.h"

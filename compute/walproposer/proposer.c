@@ -22,7 +22,7 @@
 
 #include <string.h>
 
-#include "common/strata_assert.h"
+#include "base/strata_assert.h"
 
 /* Effects kept free for control messages when topping up pipelines. */
 #define RESERVED_EFFECTS (3 * PROPOSER_MAX_ACCEPTORS + 4)

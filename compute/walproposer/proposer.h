@@ -61,7 +61,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "common/lsn.h"
+#include "base/lsn.h"
 #include "proto/walpush.h"
 
 /* Both sets of a joint configuration. */

@@ -38,8 +38,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/log.h"
-#include "common/lsn.h"
+#include "base/log.h"
+#include "base/lsn.h"
 #include "compute/walproposer/pqstream.h"
 #include "compute/walproposer/proposer.h"
 #include "compute/walproposer/walbuf.h"

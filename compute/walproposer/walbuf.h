@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/lsn.h"
+#include "base/lsn.h"
 
 typedef struct walbuf {
     uint8_t *mem; /* cap bytes, owned by the caller */

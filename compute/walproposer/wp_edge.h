@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/lsn.h"
+#include "base/lsn.h"
 #include "compute/walproposer/pqstream.h"
 #include "proto/walpush.h"
 

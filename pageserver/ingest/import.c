@@ -24,9 +24,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/byteorder.h"
-#include "common/crc32c.h"
-#include "common/walformat.h"
+#include "base/byteorder.h"
+#include "base/crc32c.h"
+#include "base/walformat.h"
 #include "pageserver/ingest/ingest.h"
 #include "pageserver/store/key.h"
 #include "pageserver/pgstructs.h"

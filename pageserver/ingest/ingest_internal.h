@@ -13,7 +13,7 @@
 #include "pageserver/ingest/ingest.h"
 #include "pageserver/pgstructs.h"
 
-#include "common/byteorder.h"
+#include "base/byteorder.h"
 
 typedef struct size_entry {
     bool used;

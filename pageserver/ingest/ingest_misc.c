@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/crc32c.h"
+#include "base/crc32c.h"
 #include "pageserver/ingest/ingest_internal.h"
 
 /* ---- smgr ---------------------------------------------------------- */

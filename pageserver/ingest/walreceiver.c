@@ -2,7 +2,7 @@
  * walreceiver.c: one timeline's WAL stream from a safekeeper into ingest
  * (see walreceiver.h for the contract).
  *
- * Not for: decoding records (common/walformat.h, ingest.c) or storage.
+ * Not for: decoding records (common/base/walformat.h, ingest.c) or storage.
  *
  * One thread.  It blocks only in libpq calls bounded by connect_timeout and
  * in poll() with a 100 ms tick, so walreceiver_stop() returns promptly.  The
@@ -23,9 +23,9 @@
 
 #include <libpq-fe.h>
 
-#include "common/log.h"
-#include "common/strata_assert.h"
-#include "common/walformat.h"
+#include "base/log.h"
+#include "base/strata_assert.h"
+#include "base/walformat.h"
 #include "pageserver/ingest/walreceiver_choice.h"
 #include "proto/replication.h"
 

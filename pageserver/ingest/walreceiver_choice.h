@@ -30,7 +30,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "common/lsn.h"
+#include "base/lsn.h"
 
 /* How long a safekeeper that failed a probe is left out of later probes. */
 #define WALRECEIVER_PROBE_BACKOFF_MS 30000

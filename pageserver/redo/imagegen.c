@@ -38,8 +38,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/log.h"
-#include "common/metrics.h"
+#include "base/log.h"
+#include "base/metrics.h"
 
 typedef struct ig_entry {
     pg_key k;

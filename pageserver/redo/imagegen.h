@@ -87,7 +87,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/lsn.h"
+#include "base/lsn.h"
 #include "pageserver/store/key.h"
 
 typedef struct imagegen imagegen;

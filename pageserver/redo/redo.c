@@ -71,9 +71,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/byteorder.h"
-#include "common/log.h"
-#include "common/strata_assert.h"
+#include "base/byteorder.h"
+#include "base/log.h"
+#include "base/strata_assert.h"
 #include "pageserver/redo/redo_plan.h"
 #include "pageserver/redo/redo_synthetic.h"
 #include "proto/walredo.h"

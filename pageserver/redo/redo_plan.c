@@ -5,7 +5,7 @@
  */
 #include "pageserver/redo/redo_plan.h"
 
-#include "common/strata_assert.h"
+#include "base/strata_assert.h"
 #include "pageserver/redo/redo_synthetic.h"
 
 bool redo_plan_is_synthetic(uint8_t kind)

@@ -14,7 +14,7 @@
 
 #include <string.h>
 
-#include "common/byteorder.h"
+#include "base/byteorder.h"
 
 #define CLOG_STATUS_MAX 3 /* committed 1, aborted 2, sub-committed 3 */
 #define VM_VALID_BITS 0x03

@@ -20,10 +20,10 @@
 #include <archive.h>
 #include <archive_entry.h>
 
-#include "common/byteorder.h"
-#include "common/crc32c.h"
-#include "common/sqlstate.h"
-#include "common/walformat.h"
+#include "base/byteorder.h"
+#include "base/crc32c.h"
+#include "base/sqlstate.h"
+#include "base/walformat.h"
 #include "pageserver/service/pgcontrol.h"
 #include "pageserver/pgstructs.h"
 

@@ -28,9 +28,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/log.h"
-#include "common/metrics.h"
-#include "common/sqlstate.h"
+#include "base/log.h"
+#include "base/metrics.h"
+#include "base/sqlstate.h"
 #include "pageserver/service/basebackup.h"
 #include "pageserver/timeline.h"
 #include "pageserver/ingest/walreceiver.h"

@@ -20,7 +20,7 @@
 
 #include <uv.h>
 
-#include "common/pgwire.h"
+#include "net/pgwire.h"
 #include "pageserver/tenants.h"
 
 /* How long a basebackup waits for its LSN to be ingested. */

@@ -13,10 +13,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/auth.h"
-#include "common/http.h"
-#include "common/log.h"
-#include "common/metrics.h"
+#include "net/auth.h"
+#include "net/http.h"
+#include "base/log.h"
+#include "base/metrics.h"
 
 #define REFRESH_MS 500
 #define LIST_MAX TENANTS_MAX_TIMELINES

@@ -32,7 +32,7 @@
  *
  * Not for: the page service, or deciding what a timeline is (tenants.h).
  *
- * Threads: handlers run on the HTTP server's thread (common/http.h) and use
+ * Threads: handlers run on the HTTP server's thread (common/net/http.h) and use
  * only thread-safe calls (tenants.h, timeline.h reads).  A refresh thread
  * copies store, redo, page-cache and per-timeline figures into the metrics
  * registry every 500 ms, so /metrics is at most that stale for them.
@@ -42,7 +42,7 @@
 
 #include <stddef.h>
 
-#include "common/auth.h"
+#include "net/auth.h"
 #include "pageserver/pagecache.h"
 #include "pageserver/redo/redo.h"
 #include "pageserver/tenants.h"

@@ -40,10 +40,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/log.h"
-#include "common/metrics.h"
-#include "common/pgwire.h"
-#include "common/sqlstate.h"
+#include "base/log.h"
+#include "base/metrics.h"
+#include "net/pgwire.h"
+#include "base/sqlstate.h"
 #include "pageserver/service/basebackup_service.h"
 #include "proto/pagestream.h"
 

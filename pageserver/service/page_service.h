@@ -3,7 +3,7 @@
  * (docs/design.md §3.4): `pagestream_v1 <tenant> <timeline>` then CopyBoth, one
  * pagestream request (proto/pagestream.h) per CopyData.
  *
- * For: accepting connections (common/pgwire.h on the daemon's libuv loop),
+ * For: accepting connections (common/net/pgwire.h on the daemon's libuv loop),
  * applying the LSN rules, running requests on a bounded worker pool and
  * answering them in order per connection.  Per connection at most
  * pipeline_depth requests are in flight; beyond that (or while the output

@@ -11,9 +11,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/byteorder.h"
-#include "common/crc32c.h"
-#include "common/walformat.h"
+#include "base/byteorder.h"
+#include "base/crc32c.h"
+#include "base/walformat.h"
 #include "pageserver/store/key.h"
 
 #define XLR_BLOCK_ID_DATA_SHORT 255

@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/byteorder.h"
+#include "base/byteorder.h"
 
 /* The largest fork value a key of this kind may carry. */
 static int key_max_fork(uint8_t kind)

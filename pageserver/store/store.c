@@ -37,9 +37,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/durable.h"
-#include "common/log.h"
-#include "common/strata_assert.h"
+#include "base/durable.h"
+#include "base/log.h"
+#include "base/strata_assert.h"
 #include "pageserver/store/store_priv.h"
 
 static uint64_t now_ms(void)

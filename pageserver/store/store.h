@@ -29,8 +29,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/lsn.h"
-#include "common/must_check.h"
+#include "base/lsn.h"
+#include "base/must_check.h"
 #include "pageserver/store/key.h"
 
 typedef struct store store;

@@ -14,7 +14,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
-#include "common/strata_assert.h"
+#include "base/strata_assert.h"
 
 #define NSHARDS 16
 #define SHARD_BUCKETS 1024

@@ -13,8 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/log.h"
-#include "common/strata_assert.h"
+#include "base/log.h"
+#include "base/strata_assert.h"
 #include "pageserver/store/store_priv.h"
 
 int store_new_file_add(store *st, store_new_file *nf, const uint8_t ikey[PG_INDEX_KEY_LEN],

@@ -20,10 +20,10 @@
 #include <unistd.h>
 #include <zstd.h>
 
-#include "common/byteorder.h"
-#include "common/crc32c.h"
-#include "common/durable.h"
-#include "common/strata_assert.h"
+#include "base/byteorder.h"
+#include "base/crc32c.h"
+#include "base/durable.h"
+#include "base/strata_assert.h"
 
 static const uint8_t df_magic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'D', 'F'};
 #define BLOCK_MAGIC 0x53424C4Bu /* "SBLK" */

@@ -35,7 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/lsn.h"
+#include "base/lsn.h"
 #include "pageserver/store/key.h"
 
 #define STORE_DF_HEADER_LEN 32

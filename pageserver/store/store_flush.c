@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/log.h"
-#include "common/strata_assert.h"
+#include "base/log.h"
+#include "base/strata_assert.h"
 #include "pageserver/store/store_priv.h"
 
 typedef struct flush_entry {

@@ -26,10 +26,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/byteorder.h"
-#include "common/durable.h"
-#include "common/log.h"
-#include "common/strata_assert.h"
+#include "base/byteorder.h"
+#include "base/durable.h"
+#include "base/log.h"
+#include "base/strata_assert.h"
 #include "pageserver/store/store.h"
 #include "pageserver/store/store_priv.h"
 

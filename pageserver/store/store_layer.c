@@ -26,7 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/strata_assert.h"
+#include "base/strata_assert.h"
 
 /* Chunk size (a value never spans two) and the most chunks a layer holds. */
 #define LAYER_CHUNK_SHIFT 20

@@ -26,8 +26,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "common/byteorder.h"
-#include "common/must_check.h"
+#include "base/byteorder.h"
+#include "base/must_check.h"
 #include "pageserver/store/key.h"
 #include "pageserver/store/store.h"
 #include "pageserver/store/store_cache.h"

@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/durable.h"
-#include "common/strata_assert.h"
+#include "base/durable.h"
+#include "base/strata_assert.h"
 #include "pageserver/store/store.h"
 #include "pageserver/store/store_priv.h"
 

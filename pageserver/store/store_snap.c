@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/strata_assert.h"
+#include "base/strata_assert.h"
 #include "pageserver/store/store_priv.h"
 
 store_file *store_file_open(store *st, uint64_t id, char *err, size_t errlen)

@@ -1,5 +1,5 @@
 /*
- * fuzz_admin_json: the decoders of common/auth.c.  The first input byte
+ * fuzz_admin_json: the decoders of common/net/auth.c.  The first input byte
  * picks one:
  *   even: the bytes are an auth file's JSON text -> auth_table_parse, and
  *         on success every lookup path (the text itself as a token, the
@@ -19,9 +19,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/auth.h"
-#include "common/byteorder.h"
-#include "common/log.h"
+#include "net/auth.h"
+#include "base/byteorder.h"
+#include "base/log.h"
 
 #define TENANT_A "0123456789abcdef0123456789abcdef"
 

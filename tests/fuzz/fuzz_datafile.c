@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/byteorder.h"
-#include "common/crc32c.h"
+#include "base/byteorder.h"
+#include "base/crc32c.h"
 #include "pageserver/store/key.h"
 #include "pageserver/store/store_datafile.h"
 

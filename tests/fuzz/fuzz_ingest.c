@@ -23,8 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/crc32c.h"
-#include "common/walformat.h"
+#include "base/crc32c.h"
+#include "base/walformat.h"
 #include "pageserver/ingest/ingest.h"
 #include "pageserver/pgstructs.h"
 

@@ -15,8 +15,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "common/log.h"
-#include "common/pgwire.h"
+#include "base/log.h"
+#include "net/pgwire.h"
 
 static void f_query(pgwire_conn *c, const char *sql, void *arg)
 {

@@ -1,6 +1,6 @@
 /*
  * fuzz_s3_xml.c: libFuzzer target for the S3 response decoders
- * (common/s3_xml.h), the parsers of what an object store sends back.  Every
+ * (common/net/s3_xml.h), the parsers of what an object store sends back.  Every
  * input goes through all five decoders; each must either accept it with
  * well-formed results or reject it with a reason, never crash, leak or read
  * out of bounds.
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/s3_xml.h"
+#include "net/s3_xml.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -1,4 +1,4 @@
-"""`strata remote` against both backends of common/remote_storage.h.
+"""`strata remote` against both backends of common/net/remote_storage.h.
 
 The same operations run against a local directory (file://) and against a
 real S3 server: Ceph's radosgw, started for the test by the script that

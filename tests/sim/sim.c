@@ -56,7 +56,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/walformat.h"
+#include "base/walformat.h"
 #include "compute/walproposer/proposer.h"
 #include "proto/walpush.h"
 #include "safekeeper/acceptor.h"

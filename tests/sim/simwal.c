@@ -6,9 +6,9 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "common/byteorder.h"
-#include "common/crc32c.h"
-#include "common/walformat.h"
+#include "base/byteorder.h"
+#include "base/crc32c.h"
+#include "base/walformat.h"
 
 void simwal_init(simwal *w, uint8_t *mem, lsn_t base, size_t cap, uint32_t seg_size, lsn_t pos,
                  lsn_t prev_start)

@@ -40,8 +40,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/lsn.h"
-#include "common/walformat.h"
+#include "base/lsn.h"
+#include "base/walformat.h"
 #include "pageserver/store/key.h"
 #include "pageserver/redo/redo.h"
 #include "pageserver/store/store.h"

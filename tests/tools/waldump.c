@@ -1,6 +1,6 @@
 /*
  * strata-waldump: prints the records in WAL segment files, one line each,
- * using Strata's own decoder (common/walformat.h).  A test oracle tool: the
+ * using Strata's own decoder (common/base/walformat.h).  A test oracle tool: the
  * integration tests compare its output with Postgres's pg_waldump.  Not for
  * operators (no rmgr descriptions).
  *
@@ -27,8 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/lsn.h"
-#include "common/walformat.h"
+#include "base/lsn.h"
+#include "base/walformat.h"
 
 static int parse_segname(const char *path, uint32_t *tli, uint64_t *log, uint64_t *seg)
 {

@@ -1,5 +1,5 @@
 /*
- * Unit tests for common/auth.c: the auth file parser (every refusal with
+ * Unit tests for common/net/auth.c: the auth file parser (every refusal with
  * its message), constant-time comparison, token lookup, the store's file
  * mode check and reloads (explicit and on change, a broken edit keeping
  * the old tokens), principals, and the pgwire authenticator driven through
@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/auth.h"
+#include "net/auth.h"
 
 #define T1 "0123456789abcdef0123456789abcdef"
 #define T2 "fedcba9876543210fedcba9876543210"

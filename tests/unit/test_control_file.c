@@ -17,7 +17,7 @@
 
 #include "safekeeper/control_file.c"
 
-#include "common/byteorder.h"
+#include "base/byteorder.h"
 
 static void sample(acceptor_persistent_state *st, uint32_t nhist)
 {

@@ -1,5 +1,5 @@
 /*
- * Unit tests for common/crc32c.c: known CRC-32C vectors (RFC 3720 appendix
+ * Unit tests for common/base/crc32c.c: known CRC-32C vectors (RFC 3720 appendix
  * B.4 and the "123456789" check value), agreement of the SSE4.2 and table
  * implementations at every alignment and length, and streaming == one-shot.
  * CRCs of real WAL records are checked in test_walformat.c.
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "common/crc32c.h"
+#include "base/crc32c.h"
 
 static void test_crc32c_known_vectors(void **state)
 {

@@ -1,4 +1,4 @@
-/* Unit tests for common/daemon_opts.c: flags, environment, config file and
+/* Unit tests for common/base/daemon_opts.c: flags, environment, config file and
  * defaults in their precedence, the typed value parsers, and the message
  * each kind of bad input gets. */
 #include <setjmp.h>
@@ -11,7 +11,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "common/daemon_opts.h"
+#include "base/daemon_opts.h"
 
 enum { T_DATADIR, T_PORT, T_LISTEN_PG, T_EMPTY_DEFAULT, T_CONFIG, T_COUNT };
 

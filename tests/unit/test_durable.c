@@ -1,6 +1,6 @@
 /*
- * Unit tests for common/durable.c (atomic replace, directory fsync, the
- * data-directory lock) and common/uring.c (io_uring writes and fdatasync on
+ * Unit tests for common/base/durable.c (atomic replace, directory fsync, the
+ * data-directory lock) and common/net/uring.c (io_uring writes and fdatasync on
  * a libuv loop).  Real files in a fresh temporary directory.
  */
 #include <errno.h>
@@ -17,8 +17,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "common/durable.h"
-#include "common/uring.h"
+#include "base/durable.h"
+#include "net/uring.h"
 
 static char tmpdir[256];
 

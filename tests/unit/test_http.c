@@ -1,5 +1,5 @@
 /*
- * Unit tests for common/http.c: a real server on 127.0.0.1 port 0 and a
+ * Unit tests for common/net/http.c: a real server on 127.0.0.1 port 0 and a
  * raw-socket HTTP/1.1 client.  Routing (prefixes, longest match), JSON
  * bodies, the error statuses (404, 405 with Allow, 400, 413 with and
  * without Content-Length, 500) and GET /metrics with exact text.
@@ -20,7 +20,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "common/http.h"
+#include "net/http.h"
 
 typedef struct reply {
     int status;

@@ -28,7 +28,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "common/metrics.h"
+#include "base/metrics.h"
 #include "pageserver/redo/imagegen.h"
 
 #define MAX_PUTS 4096

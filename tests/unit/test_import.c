@@ -25,7 +25,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "common/crc32c.h"
+#include "base/crc32c.h"
 #include "pageserver/ingest/import.h"
 #include "pageserver/pgstructs.h"
 

@@ -20,8 +20,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "common/byteorder.h"
-#include "common/walformat.h"
+#include "base/byteorder.h"
+#include "base/walformat.h"
 #include "pageserver/ingest/ingest.h"
 #include "pageserver/pgstructs.h"
 

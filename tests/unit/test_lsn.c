@@ -1,4 +1,4 @@
-/* Unit tests for common/lsn.c: LSN and id formatting and parsing. */
+/* Unit tests for common/base/lsn.c: LSN and id formatting and parsing. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -6,7 +6,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "common/lsn.h"
+#include "base/lsn.h"
 
 static void test_lsn_roundtrip(void **state)
 {

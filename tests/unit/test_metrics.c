@@ -1,5 +1,5 @@
 /*
- * Unit tests for common/metrics.c: exact Prometheus text for counters,
+ * Unit tests for common/base/metrics.c: exact Prometheus text for counters,
  * gauges and histograms with and without labels, escaping, registration
  * rules, and concurrent updates from several threads.
  */
@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "common/metrics.h"
+#include "base/metrics.h"
 
 static void test_render_exact(void **state)
 {

@@ -15,7 +15,7 @@
 
 #include "proto/pagestream.h"
 
-#include "common/byteorder.h"
+#include "base/byteorder.h"
 
 static uint8_t big[PAGESTREAM_MAX_MESSAGE + 16];
 static uint8_t again[PAGESTREAM_MAX_MESSAGE + 16];

@@ -1,5 +1,5 @@
 /*
- * Unit tests for common/pgwire.c: a real server on a libuv loop in a thread
+ * Unit tests for common/net/pgwire.c: a real server on a libuv loop in a thread
  * on 127.0.0.1, driven by real libpq (startup, SSLRequest, password and MD5
  * auth, queries, errors, CopyBoth, CopyOut with backpressure) and by raw
  * sockets for malformed input; plus the pure framer and a detached
@@ -24,7 +24,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "common/pgwire.h"
+#include "net/pgwire.h"
 
 /* ------------------------------------------------------------ test server */
 

@@ -15,7 +15,7 @@
 
 #include "pageserver/redo/redo_synthetic.h"
 
-#include "common/byteorder.h"
+#include "base/byteorder.h"
 
 /* Two-bit field number n counted from bit 0 of byte base (LSB first). */
 static unsigned get2(const uint8_t *page, size_t base, uint64_t n)

@@ -1,6 +1,6 @@
 /*
- * Unit tests for common/remote_storage.c and the local-directory backend
- * (common/remote_local.c): configuration from URLs and the environment,
+ * Unit tests for common/net/remote_storage.c and the local-directory backend
+ * (common/net/remote_local.c): configuration from URLs and the environment,
  * key rules, and every call against real files in a fresh temporary
  * directory, including readers racing writers.  The S3 backend is tested
  * against a real radosgw by tests/integration/test_remote_storage.py.
@@ -19,7 +19,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "common/remote_storage.h"
+#include "net/remote_storage.h"
 
 static char tmpdir[256];
 static char root[300];

@@ -14,7 +14,7 @@
 
 #include "proto/replication.h"
 
-#include "common/byteorder.h"
+#include "base/byteorder.h"
 
 /* Encodes m, decodes the bytes in the given direction, re-encodes: same bytes. */
 static size_t round_trip(const replication_msg *m, int from_server, uint8_t *buf, size_t cap,

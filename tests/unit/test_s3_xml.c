@@ -1,5 +1,5 @@
 /*
- * Unit tests for common/s3_xml.c: the S3 response decoders accept what S3
+ * Unit tests for common/net/s3_xml.c: the S3 response decoders accept what S3
  * and radosgw send (bodies as captured from radosgw) and reject malformed
  * or hostile bodies with -EPROTO and a reason.
  */
@@ -13,7 +13,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "common/s3_xml.h"
+#include "net/s3_xml.h"
 
 #define PROLOG "<?xml version=\"1.0\" encoding=\"UTF-8\"?>"
 

@@ -33,7 +33,7 @@
 #include "pageserver/store/store.h"
 #include "pageserver/store/store_datafile.h"
 
-#include "common/byteorder.h"
+#include "base/byteorder.h"
 
 static char tmpdir[256];
 static char storedir[512];

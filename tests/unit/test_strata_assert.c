@@ -1,5 +1,5 @@
 /*
- * Unit tests for common/strata_assert.h: STRATA_ASSERT stays on where plain
+ * Unit tests for common/base/strata_assert.h: STRATA_ASSERT stays on where plain
  * assert() is compiled out.  This file is built with NDEBUG, as release
  * builds are; each failing assertion runs in a forked child whose stderr the
  * parent reads, and the child must die of SIGABRT after printing one line
@@ -21,7 +21,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "common/strata_assert.h"
+#include "base/strata_assert.h"
 
 #ifndef NDEBUG
 #error "this test must be built with NDEBUG, like a release build"

@@ -1,5 +1,5 @@
 /*
- * Unit tests for common/uring.c's linked and deferred operations
+ * Unit tests for common/net/uring.c's linked and deferred operations
  * (URING_LINK, URING_DEFER, uring_submit): a write + fdatasync chain in one
  * submission calls back once per operation, in chain order, with the full
  * length; a chain whose write fails or is cut short never reports its
@@ -22,7 +22,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "common/uring.h"
+#include "net/uring.h"
 
 static char tmpdir[256];
 

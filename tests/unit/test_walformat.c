@@ -15,8 +15,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "common/crc32c.h"
-#include "common/walformat.h"
+#include "base/crc32c.h"
+#include "base/walformat.h"
 
 #define SAMPLE_START ((lsn_t)0x7F0000)
 #define SAMPLE_END ((lsn_t)0x900000) /* end of segment ...08, after XLOG_SWITCH */

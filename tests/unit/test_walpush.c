@@ -13,7 +13,7 @@
 
 #include "proto/walpush.h"
 
-#include "common/byteorder.h"
+#include "base/byteorder.h"
 
 static uint8_t buf[WALPUSH_MAX_MESSAGE];
 static uint8_t wal[WALPUSH_MAX_APPEND + 1];

@@ -15,7 +15,7 @@
 
 #include "proto/walredo.h"
 
-#include "common/byteorder.h"
+#include "base/byteorder.h"
 
 /* A fake XLogRecord of len bytes: xl_tot_len little-endian, rest a pattern. */
 static uint8_t *fake_record(uint32_t len)

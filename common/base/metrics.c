@@ -6,9 +6,9 @@
  * atomics can be updated without the lock.  Histogram buckets are stored
  * per bucket (not cumulative) and summed at render time; the count is the
  * sum of the buckets, so _count always equals the +Inf bucket.
- * Not here: HTTP (common/http.c serves the rendered text).
+ * Not here: HTTP (common/net/http.c serves the rendered text).
  */
-#include "common/metrics.h"
+#include "base/metrics.h"
 
 #include <assert.h>
 #include <math.h>
@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/log.h"
+#include "base/log.h"
 
 typedef enum metric_type { METRIC_COUNTER, METRIC_GAUGE, METRIC_HISTOGRAM } metric_type;
 

@@ -28,7 +28,7 @@
  * its connection cache) under a mutex; a request takes one for its
  * duration, so calls from several threads run in parallel.
  *
- * Every server answer is untrusted: XML bodies go through common/s3_xml.h,
+ * Every server answer is untrusted: XML bodies go through common/net/s3_xml.h,
  * body sizes are bounded, and ETags and upload ids are checked for syntax.
  */
 #include <curl/curl.h>
@@ -44,9 +44,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/remote_backend.h"
-#include "common/s3_xml.h"
-#include "common/strata_assert.h"
+#include "net/remote_backend.h"
+#include "net/s3_xml.h"
+#include "base/strata_assert.h"
 
 #define S3_POOL 8
 #define S3_MAX_ERROR_BODY (64u << 10)

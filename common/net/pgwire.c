@@ -10,15 +10,15 @@
  * socket) runs exactly the same code for the fuzz target and tests.
  *
  * Authentication: trust, one shared password (cleartext or MD5), or an
- * authenticator (token per principal, common/auth.h) that may also veto
+ * authenticator (token per principal, common/net/auth.h) that may also veto
  * each query.  The process-wide default authenticator is the only mutable
  * global here; it is written before any server starts and copied into each
  * server's settings, so connections never read it.
  *
  * Not here: TLS, SCRAM, the extended query protocol, anything about SQL.
  */
-#include "common/byteorder.h"
-#include "common/pgwire.h"
+#include "base/byteorder.h"
+#include "net/pgwire.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -28,8 +28,8 @@
 #include <string.h>
 #include <sys/random.h>
 
-#include "common/log.h"
-#include "common/sqlstate.h"
+#include "base/log.h"
+#include "base/sqlstate.h"
 
 #define PROTO_CODE(major, minor) (((uint32_t)(major) << 16) | (uint32_t)(minor))
 #define CANCEL_REQUEST_CODE PROTO_CODE(1234, 5678)

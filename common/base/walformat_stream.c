@@ -10,7 +10,7 @@
  * bytes of one kind (page header, record bytes, padding) and reports when a
  * record became complete.  The tracker just loops over it.
  */
-#include "common/walformat.h"
+#include "base/walformat.h"
 
 #include <assert.h>
 #include <stdlib.h>

@@ -8,13 +8,13 @@
  * rmgr-specific payloads.  Every length is checked before a byte it covers is
  * read; errors name what was wrong.
  */
-#include "common/walformat.h"
+#include "base/walformat.h"
 
 #include <assert.h>
 #include <string.h>
 
-#include "common/byteorder.h"
-#include "common/crc32c.h"
+#include "base/byteorder.h"
+#include "base/crc32c.h"
 
 bool wal_seg_size_valid(uint32_t seg_size)
 {

@@ -8,7 +8,7 @@
  * so the HTTP thread reads it without a lock.
  * Not here: JSON schemas of the daemons' endpoints (their own files).
  */
-#include "common/http.h"
+#include "net/http.h"
 
 #include <arpa/inet.h>
 #include <assert.h>
@@ -21,7 +21,7 @@
 
 #include <microhttpd.h>
 
-#include "common/log.h"
+#include "base/log.h"
 
 #define DEFAULT_MAX_BODY (1024 * 1024)
 #define DEFAULT_MAX_CONNECTIONS 64

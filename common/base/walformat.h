@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/lsn.h"
+#include "base/lsn.h"
 
 /* ---- Constants (PostgreSQL 15) ---------------------------------------- */
 

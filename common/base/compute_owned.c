@@ -2,7 +2,7 @@
  * compute_owned.c: the one list of settings Strata owns on a compute (see
  * compute_owned.h).
  */
-#include "common/compute_owned.h"
+#include "base/compute_owned.h"
 
 #include <stddef.h>
 #include <strings.h>

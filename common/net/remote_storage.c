@@ -4,7 +4,7 @@
  * that turn a backend's byte stream into a durable file, a buffer or a
  * range.  The backends (remote_local.c, remote_s3.c) only move bytes.
  */
-#include "common/remote_storage.h"
+#include "net/remote_storage.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,9 +15,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/durable.h"
-#include "common/remote_backend.h"
-#include "common/strata_assert.h"
+#include "base/durable.h"
+#include "net/remote_backend.h"
+#include "base/strata_assert.h"
 
 #define MIB (1024ull * 1024)
 

@@ -1,7 +1,7 @@
 /*
  * lsn.c: formatting and parsing of LSNs and ids.  See lsn.h.
  */
-#include "common/lsn.h"
+#include "base/lsn.h"
 
 #include <stdio.h>
 #include <string.h>

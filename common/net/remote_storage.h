@@ -42,7 +42,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/must_check.h"
+#include "base/must_check.h"
 
 #define REMOTE_MAX_KEY 1024
 
@@ -116,7 +116,7 @@ STRATA_MUST_CHECK int remote_put_buf(remote_storage *rs, const char *key, const 
                                      size_t len, remote_err *err);
 
 /* Writes the object to path: "<path>.tmp", fsync, rename, fsync of the
- * directory (common/durable.h).  On failure path is unchanged. */
+ * directory (common/base/durable.h).  On failure path is unchanged. */
 STRATA_MUST_CHECK int remote_get_file(remote_storage *rs, const char *key, const char *path,
                                       remote_err *err);
 

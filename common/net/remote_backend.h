@@ -1,7 +1,7 @@
 /*
  * remote_backend.h: what remote_storage.c asks of a backend (remote_local.c,
  * remote_s3.c).  Private to those three files; everyone else uses
- * common/remote_storage.h.
+ * common/net/remote_storage.h.
  *
  * The front end checks keys and arguments before a backend sees them, and
  * turns gets into sinks, so a backend only moves bytes.  Each backend fills
@@ -10,7 +10,7 @@
 #ifndef STRATA_COMMON_REMOTE_BACKEND_H
 #define STRATA_COMMON_REMOTE_BACKEND_H
 
-#include "common/remote_storage.h"
+#include "net/remote_storage.h"
 
 /* What a put stores: len bytes of fd from offset 0 (fd >= 0), else of buf. */
 typedef struct remote_body {

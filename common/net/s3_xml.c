@@ -9,7 +9,7 @@
  * character references) into one buffer no longer than the body.  Then each
  * decoder walks the tree and checks names, counts and value syntax.
  */
-#include "common/s3_xml.h"
+#include "net/s3_xml.h"
 
 #include <errno.h>
 #include <stdarg.h>

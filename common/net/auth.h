@@ -40,8 +40,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "common/http.h"
-#include "common/pgwire.h"
+#include "net/http.h"
+#include "net/pgwire.h"
 
 #define AUTH_TOKEN_MAX 255
 #define AUTH_MAX_TENANTS 4096

@@ -4,14 +4,14 @@
  * format.  The argv scanner is our own (not getopt_long) so that it keeps no
  * global state and can be called again by the unit tests.
  */
-#include "common/daemon_opts.h"
+#include "base/daemon_opts.h"
 
 #include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/strata_assert.h"
+#include "base/strata_assert.h"
 
 #define CONFIG_LINE_MAX 1024
 

@@ -7,7 +7,7 @@
  * Linked chains: see uring.h.  A short write is continued from where it stopped with a new
  * SQE on the same slot, so callers never see partial writes.
  */
-#include "common/uring.h"
+#include "net/uring.h"
 
 #include <assert.h>
 #include <errno.h>

@@ -15,8 +15,8 @@
 
 #include <uv.h>
 
-#include "common/auth.h"
-#include "common/daemon_opts.h"
+#include "net/auth.h"
+#include "base/daemon_opts.h"
 
 /* daemon_opts_parse, then the log (option level_idx is its level, component
  * its name).  --help prints the usage and exits 0; bad options, an unknown

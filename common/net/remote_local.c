@@ -24,8 +24,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/durable.h"
-#include "common/remote_backend.h"
+#include "base/durable.h"
+#include "net/remote_backend.h"
 
 #define LOCAL_RACE_RETRIES 20
 #define LOCAL_CHUNK (1u << 20)

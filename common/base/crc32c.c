@@ -9,9 +9,9 @@
  * classic byte-at-a-time table; table[k][i] advances table[k-1][i] by one
  * more zero byte).
  */
-#include "common/crc32c.h"
+#include "base/crc32c.h"
 
-#include "common/byteorder.h"
+#include "base/byteorder.h"
 
 #include <string.h>
 

@@ -4,7 +4,7 @@
  * See durable.h for the contract.  Everything is synchronous; this file
  * never touches the event loop and keeps no state.
  */
-#include "common/durable.h"
+#include "base/durable.h"
 
 #include <assert.h>
 #include <errno.h>

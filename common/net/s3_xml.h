@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/must_check.h"
+#include "base/must_check.h"
 
 #define S3XML_MAX_BODY (16u << 20)
 #define S3XML_MAX_DEPTH 16

@@ -65,7 +65,7 @@ typedef enum pgwire_auth {
 #define PGWIRE_PRINCIPAL_LEN 64
 
 /*
- * Token authentication (common/auth.h builds one): the server asks for a
+ * Token authentication (common/net/auth.h builds one): the server asks for a
  * cleartext password and the authenticator decides who it names.  When a
  * server has one, cfg.auth and cfg.password are not used.  Both callbacks
  * run on the loop thread.

@@ -9,7 +9,7 @@
  *
  * Not for: deciding which HTTP paths exist, or anything about TLS.
  */
-#include "common/auth.h"
+#include "net/auth.h"
 
 #include <assert.h>
 #include <ctype.h>
@@ -27,10 +27,10 @@
 
 #include <cjson/cJSON.h>
 
-#include "common/log.h"
-#include "common/lsn.h"
-#include "common/metrics.h"
-#include "common/sqlstate.h"
+#include "base/log.h"
+#include "base/lsn.h"
+#include "base/metrics.h"
+#include "base/sqlstate.h"
 
 #define AUTH_FILE_MAX (1024 * 1024)
 #define RECHECK_MS 1000

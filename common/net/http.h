@@ -17,7 +17,7 @@
  * structures directly.
  *
  * Not here: TLS, streaming bodies, deciding who may do what (the
- * authorize hook of http_config asks common/auth.h).
+ * authorize hook of http_config asks common/net/auth.h).
  */
 #ifndef STRATA_COMMON_HTTP_H
 #define STRATA_COMMON_HTTP_H
@@ -26,7 +26,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "common/metrics.h"
+#include "base/metrics.h"
 
 #define HTTP_MAX_ROUTES 64
 
@@ -61,7 +61,7 @@ typedef struct http_config {
     /* Optional: runs on the HTTP thread before the handler of every routed
      * request (built-in /metrics included; not for 404/405/413 answers).
      * 0 lets it through; non-zero refuses, with the response it set (403
-     * if it set none).  common/auth.h has one (auth_http_authorize). */
+     * if it set none).  common/net/auth.h has one (auth_http_authorize). */
     int (*authorize)(void *arg, const http_request *req, http_response *resp);
     void *authorize_arg;
 } http_config;

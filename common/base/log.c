@@ -3,7 +3,7 @@
  * single write(2) so that threads (the HTTP thread, io threads) do not
  * interleave within a line.
  */
-#include "common/log.h"
+#include "base/log.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -10,12 +10,12 @@
  * synchronous file write in Strata goes through (WAL segment creation and
  * truncation included).
  *
- * Not for streaming data (WAL segments go through common/uring.h) and not a
+ * Not for streaming data (WAL segments go through common/net/uring.h) and not a
  * cache: every call does its syscalls synchronously and blocks the caller.
  *
  * Every function returns 0 on success or a negative errno value; nothing
  * here logs, callers decide how to report.  The result may not be dropped
- * (STRATA_MUST_CHECK, common/must_check.h).  EINTR and short writes are
+ * (STRATA_MUST_CHECK, common/base/must_check.h).  EINTR and short writes are
  * retried internally.
  */
 #ifndef STRATA_COMMON_DURABLE_H
@@ -25,7 +25,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "common/must_check.h"
+#include "base/must_check.h"
 
 /*
  * Replaces path with exactly len bytes of data: writes "<path>.tmp", fsyncs

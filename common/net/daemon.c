@@ -3,7 +3,7 @@
  * daemon.h.  Everything here runs on the main thread, before or on the
  * daemon's loop.
  */
-#include "common/daemon.h"
+#include "net/daemon.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -14,8 +14,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "common/durable.h"
-#include "common/log.h"
+#include "base/durable.h"
+#include "base/log.h"
 
 void daemon_parse_options(daemon_opts *o, int argc, char **argv, int level_idx,
                           const char *component)
