@@ -48,6 +48,7 @@ enum {
     OPT_LOG_LEVEL,
     OPT_HOUSEKEEPING_MS,
     OPT_CONFIG,
+    OPT_MAX_WAL_BYTES,
     OPT_COUNT
 };
 
@@ -65,6 +66,8 @@ static const option_def option_defs[OPT_COUNT] = {
     {"housekeeping-ms", "SAFEKEEPER_HOUSEKEEPING_MS", "1000",
      "period of the lazy control-file save and of WAL removal, 10..3600000 ms"},
     {"config", "SAFEKEEPER_CONFIG", NULL, "config file of 'key = value' lines (keys as flags)"},
+    {"max-wal-bytes", "SAFEKEEPER_MAX_WAL_BYTES", "0",
+     "per-timeline bound on local WAL segment bytes; appends past it are refused (0: none)"},
 };
 
 typedef struct daemon_state {
@@ -225,6 +228,7 @@ int main(int argc, char **argv)
         {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
         {"housekeeping-ms", required_argument, NULL, OPT_HOUSEKEEPING_MS},
         {"config", required_argument, NULL, OPT_CONFIG},
+        {"max-wal-bytes", required_argument, NULL, OPT_MAX_WAL_BYTES},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -316,6 +320,10 @@ int main(int argc, char **argv)
     if (sk_node_init(&d.node, d.loop, d.ring, datadir, id, (unsigned)housekeeping_ms, err,
                      sizeof err) != 0)
         log_fatal("cannot load timelines: %s", err);
+    d.node.max_wal_bytes = strtoull(values[OPT_MAX_WAL_BYTES], &end, 10);
+    if (*end != '\0' || values[OPT_MAX_WAL_BYTES][0] == '-')
+        log_fatal("invalid --max-wal-bytes \"%s\" (bytes, 0 for no limit)",
+                  values[OPT_MAX_WAL_BYTES]);
 
     pgwire_config pcfg = {.host = pg_host, .port = pg_port};
     if (values[OPT_PASSWORD] != NULL && values[OPT_AUTH_FILE] != NULL &&
