@@ -132,11 +132,10 @@ def test_feedback_moves_horizon_only_from_the_pageserver_token(auth_sk):
     send_feedback(c, 0xFFFFFFFF00000000)
     send_feedback(c, 0xFFFFFFFF00000000)
     assert first_xlogdata(c)[1:9] == struct.pack("!Q", MB), "streaming stopped"
-    wait_for(lambda: metric(sk, "safekeeper_ps_feedback_ignored_total") == 2, 10,
-             "the ignored feedback to be counted")
     time.sleep(2.5)  # housekeeping runs every second
     assert os.path.exists(seg_path(sk, tenant, timeline, 1)), \
         "a tenant-token client made the safekeeper remove WAL"
+    assert metric(sk, "safekeeper_ps_feedback_ignored_total") == 2
     st = timeline_status(sk, tenant, timeline, token=ADMIN)
     assert st["pageserver_feedback"]["disk_consistent_lsn"] == "0/0", st
     log = sk.read_log()
@@ -166,11 +165,10 @@ def test_without_auth_feedback_needs_the_pageserver_name():
         c = feedback_conn(sk, tenant, timeline, MB)  # a pg_receivewal, say
         send_feedback(c, 0xFFFFFFFF00000000)
         assert first_xlogdata(c)[1:9] == struct.pack("!Q", MB)
-        wait_for(lambda: metric(sk, "safekeeper_ps_feedback_ignored_total") == 1, 10,
-                 "the ignored feedback to be counted")
         time.sleep(2.5)
         assert os.path.exists(seg_path(sk, tenant, timeline, 1)), \
             "an anonymous replication client made the safekeeper remove WAL"
+        assert metric(sk, "safekeeper_ps_feedback_ignored_total") == 1
         c.close()
         c = feedback_conn(sk, tenant, timeline, 3 * MB, application_name="strata_pageserver")
         send_feedback(c, 3 * MB + 100)
