@@ -567,6 +567,14 @@ static void tl_kick(sk_timeline *tl)
                          detail);
             }
             tl->wal_limited = true;
+            /* The feedback it relays is still taken (from the current
+             * term's proposer): after a reconnect the proposer's first
+             * message is this WAL, not a heartbeat, and without the
+             * pageserver's position this safekeeper could never remove WAL
+             * and make room -- while the one the pageserver streams from
+             * would, alone, short of a quorum. */
+            if (tl->msg.u.append.term == acceptor_term(&tl->acc))
+                acceptor_set_pageserver_feedback(&tl->acc, &tl->msg.u.append.ps_feedback);
             /* FATAL: the stream cannot skip a message, so the proposer
              * reconnects and resends from this safekeeper's flush_lsn. */
             fatal_to(p->conn, "53100", "safekeeper WAL limit reached for this timeline", detail);

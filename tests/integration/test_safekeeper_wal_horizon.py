@@ -214,14 +214,14 @@ def take_over(sk, tenant, timeline, term, history):
     return c, flush
 
 
-def send_batch(c, term, writer, commit):
+def send_batch(c, term, writer, commit, ps=(0, 0, 0)):
     """Four 30 kB records as one AppendRequest (under 128 kB).  Returns
     (end, None) once flushed, or (None, error fields) when refused."""
     for _ in range(4):
         end = writer.record(30000)
     begin, data = writer.take()
     assert len(data) <= 128 * 1024
-    c.copy_data(append(term, begin, data, commit, commit))
+    c.copy_data(append(term, begin, data, commit, commit, ps=ps))
     while True:
         typ, body = c.recv()
         if typ == b"E":
@@ -256,6 +256,20 @@ def test_wal_limit_refuses_appends_then_takes_them_again():
         assert not os.path.exists(seg_path(sk, tenant, timeline, 5))
         assert "refusing appends" in sk.read_log()
 
+        # A reconnect is refused again while nothing can be removed, but
+        # the feedback its append relays is taken: after a reconnect WAL,
+        # not a heartbeat, comes first, and a safekeeper that never heard
+        # the pageserver's position could never make room.
+        c, flush = take_over(sk, tenant, timeline, 2, [(1, MB)])
+        assert flush == before.pos
+        retry = copy.deepcopy(before)
+        end, err = send_batch(c, 2, retry, 0, ps=(MB + 8, MB + 8, MB + 8))
+        assert err is not None and err["C"] == "53100", err
+        c.close()
+        st = timeline_status(sk, tenant, timeline)
+        assert st["pageserver_feedback"]["disk_consistent_lsn"] == lsn_str(MB + 8), st
+        assert metric(sk, "safekeeper_appends_refused_total") == 2
+
         # The pageserver catches up: WAL below its position goes, and the
         # same timeline takes the refused WAL -- no restart.
         fb = feedback_conn(sk, tenant, timeline, 3 * MB, application_name="strata_pageserver")
@@ -263,10 +277,10 @@ def test_wal_limit_refuses_appends_then_takes_them_again():
         wait_for(lambda: not os.path.exists(seg_path(sk, tenant, timeline, 2)), 10,
                  "WAL removal below the pageserver's position")
         fb.close()
-        c, flush = take_over(sk, tenant, timeline, 2, [(1, MB)])
+        c, flush = take_over(sk, tenant, timeline, 3, [(1, MB), (2, flush)])
         assert flush == before.pos
         for _ in range(10):
-            end, err = send_batch(c, 2, before, commit)
+            end, err = send_batch(c, 3, before, commit)
             assert err is None, err
         assert os.path.exists(seg_path(sk, tenant, timeline, 5))
         wait_for(lambda: timeline_status(sk, tenant, timeline)["wal_limited"] is False, 5,
