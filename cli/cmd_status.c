@@ -143,7 +143,12 @@ static cJSON *status_json(const cluster *c, const status_snapshot *s)
              add(sk, "term",
                  tl->known ? cJSON_CreateNumber((double)tl->term) : cJSON_CreateNull()) &&
              add(sk, "flush_lsn", json_lsn(tl->known, tl->flush_lsn)) &&
-             add(sk, "commit_lsn", json_lsn(tl->known, tl->commit_lsn));
+             add(sk, "commit_lsn", json_lsn(tl->known, tl->commit_lsn)) &&
+             add(sk, "wal_bytes",
+                 tl->known ? cJSON_CreateNumber((double)tl->wal_bytes) : cJSON_CreateNull()) &&
+             add(sk, "max_wal_bytes",
+                 tl->known ? cJSON_CreateNumber((double)tl->max_wal_bytes) : cJSON_CreateNull()) &&
+             add(sk, "wal_limited", tl->known ? cJSON_CreateBool(tl->wal_limited) : cJSON_CreateNull());
     }
     if (!ok) {
         cJSON_Delete(root);
@@ -187,8 +192,14 @@ static void status_print_human(const cluster *c, const status_snapshot *s)
         printf("%-11s %-8s ", c->sk[i].name, s->sk_pid[i] ? "running" : "stopped");
         print_pid(s->sk_pid[i]);
         printf(" %-6d %-6d %-18s %-18s", c->sk[i].pg_port, c->sk[i].http_port, flush, commit);
-        if (tl->known)
-            printf(" term %llu", (unsigned long long)tl->term);
+        if (tl->known) {
+            printf(" term %llu, wal %llu MB", (unsigned long long)tl->term,
+                   (unsigned long long)(tl->wal_bytes >> 20));
+            if (tl->max_wal_bytes > 0)
+                printf(" of %llu MB", (unsigned long long)(tl->max_wal_bytes >> 20));
+            if (tl->wal_limited)
+                printf(" FULL: refusing appends until WAL is removed");
+        }
         printf("\n");
     }
     char last[LSN_FMT_LEN] = "-", disk[LSN_FMT_LEN] = "-";

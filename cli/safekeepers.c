@@ -222,6 +222,9 @@ void safekeepers_query(const cluster *c, const cluster_safekeeper *sk, safekeepe
     const cJSON *node = cJSON_GetObjectItemCaseSensitive(root, "node_id");
     if (cJSON_IsNumber(node) && node->valuedouble >= 0)
         out->node_id = (uint64_t)node->valuedouble;
+    const cJSON *max = cJSON_GetObjectItemCaseSensitive(root, "max_wal_bytes");
+    if (cJSON_IsNumber(max) && max->valuedouble >= 0)
+        out->max_wal_bytes = (uint64_t)max->valuedouble;
     const cJSON *timelines = cJSON_GetObjectItemCaseSensitive(root, "timelines");
     const cJSON *tl;
     cJSON_ArrayForEach(tl, timelines)
@@ -229,6 +232,11 @@ void safekeepers_query(const cluster *c, const cluster_safekeeper *sk, safekeepe
         if (json_id_equals(tl, "tenant_id", &c->tenant_id) &&
             json_id_equals(tl, "timeline_id", &c->timeline_id)) {
             out->known = timeline_from_json(tl, out);
+            /* Absent from an older safekeeper: then 0 / false. */
+            const cJSON *wb = cJSON_GetObjectItemCaseSensitive(tl, "wal_bytes");
+            if (cJSON_IsNumber(wb) && wb->valuedouble >= 0)
+                out->wal_bytes = (uint64_t)wb->valuedouble;
+            out->wal_limited = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(tl, "wal_limited"));
             break;
         }
     }

@@ -17,8 +17,9 @@
  *   ProposerElected  'e'  u64 term, u32 generation, u64 start_streaming_at,
  *                         history
  *   AppendRequest    'a'  u64 term, u32 generation, u64 begin, u64 end,
- *                         u64 commit, u64 truncate, then end - begin WAL
- *                         bytes
+ *                         u64 commit, u64 truncate, u64 ps last_received,
+ *                         u64 ps disk_consistent, u64 ps remote_consistent,
+ *                         then end - begin WAL bytes
  *   AppendResponse   'a'  u64 term, u64 flush_lsn, u64 commit_lsn,
  *                         u64 ps last_received, u64 ps disk_consistent,
  *                         u64 ps remote_consistent
@@ -447,6 +448,9 @@ size_t walpush_encode_proposer_msg(const proposer_msg *msg, uint8_t *buf, size_t
         put_u64(&w, a->end_lsn);
         put_u64(&w, a->commit_lsn);
         put_u64(&w, a->truncate_lsn);
+        put_u64(&w, a->ps_feedback.last_received_lsn);
+        put_u64(&w, a->ps_feedback.disk_consistent_lsn);
+        put_u64(&w, a->ps_feedback.remote_consistent_lsn);
         if (a->wal_len > 0)
             put_bytes(&w, a->wal, a->wal_len);
         break;
@@ -526,6 +530,9 @@ int walpush_decode_proposer_msg(const uint8_t *buf, size_t len, proposer_msg *ou
         a->end_lsn = get_u64(&r);
         a->commit_lsn = get_u64(&r);
         a->truncate_lsn = get_u64(&r);
+        a->ps_feedback.last_received_lsn = get_u64(&r);
+        a->ps_feedback.disk_consistent_lsn = get_u64(&r);
+        a->ps_feedback.remote_consistent_lsn = get_u64(&r);
         if (r.short_read) {
             *why = "AppendRequest: message too short";
             return -1;

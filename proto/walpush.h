@@ -22,8 +22,9 @@
 
 #include "base/lsn.h"
 
-/* Sent in ProposerGreeting and in START_WAL_PUSH (proto_version '1'). */
-#define WALPUSH_PROTO_VERSION 2
+/* Sent in ProposerGreeting and in START_WAL_PUSH (proto_version '3').
+ * 3: AppendRequest carries the pageserver feedback the proposer learned. */
+#define WALPUSH_PROTO_VERSION 3
 
 /* Most WAL bytes one AppendRequest may carry. */
 #define WALPUSH_MAX_APPEND (128 * 1024)
@@ -32,7 +33,7 @@
 #define TERM_HISTORY_MAX 256
 
 /* Largest encoded message: an AppendRequest with a full payload. */
-#define WALPUSH_MAX_MESSAGE (WALPUSH_MAX_APPEND + 64)
+#define WALPUSH_MAX_MESSAGE (WALPUSH_MAX_APPEND + 128) /* header: 69 bytes */
 
 /* Membership: most members in one set of a configuration, and the longest
  * member address ("host:port" of its WAL-push port, without the NUL). */
@@ -142,6 +143,13 @@ typedef struct proposer_elected {
     term_history history; /* the proposer's */
 } proposer_elected;
 
+/* What the pageserver last told a safekeeper (0 while none has). */
+typedef struct pageserver_feedback {
+    lsn_t last_received_lsn;
+    lsn_t disk_consistent_lsn;
+    lsn_t remote_consistent_lsn;
+} pageserver_feedback;
+
 typedef struct append_request {
     uint64_t term;
     uint32_t generation;
@@ -149,16 +157,12 @@ typedef struct append_request {
     lsn_t end_lsn; /* end_lsn - begin_lsn == wal_len; equal for a heartbeat */
     lsn_t commit_lsn;
     lsn_t truncate_lsn;
+    /* The highest feedback any acceptor reported to this proposer: how the
+     * pageserver's position, heard by one safekeeper, reaches the others. */
+    pageserver_feedback ps_feedback;
     const uint8_t *wal; /* points into the decoded buffer */
     uint32_t wal_len;
 } append_request;
-
-/* What the pageserver last told a safekeeper (0 while none has). */
-typedef struct pageserver_feedback {
-    lsn_t last_received_lsn;
-    lsn_t disk_consistent_lsn;
-    lsn_t remote_consistent_lsn;
-} pageserver_feedback;
 
 typedef struct append_response {
     uint64_t term;

@@ -444,6 +444,10 @@ static int handle_append(acceptor *acc, const append_request *a, acceptor_output
         acc->st.commit_lsn = a->commit_lsn;
     if (a->truncate_lsn > acc->st.truncate_lsn)
         acc->st.truncate_lsn = a->truncate_lsn;
+    /* Feedback another acceptor heard from the pageserver, relayed by the
+     * elected proposer (trusted like commit_lsn and truncate_lsn, which
+     * bound the WAL removal horizon too). */
+    acceptor_set_pageserver_feedback(acc, &a->ps_feedback);
     out->append_accepted = true;
 
     if (!acc->reply_pending) {

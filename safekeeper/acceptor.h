@@ -210,7 +210,8 @@ int acceptor_flush_done(acceptor *acc, acceptor_output *out);
 
 /*
  * Records what the pageserver reported (monotonic per field; stored lazily
- * and echoed to the proposer in AppendResponses).
+ * and echoed to the proposer in AppendResponses).  An accepted
+ * AppendRequest merges the feedback its proposer relays the same way.
  */
 void acceptor_set_pageserver_feedback(acceptor *acc, const pageserver_feedback *fb);
 

@@ -254,6 +254,26 @@ static void cmd_timeline_history(sk_conn *sc, const tokens *t)
 
 static void cmd_timeline_status(sk_conn *sc);
 
+/*
+ * Whether c's pageserver feedback may move the WAL removal horizon
+ * (docs/design.md, WAL removal).  With token auth: only the admin token,
+ * which is what the pageserver holds; a tenant's token (a compute, a
+ * pg_receivewal) streams but does not move it.  Without (trust or one
+ * shared password) nobody is told apart by secret, so the connection must
+ * at least say it is the pageserver: application_name=strata_pageserver.
+ * That keeps a stock pg_receivewal or standby from moving it by accident;
+ * it is no defence against a client that lies -- there the network is
+ * trusted.
+ */
+static bool may_move_horizon(const pgwire_conn *c)
+{
+    const char *who = pgwire_conn_principal(c);
+    if (who != NULL)
+        return strcmp(who, "admin") == 0;
+    const char *app = pgwire_conn_param(c, "application_name");
+    return app != NULL && strcmp(app, SK_PAGESERVER_APPLICATION_NAME) == 0;
+}
+
 /* SWITCH_MEMBERSHIP <generation> '<members>' ['<new members>']: sets the
  * timeline's configuration (see acceptor_switch_membership); the reply is
  * the configuration now in force. */
@@ -420,7 +440,7 @@ static void cmd_start_replication(sk_conn *sc, const tokens *t)
     if (tl == NULL)
         return;
     sk_sender *s;
-    if (walsender_start(tl, sc->c, start, o.with_term, o.term, &s) != 0)
+    if (walsender_start(tl, sc->c, start, o.with_term, o.term, may_move_horizon(sc->c), &s) != 0)
         return;
     sc->mode = MODE_SEND;
     sc->sender = s;

@@ -47,6 +47,8 @@ static cJSON *timeline_json(const sk_timeline_status *s)
     add_members(conf, "new_members", s->mconf.new_members, s->mconf.n_new_members);
     cJSON_AddNumberToObject(o, "connections", s->connections);
     cJSON_AddBoolToObject(o, "failed", s->failed);
+    cJSON_AddNumberToObject(o, "wal_bytes", (double)s->wal_bytes);
+    cJSON_AddBoolToObject(o, "wal_limited", s->wal_limited);
     return o;
 }
 
@@ -64,6 +66,8 @@ static void on_status(const http_request *req, http_response *resp, void *arg)
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "node_id", (double)node->node_id);
     cJSON_AddNumberToObject(o, "connections", connections);
+    /* Set before the HTTP server starts, never changed. */
+    cJSON_AddNumberToObject(o, "max_wal_bytes", (double)node->max_wal_bytes);
     cJSON *arr = cJSON_AddArrayToObject(o, "timelines");
     for (int i = 0; i < n; i++)
         cJSON_AddItemToArray(arr, timeline_json(&snap[i]));

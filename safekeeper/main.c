@@ -40,6 +40,7 @@ enum {
     OPT_LOG_LEVEL,
     OPT_HOUSEKEEPING_MS,
     OPT_CONFIG,
+    OPT_MAX_WAL_BYTES,
     OPT_COUNT
 };
 
@@ -62,6 +63,9 @@ static const daemon_opt option_table[OPT_COUNT] = {
                              "10..3600000 ms"},
     [OPT_CONFIG] = {"config", "SAFEKEEPER_CONFIG", NULL,
                     "config file of 'key = value' lines (keys as flags)"},
+    [OPT_MAX_WAL_BYTES] = {"max-wal-bytes", "SAFEKEEPER_MAX_WAL_BYTES", "0",
+                           "per-timeline bound on local WAL segment bytes (e.g. 64MB); appends "
+                           "past it are refused (0: none)"},
 };
 
 /* The options, checked and typed. */
@@ -77,6 +81,7 @@ typedef struct sk_config {
     const char *password;  /* NULL: no password */
     const char *auth_file; /* NULL or "": no tokens file */
     unsigned housekeeping_ms;
+    uint64_t max_wal_bytes; /* 0: no bound */
 } sk_config;
 
 typedef struct daemon_state {
@@ -115,7 +120,9 @@ static void check_options(const daemon_opts *o, sk_config *c)
         !daemon_opt_hostport("listen-http", v[OPT_LISTEN_HTTP], c->http_host,
                              sizeof c->http_host, &c->http_port, err, sizeof err) ||
         !daemon_opt_uint("housekeeping-ms", v[OPT_HOUSEKEEPING_MS], 10, 3600000,
-                         &housekeeping_ms, err, sizeof err))
+                         &housekeeping_ms, err, sizeof err) ||
+        !daemon_opt_bytes("max-wal-bytes", v[OPT_MAX_WAL_BYTES], &c->max_wal_bytes, err,
+                          sizeof err))
         daemon_opts_exit(o, err, false);
     c->housekeeping_ms = (unsigned)housekeeping_ms;
     c->datadir = v[OPT_DATADIR];
@@ -135,6 +142,7 @@ static void open_node(daemon_state *d, const sk_config *c)
     if (sk_node_init(&d->node, d->loop, d->ring, c->datadir, c->id, c->housekeeping_ms, err,
                      sizeof err) != 0)
         log_fatal("cannot load timelines: %s", err);
+    d->node.max_wal_bytes = c->max_wal_bytes;
 }
 
 /* How clients authenticate: a password, a tokens file, or trust. */

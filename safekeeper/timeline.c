@@ -62,6 +62,9 @@ struct sk_timeline {
     store_wait wait; /* what the current effect waits for from the store */
     bool sync_in_flight;
     bool sync_due; /* in node->due: start a sync round before the loop polls */
+    bool wal_limited; /* the last append was refused for max_wal_bytes */
+    uint64_t wal_bytes; /* wal_bytes_on_disk() at the last housekeeping */
+    lsn_t oldest_cached; /* oldest_segment() */
     bool flush_done_pending;
 
     sk_pusher *queue_head;
@@ -125,6 +128,75 @@ static void wake_senders(sk_timeline *tl)
     memcpy(copy, tl->senders, sizeof(copy[0]) * (size_t)n);
     for (int i = 0; i < n; i++)
         walsender_wake(copy[i]);
+}
+
+/* ---- the local WAL limit (--max-wal-bytes) ----------------------------- */
+
+/* The start of the oldest segment on disk, cached: the store finds it by
+ * listing the directory, too dear for every append and every status.  Only
+ * WAL removal (housekeeping, which refreshes it) moves it up; until a
+ * segment exists it is looked up again. */
+static lsn_t oldest_segment(sk_timeline *tl)
+{
+    if (tl->oldest_cached == LSN_INVALID && tl->ws != NULL)
+        tl->oldest_cached = wal_store_oldest_lsn(tl->ws);
+    return tl->oldest_cached;
+}
+
+/* Bytes of segment files on disk: every segment from the oldest to the one
+ * being written, each zero-filled to its full size. */
+static uint64_t wal_bytes_on_disk(sk_timeline *tl)
+{
+    if (tl->ws == NULL)
+        return 0;
+    lsn_t oldest = oldest_segment(tl);
+    lsn_t end = wal_store_write_lsn(tl->ws);
+    uint32_t seg = acceptor_state(&tl->acc)->wal_seg_size;
+    if (oldest == LSN_INVALID || end == LSN_INVALID || end < oldest || seg == 0)
+        return 0;
+    return (end - oldest) / seg * seg + seg;
+}
+
+/* The limit in force for tl: max_wal_bytes, but never below two segments
+ * (the segment holding the removal horizon stays, and the next one must
+ * fit, or no removal could ever make room). */
+static uint64_t wal_limit(const sk_timeline *tl)
+{
+    uint64_t max = tl->node->max_wal_bytes;
+    uint64_t floor = 2 * (uint64_t)acceptor_state(&tl->acc)->wal_seg_size;
+    return max == 0 ? 0 : (max < floor ? floor : max);
+}
+
+/*
+ * Whether an AppendRequest must be refused because its WAL would take the
+ * timeline's segment files past the limit.  This is a refusal, not a
+ * failure: nothing was written, the core never saw the message, and once
+ * housekeeping removes WAL below the horizon the proposer's next attempt is
+ * taken.  Heartbeats (no WAL) always pass: they carry the commit position
+ * that lets the horizon move.  On refusal writes the error detail.
+ */
+static bool append_over_limit(sk_timeline *tl, const proposer_msg *m, char *detail, size_t cap)
+{
+    uint64_t limit = wal_limit(tl);
+    if (limit == 0 || m->kind != PMSG_APPEND || m->u.append.wal_len == 0 || tl->ws == NULL)
+        return false;
+    lsn_t oldest = oldest_segment(tl);
+    if (oldest == LSN_INVALID)
+        return false;
+    uint32_t seg = acceptor_state(&tl->acc)->wal_seg_size;
+    lsn_t end = m->u.append.end_lsn;
+    if (end <= oldest)
+        return false;
+    uint64_t needed = (end - oldest + seg - 1) / seg * seg; /* whole segments */
+    if (needed <= limit)
+        return false;
+    snprintf(detail, cap,
+             "appending up to %llX/%X needs %llu bytes of WAL segments on this safekeeper, "
+             "over its --max-wal-bytes limit of %llu; appends are taken again once WAL is "
+             "removed below the pageserver's consistent LSN",
+             (unsigned long long)(end >> 32), (unsigned)end, (unsigned long long)needed,
+             (unsigned long long)limit);
+    return true;
 }
 
 /* ---- WAL store callbacks ---------------------------------------------- */
@@ -487,6 +559,35 @@ static void tl_kick(sk_timeline *tl)
             free_pusher_message(p);
             continue;
         }
+        char detail[320];
+        if (append_over_limit(tl, &tl->msg, detail, sizeof detail)) {
+            metrics_counter_inc(tl->node->metrics.appends_refused);
+            if (!tl->wal_limited) {
+                char name[80];
+                log_warn("timeline %s: refusing appends: %s", tl_name(tl, name, sizeof name),
+                         detail);
+            }
+            tl->wal_limited = true;
+            /* The feedback it relays is still taken (from the current
+             * term's proposer): after a reconnect the proposer's first
+             * message is this WAL, not a heartbeat, and without the
+             * pageserver's position this safekeeper could never remove WAL
+             * and make room -- while the one the pageserver streams from
+             * would, alone, short of a quorum. */
+            if (tl->msg.u.append.term == acceptor_term(&tl->acc))
+                acceptor_set_pageserver_feedback(&tl->acc, &tl->msg.u.append.ps_feedback);
+            /* FATAL: the stream cannot skip a message, so the proposer
+             * reconnects and resends from this safekeeper's flush_lsn. */
+            fatal_to(p->conn, SQLSTATE_DISK_FULL, "safekeeper WAL limit reached for this timeline", detail);
+            free_pusher_message(p);
+            continue;
+        }
+        if (tl->wal_limited && tl->msg.kind == PMSG_APPEND && tl->msg.u.append.wal_len > 0) {
+            char name[80];
+            log_info("timeline %s: WAL is below --max-wal-bytes again, taking appends",
+                     tl_name(tl, name, sizeof name));
+            tl->wal_limited = false;
+        }
         if (acceptor_handle_message(&tl->acc, &tl->msg, &tl->out) != 0) {
             metrics_counter_inc(tl->node->metrics.errors);
             fatal_to(p->conn, SQLSTATE_PROTOCOL_VIOLATION, "WAL-push protocol violation", tl->out.error);
@@ -737,6 +838,7 @@ static void housekeep_timeline(sk_timeline *tl)
         }
         tl->persisted = *st;
     }
+    tl->wal_bytes = wal_bytes_on_disk(tl);
     /* WAL removal horizon (docs/design.md §5.5), from persisted values only. */
     const acceptor_persistent_state *p = &tl->persisted;
     lsn_t horizon = p->ps_feedback.disk_consistent_lsn;
@@ -757,6 +859,10 @@ static void housekeep_timeline(sk_timeline *tl)
     if (horizon == LSN_INVALID)
         return;
     int removed = wal_store_remove_below(tl->ws, horizon);
+    if (removed != 0) {
+        tl->oldest_cached = LSN_INVALID; /* looked up again */
+        tl->wal_bytes = wal_bytes_on_disk(tl);
+    }
     if (removed > 0) {
         char name[80], h[LSN_FMT_LEN];
         log_info("removed %d WAL segments of %s below horizon %s", removed,
@@ -807,6 +913,13 @@ int sk_node_init(sk_node *node, uv_loop_t *loop, uring *ring, const char *datadi
     m->wal_segments_removed =
         metrics_counter_register(r, "safekeeper_wal_segments_removed_total",
                                  "WAL segments removed below the horizon", 0, NULL, NULL);
+    m->ps_feedback_ignored = metrics_counter_register(
+        r, "safekeeper_ps_feedback_ignored_total",
+        "Pageserver feedback messages dropped: the sender was not the pageserver", 0, NULL, NULL);
+    m->appends_refused = metrics_counter_register(
+        r, "safekeeper_appends_refused_total",
+        "AppendRequests refused because the timeline's WAL would pass --max-wal-bytes", 0, NULL,
+        NULL);
     node->snap = calloc(SK_MAX_TIMELINES, sizeof *node->snap);
     if (node->snap == NULL) {
         snprintf(err, errlen, "out of memory");
@@ -896,6 +1009,8 @@ static void fill_status(const sk_timeline *tl, sk_timeline_status *s)
     s->mconf = st->mconf;
     s->connections = tl->connections;
     s->failed = tl->failed;
+    s->wal_bytes = tl->wal_bytes;
+    s->wal_limited = tl->wal_limited;
 }
 
 static void publish_timeline(sk_timeline *tl)

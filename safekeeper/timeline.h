@@ -58,6 +58,8 @@ typedef struct sk_metrics {
     metrics_gauge *connections;
     metrics_counter *errors;
     metrics_counter *wal_segments_removed;
+    metrics_counter *ps_feedback_ignored;
+    metrics_counter *appends_refused; /* over max_wal_bytes */
 } sk_metrics;
 
 /* What HTTP shows of one timeline. */
@@ -73,6 +75,8 @@ typedef struct sk_timeline_status {
     membership mconf;
     int connections;
     bool failed;
+    uint64_t wal_bytes;  /* segment files on disk, in bytes */
+    bool wal_limited;    /* refusing appends: at max_wal_bytes */
 } sk_timeline_status;
 
 typedef struct sk_node {
@@ -88,6 +92,9 @@ typedef struct sk_node {
     sk_timeline *due[SK_MAX_TIMELINES]; /* timelines wanting a sync round */
     sk_metrics metrics;
     int open_connections;
+    /* --max-wal-bytes: a timeline whose segment files would pass this many
+     * bytes refuses appends (0: no limit).  Set after sk_node_init. */
+    uint64_t max_wal_bytes;
 
     /* Published for other threads (HTTP). */
     pthread_mutex_t snap_lock;

@@ -25,6 +25,8 @@ struct sk_sender {
     bool with_term;
     uint64_t term;
     bool done; /* copy mode ended or an error was sent */
+    bool ps_feedback_trusted; /* the pageserver's connection (walsender.h) */
+    bool ps_feedback_warned;  /* logged the first ignored 'z' */
     uv_timer_t keepalive;
     uint8_t buf[WALSENDER_MAX_CHUNK];
 };
@@ -114,7 +116,7 @@ static void pump(sk_sender *s)
 }
 
 int walsender_start(sk_timeline *tl, pgwire_conn *c, lsn_t start, bool with_term, uint64_t term,
-                    sk_sender **out)
+                    bool ps_feedback_trusted, sk_sender **out)
 {
     *out = NULL;
     const acceptor *acc = sk_timeline_acceptor(tl);
@@ -141,6 +143,7 @@ int walsender_start(sk_timeline *tl, pgwire_conn *c, lsn_t start, bool with_term
     s->pos = start;
     s->with_term = with_term;
     s->term = term;
+    s->ps_feedback_trusted = ps_feedback_trusted;
     if (start < oldest) {
         removed_error(s, start, "ERROR");
         free(s);
@@ -195,6 +198,18 @@ void walsender_on_copy_data(sk_sender *s, const uint8_t *data, size_t n)
     case REPLICATION_HS_FEEDBACK:
         return; /* no xmin horizon to hold on a safekeeper */
     case REPLICATION_PS_FEEDBACK:
+        if (!s->ps_feedback_trusted) {
+            /* It would move the WAL removal horizon: a pg_receivewal or a
+             * script must not make us delete WAL the pageserver needs. */
+            metrics_counter_inc(sk_timeline_node(s->tl)->metrics.ps_feedback_ignored);
+            if (!s->ps_feedback_warned)
+                log_warn("ignoring pageserver feedback from %s: the connection is not the "
+                         "pageserver's (needs the admin token, or application_name=%s without "
+                         "token auth)",
+                         pgwire_conn_peer(s->c), SK_PAGESERVER_APPLICATION_NAME);
+            s->ps_feedback_warned = true;
+            return;
+        }
         sk_timeline_set_ps_feedback(s->tl, &m.u.ps_feedback);
         return;
     default:

@@ -9,7 +9,11 @@
  * Chunks are at most 128 KB.  Sends keepalives ('k') periodically and when a
  * status update asks for one.  Accepts standby status updates ('r'),
  * hot-standby feedback ('h') and the pageserver's feedback ('z' + three
- * LSNs), which is stored per timeline and feeds the WAL removal horizon.
+ * LSNs), which is stored per timeline and feeds the WAL removal horizon --
+ * but only from a connection that walsender_start was told is the
+ * pageserver's (see conn.c, may_move_horizon); any other sender's 'z' is
+ * dropped, logged once per connection and counted
+ * (safekeeper_ps_feedback_ignored_total), and its streaming goes on.
  * Production stops while the connection is congested and resumes from
  * on_writable.
  *
@@ -30,6 +34,9 @@
 
 /* Largest XLogData payload (WAL bytes) per message. */
 #define WALSENDER_MAX_CHUNK (128 * 1024)
+/* What the pageserver's walreceiver sends as application_name; without
+ * token auth it is what marks a connection as the pageserver's. */
+#define SK_PAGESERVER_APPLICATION_NAME "strata_pageserver"
 /* Keepalive period when nothing else is sent. */
 #define WALSENDER_KEEPALIVE_MS 10000
 
@@ -37,10 +44,11 @@
  * Starts streaming from start on tl to c (in a query: this sends either an
  * ErrorResponse and returns -1, or CopyBothResponse and returns 0 with
  * *out set).  with_term: stream up to flush_lsn, allowed only while the
- * safekeeper's term equals term.
+ * safekeeper's term equals term.  ps_feedback_trusted: the connection is the
+ * pageserver's, so its feedback may move the WAL removal horizon.
  */
 int walsender_start(sk_timeline *tl, pgwire_conn *c, lsn_t start, bool with_term, uint64_t term,
-                    sk_sender **out);
+                    bool ps_feedback_trusted, sk_sender **out);
 
 /* One CopyData from the client. */
 void walsender_on_copy_data(sk_sender *s, const uint8_t *data, size_t n);

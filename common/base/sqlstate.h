@@ -33,6 +33,7 @@
 #define SQLSTATE_UNDEFINED_OBJECT "42704"
 /* Class 53: insufficient resources */
 #define SQLSTATE_INSUFFICIENT_RESOURCES "53000"
+#define SQLSTATE_DISK_FULL "53100"
 #define SQLSTATE_OUT_OF_MEMORY "53200"
 #define SQLSTATE_TOO_MANY_CONNECTIONS "53300"
 /* Class 55: object not in prerequisite state */

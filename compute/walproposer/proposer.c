@@ -236,11 +236,20 @@ static void emit_append(proposer *p, int i, lsn_t begin, lsn_t end, proposer_out
     a->end_lsn = end;
     a->commit_lsn = p->commit_lsn;
     a->truncate_lsn = p->truncate_lsn;
+    a->ps_feedback = p->ps_feedback;
     a->wal = NULL;
     a->wal_len = (uint32_t)(end - begin);
     peer->sent_lsn = end;
     peer->told_commit = p->commit_lsn;
+    peer->told_ps = p->ps_feedback;
     peer->last_send_ms = p->now_ms;
+}
+
+/* Whether peer has not yet been told a horizon-moving feedback change. */
+static bool ps_feedback_news(const proposer *p, const proposer_peer *peer)
+{
+    return peer->told_ps.disk_consistent_lsn < p->ps_feedback.disk_consistent_lsn ||
+           peer->told_ps.remote_consistent_lsn < p->ps_feedback.remote_consistent_lsn;
 }
 
 /* Tops up acceptor i's pipeline; a heartbeat if there is nothing to send
@@ -270,6 +279,7 @@ static void pump(proposer *p, int i, bool force_heartbeat, proposer_output *out)
         sent_any = true;
     }
     if (!sent_any && (force_heartbeat || peer->told_commit < p->commit_lsn ||
+                      ps_feedback_news(p, peer) ||
                       p->now_ms - peer->last_send_ms >= p->cfg.heartbeat_ms))
         emit_append(p, i, peer->sent_lsn, peer->sent_lsn, out);
 }
@@ -526,6 +536,16 @@ static int handle_vote(proposer *p, int i, const vote_response *v, proposer_outp
     return 0;
 }
 
+static void merge_ps_feedback(pageserver_feedback *into, const pageserver_feedback *fb)
+{
+    if (fb->last_received_lsn > into->last_received_lsn)
+        into->last_received_lsn = fb->last_received_lsn;
+    if (fb->disk_consistent_lsn > into->disk_consistent_lsn)
+        into->disk_consistent_lsn = fb->disk_consistent_lsn;
+    if (fb->remote_consistent_lsn > into->remote_consistent_lsn)
+        into->remote_consistent_lsn = fb->remote_consistent_lsn;
+}
+
 static int handle_append_response(proposer *p, int i, const append_response *r,
                                   proposer_output *out)
 {
@@ -542,6 +562,10 @@ static int handle_append_response(proposer *p, int i, const append_response *r,
         peer->flush_lsn = r->flush_lsn;
     if (r->commit_lsn > peer->commit_lsn)
         peer->commit_lsn = r->commit_lsn;
+    pageserver_feedback before = p->ps_feedback;
+    merge_ps_feedback(&p->ps_feedback, &r->ps_feedback);
+    bool ps_news = p->ps_feedback.disk_consistent_lsn != before.disk_consistent_lsn ||
+                   p->ps_feedback.remote_consistent_lsn != before.remote_consistent_lsn;
     /*
      * Window: a response means the acceptor processed at least what we had
      * sent when the previous response arrived, so that point may serve as
@@ -553,7 +577,10 @@ static int handle_append_response(proposer *p, int i, const append_response *r,
         peer->ack_base = base;
     peer->sent_at_last_response = peer->sent_lsn;
     recompute_commit(p, out);
-    pump(p, i, false, out);
+    if (ps_news)
+        pump_all(p, false, out); /* the others hear it now, not at their next heartbeat */
+    else
+        pump(p, i, false, out);
     return 0;
 }
 

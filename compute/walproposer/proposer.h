@@ -176,6 +176,7 @@ typedef struct proposer_peer {
     lsn_t ack_base;    /* sending window base (see max_inflight_bytes) */
     lsn_t sent_at_last_response;
     lsn_t told_commit; /* commit_lsn in our last append to it */
+    pageserver_feedback told_ps; /* ps_feedback in our last append to it */
     uint64_t last_recv_ms;
     uint64_t last_send_ms;
     proposer_msg msg; /* storage for a PROP_SEND effect */
@@ -193,6 +194,10 @@ typedef struct proposer {
     lsn_t wal_end;      /* WAL source has [.., wal_end) */
     lsn_t commit_lsn;
     lsn_t truncate_lsn;
+    /* Field-wise maximum of the pageserver feedback the acceptors report;
+     * relayed in every AppendRequest so that feedback one safekeeper heard
+     * from the pageserver reaches the others (their WAL removal). */
+    pageserver_feedback ps_feedback;
     uint64_t sync_quorum_ms; /* sync mode: when a majority was synced; 0 before */
     /* Per slot: the node id it must be (0 in generation 0), and whether it
      * counts in members / new_members. */

@@ -50,7 +50,9 @@ def check_status_schema(st, directory):
     ports = {compute["port"], ps["pg_port"], ps["http_port"]}
     for sk in st["safekeepers"]:
         assert set(sk) == {"name", "pid", "pg_port", "http_port", "node_id", "generation", "term",
-                           "flush_lsn", "commit_lsn"}
+                           "flush_lsn", "commit_lsn", "wal_bytes", "max_wal_bytes", "wal_limited"}
+        assert sk["wal_limited"] in (None, True, False)
+        assert sk["wal_bytes"] is None or sk["wal_bytes"] >= 0
         assert sk["pid"] is None or isinstance(sk["pid"], int)
         assert sk["node_id"] is None or (isinstance(sk["node_id"], int) and sk["node_id"] >= 1)
         assert sk["generation"] is None or isinstance(sk["generation"], int)

@@ -180,8 +180,8 @@ def test_emptied_safekeeper_is_not_recreated_by_the_compute(cluster):
 
 def test_push_without_allow_timeline_creation_cannot_create(sk):
     tenant, timeline = new_ids()
-    for query in ("START_WAL_PUSH", "START_WAL_PUSH (proto_version '2')",
-                  "START_WAL_PUSH (proto_version '2', allow_timeline_creation 'false')"):
+    for query in ("START_WAL_PUSH", "START_WAL_PUSH (proto_version '3')",
+                  "START_WAL_PUSH (proto_version '3', allow_timeline_creation 'false')"):
         c = Conn(sk.pg_port, opts(tenant, timeline))
         c.start_copy_both(query)
         c.copy_data(greeting(tenant, timeline))
@@ -191,7 +191,7 @@ def test_push_without_allow_timeline_creation_cannot_create(sk):
         c.close()
     c = Conn(sk.pg_port, opts(tenant, timeline))
     with pytest.raises(PgError) as e:
-        c.query("START_WAL_PUSH (proto_version '2', allow_timeline_creation 'maybe')")
+        c.query("START_WAL_PUSH (proto_version '3', allow_timeline_creation 'maybe')")
     assert "allow_timeline_creation takes 'true' or 'false'" in e.value.text
     c.close()
     assert sk.http_json("/v1/status")["timelines"] == []
@@ -200,7 +200,7 @@ def test_push_without_allow_timeline_creation_cannot_create(sk):
     end = p.push(3, 100)
     p.c.close()
     c = Conn(sk.pg_port, opts(tenant, timeline))
-    c.start_copy_both("START_WAL_PUSH (proto_version '2')")
+    c.start_copy_both("START_WAL_PUSH (proto_version '3')")
     c.copy_data(greeting(tenant, timeline))
     assert c.recv_copy()[0:1] == b"g"
     c.close()
@@ -215,7 +215,7 @@ def test_greeting_with_an_invalid_segment_size_is_refused(sk, seg):
     good.push(2, 100)
     bad_tenant, bad_timeline = new_ids()
     c = Conn(sk.pg_port, opts(bad_tenant, bad_timeline))
-    c.start_copy_both("START_WAL_PUSH (proto_version '2', allow_timeline_creation 'true')")
+    c.start_copy_both("START_WAL_PUSH (proto_version '3', allow_timeline_creation 'true')")
     c.copy_data(greeting(bad_tenant, bad_timeline, seg=seg))
     err = c.expect_error()
     assert "wal_seg_size is not a power of two in 1 MB .. 1 GB" in err.get("D", ""), err

@@ -137,7 +137,7 @@ class PgError(Exception):
 
 class Conn:
     def __init__(self, port, options=None, user="test", timeout=10, startup=True,
-                 replication=None, password=None):
+                 replication=None, password=None, application_name=None):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         self.rbuf = b""
         self.password = password  # answers a cleartext password request
@@ -147,6 +147,8 @@ class Conn:
                 params["options"] = options
             if replication is not None:
                 params["replication"] = replication
+            if application_name is not None:
+                params["application_name"] = application_name
             body = struct.pack("!I", 196608)
             for k, v in params.items():
                 body += k.encode() + b"\0" + v.encode() + b"\0"
@@ -285,7 +287,7 @@ def members_wire(members):
     return b
 
 
-def greeting(tenant, timeline, seg=SEG, version=2, pg_version=150020, generation=0,
+def greeting(tenant, timeline, seg=SEG, version=3, pg_version=150020, generation=0,
              members=(), new_members=()):
     return (b"g" + struct.pack("!I", version) + bytes.fromhex(tenant) + bytes.fromhex(timeline)
             + struct.pack("!IQI", pg_version, SYSID, seg)
@@ -303,15 +305,18 @@ def elected(term, start, history, generation=0):
     return b
 
 
-def append(term, begin, wal, commit, truncate=0, generation=0):
-    return (b"a" + struct.pack("!QIQQQQ", term, generation, begin, begin + len(wal), commit,
-                               truncate) + wal)
+def append(term, begin, wal, commit, truncate=0, generation=0, ps=(0, 0, 0)):
+    """ps: the pageserver feedback the proposer relays (last_received,
+    disk_consistent, remote_consistent)."""
+    return (b"a" + struct.pack("!QIQQQQQQQ", term, generation, begin, begin + len(wal), commit,
+                               truncate, *ps) + wal)
 
 
 def parse_append_response(b):
     assert b[0:1] == b"a", b[:1]
     term, flush, commit, lr, dc, rc = struct.unpack("!QQQQQQ", b[1:49])
-    return {"term": term, "flush_lsn": flush, "commit_lsn": commit}
+    return {"term": term, "flush_lsn": flush, "commit_lsn": commit,
+            "ps_feedback": (lr, dc, rc)}
 
 
 def lsn_str(lsn):
@@ -395,10 +400,11 @@ def sk():
 class Proposer:
     """A well-behaved WAL-push session driven from Python."""
 
-    def __init__(self, sk, tenant, timeline, term=1, start=SEG, seg=SEG, create=True):
-        self.c = Conn(sk.pg_port, opts(tenant, timeline))
+    def __init__(self, sk, tenant, timeline, term=1, start=SEG, seg=SEG, create=True,
+                 password=None):
+        self.c = Conn(sk.pg_port, opts(tenant, timeline), password=password)
         # A new timeline is created only when the proposer asks for it.
-        self.c.start_copy_both("START_WAL_PUSH (proto_version '2'%s)" % (
+        self.c.start_copy_both("START_WAL_PUSH (proto_version '3'%s)" % (
             ", allow_timeline_creation 'true'" if create else ""))
         self.c.copy_data(greeting(tenant, timeline, seg=seg))
         g = self.c.recv_copy()
@@ -545,7 +551,7 @@ def test_bad_input_gets_clear_errors(sk):
     # An append that is not WAL (the acceptor's tracker rejects it), sent
     # on a second connection that got through greeting and vote refusal.
     c = Conn(sk.pg_port, opts(tenant, timeline))
-    c.start_copy_both("START_WAL_PUSH (proto_version '2')")
+    c.start_copy_both("START_WAL_PUSH (proto_version '3')")
     c.copy_data(append(1, 0, b"\x01" * 64, 0))
     err = c.expect_error()
     assert "ProposerGreeting" in err["M"] + err.get("D", ""), err
@@ -701,7 +707,8 @@ def test_wal_removal_follows_pageserver_feedback(sk):
     time.sleep(2.5)  # housekeeping runs every second
     assert os.path.exists(seg(1)), "removed WAL before any pageserver reported"
 
-    c = Conn(sk.pg_port, opts(tenant, timeline), replication="true")
+    c = Conn(sk.pg_port, opts(tenant, timeline), replication="true",
+             application_name="strata_pageserver")
     c.start_copy_both(f"START_REPLICATION PHYSICAL {lsn_str(3 * mb)}")
     persisted = 3 * mb + 100
     c.copy_data(b"z" + struct.pack("!QQQ", end, persisted, 0))

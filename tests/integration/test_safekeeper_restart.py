@@ -57,8 +57,10 @@ def wait_for(pred, timeout, what):
 
 def send_ps_feedback(sk, tenant, timeline, start, lsn):
     """Pageserver feedback on a replication connection: everything below lsn
-    is ingested and consistent on the pageserver's disk."""
-    c = Conn(sk.pg_port, opts(tenant, timeline), replication="true")
+    is ingested and consistent on the pageserver's disk.  Without token auth
+    the safekeeper takes it only from a connection named as the pageserver's."""
+    c = Conn(sk.pg_port, opts(tenant, timeline), replication="true",
+             application_name="strata_pageserver")
     c.start_copy_both(f"START_REPLICATION PHYSICAL {lsn_str(start)}")
     c.copy_data(b"z" + struct.pack("!QQQ", lsn, lsn, lsn))
     return c

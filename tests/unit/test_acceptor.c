@@ -423,6 +423,36 @@ static void test_truncate_clamps_inflight_flush(void **state)
     assert_true(acceptor_flush_lsn(&acc) == ends[20]);
 }
 
+/* Feedback relayed in an AppendRequest is merged field by field, never
+ * moves back, and is echoed in the AppendResponse; a stale term's append
+ * relays nothing. */
+static void test_relayed_pageserver_feedback(void **state)
+{
+    (void)state;
+    setup_streaming(3);
+    proposer_msg m = {.kind = PMSG_APPEND};
+    m.u.append.term = 3;
+    m.u.append.generation = generation;
+    m.u.append.begin_lsn = m.u.append.end_lsn = BOOT;
+    m.u.append.ps_feedback.disk_consistent_lsn = BOOT + 0x100;
+    m.u.append.ps_feedback.remote_consistent_lsn = BOOT + 0x80;
+    assert_int_equal(acceptor_handle_message(&acc, &m, &out), 0);
+    const pageserver_feedback *fb = &acceptor_state(&acc)->ps_feedback;
+    assert_true(fb->disk_consistent_lsn == BOOT + 0x100);
+    assert_true(fb->remote_consistent_lsn == BOOT + 0x80);
+    assert_int_equal(out.msg.kind, AMSG_APPEND_RESPONSE);
+    assert_true(out.msg.u.append.ps_feedback.disk_consistent_lsn == BOOT + 0x100);
+    m.u.append.ps_feedback.disk_consistent_lsn = BOOT;
+    m.u.append.ps_feedback.remote_consistent_lsn = BOOT + 0x200;
+    assert_int_equal(acceptor_handle_message(&acc, &m, &out), 0);
+    assert_true(fb->disk_consistent_lsn == BOOT + 0x100);
+    assert_true(fb->remote_consistent_lsn == BOOT + 0x200);
+    m.u.append.term = 2;
+    m.u.append.ps_feedback.disk_consistent_lsn = BOOT + 0x1000;
+    assert_int_equal(acceptor_handle_message(&acc, &m, &out), 0);
+    assert_true(fb->disk_consistent_lsn == BOOT + 0x100);
+}
+
 static void test_restore(void **state)
 {
     (void)state;
@@ -454,6 +484,7 @@ int main(void)
         cmocka_unit_test(test_group_commit),
         cmocka_unit_test(test_truncate_clamps_inflight_flush),
         cmocka_unit_test(test_restore),
+        cmocka_unit_test(test_relayed_pageserver_feedback),
         cmocka_unit_test(test_configuration_generation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

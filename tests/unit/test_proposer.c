@@ -403,6 +403,39 @@ static void test_heartbeat_and_timeout(void **state)
     assert_null(find(PROP_DISCONNECT, 1));
 }
 
+/* Pageserver feedback one acceptor reports goes to the others at once, in
+ * a heartbeat, and rides on every later append; it never moves back. */
+static void test_pageserver_feedback_is_relayed(void **state)
+{
+    (void)state;
+    lsn_t s = elect_simple();
+    proposer_wal_available(&prop, s, &out);
+    respond(0, 5, s, 0);
+    respond(1, 5, s, 0);
+    acceptor_msg m = {.kind = AMSG_APPEND_RESPONSE};
+    m.u.append.term = 5;
+    m.u.append.flush_lsn = s;
+    m.u.append.ps_feedback.last_received_lsn = s;
+    m.u.append.ps_feedback.disk_consistent_lsn = s - 0x100;
+    m.u.append.ps_feedback.remote_consistent_lsn = s - 0x200;
+    assert_int_equal(proposer_handle_message(&prop, 0, &m, &out), 0);
+    const proposer_effect *hb = find(PROP_APPEND, 1);
+    assert_non_null(hb);
+    assert_true(hb->u.append.begin_lsn == hb->u.append.end_lsn);
+    assert_true(hb->u.append.ps_feedback.disk_consistent_lsn == s - 0x100);
+    assert_true(hb->u.append.ps_feedback.remote_consistent_lsn == s - 0x200);
+    /* An acceptor that has heard less does not pull it back. */
+    respond(1, 5, s, 0);
+    proposer_wal_available(&prop, s + 0x100, &out);
+    const proposer_effect *a = find(PROP_APPEND, 1);
+    assert_non_null(a);
+    assert_true(a->u.append.ps_feedback.disk_consistent_lsn == s - 0x100);
+    /* Nothing new: no extra heartbeat. */
+    respond(1, 5, s + 0x100, 0);
+    assert_int_equal(proposer_handle_message(&prop, 0, &m, &out), 0);
+    assert_null(find(PROP_APPEND, 1));
+}
+
 static void test_sync_safekeepers(void **state)
 {
     (void)state;
@@ -475,6 +508,7 @@ int main(void)
         cmocka_unit_test(test_streaming_is_bounded),
         cmocka_unit_test(test_fencing),
         cmocka_unit_test(test_heartbeat_and_timeout),
+        cmocka_unit_test(test_pageserver_feedback_is_relayed),
         cmocka_unit_test(test_sync_safekeepers),
         cmocka_unit_test(test_joint_configuration_quorum),
         cmocka_unit_test(test_excluded_member_does_not_count),

@@ -172,18 +172,23 @@ static void test_append(void **state)
     a->truncate_lsn = 0xfff000;
     a->wal = wal;
     a->wal_len = WALPUSH_MAX_APPEND;
+    a->ps_feedback.last_received_lsn = 0x1000010;
+    a->ps_feedback.disk_consistent_lsn = 0xff8000;
+    a->ps_feedback.remote_consistent_lsn = 0xff0000;
     size_t n = roundtrip_p(&m, &d);
-    assert_int_equal(n, 1 + 5 * 8 + 4 + WALPUSH_MAX_APPEND);
+    assert_int_equal(n, 1 + 8 * 8 + 4 + WALPUSH_MAX_APPEND);
     assert_true(n <= WALPUSH_MAX_MESSAGE);
     assert_int_equal(d.u.append.wal_len, WALPUSH_MAX_APPEND);
-    assert_ptr_equal(d.u.append.wal, buf + 45);
+    assert_ptr_equal(d.u.append.wal, buf + 69);
+    assert_int_equal(d.u.append.ps_feedback.disk_consistent_lsn, 0xff8000);
+    assert_int_equal(d.u.append.ps_feedback.remote_consistent_lsn, 0xff0000);
     assert_memory_equal(d.u.append.wal, wal, WALPUSH_MAX_APPEND);
 
     /* Heartbeat: no bytes. */
     a->end_lsn = a->begin_lsn;
     a->wal_len = 0;
     a->wal = NULL;
-    assert_int_equal(roundtrip_p(&m, &d), 45);
+    assert_int_equal(roundtrip_p(&m, &d), 69);
     assert_int_equal(d.u.append.wal_len, 0);
 
     const char *why = NULL;
@@ -194,8 +199,8 @@ static void test_append(void **state)
     assert_int_equal(walpush_encode_proposer_msg(&m, buf, sizeof(buf)), 0);
     a->wal_len = 8;
     n = walpush_encode_proposer_msg(&m, buf, sizeof(buf));
-    assert_int_equal(n, 53);
-    static uint8_t longer[64];
+    assert_int_equal(n, 77);
+    static uint8_t longer[96];
     memcpy(longer, buf, n);
     longer[n] = 0xaa;
     assert_int_equal(walpush_decode_proposer_msg(longer, n + 1, &d, &why), -1);
@@ -228,8 +233,8 @@ static void test_append(void **state)
     /* Buffer too small to encode. */
     a->end_lsn = a->begin_lsn + 100;
     a->wal_len = 100;
-    assert_int_equal(walpush_encode_proposer_msg(&m, buf, 144), 0);
-    assert_int_equal(walpush_encode_proposer_msg(&m, buf, 145), 145);
+    assert_int_equal(walpush_encode_proposer_msg(&m, buf, 168), 0);
+    assert_int_equal(walpush_encode_proposer_msg(&m, buf, 169), 169);
 }
 
 static void set_member(member *m, uint64_t id, const char *addr)
