@@ -127,23 +127,57 @@ static int parse_args(int argc, char **argv, load_options *o)
     int c;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         switch (c) {
-        case 'h': o->host = optarg; break;
-        case 'p': o->port = optarg; break;
-        case 't': o->tenant = optarg; break;
-        case 'T': o->timeline = optarg; break;
-        case 'o': o->dump = optarg; break;
-        case 's': if (parse_u32(optarg, &o->spc)) return -1; break;
-        case 'd': if (parse_u32(optarg, &o->db)) return -1; break;
-        case 'r': if (parse_u32(optarg, &o->rel)) return -1; have_rel = true; break;
-        case 'b': if (parse_u32(optarg, &o->blk_from)) return -1; break;
-        case 'B': if (parse_u32(optarg, &o->blk_to)) return -1; have_to = true; break;
+        case 'h':
+            o->host = optarg;
+            break;
+        case 'p':
+            o->port = optarg;
+            break;
+        case 't':
+            o->tenant = optarg;
+            break;
+        case 'T':
+            o->timeline = optarg;
+            break;
+        case 'o':
+            o->dump = optarg;
+            break;
+        case 's':
+            if (parse_u32(optarg, &o->spc))
+                return -1;
+            break;
+        case 'd':
+            if (parse_u32(optarg, &o->db))
+                return -1;
+            break;
+        case 'r':
+            if (parse_u32(optarg, &o->rel))
+                return -1;
+            have_rel = true;
+            break;
+        case 'b':
+            if (parse_u32(optarg, &o->blk_from))
+                return -1;
+            break;
+        case 'B':
+            if (parse_u32(optarg, &o->blk_to))
+                return -1;
+            have_to = true;
+            break;
         case 'f':
             if (parse_u32(optarg, &v) || v > 3)
                 return -1;
             o->fork = (uint8_t)v;
             break;
-        case 'l': if (parse_lsn_arg(optarg, &o->lsn)) return -1; have_lsn = true; break;
-        case 'n': if (parse_lsn_arg(optarg, &o->nms)) return -1; break;
+        case 'l':
+            if (parse_lsn_arg(optarg, &o->lsn))
+                return -1;
+            have_lsn = true;
+            break;
+        case 'n':
+            if (parse_lsn_arg(optarg, &o->nms))
+                return -1;
+            break;
         case 'N':
             if (parse_u32(optarg, &v) || v < 1 || v > MAX_REQUESTS)
                 return -1;
@@ -154,7 +188,8 @@ static int parse_args(int argc, char **argv, load_options *o)
                 return -1;
             o->depth = (int)v;
             break;
-        default: return -1;
+        default:
+            return -1;
         }
     }
     if (optind != argc || !o->port || !o->tenant || !o->timeline || !have_rel || !have_lsn ||
@@ -166,7 +201,7 @@ static int parse_args(int argc, char **argv, load_options *o)
 typedef struct load_state {
     PGconn *conn;
     const load_options *o;
-    uint64_t *lat;      /* requests latencies, ns */
+    uint64_t *lat; /* requests latencies, ns */
     uint64_t sent_at[MAX_DEPTH];
     long sent, received, errors, zero_pages;
     bool first_error_shown;
@@ -198,8 +233,7 @@ static int receive_one(load_state *s)
     char *buf = NULL;
     int n = PQgetCopyData(s->conn, &buf, 0);
     if (n < 0) {
-        fprintf(stderr, "pageserver_getpage_load: connection ended: %s",
-                PQerrorMessage(s->conn));
+        fprintf(stderr, "pageserver_getpage_load: connection ended: %s", PQerrorMessage(s->conn));
         return -1;
     }
     uint64_t t = now_ns();

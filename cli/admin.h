@@ -33,8 +33,7 @@ int cmd_timeline(const cli_opts *o);
  * the caller frees; otherwise -1 with a reason.  Bodies above 4 MB are an
  * error.
  */
-int admin_http(const char *host, int port, const char *method, const char *path,
-               const char *token, const char *body, int timeout_ms, int *status, char **resp,
-               cli_err *err);
+int admin_http(const char *host, int port, const char *method, const char *path, const char *token,
+               const char *body, int timeout_ms, int *status, char **resp, cli_err *err);
 
 #endif

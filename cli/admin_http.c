@@ -77,9 +77,8 @@ static int connect_to(const char *host, int port, long long deadline, cli_err *e
     return fd;
 }
 
-int admin_http(const char *host, int port, const char *method, const char *path,
-               const char *token, const char *body, int timeout_ms, int *status, char **resp,
-               cli_err *err)
+int admin_http(const char *host, int port, const char *method, const char *path, const char *token,
+               const char *body, int timeout_ms, int *status, char **resp, cli_err *err)
 {
     *resp = NULL;
     long long deadline = now_ms() + timeout_ms;

@@ -124,11 +124,18 @@ int bbfetch_run(const cluster *c, lsn_t lsn, bool full, const char *dir, int tim
     snprintf(port, sizeof port, "%d", c->pageserver_pg_port);
     /* With a pageserver --auth-file: the token in STRATA_PAGESERVER_PASSWORD. */
     const char *password = getenv("STRATA_PAGESERVER_PASSWORD");
-    const char *keys[] = {"host",    "port",     "user",         "dbname",
-                          "connect_timeout", "sslmode", "gssencmode", "application_name",
-                          "password", NULL};
-    const char *vals[] = {c->pageserver_host, port,      c->pg_user, "postgres", "10", "disable",
-                          "disable",   "strata-basebackup", password, NULL};
+    const char *keys[] = {"host",
+                          "port",
+                          "user",
+                          "dbname",
+                          "connect_timeout",
+                          "sslmode",
+                          "gssencmode",
+                          "application_name",
+                          "password",
+                          NULL};
+    const char *vals[] = {c->pageserver_host, port,      c->pg_user,          "postgres", "10",
+                          "disable",          "disable", "strata-basebackup", password,   NULL};
     if (password == NULL || password[0] == '\0')
         keys[8] = NULL;
     PGconn *conn = PQconnectdbParams(keys, vals, 0);
@@ -146,8 +153,7 @@ int bbfetch_run(const cluster *c, lsn_t lsn, bool full, const char *dir, int tim
     setsockopt(PQsocket(conn), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     char cmd[200];
     snprintf(cmd, sizeof cmd, "basebackup %s %s %s%s", strata_id_format(&c->tenant_id, tenant),
-             strata_id_format(&c->timeline_id, timeline), lsn_format(lsn, lb),
-             full ? " full" : "");
+             strata_id_format(&c->timeline_id, timeline), lsn_format(lsn, lb), full ? " full" : "");
     int rc = -1;
     PGresult *pr = PQexec(conn, cmd);
     if (PQresultStatus(pr) != PGRES_COPY_OUT) {

@@ -22,8 +22,8 @@
 #include "base/lsn.h"
 
 typedef struct bbfetch_result {
-    uint64_t bytes;   /* archive bytes received */
-    uint32_t files;   /* regular files written */
+    uint64_t bytes; /* archive bytes received */
+    uint32_t files; /* regular files written */
     uint32_t dirs;
 } bbfetch_result;
 

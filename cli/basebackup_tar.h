@@ -28,10 +28,10 @@
 #include <stdint.h>
 
 #define BBTAR_BLOCK 512
-#define BBTAR_NAME_MAX 256                    /* prefix (155) + '/' + name (100) */
-#define BBTAR_MAX_FILE_SIZE (1ull << 30)      /* 1 GB: a relation segment */
+#define BBTAR_NAME_MAX 256               /* prefix (155) + '/' + name (100) */
+#define BBTAR_MAX_FILE_SIZE (1ull << 30) /* 1 GB: a relation segment */
 #define BBTAR_MAX_ENTRIES 10000000u
-#define BBTAR_MAX_ARCHIVE (1ull << 42)        /* 4 TB */
+#define BBTAR_MAX_ARCHIVE (1ull << 42) /* 4 TB */
 
 typedef struct bbtar_entry {
     char name[BBTAR_NAME_MAX]; /* relative, no trailing '/' */

@@ -52,8 +52,8 @@ typedef struct cli_opts {
     const char *name; /* stop/start/bench NAME */
     int argc;         /* extra arguments (psql after --, bench args) */
     char **argv;
-    cli_page_args page; /* page get */
-    const char *set[CLI_MAX_SETTINGS];   /* start compute / up: --set name=value */
+    cli_page_args page;                /* page get */
+    const char *set[CLI_MAX_SETTINGS]; /* start compute / up: --set name=value */
     int nset;
     const char *reset[CLI_MAX_SETTINGS]; /* start compute / up: --reset name */
     int nreset;

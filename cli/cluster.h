@@ -44,8 +44,8 @@
 #define CLUSTER_HOST_LEN 128
 
 typedef struct cluster_safekeeper {
-    char name[8]; /* "sk1".."sk3" */
-    int id;       /* node id, 1..3 */
+    char name[8];                /* "sk1".."sk3" */
+    int id;                      /* node id, 1..3 */
     char host[CLUSTER_HOST_LEN]; /* "127.0.0.1" (not in cluster.json) */
     int pg_port;
     int http_port;

@@ -108,8 +108,7 @@ static int parse_args(const cli_opts *o, bool timeline_cmd, admin_args *a)
             a->dir = v;
         } else if ((v = opt_value(o->argc, argv, &i, "--pageserver", &missing)) || missing) {
             if (v == NULL || *v == '\0')
-                return usage(u, "%s needs HOST:PORT (the pageserver's HTTP port)",
-                             "--pageserver");
+                return usage(u, "%s needs HOST:PORT (the pageserver's HTTP port)", "--pageserver");
             a->pageserver = v;
         } else if ((v = opt_value(o->argc, argv, &i, "--auth-file", &missing)) || missing) {
             if (v == NULL || *v == '\0')
@@ -193,8 +192,8 @@ static int resolve_target(const admin_args *a, target *t, cli_err *err)
         char *end;
         long port = colon ? strtol(colon + 1, &end, 10) : -1;
         if (colon == NULL || colon == a->pageserver ||
-            (size_t)(colon - a->pageserver) >= sizeof t->host || colon[1] == '\0' ||
-            *end != '\0' || port <= 0 || port > 65535)
+            (size_t)(colon - a->pageserver) >= sizeof t->host || colon[1] == '\0' || *end != '\0' ||
+            port <= 0 || port > 65535)
             return cli_err_set(err, "--pageserver needs HOST:PORT, got '%s'", a->pageserver);
         memcpy(t->host, a->pageserver, (size_t)(colon - a->pageserver));
         t->host[colon - a->pageserver] = '\0';
@@ -230,8 +229,8 @@ static cJSON *call(const admin_args *a, const target *t, const char *method, con
 {
     int status = 0;
     char *resp = NULL;
-    if (admin_http(t->host, t->port, method, path, t->has_token ? t->token : NULL, body,
-                   timeout_ms, &status, &resp, err) != 0)
+    if (admin_http(t->host, t->port, method, path, t->has_token ? t->token : NULL, body, timeout_ms,
+                   &status, &resp, err) != 0)
         return NULL;
     cJSON *j = cJSON_Parse(resp);
     if (status < 200 || status > 299) {
@@ -377,8 +376,7 @@ int cmd_timeline(const cli_opts *o)
         cluster_safekeepers_json(&t, a.safekeepers, sks, sizeof sks);
         int n = snprintf(body, sizeof body, "{\"safekeepers\": %s, ", sks);
         if (a.import != NULL)
-            n += snprintf(body + n, sizeof body - (size_t)n, "\"import_pgdata\": \"%s\"",
-                          a.import);
+            n += snprintf(body + n, sizeof body - (size_t)n, "\"import_pgdata\": \"%s\"", a.import);
         else
             n += snprintf(body + n, sizeof body - (size_t)n, "\"initdb\": true");
         if (a.id != NULL)

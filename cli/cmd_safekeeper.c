@@ -42,8 +42,11 @@
 static sk_target target_of(const cluster *c, const cluster_safekeeper *sk)
 {
     /* The admin token when auth is on: configuration changes need it. */
-    sk_target t = {.host = sk->host, .port = sk->pg_port, .tenant = c->tenant_id,
-                   .timeline = c->timeline_id, .password = cluster_admin_token(c)};
+    sk_target t = {.host = sk->host,
+                   .port = sk->pg_port,
+                   .tenant = c->tenant_id,
+                   .timeline = c->timeline_id,
+                   .password = cluster_admin_token(c)};
     return t;
 }
 
@@ -318,9 +321,9 @@ static int switch_final(const replace_plan *p, const membership *joint, cli_err 
     membership final = {.generation = joint->generation + 1, .n_members = joint->n_new_members};
     memcpy(final.members, joint->new_members, sizeof final.members);
     int took = switch_all(&p->c, &final, final.members, final.n_members);
-    if (took < (int)final.n_members / 2 + 1) {
-        cli_err_set(err, "only %d of the %u new members took generation %u", took,
-                    final.n_members, final.generation);
+    if (took < (int) final.n_members / 2 + 1) {
+        cli_err_set(err, "only %d of the %u new members took generation %u", took, final.n_members,
+                    final.generation);
         return -1;
     }
     char a[MEMBERSHIP_TEXT_MAX];

@@ -148,7 +148,8 @@ static cJSON *status_json(const cluster *c, const status_snapshot *s)
                  tl->known ? cJSON_CreateNumber((double)tl->wal_bytes) : cJSON_CreateNull()) &&
              add(sk, "max_wal_bytes",
                  tl->known ? cJSON_CreateNumber((double)tl->max_wal_bytes) : cJSON_CreateNull()) &&
-             add(sk, "wal_limited", tl->known ? cJSON_CreateBool(tl->wal_limited) : cJSON_CreateNull());
+             add(sk, "wal_limited",
+                 tl->known ? cJSON_CreateBool(tl->wal_limited) : cJSON_CreateNull());
     }
     if (!ok) {
         cJSON_Delete(root);

@@ -196,13 +196,16 @@ static int compute_file_cache_mb(long *out, cli_err *err)
         errno = 0;
         long v = strtol(env, &end, 10);
         if (errno != 0 || *end != '\0' || v < 0 || v > 1024L * 1024)
-            return cli_err_set(err, "STRATA_COMPUTE_FILE_CACHE_MB must be a number of megabytes "
-                                    "from 0 to 1048576, not \"%s\"", env);
+            return cli_err_set(err,
+                               "STRATA_COMPUTE_FILE_CACHE_MB must be a number of megabytes "
+                               "from 0 to 1048576, not \"%s\"",
+                               env);
         *out = v;
         return 0;
     }
     long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
-    long mb = pages > 0 && page_size > 0 ? (long)((double)pages * (double)page_size / 8 / (1 << 20)) : 64;
+    long mb =
+        pages > 0 && page_size > 0 ? (long)((double)pages * (double)page_size / 8 / (1 << 20)) : 64;
     *out = mb < 64 ? 64 : mb > 16384 ? 16384 : mb;
     return 0;
 }
@@ -310,8 +313,8 @@ static int compute_write_config(const cluster *c, const compute_paths *p, comput
     /* Stateless: every permanent relation through the strata smgr. */
     char smgr[512] = "";
     if (kind == COMPUTE_BB_STATELESS) {
-        int used = snprintf(smgr, sizeof smgr, "strata.pageserver = '%s:%d'\n",
-                            c->pageserver_host, c->pageserver_pg_port);
+        int used = snprintf(smgr, sizeof smgr, "strata.pageserver = '%s:%d'\n", c->pageserver_host,
+                            c->pageserver_pg_port);
         /* A pageserver with an --auth-file wants a token (docs/operations.md). */
         const char *password = getenv("STRATA_PAGESERVER_PASSWORD");
         if (password != NULL && password[0] != '\0') {
@@ -332,32 +335,31 @@ static int compute_write_config(const cluster *c, const compute_paths *p, comput
     char sk_password[300] = "";
     if (compute_safekeeper_password_conf(sk_password, sizeof sk_password, err) != 0)
         goto out;
-    int n = snprintf(conf, COMPUTE_CONF_MAX,
-                     "# Written by `strata` at every start (from %s) and the compute spec\n"
-                     "# (compute.settings, STRATA_COMPUTE_SETTINGS); edits are lost.\n"
-                     "listen_addresses = '%s'\n"
-                     "port = %d\n"
-                     "unix_socket_directories = '%s'\n"
-                     "shared_preload_libraries = '%s'\n"
-                     "strata.safekeepers = '%s'\n"
-                     "strata.tenant_id = '%s'\n"
-                     "strata.timeline_id = '%s'\n"
-                     "synchronous_standby_names = 'walproposer'\n"
-                     "synchronous_commit = on\n"
-                     "wal_level = replica\n"
-                     "max_wal_senders = 10\n"
-                     "wal_keep_size = '1GB'\n"
-                     "full_page_writes = %s\n"
-                     "fsync = off\n"
-                     "restart_after_crash = off\n"
-                     "log_line_prefix = '%%m [%%p] '\n"
-                     "%s%s%s",
-                     c->compute_exec ? "the environment (--remote)" : "cluster.json",
-                     c->compute_listen, c->compute_port, p->sockdir, preload, sks,
-                     strata_id_format(&c->tenant_id, tenant),
-                     strata_id_format(&c->timeline_id, timeline),
-                     kind == COMPUTE_INITDB ? "on" : "off", sk_password, smgr,
-                     allow_create ? "strata.allow_timeline_creation = on\n" : "");
+    int n =
+        snprintf(conf, COMPUTE_CONF_MAX,
+                 "# Written by `strata` at every start (from %s) and the compute spec\n"
+                 "# (compute.settings, STRATA_COMPUTE_SETTINGS); edits are lost.\n"
+                 "listen_addresses = '%s'\n"
+                 "port = %d\n"
+                 "unix_socket_directories = '%s'\n"
+                 "shared_preload_libraries = '%s'\n"
+                 "strata.safekeepers = '%s'\n"
+                 "strata.tenant_id = '%s'\n"
+                 "strata.timeline_id = '%s'\n"
+                 "synchronous_standby_names = 'walproposer'\n"
+                 "synchronous_commit = on\n"
+                 "wal_level = replica\n"
+                 "max_wal_senders = 10\n"
+                 "wal_keep_size = '1GB'\n"
+                 "full_page_writes = %s\n"
+                 "fsync = off\n"
+                 "restart_after_crash = off\n"
+                 "log_line_prefix = '%%m [%%p] '\n"
+                 "%s%s%s",
+                 c->compute_exec ? "the environment (--remote)" : "cluster.json", c->compute_listen,
+                 c->compute_port, p->sockdir, preload, sks, strata_id_format(&c->tenant_id, tenant),
+                 strata_id_format(&c->timeline_id, timeline), kind == COMPUTE_INITDB ? "on" : "off",
+                 sk_password, smgr, allow_create ? "strata.allow_timeline_creation = on\n" : "");
     if (n < 0 || n >= COMPUTE_CONF_MAX) {
         cli_err_set(err, "compute configuration too long");
         goto out;
@@ -709,10 +711,17 @@ static int compute_sync(const cluster *c, bool allow_create, lsn_t *x, bool *emp
         return -1;
     safekeepers_list(c, sks, sizeof sks);
     snprintf(timeout, sizeof timeout, "%d", COMPUTE_SYNC_TIMEOUT_S);
-    char *argv[] = {program,     "--safekeepers", sks,     "--tenant",
-                    strata_id_format(&c->tenant_id, tenant), "--timeline",
-                    strata_id_format(&c->timeline_id, timeline), "--timeout",
-                    timeout,     NULL, NULL};
+    char *argv[] = {program,
+                    "--safekeepers",
+                    sks,
+                    "--tenant",
+                    strata_id_format(&c->tenant_id, tenant),
+                    "--timeline",
+                    strata_id_format(&c->timeline_id, timeline),
+                    "--timeout",
+                    timeout,
+                    NULL,
+                    NULL};
     if (allow_create)
         argv[9] = "--allow-timeline-creation";
     if (unlink(log) != 0 && errno != ENOENT)
@@ -764,8 +773,8 @@ static int compute_sync(const cluster *c, bool allow_create, lsn_t *x, bool *emp
 }
 
 /* Step 3: the files a basebackup leaves to the launcher. */
-static int compute_configure(const cluster *c, const compute_paths *p, compute_kind kind,
-                             lsn_t x, bool allow_create, cli_err *err)
+static int compute_configure(const cluster *c, const compute_paths *p, compute_kind kind, lsn_t x,
+                             bool allow_create, cli_err *err)
 {
     char path[PATH_MAX + 32], lb[LSN_FMT_LEN], text[LSN_FMT_LEN + 2];
     snprintf(path, sizeof path, "%s/pg_hba.conf", p->pgdata);

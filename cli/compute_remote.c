@@ -69,8 +69,9 @@ static int required(const char *name, const char **out, cli_err *err)
 {
     *out = env(name);
     if (*out == NULL)
-        return cli_err_set(err, "%s is not set (strata start compute --remote takes the "
-                                "daemons' addresses from the environment)",
+        return cli_err_set(err,
+                           "%s is not set (strata start compute --remote takes the "
+                           "daemons' addresses from the environment)",
                            name);
     return 0;
 }
@@ -91,18 +92,18 @@ static int remote_cluster(const char *dir, cluster *c, char *http_host, int *htt
     if (!strata_id_parse(tenant, &c->tenant_id) || strlen(tenant) != 32)
         return cli_err_set(err, "STRATA_TENANT_ID must be 32 hex digits, not \"%s\"", tenant);
     if (!strata_id_parse(timeline, &c->timeline_id) || strlen(timeline) != 32)
-        return cli_err_set(err, "STRATA_TIMELINE_ID must be 32 hex digits, not \"%s\"",
-                           timeline);
+        return cli_err_set(err, "STRATA_TIMELINE_ID must be 32 hex digits, not \"%s\"", timeline);
     const char *p = sks;
     for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
         const char *comma = strchr(p, ',');
         size_t len = comma != NULL ? (size_t)(comma - p) : strlen(p);
         if (len == 0 || (i < CLUSTER_SAFEKEEPERS - 1) != (comma != NULL))
-            return cli_err_set(err, "STRATA_SAFEKEEPERS must name %d safekeepers as "
-                                    "HOST:PORT,HOST:PORT,HOST:PORT, not \"%s\"",
+            return cli_err_set(err,
+                               "STRATA_SAFEKEEPERS must name %d safekeepers as "
+                               "HOST:PORT,HOST:PORT,HOST:PORT, not \"%s\"",
                                CLUSTER_SAFEKEEPERS, sks);
-        if (parse_host_port("STRATA_SAFEKEEPERS", p, len, c->sk[i].host, &c->sk[i].pg_port,
-                            err) != 0)
+        if (parse_host_port("STRATA_SAFEKEEPERS", p, len, c->sk[i].host, &c->sk[i].pg_port, err) !=
+            0)
             return -1;
         snprintf(c->sk[i].name, sizeof c->sk[i].name, "sk%d", i + 1);
         c->sk[i].id = i + 1;
@@ -126,8 +127,7 @@ static int remote_cluster(const char *dir, cluster *c, char *http_host, int *htt
         char *end;
         long v = strtol(port, &end, 10);
         if (*end != '\0' || v < 1 || v > 65535)
-            return cli_err_set(err, "STRATA_COMPUTE_PORT must be a port number, not \"%s\"",
-                               port);
+            return cli_err_set(err, "STRATA_COMPUTE_PORT must be a port number, not \"%s\"", port);
         c->compute_port = (int)v;
     }
     const char *user = env("STRATA_PG_USER");
@@ -163,8 +163,8 @@ static int remote_timeline_start(const cluster *c, const char *host, int port, i
         if (rc == 0 && status == 200) {
             cJSON *root = cJSON_Parse(body);
             const cJSON *s = cJSON_GetObjectItemCaseSensitive(root, "start_lsn");
-            bool ok = cJSON_IsString(s) && lsn_parse(s->valuestring, start) &&
-                      *start != LSN_INVALID;
+            bool ok =
+                cJSON_IsString(s) && lsn_parse(s->valuestring, start) && *start != LSN_INVALID;
             cJSON_Delete(root);
             free(body);
             if (!ok)
@@ -179,8 +179,9 @@ static int remote_timeline_start(const cluster *c, const char *host, int port, i
         }
         free(body);
         if (proc_now_ms() >= deadline)
-            return cli_err_set(err, "the pageserver at %s:%d has no timeline %s of tenant %s "
-                                    "after %d s (%s)",
+            return cli_err_set(err,
+                               "the pageserver at %s:%d has no timeline %s of tenant %s "
+                               "after %d s (%s)",
                                host, port, timeline, tenant, wait_s,
                                rc == 0 ? "HTTP 404: create it with `strata timeline create`"
                                        : why.msg);
@@ -201,8 +202,9 @@ static int remote_hba(const cluster *c, cli_err *err)
     if (trust == NULL)
         return 0;
     if (strspn(trust, "0123456789abcdefABCDEF.:/all") != strlen(trust) || strlen(trust) > 64)
-        return cli_err_set(err, "STRATA_COMPUTE_TRUST must be an address in CIDR form or all, "
-                                "not \"%s\"",
+        return cli_err_set(err,
+                           "STRATA_COMPUTE_TRUST must be an address in CIDR form or all, "
+                           "not \"%s\"",
                            trust);
     char pgdata[PATH_MAX], path[PATH_MAX + 16];
     if (compute_datadir(c, pgdata, err) != 0)
@@ -211,8 +213,9 @@ static int remote_hba(const cluster *c, cli_err *err)
     FILE *f = fopen(path, "ae");
     if (f == NULL)
         return cli_err_set(err, "open %s: %s", path, strerror(errno));
-    fprintf(f, "# STRATA_COMPUTE_TRUST: clients trusted without a password.\n"
-               "host    all          all   %-12s  trust\n",
+    fprintf(f,
+            "# STRATA_COMPUTE_TRUST: clients trusted without a password.\n"
+            "host    all          all   %-12s  trust\n",
             trust);
     if (fclose(f) != 0)
         return cli_err_set(err, "write %s: %s", path, strerror(errno));
@@ -241,8 +244,8 @@ static int remote_exec_postgres(const cluster *c, const cli_opts *o, cli_err *er
     argv[n] = NULL;
     if (chdir(pgdata) != 0)
         return cli_err_set(err, "chdir %s: %s", pgdata, strerror(errno));
-    if (user.drop && (initgroups(user.name, user.gid) != 0 || setgid(user.gid) != 0 ||
-                      setuid(user.uid) != 0))
+    if (user.drop &&
+        (initgroups(user.name, user.gid) != 0 || setgid(user.gid) != 0 || setuid(user.uid) != 0))
         return cli_err_set(err, "becoming user %s: %s", user.name, strerror(errno));
     fflush(stdout);
     fflush(stderr);

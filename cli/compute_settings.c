@@ -19,7 +19,6 @@
 #define COMPUTE_SETTINGS_FILE_MAX                                                                  \
     (COMPUTE_SETTINGS_MAX * (COMPUTE_SETTING_NAME_MAX + COMPUTE_SETTING_VALUE_MAX + 2) + 4096)
 
-
 /* A GUC name: an identifier, optionally "prefix.identifier" (a custom
  * setting of an extension). */
 static bool valid_name(const char *s, size_t len)

@@ -206,8 +206,8 @@ int cmd_demo(const cli_opts *o)
            "every commit waits for 2 of 3 safekeepers to fsync it\n",
            DEMO_SECONDS);
     fflush(stdout);
-    char *run[] = {pgbench, "-c", DEMO_CLIENTS, "-j", "2", "-T", seconds, "-P", "1", "-l",
-                   prefix_opt, connstr, NULL};
+    char *run[] = {pgbench, "-c", DEMO_CLIENTS, "-j",       "2",     "-T", seconds,
+                   "-P",    "1",  "-l",         prefix_opt, connstr, NULL};
     if (proc_run(run, NULL, &self, 600, &err) != 0)
         return cli_fail(&err);
     lsn_t wal1 = wal_position(connstr);

@@ -202,7 +202,8 @@ int main(int argc, char **argv)
                 return usage_error("--port-base needs a port number in 1024..65519, got '%s'",
                                    value ? value : "");
         } else if ((cmd->opts & OPT_SETTINGS) && is_option(arg, "--set")) {
-            if ((value = option_value(argc, argv, &i, "--set")) == NULL || strchr(value, '=') == NULL)
+            if ((value = option_value(argc, argv, &i, "--set")) == NULL ||
+                strchr(value, '=') == NULL)
                 return usage_error("--set needs NAME=VALUE, got '%s'", value ? value : "");
             if (o.nset >= CLI_MAX_SETTINGS)
                 return usage_error("more than %s --set options", "64");

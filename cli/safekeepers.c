@@ -192,8 +192,8 @@ static bool timeline_from_json(const cJSON *tl, safekeeper_timeline *out)
     return json_term(cJSON_GetObjectItemCaseSensitive(tl, "term"), &out->term) &&
            json_lsn(cJSON_GetObjectItemCaseSensitive(tl, "flush_lsn"), &out->flush_lsn) &&
            json_lsn(cJSON_GetObjectItemCaseSensitive(tl, "commit_lsn"), &out->commit_lsn) &&
-           members_from_json(cJSON_GetObjectItemCaseSensitive(conf, "members"),
-                             out->mconf.members, &out->mconf.n_members) &&
+           members_from_json(cJSON_GetObjectItemCaseSensitive(conf, "members"), out->mconf.members,
+                             &out->mconf.n_members) &&
            members_from_json(cJSON_GetObjectItemCaseSensitive(conf, "new_members"),
                              out->mconf.new_members, &out->mconf.n_new_members);
 }

@@ -25,7 +25,7 @@ typedef struct safekeeper_timeline {
     lsn_t flush_lsn;
     lsn_t commit_lsn;
     uint64_t node_id;
-    membership mconf; /* the timeline's configuration as this one holds it */
+    membership mconf;       /* the timeline's configuration as this one holds it */
     uint64_t wal_bytes;     /* its segment files on disk */
     uint64_t max_wal_bytes; /* the safekeeper's --max-wal-bytes; 0: no bound */
     bool wal_limited;       /* refusing appends at that bound */

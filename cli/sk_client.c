@@ -33,9 +33,9 @@ static PGconn *sk_connect(const sk_target *t, cli_err *err)
     snprintf(port, sizeof port, "%d", t->port);
     snprintf(opts, sizeof opts, "-c tenant_id=%s -c timeline_id=%s",
              strata_id_format(&t->tenant, a), strata_id_format(&t->timeline, b));
-    const char *keys[] = {"host",    "port",            "dbname",   "options",
-                          "user",    "connect_timeout", "password", NULL};
-    const char *vals[] = {t->host, port, "replication", opts, "strata", SK_CONNECT_TIMEOUT,
+    const char *keys[] = {"host",     "port", "dbname", "options", "user", "connect_timeout",
+                          "password", NULL};
+    const char *vals[] = {t->host,     port, "replication", opts, "strata", SK_CONNECT_TIMEOUT,
                           t->password, NULL};
     if (t->password == NULL)
         keys[6] = NULL;
@@ -117,8 +117,8 @@ static int parse_state(const PGresult *r, sk_state *s, const char **why)
         !parse_u64(col(r, "system_id"), &s->system_id) ||
         !parse_u64(col(r, "wal_seg_size"), &seg) || seg > UINT32_MAX ||
         !parse_lsn_col(r, "wal_start", &s->wal_start) ||
-        !parse_lsn_col(r, "ps_disk_consistent_lsn", &s->ps_disk_consistent_lsn) ||
-        mem == NULL || nmem == NULL || hist == NULL) {
+        !parse_lsn_col(r, "ps_disk_consistent_lsn", &s->ps_disk_consistent_lsn) || mem == NULL ||
+        nmem == NULL || hist == NULL) {
         *why = "TIMELINE_STATUS: a column is missing or malformed (an older safekeeper?)";
         return -1;
     }
@@ -173,10 +173,10 @@ int sk_client_switch(const sk_target *t, const membership *m, cli_err *err)
         PGresult *r = PQexec(c, q);
         ExecStatusType st = PQresultStatus(r);
         const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-        bool busy = st != PGRES_TUPLES_OK && state != NULL && strcmp(state, SQLSTATE_OBJECT_IN_USE) == 0;
+        bool busy =
+            st != PGRES_TUPLES_OK && state != NULL && strcmp(state, SQLSTATE_OBJECT_IN_USE) == 0;
         if (st != PGRES_TUPLES_OK && !busy)
-            cli_err_set(err, "SWITCH_MEMBERSHIP on %s:%d: %s", t->host, t->port,
-                        PQerrorMessage(c));
+            cli_err_set(err, "SWITCH_MEMBERSHIP on %s:%d: %s", t->host, t->port, PQerrorMessage(c));
         PQclear(r);
         PQfinish(c);
         if (st == PGRES_TUPLES_OK)
@@ -269,8 +269,8 @@ static int stream_wal(const sk_target *donor, seg_writer *w, lsn_t from, lsn_t t
         char *buf = NULL;
         int n = PQgetCopyData(c, &buf, 0);
         if (n < 0) {
-            rc = cli_err_set(err, "WAL stream from %s:%d ended at %" PRIX64 " before %" PRIX64
-                                  ": %s",
+            rc = cli_err_set(err,
+                             "WAL stream from %s:%d ended at %" PRIX64 " before %" PRIX64 ": %s",
                              donor->host, donor->port, pos, to, PQerrorMessage(c));
             break;
         }

@@ -172,8 +172,7 @@ static uint32_t opt_duration_ms(const daemon_opts *o, int idx, bool zero_ok)
 {
     uint32_t v;
     char err[256];
-    if (!daemon_opt_duration_ms(o->table[idx].name, o->values[idx], zero_ok, &v, err,
-                                sizeof err))
+    if (!daemon_opt_duration_ms(o->table[idx].name, o->values[idx], zero_ok, &v, err, sizeof err))
         daemon_opts_exit(o, err, false);
     return v;
 }
@@ -301,8 +300,8 @@ static void start_listeners(daemon_state *d, const ps_config *c)
     d->ps = page_service_start(d->loop, d->tenants, &po, err, sizeof err);
     if (d->ps == NULL)
         log_fatal("cannot listen on %s: %s", c->listen_pg, err);
-    d->http = ps_http_start(d->tenants, d->redo, d->cache, d->auth, c->http_host, c->http_port,
-                            err, sizeof err);
+    d->http = ps_http_start(d->tenants, d->redo, d->cache, d->auth, c->http_host, c->http_port, err,
+                            sizeof err);
     if (d->http == NULL)
         log_fatal("cannot listen on %s: %s", c->listen_http, err);
     daemon_write_ports(c->datadir, PORTS_FILE, page_service_port(d->ps), ps_http_port(d->http),

@@ -126,11 +126,11 @@ enum {
 #define PG_XINFO_HAS_GID (1u << 7)
 #define PG_XINFO_HAS_DROPPED_STATS (1u << 8)
 
-#define PG_XACT_TIME_SIZE 8          /* xl_xact_commit / xl_xact_abort */
-#define PG_XACT_DBINFO_SIZE 8        /* dbId, tsId */
-#define PG_RELFILENODE_SIZE 12       /* spcNode, dbNode, relNode */
-#define PG_XACT_STATS_ITEM_SIZE 12   /* kind, dboid, objoid */
-#define PG_INVAL_MSG_SIZE 16         /* SharedInvalidationMessage */
+#define PG_XACT_TIME_SIZE 8        /* xl_xact_commit / xl_xact_abort */
+#define PG_XACT_DBINFO_SIZE 8      /* dbId, tsId */
+#define PG_RELFILENODE_SIZE 12     /* spcNode, dbNode, relNode */
+#define PG_XACT_STATS_ITEM_SIZE 12 /* kind, dboid, objoid */
+#define PG_INVAL_MSG_SIZE 16       /* SharedInvalidationMessage */
 #define PG_XACT_ORIGIN_SIZE 16
 #define PG_GIDSIZE 200
 
@@ -159,7 +159,8 @@ enum {
 #define PG_MULTIXACT_OFFSETS_PER_PAGE (8192u / 4u)
 #define PG_MULTIXACT_MEMBERS_PER_GROUP 4u
 #define PG_MULTIXACT_MEMBERGROUP_SIZE 20u /* 4 flag bytes + 4 xids */
-#define PG_MULTIXACT_MEMBERS_PER_PAGE ((8192u / PG_MULTIXACT_MEMBERGROUP_SIZE) * PG_MULTIXACT_MEMBERS_PER_GROUP)
+#define PG_MULTIXACT_MEMBERS_PER_PAGE                                                              \
+    ((8192u / PG_MULTIXACT_MEMBERGROUP_SIZE) * PG_MULTIXACT_MEMBERS_PER_GROUP)
 #define PG_MULTIXACT_FIRST_MULTI 1u
 
 /* SMGR (catalog/storage_xlog.h) */
@@ -201,11 +202,11 @@ enum {
 #define PG_XLOG_HEAP_LOCK 0x60
 #define PG_XLOG_HEAP2_MULTI_INSERT 0x50
 #define PG_XLOG_HEAP2_LOCK_UPDATED 0x60
-#define PG_XLH_INSERT_ALL_VISIBLE_CLEARED 0x01   /* xl_heap_insert.flags at 2; multi_insert at 0 */
-#define PG_XLH_DELETE_ALL_VISIBLE_CLEARED 0x01   /* xl_heap_delete.flags at 7 */
+#define PG_XLH_INSERT_ALL_VISIBLE_CLEARED 0x01 /* xl_heap_insert.flags at 2; multi_insert at 0 */
+#define PG_XLH_DELETE_ALL_VISIBLE_CLEARED 0x01 /* xl_heap_delete.flags at 7 */
 #define PG_XLH_UPDATE_OLD_ALL_VISIBLE_CLEARED 0x01 /* xl_heap_update.flags at 7 */
 #define PG_XLH_UPDATE_NEW_ALL_VISIBLE_CLEARED 0x02
-#define PG_XLH_LOCK_ALL_FROZEN_CLEARED 0x01      /* xl_heap_lock(_updated).flags at 7 */
+#define PG_XLH_LOCK_ALL_FROZEN_CLEARED 0x01 /* xl_heap_lock(_updated).flags at 7 */
 #define PG_HEAP_INSERT_SIZE 3
 #define PG_HEAP_DELETE_SIZE 8
 #define PG_HEAP_UPDATE_SIZE 14

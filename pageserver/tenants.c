@@ -783,9 +783,8 @@ int tenants_delete_tenant(tenants *t, const strata_id *tenant, int *status, char
     if (i < 0) {
         rc = fail(status, 404, err, errlen, "tenant %s not found", a);
     } else if (timelines > 0) {
-        rc = fail(status, 409, err, errlen,
-                  "tenant %s still has %d timeline%s: delete %s first", a, timelines,
-                  timelines == 1 ? "" : "s", timelines == 1 ? "it" : "them");
+        rc = fail(status, 409, err, errlen, "tenant %s still has %d timeline%s: delete %s first", a,
+                  timelines, timelines == 1 ? "" : "s", timelines == 1 ? "it" : "them");
     } else {
         /* Renamed under the lock: a timeline created right after this starts
          * from a fresh directory, never inside the one being removed. */

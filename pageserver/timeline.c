@@ -40,7 +40,7 @@
 
 #define META_MAX_BYTES (64 * 1024)
 #define DEFAULT_MAX_CHAIN 10000
-#define IMAGE_WAIT_MS 30000 /* longest wait of an image worker for ingest */
+#define IMAGE_WAIT_MS 30000     /* longest wait of an image worker for ingest */
 #define IMAGE_WAIT_SLICE_MS 100 /* ... in slices, to notice the timeline closing */
 
 struct timeline {
@@ -52,8 +52,8 @@ struct timeline {
     uint64_t owner;
     store *st;
     ingest_state *ing;
-    imagegen *ig; /* NULL: background image generation off */
-    atomic_bool closing; /* the last reference is going: image workers stop waiting */
+    imagegen *ig;          /* NULL: background image generation off */
+    atomic_bool closing;   /* the last reference is going: image workers stop waiting */
     pthread_mutex_t wr_mu; /* guards wr against stop racing status */
     walreceiver *wr;
 
@@ -114,9 +114,8 @@ static void read_metrics_init(void)
     rm.chain_max =
         metrics_gauge_register(r, "pageserver_chain_length_max",
                                "Longest version chain replayed since start", 0, NULL, NULL);
-    rm.gc_runs = metrics_counter_register(r, "pageserver_gc_runs_total",
-                                          "GC passes that moved a timeline's horizon", 0, NULL,
-                                          NULL);
+    rm.gc_runs = metrics_counter_register(
+        r, "pageserver_gc_runs_total", "GC passes that moved a timeline's horizon", 0, NULL, NULL);
     rm.gc_removed = metrics_counter_register(r, "pageserver_gc_values_removed_total",
                                              "Values removed by GC (all timelines)", 0, NULL, NULL);
     rm.gc_failures = metrics_counter_register(r, "pageserver_gc_failures_total",
@@ -376,8 +375,8 @@ static int image_rebuild(void *arg, const pg_key *k, lsn_t min_lsn, uint8_t out[
             return 0;
         if (waited >= IMAGE_WAIT_MS) {
             char lb[LSN_FMT_LEN];
-            snprintf(err, errlen, "ingest did not reach %s within %d ms",
-                     lsn_format(min_lsn, lb), IMAGE_WAIT_MS);
+            snprintf(err, errlen, "ingest did not reach %s within %d ms", lsn_format(min_lsn, lb),
+                     IMAGE_WAIT_MS);
             return -1;
         }
     }
@@ -952,7 +951,7 @@ static void rel_size_range(pg_key *from, pg_key *to)
 }
 
 typedef struct storage_size_arg {
-    bool by_spc;  /* sum one tablespace (spc) rather than one database (db) */
+    bool by_spc; /* sum one tablespace (spc) rather than one database (db) */
     uint32_t spc;
     uint32_t db;
     uint64_t blocks;

@@ -82,8 +82,8 @@ typedef struct timeline_services {
      * threshold, 0 means TIMELINE_DEFAULT_IMAGE_THRESHOLD, < 0 turns
      * background generation off (ingest's synchronous safety net at
      * INGEST_IMAGE_THRESHOLD, the backstop either way, then is the only
-     * bound).  Without a redo pool it is off too.  image_workers 0: IMAGEGEN_DEFAULT_WORKERS; image_queue
-     * 0: the imagegen default. */
+     * bound).  Without a redo pool it is off too.  image_workers 0: IMAGEGEN_DEFAULT_WORKERS;
+     * image_queue 0: the imagegen default. */
     int32_t image_threshold;
     int image_workers;
     uint32_t image_queue;
@@ -165,11 +165,11 @@ typedef struct timeline_status {
     int64_t walreceiver_error_time; /* Unix seconds of the last error, 0 none */
     char walreceiver_error[256];    /* "" once streaming works again */
     char walreceiver_safekeeper[TIMELINE_SAFEKEEPER_LEN]; /* streaming from, "" none */
-    lsn_t gc_horizon;          /* reads below it fail; LSN_INVALID before any GC */
-    uint64_t gc_runs;          /* GC passes run on this timeline (this process) */
-    uint64_t gc_removed;       /* values they removed */
-    int64_t gc_last_run_time;  /* Unix seconds, 0 never */
-    char gc_last_error[256];   /* "" if the last pass succeeded */
+    lsn_t gc_horizon;         /* reads below it fail; LSN_INVALID before any GC */
+    uint64_t gc_runs;         /* GC passes run on this timeline (this process) */
+    uint64_t gc_removed;      /* values they removed */
+    int64_t gc_last_run_time; /* Unix seconds, 0 never */
+    char gc_last_error[256];  /* "" if the last pass succeeded */
     store_stats store;
 } timeline_status;
 void timeline_get_status(timeline *tl, timeline_status *out);

@@ -87,11 +87,21 @@ typedef struct pagestream_request {
     lsn_t request_lsn;
     lsn_t not_modified_since;
     union {
-        pagestream_rel rel;                                  /* EXISTS, NBLOCKS */
-        struct { pagestream_rel rel; uint32_t blkno; } page; /* GETPAGE */
-        struct { uint32_t db; } dbsize;                      /* DBSIZE */
-        struct { uint32_t spc; } spcsize;                    /* SPCSIZE */
-        struct { uint8_t kind; uint32_t segno; } slru;       /* GET_SLRU_SEGMENT; kind as slru_kind */
+        pagestream_rel rel; /* EXISTS, NBLOCKS */
+        struct {
+            pagestream_rel rel;
+            uint32_t blkno;
+        } page; /* GETPAGE */
+        struct {
+            uint32_t db;
+        } dbsize; /* DBSIZE */
+        struct {
+            uint32_t spc;
+        } spcsize; /* SPCSIZE */
+        struct {
+            uint8_t kind;
+            uint32_t segno;
+        } slru; /* GET_SLRU_SEGMENT; kind as slru_kind */
     } u;
 } pagestream_request;
 
@@ -105,15 +115,27 @@ typedef struct pagestream_response {
         int64_t db_size_bytes;
         /* SPCSIZE: bytes of the tablespace's relations, and how many relations
          * (MAIN forks) it holds, empty ones included. */
-        struct { int64_t bytes; uint32_t relations; } spc_size;
-        struct { uint32_t nblocks; const uint8_t *blocks; } slru; /* nblocks × 8 KB */
-        struct { char sqlstate[6]; const char *message; uint32_t message_len; } error;
+        struct {
+            int64_t bytes;
+            uint32_t relations;
+        } spc_size;
+        struct {
+            uint32_t nblocks;
+            const uint8_t *blocks;
+        } slru; /* nblocks × 8 KB */
+        struct {
+            char sqlstate[6];
+            const char *message;
+            uint32_t message_len;
+        } error;
     } u;
 } pagestream_response;
 
 /* 0, or -1 with a static reason in *why. */
-int pagestream_decode_request(const uint8_t *buf, size_t len, pagestream_request *out, const char **why);
-int pagestream_decode_response(const uint8_t *buf, size_t len, pagestream_response *out, const char **why);
+int pagestream_decode_request(const uint8_t *buf, size_t len, pagestream_request *out,
+                              const char **why);
+int pagestream_decode_response(const uint8_t *buf, size_t len, pagestream_response *out,
+                               const char **why);
 size_t pagestream_encode_request(const pagestream_request *req, uint8_t *buf, size_t cap);
 size_t pagestream_encode_response(const pagestream_response *resp, uint8_t *buf, size_t cap);
 

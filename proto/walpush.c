@@ -461,8 +461,7 @@ size_t walpush_encode_proposer_msg(const proposer_msg *msg, uint8_t *buf, size_t
     return w.overflow ? 0 : w.len;
 }
 
-int walpush_decode_proposer_msg(const uint8_t *buf, size_t len, proposer_msg *out,
-                                const char **why)
+int walpush_decode_proposer_msg(const uint8_t *buf, size_t len, proposer_msg *out, const char **why)
 {
     rcur r = {.buf = buf, .len = len};
 
@@ -606,8 +605,7 @@ size_t walpush_encode_acceptor_msg(const acceptor_msg *msg, uint8_t *buf, size_t
     return w.overflow ? 0 : w.len;
 }
 
-int walpush_decode_acceptor_msg(const uint8_t *buf, size_t len, acceptor_msg *out,
-                                const char **why)
+int walpush_decode_acceptor_msg(const uint8_t *buf, size_t len, acceptor_msg *out, const char **why)
 {
     rcur r = {.buf = buf, .len = len};
 

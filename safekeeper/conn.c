@@ -290,7 +290,8 @@ static void cmd_switch_membership(sk_conn *sc, const tokens *t)
      * only the admin token may (a tenant's token opens its timelines' WAL). */
     const char *who = pgwire_conn_principal(sc->c);
     if (who != NULL && strcmp(who, "admin") != 0) {
-        error_ready(sc, SQLSTATE_INSUFFICIENT_PRIVILEGE, "SWITCH_MEMBERSHIP needs the admin token", NULL);
+        error_ready(sc, SQLSTATE_INSUFFICIENT_PRIVILEGE, "SWITCH_MEMBERSHIP needs the admin token",
+                    NULL);
         return;
     }
     sk_timeline *tl = require_timeline(sc);
@@ -307,7 +308,9 @@ static void cmd_switch_membership(sk_conn *sc, const tokens *t)
     }
     char err[200];
     if (sk_timeline_switch_membership(tl, &m, err, sizeof err) != 0) {
-        error_ready(sc, strstr(err, "busy") != NULL ? SQLSTATE_OBJECT_IN_USE : SQLSTATE_INVALID_PARAMETER_VALUE,
+        error_ready(sc,
+                    strstr(err, "busy") != NULL ? SQLSTATE_OBJECT_IN_USE
+                                                : SQLSTATE_INVALID_PARAMETER_VALUE,
                     "could not switch the configuration", err);
         return;
     }
@@ -353,12 +356,15 @@ static void cmd_timeline_status(sk_conn *sc)
     wal_store *ws = sk_timeline_store(tl);
     lsn_format(ws != NULL ? wal_store_oldest_lsn(ws) : LSN_INVALID, walstart);
     lsn_format(st->ps_feedback.disk_consistent_lsn, dc);
-    const char *names[] = {"term",         "flush_lsn",  "commit_lsn", "timeline_start_lsn",
-                           "truncate_lsn", "generation", "members",    "new_members",
-                           "history",      "pg_version", "system_id",  "wal_seg_size",
+    const char *names[] = {"term",         "flush_lsn",
+                           "commit_lsn",   "timeline_start_lsn",
+                           "truncate_lsn", "generation",
+                           "members",      "new_members",
+                           "history",      "pg_version",
+                           "system_id",    "wal_seg_size",
                            "wal_start",    "ps_disk_consistent_lsn"};
     const uint32_t oids[] = {20, 25, 25, 25, 25, 23, 25, 25, 25, 23, 25, 23, 25, 25};
-    const char *values[] = {term, flush, commit, start, trunc, gen,   mem,
+    const char *values[] = {term, flush, commit, start, trunc, gen,      mem,
                             nmem, hist,  pgv,    sysid, segsz, walstart, dc};
     pgwire_send_row_description(sc->c, 14, names, oids);
     pgwire_send_data_row(sc->c, 14, values);
@@ -393,7 +399,8 @@ static void cmd_start_replication(sk_conn *sc, const tokens *t)
     if (is_kw(t, i, "SLOT"))
         i += 2; /* slots are not kept: the removal horizon comes from feedback */
     if (is_kw(t, i, "LOGICAL")) {
-        error_ready(sc, SQLSTATE_FEATURE_NOT_SUPPORTED, "logical replication is not supported by a safekeeper", NULL);
+        error_ready(sc, SQLSTATE_FEATURE_NOT_SUPPORTED,
+                    "logical replication is not supported by a safekeeper", NULL);
         return;
     }
     if (is_kw(t, i, "PHYSICAL"))

@@ -117,10 +117,10 @@ static void check_options(const daemon_opts *o, sk_config *c)
     if (!daemon_opt_uint("id", v[OPT_ID], 1, UINT64_MAX, &c->id, err, sizeof err) ||
         !daemon_opt_hostport("listen-pg", v[OPT_LISTEN_PG], c->pg_host, sizeof c->pg_host,
                              &c->pg_port, err, sizeof err) ||
-        !daemon_opt_hostport("listen-http", v[OPT_LISTEN_HTTP], c->http_host,
-                             sizeof c->http_host, &c->http_port, err, sizeof err) ||
-        !daemon_opt_uint("housekeeping-ms", v[OPT_HOUSEKEEPING_MS], 10, 3600000,
-                         &housekeeping_ms, err, sizeof err) ||
+        !daemon_opt_hostport("listen-http", v[OPT_LISTEN_HTTP], c->http_host, sizeof c->http_host,
+                             &c->http_port, err, sizeof err) ||
+        !daemon_opt_uint("housekeeping-ms", v[OPT_HOUSEKEEPING_MS], 10, 3600000, &housekeeping_ms,
+                         err, sizeof err) ||
         !daemon_opt_bytes("max-wal-bytes", v[OPT_MAX_WAL_BYTES], &c->max_wal_bytes, err,
                           sizeof err))
         daemon_opts_exit(o, err, false);
@@ -174,8 +174,8 @@ static void start_listeners(daemon_state *d, const sk_config *c)
     d->http = sk_http_start(&d->node, d->auth, c->http_host, c->http_port, err, sizeof err);
     if (d->http == NULL)
         log_fatal("cannot listen on %s: %s", c->listen_http, err);
-    daemon_write_ports(c->datadir, PORTS_FILE, pgwire_server_port(d->pg),
-                       http_server_port(d->http), 0600);
+    daemon_write_ports(c->datadir, PORTS_FILE, pgwire_server_port(d->pg), http_server_port(d->http),
+                       0600);
 }
 
 static void on_drain(uv_timer_t *t)

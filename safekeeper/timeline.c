@@ -61,9 +61,9 @@ struct sk_timeline {
     int effect_idx;
     store_wait wait; /* what the current effect waits for from the store */
     bool sync_in_flight;
-    bool sync_due; /* in node->due: start a sync round before the loop polls */
-    bool wal_limited; /* the last append was refused for max_wal_bytes */
-    uint64_t wal_bytes; /* wal_bytes_on_disk() at the last housekeeping */
+    bool sync_due;       /* in node->due: start a sync round before the loop polls */
+    bool wal_limited;    /* the last append was refused for max_wal_bytes */
+    uint64_t wal_bytes;  /* wal_bytes_on_disk() at the last housekeeping */
     lsn_t oldest_cached; /* oldest_segment() */
     bool flush_done_pending;
 
@@ -328,8 +328,8 @@ static void finish_output(sk_timeline *tl)
         if (tl->out.append_accepted && tl->streaming != p) {
             sk_pusher *old = tl->streaming;
             if (old != NULL && old->conn != NULL)
-                fatal_to(old->conn, SQLSTATE_ADMIN_SHUTDOWN, "another proposer connection took over this timeline",
-                         NULL);
+                fatal_to(old->conn, SQLSTATE_ADMIN_SHUTDOWN,
+                         "another proposer connection took over this timeline", NULL);
             tl->streaming = p;
         }
         free_pusher_message(p);
@@ -425,8 +425,7 @@ static void run_effects(sk_timeline *tl)
             wake_senders(tl); /* term-mode senders past the cut must stop */
             break;
         case ACC_FLUSH_WAL:
-            if (tl->ws != NULL &&
-                wal_store_written_lsn(tl->ws) < wal_store_write_lsn(tl->ws)) {
+            if (tl->ws != NULL && wal_store_written_lsn(tl->ws) < wal_store_write_lsn(tl->ws)) {
                 rc = wal_store_submit_writes(tl->ws);
                 if (rc != 0) {
                     tl_fail(tl, "could not write WAL", rc);
@@ -578,7 +577,8 @@ static void tl_kick(sk_timeline *tl)
                 acceptor_set_pageserver_feedback(&tl->acc, &tl->msg.u.append.ps_feedback);
             /* FATAL: the stream cannot skip a message, so the proposer
              * reconnects and resends from this safekeeper's flush_lsn. */
-            fatal_to(p->conn, SQLSTATE_DISK_FULL, "safekeeper WAL limit reached for this timeline", detail);
+            fatal_to(p->conn, SQLSTATE_DISK_FULL, "safekeeper WAL limit reached for this timeline",
+                     detail);
             free_pusher_message(p);
             continue;
         }
@@ -590,7 +590,8 @@ static void tl_kick(sk_timeline *tl)
         }
         if (acceptor_handle_message(&tl->acc, &tl->msg, &tl->out) != 0) {
             metrics_counter_inc(tl->node->metrics.errors);
-            fatal_to(p->conn, SQLSTATE_PROTOCOL_VIOLATION, "WAL-push protocol violation", tl->out.error);
+            fatal_to(p->conn, SQLSTATE_PROTOCOL_VIOLATION, "WAL-push protocol violation",
+                     tl->out.error);
             free_pusher_message(p);
             continue;
         }
@@ -1057,8 +1058,8 @@ void sk_pusher_message(sk_node *node, sk_pusher *p, const uint8_t *data, size_t 
     if (p->msg != NULL) {
         /* Input is paused while a message executes; a second one means the
          * pause did not hold.  Refuse rather than queue without bound. */
-        fatal_to(p->conn, SQLSTATE_INTERNAL_ERROR, "internal error: WAL-push message while another is pending",
-                 NULL);
+        fatal_to(p->conn, SQLSTATE_INTERNAL_ERROR,
+                 "internal error: WAL-push message while another is pending", NULL);
         return;
     }
     if (p->tl == NULL) {
@@ -1071,8 +1072,8 @@ void sk_pusher_message(sk_node *node, sk_pusher *p, const uint8_t *data, size_t 
         }
         if (m.kind != PMSG_GREETING) {
             metrics_counter_inc(node->metrics.errors);
-            fatal_to(p->conn, SQLSTATE_PROTOCOL_VIOLATION, "the first WAL-push message must be a ProposerGreeting",
-                     NULL);
+            fatal_to(p->conn, SQLSTATE_PROTOCOL_VIOLATION,
+                     "the first WAL-push message must be a ProposerGreeting", NULL);
             return;
         }
         if (!strata_id_equal(&m.u.greeting.tenant_id, &p->tenant_id) ||

@@ -75,8 +75,8 @@ typedef struct sk_timeline_status {
     membership mconf;
     int connections;
     bool failed;
-    uint64_t wal_bytes;  /* segment files on disk, in bytes */
-    bool wal_limited;    /* refusing appends: at max_wal_bytes */
+    uint64_t wal_bytes; /* segment files on disk, in bytes */
+    bool wal_limited;   /* refusing appends: at max_wal_bytes */
 } sk_timeline_status;
 
 typedef struct sk_node {
@@ -86,7 +86,7 @@ typedef struct sk_node {
     uint64_t node_id;
     int n_timelines;
     sk_timeline *timelines[SK_MAX_TIMELINES];
-    uv_timer_t housekeeping; /* lazy control-file saves, WAL removal */
+    uv_timer_t housekeeping;  /* lazy control-file saves, WAL removal */
     uv_prepare_t before_poll; /* starts the group-commit rounds that are due */
     int n_due;
     sk_timeline *due[SK_MAX_TIMELINES]; /* timelines wanting a sync round */
@@ -114,7 +114,7 @@ typedef struct sk_pusher {
      * missing timeline is refused: a safekeeper that lost its data must not
      * come back as an empty, voting member. */
     bool allow_create;
-    uint8_t *msg;    /* the message waiting or being executed (owned) */
+    uint8_t *msg; /* the message waiting or being executed (owned) */
     size_t msg_len;
     bool queued;
     struct sk_pusher *next_queued;

@@ -24,7 +24,7 @@ struct sk_sender {
     lsn_t pos;
     bool with_term;
     uint64_t term;
-    bool done; /* copy mode ended or an error was sent */
+    bool done;                /* copy mode ended or an error was sent */
     bool ps_feedback_trusted; /* the pageserver's connection (walsender.h) */
     bool ps_feedback_warned;  /* logged the first ignored 'z' */
     uv_timer_t keepalive;
@@ -99,7 +99,8 @@ static void pump(sk_sender *s)
             return;
         }
         if (n <= 0) {
-            stop(s, SQLSTATE_IO_ERROR, "could not read WAL", n < 0 ? strerror((int)-n) : "short read");
+            stop(s, SQLSTATE_IO_ERROR, "could not read WAL",
+                 n < 0 ? strerror((int)-n) : "short read");
             return;
         }
         replication_xlogdata x = {.wal_start = s->pos,
@@ -130,7 +131,8 @@ int walsender_start(sk_timeline *tl, pgwire_conn *c, lsn_t start, bool with_term
     wal_store *ws = sk_timeline_store(tl);
     lsn_t oldest = ws != NULL ? wal_store_oldest_lsn(ws) : LSN_INVALID;
     if (ws == NULL || oldest == LSN_INVALID) {
-        pgwire_send_error(c, "ERROR", SQLSTATE_OBJECT_NOT_IN_PREREQUISITE_STATE, "the timeline holds no WAL yet", NULL);
+        pgwire_send_error(c, "ERROR", SQLSTATE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                          "the timeline holds no WAL yet", NULL);
         return -1;
     }
     sk_sender *s = calloc(1, sizeof *s);
@@ -160,7 +162,8 @@ int walsender_start(sk_timeline *tl, pgwire_conn *c, lsn_t start, bool with_term
         return -1;
     }
     if (sk_timeline_add_sender(tl, s) != 0) {
-        pgwire_send_error(c, "ERROR", SQLSTATE_TOO_MANY_CONNECTIONS, "too many WAL senders on this timeline", NULL);
+        pgwire_send_error(c, "ERROR", SQLSTATE_TOO_MANY_CONNECTIONS,
+                          "too many WAL senders on this timeline", NULL);
         free(s);
         return -1;
     }

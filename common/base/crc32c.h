@@ -22,13 +22,19 @@
 #include <stdint.h>
 
 /* The starting value of a running CRC (0xFFFFFFFF). */
-static inline uint32_t crc32c_init(void) { return 0xFFFFFFFFu; }
+static inline uint32_t crc32c_init(void)
+{
+    return 0xFFFFFFFFu;
+}
 
 /* Folds len bytes of data into a running CRC; data may be NULL if len is 0. */
 uint32_t crc32c_update(uint32_t crc, const void *data, size_t len);
 
 /* The finished CRC of a running value (final xor). */
-static inline uint32_t crc32c_final(uint32_t crc) { return crc ^ 0xFFFFFFFFu; }
+static inline uint32_t crc32c_final(uint32_t crc)
+{
+    return crc ^ 0xFFFFFFFFu;
+}
 
 /* One-shot CRC-32C of a buffer: crc32c("123456789") == 0xE3069283. */
 uint32_t crc32c(const void *data, size_t len);

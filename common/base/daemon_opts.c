@@ -196,7 +196,9 @@ void daemon_opts_usage(const daemon_opts *o, FILE *f)
         const daemon_opt *d = &o->table[i];
         fprintf(f, "  --%-*s %s\n  %*s env %s, default: %s\n", width, d->name, d->help, width + 2,
                 "", d->env,
-                d->def == NULL ? "(none)" : d->def[0] == '\0' ? "(empty)" : d->def);
+                d->def == NULL      ? "(none)"
+                : d->def[0] == '\0' ? "(empty)"
+                                    : d->def);
     }
     fprintf(f, "  --%-*s this text\n", width, "help");
 }
@@ -265,8 +267,8 @@ bad:
                 s);
 }
 
-bool daemon_opt_duration_ms(const char *name, const char *s, bool zero_ok, uint32_t *out,
-                            char *err, size_t errlen)
+bool daemon_opt_duration_ms(const char *name, const char *s, bool zero_ok, uint32_t *out, char *err,
+                            size_t errlen)
 {
     if (zero_ok && strcmp(s, "0") == 0) {
         *out = 0;

@@ -38,12 +38,12 @@ typedef struct daemon_opt {
 } daemon_opt;
 
 typedef struct daemon_opts {
-    const char *program;    /* "strata-pageserver": the prefix of messages */
-    const char *synopsis;   /* after the program name on the usage line */
+    const char *program;  /* "strata-pageserver": the prefix of messages */
+    const char *synopsis; /* after the program name on the usage line */
     const daemon_opt *table;
-    int count;              /* entries in table and values */
-    int config;             /* index of the config-file option, or -1 */
-    char **values;          /* count entries, owned; NULL: unset */
+    int count;     /* entries in table and values */
+    int config;    /* index of the config-file option, or -1 */
+    char **values; /* count entries, owned; NULL: unset */
 } daemon_opts;
 
 typedef enum daemon_opts_result {
@@ -86,8 +86,8 @@ bool daemon_opt_bytes(const char *name, const char *s, uint64_t *out, char *err,
 
 /* "60", "60s", "500ms" -> milliseconds in [1, 24 h]; with zero_ok, "0" is
  * also accepted and gives 0 (meaning "never" to the caller). */
-bool daemon_opt_duration_ms(const char *name, const char *s, bool zero_ok, uint32_t *out,
-                            char *err, size_t errlen);
+bool daemon_opt_duration_ms(const char *name, const char *s, bool zero_ok, uint32_t *out, char *err,
+                            size_t errlen);
 
 /* "HOST:PORT" (the last ':' splits; port 0..65535, 0: ephemeral) -> host
  * (NUL-terminated, fewer than hostcap bytes) and port. */

@@ -18,7 +18,8 @@
 
 bool wal_seg_size_valid(uint32_t seg_size)
 {
-    return seg_size >= WAL_MIN_SEG_SIZE && seg_size <= WAL_MAX_SEG_SIZE && (seg_size & (seg_size - 1)) == 0;
+    return seg_size >= WAL_MIN_SEG_SIZE && seg_size <= WAL_MAX_SEG_SIZE &&
+           (seg_size & (seg_size - 1)) == 0;
 }
 
 size_t wal_page_header_parse(const uint8_t *buf, size_t len, wal_page_header *out)
@@ -42,7 +43,8 @@ size_t wal_page_header_parse(const uint8_t *buf, size_t len, wal_page_header *ou
     return WAL_LONG_PHD_SIZE;
 }
 
-int wal_page_header_check(const wal_page_header *h, lsn_t page_lsn, uint32_t seg_size, const char **why)
+int wal_page_header_check(const wal_page_header *h, lsn_t page_lsn, uint32_t seg_size,
+                          const char **why)
 {
     assert(page_lsn % WAL_BLCKSZ == 0);
     assert(wal_seg_size_valid(seg_size));
@@ -143,8 +145,8 @@ static int decode_fail(const char *reason, const char **why)
 
 /* Decodes one block header (id already read) into b; *datatotal grows by
  * the payload bytes it announces. */
-static int decode_block_header(cursor *c, wal_block_ref *b, const wal_block_ref **prev_rel, uint64_t *datatotal,
-                               const char **why)
+static int decode_block_header(cursor *c, wal_block_ref *b, const wal_block_ref **prev_rel,
+                               uint64_t *datatotal, const char **why)
 {
     const uint8_t *p;
     if (!take(c, 3, &p))
@@ -187,14 +189,16 @@ static int decode_block_header(cursor *c, wal_block_ref *b, const wal_block_ref 
             b->hole_length = (uint16_t)(WAL_PAGE_BLCKSZ - b->bimg_len);
         }
         *datatotal += b->bimg_len;
-        if (has_hole && (b->hole_offset == 0 || b->hole_length == 0 || b->bimg_len == WAL_PAGE_BLCKSZ))
+        if (has_hole &&
+            (b->hole_offset == 0 || b->hole_length == 0 || b->bimg_len == WAL_PAGE_BLCKSZ))
             return decode_fail("WAL block image has BKPIMAGE_HAS_HOLE but an invalid hole", why);
         if (!has_hole && (b->hole_offset != 0 || b->hole_length != 0))
             return decode_fail("WAL block image has a hole without BKPIMAGE_HAS_HOLE", why);
         if (compressed && b->bimg_len == WAL_PAGE_BLCKSZ)
             return decode_fail("WAL block image is compressed but has a full page length", why);
         if (!has_hole && !compressed && b->bimg_len != WAL_PAGE_BLCKSZ)
-            return decode_fail("WAL block image has neither hole nor compression but is not a full page", why);
+            return decode_fail(
+                "WAL block image has neither hole nor compression but is not a full page", why);
         if ((uint32_t)b->hole_offset + b->hole_length > WAL_PAGE_BLCKSZ)
             return decode_fail("WAL block image hole extends past the page", why);
         if (b->bimg_len == 0)
@@ -210,7 +214,8 @@ static int decode_block_header(cursor *c, wal_block_ref *b, const wal_block_ref 
         *prev_rel = b;
     } else {
         if (*prev_rel == NULL)
-            return decode_fail("WAL block reference has BKPBLOCK_SAME_REL but no previous relation", why);
+            return decode_fail("WAL block reference has BKPBLOCK_SAME_REL but no previous relation",
+                               why);
         b->spc = (*prev_rel)->spc;
         b->db = (*prev_rel)->db;
         b->rel = (*prev_rel)->rel;

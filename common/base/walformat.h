@@ -42,8 +42,8 @@
 #define WAL_XLP_FIRST_IS_OVERWRITE_CONTRECORD 0x0008
 #define WAL_XLP_ALL_FLAGS 0x000F
 
-#define WAL_SHORT_PHD_SIZE 24 /* SizeOfXLogShortPHD */
-#define WAL_LONG_PHD_SIZE 40  /* SizeOfXLogLongPHD */
+#define WAL_SHORT_PHD_SIZE 24     /* SizeOfXLogShortPHD */
+#define WAL_LONG_PHD_SIZE 40      /* SizeOfXLogLongPHD */
 #define WAL_RECORD_HEADER_SIZE 24 /* SizeOfXLogRecord */
 #define WAL_RECORD_CRC_OFFSET 20  /* offsetof(XLogRecord, xl_crc) */
 
@@ -98,8 +98,9 @@
 #define WAL_BKPIMAGE_COMPRESS_PGLZ 0x04
 #define WAL_BKPIMAGE_COMPRESS_LZ4 0x08
 #define WAL_BKPIMAGE_COMPRESS_ZSTD 0x10
-#define WAL_BKPIMAGE_COMPRESSED(info) \
-    (((info) & (WAL_BKPIMAGE_COMPRESS_PGLZ | WAL_BKPIMAGE_COMPRESS_LZ4 | WAL_BKPIMAGE_COMPRESS_ZSTD)) != 0)
+#define WAL_BKPIMAGE_COMPRESSED(info)                                                              \
+    (((info) &                                                                                     \
+      (WAL_BKPIMAGE_COMPRESS_PGLZ | WAL_BKPIMAGE_COMPRESS_LZ4 | WAL_BKPIMAGE_COMPRESS_ZSTD)) != 0)
 
 /* Forks (ForkNumber) */
 #define WAL_FORK_MAIN 0
@@ -115,11 +116,11 @@ bool wal_seg_size_valid(uint32_t seg_size);
 
 typedef struct wal_page_header {
     uint16_t magic;
-    uint16_t info;     /* WAL_XLP_* */
+    uint16_t info; /* WAL_XLP_* */
     uint32_t tli;
-    lsn_t pageaddr;    /* LSN of the page's first byte */
-    uint32_t rem_len;  /* bytes of a continued record at the page start */
-    bool is_long;      /* fields below are valid */
+    lsn_t pageaddr;   /* LSN of the page's first byte */
+    uint32_t rem_len; /* bytes of a continued record at the page start */
+    bool is_long;     /* fields below are valid */
     uint64_t sysid;
     uint32_t seg_size;
     uint32_t xlog_blcksz;
@@ -137,15 +138,16 @@ size_t wal_page_header_parse(const uint8_t *buf, size_t len, wal_page_header *ou
  * exactly at segment starts with matching seg_size and block size.  Returns 0
  * or -1 with *why (static string).  Does not judge the continuation fields.
  */
-int wal_page_header_check(const wal_page_header *h, lsn_t page_lsn, uint32_t seg_size, const char **why);
+int wal_page_header_check(const wal_page_header *h, lsn_t page_lsn, uint32_t seg_size,
+                          const char **why);
 
 typedef struct wal_record_header {
-    uint32_t tot_len;  /* xl_tot_len: whole record including this header */
-    uint32_t xid;      /* xl_xid */
-    lsn_t prev;        /* xl_prev: start of the previous record */
-    uint8_t info;      /* xl_info */
-    uint8_t rmid;      /* xl_rmid */
-    uint32_t crc;      /* xl_crc */
+    uint32_t tot_len; /* xl_tot_len: whole record including this header */
+    uint32_t xid;     /* xl_xid */
+    lsn_t prev;       /* xl_prev: start of the previous record */
+    uint8_t info;     /* xl_info */
+    uint8_t rmid;     /* xl_rmid */
+    uint32_t crc;     /* xl_crc */
 } wal_record_header;
 
 /* Parses the 24-byte record header at buf (no validation). */
@@ -161,9 +163,9 @@ bool wal_record_header_is_switch(const wal_record_header *h);
 
 /* One block reference of a record (Postgres's DecodedBkpBlock). */
 typedef struct wal_block_ref {
-    bool in_use;          /* false for ids the record does not reference */
-    uint8_t fork;         /* WAL_FORK_* */
-    uint8_t flags;        /* WAL_BKPBLOCK_* bits of fork_flags */
+    bool in_use;   /* false for ids the record does not reference */
+    uint8_t fork;  /* WAL_FORK_* */
+    uint8_t flags; /* WAL_BKPBLOCK_* bits of fork_flags */
     bool has_image;
     bool has_data;
     bool will_init;
@@ -173,8 +175,8 @@ typedef struct wal_block_ref {
     uint16_t bimg_len;
     uint16_t hole_offset;
     uint16_t hole_length;
-    uint8_t bimg_info;    /* WAL_BKPIMAGE_* */
-    bool apply_image;     /* BKPIMAGE_APPLY: redo restores the image */
+    uint8_t bimg_info; /* WAL_BKPIMAGE_* */
+    bool apply_image;  /* BKPIMAGE_APPLY: redo restores the image */
     const uint8_t *bimg;
     /* Per-block data, when has_data; points into the record. */
     uint16_t data_len;
@@ -186,11 +188,11 @@ typedef struct wal_block_ref {
  * it.  About 2 KB: fine on the stack. */
 typedef struct wal_record {
     wal_record_header hdr;
-    const uint8_t *raw;   /* the whole record, hdr.tot_len bytes */
-    int max_block_id;     /* highest block id in use, -1 if none */
+    const uint8_t *raw; /* the whole record, hdr.tot_len bytes */
+    int max_block_id;   /* highest block id in use, -1 if none */
     wal_block_ref blocks[WAL_XLR_MAX_BLOCK_ID + 1];
     bool has_origin;
-    uint16_t origin;      /* RepOriginId */
+    uint16_t origin; /* RepOriginId */
     bool has_toplevel_xid;
     uint32_t toplevel_xid;
     uint32_t main_data_len;
@@ -233,10 +235,10 @@ int wal_record_decode(const uint8_t *raw, size_t len, wal_record *out, const cha
 typedef struct wal_tracker {
     uint32_t seg_size;
     lsn_t start;
-    lsn_t pos;          /* where the next byte goes */
-    lsn_t last_end;     /* end (see top of file) of the last complete record */
-    lsn_t prev_start;   /* start of that record; LSN_INVALID if unknown */
-    const char *error;  /* set once broken */
+    lsn_t pos;         /* where the next byte goes */
+    lsn_t last_end;    /* end (see top of file) of the last complete record */
+    lsn_t prev_start;  /* start of that record; LSN_INVALID if unknown */
+    const char *error; /* set once broken */
 
     bool first_page;    /* next page header is the first seen: a continuation is skipped */
     bool in_phdr;       /* collecting a page header */
@@ -244,14 +246,14 @@ typedef struct wal_tracker {
     uint32_t phdr_got;
     uint8_t phdr[WAL_LONG_PHD_SIZE];
 
-    bool rec_active;    /* inside a record (or its trailing padding) */
-    bool rec_skip;      /* a continuation whose start we never saw */
-    bool rec_switch;    /* the record is an XLOG_SWITCH */
+    bool rec_active; /* inside a record (or its trailing padding) */
+    bool rec_skip;   /* a continuation whose start we never saw */
+    bool rec_switch; /* the record is an XLOG_SWITCH */
     lsn_t rec_start;
-    uint32_t rec_len;   /* xl_tot_len; 0 until its 4 bytes arrived */
-    uint32_t rec_got;   /* bytes of the record seen */
-    uint32_t rec_left;  /* record bytes still owed (valid once rec_len != 0 or rec_skip) */
-    uint64_t pad_left;  /* padding after the record's bytes before it counts as complete */
+    uint32_t rec_len;  /* xl_tot_len; 0 until its 4 bytes arrived */
+    uint32_t rec_got;  /* bytes of the record seen */
+    uint32_t rec_left; /* record bytes still owed (valid once rec_len != 0 or rec_skip) */
+    uint64_t pad_left; /* padding after the record's bytes before it counts as complete */
     uint8_t rhdr[WAL_RECORD_HEADER_SIZE];
 } wal_tracker;
 
@@ -269,9 +271,9 @@ void wal_tracker_init(wal_tracker *t, lsn_t start, uint32_t wal_seg_size);
 /*
  * Feeds the next len bytes of WAL, which start at LSN at.  at must equal
  * wal_tracker_next(t) and at + len must not pass UINT64_MAX: if not, returns
- * -1 with *why set and the tracker is unchanged.  Returns 0, or -1 with *why (a static string) when the bytes
- * cannot be WAL; after such an error the tracker stays broken and every
- * later feed fails with the same reason.
+ * -1 with *why set and the tracker is unchanged.  Returns 0, or -1 with *why (a static string) when
+ * the bytes cannot be WAL; after such an error the tracker stays broken and every later feed fails
+ * with the same reason.
  */
 int wal_tracker_feed(wal_tracker *t, lsn_t at, const uint8_t *data, size_t len, const char **why);
 
@@ -287,7 +289,6 @@ lsn_t wal_tracker_next(const wal_tracker *t);
  * Returns start until a record completes.
  */
 lsn_t wal_tracker_last_record_end(const wal_tracker *t);
-
 
 /* ---- Streaming record reader ------------------------------------------ */
 
@@ -320,7 +321,7 @@ lsn_t wal_tracker_last_record_end(const wal_tracker *t);
 
 typedef struct wal_reader {
     wal_tracker tracker;
-    uint8_t *buf;   /* caller's reassembly buffer, cap bytes */
+    uint8_t *buf; /* caller's reassembly buffer, cap bytes */
     size_t cap;
     uint8_t **grow_buf; /* growable: the caller's pointer and size to update */
     size_t *grow_cap;
@@ -329,7 +330,7 @@ typedef struct wal_reader {
     lsn_t rec_start;
     lsn_t rec_end;
     lsn_t valid_end; /* end of the last record that decoded (or continuation skipped) */
-    wal_record rec; /* points into buf */
+    wal_record rec;  /* points into buf */
 } wal_reader;
 
 enum {

@@ -88,12 +88,15 @@ static int finish_page_header(wal_tracker *t, const char **why)
         if (!(h.info & WAL_XLP_FIRST_IS_CONTRECORD))
             return tracker_fail(t, "WAL page continuing a record lacks the continuation flag", why);
         if (h.rem_len != t->rec_left)
-            return tracker_fail(t, "WAL page xlp_rem_len does not match the bytes left of the record", why);
+            return tracker_fail(
+                t, "WAL page xlp_rem_len does not match the bytes left of the record", why);
         return 0;
     }
-    if ((h.info & WAL_XLP_FIRST_IS_CONTRECORD) && !(h.info & WAL_XLP_FIRST_IS_OVERWRITE_CONTRECORD)) {
+    if ((h.info & WAL_XLP_FIRST_IS_CONTRECORD) &&
+        !(h.info & WAL_XLP_FIRST_IS_OVERWRITE_CONTRECORD)) {
         if (!first)
-            return tracker_fail(t, "WAL page has a continuation flag but no record is in progress", why);
+            return tracker_fail(t, "WAL page has a continuation flag but no record is in progress",
+                                why);
         if (h.rem_len == 0 || h.rem_len > WAL_MAX_RECORD_LEN)
             return tracker_fail(t, "WAL page xlp_rem_len is invalid", why);
         t->rec_active = true;
@@ -217,11 +220,13 @@ static int tracker_step(wal_tracker *t, const uint8_t *data, size_t len, step *s
         t->rec_left -= (uint32_t)s->n;
 
     if (t->rec_len == 0 && t->rec_got >= 4) {
-        uint32_t tot_len = (uint32_t)t->rhdr[0] | (uint32_t)t->rhdr[1] << 8 | (uint32_t)t->rhdr[2] << 16 |
-                           (uint32_t)t->rhdr[3] << 24;
+        uint32_t tot_len = (uint32_t)t->rhdr[0] | (uint32_t)t->rhdr[1] << 8 |
+                           (uint32_t)t->rhdr[2] << 16 | (uint32_t)t->rhdr[3] << 24;
         if (tot_len < WAL_RECORD_HEADER_SIZE)
-            return tracker_fail(t, tot_len == 0 ? "no WAL record here (xl_tot_len is 0)"
-                                                : "WAL record length (xl_tot_len) shorter than a record header",
+            return tracker_fail(t,
+                                tot_len == 0
+                                    ? "no WAL record here (xl_tot_len is 0)"
+                                    : "WAL record length (xl_tot_len) shorter than a record header",
                                 why);
         if (tot_len > WAL_MAX_RECORD_LEN)
             return tracker_fail(t, "WAL record length (xl_tot_len) too large", why);

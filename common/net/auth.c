@@ -58,8 +58,7 @@ struct auth_store {
     struct timespec mtime;
     int64_t next_check_ms;
     /* Refusals by reason (default registry; NULL series are ignored). */
-    metrics_counter *refused_password, *refused_tenant, *refused_http_missing,
-        *refused_http_token;
+    metrics_counter *refused_password, *refused_tenant, *refused_http_missing, *refused_http_token;
     metrics_counter *reloads, *reload_failures;
 };
 
@@ -68,8 +67,8 @@ static metrics_counter *refusal_counter(const char *reason)
     static const char *const names[] = {"reason"};
     const char *values[] = {reason};
     return metrics_counter_register(metrics_default_registry(), "strata_auth_refusals_total",
-                                    "Connections or requests refused by authentication", 1,
-                                    names, values);
+                                    "Connections or requests refused by authentication", 1, names,
+                                    values);
 }
 
 /* ------------------------------------------------------------- compare */
@@ -203,8 +202,8 @@ int auth_table_parse(const char *json, size_t len, auth_table **out, char *err, 
                 goto fail;
             }
             if (strcmp(t->tenants[i].token, tt->token) == 0) {
-                snprintf(err, errlen, "tenants %s and %s have the same token",
-                         t->tenants[i].tenant, tt->tenant);
+                snprintf(err, errlen, "tenants %s and %s have the same token", t->tenants[i].tenant,
+                         tt->tenant);
                 goto fail;
             }
         }
@@ -254,8 +253,7 @@ static int64_t mono_ms(void)
 }
 
 /* Reads and parses path; fills *st with what was read.  0 or -1 with err. */
-static int load_file(const char *path, auth_table **out, struct stat *st, char *err,
-                     size_t errlen)
+static int load_file(const char *path, auth_table **out, struct stat *st, char *err, size_t errlen)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
@@ -349,10 +347,9 @@ auth_store *auth_store_open(const char *path, char *err, size_t errlen)
     metrics_registry *r = metrics_default_registry();
     a->reloads = metrics_counter_register(r, "strata_auth_reloads_total",
                                           "Auth file reloads that succeeded", 0, NULL, NULL);
-    a->reload_failures =
-        metrics_counter_register(r, "strata_auth_reload_failures_total",
-                                 "Auth file reloads that failed (previous tokens kept)", 0, NULL,
-                                 NULL);
+    a->reload_failures = metrics_counter_register(
+        r, "strata_auth_reload_failures_total",
+        "Auth file reloads that failed (previous tokens kept)", 0, NULL, NULL);
     a->next_check_ms = mono_ms() + RECHECK_MS;
     return a;
 }
@@ -500,8 +497,8 @@ static void refuse_tenant(const char *principal, const char *tenant, char sqlsta
         snprintf(err, errlen, "permission denied for tenant %.64s", tenant);
 }
 
-static int pg_check_password(void *arg, const pgwire_conn *c, const char *password,
-                             char *principal, char sqlstate[6], char *err, size_t errlen)
+static int pg_check_password(void *arg, const pgwire_conn *c, const char *password, char *principal,
+                             char sqlstate[6], char *err, size_t errlen)
 {
     auth_store *a = arg;
     auth_principal p = auth_store_check(a, password);
@@ -627,8 +624,9 @@ int auth_http_authorize(void *arg, const http_request *req, http_response *resp)
         return 0;
     metrics_counter_inc(a->refused_http_token);
     if (p.role == AUTH_ROLE_TENANT)
-        http_response_error(resp, 403, "permission denied: a tenant token may not use the admin API "
-                                       "(%s %s needs the admin token)",
+        http_response_error(resp, 403,
+                            "permission denied: a tenant token may not use the admin API "
+                            "(%s %s needs the admin token)",
                             req->method, req->path);
     else
         http_response_error(resp, 403, "permission denied: the bearer token is not valid");

@@ -39,8 +39,7 @@ void daemon_parse_options(daemon_opts *o, int argc, char **argv, int level_idx,
     log_init(component, (log_level)level);
 }
 
-int daemon_open_datadir(const char *datadir, mode_t mode, const char *lock_file,
-                        const char *what)
+int daemon_open_datadir(const char *datadir, mode_t mode, const char *lock_file, const char *what)
 {
     if (mkdir(datadir, mode) != 0 && errno != EEXIST)
         log_fatal("cannot create data directory %s: %s", datadir, strerror(errno));

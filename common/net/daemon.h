@@ -28,8 +28,7 @@ void daemon_parse_options(daemon_opts *o, int argc, char **argv, int level_idx,
  * (sockets then report EPIPE instead of killing the process).  Returns the
  * lock's fd for durable_unlock_dir; exits if another daemon (named what in
  * the message) holds the lock or on any other error. */
-int daemon_open_datadir(const char *datadir, mode_t mode, const char *lock_file,
-                        const char *what);
+int daemon_open_datadir(const char *datadir, mode_t mode, const char *lock_file, const char *what);
 
 /* Opens the JSON tokens file and logs what it holds; exits on error.  The
  * caller owns the store (auth_store_free). */
@@ -45,7 +44,7 @@ typedef struct daemon_signals {
     uv_signal_t term;
     uv_signal_t intr;
     uv_signal_t hup;
-    auth_store *auth;                     /* reloaded on SIGHUP; may be NULL */
+    auth_store *auth;                       /* reloaded on SIGHUP; may be NULL */
     void (*on_stop)(void *arg, int signum); /* after the handles are closing */
     void *arg;
 } daemon_signals;

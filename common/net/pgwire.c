@@ -454,7 +454,8 @@ static void conn_maybe_finish_close(pgwire_conn *c)
 static void conn_protocol_error(pgwire_conn *c, const char *what)
 {
     log_warn("pgwire: %s: protocol violation: %s", c->peer, what);
-    pgwire_send_error(c, "FATAL", SQLSTATE_PROTOCOL_VIOLATION, what, "The server closes this connection.");
+    pgwire_send_error(c, "FATAL", SQLSTATE_PROTOCOL_VIOLATION, what,
+                      "The server closes this connection.");
     conn_close_after_flush(c);
 }
 
@@ -715,13 +716,15 @@ static void send_auth_ok_and_finish_startup(pgwire_conn *c)
     if (c->state == CONN_CLOSED)
         return;
     if (c->server && c->server->nestablished >= c->ws->cfg.max_connections) {
-        pgwire_send_error(c, "FATAL", SQLSTATE_TOO_MANY_CONNECTIONS, "sorry, too many clients already", NULL);
+        pgwire_send_error(c, "FATAL", SQLSTATE_TOO_MANY_CONNECTIONS,
+                          "sorry, too many clients already", NULL);
         conn_close_after_flush(c);
         return;
     }
     if (c->h->on_connect && c->h->on_connect(c, c->arg) != 0) {
         if (c->state != CONN_CLOSED) {
-            pgwire_send_error(c, "FATAL", SQLSTATE_INVALID_AUTHORIZATION_SPECIFICATION, "connection refused by the server", NULL);
+            pgwire_send_error(c, "FATAL", SQLSTATE_INVALID_AUTHORIZATION_SPECIFICATION,
+                              "connection refused by the server", NULL);
             conn_close_after_flush(c);
         }
         return;
@@ -835,7 +838,8 @@ static void conn_handle_query(pgwire_conn *c, const pgwire_frame *f)
         return;
     }
     if (!c->h->on_query) {
-        pgwire_send_error(c, "ERROR", SQLSTATE_FEATURE_NOT_SUPPORTED, "this server accepts no queries", NULL);
+        pgwire_send_error(c, "ERROR", SQLSTATE_FEATURE_NOT_SUPPORTED,
+                          "this server accepts no queries", NULL);
         return;
     }
     if (c->ws->has_authn && c->ws->authn.check_query != NULL) {
@@ -879,13 +883,15 @@ static void conn_handle_idle(pgwire_conn *c, const pgwire_frame *f)
     case 'E':
     case 'D':
     case 'C':
-        pgwire_send_error(c, "ERROR", SQLSTATE_FEATURE_NOT_SUPPORTED, "extended query protocol is not supported",
+        pgwire_send_error(c, "ERROR", SQLSTATE_FEATURE_NOT_SUPPORTED,
+                          "extended query protocol is not supported",
                           "Use the simple query protocol.");
         c->skip_till_sync = true;
         return;
     case 'F':
         c->state = CONN_QUERY;
-        pgwire_send_error(c, "ERROR", SQLSTATE_FEATURE_NOT_SUPPORTED, "function call protocol is not supported", NULL);
+        pgwire_send_error(c, "ERROR", SQLSTATE_FEATURE_NOT_SUPPORTED,
+                          "function call protocol is not supported", NULL);
         return;
     default:
         snprintf(err, sizeof err, "unexpected message type 0x%02x", f->type);
@@ -1489,7 +1495,8 @@ static void conn_startup_timeout_cb(uv_timer_t *t)
         return;
     log_warn("pgwire: %s: startup not finished within %u ms", c->peer,
              c->ws->cfg.startup_timeout_ms);
-    pgwire_send_error(c, "FATAL", SQLSTATE_CONNECTION_FAILURE, "canceling authentication due to timeout", NULL);
+    pgwire_send_error(c, "FATAL", SQLSTATE_CONNECTION_FAILURE,
+                      "canceling authentication due to timeout", NULL);
     conn_close_after_flush(c);
 }
 

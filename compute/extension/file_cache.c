@@ -70,9 +70,9 @@ typedef struct fc_way {
 } fc_way;
 
 typedef struct fc_header {
-    uint32 nsets;              /* 0: the cache is off */
-    pg_atomic_uint32 clock;    /* use stamps */
-    char path[MAXPGPATH];      /* absolute path of the cache file */
+    uint32 nsets;           /* 0: the cache is off */
+    pg_atomic_uint32 clock; /* use stamps */
+    char path[MAXPGPATH];   /* absolute path of the cache file */
 } fc_header;
 
 static fc_header *fc = NULL;
@@ -90,7 +90,8 @@ static uint32 fc_nsets_for(void)
 
 static Size fc_shmem_size(void)
 {
-    return add_size(MAXALIGN(sizeof(fc_header)), mul_size((Size)fc_nsets_for() * FC_WAYS, sizeof(fc_way)));
+    return add_size(MAXALIGN(sizeof(fc_header)),
+                    mul_size((Size)fc_nsets_for() * FC_WAYS, sizeof(fc_way)));
 }
 
 void strata_fc_shmem_request(void)
@@ -174,10 +175,10 @@ static bool fc_io(bool write, uint32 slot, char *page)
 
             if (!fc_io_failed) {
                 fc_io_failed = true;
-                ereport(LOG, (errmsg("strata: could not %s the file cache \"%s\" at %lld: %s",
-                                     write ? "write" : "read", fc->path,
-                                     (long long)(off + (off_t)done),
-                                     err != 0 ? strerror(err) : "end of file")));
+                ereport(LOG,
+                        (errmsg("strata: could not %s the file cache \"%s\" at %lld: %s",
+                                write ? "write" : "read", fc->path, (long long)(off + (off_t)done),
+                                err != 0 ? strerror(err) : "end of file")));
             }
             return false;
         }
@@ -204,7 +205,8 @@ static fc_way *fc_find(uint32 set, RelFileNode rnode, ForkNumber fork, BlockNumb
 
     for (int i = 0; i < FC_WAYS; i++) {
         fc_way *w = &ways[i];
-        if (w->used && w->blkno == blkno && w->fork == (int32)fork && RelFileNodeEquals(w->rnode, rnode))
+        if (w->used && w->blkno == blkno && w->fork == (int32)fork &&
+            RelFileNodeEquals(w->rnode, rnode))
             return w;
     }
     return NULL;
@@ -376,10 +378,10 @@ static void fc_forget(const RelFileNode *rnode, Oid db, ForkNumber fork, BlockNu
         uint32 set = (uint32)(i / FC_WAYS);
         bool match;
 
-#define FC_MATCHES(w)                                                                                   \
-    ((w)->used && (rnode == NULL ? (w)->rnode.dbNode == db                                             \
-                                 : (RelFileNodeEquals((w)->rnode, *rnode) &&                           \
-                                    (fork == InvalidForkNumber || (w)->fork == (int32)fork) &&         \
+#define FC_MATCHES(w)                                                                              \
+    ((w)->used && (rnode == NULL ? (w)->rnode.dbNode == db                                         \
+                                 : (RelFileNodeEquals((w)->rnode, *rnode) &&                       \
+                                    (fork == InvalidForkNumber || (w)->fork == (int32)fork) &&     \
                                     (w)->blkno >= from)))
         if (!FC_MATCHES(w))
             continue;

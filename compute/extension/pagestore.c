@@ -54,7 +54,10 @@ typedef struct ps_slot {
         bool exists;
         uint32 nblocks;
         int64 dbsize;
-        struct { int64 bytes; uint32 relations; } spcsize;
+        struct {
+            int64 bytes;
+            uint32 relations;
+        } spcsize;
     } v;
     char *page; /* BLCKSZ, owned by the ring (TopMemoryContext) */
 } ps_slot;
@@ -169,8 +172,8 @@ static void wait_socket(long timeout_ms)
 
 static void sleep_ms(long ms)
 {
-    int rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, ms,
-                       PG_WAIT_EXTENSION);
+    int rc =
+        WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, ms, PG_WAIT_EXTENSION);
     if (rc & WL_LATCH_SET)
         ResetLatch(MyLatch);
     CHECK_FOR_INTERRUPTS();
@@ -191,11 +194,12 @@ static bool try_connect(TimestampTz deadline)
 {
     char host[256], port[16], query[PQSTREAM_QUERY_LEN], timeout_s[16];
     const char *colon = strrchr(strata_pageserver, ':');
-    const char *keys[] = {"host",    "port",     "dbname", "application_name",
-                          "connect_timeout", "password", NULL};
+    const char *keys[] = {"host",     "port", "dbname", "application_name", "connect_timeout",
+                          "password", NULL};
     const char *vals[7];
 
-    if (colon == NULL || colon == strata_pageserver || (size_t)(colon - strata_pageserver) >= sizeof host)
+    if (colon == NULL || colon == strata_pageserver ||
+        (size_t)(colon - strata_pageserver) >= sizeof host)
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                         errmsg("strata.pageserver \"%s\" is not host:port", strata_pageserver)));
     memcpy(host, strata_pageserver, colon - strata_pageserver);
@@ -274,8 +278,9 @@ static void ensure_connected(void)
     if (stream.state == PQSTREAM_STREAMING)
         return;
     if (strata_tenant_id[0] == '\0' || strata_timeline_id[0] == '\0')
-        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                        errmsg("strata.pageserver requires strata.tenant_id and strata.timeline_id")));
+        ereport(ERROR,
+                (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                 errmsg("strata.pageserver requires strata.tenant_id and strata.timeline_id")));
     was_connected_before = stream.generation > 0;
     deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), strata_pageserver_timeout);
     for (;;) {
@@ -313,7 +318,8 @@ static bool take_response(const char *msg, int len, char *why_out, size_t why_le
     const char *why = NULL;
     ps_slot *s;
 
-    if (ndone >= nslots || pagestream_decode_response((const uint8_t *)msg, (size_t)len, &resp, &why) != 0 ||
+    if (ndone >= nslots ||
+        pagestream_decode_response((const uint8_t *)msg, (size_t)len, &resp, &why) != 0 ||
         resp.reqid != ring[ndone].req.reqid) {
         snprintf(why_out, why_len, "%s",
                  why ? why : (ndone >= nslots ? "unexpected response" : "reqid out of order"));
@@ -360,7 +366,8 @@ static bool take_response(const char *msg, int len, char *why_out, size_t why_le
 /* Waits until slot i is answered (reconnecting as needed). */
 static void wait_for(int i)
 {
-    TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), strata_pageserver_timeout);
+    TimestampTz deadline =
+        TimestampTzPlusMilliseconds(GetCurrentTimestamp(), strata_pageserver_timeout);
 
     Assert(i < nslots);
     while (ndone <= i) {
@@ -389,7 +396,8 @@ static void wait_for(int i)
                                 errmsg("invalid pagestream response from %s", strata_pageserver),
                                 errdetail("%s", why)));
             }
-            deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), strata_pageserver_timeout);
+            deadline =
+                TimestampTzPlusMilliseconds(GetCurrentTimestamp(), strata_pageserver_timeout);
             continue;
         }
         if (ms_left(deadline) == 0) {
@@ -458,8 +466,8 @@ static int call(pagestream_request *req)
     for (i = 0; i < nslots; i++)
         if (ring[i].req.reqid == id)
             return i;
-    ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("strata: lost track of request %llu",
-                                                            (unsigned long long)id)));
+    ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+                    errmsg("strata: lost track of request %llu", (unsigned long long)id)));
     return -1; /* not reached */
 }
 
@@ -471,7 +479,8 @@ static void fill_rel(pagestream_rel *r, RelFileNode rnode, ForkNumber fork)
     r->fork = (uint8_t)fork;
 }
 
-static pagestream_request rel_request(uint8_t tag, RelFileNode rnode, ForkNumber fork, XLogRecPtr nms)
+static pagestream_request rel_request(uint8_t tag, RelFileNode rnode, ForkNumber fork,
+                                      XLogRecPtr nms)
 {
     pagestream_request req;
 

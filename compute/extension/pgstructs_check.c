@@ -46,7 +46,7 @@
 #include "pageserver/pgstructs.h"
 
 /* Compared as plain integers: pgstructs.h's enums are not Postgres's. */
-#define SAME(ours, theirs) \
+#define SAME(ours, theirs)                                                                         \
     StaticAssertDecl((long long)(ours) == (long long)(theirs), #ours " != " #theirs)
 
 /* The byte order and alignment pgstructs.h is written for. */
@@ -180,7 +180,8 @@ SAME(PG_MXACT_CREATE_HDR_SIZE, SizeOfMultiXactCreate);
 SAME(PG_MXACT_MEMBER_SIZE, sizeof(MultiXactMember));
 SAME(PG_MXACT_TRUNCATE_SIZE, SizeOfMultiXactTruncate);
 SAME(PG_MULTIXACT_OFFSETS_PER_PAGE, BLCKSZ / sizeof(MultiXactOffset));
-SAME(PG_MULTIXACT_MEMBERGROUP_SIZE, PG_MULTIXACT_MEMBERS_PER_GROUP + PG_MULTIXACT_MEMBERS_PER_GROUP * sizeof(TransactionId));
+SAME(PG_MULTIXACT_MEMBERGROUP_SIZE,
+     PG_MULTIXACT_MEMBERS_PER_GROUP + PG_MULTIXACT_MEMBERS_PER_GROUP * sizeof(TransactionId));
 SAME(PG_MULTIXACT_FIRST_MULTI, FirstMultiXactId);
 
 /* SMGR (catalog/storage_xlog.h) */

@@ -175,7 +175,8 @@ static bool heap_page_in_progress(Page page)
 {
     OffsetNumber maxoff;
 
-    if (PageIsNew(page) || PageGetSpecialSize(page) != 0 || ((PageHeader)page)->pd_lower < SizeOfPageHeaderData)
+    if (PageIsNew(page) || PageGetSpecialSize(page) != 0 ||
+        ((PageHeader)page)->pd_lower < SizeOfPageHeaderData)
         return false;
     maxoff = PageGetMaxOffsetNumber(page);
     for (OffsetNumber off = FirstOffsetNumber; off <= maxoff; off++) {
@@ -278,8 +279,8 @@ static bool shutdown_checkpoint_running(void)
  * block's last-written LSN: the new record's when the page was logged, else
  * the page's own.
  */
-static XLogRecPtr log_evicted_page(SMgrRelation reln, ForkNumber fork, BlockNumber blkno, char *buffer,
-                                   bool *logged)
+static XLogRecPtr log_evicted_page(SMgrRelation reln, ForkNumber fork, BlockNumber blkno,
+                                   char *buffer, bool *logged)
 {
     Page page = (Page)buffer;
     XLogRecPtr lsn = PageGetLSN(page);
@@ -469,8 +470,8 @@ static void strata_unlink(RelFileNodeBackend rnode, ForkNumber fork, bool isRedo
  * carries that record's LSN, as the pageserver's copy would, so that a later
  * eviction does not see "dirty without WAL since our image" (the relog rule).
  */
-static void file_cache_store(RelFileNode rnode, ForkNumber fork, BlockNumber blkno, const char *buffer,
-                             XLogRecPtr image_lsn)
+static void file_cache_store(RelFileNode rnode, ForkNumber fork, BlockNumber blkno,
+                             const char *buffer, XLogRecPtr image_lsn)
 {
     PGAlignedBlock copy;
 
@@ -803,16 +804,16 @@ void strata_smgr_setup(void)
     init_hook = (smgr_init_hook_type *)dlsym(RTLD_DEFAULT, "smgr_init_hook");
     shutdown_hook = (smgr_shutdown_hook_type *)dlsym(RTLD_DEFAULT, "smgr_shutdown_hook");
     if (hook == NULL || init_hook == NULL || shutdown_hook == NULL)
-        ereport(FATAL,
-                (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-                 errmsg("strata.pageserver is set but this PostgreSQL has no smgr_hook"),
-                 errdetail("A stateless compute needs the patched PostgreSQL 15 build "
-                           "(compute/postgres/build.sh); stock PostgreSQL can only run the "
-                           "walproposer."),
-                 errhint("Start the patched postgres, or set strata.pageserver = ''.")));
+        ereport(FATAL, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                        errmsg("strata.pageserver is set but this PostgreSQL has no smgr_hook"),
+                        errdetail("A stateless compute needs the patched PostgreSQL 15 build "
+                                  "(compute/postgres/build.sh); stock PostgreSQL can only run the "
+                                  "walproposer."),
+                        errhint("Start the patched postgres, or set strata.pageserver = ''.")));
     if (strata_tenant_id[0] == '\0' || strata_timeline_id[0] == '\0')
-        ereport(FATAL, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                        errmsg("strata.pageserver requires strata.tenant_id and strata.timeline_id")));
+        ereport(FATAL,
+                (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                 errmsg("strata.pageserver requires strata.tenant_id and strata.timeline_id")));
     *hook = strata_smgr_choose;
     *init_hook = strata_smgr_init;
     *shutdown_hook = strata_smgr_shutdown;

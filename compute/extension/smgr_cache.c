@@ -57,12 +57,12 @@
 #define TRANCHE_NAME "strata_smgr"
 
 const char *const strata_stat_names[STAT_COUNT] = {
-    "getpage",          "prefetch_sent",      "prefetch_hit",       "prefetch_discard",
-    "nblocks",          "exists",             "relsize_hit",        "reconnect",
-    "wal_flush",        "logged_fsm_vm",      "logged_inprogress",  "logged_cycleid",
-    "logged_zero_lsn",  "logged_new_page",    "logged_extend",      "logging_skipped",
-    "logged_sequence",  "logged_relog",       "file_cache_hit",     "file_cache_miss",
-    "file_cache_store", "file_cache_evict",   "file_cache_skip",    "file_cache_invalidated",
+    "getpage",          "prefetch_sent",    "prefetch_hit",      "prefetch_discard",
+    "nblocks",          "exists",           "relsize_hit",       "reconnect",
+    "wal_flush",        "logged_fsm_vm",    "logged_inprogress", "logged_cycleid",
+    "logged_zero_lsn",  "logged_new_page",  "logged_extend",     "logging_skipped",
+    "logged_sequence",  "logged_relog",     "file_cache_hit",    "file_cache_miss",
+    "file_cache_store", "file_cache_evict", "file_cache_skip",   "file_cache_invalidated",
 };
 
 typedef struct lwlsn_entry {
@@ -106,9 +106,10 @@ static uint32 nsets_for(int entries)
 Size strata_cache_shmem_size(void)
 {
     Size sz = MAXALIGN(sizeof(cache_header));
-    sz = add_size(sz, mul_size(nsets_for(strata_lwlsn_cache_size) * CACHE_WAYS, sizeof(lwlsn_entry)));
     sz = add_size(sz,
-                  mul_size(nsets_for(strata_relsize_cache_size) * CACHE_WAYS, sizeof(relsize_entry)));
+                  mul_size(nsets_for(strata_lwlsn_cache_size) * CACHE_WAYS, sizeof(lwlsn_entry)));
+    sz = add_size(
+        sz, mul_size(nsets_for(strata_relsize_cache_size) * CACHE_WAYS, sizeof(relsize_entry)));
     return sz;
 }
 
@@ -271,7 +272,8 @@ static bool lw_better_victim(const lwlsn_entry *cand, const lwlsn_entry *cur)
     return cand->lsn < cur->lsn;
 }
 
-static void lw_set(RelFileNode rnode, ForkNumber fork, BlockNumber blkno, XLogRecPtr lsn, bool image)
+static void lw_set(RelFileNode rnode, ForkNumber fork, BlockNumber blkno, XLogRecPtr lsn,
+                   bool image)
 {
     uint32 set = key_hash(rnode, fork, blkno) % cache->lw_nsets;
     lwlsn_entry *ways = &lw_entries[(Size)set * CACHE_WAYS];

@@ -23,14 +23,14 @@
 #include "storage/relfilenode.h"
 
 /* ---- GUCs (strata.c defines them) ---------------------------------- */
-extern char *strata_pageserver;          /* "host:port"; "" = no smgr */
-extern bool strata_log_evicted_pages;    /* design.md §7.4 eviction-time logging */
-extern int strata_relsize_cache_size;    /* entries */
-extern int strata_lwlsn_cache_size;      /* entries */
-extern int strata_prefetch_depth;        /* GetPage requests in flight */
-extern int strata_pageserver_timeout;    /* ms */
-extern int strata_file_cache_size;       /* MB; 0 = no local file cache */
-extern char *strata_file_cache_path;     /* relative to the data directory unless absolute */
+extern char *strata_pageserver;       /* "host:port"; "" = no smgr */
+extern bool strata_log_evicted_pages; /* design.md §7.4 eviction-time logging */
+extern int strata_relsize_cache_size; /* entries */
+extern int strata_lwlsn_cache_size;   /* entries */
+extern int strata_prefetch_depth;     /* GetPage requests in flight */
+extern int strata_pageserver_timeout; /* ms */
+extern int strata_file_cache_size;    /* MB; 0 = no local file cache */
+extern char *strata_file_cache_path;  /* relative to the data directory unless absolute */
 
 /* Upper bound of strata.prefetch_depth (the per-backend ring's size). */
 #define STRATA_PREFETCH_MAX 128
@@ -42,30 +42,30 @@ extern void strata_smgr_setup(void);
 
 /* ---- statistics (smgr_cache.c; shared counters) --------------------- */
 typedef enum strata_stat {
-    STAT_GETPAGE = 0,        /* GetPage requests sent (prefetch included) */
-    STAT_PREFETCH_SENT,      /* of them, sent ahead by smgrprefetch */
-    STAT_PREFETCH_HIT,       /* reads answered by a prefetched response */
-    STAT_PREFETCH_DISCARD,   /* prefetched responses thrown away */
-    STAT_NBLOCKS,            /* Nblocks requests */
-    STAT_EXISTS,             /* Exists requests */
-    STAT_RELSIZE_HIT,        /* nblocks/exists answered by the relsize cache */
-    STAT_RECONNECT,          /* connections re-established after a failure */
-    STAT_WAL_FLUSH,          /* XLogFlush calls made before a request */
-    STAT_LOGGED_FSM_VM,      /* eviction logging, reason (a) */
-    STAT_LOGGED_INPROGRESS,  /* reason (b) */
-    STAT_LOGGED_CYCLEID,     /* reason (c) */
-    STAT_LOGGED_ZERO_LSN,    /* reason (d) */
-    STAT_LOGGED_NEW_PAGE,    /* all-zero page, LSN 0: logged so WAL has the size */
-    STAT_LOGGED_EXTEND,      /* extension WAL-logged because the relsize cache was full */
-    STAT_LOGGING_SKIPPED,    /* would have logged, but WAL insertion was not allowed */
-    STAT_LOGGED_SEQUENCE,    /* eviction logging, reason (e): a sequence page */
-    STAT_LOGGED_RELOG,       /* a page read back from our own image, changed without WAL */
-    STAT_FC_HIT,             /* reads answered by the local file cache */
-    STAT_FC_MISS,            /* reads the file cache did not have */
-    STAT_FC_STORE,           /* pages written into the file cache */
-    STAT_FC_EVICT,           /* file cache slots reused for another page */
-    STAT_FC_SKIP,            /* pages not cached: every way of their set was busy */
-    STAT_FC_INVALIDATED,     /* file cache entries dropped by truncate/unlink/drop database */
+    STAT_GETPAGE = 0,       /* GetPage requests sent (prefetch included) */
+    STAT_PREFETCH_SENT,     /* of them, sent ahead by smgrprefetch */
+    STAT_PREFETCH_HIT,      /* reads answered by a prefetched response */
+    STAT_PREFETCH_DISCARD,  /* prefetched responses thrown away */
+    STAT_NBLOCKS,           /* Nblocks requests */
+    STAT_EXISTS,            /* Exists requests */
+    STAT_RELSIZE_HIT,       /* nblocks/exists answered by the relsize cache */
+    STAT_RECONNECT,         /* connections re-established after a failure */
+    STAT_WAL_FLUSH,         /* XLogFlush calls made before a request */
+    STAT_LOGGED_FSM_VM,     /* eviction logging, reason (a) */
+    STAT_LOGGED_INPROGRESS, /* reason (b) */
+    STAT_LOGGED_CYCLEID,    /* reason (c) */
+    STAT_LOGGED_ZERO_LSN,   /* reason (d) */
+    STAT_LOGGED_NEW_PAGE,   /* all-zero page, LSN 0: logged so WAL has the size */
+    STAT_LOGGED_EXTEND,     /* extension WAL-logged because the relsize cache was full */
+    STAT_LOGGING_SKIPPED,   /* would have logged, but WAL insertion was not allowed */
+    STAT_LOGGED_SEQUENCE,   /* eviction logging, reason (e): a sequence page */
+    STAT_LOGGED_RELOG,      /* a page read back from our own image, changed without WAL */
+    STAT_FC_HIT,            /* reads answered by the local file cache */
+    STAT_FC_MISS,           /* reads the file cache did not have */
+    STAT_FC_STORE,          /* pages written into the file cache */
+    STAT_FC_EVICT,          /* file cache slots reused for another page */
+    STAT_FC_SKIP,           /* pages not cached: every way of their set was busy */
+    STAT_FC_INVALIDATED,    /* file cache entries dropped by truncate/unlink/drop database */
     STAT_COUNT
 } strata_stat;
 extern const char *const strata_stat_names[STAT_COUNT];

@@ -144,28 +144,29 @@ static void define_gucs(void)
         "strata.local_user", "Role of the walproposer's replication connection to its own server.",
         "Empty: the operating-system user running the server.", &strata_local_user, "",
         PGC_POSTMASTER, 0, NULL, NULL, NULL);
-    DefineCustomStringVariable(
-        "strata.pageserver", "Pagestream address (host:port) of the pageserver holding this "
-        "compute's permanent relations.",
-        "Empty: no Strata smgr, every relation stays on local disk.", &strata_pageserver, "",
-        PGC_POSTMASTER, 0, NULL, NULL, NULL);
-    DefineCustomStringVariable(
-        "strata.pageserver_password",
-        "Token sent as the password on connections to the pageserver.",
-        "Needed when the pageserver runs with an --auth-file; empty: none.",
-        &strata_pageserver_password, "", PGC_POSTMASTER, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+    DefineCustomStringVariable("strata.pageserver",
+                               "Pagestream address (host:port) of the pageserver holding this "
+                               "compute's permanent relations.",
+                               "Empty: no Strata smgr, every relation stays on local disk.",
+                               &strata_pageserver, "", PGC_POSTMASTER, 0, NULL, NULL, NULL);
+    DefineCustomStringVariable("strata.pageserver_password",
+                               "Token sent as the password on connections to the pageserver.",
+                               "Needed when the pageserver runs with an --auth-file; empty: none.",
+                               &strata_pageserver_password, "", PGC_POSTMASTER, GUC_SUPERUSER_ONLY,
+                               NULL, NULL, NULL);
     DefineCustomBoolVariable(
         "strata.log_evicted_pages", "WAL-log evicted pages whose state the WAL does not carry.",
         "FSM/VM pages, heap pages of running transactions, btree pages with a cycle id, pages "
         "with LSN 0.  Turn off only to test what it protects against.",
         &strata_log_evicted_pages, true, PGC_SIGHUP, 0, NULL, NULL, NULL);
-    DefineCustomIntVariable("strata.relsize_cache_size", "Entries of the shared relation size cache.",
-                            NULL, &strata_relsize_cache_size, 65536, 64, 16 * 1024 * 1024,
-                            PGC_POSTMASTER, 0, NULL, NULL, NULL);
+    DefineCustomIntVariable("strata.relsize_cache_size",
+                            "Entries of the shared relation size cache.", NULL,
+                            &strata_relsize_cache_size, 65536, 64, 16 * 1024 * 1024, PGC_POSTMASTER,
+                            0, NULL, NULL, NULL);
     DefineCustomIntVariable("strata.lwlsn_cache_size",
                             "Entries of the shared last-written-LSN cache.", NULL,
-                            &strata_lwlsn_cache_size, 131072, 64, 64 * 1024 * 1024,
-                            PGC_POSTMASTER, 0, NULL, NULL, NULL);
+                            &strata_lwlsn_cache_size, 131072, 64, 64 * 1024 * 1024, PGC_POSTMASTER,
+                            0, NULL, NULL, NULL);
     DefineCustomIntVariable("strata.prefetch_depth",
                             "GetPage requests a backend keeps in flight ahead of its reads.",
                             "0 disables prefetch.", &strata_prefetch_depth, 32, 0,
@@ -176,7 +177,8 @@ static void define_gucs(void)
         &strata_pageserver_timeout, 120000, 100, 3600 * 1000, PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL,
         NULL);
     DefineCustomIntVariable(
-        "strata.file_cache_size", "Size of the local file cache of pages evicted from shared_buffers.",
+        "strata.file_cache_size",
+        "Size of the local file cache of pages evicted from shared_buffers.",
         "A cache on the compute's own disk in front of the pageserver, emptied at every start; "
         "0 disables it.",
         &strata_file_cache_size, 0, 0, 1024 * 1024, PGC_POSTMASTER, GUC_UNIT_MB, NULL, NULL, NULL);

@@ -978,8 +978,7 @@ static XLogRecPtr read_basebackup_signal(void)
         buf[--n] = '\0';
     if (!lsn_parse(buf, &lsn) || lsn == 0)
         ereport(FATAL, (errcode(ERRCODE_CONFIG_FILE_ERROR),
-                        errmsg("strata walproposer: %s does not hold an LSN: \"%s\"", path,
-                               buf)));
+                        errmsg("strata walproposer: %s does not hold an LSN: \"%s\"", path, buf)));
     return (XLogRecPtr)lsn;
 }
 

@@ -278,9 +278,9 @@ static void pump(proposer *p, int i, bool force_heartbeat, proposer_output *out)
         emit_append(p, i, peer->sent_lsn, end, out);
         sent_any = true;
     }
-    if (!sent_any && (force_heartbeat || peer->told_commit < p->commit_lsn ||
-                      ps_feedback_news(p, peer) ||
-                      p->now_ms - peer->last_send_ms >= p->cfg.heartbeat_ms))
+    if (!sent_any &&
+        (force_heartbeat || peer->told_commit < p->commit_lsn || ps_feedback_news(p, peer) ||
+         p->now_ms - peer->last_send_ms >= p->cfg.heartbeat_ms))
         emit_append(p, i, peer->sent_lsn, peer->sent_lsn, out);
 }
 
@@ -383,7 +383,8 @@ static void elect(proposer *p, proposer_output *out)
         if (peer->state != PEER_VOTED || !peer->vote_given)
             continue;
         uint64_t llt = term_history_last_log_term(&peer->vote.history, peer->vote.flush_lsn);
-        if (donor < 0 || llt > best_term || (llt == best_term && peer->vote.flush_lsn > best_flush)) {
+        if (donor < 0 || llt > best_term ||
+            (llt == best_term && peer->vote.flush_lsn > best_flush)) {
             donor = i;
             best_term = llt;
             best_flush = peer->vote.flush_lsn;
@@ -572,7 +573,7 @@ static int handle_append_response(proposer *p, int i, const append_response *r,
      * the base even while a long record keeps flush_lsn behind.
      */
     lsn_t base = peer->sent_at_last_response > peer->flush_lsn ? peer->sent_at_last_response
-                                                                : peer->flush_lsn;
+                                                               : peer->flush_lsn;
     if (base > peer->ack_base)
         peer->ack_base = base;
     peer->sent_at_last_response = peer->sent_lsn;

@@ -128,8 +128,8 @@ typedef struct proposer_effect {
              * the term that wrote the WAL this term continues. */
             uint64_t donor_last_term;
         } elected;
-        lsn_t commit_lsn; /* COMMIT_ADVANCED */
-        lsn_t sync_lsn;   /* SYNC_DONE */
+        lsn_t commit_lsn;   /* COMMIT_ADVANCED */
+        lsn_t sync_lsn;     /* SYNC_DONE */
         const char *reason; /* FENCED: static string */
         /* RECONFIGURE: valid until the next call into the proposer. */
         const membership *mconf;
@@ -170,12 +170,12 @@ typedef struct proposer_peer {
     bool vote_given;
     vote_response vote; /* valid from PEER_VOTED on */
     lsn_t start_streaming_at;
-    lsn_t sent_lsn;    /* end of WAL sent in appends */
-    lsn_t flush_lsn;   /* last flush_lsn reported in our term; 0 if none */
-    lsn_t commit_lsn;  /* last commit_lsn reported in our term */
-    lsn_t ack_base;    /* sending window base (see max_inflight_bytes) */
+    lsn_t sent_lsn;   /* end of WAL sent in appends */
+    lsn_t flush_lsn;  /* last flush_lsn reported in our term; 0 if none */
+    lsn_t commit_lsn; /* last commit_lsn reported in our term */
+    lsn_t ack_base;   /* sending window base (see max_inflight_bytes) */
     lsn_t sent_at_last_response;
-    lsn_t told_commit; /* commit_lsn in our last append to it */
+    lsn_t told_commit;           /* commit_lsn in our last append to it */
     pageserver_feedback told_ps; /* ps_feedback in our last append to it */
     uint64_t last_recv_ms;
     uint64_t last_send_ms;
@@ -191,7 +191,7 @@ typedef struct proposer {
     lsn_t term_start_lsn;
     term_history history; /* ours, once elected */
     int donor;
-    lsn_t wal_end;      /* WAL source has [.., wal_end) */
+    lsn_t wal_end; /* WAL source has [.., wal_end) */
     lsn_t commit_lsn;
     lsn_t truncate_lsn;
     /* Field-wise maximum of the pageserver feedback the acceptors report;

@@ -31,164 +31,141 @@ static BlockNumber target_blk = InvalidBlockNumber;
 static bool target_has_page = false;
 static PGAlignedBlock target_page;
 
-static bool
-is_target(SMgrRelation reln, ForkNumber forknum, BlockNumber blocknum)
+static bool is_target(SMgrRelation reln, ForkNumber forknum, BlockNumber blocknum)
 {
-	return forknum == target_fork && blocknum == target_blk &&
-		RelFileNodeEquals(reln->smgr_rnode.node, target_rnode);
+    return forknum == target_fork && blocknum == target_blk &&
+           RelFileNodeEquals(reln->smgr_rnode.node, target_rnode);
 }
 
-static void
-inmem_open(SMgrRelation reln)
+static void inmem_open(SMgrRelation reln)
 {
 }
 
-static void
-inmem_close(SMgrRelation reln, ForkNumber forknum)
+static void inmem_close(SMgrRelation reln, ForkNumber forknum)
 {
 }
 
-static void
-inmem_create(SMgrRelation reln, ForkNumber forknum, bool isRedo)
+static void inmem_create(SMgrRelation reln, ForkNumber forknum, bool isRedo)
 {
 }
 
-static bool
-inmem_exists(SMgrRelation reln, ForkNumber forknum)
+static bool inmem_exists(SMgrRelation reln, ForkNumber forknum)
 {
-	return true;
+    return true;
 }
 
-static void
-inmem_unlink(RelFileNodeBackend rnode, ForkNumber forknum, bool isRedo)
+static void inmem_unlink(RelFileNodeBackend rnode, ForkNumber forknum, bool isRedo)
 {
 }
 
-static void
-inmem_store(SMgrRelation reln, ForkNumber forknum, BlockNumber blocknum, char *buffer)
+static void inmem_store(SMgrRelation reln, ForkNumber forknum, BlockNumber blocknum, char *buffer)
 {
-	if (is_target(reln, forknum, blocknum))
-	{
-		memcpy(target_page.data, buffer, BLCKSZ);
-		target_has_page = true;
-	}
+    if (is_target(reln, forknum, blocknum)) {
+        memcpy(target_page.data, buffer, BLCKSZ);
+        target_has_page = true;
+    }
 }
 
-static void
-inmem_extend(SMgrRelation reln, ForkNumber forknum, BlockNumber blocknum,
-			 char *buffer, bool skipFsync)
+static void inmem_extend(SMgrRelation reln, ForkNumber forknum, BlockNumber blocknum, char *buffer,
+                         bool skipFsync)
 {
-	inmem_store(reln, forknum, blocknum, buffer);
+    inmem_store(reln, forknum, blocknum, buffer);
 }
 
-static bool
-inmem_prefetch(SMgrRelation reln, ForkNumber forknum, BlockNumber blocknum)
+static bool inmem_prefetch(SMgrRelation reln, ForkNumber forknum, BlockNumber blocknum)
 {
-	return true;
+    return true;
 }
 
-static void
-inmem_read(SMgrRelation reln, ForkNumber forknum, BlockNumber blocknum, char *buffer)
+static void inmem_read(SMgrRelation reln, ForkNumber forknum, BlockNumber blocknum, char *buffer)
 {
-	if (is_target(reln, forknum, blocknum))
-	{
-		memcpy(buffer, target_page.data, BLCKSZ);
-		return;
-	}
-	PageInit((Page) buffer, BLCKSZ, 0);
-	PageSetLSN((Page) buffer, (XLogRecPtr) PG_UINT64_MAX);
+    if (is_target(reln, forknum, blocknum)) {
+        memcpy(buffer, target_page.data, BLCKSZ);
+        return;
+    }
+    PageInit((Page)buffer, BLCKSZ, 0);
+    PageSetLSN((Page)buffer, (XLogRecPtr)PG_UINT64_MAX);
 }
 
-static void
-inmem_write(SMgrRelation reln, ForkNumber forknum, BlockNumber blocknum,
-			char *buffer, bool skipFsync)
+static void inmem_write(SMgrRelation reln, ForkNumber forknum, BlockNumber blocknum, char *buffer,
+                        bool skipFsync)
 {
-	inmem_store(reln, forknum, blocknum, buffer);
+    inmem_store(reln, forknum, blocknum, buffer);
 }
 
-static void
-inmem_writeback(SMgrRelation reln, ForkNumber forknum, BlockNumber blocknum,
-				BlockNumber nblocks)
+static void inmem_writeback(SMgrRelation reln, ForkNumber forknum, BlockNumber blocknum,
+                            BlockNumber nblocks)
 {
 }
 
-static BlockNumber
-inmem_nblocks(SMgrRelation reln, ForkNumber forknum)
+static BlockNumber inmem_nblocks(SMgrRelation reln, ForkNumber forknum)
 {
-	return MaxBlockNumber;
+    return MaxBlockNumber;
 }
 
-static void
-inmem_truncate(SMgrRelation reln, ForkNumber forknum, BlockNumber old_blocks,
-			   BlockNumber nblocks)
+static void inmem_truncate(SMgrRelation reln, ForkNumber forknum, BlockNumber old_blocks,
+                           BlockNumber nblocks)
 {
 }
 
-static void
-inmem_immedsync(SMgrRelation reln, ForkNumber forknum)
+static void inmem_immedsync(SMgrRelation reln, ForkNumber forknum)
 {
 }
 
 static const f_smgr inmem_smgr = {
-	.smgr_init = NULL,
-	.smgr_shutdown = NULL,
-	.smgr_open = inmem_open,
-	.smgr_close = inmem_close,
-	.smgr_create = inmem_create,
-	.smgr_exists = inmem_exists,
-	.smgr_unlink = inmem_unlink,
-	.smgr_extend = inmem_extend,
-	.smgr_prefetch = inmem_prefetch,
-	.smgr_read = inmem_read,
-	.smgr_write = inmem_write,
-	.smgr_writeback = inmem_writeback,
-	.smgr_nblocks = inmem_nblocks,
-	.smgr_truncate = inmem_truncate,
-	.smgr_immedsync = inmem_immedsync,
+    .smgr_init = NULL,
+    .smgr_shutdown = NULL,
+    .smgr_open = inmem_open,
+    .smgr_close = inmem_close,
+    .smgr_create = inmem_create,
+    .smgr_exists = inmem_exists,
+    .smgr_unlink = inmem_unlink,
+    .smgr_extend = inmem_extend,
+    .smgr_prefetch = inmem_prefetch,
+    .smgr_read = inmem_read,
+    .smgr_write = inmem_write,
+    .smgr_writeback = inmem_writeback,
+    .smgr_nblocks = inmem_nblocks,
+    .smgr_truncate = inmem_truncate,
+    .smgr_immedsync = inmem_immedsync,
 };
 
-static const f_smgr *
-inmem_smgr_choose(BackendId backend, RelFileNode rnode)
+static const f_smgr *inmem_smgr_choose(BackendId backend, RelFileNode rnode)
 {
-	return &inmem_smgr;
+    return &inmem_smgr;
 }
 
-void
-inmem_smgr_install(void)
+void inmem_smgr_install(void)
 {
-	/* Relations opened before now are md.c's; close them so that no later
-	 * open can find one. */
-	smgrcloseall();
-	smgr_hook = inmem_smgr_choose;
+    /* Relations opened before now are md.c's; close them so that no later
+     * open can find one. */
+    smgrcloseall();
+    smgr_hook = inmem_smgr_choose;
 }
 
-void
-inmem_smgr_set_target(RelFileNode rnode, ForkNumber fork, BlockNumber blk)
+void inmem_smgr_set_target(RelFileNode rnode, ForkNumber fork, BlockNumber blk)
 {
-	Assert(smgr_hook == inmem_smgr_choose);
-	target_rnode = rnode;
-	target_fork = fork;
-	target_blk = blk;
-	target_has_page = false;
-	memset(target_page.data, 0, BLCKSZ);
+    Assert(smgr_hook == inmem_smgr_choose);
+    target_rnode = rnode;
+    target_fork = fork;
+    target_blk = blk;
+    target_has_page = false;
+    memset(target_page.data, 0, BLCKSZ);
 }
 
-void
-inmem_smgr_set_page(const char *page)
+void inmem_smgr_set_page(const char *page)
 {
-	Assert(target_fork != InvalidForkNumber);
-	memcpy(target_page.data, page, BLCKSZ);
-	target_has_page = true;
+    Assert(target_fork != InvalidForkNumber);
+    memcpy(target_page.data, page, BLCKSZ);
+    target_has_page = true;
 }
 
-const char *
-inmem_smgr_page(void)
+const char *inmem_smgr_page(void)
 {
-	return target_page.data;
+    return target_page.data;
 }
 
-bool
-inmem_smgr_has_page(void)
+bool inmem_smgr_has_page(void)
 {
-	return target_has_page;
+    return target_has_page;
 }

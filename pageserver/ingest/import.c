@@ -33,7 +33,8 @@
 
 #define RELSEG_BLOCKS 131072u /* RELSEG_SIZE: blocks per 1 GB segment file */
 
-static void fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void fail(char *err, size_t errlen, const char *fmt, ...)
 {
     va_list ap;
@@ -308,8 +309,8 @@ static int for_each_page(importer *im, const char *path, uint32_t *npages,
     for (uint32_t i = 0; i < n; i++) {
         size_t got = 0;
         while (got < PG_BLCKSZ) {
-            ssize_t r = pread(fd, im->page + got, PG_BLCKSZ - got,
-                              (off_t)i * PG_BLCKSZ + (off_t)got);
+            ssize_t r =
+                pread(fd, im->page + got, PG_BLCKSZ - got, (off_t)i * PG_BLCKSZ + (off_t)got);
             if (r < 0 && errno == EINTR)
                 continue;
             if (r <= 0) {
@@ -531,8 +532,8 @@ static int check_no_tablespaces(const char *pgdata, char *err, size_t errlen)
     int rc = 0;
     while ((de = readdir(d)) != NULL)
         if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0) {
-            fail(err, errlen, "%s/%s: tablespaces other than the default are not supported",
-                 path, de->d_name);
+            fail(err, errlen, "%s/%s: tablespaces other than the default are not supported", path,
+                 de->d_name);
             rc = -1;
             break;
         }
@@ -600,7 +601,7 @@ static int import_all(importer *im, const char *pgdata, const control_info *ci)
 }
 
 int import_pgdata_backend(const ingest_backend *b, const char *pgdata, lsn_t min_lsn,
-                         lsn_t *out_lsn, import_stats *stats, char *err, size_t errlen)
+                          lsn_t *out_lsn, import_stats *stats, char *err, size_t errlen)
 {
     if (check_no_tablespaces(pgdata, err, errlen) != 0)
         return -1;

@@ -42,18 +42,18 @@
 #include "pageserver/store/store.h"
 
 typedef struct import_stats {
-    uint64_t files;          /* files read (relation segments, SLRU segments, maps, ...) */
-    uint64_t rel_forks;      /* relation forks imported (KEY_REL_SIZE values) */
-    uint64_t blocks;         /* relation blocks (images + zero pages) */
-    uint64_t zero_pages;     /* of which all-zero */
-    uint64_t bytes;          /* bytes of relation files read */
-    uint64_t databases;      /* KEY_DB values (including global) */
+    uint64_t files;      /* files read (relation segments, SLRU segments, maps, ...) */
+    uint64_t rel_forks;  /* relation forks imported (KEY_REL_SIZE values) */
+    uint64_t blocks;     /* relation blocks (images + zero pages) */
+    uint64_t zero_pages; /* of which all-zero */
+    uint64_t bytes;      /* bytes of relation files read */
+    uint64_t databases;  /* KEY_DB values (including global) */
     uint64_t relmaps;
     uint64_t slru_segments;
     uint64_t slru_pages;
     uint64_t twophase_files;
-    uint64_t system_id;      /* from pg_control */
-    uint32_t wal_seg_size;   /* from pg_control */
+    uint64_t system_id;    /* from pg_control */
+    uint32_t wal_seg_size; /* from pg_control */
 } import_stats;
 
 /*

@@ -43,8 +43,8 @@ static size_t pow2_at_least(size_t n)
     return c;
 }
 
-int ingest_create_with_backend(const ingest_options *o, const ingest_backend *b,
-                               ingest_state **out, char *err, size_t errlen)
+int ingest_create_with_backend(const ingest_options *o, const ingest_backend *b, ingest_state **out,
+                               char *err, size_t errlen)
 {
     ingest_options def;
     if (o == NULL) {
@@ -308,8 +308,8 @@ static size_entry *cache_find(ingest_state *ing, const pg_key *k, bool insert)
     }
 }
 
-int ingest_size_get(ingest_state *ing, const pg_key *sk, bool *exists, uint32_t *nblocks,
-                    char *err, size_t errlen)
+int ingest_size_get(ingest_state *ing, const pg_key *sk, bool *exists, uint32_t *nblocks, char *err,
+                    size_t errlen)
 {
     size_entry *e = cache_find(ing, sk, false);
     if (e != NULL) {
@@ -468,7 +468,8 @@ void ingest_note_xid(ingest_state *ing, uint32_t xid)
         return;
     uint32_t epoch = (uint32_t)(next >> 32);
     uint32_t target = xid + 1;
-    uint32_t rounded = (target + PG_XID_CHECKPOINT_INTERVAL - 1) & ~(PG_XID_CHECKPOINT_INTERVAL - 1);
+    uint32_t rounded =
+        (target + PG_XID_CHECKPOINT_INTERVAL - 1) & ~(PG_XID_CHECKPOINT_INTERVAL - 1);
     /* Crossed 2^32: the epoch advances.  Postgres skips xids 0..2 at a
      * wraparound; keep the value a normal xid. */
     if (rounded < next32)
@@ -521,8 +522,7 @@ static long pglz_decode(const uint8_t *src, size_t slen, uint8_t *dst, size_t ra
  * page, 0 if the image uses a compression this build does not decode (the
  * caller then stores the record, which redo can apply), -1 if malformed.
  */
-int ingest_restore_image(const wal_block_ref *b, uint8_t page[PG_BLCKSZ], char *err,
-                         size_t errlen)
+int ingest_restore_image(const wal_block_ref *b, uint8_t page[PG_BLCKSZ], char *err, size_t errlen)
 {
     uint8_t tmp[PG_BLCKSZ];
     const uint8_t *img = b->bimg;
@@ -574,8 +574,8 @@ static int ingest_blocks(ingest_state *ing, lsn_t end, const wal_record *rec, ch
                          size_t errlen)
 {
     uint8_t info = rec->hdr.info & WAL_XLR_RMGR_INFO_MASK;
-    bool standalone_fpi = rec->hdr.rmid == PG_RM_XLOG &&
-                          (info == PG_XLOG_FPI || info == PG_XLOG_FPI_FOR_HINT);
+    bool standalone_fpi =
+        rec->hdr.rmid == PG_RM_XLOG && (info == PG_XLOG_FPI || info == PG_XLOG_FPI_FOR_HINT);
     for (int id = 0; id <= rec->max_block_id; id++) {
         const wal_block_ref *b = &rec->blocks[id];
         if (!b->in_use)
@@ -623,8 +623,8 @@ static int ingest_blocks(ingest_state *ing, lsn_t end, const wal_record *rec, ch
 
 /* ---- XLOG rmgr ------------------------------------------------------- */
 
-static int ingest_xlog(ingest_state *ing, lsn_t start, lsn_t end, const wal_record *rec,
-                       char *err, size_t errlen)
+static int ingest_xlog(ingest_state *ing, lsn_t start, lsn_t end, const wal_record *rec, char *err,
+                       size_t errlen)
 {
     uint8_t info = rec->hdr.info & WAL_XLR_RMGR_INFO_MASK;
     const uint8_t *d = rec->main_data;

@@ -128,7 +128,7 @@ typedef struct ingest_options {
      * counters also restart at the images they store, ingest_note_image),
      * so it rarely fires. */
     uint32_t image_threshold;
-    size_t image_track_entries;   /* pages counted at once (default 65536) */
+    size_t image_track_entries; /* pages counted at once (default 65536) */
 } ingest_options;
 
 #define INGEST_IMAGE_THRESHOLD 1000
@@ -141,8 +141,8 @@ ingest_state *ingest_create(store *st, redo_pool *redo);
 
 /* Ingest over any backend (copied; its arg must outlive the state).
  * 0, or -1 with err (bad options, out of memory). */
-int ingest_create_with_backend(const ingest_options *o, const ingest_backend *b,
-                               ingest_state **out, char *err, size_t errlen);
+int ingest_create_with_backend(const ingest_options *o, const ingest_backend *b, ingest_state **out,
+                               char *err, size_t errlen);
 
 /* Replaces the options of a state (e.g. to install the hooks).  A state
  * created with image_threshold 0 keeps no chain table: raising it later
@@ -186,9 +186,9 @@ void ingest_note_image(ingest_state *ing, const pg_key *k);
 typedef struct ingest_stats {
     uint64_t records;
     uint64_t values_put;
-    uint64_t images;          /* VAL_IMAGE + VAL_ZERO_PAGE from FPIs */
-    uint64_t wal_records;     /* VAL_WAL_RECORD puts (one per block reference) */
-    uint64_t gap_zero_pages;  /* VAL_ZERO_PAGE puts filling extension gaps */
+    uint64_t images;         /* VAL_IMAGE + VAL_ZERO_PAGE from FPIs */
+    uint64_t wal_records;    /* VAL_WAL_RECORD puts (one per block reference) */
+    uint64_t gap_zero_pages; /* VAL_ZERO_PAGE puts filling extension gaps */
     uint64_t clog_deltas;
     uint64_t vm_clears;
     uint64_t mxact_deltas;
@@ -197,10 +197,10 @@ typedef struct ingest_stats {
     uint64_t checkpoint_updates;
     uint64_t relsize_cache_hits;
     uint64_t relsize_cache_misses;
-    uint64_t images_generated;  /* images stored by the safety net */
-    uint64_t image_failures;    /* pages it could not rebuild (logged) */
-    uint64_t auto_confs;        /* postgresql.auto.conf versions (ALTER SYSTEM) stored */
-    lsn_t last_end;           /* end of the last record ingested */
+    uint64_t images_generated; /* images stored by the safety net */
+    uint64_t image_failures;   /* pages it could not rebuild (logged) */
+    uint64_t auto_confs;       /* postgresql.auto.conf versions (ALTER SYSTEM) stored */
+    lsn_t last_end;            /* end of the last record ingested */
 } ingest_stats;
 
 void ingest_get_stats(const ingest_state *ing, ingest_stats *out);

@@ -40,12 +40,12 @@ struct ingest_state {
     size_t cache_cap;        /* power of two, >= 2 * relsize_cache_entries */
     size_t cache_count;
     uint8_t cp[PG_CHECKPOINT_SIZE]; /* the current CheckPoint struct */
-    bool cp_loaded;          /* KEY_CHECKPOINT was looked up */
-    bool cp_valid;           /* cp holds a checkpoint */
-    bool cp_dirty;           /* changed by the record being ingested */
+    bool cp_loaded;                 /* KEY_CHECKPOINT was looked up */
+    bool cp_valid;                  /* cp holds a checkpoint */
+    bool cp_dirty;                  /* changed by the record being ingested */
     ingest_stats stats;
-    chain_entry *chains;     /* delta counts per page (image_threshold > 0) */
-    size_t chains_cap;       /* power of two, >= 2 * image_track_entries */
+    chain_entry *chains; /* delta counts per page (image_threshold > 0) */
+    size_t chains_cap;   /* power of two, >= 2 * image_track_entries */
     size_t chains_count;
     pg_key pending[INGEST_MAX_PENDING_IMAGES]; /* pages to rebuild after this record */
     int npending;
@@ -56,8 +56,8 @@ int ingest_put(ingest_state *ing, const pg_key *k, lsn_t lsn, uint8_t kind, uint
                const uint8_t *payload, uint32_t len, char *err, size_t errlen);
 
 /* Sizes of relation forks (KEY_REL_SIZE) and SLRU segments (KEY_SLRU_SIZE). */
-int ingest_size_get(ingest_state *ing, const pg_key *sk, bool *exists, uint32_t *nblocks,
-                    char *err, size_t errlen);
+int ingest_size_get(ingest_state *ing, const pg_key *sk, bool *exists, uint32_t *nblocks, char *err,
+                    size_t errlen);
 int ingest_size_set(ingest_state *ing, const pg_key *sk, uint32_t nblocks, lsn_t lsn, char *err,
                     size_t errlen);
 int ingest_size_drop(ingest_state *ing, const pg_key *sk, lsn_t lsn, char *err, size_t errlen);
@@ -69,14 +69,12 @@ int ingest_checkpoint_store(ingest_state *ing, lsn_t lsn, char *err, size_t errl
 void ingest_note_xid(ingest_state *ing, uint32_t xid);
 
 /* 1 page rebuilt, 0 compression not decodable here, -1 malformed. */
-int ingest_restore_image(const wal_block_ref *b, uint8_t page[PG_BLCKSZ], char *err,
-                         size_t errlen);
+int ingest_restore_image(const wal_block_ref *b, uint8_t page[PG_BLCKSZ], char *err, size_t errlen);
 
 /* rmgr handlers: 0 or -1 with err. */
 int ingest_xact(ingest_state *ing, lsn_t end, const wal_record *rec, char *err, size_t errlen);
 int ingest_clog(ingest_state *ing, lsn_t end, const wal_record *rec, char *err, size_t errlen);
-int ingest_multixact(ingest_state *ing, lsn_t end, const wal_record *rec, char *err,
-                     size_t errlen);
+int ingest_multixact(ingest_state *ing, lsn_t end, const wal_record *rec, char *err, size_t errlen);
 int ingest_smgr(ingest_state *ing, lsn_t end, const wal_record *rec, char *err, size_t errlen);
 int ingest_dbase(ingest_state *ing, lsn_t end, const wal_record *rec, char *err, size_t errlen);
 int ingest_relmap(ingest_state *ing, lsn_t end, const wal_record *rec, char *err, size_t errlen);

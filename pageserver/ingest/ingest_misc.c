@@ -137,8 +137,8 @@ int ingest_smgr(ingest_state *ing, lsn_t end, const wal_record *rec, char *err, 
             snprintf(err, errlen, "smgr create record for fork %u", fork);
             return -1;
         }
-        return ensure_fork(ing, get_le32(d), get_le32(d + 4), get_le32(d + 8),
-                           (uint8_t)fork, end, err, errlen);
+        return ensure_fork(ing, get_le32(d), get_le32(d + 4), get_le32(d + 8), (uint8_t)fork, end,
+                           err, errlen);
     }
     if (info == PG_XLOG_SMGR_TRUNCATE) {
         if (len != PG_SMGR_TRUNCATE_SIZE) {
@@ -306,8 +306,8 @@ int ingest_dbase(ingest_state *ing, lsn_t end, const wal_record *rec, char *err,
                      PG_DBASE_CREATE_FILE_COPY_SIZE);
             return -1;
         }
-        return db_copy(ing, end, get_le32(d), get_le32(d + 4), get_le32(d + 8),
-                       get_le32(d + 12), err, errlen);
+        return db_copy(ing, end, get_le32(d), get_le32(d + 4), get_le32(d + 8), get_le32(d + 12),
+                       err, errlen);
     case PG_XLOG_DBASE_CREATE_WAL_LOG:
         if (len != PG_DBASE_CREATE_WAL_LOG_SIZE) {
             snprintf(err, errlen, "create-database record main data is %u bytes, not %d", len,
@@ -327,8 +327,7 @@ int ingest_dbase(ingest_state *ing, lsn_t end, const wal_record *rec, char *err,
             return -1;
         }
         for (int32_t i = 0; i < n; i++)
-            if (db_drop(ing, end, get_le32(d + 8 + 4 * (size_t)i), get_le32(d), err,
-                        errlen) != 0)
+            if (db_drop(ing, end, get_le32(d + 8 + 4 * (size_t)i), get_le32(d), err, errlen) != 0)
                 return -1;
         return 0;
     }
@@ -355,8 +354,8 @@ int ingest_relmap(ingest_state *ing, lsn_t end, const wal_record *rec, char *err
         return -1;
     }
     pg_key k = {.kind = KEY_RELMAP, .spc = get_le32(d + 4), .db = get_le32(d)};
-    return ingest_put(ing, &k, end, VAL_BLOB, 0, d + PG_RELMAP_UPDATE_HDR_SIZE,
-                      (uint32_t)nbytes, err, errlen);
+    return ingest_put(ing, &k, end, VAL_BLOB, 0, d + PG_RELMAP_UPDATE_HDR_SIZE, (uint32_t)nbytes,
+                      err, errlen);
 }
 
 /* ---- logical messages: the compute's postgresql.auto.conf ---------- */
@@ -391,8 +390,8 @@ int ingest_logical_message(ingest_state *ing, lsn_t end, const wal_record *rec, 
     if (strcmp((const char *)prefix, WAL_AUTO_CONF_PREFIX) != 0)
         return 0;
     if (message_size > WAL_AUTO_CONF_MAX) {
-        snprintf(err, errlen, "%s message of %" PRIu64 " bytes (at most %u)",
-                 WAL_AUTO_CONF_PREFIX, message_size, WAL_AUTO_CONF_MAX);
+        snprintf(err, errlen, "%s message of %" PRIu64 " bytes (at most %u)", WAL_AUTO_CONF_PREFIX,
+                 message_size, WAL_AUTO_CONF_MAX);
         return -1;
     }
     const uint8_t *conf = prefix + prefix_size;
@@ -488,7 +487,8 @@ int ingest_heap_vm(ingest_state *ing, lsn_t end, const wal_record *rec, char *er
             if (need_len(len, PG_HEAP_UPDATE_SIZE, "heap update", err, errlen))
                 return -1;
             uint8_t f = d[7];
-            if (f & (PG_XLH_UPDATE_NEW_ALL_VISIBLE_CLEARED | PG_XLH_UPDATE_OLD_ALL_VISIBLE_CLEARED)) {
+            if (f &
+                (PG_XLH_UPDATE_NEW_ALL_VISIBLE_CLEARED | PG_XLH_UPDATE_OLD_ALL_VISIBLE_CLEARED)) {
                 if (b0 == NULL) {
                     snprintf(err, errlen, "heap update record without block 0");
                     return -1;

@@ -74,7 +74,10 @@ ingest_state *ingest_create(store *st, redo_pool *redo)
     sb->st = st;
     sb->redo = redo;
     ingest_backend b = {
-        .arg = sb, .put = sb_put, .get_latest = sb_get_latest, .scan = sb_scan,
+        .arg = sb,
+        .put = sb_put,
+        .get_latest = sb_get_latest,
+        .scan = sb_scan,
         .get_page = sb_get_page,
     };
     ingest_options o;
@@ -92,13 +95,15 @@ ingest_state *ingest_create(store *st, redo_pool *redo)
     return ing;
 }
 
-
 int import_pgdata(store *st, const char *pgdata, lsn_t *out_lsn, import_stats *stats, char *err,
                   size_t errlen)
 {
     store_backend sb = {.st = st, .redo = NULL};
     ingest_backend b = {
-        .arg = &sb, .put = sb_put, .get_latest = sb_get_latest, .scan = sb_scan,
+        .arg = &sb,
+        .put = sb_put,
+        .get_latest = sb_get_latest,
+        .scan = sb_scan,
         .get_page = sb_get_page,
     };
     lsn_t lsn;

@@ -18,8 +18,8 @@
 
 /* ---- SLRU helpers ------------------------------------------------------ */
 
-static int slru_zero_page(ingest_state *ing, slru_kind kind, uint32_t pageno, lsn_t end,
-                          char *err, size_t errlen)
+static int slru_zero_page(ingest_state *ing, slru_kind kind, uint32_t pageno, lsn_t end, char *err,
+                          size_t errlen)
 {
     uint32_t segno = pageno / PG_SLRU_PAGES_PER_SEGMENT;
     uint32_t blk = pageno % PG_SLRU_PAGES_PER_SEGMENT;
@@ -265,8 +265,7 @@ static int xact_parse(const wal_record *rec, bool is_abort, xact_parsed *p, char
     uint32_t n;
     const uint8_t *ignored;
     if ((p->xinfo & PG_XINFO_HAS_DROPPED_STATS) &&
-        take_array(d, len, &off, PG_XACT_STATS_ITEM_SIZE, &n, &ignored, "stats items", err,
-                   errlen))
+        take_array(d, len, &off, PG_XACT_STATS_ITEM_SIZE, &n, &ignored, "stats items", err, errlen))
         return -1;
     if (!is_abort && (p->xinfo & PG_XINFO_HAS_INVALS) &&
         take_array(d, len, &off, PG_INVAL_MSG_SIZE, &n, &ignored, "invalidations", err, errlen))
@@ -373,15 +372,14 @@ int ingest_xact(ingest_state *ing, lsn_t end, const wal_record *rec, char *err, 
     for (uint32_t i = 0; i <= p.nsubxacts; i++)
         ingest_note_xid(ing, xids[i]);
     int rc = clog_set(ing, xids, (size_t)p.nsubxacts + 1,
-                      commit ? PG_XACT_STATUS_COMMITTED : PG_XACT_STATUS_ABORTED, end, err,
-                      errlen);
+                      commit ? PG_XACT_STATUS_COMMITTED : PG_XACT_STATUS_ABORTED, end, err, errlen);
     free(xids);
     if (rc != 0)
         return -1;
     for (uint32_t i = 0; i < p.nrels; i++) {
         const uint8_t *n = p.xnodes + PG_RELFILENODE_SIZE * i;
-        if (ingest_drop_relation(ing, get_le32(n), get_le32(n + 4), get_le32(n + 8), end,
-                                 err, errlen) != 0)
+        if (ingest_drop_relation(ing, get_le32(n), get_le32(n + 4), get_le32(n + 8), end, err,
+                                 errlen) != 0)
             return -1;
     }
     if (prepared && twophase_key_put(ing, xid, end, NULL, 0, true, err, errlen) != 0)
@@ -406,8 +404,7 @@ static int mxact_create(ingest_state *ing, lsn_t end, const uint8_t *d, uint32_t
     uint32_t mid = get_le32(d), moff = get_le32(d + 4);
     int32_t n = (int32_t)get_le32(d + 8);
     if (n <= 0 || (uint64_t)n * PG_MXACT_MEMBER_SIZE != len - PG_MXACT_CREATE_HDR_SIZE) {
-        snprintf(err, errlen, "multixact create record: %d members do not match %u bytes", n,
-                 len);
+        snprintf(err, errlen, "multixact create record: %d members do not match %u bytes", n, len);
         return -1;
     }
     if (mid < PG_MULTIXACT_FIRST_MULTI) {
@@ -499,8 +496,7 @@ static int mxact_truncate_members(ingest_state *ing, uint32_t start_off, uint32_
     return rc;
 }
 
-int ingest_multixact(ingest_state *ing, lsn_t end, const wal_record *rec, char *err,
-                     size_t errlen)
+int ingest_multixact(ingest_state *ing, lsn_t end, const wal_record *rec, char *err, size_t errlen)
 {
     uint8_t info = rec->hdr.info & WAL_XLR_RMGR_INFO_MASK;
     const uint8_t *d = rec->main_data;
@@ -530,8 +526,7 @@ int ingest_multixact(ingest_state *ing, lsn_t end, const wal_record *rec, char *
             memcpy(ing->cp + PG_CP_OLDEST_MULTI_DB, d, 4);
             ing->cp_dirty = true;
         }
-        if (mxact_truncate_members(ing, get_le32(d + 12), get_le32(d + 16), end, err,
-                                   errlen) != 0)
+        if (mxact_truncate_members(ing, get_le32(d + 12), get_le32(d + 16), end, err, errlen) != 0)
             return -1;
         /* PerformOffsetsTruncation: cut at the page of the multi before end. */
         uint32_t prev = end_multi - 1;

@@ -159,8 +159,7 @@ static int conninfo(const walreceiver *wr, int i, char *out, size_t cap)
     if (n < 0 || (size_t)n >= cap)
         return -1;
     if (wr->o.send_ids) {
-        int m = snprintf(out + n, cap - (size_t)n,
-                         " options='-c tenant_id=%s -c timeline_id=%s'",
+        int m = snprintf(out + n, cap - (size_t)n, " options='-c tenant_id=%s -c timeline_id=%s'",
                          strata_id_format(&wr->o.tenant, t), strata_id_format(&wr->o.timeline, l));
         if (m < 0 || (size_t)m >= cap - (size_t)n)
             return -1;
@@ -614,8 +613,8 @@ static void free_wr(walreceiver *wr)
     free(wr);
 }
 
-int walreceiver_start(const walreceiver_options *o, store *st, ingest_state *ing,
-                      walreceiver **out, char *err, size_t errlen)
+int walreceiver_start(const walreceiver_options *o, store *st, ingest_state *ing, walreceiver **out,
+                      char *err, size_t errlen)
 {
     if (o->n_safekeepers < 1 || o->n_safekeepers > WALRECEIVER_MAX_SAFEKEEPERS) {
         snprintf(err, errlen, "need 1 to %d safekeepers", WALRECEIVER_MAX_SAFEKEEPERS);
@@ -685,7 +684,6 @@ void walreceiver_status(walreceiver *wr, walreceiver_status_info *out)
     pthread_mutex_lock(&wr->mu);
     *out = wr->status;
     pthread_mutex_unlock(&wr->mu);
-    out->lag_bytes = out->upstream_lsn > out->last_received_lsn
-                         ? out->upstream_lsn - out->last_received_lsn
-                         : 0;
+    out->lag_bytes =
+        out->upstream_lsn > out->last_received_lsn ? out->upstream_lsn - out->last_received_lsn : 0;
 }

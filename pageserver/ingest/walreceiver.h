@@ -63,22 +63,22 @@ typedef struct walreceiver_options {
     int n_safekeepers;
     strata_id tenant;
     strata_id timeline;
-    const char *user;      /* default "strata" */
-    const char *password;  /* NULL: none (trust) */
-    lsn_t start_lsn;       /* lowest start (e.g. the import LSN) */
-    uint32_t wal_seg_size; /* default 16 MB */
-    uint32_t status_interval_ms;  /* default 1000 */
-    uint32_t reconnect_min_ms;    /* default 100 */
-    uint32_t reconnect_max_ms;    /* default 5000 */
-    uint32_t connect_timeout_s;   /* default 5 */
-    uint32_t probe_interval_ms;   /* default 10000 */
-    uint64_t switch_lag_bytes;    /* default 1 GiB */
-    size_t reassembly_buf;        /* initial size, grows to fit; default WAL_READER_DEFAULT_BUF */
+    const char *user;            /* default "strata" */
+    const char *password;        /* NULL: none (trust) */
+    lsn_t start_lsn;             /* lowest start (e.g. the import LSN) */
+    uint32_t wal_seg_size;       /* default 16 MB */
+    uint32_t status_interval_ms; /* default 1000 */
+    uint32_t reconnect_min_ms;   /* default 100 */
+    uint32_t reconnect_max_ms;   /* default 5000 */
+    uint32_t connect_timeout_s;  /* default 5 */
+    uint32_t probe_interval_ms;  /* default 10000 */
+    uint64_t switch_lag_bytes;   /* default 1 GiB */
+    size_t reassembly_buf;       /* initial size, grows to fit; default WAL_READER_DEFAULT_BUF */
     /* Send our 'z' feedback (default true).  A stock Postgres walsender
      * (tests) closes the connection on an unknown message: set false there,
      * and set no tenant/timeline options (send_ids false). */
     bool send_ps_feedback;
-    bool send_ids;                /* default true */
+    bool send_ids; /* default true */
 } walreceiver_options;
 
 void walreceiver_options_default(walreceiver_options *o);
@@ -88,8 +88,8 @@ void walreceiver_options_default(walreceiver_options *o);
  * outlive the receiver).  0, or -1 with err (bad options, thread creation).
  * Connection failures are not errors here: the thread retries.
  */
-int walreceiver_start(const walreceiver_options *o, store *st, ingest_state *ing,
-                      walreceiver **out, char *err, size_t errlen);
+int walreceiver_start(const walreceiver_options *o, store *st, ingest_state *ing, walreceiver **out,
+                      char *err, size_t errlen);
 
 /* Stops the thread (interrupting a blocking read within ~100 ms), closes
  * the connection and frees.  NULL is ignored. */
@@ -106,18 +106,18 @@ void walreceiver_stop(walreceiver *wr);
 store *walreceiver_store_of(const strata_id *tenant, const strata_id *timeline);
 
 typedef struct walreceiver_status_info {
-    bool running;          /* false after a fatal (ingest) error */
+    bool running; /* false after a fatal (ingest) error */
     bool connected;
-    int safekeeper;        /* index into options.safekeepers, -1 if none */
+    int safekeeper;          /* index into options.safekeepers, -1 if none */
     lsn_t last_received_lsn; /* end of the last record ingested */
-    lsn_t upstream_lsn;    /* the connected safekeeper's wal_end as last seen */
-    uint64_t lag_bytes;    /* upstream_lsn - last_received_lsn (0 if behind) */
-    uint64_t records;      /* records ingested by this receiver */
-    uint64_t bytes;        /* WAL bytes received */
-    uint64_t connects;     /* successful START_REPLICATIONs */
-    uint64_t errors;       /* connection / protocol errors (each led to a reconnect) */
-    uint64_t probe_errors; /* other safekeepers not answering a probe while streaming */
-    uint64_t switches;     /* switches to a safekeeper further ahead */
+    lsn_t upstream_lsn;      /* the connected safekeeper's wal_end as last seen */
+    uint64_t lag_bytes;      /* upstream_lsn - last_received_lsn (0 if behind) */
+    uint64_t records;        /* records ingested by this receiver */
+    uint64_t bytes;          /* WAL bytes received */
+    uint64_t connects;       /* successful START_REPLICATIONs */
+    uint64_t errors;         /* connection / protocol errors (each led to a reconnect) */
+    uint64_t probe_errors;   /* other safekeepers not answering a probe while streaming */
+    uint64_t switches;       /* switches to a safekeeper further ahead */
     int64_t last_error_time; /* Unix seconds of the most recent error, 0 if none */
     /* The most recent error; cleared ("") once a message arrives on a new
      * connection, i.e. streaming works again (errors and last_error_time

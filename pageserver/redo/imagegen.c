@@ -73,17 +73,17 @@ struct imagegen {
     void *arg;
 
     /* Writer thread only. */
-    ig_entry *table; /* allocated on first note */
+    ig_entry *table;  /* allocated on first note */
     size_t table_cap; /* power of two, >= 2 * track_entries */
     size_t table_count;
-    ig_done *scratch; /* total_cap slots for drain */
-    lsn_t last_lsn;   /* LSN of the newest noted value */
-    bool dropped;     /* a request was dropped since the last full sweep */
-    size_t sweep_at;  /* where the next sweep of the table resumes */
-    uint32_t hard_cap; /* IMAGEGEN_HARD_CAP_FACTOR * threshold */
+    ig_done *scratch;                     /* total_cap slots for drain */
+    lsn_t last_lsn;                       /* LSN of the newest noted value */
+    bool dropped;                         /* a request was dropped since the last full sweep */
+    size_t sweep_at;                      /* where the next sweep of the table resumes */
+    uint32_t hard_cap;                    /* IMAGEGEN_HARD_CAP_FACTOR * threshold */
     pg_key pressed[IMAGEGEN_PRESSED_MAX]; /* pages that reached hard_cap */
     size_t npressed;
-    bool rescan; /* pressed overflowed: find the rest in the table */
+    bool rescan;        /* pressed overflowed: find the rest in the table */
     bool want_readable; /* a job was queued at an LSN not yet readable */
     lsn_t readable;     /* as the last imagegen_backpressure() was told */
     bool stalled;       /* a wait timed out and no result came since */
@@ -92,7 +92,7 @@ struct imagegen {
     pthread_mutex_t mu;
     pthread_cond_t cv;      /* workers: a job was queued, or stop */
     pthread_cond_t done_cv; /* the writer in backpressure: a result was filed */
-    ig_job *queue; /* ring of queue_cap */
+    ig_job *queue;          /* ring of queue_cap */
     size_t qhead, qlen;
     ig_job *urgent; /* ring of urgent_cap */
     size_t uhead, ulen;
@@ -192,7 +192,8 @@ void imagegen_observe_read_chain(int n)
         n = 0;
     metrics_histogram_observe(im.read_chain, n);
     uint_fast64_t cur = atomic_load(&im.read_chain_max);
-    while ((uint64_t)n > cur && !atomic_compare_exchange_weak(&im.read_chain_max, &cur, (uint64_t)n))
+    while ((uint64_t)n > cur &&
+           !atomic_compare_exchange_weak(&im.read_chain_max, &cur, (uint64_t)n))
         ;
     if ((uint64_t)n > cur)
         metrics_gauge_set(im.read_chain_max_g, n);

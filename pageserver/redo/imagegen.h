@@ -39,20 +39,19 @@
  * waited for again until their counters fall below H -- so ingest never
  * deadlocks; and until a worker delivers a result again, pages that reach H
  * are waived at once (also counted as timeouts): a stuck or slow-starting
- * redo pool stalls ingest for one timeout, not one per page.  Every job then needs only readable LSNs (the rebuild's min_lsn
+ * redo pool stalls ingest for one timeout, not one per page.  Every job then needs only readable
+ * LSNs (the rebuild's min_lsn
  * <= the readable LSN), so no worker waits for the waiting writer.
  *
  * The bound.  A page's counter is an upper bound of the deltas a read at the
  * newest readable LSN replays (an image at L resets it to 0 when no delta
  * was noted after L, else to the deltas noted since the page was queued, a
- * superset of those after L; a complete value resets it to 0), and a read at an older LSN replays no more than the
- * counter was when that LSN was newest.  Ingest stops after the record that
- * brings a counter to H until it is below H again, so at any readable LSN
- * every counter is <= H + r - 1, r = the most deltas one record puts on one
- * page: r = 1 (a block reference, a CLOG page's set, a VM page's clears are
- * each one delta per record).  So:
- *     longest chain a read replays <= H = 2 * threshold,
- * i.e. threshold + a slack of one threshold, except (each counted) for
+ * superset of those after L; a complete value resets it to 0), and a read at an older LSN replays
+ * no more than the counter was when that LSN was newest.  Ingest stops after the record that brings
+ * a counter to H until it is below H again, so at any readable LSN every counter is <= H + r - 1, r
+ * = the most deltas one record puts on one page: r = 1 (a block reference, a CLOG page's set, a VM
+ * page's clears are each one delta per record).  So: longest chain a read replays <= H = 2 *
+ * threshold, i.e. threshold + a slack of one threshold, except (each counted) for
  *   - a backpressure timeout (pageserver_image_backpressure_timeouts_total):
  *     that page's chain may grow until its image is stored;
  *   - a counter forgotten by a full table (stats.forgotten): the page's chain
@@ -104,8 +103,8 @@ typedef int (*imagegen_rebuild_fn)(void *arg, const pg_key *k, lsn_t min_lsn,
 
 /* Stores page as an image of k at lsn (<= last_record_lsn).  0 or -1 with
  * err.  Called on the writer thread inside imagegen_drain(). */
-typedef int (*imagegen_put_fn)(void *arg, const pg_key *k, lsn_t lsn,
-                               const uint8_t page[PG_BLCKSZ], char *err, size_t errlen);
+typedef int (*imagegen_put_fn)(void *arg, const pg_key *k, lsn_t lsn, const uint8_t page[PG_BLCKSZ],
+                               char *err, size_t errlen);
 
 typedef struct imagegen_options {
     uint32_t threshold;   /* deltas since the newest complete value that queue a page (>= 1) */
@@ -187,10 +186,10 @@ typedef struct imagegen_stats {
     uint64_t drops;     /* pages refused by a full pipeline */
     uint64_t written;   /* images stored */
     uint64_t written_bytes;
-    uint64_t skipped;   /* rebuilds that found no image useful */
-    uint64_t failures;  /* rebuilds or puts that failed */
-    uint64_t forgotten; /* counters dropped from a full table */
-    uint64_t depth;     /* pages in the pipeline now */
+    uint64_t skipped;               /* rebuilds that found no image useful */
+    uint64_t failures;              /* rebuilds or puts that failed */
+    uint64_t forgotten;             /* counters dropped from a full table */
+    uint64_t depth;                 /* pages in the pipeline now */
     uint64_t backpressure_waits;    /* imagegen_backpressure() calls that waited */
     uint64_t backpressure_timeouts; /* of which ended at the timeout */
     uint64_t backpressure_ns;       /* time spent in those waits */

@@ -903,8 +903,8 @@ static const char *deliver(helper *h, char *err, size_t errlen)
 
 /* Waits for w's response; reads the pipe (for everyone) while no one else
  * does.  Takes and releases mu. */
-static req_result read_response(redo_pool *p, helper *h, waiter *w, uint64_t gen,
-                                uint64_t deadline, char *err, size_t errlen)
+static req_result read_response(redo_pool *p, helper *h, waiter *w, uint64_t gen, uint64_t deadline,
+                                char *err, size_t errlen)
 {
     pthread_mutex_lock(&h->mu);
     while (w->state == WS_PENDING && h->generation == gen) {
@@ -1135,7 +1135,8 @@ static void *warm_main(void *arg)
     pthread_mutex_unlock(&p->mu);
     if (rc != 0)
         log_warn("redo pool: preparing the helper template: %s (tried again at the first "
-                 "redo)", err);
+                 "redo)",
+                 err);
     return NULL;
 }
 

@@ -29,8 +29,8 @@
 typedef struct redo_pool redo_pool;
 
 typedef struct redo_pool_options {
-    const char *pg_bindir;   /* the patched build's bin/ (postgres) */
-    const char *work_dir;    /* where helpers keep their tiny data directory */
+    const char *pg_bindir; /* the patched build's bin/ (postgres) */
+    const char *work_dir;  /* where helpers keep their tiny data directory */
     /* Path of strata_walredo.so (the file must have that name; copied).
      * NULL or "": $STRATA_WALREDO_LIB if set, else <exe dir>/../lib/strata_walredo.so.
      * Checked when the first helper starts (a missing file fails that request). */

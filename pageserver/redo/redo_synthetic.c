@@ -226,15 +226,14 @@ static const uint8_t *record_main_data(const value_ref *v, uint32_t *len)
 
 bool redo_synthetic_is_vm_truncate(const value_ref *v)
 {
-    return v->kind == VAL_WAL_RECORD && v->len >= XLOG_HEADER_LEN &&
-           v->payload[17] == RM_SMGR && (v->payload[16] & 0xF0) == SMGR_TRUNCATE_INFO;
+    return v->kind == VAL_WAL_RECORD && v->len >= XLOG_HEADER_LEN && v->payload[17] == RM_SMGR &&
+           (v->payload[16] & 0xF0) == SMGR_TRUNCATE_INFO;
 }
 
 /* visibilitymap_prepare_truncate as smgr_redo runs it: on the VM page that
  * keeps the last heap blocks, clear the bits of every heap block at or past
  * the new size (the page LSN stays: redo does not set it). */
-static int apply_vm_truncate(const pg_key *k, const value_ref *v, uint8_t *page,
-                             const char **why)
+static int apply_vm_truncate(const pg_key *k, const value_ref *v, uint8_t *page, const char **why)
 {
     if (k->kind != KEY_REL_BLOCK || k->fork != FORK_VM) {
         *why = "smgr truncate record on a page that is not a visibility-map page";

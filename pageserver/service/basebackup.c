@@ -288,12 +288,28 @@ static int write_fail(bb *b)
 }
 
 static const char *const skeleton_dirs[] = {
-    "global",       "base",          "pg_wal",        "pg_wal/archive_status",
-    "pg_xact",      "pg_multixact",  "pg_multixact/offsets", "pg_multixact/members",
-    "pg_twophase",  "pg_subtrans",   "pg_notify",     "pg_serial",
-    "pg_snapshots", "pg_stat",       "pg_stat_tmp",   "pg_replslot",
-    "pg_tblspc",    "pg_logical",    "pg_logical/snapshots", "pg_logical/mappings",
-    "pg_commit_ts", "pg_dynshmem",
+    "global",
+    "base",
+    "pg_wal",
+    "pg_wal/archive_status",
+    "pg_xact",
+    "pg_multixact",
+    "pg_multixact/offsets",
+    "pg_multixact/members",
+    "pg_twophase",
+    "pg_subtrans",
+    "pg_notify",
+    "pg_serial",
+    "pg_snapshots",
+    "pg_stat",
+    "pg_stat_tmp",
+    "pg_replslot",
+    "pg_tblspc",
+    "pg_logical",
+    "pg_logical/snapshots",
+    "pg_logical/mappings",
+    "pg_commit_ts",
+    "pg_dynshmem",
 };
 
 static const char hba_conf[] =
@@ -320,8 +336,8 @@ static int write_auto_conf(bb *b)
     if (rc == 0)
         return tar_file(&b->w, "postgresql.auto.conf", "", 0) != 0 ? write_fail(b) : 0;
     if (v.kind != VAL_BLOB || v.len > WAL_AUTO_CONF_MAX) {
-        snprintf(b->err, b->errlen, "stored postgresql.auto.conf is a value of kind %u and %u bytes",
-                 v.kind, v.len);
+        snprintf(b->err, b->errlen,
+                 "stored postgresql.auto.conf is a value of kind %u and %u bytes", v.kind, v.len);
         free((void *)v.payload);
         return read_fail(b);
     }
@@ -429,8 +445,8 @@ static int write_relation_as(bb *b, const pg_key *k, const pg_key *name_as, uint
         if (s == 0)
             snprintf(path, sizeof path, "%s/%u%s", dir, name_as->rel, fork_suffix[name_as->fork]);
         else
-            snprintf(path, sizeof path, "%s/%u%s.%u", dir, name_as->rel,
-                     fork_suffix[name_as->fork], s);
+            snprintf(path, sizeof path, "%s/%u%s.%u", dir, name_as->rel, fork_suffix[name_as->fork],
+                     s);
         if (tar_header(&b->w, path, false, (uint64_t)n * PG_BLCKSZ) != 0)
             return write_fail(b);
         for (uint32_t i = 0; i < n; i++) {
@@ -456,8 +472,8 @@ static int write_slru(bb *b, const pg_key *k)
         return read_fail(b);
     }
     uint32_t n = 0;
-    if (b->src->slru_segment(b->src->arg, k->fork, k->rel, b->lsn, b->page, MAX_SLRU_SEG_BLOCKS,
-                             &n, b->err, b->errlen) != 0)
+    if (b->src->slru_segment(b->src->arg, k->fork, k->rel, b->lsn, b->page, MAX_SLRU_SEG_BLOCKS, &n,
+                             b->err, b->errlen) != 0)
         return read_fail(b);
     char path[64];
     /* slru.c names segments with at least 4 hex digits. */

@@ -73,10 +73,10 @@ typedef struct basebackup_timeline_source {
 void basebackup_source_timeline(basebackup_source *out, basebackup_timeline_source *ts);
 
 typedef struct basebackup_options {
-    bool full;             /* include every relation file */
-    lsn_t prev_lsn;        /* xl_prev of the checkpoint record; LSN_INVALID: see below */
-    lsn_t timeline_start;  /* the timeline's start LSN (its import LSN) */
-    int64_t now;           /* seconds since the epoch for pg_control (0: time(NULL)) */
+    bool full;            /* include every relation file */
+    lsn_t prev_lsn;       /* xl_prev of the checkpoint record; LSN_INVALID: see below */
+    lsn_t timeline_start; /* the timeline's start LSN (its import LSN) */
+    int64_t now;          /* seconds since the epoch for pg_control (0: time(NULL)) */
 } basebackup_options;
 
 /* Receives the archive in order, in chunks of at most BASEBACKUP_CHUNK
@@ -92,9 +92,9 @@ typedef struct basebackup_result {
     lsn_t prev_lsn;        /* xl_prev written (0 if unknown) */
     uint64_t bytes;        /* archive size */
     uint32_t files;
-    uint32_t rel_files;    /* relation segment files (full only) */
+    uint32_t rel_files; /* relation segment files (full only) */
     uint64_t rel_blocks;
-    uint32_t databases;    /* including global */
+    uint32_t databases; /* including global */
     uint32_t slru_segments;
     uint32_t twophase_files;
 } basebackup_result;

@@ -35,10 +35,10 @@
 #include "pageserver/timeline.h"
 #include "pageserver/ingest/walreceiver.h"
 
-#define BB_MAX_CONCURRENT 4      /* basebackups running at once (process-wide) */
-#define BB_QUEUE_CHUNKS 8        /* chunks queued between thread and loop */
-#define BB_WAIT_SLICE_MS 100     /* LSN wait slices (a cancel is seen within one) */
-#define BB_CONGESTED_POLL_MS 5   /* retry interval while the connection is congested */
+#define BB_MAX_CONCURRENT 4    /* basebackups running at once (process-wide) */
+#define BB_QUEUE_CHUNKS 8      /* chunks queued between thread and loop */
+#define BB_WAIT_SLICE_MS 100   /* LSN wait slices (a cancel is seen within one) */
+#define BB_CONGESTED_POLL_MS 5 /* retry interval while the connection is congested */
 
 typedef struct bb_chunk {
     struct bb_chunk *next;
@@ -220,15 +220,15 @@ static void *job_main(void *arg)
                      "requested LSN %s is below the GC horizon %s of this timeline",
                      lsn_format(j->lsn, a), lsn_format(horizon, b));
         } else if (j->lsn < meta->start_lsn) {
-            job_fail(j, SQLSTATE_INVALID_PARAMETER_VALUE, "requested LSN %s is before the timeline's start %s",
-                     lsn_format(j->lsn, a), lsn_format(meta->start_lsn, b));
+            job_fail(j, SQLSTATE_INVALID_PARAMETER_VALUE,
+                     "requested LSN %s is before the timeline's start %s", lsn_format(j->lsn, a),
+                     lsn_format(meta->start_lsn, b));
         } else {
             basebackup_timeline_source ts = {.tl = j->tl, .st = j->st};
             basebackup_source src;
             basebackup_source_timeline(&src, &ts);
-            basebackup_options o = {.full = j->full,
-                                    .prev_lsn = record_start_at(j),
-                                    .timeline_start = meta->start_lsn};
+            basebackup_options o = {
+                .full = j->full, .prev_lsn = record_start_at(j), .timeline_start = meta->start_lsn};
             if (o.prev_lsn == LSN_INVALID && j->lsn != meta->start_lsn)
                 log_warn("basebackup %s at %s: the start of the record ending there is not "
                          "known; writing xl_prev 0 (stock WAL readers stop at the checkpoint)",
@@ -236,7 +236,8 @@ static void *job_main(void *arg)
             const char *sqlstate = NULL;
             if (basebackup_write(&src, j->lsn, &o, sink, j, &j->res, j->err, sizeof j->err,
                                  &sqlstate) != 0) {
-                snprintf(j->sqlstate, sizeof j->sqlstate, "%s", sqlstate ? sqlstate : SQLSTATE_INTERNAL_ERROR);
+                snprintf(j->sqlstate, sizeof j->sqlstate, "%s",
+                         sqlstate ? sqlstate : SQLSTATE_INTERNAL_ERROR);
                 j->rc = -1;
             }
         }
@@ -293,7 +294,8 @@ static void job_finish(bb_job *j)
     } else if (j->rc != 0) {
         metrics_counter_inc(m_failures);
         log_warn("basebackup %s at %s failed: %s", j->ids, lsn_format(j->lsn, a), j->err);
-        pgwire_send_error(j->c, "ERROR", j->sqlstate[0] ? j->sqlstate : SQLSTATE_INTERNAL_ERROR, j->err, NULL);
+        pgwire_send_error(j->c, "ERROR", j->sqlstate[0] ? j->sqlstate : SQLSTATE_INTERNAL_ERROR,
+                          j->err, NULL);
     } else {
         if (!j->copy_started)
             pgwire_start_copy_out(j->c);
@@ -303,9 +305,8 @@ static void job_finish(bb_job *j)
         metrics_histogram_observe(m_seconds, secs);
         log_info("basebackup %s at %s%s: %" PRIu64 " bytes, %u files (%u relation files), "
                  "xl_prev %s, in %.3f s",
-                 j->ids, lsn_format(j->lsn, a), j->full ? " full" : "", j->res.bytes,
-                 j->res.files, j->res.rel_files,
-                 j->res.prev_lsn ? "known" : "0", secs);
+                 j->ids, lsn_format(j->lsn, a), j->full ? " full" : "", j->res.bytes, j->res.files,
+                 j->res.rel_files, j->res.prev_lsn ? "known" : "0", secs);
     }
     uv_close((uv_handle_t *)&j->async, job_handle_closed);
     uv_close((uv_handle_t *)&j->timer, job_handle_closed);
@@ -436,8 +437,7 @@ void basebackup_service_query(uv_loop_t *loop, pgwire_conn *c, tenants *t, const
     lsn_t lsn = LSN_INVALID;
     if (strcmp(w[3], "latest") != 0) {
         if (!lsn_parse(w[3], &lsn) || lsn == LSN_INVALID) {
-            snprintf(msg, sizeof msg, "invalid LSN \"%.40s\": expected X/Y in hex or latest",
-                     w[3]);
+            snprintf(msg, sizeof msg, "invalid LSN \"%.40s\": expected X/Y in hex or latest", w[3]);
             pgwire_send_error(c, "ERROR", SQLSTATE_INVALID_PARAMETER_VALUE, msg, usage);
             return;
         }
@@ -450,8 +450,7 @@ void basebackup_service_query(uv_loop_t *loop, pgwire_conn *c, tenants *t, const
     }
     timeline *tl = tenants_get(t, &tenant, &tlid);
     if (tl == NULL) {
-        snprintf(msg, sizeof msg, "tenant %s timeline %s not found on this pageserver", w[1],
-                 w[2]);
+        snprintf(msg, sizeof msg, "tenant %s timeline %s not found on this pageserver", w[1], w[2]);
         pgwire_send_error(c, "ERROR", SQLSTATE_UNDEFINED_FILE, msg, NULL);
         return;
     }

@@ -105,9 +105,9 @@ static cJSON *timeline_json(timeline *tl)
     cJSON_AddNumberToObject(z, "data_file_bytes", (double)st.store.data_file_bytes);
     cJSON_AddNumberToObject(z, "index_bytes", (double)st.store.index_bytes);
     cJSON_AddNumberToObject(z, "open_layer_bytes", (double)st.store.open_layer_bytes);
-    cJSON_AddNumberToObject(z, "total_bytes", (double)(st.store.data_file_bytes +
-                                                       st.store.index_bytes +
-                                                       st.store.open_layer_bytes));
+    cJSON_AddNumberToObject(
+        z, "total_bytes",
+        (double)(st.store.data_file_bytes + st.store.index_bytes + st.store.open_layer_bytes));
     return o;
 }
 
@@ -471,8 +471,9 @@ static void on_tenant_tree(const http_request *req, http_response *resp, void *a
     char a[STRATA_ID_HEX_LEN];
     if (n == 1) {
         if (post) {
-            http_response_error(resp, 405, "method POST not allowed on %s (create a tenant with "
-                                           "POST /v1/tenant)",
+            http_response_error(resp, 405,
+                                "method POST not allowed on %s (create a tenant with "
+                                "POST /v1/tenant)",
                                 req->path);
         } else if (get) {
             strata_id id;
@@ -517,14 +518,12 @@ static void on_tenant_tree(const http_request *req, http_response *resp, void *a
         else if (post)
             create_timeline(h, &tenant, NULL, req, resp);
         else
-            http_response_error(resp, 405, "method %s not allowed on %s", req->method,
-                                req->path);
+            http_response_error(resp, 405, "method %s not allowed on %s", req->method, req->path);
         return;
     }
     if (n == 4) {
         if (!get) {
-            http_response_error(resp, 405, "method %s not allowed on %s", req->method,
-                                req->path);
+            http_response_error(resp, 405, "method %s not allowed on %s", req->method, req->path);
             return;
         }
         timeline *tl = get_or_404(h, &tenant, &tlid, resp);

@@ -82,8 +82,8 @@ struct ps_conn {
 
 /* Metrics by request type (index = PS_REQ_* tag). */
 #define N_TYPES 6
-static const char *const type_names[N_TYPES] = {"exists", "nblocks", "getpage", "dbsize",
-                                                "slru_segment", "spcsize"};
+static const char *const type_names[N_TYPES] = {"exists", "nblocks",      "getpage",
+                                                "dbsize", "slru_segment", "spcsize"};
 
 struct page_service {
     uv_loop_t *loop;
@@ -405,7 +405,8 @@ static void conn_flush(ps_conn *pc)
             if (j->resp_len > 0)
                 pgwire_send_copy_data(pc->c, j->resp, j->resp_len);
             if (j->close_after) {
-                pgwire_send_error(pc->c, "FATAL", SQLSTATE_PROTOCOL_VIOLATION, j->fatal_message, NULL);
+                pgwire_send_error(pc->c, "FATAL", SQLSTATE_PROTOCOL_VIOLATION, j->fatal_message,
+                                  NULL);
                 pgwire_conn_close(pc->c);
             }
         }
@@ -485,7 +486,8 @@ static void on_copy_data(pgwire_conn *c, const uint8_t *data, size_t n, void *ar
         set_error(j, SQLSTATE_INVALID_PARAMETER_VALUE, "request_lsn 0/0 is not a valid LSN");
         j->done = true;
     } else if (q->request_lsn < q->not_modified_since) {
-        set_error(j, SQLSTATE_INVALID_PARAMETER_VALUE, "request_lsn %s is older than not_modified_since %s",
+        set_error(j, SQLSTATE_INVALID_PARAMETER_VALUE,
+                  "request_lsn %s is older than not_modified_since %s",
                   lsn_format(q->request_lsn, lb), lsn_format(q->not_modified_since, lb2));
         j->done = true;
     } else if (q->not_modified_since > timeline_last_record_lsn(pc->tl)) {
@@ -642,8 +644,8 @@ static void on_query(pgwire_conn *c, const char *sql, void *arg)
         return;
     }
     if (n != 3) {
-        pgwire_send_error(c, "ERROR", SQLSTATE_SYNTAX_ERROR, "usage: pagestream_v1 <tenant_id> <timeline_id>",
-                          NULL);
+        pgwire_send_error(c, "ERROR", SQLSTATE_SYNTAX_ERROR,
+                          "usage: pagestream_v1 <tenant_id> <timeline_id>", NULL);
         return;
     }
     strata_id tenant, tlid;
@@ -656,7 +658,8 @@ static void on_query(pgwire_conn *c, const char *sql, void *arg)
         return;
     }
     if (pc->tl != NULL) {
-        pgwire_send_error(c, "ERROR", SQLSTATE_PROTOCOL_VIOLATION, "this connection already streams pages", NULL);
+        pgwire_send_error(c, "ERROR", SQLSTATE_PROTOCOL_VIOLATION,
+                          "this connection already streams pages", NULL);
         return;
     }
     timeline *tl = tenants_get(ps->tenants, &tenant, &tlid);

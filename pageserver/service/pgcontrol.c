@@ -161,8 +161,8 @@ int pgcontrol_boot_plan(lsn_t lsn, const uint8_t *control, size_t control_len,
     put_le32(r + 0, PGCONTROL_CHECKPOINT_RECORD_LEN); /* xl_tot_len */
     put_le32(r + 4, 0);                               /* xl_xid */
     put_le64(r + 8, prev);                            /* xl_prev */
-    r[16] = PG_XLOG_CHECKPOINT_SHUTDOWN;                /* xl_info */
-    r[17] = PG_RM_XLOG;                                 /* xl_rmid */
+    r[16] = PG_XLOG_CHECKPOINT_SHUTDOWN;              /* xl_info */
+    r[17] = PG_RM_XLOG;                               /* xl_rmid */
     r[WAL_RECORD_HEADER_SIZE] = XLR_BLOCK_ID_DATA_SHORT;
     r[WAL_RECORD_HEADER_SIZE + 1] = PG_CHECKPOINT_SIZE;
     memcpy(r + WAL_RECORD_HEADER_SIZE + 2, cp, PG_CHECKPOINT_SIZE);
@@ -207,7 +207,8 @@ void pgcontrol_make_segment(const pgcontrol_boot *b, uint64_t segno, uint8_t *se
      * page start (pg_waldump -s, XLogFindNextRecord) lands on our record;
      * a reader starting at the record itself ignores it. */
     lsn_t first_page = b->record_start - b->record_start % WAL_BLCKSZ;
-    uint32_t gap = (uint32_t)(b->record_start - first_page - page_header_size(first_page, b->seg_size));
+    uint32_t gap =
+        (uint32_t)(b->record_start - first_page - page_header_size(first_page, b->seg_size));
     if (segno == b->first_segno) {
         put_page_header(b, first_page, gap, seg + (first_page - seg_start));
         /* Every page before it, back to the segment start, continues that

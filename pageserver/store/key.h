@@ -99,16 +99,19 @@ char *pg_key_format(const pg_key *k, char *buf, size_t len);
  * VALUE_WILL_INIT.
  */
 typedef enum value_kind {
-    VAL_IMAGE = 1,       /* payload: PG_BLCKSZ bytes (a page) */
-    VAL_WAL_RECORD = 2,  /* delta; payload: the raw XLogRecord (as in WAL, header first) */
-    VAL_CLOG_SET = 3,    /* delta; payload: status u8, count u32, count × xid u32 (all on this page) */
-    VAL_VM_CLEAR = 4,    /* delta; payload: flags u8, heap_blk_a u32, heap_blk_b u32 (0xFFFFFFFF = none) */
-    VAL_MXACT_OFFSET = 5,  /* delta; payload: multi u32, offset u32 */
-    VAL_MXACT_MEMBERS = 6, /* delta; payload: first member offset u32, count u32, count × (xid u32, status u8) */
-    VAL_SIZE = 7,        /* payload: u32 nblocks (KEY_REL_SIZE, KEY_SLRU_SIZE) */
-    VAL_TOMBSTONE = 8,   /* payload empty: the thing was dropped at this LSN */
-    VAL_BLOB = 9,        /* payload: opaque bytes (relmap, two-phase file, checkpoint, control, KEY_DB marker) */
-    VAL_ZERO_PAGE = 10,  /* image of an all-zero page, no payload */
+    VAL_IMAGE = 1,      /* payload: PG_BLCKSZ bytes (a page) */
+    VAL_WAL_RECORD = 2, /* delta; payload: the raw XLogRecord (as in WAL, header first) */
+    VAL_CLOG_SET = 3, /* delta; payload: status u8, count u32, count × xid u32 (all on this page) */
+    VAL_VM_CLEAR =
+        4, /* delta; payload: flags u8, heap_blk_a u32, heap_blk_b u32 (0xFFFFFFFF = none) */
+    VAL_MXACT_OFFSET = 5, /* delta; payload: multi u32, offset u32 */
+    VAL_MXACT_MEMBERS =
+        6, /* delta; payload: first member offset u32, count u32, count × (xid u32, status u8) */
+    VAL_SIZE = 7,      /* payload: u32 nblocks (KEY_REL_SIZE, KEY_SLRU_SIZE) */
+    VAL_TOMBSTONE = 8, /* payload empty: the thing was dropped at this LSN */
+    VAL_BLOB =
+        9, /* payload: opaque bytes (relmap, two-phase file, checkpoint, control, KEY_DB marker) */
+    VAL_ZERO_PAGE = 10, /* image of an all-zero page, no payload */
 } value_kind;
 
 #define VALUE_WILL_INIT 0x01 /* a delta that initialises the page: the chain stops here */

@@ -36,11 +36,11 @@
 typedef struct store store;
 
 typedef struct store_options {
-    size_t open_layer_max_bytes;   /* freeze the open layer past this (default 64 MB) */
+    size_t open_layer_max_bytes;    /* freeze the open layer past this (default 64 MB) */
     uint32_t open_layer_max_age_ms; /* or past this age (default 10 s) */
-    uint32_t inline_max_bytes;     /* deltas up to this size live inline in LMDB (default 256) */
-    size_t lmdb_map_size;          /* LMDB map size (default 64 GB, sparse) */
-    int zstd_level;                /* default 1 */
+    uint32_t inline_max_bytes;      /* deltas up to this size live inline in LMDB (default 256) */
+    size_t lmdb_map_size;           /* LMDB map size (default 64 GB, sparse) */
+    int zstd_level;                 /* default 1 */
 } store_options;
 
 void store_options_default(store_options *o);

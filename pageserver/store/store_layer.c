@@ -80,7 +80,7 @@ struct store_layer {
     uint32_t nbuckets; /* power of two */
     _Atomic(store_layer_key *) *buckets;
     _Atomic(store_layer_key *) kind_head[KEY_CONTROL + 1];
-    _Atomic uint64_t file_len; /* end of the bytes appended (published after the copy) */
+    _Atomic uint64_t file_len;  /* end of the bytes appended (published after the copy) */
     _Atomic(uint8_t *) *chunks; /* LAYER_MAX_CHUNKS slots, filled in order */
     uint32_t nchunks;           /* writer-only: chunks allocated */
     uint64_t reserved;          /* writer-only: file bytes reserved (fallocate) */
@@ -93,7 +93,7 @@ struct store_layer {
      * allocation in pooled chunks, all returned at once with the layer. */
     uint8_t **meta;
     uint32_t nmeta, meta_cap;
-    size_t meta_used; /* in meta[nmeta - 1] */
+    size_t meta_used;      /* in meta[nmeta - 1] */
     struct layer_big *big; /* allocations too large for a chunk */
 };
 
@@ -227,8 +227,8 @@ const uint8_t *store_layer_data(const store_layer *l, const store_layer_version 
     STRATA_ASSERT(c < LAYER_MAX_CHUNKS);
     STRATA_ASSERT((ver->off & (LAYER_CHUNK - 1)) + ver->len <= LAYER_CHUNK);
     /* The version was published (release) after its chunk and bytes. */
-    const uint8_t *chunk = atomic_load_explicit(&((store_layer *)l)->chunks[c],
-                                                memory_order_acquire);
+    const uint8_t *chunk =
+        atomic_load_explicit(&((store_layer *)l)->chunks[c], memory_order_acquire);
     STRATA_ASSERT(chunk != NULL);
     return chunk + (ver->off & (LAYER_CHUNK - 1));
 }
@@ -269,8 +269,7 @@ static uint8_t *reserve(store_layer *l, uint32_t len, uint64_t *off, char *err, 
     }
     if (dst == NULL) {
         if (l->nchunks == LAYER_MAX_CHUNKS) {
-            snprintf(err, errlen, "open layer %s is full (%u chunks)", l->path,
-                     LAYER_MAX_CHUNKS);
+            snprintf(err, errlen, "open layer %s is full (%u chunks)", l->path, LAYER_MAX_CHUNKS);
             return NULL;
         }
         *off = (uint64_t)l->nchunks << LAYER_CHUNK_SHIFT;

@@ -18,8 +18,8 @@
  * are published with release stores and never change once a reader can see
  * them (a full version array is copied, the copy published, the old one kept
  * until the layer is freed).  Key nodes and version arrays come from the
- * layer's own arena, freed all at once with the layer.  Readers must hold a reference (store_layer_ref)
- * for as long as they use anything they found.
+ * layer's own arena, freed all at once with the layer.  Readers must hold a reference
+ * (store_layer_ref) for as long as they use anything they found.
  *
  * Errors: functions that can fail return 0 or -1 with err filled (errno-style
  * text, e.g. "No space left on device"); a failed put leaves the layer as it
@@ -46,8 +46,8 @@ typedef struct store_layer_version {
 
 typedef struct store_layer_vec {
     uint32_t cap;
-    _Atomic uint32_t n;              /* entries [0, n) are published */
-    store_layer_version v[];         /* sorted by lsn ascending, unique lsn */
+    _Atomic uint32_t n;      /* entries [0, n) are published */
+    store_layer_version v[]; /* sorted by lsn ascending, unique lsn */
 } store_layer_vec;
 
 typedef struct store_layer_key {

@@ -83,8 +83,8 @@ static const fval *f_find(const pg_key *k, lsn_t lsn)
     return best;
 }
 
-static int f_latest(void *arg, const pg_key *k, lsn_t lsn, value_ref *out, lsn_t *found,
-                    char *err, size_t errlen)
+static int f_latest(void *arg, const pg_key *k, lsn_t lsn, value_ref *out, lsn_t *found, char *err,
+                    size_t errlen)
 {
     (void)arg, (void)err, (void)errlen;
     const fval *f = f_find(k, lsn);

@@ -67,10 +67,10 @@
 #define SEG (1u << 20)
 #define SEGSTART(l) ((l) - (l) % SEG)
 #define BOOT ((lsn_t)SEG)
-#define WINDOW (6u << 20)          /* LSN space [BOOT, BOOT + WINDOW) */
+#define WINDOW (6u << 20) /* LSN space [BOOT, BOOT + WINDOW) */
 #define GEN_LIMIT (WINDOW - SIMWAL_MAX_PAYLOAD - (64u << 10))
-#define SCAN_CHUNK (128u * 1024)   /* the restart scan reads this much at a time */
-#define NET_MAX 512                /* messages in flight */
+#define SCAN_CHUNK (128u * 1024) /* the restart scan reads this much at a time */
+#define NET_MAX 512              /* messages in flight */
 #define MAX_TERMS 4096
 #define MAX_CLIENTS 4096
 
@@ -110,9 +110,9 @@ typedef struct acc_node {
     int streamer_p;
     uint64_t streamer_conn;
     /* checker state */
-    lsn_t usable_checked;  /* cache[BOOT, x) verified equal to R */
-    lsn_t durable_match;   /* durable[BOOT, x) known equal to R */
-    lsn_t cache_match;     /* cache[BOOT, x) known equal to R */
+    lsn_t usable_checked; /* cache[BOOT, x) verified equal to R */
+    lsn_t durable_match;  /* durable[BOOT, x) known equal to R */
+    lsn_t cache_match;    /* cache[BOOT, x) known equal to R */
     uint64_t last_term;
     lsn_t last_flush;
 } acc_node;
@@ -164,19 +164,18 @@ static struct {
     int n_terms;
     const char *violation;
     char violation_buf[256];
-    uint32_t partition_odds; /* per mille, per proposer, at each re-partition */
-    uint32_t drop_odds;      /* per mille, per delivered message */
+    uint32_t partition_odds;        /* per mille, per proposer, at each re-partition */
+    uint32_t drop_odds;             /* per mille, per delivered message */
     uint32_t mid_output_crash_odds; /* per mille, before each acceptor effect */
-    bool calm; /* few crashes and restarts: long runs of progress */
-    bool relabelled; /* a restarted compute went on with its own WAL */
+    bool calm;                      /* few crashes and restarts: long runs of progress */
+    bool relabelled;                /* a restarted compute went on with its own WAL */
     /* The simulated pageserver: it ingests committed WAL from one acceptor at
      * a time and reports back to it; its feedback drives WAL removal. */
     lsn_t ps_received, ps_disk, ps_remote;
     bool ps_uploads; /* remote_consistent_lsn is reported (0 otherwise) */
     /* stats */
     long old_term_commits, elections, commits_acked, crashes, restarts, syncs_done, protocol_errors;
-    long mid_output_crashes, lazy_saves, segments_removed, wp_restarts, wp_continued,
-        wp_stopped;
+    long mid_output_crashes, lazy_saves, segments_removed, wp_restarts, wp_continued, wp_stopped;
 } S;
 
 static uint8_t msgbuf[WALPUSH_MAX_MESSAGE];
@@ -363,7 +362,8 @@ static int durable_elsewhere(int a)
         if (b == a)
             continue;
         acc_node *o = &S.acc[b];
-        extend_match(o->durable, &o->durable_match, o->durable_end < S.R_end ? o->durable_end : S.R_end);
+        extend_match(o->durable, &o->durable_match,
+                     o->durable_end < S.R_end ? o->durable_end : S.R_end);
         if (o->durable_match >= S.R_end)
             k++;
     }
@@ -461,8 +461,8 @@ static void acc_process(int a, int reply_p, uint64_t reply_conn)
                 n->last_flush = l;
             trace("a%d truncate at %s", a, fmt_lsn(l));
             if (l < n->removed_below) {
-                violate("acceptor %d truncates at %s, in a removed segment (removed below %s)",
-                        a, fmt_lsn(l), fmt_lsn(n->removed_below));
+                violate("acceptor %d truncates at %s, in a removed segment (removed below %s)", a,
+                        fmt_lsn(l), fmt_lsn(n->removed_below));
                 return;
             }
             store_truncate(n, l);
@@ -515,7 +515,8 @@ static void acc_complete_fsync(int a)
     durable_write(n, upto);
     n->fsync_running = false;
     acceptor_flush_done(&n->core, &n->out);
-    trace("a%d fsync done to %s, flush %s", a, fmt_lsn(upto), fmt_lsn(acceptor_flush_lsn(&n->core)));
+    trace("a%d fsync done to %s, flush %s", a, fmt_lsn(upto),
+          fmt_lsn(acceptor_flush_lsn(&n->core)));
     acc_process(a, -1, 0);
 }
 
@@ -585,7 +586,9 @@ static void acc_crash(int a, crash_kind kind)
     bool power_loss = kind == CRASH_POWER;
     if (n->up) {
         trace("a%d %s (durable WAL to %s, cache to %s)", a,
-              kind == CRASH_CLEAN ? "STOP" : power_loss ? "CRASH with power loss" : "CRASH",
+              kind == CRASH_CLEAN ? "STOP"
+              : power_loss        ? "CRASH with power loss"
+                                  : "CRASH",
               fmt_lsn(n->durable_end), fmt_lsn(n->cache_end));
         n->up = false;
         S.crashes++;
@@ -624,8 +627,7 @@ static void acc_crash(int a, crash_kind kind)
      * changes one outside it changes the other too. */
     if (n->dirty_from < n->cache_end) {
         lsn_t hi = n->cache_end > n->durable_end ? n->cache_end : n->durable_end;
-        memcpy(n->cache + off(n->dirty_from), n->durable + off(n->dirty_from),
-               hi - n->dirty_from);
+        memcpy(n->cache + off(n->dirty_from), n->durable + off(n->dirty_from), hi - n->dirty_from);
     }
 #ifdef SIM_CHECK_CACHE_MODEL
     if (n->hw > BOOT && memcmp(n->cache, n->durable, off(n->hw)) != 0)
@@ -772,15 +774,16 @@ static void acc_housekeep(int a)
     if (below <= n->removed_below || below <= BOOT)
         return;
     /* What goes must be committed WAL the pageserver holds durably. */
-    extend_match(n->durable, &n->durable_match, n->durable_end < S.R_end ? n->durable_end : S.R_end);
+    extend_match(n->durable, &n->durable_match,
+                 n->durable_end < S.R_end ? n->durable_end : S.R_end);
     if (below > S.ps_disk || n->durable_match < below) {
         violate("acceptor %d removes WAL below %s: the pageserver holds %s durably, the "
                 "acceptor's WAL matches the committed WAL (to %s) only to %s",
-                a, fmt_lsn(below), fmt_lsn(S.ps_disk), fmt_lsn(S.R_end),
-                fmt_lsn(n->durable_match));
+                a, fmt_lsn(below), fmt_lsn(S.ps_disk), fmt_lsn(S.R_end), fmt_lsn(n->durable_match));
         return;
     }
-    S.segments_removed += (long)((below - (n->removed_below > BOOT ? n->removed_below : BOOT)) / SEG);
+    S.segments_removed +=
+        (long)((below - (n->removed_below > BOOT ? n->removed_below : BOOT)) / SEG);
     trace("a%d removes WAL below %s (control: commit %s flush %s truncate %s ps %s)", a,
           fmt_lsn(below), fmt_lsn(p->commit_lsn), fmt_lsn(p->flush_lsn), fmt_lsn(p->truncate_lsn),
           fmt_lsn(p->ps_feedback.disk_consistent_lsn));
@@ -857,7 +860,8 @@ static void on_committed(prop_node *pn, lsn_t c)
     if (pn->verified < cmp_end) {
         if (memcmp(pn->wal + off(pn->verified), S.R + off(pn->verified), cmp_end - pn->verified)) {
             violate("log safety: proposer %d committed WAL that differs from committed WAL "
-                    "below %s", pn->uid, fmt_lsn(cmp_end));
+                    "below %s",
+                    pn->uid, fmt_lsn(cmp_end));
             return;
         }
         pn->verified = cmp_end;
@@ -1035,8 +1039,7 @@ static void prop_process(int pi, proposer_output *out)
             break;
         case PROP_RECONFIGURE:
             /* No scenario here changes the configuration (generation 0). */
-            violate("proposer %d reconfigured to generation %u", pn->uid,
-                    e->u.mconf->generation);
+            violate("proposer %d reconfigured to generation %u", pn->uid, e->u.mconf->generation);
             return;
         case PROP_COMMIT_ADVANCED:
             trace("p%d commit -> %s", pi, fmt_lsn(e->u.commit_lsn));
@@ -1247,8 +1250,8 @@ static void check_quorum_donors(void)
             violate("committed WAL up to %s is not chosen: acceptors %s%s%s would elect donor "
                     "a%d (last_log_term %llu, flush %s) holding it only to %s",
                     fmt_lsn(S.R_end), mask & 1 ? "a0 " : "", mask & 2 ? "a1 " : "",
-                    mask & 4 ? "a2 " : "", donor, (unsigned long long)best_llt,
-                    fmt_lsn(best_flush), fmt_lsn(d->cache_match));
+                    mask & 4 ? "a2 " : "", donor, (unsigned long long)best_llt, fmt_lsn(best_flush),
+                    fmt_lsn(d->cache_match));
             return;
         }
     }
@@ -1292,7 +1295,8 @@ static void check_invariants(void)
             if (memcmp(n->cache + off(n->usable_checked), S.R + off(n->usable_checked),
                        usable - n->usable_checked) != 0) {
                 violate("log safety: acceptor %d holds WAL below its commit point %s that "
-                        "differs from the committed WAL", a, fmt_lsn(usable));
+                        "differs from the committed WAL",
+                        a, fmt_lsn(usable));
                 return;
             }
             n->usable_checked = usable;
@@ -1593,8 +1597,8 @@ int main(int argc, char **argv)
 
     if (single) {
         bool ok = run_seed(one, steps, true);
-        printf("seed %llu: %s%s\n", (unsigned long long)one, ok ? "ok" : "VIOLATION: ",
-               ok ? "" : S.violation);
+        printf("seed %llu: %s%s\n", (unsigned long long)one,
+               ok ? "ok" : "VIOLATION: ", ok ? "" : S.violation);
         printf("elections %ld, commits acked %ld, committed to %s, acceptor crashes %ld\n",
                S.elections, S.commits_acked, fmt_lsn(S.R_end), S.crashes);
         print_restart_stats();

@@ -55,7 +55,8 @@ lsn_t simwal_append(simwal *w, uint32_t payload_len, uint8_t rmid, uint8_t info,
     if (tot > sizeof(rec))
         return 0;
     /* Worst case: the record plus a header per page it touches, plus padding. */
-    lsn_t worst = w->pos + tot + (tot / (WAL_BLCKSZ - WAL_LONG_PHD_SIZE) + 2) * WAL_LONG_PHD_SIZE + 8;
+    lsn_t worst =
+        w->pos + tot + (tot / (WAL_BLCKSZ - WAL_LONG_PHD_SIZE) + 2) * WAL_LONG_PHD_SIZE + 8;
     if (w->pos < w->base || worst > w->base + w->cap)
         return 0;
 

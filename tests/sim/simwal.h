@@ -20,12 +20,12 @@
 #include "base/lsn.h"
 
 typedef struct simwal {
-    uint8_t *mem;       /* byte at LSN l is mem[l - base] */
+    uint8_t *mem; /* byte at LSN l is mem[l - base] */
     lsn_t base;
     size_t cap;
     uint32_t seg_size;
-    lsn_t pos;          /* next record starts here (8-aligned, maybe a page boundary) */
-    lsn_t prev_start;   /* start of the previous record, 0 if unknown */
+    lsn_t pos;        /* next record starts here (8-aligned, maybe a page boundary) */
+    lsn_t prev_start; /* start of the previous record, 0 if unknown */
 } simwal;
 
 /* Starts writing at pos (a record end or a page boundary); prev_start is the

@@ -105,8 +105,9 @@ static int m_put(void *arg, const pg_key *k, lsn_t lsn, const value_ref *v, char
                      ((uint32_t)v->payload[3] << 8) | v->payload[4];
         for (uint32_t i = 0; i < n; i++) {
             const uint8_t *x = v->payload + 5 + 4 * i;
-            pg_key xk = {.kind = 0xEE, .rel = ((uint32_t)x[0] << 24) | ((uint32_t)x[1] << 16) |
-                                               ((uint32_t)x[2] << 8) | x[3]};
+            pg_key xk = {.kind = 0xEE,
+                         .rel = ((uint32_t)x[0] << 24) | ((uint32_t)x[1] << 16) |
+                                ((uint32_t)x[2] << 8) | x[3]};
             slot *xs = find(&xk, true);
             xs->kind = v->payload[0];
         }
@@ -114,8 +115,8 @@ static int m_put(void *arg, const pg_key *k, lsn_t lsn, const value_ref *v, char
     return 0;
 }
 
-static int m_latest(void *arg, const pg_key *k, lsn_t lsn, value_ref *out, lsn_t *found,
-                    char *err, size_t errlen)
+static int m_latest(void *arg, const pg_key *k, lsn_t lsn, value_ref *out, lsn_t *found, char *err,
+                    size_t errlen)
 {
     (void)arg, (void)lsn, (void)err, (void)errlen;
     slot *s = find(k, false);
@@ -154,8 +155,8 @@ static int m_scan(void *arg, const pg_key *from, const pg_key *to, lsn_t lsn, st
     size_t n;
     slot **v = sorted(from, to, &n);
     for (size_t i = 0; i < n; i++) {
-        value_ref val = {.kind = v[i]->kind, .flags = v[i]->flags, .len = v[i]->len,
-                         .payload = v[i]->payload};
+        value_ref val = {
+            .kind = v[i]->kind, .flags = v[i]->flags, .len = v[i]->len, .payload = v[i]->payload};
         if (fn(&v[i]->k, v[i]->lsn, &val, fnarg) != 0)
             break;
     }

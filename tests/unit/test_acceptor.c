@@ -128,7 +128,6 @@ static membership conf(uint32_t gen, const uint64_t *ids, int n)
     return m;
 }
 
-
 /* Configurations: switched only forward, served only to the current
  * generation and only while a member, learned from a newer proposer. */
 static void test_configuration_generation(void **state)

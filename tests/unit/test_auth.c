@@ -23,7 +23,8 @@
 
 #define T1 "0123456789abcdef0123456789abcdef"
 #define T2 "fedcba9876543210fedcba9876543210"
-#define GOOD "{\"admin_token\": \"adm-secret\", \"tenants\": {\"" T1 "\": \"tok1\", \"" T2 "\": \"tok2\"}}"
+#define GOOD                                                                                       \
+    "{\"admin_token\": \"adm-secret\", \"tenants\": {\"" T1 "\": \"tok1\", \"" T2 "\": \"tok2\"}}"
 
 static auth_table *parse_ok(const char *json)
 {
@@ -287,9 +288,8 @@ static bool find_error(const uint8_t *out, size_t len, char *code, char *msg, si
 
 /* Startup (with options, may be NULL), then password; returns the conn
  * (NULL when it closed) and the output so far. */
-static pgwire_conn *session(const pgwire_config *cfg, const pgwire_handlers *h,
-                            const char *options, const char *password, uint8_t *out,
-                            size_t *outlen)
+static pgwire_conn *session(const pgwire_config *cfg, const pgwire_handlers *h, const char *options,
+                            const char *password, uint8_t *out, size_t *outlen)
 {
     pgwire_conn *c = pgwire_conn_create_detached(cfg, h, NULL);
     assert_non_null(c);
@@ -341,8 +341,8 @@ static void test_pgwire_authenticator(void **state)
     assert_null(session(&cfg, &h, "-c tenant_id=" T2, "tok1", out, &len));
     assert_true(find_error(out, len, code, msg, sizeof msg));
     assert_string_equal(code, "42501");
-    assert_string_equal(msg, "permission denied: the token of tenant " T1
-                             " may not use tenant " T2);
+    assert_string_equal(msg,
+                        "permission denied: the token of tenant " T1 " may not use tenant " T2);
     assert_string_equal(last_principal, "");
 
     /* The tenant's own token: accepted, principal exposed. */
@@ -413,12 +413,9 @@ static void test_pgwire_authenticator(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_equal),
-        cmocka_unit_test(test_parse_and_check),
-        cmocka_unit_test(test_parse_refusals),
-        cmocka_unit_test(test_principals),
-        cmocka_unit_test(test_store),
-        cmocka_unit_test(test_pgwire_authenticator),
+        cmocka_unit_test(test_equal),          cmocka_unit_test(test_parse_and_check),
+        cmocka_unit_test(test_parse_refusals), cmocka_unit_test(test_principals),
+        cmocka_unit_test(test_store),          cmocka_unit_test(test_pgwire_authenticator),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

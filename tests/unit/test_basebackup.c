@@ -78,9 +78,8 @@ static void check_layout(lsn_t lsn, lsn_t want_start, bool two_segments)
     pgcontrol_boot b;
     char err[256];
     lsn_t prev = lsn - 64;
-    assert_int_equal(pgcontrol_boot_plan(lsn, ctl, sizeof ctl, cp, prev, 1700000000, &b, err,
-                                         sizeof err),
-                     0);
+    assert_int_equal(
+        pgcontrol_boot_plan(lsn, ctl, sizeof ctl, cp, prev, 1700000000, &b, err, sizeof err), 0);
     assert_int_equal(b.record_start, want_start);
     assert_int_equal(b.last_segno - b.first_segno, two_segments ? 1 : 0);
     assert_true(b.record_end % 8 == 0 && b.record_end > b.record_start);
@@ -175,12 +174,12 @@ static void check_layout(lsn_t lsn, lsn_t want_start, bool two_segments)
 static void test_layouts(void **state)
 {
     (void)state;
-    check_layout(0x1000028, 0x1000028, false);                 /* just after page 0's header */
-    check_layout(0x1003A40, 0x1003A40, false);                 /* mid page */
-    check_layout(0x1004000, 0x1004000 + 24, false);            /* page boundary */
-    check_layout(0x2000000, 0x2000000 + 40, false);            /* segment boundary */
-    check_layout(0x1006000 - 48, 0x1006000 - 48, false);       /* split over two pages */
-    check_layout(0x2000000 - 56, 0x2000000 - 56, true);        /* split over two segments */
+    check_layout(0x1000028, 0x1000028, false);           /* just after page 0's header */
+    check_layout(0x1003A40, 0x1003A40, false);           /* mid page */
+    check_layout(0x1004000, 0x1004000 + 24, false);      /* page boundary */
+    check_layout(0x2000000, 0x2000000 + 40, false);      /* segment boundary */
+    check_layout(0x1006000 - 48, 0x1006000 - 48, false); /* split over two pages */
+    check_layout(0x2000000 - 56, 0x2000000 - 56, true);  /* split over two segments */
 }
 
 static void test_refusals(void **state)
@@ -192,14 +191,13 @@ static void test_refusals(void **state)
     char err[256];
     assert_int_equal(pgcontrol_boot_plan(0, ctl, sizeof ctl, cp, 0, 1, &b, err, sizeof err), -1);
     assert_non_null(strstr(err, "record boundary"));
+    assert_int_equal(pgcontrol_boot_plan(0x1000004, ctl, sizeof ctl, cp, 0, 1, &b, err, sizeof err),
+                     -1);
     assert_int_equal(
-        pgcontrol_boot_plan(0x1000004, ctl, sizeof ctl, cp, 0, 1, &b, err, sizeof err), -1);
-    assert_int_equal(
-        pgcontrol_boot_plan(0x1000100, ctl, sizeof ctl, cp, 0x1000100, 1, &b, err, sizeof err),
-        -1);
+        pgcontrol_boot_plan(0x1000100, ctl, sizeof ctl, cp, 0x1000100, 1, &b, err, sizeof err), -1);
     ctl[PG_CTL_STATE] ^= 1;
-    assert_int_equal(
-        pgcontrol_boot_plan(0x1000100, ctl, sizeof ctl, cp, 0, 1, &b, err, sizeof err), -1);
+    assert_int_equal(pgcontrol_boot_plan(0x1000100, ctl, sizeof ctl, cp, 0, 1, &b, err, sizeof err),
+                     -1);
     assert_non_null(strstr(err, "CRC"));
     char name[25];
     pgcontrol_segment_name(1, 0x1FF, SEG, name);
@@ -248,8 +246,8 @@ static int teardown(void **state)
 }
 
 /* A source over a bare store: pages must be stored images (an import). */
-static int st_latest(void *arg, const pg_key *k, lsn_t lsn, value_ref *out, lsn_t *found,
-                     char *err, size_t errlen)
+static int st_latest(void *arg, const pg_key *k, lsn_t lsn, value_ref *out, lsn_t *found, char *err,
+                     size_t errlen)
 {
     return store_get_latest(arg, k, lsn, out, found, err, errlen);
 }
@@ -353,7 +351,6 @@ static char *dump_lsn(lsn_t l, char *buf)
     snprintf(buf, 32, "%X/%08X", (unsigned)(l >> 32), (unsigned)l);
     return buf;
 }
-
 
 /* ---- the tar reader ---- */
 
@@ -530,8 +527,7 @@ static void test_initdb_tar_starts(void **state)
                          PGBIN, tmpdir, tmpdir, port),
                      0);
     char out[256];
-    psql_scalar(port,
-                "create database app", out, sizeof out);
+    psql_scalar(port, "create database app", out, sizeof out);
     char cmd[1024];
     snprintf(cmd, sizeof cmd,
              "runuser -u postgres -- %s/psql -X -q -h 127.0.0.1 -p %d -U postgres -d app -c "
@@ -554,8 +550,11 @@ static void test_initdb_tar_starts(void **state)
     snprintf(path, sizeof path, "%s/src", tmpdir);
     assert_int_equal(import_pgdata(st, path, &lsn, NULL, err, sizeof err), 0);
 
-    basebackup_source src = {.arg = st, .get_latest = st_latest, .scan = st_scan,
-                             .rel_page = st_page, .slru_segment = st_slru};
+    basebackup_source src = {.arg = st,
+                             .get_latest = st_latest,
+                             .scan = st_scan,
+                             .rel_page = st_page,
+                             .slru_segment = st_slru};
     basebackup_options o = {.full = true, .timeline_start = lsn, .now = 1700000000};
     basebackup_result full_res, light_res;
     const char *sqlstate = NULL;
@@ -563,15 +562,13 @@ static void test_initdb_tar_starts(void **state)
     snprintf(full_tar, sizeof full_tar, "%s/full.tar", tmpdir);
     snprintf(light_tar, sizeof light_tar, "%s/light.tar", tmpdir);
     FILE *f = fopen(full_tar, "w");
-    assert_int_equal(basebackup_write(&src, lsn, &o, file_sink, f, &full_res, err, sizeof err,
-                                      &sqlstate),
-                     0);
+    assert_int_equal(
+        basebackup_write(&src, lsn, &o, file_sink, f, &full_res, err, sizeof err, &sqlstate), 0);
     fclose(f);
     o.full = false;
     f = fopen(light_tar, "w");
-    assert_int_equal(basebackup_write(&src, lsn, &o, file_sink, f, &light_res, err, sizeof err,
-                                      &sqlstate),
-                     0);
+    assert_int_equal(
+        basebackup_write(&src, lsn, &o, file_sink, f, &light_res, err, sizeof err, &sqlstate), 0);
     fclose(f);
     /* The CLI's reader reads both, in odd-sized pieces, entry for entry. */
     tar_count tf = {0}, tl = {0};
@@ -588,17 +585,15 @@ static void test_initdb_tar_starts(void **state)
     assert_int_equal(full_res.databases, 5);                        /* global, 1, 4, 5, app */
 
     /* Bad requests. */
-    assert_int_equal(basebackup_write(&src, lsn + 4, &o, file_sink, NULL, NULL, err, sizeof err,
-                                      &sqlstate),
-                     -1);
+    assert_int_equal(
+        basebackup_write(&src, lsn + 4, &o, file_sink, NULL, NULL, err, sizeof err, &sqlstate), -1);
     assert_string_equal(sqlstate, "22023");
-    assert_int_equal(basebackup_write(&src, 0x100000, &o, file_sink, NULL, NULL, err, sizeof err,
-                                      &sqlstate),
-                     -1);
+    assert_int_equal(
+        basebackup_write(&src, 0x100000, &o, file_sink, NULL, NULL, err, sizeof err, &sqlstate),
+        -1);
     assert_string_equal(sqlstate, "58P01");
-    assert_int_equal(basebackup_write(&src, lsn, &o, cancel_sink, NULL, NULL, err, sizeof err,
-                                      &sqlstate),
-                     -1);
+    assert_int_equal(
+        basebackup_write(&src, lsn, &o, cancel_sink, NULL, NULL, err, sizeof err, &sqlstate), -1);
     assert_string_equal(sqlstate, "57014");
     store_close(st);
 
@@ -618,9 +613,9 @@ static void test_initdb_tar_starts(void **state)
     snprintf(a, sizeof a, "%s/full/pg_wal/%s", tmpdir, wal);
     snprintf(b, sizeof b, "%s/light/pg_wal/%s", tmpdir, wal);
     assert_true(files_equal(a, b));
-    assert_int_equal(run("test -e %s/light/global/1262 || test -e %s/light/base/1/1259", tmpdir,
-                         tmpdir) == 0,
-                     false);
+    assert_int_equal(
+        run("test -e %s/light/global/1262 || test -e %s/light/base/1/1259", tmpdir, tmpdir) == 0,
+        false);
     assert_int_equal(run("cmp -s %s/src/base/1/PG_VERSION %s/light/base/1/PG_VERSION && "
                          "cmp -s %s/src/global/pg_filenode.map %s/light/global/pg_filenode.map && "
                          "cmp -s %s/src/pg_xact/0000 %s/light/pg_xact/0000",

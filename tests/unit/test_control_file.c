@@ -50,8 +50,8 @@ static void sample(acceptor_persistent_state *st, uint32_t nhist)
     const uint64_t old_ids[] = {1, 2, 3}, new_ids[] = {1, 3, 4};
     for (int i = 0; i < 3; i++) {
         st->mconf.members[i].node_id = old_ids[i];
-        snprintf(st->mconf.members[i].addr, sizeof st->mconf.members[i].addr,
-                 "127.0.0.1:%d", 5430 + (int)old_ids[i]);
+        snprintf(st->mconf.members[i].addr, sizeof st->mconf.members[i].addr, "127.0.0.1:%d",
+                 5430 + (int)old_ids[i]);
         st->mconf.new_members[i].node_id = new_ids[i];
         snprintf(st->mconf.new_members[i].addr, sizeof st->mconf.new_members[i].addr,
                  "127.0.0.1:%d", 5430 + (int)new_ids[i]);

@@ -90,8 +90,7 @@ static void test_defaults_and_flag_forms(void **state)
     (void)state;
     daemon_opts o = fresh();
     char err[256];
-    const char *args[] = {"--datadir", "/d", "--port=7", "--listen-pg", "h:1", "--port", "8",
-                          NULL};
+    const char *args[] = {"--datadir", "/d", "--port=7", "--listen-pg", "h:1", "--port", "8", NULL};
     assert_int_equal(parse(&o, args, err, sizeof err), DAEMON_OPTS_OK);
     assert_string_equal(o.values[T_DATADIR], "/d");
     assert_string_equal(o.values[T_PORT], "8"); /* the last of a repeated flag */
@@ -115,9 +114,9 @@ static void test_precedence_flag_env_file_default(void **state)
     char err[256];
     const char *args[] = {"--port", "1", NULL};
     assert_int_equal(parse(&o, args, err, sizeof err), DAEMON_OPTS_OK);
-    assert_string_equal(o.values[T_PORT], "1");            /* flag over file */
-    assert_string_equal(o.values[T_LISTEN_PG], "env:2");   /* environment over file */
-    assert_string_equal(o.values[T_EMPTY_DEFAULT], "/a");  /* file over default, unquoted */
+    assert_string_equal(o.values[T_PORT], "1");           /* flag over file */
+    assert_string_equal(o.values[T_LISTEN_PG], "env:2");  /* environment over file */
+    assert_string_equal(o.values[T_EMPTY_DEFAULT], "/a"); /* file over default, unquoted */
     assert_string_equal(o.values[T_DATADIR], "/from-file");
     daemon_opts_free(&o);
     unsetenv("TESTD_CONFIG");
@@ -246,14 +245,19 @@ static void test_bytes(void **state)
     struct {
         const char *s;
         uint64_t want;
-    } good[] = {{"0", 0}, {"4096", 4096}, {"64kB", 64 << 10}, {"64KB", 64 << 10},
-                {"64MB", 64ULL << 20}, {"1GB", 1ULL << 30}, {"1048576GB", 1ULL << 50}};
+    } good[] = {{"0", 0},
+                {"4096", 4096},
+                {"64kB", 64 << 10},
+                {"64KB", 64 << 10},
+                {"64MB", 64ULL << 20},
+                {"1GB", 1ULL << 30},
+                {"1048576GB", 1ULL << 50}};
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         assert_true(daemon_opt_bytes("lag", good[i].s, &v, err, sizeof err));
         assert_int_equal(v, good[i].want);
     }
-    const char *bad[] = {"", "lots", "-5", "5 MB", "5mb", "5TB", "1048577GB",
-                         "99999999999999999999"};
+    const char *bad[] = {"",    "lots", "-5",        "5 MB",
+                         "5mb", "5TB",  "1048577GB", "99999999999999999999"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_false(daemon_opt_bytes("lag", bad[i], &v, err, sizeof err));
         char want[128];
@@ -295,19 +299,19 @@ static void test_hostport(void **state)
     (void)state;
     char host[16], err[256];
     int port;
-    assert_true(daemon_opt_hostport("listen-pg", "127.0.0.1:0", host, sizeof host, &port, err,
-                                    sizeof err));
+    assert_true(
+        daemon_opt_hostport("listen-pg", "127.0.0.1:0", host, sizeof host, &port, err, sizeof err));
     assert_string_equal(host, "127.0.0.1");
     assert_int_equal(port, 0);
-    assert_true(daemon_opt_hostport("listen-pg", "::1:65535", host, sizeof host, &port, err,
-                                    sizeof err));
+    assert_true(
+        daemon_opt_hostport("listen-pg", "::1:65535", host, sizeof host, &port, err, sizeof err));
     assert_string_equal(host, "::1");
     assert_int_equal(port, 65535);
-    const char *bad[] = {"", "host", ":80", "host:", "host:x", "host:65536", "host:-1",
-                         "a-host-name-too-long-for-16:80"};
+    const char *bad[] = {"",       "host",       ":80",     "host:",
+                         "host:x", "host:65536", "host:-1", "a-host-name-too-long-for-16:80"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        assert_false(daemon_opt_hostport("listen-pg", bad[i], host, sizeof host, &port, err,
-                                         sizeof err));
+        assert_false(
+            daemon_opt_hostport("listen-pg", bad[i], host, sizeof host, &port, err, sizeof err));
         char want[128];
         snprintf(want, sizeof want, "invalid --listen-pg \"%s\" (want HOST:PORT)", bad[i]);
         assert_string_equal(err, want);

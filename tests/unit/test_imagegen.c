@@ -34,12 +34,12 @@
 #define MAX_PUTS 4096
 
 typedef struct fake {
-    uint32_t fail_blk;   /* rebuild of this block fails */
-    uint32_t skip_blk;   /* rebuild of this block finds nothing to image */
-    lsn_t advance;       /* rebuild answers min_lsn + advance */
+    uint32_t fail_blk; /* rebuild of this block fails */
+    uint32_t skip_blk; /* rebuild of this block finds nothing to image */
+    lsn_t advance;     /* rebuild answers min_lsn + advance */
     bool put_fails;
-    int sleep_ms;        /* each rebuild takes this long */
-    int rebuilds;        /* only counted with workers = 0 */
+    int sleep_ms; /* each rebuild takes this long */
+    int rebuilds; /* only counted with workers = 0 */
     int nputs;
     pg_key put_key[MAX_PUTS];
     lsn_t put_lsn[MAX_PUTS];
@@ -63,8 +63,8 @@ static int fake_rebuild(void *arg, const pg_key *k, lsn_t min_lsn, uint8_t out[P
     return 1;
 }
 
-static int fake_put(void *arg, const pg_key *k, lsn_t lsn, const uint8_t page[PG_BLCKSZ],
-                    char *err, size_t errlen)
+static int fake_put(void *arg, const pg_key *k, lsn_t lsn, const uint8_t page[PG_BLCKSZ], char *err,
+                    size_t errlen)
 {
     fake *f = arg;
     if (f->put_fails) {

@@ -201,8 +201,8 @@ static void test_import_fresh_initdb(void **state)
     uint64_t import_lsn_also;
     lsn_t cp2;
     uint32_t segsz;
-    assert_int_equal(import_read_control(pgdata, &import_lsn_also, &cp2, NULL, &segsz, err,
-                                         sizeof err), 0);
+    assert_int_equal(
+        import_read_control(pgdata, &import_lsn_also, &cp2, NULL, &segsz, err, sizeof err), 0);
     assert_int_equal(import_lsn_also, lsn);
     assert_int_equal(cp2, cp);
     assert_int_equal(segsz, 16u << 20);
@@ -247,8 +247,8 @@ static void test_import_fresh_initdb(void **state)
                 found++;
             }
         if (found != 1)
-            fail_msg("fork %u/%u/%u.%u imported %d times", forks[i].spc, forks[i].db,
-                     forks[i].rel, forks[i].fork, found);
+            fail_msg("fork %u/%u/%u.%u imported %d times", forks[i].spc, forks[i].db, forks[i].rel,
+                     forks[i].fork, found);
     }
     size_t sizes = 0, blocks = 0, zero = 0, dbs = 0, maps = 0, clog_pages = 0, slru_sizes = 0;
     for (size_t j = 0; j < s.n; j++) {

@@ -161,7 +161,10 @@ static void mem_free(mem_store *m)
 
 static ingest_state *new_ingest(mem_store *m, const ingest_options *o)
 {
-    ingest_backend b = {.arg = m, .put = mem_put, .get_latest = mem_get_latest, .scan = mem_scan,
+    ingest_backend b = {.arg = m,
+                        .put = mem_put,
+                        .get_latest = mem_get_latest,
+                        .scan = mem_scan,
                         .get_page = mem_get_page};
     ingest_state *ing = NULL;
     char err[256];
@@ -281,8 +284,8 @@ static void ingest_sample(ingest_state *ing, lsn_t *ends)
     char err[256];
     while (pos < SAMPLE_END) {
         size_t used;
-        int rc = wal_reader_feed(&r, pos, sample + (pos - SAMPLE_START),
-                                 (size_t)(SAMPLE_END - pos), &used, &why);
+        int rc = wal_reader_feed(&r, pos, sample + (pos - SAMPLE_START), (size_t)(SAMPLE_END - pos),
+                                 &used, &why);
         if (rc == WAL_READER_ERROR)
             fail_msg("reader: %s", why);
         pos += used;
@@ -359,8 +362,7 @@ static void test_sample_block_values(void **state)
                         o->fork == eb->fork && o->blkno > maxblk)
                         maxblk = o->blkno;
                 }
-            assert_int_equal(size_of(ing, eb->spc, eb->db, eb->rel, (uint8_t)eb->fork),
-                             maxblk + 1);
+            assert_int_equal(size_of(ing, eb->spc, eb->db, eb->rel, (uint8_t)eb->fork), maxblk + 1);
             for (uint32_t blk = 0; blk <= maxblk; blk++) {
                 pg_key k = pg_key_rel_block(eb->spc, eb->db, eb->rel, (uint8_t)eb->fork, blk);
                 assert_non_null(mem_latest(&m, &k, LSN_MAX));
@@ -970,8 +972,8 @@ static void test_auto_conf_messages(void **state)
     rec_builder *b = calloc(1, sizeof *b);
     pg_key k = {.kind = KEY_CHECKPOINT, .rel = KEY_CHECKPOINT_REL_AUTO_CONF};
     const char conf1[] = "# auto\nwork_mem = '7MB'\n";
-    uint32_t len = logical_message(b->main, sizeof b->main, WAL_AUTO_CONF_PREFIX, conf1,
-                                   sizeof conf1 - 1);
+    uint32_t len =
+        logical_message(b->main, sizeof b->main, WAL_AUTO_CONF_PREFIX, conf1, sizeof conf1 - 1);
     wal_record *r = mk(b, PG_RM_LOGICALMSG, PG_XLOG_LOGICAL_MESSAGE, 0, len);
     ingest_ok(ing, 0x100, r);
     const mem_value *v = value_at(&m, &k, 0x100);
@@ -1197,16 +1199,11 @@ static void test_fpi_32_blocks_real_store(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sample_block_values),
-        cmocka_unit_test(test_sizes_and_truncate),
-        cmocka_unit_test(test_xact_clog_twophase),
-        cmocka_unit_test(test_multixact),
-        cmocka_unit_test(test_dbase_relmap_vm),
-        cmocka_unit_test(test_checkpoint_records),
-        cmocka_unit_test(test_auto_conf_messages),
-        cmocka_unit_test(test_page_hook),
-        cmocka_unit_test(test_image_threshold),
-        cmocka_unit_test(test_fpi_32_blocks_real_store),
+        cmocka_unit_test(test_sample_block_values), cmocka_unit_test(test_sizes_and_truncate),
+        cmocka_unit_test(test_xact_clog_twophase),  cmocka_unit_test(test_multixact),
+        cmocka_unit_test(test_dbase_relmap_vm),     cmocka_unit_test(test_checkpoint_records),
+        cmocka_unit_test(test_auto_conf_messages),  cmocka_unit_test(test_page_hook),
+        cmocka_unit_test(test_image_threshold),     cmocka_unit_test(test_fpi_32_blocks_real_store),
     };
     return cmocka_run_group_tests(tests, load_sample, free_sample);
 }

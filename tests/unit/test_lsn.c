@@ -13,7 +13,8 @@ static void test_lsn_roundtrip(void **state)
     (void)state;
     char buf[LSN_FMT_LEN];
     lsn_t out;
-    const lsn_t cases[] = {0, 1, 0x16B3748, 0x100000000ULL, 0xFFFFFFFFFFFFFFFFULL, 0xABCDEF0012345678ULL};
+    const lsn_t cases[] = {
+        0, 1, 0x16B3748, 0x100000000ULL, 0xFFFFFFFFFFFFFFFFULL, 0xABCDEF0012345678ULL};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         lsn_format(cases[i], buf);
         assert_true(lsn_parse(buf, &out));
@@ -27,7 +28,8 @@ static void test_lsn_parse_rejects(void **state)
 {
     (void)state;
     lsn_t out;
-    const char *bad[] = {"", "/", "0/", "/0", "0", "0/0/0", "g/0", "0/123456789", "123456789/0", "0/1 ", " 0/1"};
+    const char *bad[] = {"",    "/",           "0/",          "/0",   "0",   "0/0/0",
+                         "g/0", "0/123456789", "123456789/0", "0/1 ", " 0/1"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_false(lsn_parse(bad[i], &out));
     assert_true(lsn_parse("a/B", &out));

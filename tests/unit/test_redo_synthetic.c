@@ -305,10 +305,8 @@ static void test_vm_truncate(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_clog_set),
-        cmocka_unit_test(test_vm_clear),
-        cmocka_unit_test(test_mxact_offset),
-        cmocka_unit_test(test_mxact_members),
+        cmocka_unit_test(test_clog_set),     cmocka_unit_test(test_vm_clear),
+        cmocka_unit_test(test_mxact_offset), cmocka_unit_test(test_mxact_members),
         cmocka_unit_test(test_vm_truncate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -107,9 +107,9 @@ static void test_chain_in_order(void **state)
     memset(a, 'a', sizeof a);
     memset(b, 'b', sizeof b);
     /* Deferred: nothing reaches the kernel (nor completes) before submit. */
-    assert_int_equal(uring_write_ex(e.u, e.fd, a, sizeof a, 0, URING_LINK | URING_DEFER, on_done,
-                                    &e.args[0]),
-                     0);
+    assert_int_equal(
+        uring_write_ex(e.u, e.fd, a, sizeof a, 0, URING_LINK | URING_DEFER, on_done, &e.args[0]),
+        0);
     assert_int_equal(uring_write_ex(e.u, e.fd, b, sizeof b, sizeof a, URING_LINK | URING_DEFER,
                                     on_done, &e.args[1]),
                      0);

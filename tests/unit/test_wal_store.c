@@ -787,8 +787,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_linked_rounds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_vote_flush_waits_for_the_rounds_fdatasync, setup,
                                         teardown),
-        cmocka_unit_test_setup_teardown(test_linked_write_failure_reports_nothing, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(test_linked_write_failure_reports_nothing, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

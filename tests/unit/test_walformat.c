@@ -92,7 +92,8 @@ static int load_sample(void **state)
                 return -1;
             expected_record *r = &expected[n_expected++];
             unsigned long long start, prev;
-            if (sscanf(line, "R %llx %u %d %u %llx", &start, &r->tot_len, &r->rmid, &r->xid, &prev) != 5)
+            if (sscanf(line, "R %llx %u %d %u %llx", &start, &r->tot_len, &r->rmid, &r->xid,
+                       &prev) != 5)
                 return -1;
             r->start = start;
             r->prev = prev;
@@ -103,8 +104,8 @@ static int load_sample(void **state)
             if (r->nblocks == MAX_BLOCKS)
                 return -1;
             expected_block *b = &r->blocks[r->nblocks++];
-            if (sscanf(line, "B %d %u %u %u %d %u %d", &b->id, &b->spc, &b->db, &b->rel, &b->fork, &b->blkno,
-                       &b->has_image) != 7)
+            if (sscanf(line, "B %d %u %u %u %d %u %d", &b->id, &b->spc, &b->db, &b->rel, &b->fork,
+                       &b->blkno, &b->has_image) != 7)
                 return -1;
         }
     }
@@ -161,15 +162,15 @@ static void run_tracker(lsn_t start, size_t (*chunk)(size_t i, void *arg), void 
             n = (size_t)(SAMPLE_END - pos);
         int rc = wal_tracker_feed(&t, pos, at_lsn(pos), n, &why);
         if (rc != 0)
-            fail_msg("tracker from %llX failed at %llX: %s", (unsigned long long)start, (unsigned long long)pos,
-                     why);
+            fail_msg("tracker from %llX failed at %llX: %s", (unsigned long long)start,
+                     (unsigned long long)pos, why);
         pos += n;
         assert_int_equal(wal_tracker_next(&t), pos);
         lsn_t want = expected_last_end(start, pos, &cursor);
         if (wal_tracker_last_record_end(&t) != want)
-            fail_msg("from %llX after %llX: last_record_end %llX, want %llX", (unsigned long long)start,
-                     (unsigned long long)pos, (unsigned long long)wal_tracker_last_record_end(&t),
-                     (unsigned long long)want);
+            fail_msg("from %llX after %llX: last_record_end %llX, want %llX",
+                     (unsigned long long)start, (unsigned long long)pos,
+                     (unsigned long long)wal_tracker_last_record_end(&t), (unsigned long long)want);
     }
     assert_int_equal(wal_tracker_last_record_end(&t), SAMPLE_END);
 }
@@ -198,8 +199,9 @@ static void test_tracker_every_chunk_size(void **state)
      * a segment's worth; each checks all boundaries. */
     for (size_t size = 1; size <= 64; size++)
         run_tracker(SAMPLE_START, fixed_chunk, &size);
-    const size_t more[] = {65, 100, 127, 1000, 4095, 4096, 4097, 8191, 8192, 8193, 8215, 12345, 16384,
-                           30061, 65536, 131072, 1u << 20, SAMPLE_END - SAMPLE_START};
+    const size_t more[] = {65,    100,   127,   1000,   4095,     4096,
+                           4097,  8191,  8192,  8193,   8215,     12345,
+                           16384, 30061, 65536, 131072, 1u << 20, SAMPLE_END - SAMPLE_START};
     for (size_t i = 0; i < sizeof more / sizeof more[0]; i++)
         run_tracker(SAMPLE_START, fixed_chunk, (void *)&more[i]);
     for (uint64_t seed = 1; seed <= 40; seed++) {
@@ -257,7 +259,8 @@ static void test_tracker_switch(void **state)
     wal_tracker t;
     const char *why;
     wal_tracker_init(&t, sw->start, SAMPLE_SEG_SIZE);
-    assert_int_equal(wal_tracker_feed(&t, sw->start, at_lsn(sw->start), WAL_RECORD_HEADER_SIZE, &why), 0);
+    assert_int_equal(
+        wal_tracker_feed(&t, sw->start, at_lsn(sw->start), WAL_RECORD_HEADER_SIZE, &why), 0);
     /* The switch record's bytes are in, but the segment end is not yet. */
     assert_int_equal(wal_tracker_last_record_end(&t), sw->start);
     lsn_t pos = sw->start + WAL_RECORD_HEADER_SIZE;
@@ -293,16 +296,17 @@ static void test_tracker_rejects_corruption(void **state)
 {
     (void)state;
     const expected_record *r = &expected[50];
-    assert_non_null(tracker_error_on(SAMPLE_START, 0x7F2000, 0x01));           /* page magic */
-    assert_non_null(tracker_error_on(SAMPLE_START, 0x7F2000 + 4 * 2, 0x01));   /* xlp_info flag bit */
-    assert_non_null(tracker_error_on(SAMPLE_START, 0x7F2000 + 9, 0x01));       /* xlp_pageaddr */
-    assert_non_null(tracker_error_on(SAMPLE_START, 0x800000 + 2, 0x02));       /* long header missing */
-    assert_non_null(tracker_error_on(SAMPLE_START, 0x800000 + 32, 0x01));      /* seg size */
-    assert_non_null(tracker_error_on(SAMPLE_START, 0x800000 + 16, 0x08));      /* xlp_rem_len */
-    assert_non_null(tracker_error_on(SAMPLE_START, 0x800000 + 2, 0x01));       /* contrecord flag cleared */
-    assert_non_null(tracker_error_on(SAMPLE_START, r->start + 3, 0x80));       /* xl_tot_len huge */
-    assert_non_null(tracker_error_on(SAMPLE_START, r->start + 9, 0x01));       /* xl_prev */
-    assert_non_null(tracker_error_on(SAMPLE_START, r->start + 17, 0x40));      /* rmid 10|0x40 invalid */
+    assert_non_null(tracker_error_on(SAMPLE_START, 0x7F2000, 0x01));         /* page magic */
+    assert_non_null(tracker_error_on(SAMPLE_START, 0x7F2000 + 4 * 2, 0x01)); /* xlp_info flag bit */
+    assert_non_null(tracker_error_on(SAMPLE_START, 0x7F2000 + 9, 0x01));     /* xlp_pageaddr */
+    assert_non_null(tracker_error_on(SAMPLE_START, 0x800000 + 2, 0x02));  /* long header missing */
+    assert_non_null(tracker_error_on(SAMPLE_START, 0x800000 + 32, 0x01)); /* seg size */
+    assert_non_null(tracker_error_on(SAMPLE_START, 0x800000 + 16, 0x08)); /* xlp_rem_len */
+    assert_non_null(
+        tracker_error_on(SAMPLE_START, 0x800000 + 2, 0x01)); /* contrecord flag cleared */
+    assert_non_null(tracker_error_on(SAMPLE_START, r->start + 3, 0x80));  /* xl_tot_len huge */
+    assert_non_null(tracker_error_on(SAMPLE_START, r->start + 9, 0x01));  /* xl_prev */
+    assert_non_null(tracker_error_on(SAMPLE_START, r->start + 17, 0x40)); /* rmid 10|0x40 invalid */
     /* A length change is detected later by the next page header, or by the
      * next record's header. */
     assert_non_null(tracker_error_on(SAMPLE_START, r->start, 0x08));
@@ -334,7 +338,8 @@ static void test_tracker_api_misuse(void **state)
     wal_tracker_init(&t, SAMPLE_START + 4, SAMPLE_SEG_SIZE);
     assert_int_equal(wal_tracker_feed(&t, SAMPLE_START + 4, at_lsn(SAMPLE_START + 4), 4, &why), -1);
     wal_tracker_init(&t, SAMPLE_START + 16, SAMPLE_SEG_SIZE);
-    assert_int_equal(wal_tracker_feed(&t, SAMPLE_START + 16, at_lsn(SAMPLE_START + 16), 8, &why), -1);
+    assert_int_equal(wal_tracker_feed(&t, SAMPLE_START + 16, at_lsn(SAMPLE_START + 16), 8, &why),
+                     -1);
     wal_tracker_init(&t, 0x800000 + 32, SAMPLE_SEG_SIZE);
     assert_int_equal(wal_tracker_feed(&t, 0x800000 + 32, at_lsn(0x800000 + 32), 8, &why), -1);
     wal_tracker_init(&t, SAMPLE_START, 12345);
@@ -348,14 +353,17 @@ static void test_tracker_api_misuse(void **state)
     wal_reader rd;
     size_t used;
     wal_reader_init(&rd, top, SAMPLE_SEG_SIZE, reader_buf_small, sizeof reader_buf_small);
-    assert_int_equal(wal_reader_feed(&rd, top, at_lsn(SAMPLE_START), 16, &used, &why), WAL_READER_ERROR);
+    assert_int_equal(wal_reader_feed(&rd, top, at_lsn(SAMPLE_START), 16, &used, &why),
+                     WAL_READER_ERROR);
     assert_int_equal(used, 0);
     /* A copied tracker continues independently. */
     wal_tracker a, b;
     wal_tracker_init(&a, SAMPLE_START, SAMPLE_SEG_SIZE);
     assert_int_equal(wal_tracker_feed(&a, SAMPLE_START, at_lsn(SAMPLE_START), 0x3000, &why), 0);
     b = a;
-    assert_int_equal(wal_tracker_feed(&b, SAMPLE_START + 0x3000, at_lsn(SAMPLE_START + 0x3000), 0x3000, &why), 0);
+    assert_int_equal(
+        wal_tracker_feed(&b, SAMPLE_START + 0x3000, at_lsn(SAMPLE_START + 0x3000), 0x3000, &why),
+        0);
     assert_int_equal(wal_tracker_next(&a), SAMPLE_START + 0x3000);
     assert_true(wal_tracker_last_record_end(&b) > wal_tracker_last_record_end(&a));
 }
@@ -398,7 +406,8 @@ static int run_reader(lsn_t start, size_t (*chunk)(size_t i, void *arg), void *a
             assert_true(next < n_expected);
             const expected_record *e = &expected[next];
             assert_int_equal(rs, e->start);
-            assert_int_equal(re, next + 1 < n_expected ? end_before(expected[next + 1].start) : SAMPLE_END);
+            assert_int_equal(re, next + 1 < n_expected ? end_before(expected[next + 1].start)
+                                                       : SAMPLE_END);
             assert_int_equal(re, pos);
             assert_int_equal(rec->hdr.tot_len, e->tot_len);
             assert_int_equal(rec->hdr.rmid, e->rmid);
@@ -434,7 +443,8 @@ static int run_reader(lsn_t start, size_t (*chunk)(size_t i, void *arg), void *a
 static void test_reader_matches_pg_waldump(void **state)
 {
     (void)state;
-    const size_t sizes[] = {1, 2, 3, 7, 8, 13, 24, 100, 4096, 8192, 8193, 65536, SAMPLE_END - SAMPLE_START};
+    const size_t sizes[] = {
+        1, 2, 3, 7, 8, 13, 24, 100, 4096, 8192, 8193, 65536, SAMPLE_END - SAMPLE_START};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         assert_int_equal(run_reader(SAMPLE_START, fixed_chunk, (void *)&sizes[i]), n_expected);
     for (uint64_t seed = 1; seed <= 10; seed++) {
@@ -482,7 +492,8 @@ static void test_reader_record_contents(void **state)
             const wal_block_ref *b = &rec->blocks[id];
             if (b->in_use && b->has_image) {
                 assert_non_null(b->bimg);
-                assert_true(b->bimg >= rec->raw && b->bimg + b->bimg_len <= rec->raw + rec->hdr.tot_len);
+                assert_true(b->bimg >= rec->raw &&
+                            b->bimg + b->bimg_len <= rec->raw + rec->hdr.tot_len);
                 found_fpi = true;
             }
         }
@@ -511,7 +522,8 @@ static void test_reader_crc_and_bounds(void **state)
     int rc;
     do {
         size_t used;
-        rc = wal_reader_feed(&r, pos, copy + (pos - SAMPLE_START), (size_t)(SAMPLE_END - pos), &used, &why);
+        rc = wal_reader_feed(&r, pos, copy + (pos - SAMPLE_START), (size_t)(SAMPLE_END - pos),
+                             &used, &why);
         pos += used;
     } while (rc == WAL_READER_RECORD);
     assert_int_equal(rc, WAL_READER_ERROR);
@@ -592,16 +604,49 @@ static void test_decode_synthetic(void **state)
     /* Block 0 with 2 data bytes, block 3 SAME_REL + WILL_INIT, origin,
      * top-level xid, 3 bytes of main data. */
     const uint8_t good[] = {
-        0, WAL_BKPBLOCK_HAS_DATA | WAL_FORK_VM, 2, 0,  /* id, fork_flags, data_len */
-        0x7F, 6, 0, 0, 5, 0, 0, 0, 0x00, 0x40, 0, 0,  /* rel 1663/5/16384 */
-        9, 0, 0, 0,                                   /* blkno 9 */
-        3, WAL_BKPBLOCK_SAME_REL | WAL_BKPBLOCK_WILL_INIT, 0, 0,
-        1, 0, 0, 0,                                   /* blkno 1 */
-        WAL_XLR_BLOCK_ID_ORIGIN, 7, 0,
-        WAL_XLR_BLOCK_ID_TOPLEVEL_XID, 0x10, 0, 0, 0,
-        WAL_XLR_BLOCK_ID_DATA_SHORT, 3,
-        0xAA, 0xBB,                                   /* block 0 data */
-        'a', 'b', 'c',                                /* main data */
+        0,
+        WAL_BKPBLOCK_HAS_DATA | WAL_FORK_VM,
+        2,
+        0, /* id, fork_flags, data_len */
+        0x7F,
+        6,
+        0,
+        0,
+        5,
+        0,
+        0,
+        0,
+        0x00,
+        0x40,
+        0,
+        0, /* rel 1663/5/16384 */
+        9,
+        0,
+        0,
+        0, /* blkno 9 */
+        3,
+        WAL_BKPBLOCK_SAME_REL | WAL_BKPBLOCK_WILL_INIT,
+        0,
+        0,
+        1,
+        0,
+        0,
+        0, /* blkno 1 */
+        WAL_XLR_BLOCK_ID_ORIGIN,
+        7,
+        0,
+        WAL_XLR_BLOCK_ID_TOPLEVEL_XID,
+        0x10,
+        0,
+        0,
+        0,
+        WAL_XLR_BLOCK_ID_DATA_SHORT,
+        3,
+        0xAA,
+        0xBB, /* block 0 data */
+        'a',
+        'b',
+        'c', /* main data */
     };
     assert_null(decode_body(good, sizeof good, &rec));
     assert_int_equal(rec.hdr.xid, 42);
@@ -629,19 +674,19 @@ static void test_decode_synthetic(void **state)
 
     /* Each corruption fails with its own reason. */
     uint8_t bad[sizeof good];
-#define EXPECT_FAIL(patch, text)                                          \
-    do {                                                                  \
-        memcpy(bad, good, sizeof good);                                   \
-        patch;                                                            \
-        const char *why_ = decode_body(bad, sizeof good, &rec);           \
-        assert_non_null(why_);                                            \
-        if (strstr(why_, text) == NULL)                                   \
-            fail_msg("expected \"%s\", got \"%s\"", text, why_);          \
+#define EXPECT_FAIL(patch, text)                                                                   \
+    do {                                                                                           \
+        memcpy(bad, good, sizeof good);                                                            \
+        patch;                                                                                     \
+        const char *why_ = decode_body(bad, sizeof good, &rec);                                    \
+        assert_non_null(why_);                                                                     \
+        if (strstr(why_, text) == NULL)                                                            \
+            fail_msg("expected \"%s\", got \"%s\"", text, why_);                                   \
     } while (0)
-    EXPECT_FAIL(bad[20] = 0, "out of order");                   /* block 3 -> 0 */
+    EXPECT_FAIL(bad[20] = 0, "out of order"); /* block 3 -> 0 */
     EXPECT_FAIL(bad[1] = WAL_BKPBLOCK_SAME_REL | WAL_BKPBLOCK_HAS_DATA, "SAME_REL");
-    EXPECT_FAIL(bad[2] = 0, "no data");                         /* HAS_DATA, len 0 */
-    EXPECT_FAIL(bad[22] = 1, "without BKPBLOCK_HAS_DATA");      /* block 3 data len */
+    EXPECT_FAIL(bad[2] = 0, "no data");                    /* HAS_DATA, len 0 */
+    EXPECT_FAIL(bad[22] = 1, "without BKPBLOCK_HAS_DATA"); /* block 3 data len */
     EXPECT_FAIL(bad[1] = WAL_BKPBLOCK_HAS_DATA | 5, "fork");
     EXPECT_FAIL(bad[20] = 40, "invalid block id");
     EXPECT_FAIL(bad[37] = 4, "add up"); /* main data length */

@@ -268,8 +268,7 @@ static void test_membership(void **state)
     assert_false(membership_contains(m, 5));
     member u[2 * MEMBERSHIP_MAX];
     assert_int_equal(membership_union(m, u), 4);
-    assert_true(u[0].node_id == 1 && u[1].node_id == 2 && u[2].node_id == 3 &&
-                u[3].node_id == 4);
+    assert_true(u[0].node_id == 1 && u[1].node_id == 2 && u[2].node_id == 3 && u[3].node_id == 4);
 
     /* The same in a ProposerGreeting. */
     proposer_msg p = {.kind = PMSG_GREETING}, pd;
