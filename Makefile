@@ -9,7 +9,7 @@ PYTEST    ?= /usr/bin/python3 -m pytest
 FUZZ_SECONDS ?= 15
 SIM_SEEDS ?= 2000
 
-.PHONY: all deps postgres build build-san test check unit sim fuzz integration demo clean
+.PHONY: all deps postgres build build-san test check format format-check unit sim fuzz integration demo clean
 
 all: build
 
@@ -44,7 +44,21 @@ integration: build build-san
 	STRATA_BUILD=$(CURDIR)/$(BUILD) STRATA_SAN_BUILD=$(CURDIR)/$(SAN_BUILD) \
 		$(PYTEST) -q -ra tests/integration $(S3_DESELECT)
 
-check: build-san
+# Every C file but PostgreSQL's own is in .clang-format's style: `make format`
+# rewrites them, `make format-check` (part of check and test) fails naming the
+# files that differ.
+FORMAT_FILES = git ls-files '*.c' '*.h' | grep -v '^compute/postgres/'
+CLANG_FORMAT ?= clang-format
+
+format:
+	$(FORMAT_FILES) | xargs $(CLANG_FORMAT) -i
+
+format-check:
+	@command -v $(CLANG_FORMAT) >/dev/null || { echo "format-check: $(CLANG_FORMAT) not found (make deps installs it)"; exit 1; }
+	@$(FORMAT_FILES) | xargs $(CLANG_FORMAT) --dry-run --Werror 2>&1 | grep -o '^[^:]*\.[ch]' | sort -u > .format-diff || true
+	@if [ -s .format-diff ]; then echo "format-check: not in .clang-format style (run make format):"; cat .format-diff; rm -f .format-diff; exit 1; fi; rm -f .format-diff; echo "format-check: $$($(FORMAT_FILES) | wc -l) files in style"
+
+check: format-check build-san
 	cd $(SAN_BUILD) && STRATA_SIM_SEEDS=200 ctest --output-on-failure -L fast
 
 # The real HammerDB run needs the kit a user names with HAMMERDB_KIT (a tool,
@@ -58,7 +72,7 @@ HAMMERDB_DESELECT = $(if $(HAMMERDB_KIT),,--deselect bench/test_tprocc_hammerdb.
 # the test is left out here and fails naming the variable when run by hand.
 S3_DESELECT = $(if $(STRATA_S3_SCRIPT),,--deselect tests/integration/test_remote_storage.py::test_remote_s3_radosgw)
 
-test: deps build build-san
+test: deps format-check build build-san
 	cd $(SAN_BUILD) && STRATA_SIM_SEEDS=$(SIM_SEEDS) ctest --output-on-failure
 	STRATA_BUILD=$(CURDIR)/$(BUILD) STRATA_SAN_BUILD=$(CURDIR)/$(SAN_BUILD) \
 		$(PYTEST) -q -ra tests/integration bench/test_bench.py bench/test_pageserver_bench.py \
