@@ -9,13 +9,14 @@
  */
 #include "net/uring.h"
 
-#include <assert.h>
 #include <errno.h>
 #include <liburing.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "base/strata_assert.h"
 
 #define URING_MAX_DEPTH 4096
 #define URING_MAX_WRITE (1u << 30)
@@ -110,7 +111,7 @@ static int queue_op(uring *u, uring_op *op, unsigned flags)
     uring_op *prev = u->link_tail;
     u->link_tail = NULL;
     if (prev != NULL) {
-        assert(prev->link_next == NULL && prev->kind != OP_FREE);
+        STRATA_ASSERT(prev->link_next == NULL && prev->kind != OP_FREE);
         prev->link_next = op;
         op->link_prev = prev;
         op->was_linked = true;
@@ -136,7 +137,7 @@ static void release_op(uring *u, uring_op *op)
     op->sqe = NULL;
     op->next_free = u->free_list;
     u->free_list = op;
-    assert(u->in_flight > 0);
+    STRATA_ASSERT(u->in_flight > 0);
     u->in_flight--;
 }
 
@@ -157,7 +158,7 @@ static void unpark(uring *u, uring_op *op)
 {
     if (op->parked) {
         op->parked = false;
-        assert(u->parked > 0);
+        STRATA_ASSERT(u->parked > 0);
         u->parked--;
     }
 }
@@ -169,7 +170,7 @@ static void finish_op(uring *u, uring_op *op, int res);
  * path, where no caller has deferred operations queued. */
 static int requeue_alone(uring *u, uring_op *op)
 {
-    assert(u->deferred == 0 && u->link_tail == NULL);
+    STRATA_ASSERT(u->deferred == 0 && u->link_tail == NULL);
     op->link_prev = NULL;
     int rc = queue_op(u, op, 0);
     if (rc != 0)
@@ -214,7 +215,7 @@ static void finish_op(uring *u, uring_op *op, int res)
     void *arg = op->arg;
     release_op(u, op);
     if (next != NULL) {
-        assert(next->link_prev == op);
+        STRATA_ASSERT(next->link_prev == op);
         next->link_prev = NULL;
     }
     if (!u->closing)
@@ -234,7 +235,7 @@ static void resolve_skipped_before(uring *u, uring_op *op)
         oldest = p;
     while (oldest != NULL && oldest != op) {
         uring_op *next = oldest->link_next;
-        assert(oldest->kind == OP_WRITE);
+        STRATA_ASSERT(oldest->kind == OP_WRITE);
         oldest->done_bytes = oldest->len;
         finish_op(u, oldest, (int)oldest->len);
         oldest = next;
@@ -261,7 +262,7 @@ static void complete_one(uring *u, struct io_uring_cqe *cqe)
     io_uring_cqe_seen(&u->ring, cqe);
     if (op == NULL)
         return; /* a NOP left by a failed submission */
-    assert(op->kind != OP_FREE && !op->parked);
+    STRATA_ASSERT(op->kind != OP_FREE && !op->parked);
     if (res == -ECANCELED && op->was_linked) {
         /* Its predecessor did not complete in full (yet). */
         if (op->link_prev != NULL) {
@@ -400,7 +401,7 @@ int uring_submit(uring *u)
 
 static int start_op(uring *u, uring_op proto, unsigned flags)
 {
-    assert(!u->closing);
+    STRATA_ASSERT(!u->closing);
     uring_op *op = u->free_list;
     if (op == NULL)
         return -EBUSY;

@@ -30,7 +30,6 @@
  */
 #include "pageserver/service/page_service.h"
 
-#include <assert.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -44,6 +43,7 @@
 #include "base/metrics.h"
 #include "net/pgwire.h"
 #include "base/sqlstate.h"
+#include "base/strata_assert.h"
 #include "pageserver/service/basebackup_service.h"
 #include "proto/pagestream.h"
 
@@ -352,18 +352,18 @@ static void service_maybe_free(page_service *ps);
 
 static void conn_unref(ps_conn *pc)
 {
-    assert(pc->refs > 0);
+    STRATA_ASSERT(pc->refs > 0);
     if (--pc->refs > 0)
         return;
     page_service *ps = pc->ps;
-    assert(pc->inflight == 0 || pc->c == NULL);
+    STRATA_ASSERT(pc->inflight == 0 || pc->c == NULL);
     for (int i = 0; i < pc->ps->opt.pipeline_depth; i++)
-        assert(pc->ring[i] == NULL);
+        STRATA_ASSERT(pc->ring[i] == NULL);
     if (pc->tl != NULL)
         timeline_unref(pc->tl);
     free(pc->ring);
     free(pc);
-    assert(ps->conns_live > 0);
+    STRATA_ASSERT(ps->conns_live > 0);
     ps->conns_live--;
     service_maybe_free(ps);
 }
@@ -395,7 +395,7 @@ static void conn_flush(ps_conn *pc)
     while (pc->flush_seq < pc->next_seq) {
         job **slot = &pc->ring[pc->flush_seq % (uint64_t)depth];
         job *j = *slot;
-        assert(j != NULL && j->seq == pc->flush_seq);
+        STRATA_ASSERT(j != NULL && j->seq == pc->flush_seq);
         if (!j->done)
             break;
         *slot = NULL;
@@ -427,11 +427,11 @@ static job *job_new(ps_conn *pc)
     if (j == NULL)
         return NULL;
     int depth = pc->ps->opt.pipeline_depth;
-    assert(pc->inflight < depth);
+    STRATA_ASSERT(pc->inflight < depth);
     j->conn = pc;
     j->seq = pc->next_seq++;
     j->start_ns = now_ns();
-    assert(pc->ring[j->seq % (uint64_t)depth] == NULL);
+    STRATA_ASSERT(pc->ring[j->seq % (uint64_t)depth] == NULL);
     pc->ring[j->seq % (uint64_t)depth] = j;
     pc->inflight++;
     pc->refs++;
@@ -736,7 +736,7 @@ static void service_maybe_free(page_service *ps)
 static void on_handle_closed(uv_handle_t *h)
 {
     page_service *ps = h->data;
-    assert(ps->handles_open > 0);
+    STRATA_ASSERT(ps->handles_open > 0);
     ps->handles_open--;
     service_maybe_free(ps);
 }
