@@ -8,8 +8,10 @@
  *   fsync = off: durability is the safekeepers' job; the compute's pg_wal is
  *     a staging area.  A crash of the machine may corrupt pgdata; a crash of
  *     postgres alone (kill -9) loses nothing because the OS still has it.
- *   full_page_writes = on: in this stage the compute still owns its pages,
- *     so torn pages are possible (off comes with the pageserver).
+ *   full_page_writes = off for a compute made from a pageserver basebackup:
+ *     it never writes a page back, so a torn page cannot happen (the
+ *     pageserver writes images itself); on only for a compute made by initdb
+ *     without a pageserver, which owns its relation files.
  *   restart_after_crash = off: a crashed backend stops the compute instead
  *     of silently restarting it, so failures are visible.
  */

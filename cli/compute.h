@@ -1,17 +1,21 @@
 /*
- * compute.h: the compute of this stage, a stock PostgreSQL 15 primary that
- * loads strata.so, whose walproposer streams WAL to the safekeepers.
+ * compute.h: running the compute, a PostgreSQL 15 built with the smgr-hook
+ * patch that loads strata.so: its walproposer streams WAL to the
+ * safekeepers and, when the cluster has a pageserver, its smgr reads pages
+ * from it (stateless: no relation files of its own).
  *
- * Layout under D: compute/pgdata (its data directory, created by initdb at
- * the first start and kept across restarts), compute/run (its unix socket
- * directory), compute.log, compute.pid.  The settings strata owns live in
+ * Layout under D: compute/pgdata (the data directory: made anew from a
+ * pageserver basebackup at every start, or by initdb once for a cluster
+ * without a pageserver), compute/run (its unix socket directory),
+ * compute.log, compute.pid.  The settings strata owns live in
  * pgdata/strata.conf, rewritten at every start so they follow cluster.json;
  * the operator's settings (the compute spec D/compute.settings and
  * STRATA_COMPUTE_SETTINGS, cli/compute_settings.h) follow them there.
  * When strata runs as root everything under compute/ belongs to the
  * unprivileged postgres user and every postgres process runs as that user.
  *
- * Not for: the walproposer (compute/extension) or component ordering.
+ * Not for: the walproposer and smgr themselves (compute/extension), or the
+ * order in which components start (cli/cmd_cluster.c).
  */
 #ifndef STRATA_CLI_COMPUTE_H
 #define STRATA_CLI_COMPUTE_H
