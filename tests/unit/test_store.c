@@ -32,6 +32,7 @@
 #include "pageserver/store/key.h"
 #include "pageserver/store/store.h"
 #include "pageserver/store/store_datafile.h"
+#include "pageserver/store/store_priv.h"
 
 #include "base/byteorder.h"
 
@@ -854,6 +855,106 @@ static void test_gc_rewrites_partly_live_file(void **state)
     store_close(st);
 }
 
+/* Every data file's record says how many entries (and bytes) the index
+ * still points at; GC picks files to rewrite by those counts.  Checks the
+ * records against a count made from the index itself; returns the number
+ * of files. */
+static int check_file_records(store *st)
+{
+    enum { MAXF = 64 };
+    uint64_t ids[MAXF], live_values[MAXF] = {0}, live_bytes[MAXF] = {0};
+    int nfiles = 0;
+    MDB_txn *txn;
+    assert_int_equal(mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn), 0);
+    MDB_cursor *cur;
+    MDB_val k, v;
+    assert_int_equal(mdb_cursor_open(txn, st->dbi_index, &cur), 0);
+    for (int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        store_idxv iv;
+        const char *why = NULL;
+        assert_int_equal(store_idxv_decode(v.mv_data, v.mv_size, &iv, &why), 0);
+        if (iv.tag != STORE_IDXV_FILE)
+            continue;
+        int i = 0;
+        while (i < nfiles && ids[i] != iv.file_id)
+            i++;
+        if (i == nfiles) {
+            assert_true(nfiles < MAXF);
+            ids[nfiles++] = iv.file_id;
+        }
+        live_values[i]++;
+        live_bytes[i] += iv.entry_len;
+    }
+    mdb_cursor_close(cur);
+    int records = 0;
+    assert_int_equal(mdb_cursor_open(txn, st->dbi_files, &cur), 0);
+    for (int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        store_file_rec r;
+        assert_int_equal(store_file_rec_decode(v.mv_data, v.mv_size, &r), 0);
+        uint64_t id = get_be64(k.mv_data);
+        int i = 0;
+        while (i < nfiles && ids[i] != id)
+            i++;
+        uint64_t want_values = i < nfiles ? live_values[i] : 0;
+        uint64_t want_bytes = i < nfiles ? live_bytes[i] : 0;
+        if (r.live_values != want_values || r.live_bytes != want_bytes)
+            fail_msg("file %llu: record says %llu live entries (%llu bytes), the index points "
+                     "at %llu (%llu bytes)",
+                     (unsigned long long)id, (unsigned long long)r.live_values,
+                     (unsigned long long)r.live_bytes, (unsigned long long)want_values,
+                     (unsigned long long)want_bytes);
+        assert_true(r.live_values <= r.values && r.live_bytes <= r.value_bytes);
+        records++;
+    }
+    mdb_cursor_close(cur);
+    mdb_txn_abort(txn);
+    /* No index entry points at a file without a record. */
+    assert_int_equal(records, nfiles);
+    return records;
+}
+
+static void test_file_records_count_live_entries(void **state)
+{
+    (void)state;
+    store_options o = small_opts();
+    o.inline_max_bytes = 100;
+    store *st = open_store(&o);
+    enum { NKEYS = 30 };
+    /* File 1: images of 30 keys at 0x100.  File 2: new images of keys
+     * 0..9 at 0x200.  GC at 0x2FF kills 10 of file 1's entries, too few
+     * for a rewrite: the record must lose exactly those. */
+    for (uint32_t b = 0; b < NKEYS; b++) {
+        pg_key k = pg_key_rel_block(1663, 5, 3, FORK_MAIN, b);
+        put_page(st, &k, 0x100 + b);
+    }
+    store_advance(st, 0x1FF);
+    flush(st);
+    assert_int_equal(check_file_records(st), 1);
+    for (uint32_t b = 0; b < 10; b++) {
+        pg_key k = pg_key_rel_block(1663, 5, 3, FORK_MAIN, b);
+        put_page(st, &k, 0x200 + b);
+    }
+    store_advance(st, 0x2FF);
+    flush(st);
+    assert_int_equal(check_file_records(st), 2);
+    char err[512];
+    assert_int_equal(store_gc(st, 0x2FF, err, sizeof err), 10);
+    assert_int_equal(check_file_records(st), 2);
+    /* A second GC at a horizon where file 1 is under half live rewrites it:
+     * the counts follow the entries into the new file. */
+    for (uint32_t b = 10; b < 25; b++) {
+        pg_key k = pg_key_rel_block(1663, 5, 3, FORK_MAIN, b);
+        put_page(st, &k, 0x300 + b);
+    }
+    store_advance(st, 0x3FF);
+    flush(st);
+    assert_int_equal(store_gc(st, 0x3FF, err, sizeof err), 15);
+    check_file_records(st);
+    store_close(st);
+}
+
 /* ---- concurrency ---- */
 
 enum { CK_KEYS = 64, CK_STEPS = 6000, CK_READERS = 3 };
@@ -1216,6 +1317,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_corruption_detected, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gc, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gc_rewrites_partly_live_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_file_records_count_live_entries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_readers_during_ingest, setup, teardown),
         cmocka_unit_test_setup_teardown(test_out_of_space, setup, teardown),
         cmocka_unit_test_setup_teardown(test_timing, setup, teardown),
