@@ -278,10 +278,11 @@ def process_tree_cpu_s(pid):
 def compile_load_generator(out_dir):
     exe = os.path.join(out_dir, "pageserver_getpage_load")
     srcs = [os.path.join(HERE, "pageserver_getpage_load.c"),
-            os.path.join(REPO, "proto", "pagestream.c"), os.path.join(REPO, "common", "lsn.c")]
+            os.path.join(REPO, "proto", "pagestream.c"),
+            os.path.join(REPO, "common", "base", "lsn.c")]
     cc = os.environ.get("CC", "cc")
     run([cc, "-O2", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-I", REPO,
-         "-I", "/usr/include/postgresql"] + srcs + ["-lpq", "-o", exe], timeout=120)
+         "-I", os.path.join(REPO, "common"), "-I", "/usr/include/postgresql"] + srcs + ["-lpq", "-o", exe], timeout=120)
     return exe
 
 
