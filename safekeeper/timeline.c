@@ -190,12 +190,12 @@ static bool append_over_limit(sk_timeline *tl, const proposer_msg *m, char *deta
     uint64_t needed = (end - oldest + seg - 1) / seg * seg; /* whole segments */
     if (needed <= limit)
         return false;
+    char e[LSN_FMT_LEN];
     snprintf(detail, cap,
-             "appending up to %llX/%X needs %llu bytes of WAL segments on this safekeeper, "
+             "appending up to %s needs %llu bytes of WAL segments on this safekeeper, "
              "over its --max-wal-bytes limit of %llu; appends are taken again once WAL is "
              "removed below the pageserver's consistent LSN",
-             (unsigned long long)(end >> 32), (unsigned)end, (unsigned long long)needed,
-             (unsigned long long)limit);
+             lsn_format(end, e), (unsigned long long)needed, (unsigned long long)limit);
     return true;
 }
 
