@@ -297,7 +297,7 @@ static void test_keys(void **state)
     assert_true(manifest_data_key_id(p, k, &v));
     assert_int_equal(v, 0xabc);
     assert_false(manifest_key_seq(p, k, &v));
-    char bad[MANIFEST_KEY_LEN];
+    char bad[2 * MANIFEST_KEY_LEN];
     snprintf(bad, sizeof bad, "%s0000000000000ABC.dat", p);
     assert_false(manifest_data_key_id(p, bad, &v));
     snprintf(bad, sizeof bad, "%s0000000000000abc.dat.tmp", p);
@@ -327,7 +327,7 @@ static void test_fetch_newest(void **state)
     assert_int_equal(remote_open(&cfg, &rs, &re), 0);
     manifest m;
     sample(&m);
-    char err[512] = "", key[MANIFEST_KEY_LEN];
+    char err[512] = "", key[2 * MANIFEST_KEY_LEN];
     manifest got;
     assert_int_equal(manifest_fetch_newest(rs, &m.tenant, &m.timeline, &got, err, sizeof err),
                      -ENOENT);
