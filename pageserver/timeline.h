@@ -87,6 +87,9 @@ typedef struct timeline_services {
     int32_t image_threshold;
     int image_workers;
     uint32_t image_queue;
+    /* Object storage (issue #13): NULL, none.  Here: where the WAL receiver
+     * reads WAL the safekeepers removed (their WAL backup). */
+    struct remote_storage *remote;
 } timeline_services;
 
 /* Chosen from the sweep in docs/benchmarks.md ("Image threshold"). */
@@ -161,6 +164,7 @@ typedef struct timeline_status {
     uint64_t walreceiver_errors;
     uint64_t walreceiver_probe_errors;
     uint64_t walreceiver_switches;
+    uint64_t walreceiver_backup_segments; /* WAL segments read from the safekeepers' backup */
     uint64_t walreceiver_connects;
     int64_t walreceiver_error_time; /* Unix seconds of the last error, 0 none */
     char walreceiver_error[256];    /* "" once streaming works again */

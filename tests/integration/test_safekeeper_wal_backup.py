@@ -227,3 +227,68 @@ def test_wal_backup_copies_closed_segments_once_and_holds_wal_while_the_store_is
                60, "WAL removal to follow the backup")
     later = store_segments(root, cluster)
     assert len(later) > len(stored) and later[:len(stored)] == stored
+
+
+def ps_timeline(cluster):
+    tenant, timeline = cluster.ids()
+    port = cluster.status()["pageserver"]["http_port"]
+    return cluster.http_get_json(port, "/v1/tenant/%s/timeline/%s" % (tenant, timeline))
+
+
+def test_walreceiver_reads_wal_the_safekeepers_removed_from_the_backup(cluster_dir):
+    """A pageserver set back to an older state (a copy of its directory, as
+    a restore from an older upload would leave it) needs WAL the safekeepers
+    have removed: its WAL receiver reads those segments from the WAL backup
+    (PAGESERVER_REMOTE, the same store), ingests them, and streams the rest
+    from the safekeepers.  A fresh compute then reads every row."""
+    if not pageserver_built():
+        pytest.skip("the pageserver is not built")
+    cluster = cluster_dir
+    root = os.path.join(make_shared_dir("strata-walbackup-"), "store")
+    os.mkdir(root)
+    try:
+        cluster.env["SAFEKEEPER_REMOTE"] = "file://" + root
+        cluster.env["SAFEKEEPER_WAL_BACKUP_DELAY_MS"] = "500"
+        cluster.env["PAGESERVER_REMOTE"] = "file://" + root
+        cluster.up()
+        cluster.sql("CREATE TABLE t (id int, pad text)")
+        cluster.sql("INSERT INTO t SELECT g, repeat('a', 100) FROM generate_series(1, 1000) g")
+        commit = max(lsn_to_int(sk_tl(cluster, n)["commit_lsn"]) for n in NAMES)
+        wait_until(lambda: lsn_to_int(cluster.status()["pageserver"]["last_record_lsn"] or "0/0")
+                   >= commit, 60, "the pageserver to ingest the first rows")
+        # Where the copy will start (within a segment: the wait below asks
+        # for removal a segment past it).
+        snap_lsn = lsn_to_int(cluster.status()["pageserver"]["last_record_lsn"])
+        cluster.stop("pageserver")
+        psdir = os.path.join(cluster.dir, "pageserver")
+        snap = psdir + ".snap"
+        subprocess.run(["cp", "-a", psdir, snap], check=True)
+        cluster.start("pageserver")
+        # ~5 segments more, in rows a compute reads back.
+        for i in range(6):
+            cluster.sql("INSERT INTO t SELECT g, repeat('b', 1000) FROM generate_series(1, 10000) g")
+        want = cluster.sql("SELECT count(*), sum(length(pad)) FROM t")[0]
+
+        def removed_past_snapshot():
+            return all(seg_lsn(local_segments(cluster, n)[0]) > snap_lsn + SEG for n in NAMES)
+
+        wait_until(removed_past_snapshot, 180,
+                   "every safekeeper to remove the WAL the old pageserver state needs")
+        cluster.stop("pageserver")
+        shutil.rmtree(psdir)
+        os.rename(snap, psdir)
+        cluster.start("pageserver")
+        commit = max(lsn_to_int(sk_tl(cluster, n)["commit_lsn"]) for n in NAMES)
+        wait_until(lambda: lsn_to_int(cluster.status()["pageserver"]["last_record_lsn"] or "0/0")
+                   >= commit, 180, "the pageserver to catch up through the WAL backup")
+        wr = ps_timeline(cluster)["walreceiver"]
+        assert wr["backup_segments"] >= 1, wr
+        with open(os.path.join(cluster.dir, "pageserver.log")) as f:
+            assert "from the WAL backup" in f.read()
+        # A fresh compute: its pages come from the pageserver.
+        cluster.stop("compute")
+        cluster.start("compute")
+        assert cluster.sql("SELECT count(*), sum(length(pad)) FROM t")[0] == want
+    finally:
+        shutil.rmtree(os.path.dirname(root), ignore_errors=True)
+
