@@ -292,3 +292,54 @@ def test_walreceiver_reads_wal_the_safekeepers_removed_from_the_backup(cluster_d
     finally:
         shutil.rmtree(os.path.dirname(root), ignore_errors=True)
 
+
+
+def test_replaced_safekeeper_after_its_peers_removed_old_wal(cluster_dir):
+    """`strata safekeeper replace` once the peers removed their old WAL (it
+    is in the backup): the new member is seeded from a peer's oldest segment
+    on, finds the segments it holds already backed up (no second copy),
+    takes part in commits, and removes its WAL as the others do."""
+    if not pageserver_built():
+        pytest.skip("the pageserver is not built")
+    cluster = cluster_dir
+    root = os.path.join(make_shared_dir("strata-walbackup-"), "store")
+    os.mkdir(root)
+    try:
+        cluster.env["SAFEKEEPER_REMOTE"] = "file://" + root
+        cluster.env["SAFEKEEPER_WAL_BACKUP_DELAY_MS"] = "500"
+        cluster.up()
+        cluster.sql("CREATE TABLE t (id int, pad text)")
+        for _ in range(5):
+            cluster.sql("INSERT INTO t SELECT g, repeat('c', 1000) FROM generate_series(1, 10000) g")
+
+        def peers_removed():
+            stored = store_segments(root, cluster)
+            return stored and all(local_segments(cluster, n)[0] > stored[0]
+                                  for n in ("sk1", "sk2"))
+
+        wait_until(peers_removed, 180, "sk1 and sk2 to remove their oldest WAL")
+        first = store_segments(root, cluster)[0]
+        os.kill(cluster.safekeeper("sk3")["pid"], 9)
+        shutil.rmtree(cluster.safekeeper_datadir("sk3"))
+        proc = cluster.run("safekeeper", "replace", "sk3", timeout=300)
+        assert "caught up" in proc.stdout, proc.stdout
+        assert cluster.safekeeper("sk3")["node_id"] == 4
+        segs = local_segments(cluster, "sk3")
+        in_store = set(store_segments(root, cluster))
+        assert segs[0] > first, (segs[:3], first)  # seeded from a peer's oldest segment on
+        for _ in range(3):
+            cluster.sql("INSERT INTO t SELECT g, repeat('d', 1000) FROM generate_series(1, 10000) g")
+        assert cluster.sql("SELECT count(*) FROM t")[0][0] == 80000
+        target = committed_floor(cluster)
+        wait_until(lambda: all(backup_lsn(cluster, n) >= target for n in NAMES), 120,
+                   "every member, the new one too, to back up to %X" % target)
+        wb = sk_tl(cluster, "sk3")["wal_backup"]
+        assert wb["segments_skipped"] >= 1 and wb["errors"] == 0, wb
+        # The segments it was seeded with that were in the store: not put again.
+        seeded = [s for s in segs if s in in_store]
+        assert seeded and wb["segments_skipped"] >= len(seeded), (wb, seeded)
+        oldest = local_segments(cluster, "sk3")[0]
+        wait_until(lambda: local_segments(cluster, "sk3")[0] > oldest, 120,
+                   "the new member to remove WAL below its backup and the pageserver's position")
+    finally:
+        shutil.rmtree(os.path.dirname(root), ignore_errors=True)
