@@ -255,6 +255,10 @@ int control_file_decode(const uint8_t *buf, size_t len, acceptor_persistent_stat
     if (st.wal_seg_size != 0 && (st.wal_seg_size < (1u << 16) || st.wal_seg_size > (1u << 30) ||
                                  (st.wal_seg_size & (st.wal_seg_size - 1)) != 0))
         return bad(err, errlen, "control file has invalid wal_seg_size %u", st.wal_seg_size);
+    /* The end of a whole segment (0: nothing backed up yet). */
+    if (st.backup_lsn != 0 && (st.wal_seg_size == 0 || st.backup_lsn % st.wal_seg_size != 0))
+        return bad(err, errlen, "control file backup LSN %llX is not a segment boundary",
+                   (unsigned long long)st.backup_lsn);
     if (n > 0 && st.history.entries[n - 1].term > st.term)
         return bad(err, errlen, "control file term %llu is below its history's last term %llu",
                    (unsigned long long)st.term, (unsigned long long)st.history.entries[n - 1].term);

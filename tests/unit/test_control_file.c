@@ -212,6 +212,12 @@ static void mut_term_low(uint8_t *b, size_t *len)
     memset(b + 68, 0, 8);
 }
 
+static void mut_backup_unaligned(uint8_t *b, size_t *len)
+{
+    /* The backup LSN is the 8 bytes before the CRC. */
+    put_le64(b + *len - 12, 0x2000001);
+}
+
 static void test_corruption_rejected(void **state)
 {
     (void)state;
@@ -235,6 +241,7 @@ static void test_corruption_rejected(void **state)
     expect_rejected(&st, mut_zero_tenant, true, "zero tenant");
     expect_rejected(&st, mut_seg_size, true, "invalid wal_seg_size");
     expect_rejected(&st, mut_term_low, true, "below its history");
+    expect_rejected(&st, mut_backup_unaligned, true, "not a segment boundary");
 }
 
 /* A version 1 file (before configurations) reads as generation 0. */
