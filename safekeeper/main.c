@@ -74,7 +74,8 @@ static const daemon_opt option_table[OPT_COUNT] = {
                     "object store for the WAL backup: file:///PATH or s3://BUCKET[/PREFIX] "
                     "(S3 endpoint and keys from STRATA_S3_*); \"\": no WAL backup"},
     [OPT_WAL_BACKUP_DELAY_MS] = {"wal-backup-delay-ms", "SAFEKEEPER_WAL_BACKUP_DELAY_MS", "2000",
-                                 "stagger step of the WAL backup: node N waits ((N-1) mod 3) "
+                                 "stagger step of the WAL backup: the Kth member of a timeline's "
+                                 "configuration (from 0; without one, node id - 1 mod 3) waits K "
                                  "steps after a segment closes before uploading it, 0..600000"},
 };
 
@@ -181,7 +182,7 @@ static void start_wal_backup(daemon_state *d, const sk_config *c)
                   c->remote, rc.root);
     wal_backup *b = NULL;
     char err[512];
-    if (wal_backup_start(rs, c->id, c->wal_backup_delay_ms, &d->node.metrics.backup, &b, err,
+    if (wal_backup_start(rs, c->wal_backup_delay_ms, &d->node.metrics.backup, &b, err,
                          sizeof err) != 0 ||
         sk_node_set_backup(&d->node, b, err, sizeof err) != 0)
         log_fatal("--remote %s: %s", c->remote, err);

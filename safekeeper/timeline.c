@@ -864,6 +864,19 @@ static bool lazy_fields_changed(const acceptor_persistent_state *a,
            memcmp(&a->ps_feedback, &b->ps_feedback, sizeof a->ps_feedback) != 0;
 }
 
+/* This safekeeper's turn among the timeline's safekeepers to upload a
+ * closed segment (wal_backup.h): its place in the configuration's members
+ * (a replacement takes the replaced node's place), or, before any
+ * configuration, (node id - 1) mod 3. */
+static uint32_t backup_rank(const sk_timeline *tl)
+{
+    const membership *m = &acceptor_state(&tl->acc)->mconf;
+    for (uint32_t i = 0; i < m->n_members; i++)
+        if (m->members[i].node_id == tl->node->node_id)
+            return i;
+    return tl->node->node_id == 0 ? 0 : (uint32_t)((tl->node->node_id - 1) % 3);
+}
+
 /* Tells the WAL backup how far the WAL is committed and takes back how far
  * it is backed up (into the state the next control-file save stores). */
 static void backup_tick(sk_timeline *tl)
@@ -871,7 +884,7 @@ static void backup_tick(sk_timeline *tl)
     if (tl->backup == NULL)
         return;
     wal_backup_update(tl->backup, acceptor_state(&tl->acc)->wal_seg_size,
-                      acceptor_commit_lsn(&tl->acc), oldest_segment(tl));
+                      acceptor_commit_lsn(&tl->acc), oldest_segment(tl), backup_rank(tl));
     wal_backup_status bs;
     wal_backup_get(tl->backup, &bs);
     acceptor_set_backup_lsn(&tl->acc, bs.backup_lsn);

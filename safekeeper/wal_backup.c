@@ -41,6 +41,7 @@ struct wal_backup_tl {
     uint32_t seg_size;
     lsn_t committed;
     lsn_t oldest_local;
+    uint32_t rank;
     wal_backup_status st;
 
     /* Worker thread only. */
@@ -53,7 +54,6 @@ struct wal_backup_tl {
 
 struct wal_backup {
     remote_storage *rs;
-    uint64_t node_id;
     uint32_t delay_ms;
     wal_backup_metrics m;
     pthread_t thread;
@@ -72,12 +72,6 @@ static uint64_t now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-/* 0 for node 1, 1 for node 2, 2 for node 3, then around again. */
-static uint32_t rank_of(uint64_t node_id)
-{
-    return node_id == 0 ? 0 : (uint32_t)((node_id - 1) % 3);
 }
 
 void wal_backup_key(const strata_id *tenant, const strata_id *timeline, uint32_t seg_size,
@@ -189,6 +183,7 @@ static uint32_t step(wal_backup_tl *t)
     pthread_mutex_lock(&b->mu);
     uint32_t seg = t->seg_size;
     lsn_t committed = t->committed, oldest = t->oldest_local, backup = t->st.backup_lsn;
+    uint32_t rank = t->rank;
     pthread_mutex_unlock(&b->mu);
     if (seg == 0 || oldest == LSN_INVALID)
         return IDLE_WAIT_MS;
@@ -216,7 +211,7 @@ static uint32_t step(wal_backup_tl *t)
         t->waiting = true;
         t->waiting_since_ms = now;
     }
-    uint64_t due = t->waiting_since_ms + (uint64_t)rank_of(b->node_id) * b->delay_ms;
+    uint64_t due = t->waiting_since_ms + (uint64_t)rank * b->delay_ms;
     if (t->retry_at_ms > due)
         due = t->retry_at_ms;
     if (now < due)
@@ -273,8 +268,8 @@ static void *run(void *arg)
     return NULL;
 }
 
-int wal_backup_start(remote_storage *rs, uint64_t node_id, uint32_t delay_ms,
-                     const wal_backup_metrics *m, wal_backup **out, char *err, size_t errlen)
+int wal_backup_start(remote_storage *rs, uint32_t delay_ms, const wal_backup_metrics *m,
+                     wal_backup **out, char *err, size_t errlen)
 {
     wal_backup *b = calloc(1, sizeof *b);
     if (b == NULL) {
@@ -282,7 +277,6 @@ int wal_backup_start(remote_storage *rs, uint64_t node_id, uint32_t delay_ms,
         return -1;
     }
     b->rs = rs;
-    b->node_id = node_id;
     b->delay_ms = delay_ms;
     b->m = *m;
     pthread_mutex_init(&b->mu, NULL);
@@ -348,7 +342,8 @@ wal_backup_tl *wal_backup_add(wal_backup *b, const strata_id *tenant, const stra
     return t;
 }
 
-void wal_backup_update(wal_backup_tl *t, uint32_t seg_size, lsn_t committed, lsn_t oldest_local)
+void wal_backup_update(wal_backup_tl *t, uint32_t seg_size, lsn_t committed, lsn_t oldest_local,
+                       uint32_t rank)
 {
     wal_backup *b = t->b;
     pthread_mutex_lock(&b->mu);
@@ -357,6 +352,7 @@ void wal_backup_update(wal_backup_tl *t, uint32_t seg_size, lsn_t committed, lsn
     t->seg_size = seg_size;
     t->committed = committed;
     t->oldest_local = oldest_local;
+    t->rank = rank;
     if (closed_more) {
         b->kicked = true;
         pthread_cond_signal(&b->cv);

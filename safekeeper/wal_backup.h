@@ -20,10 +20,10 @@
  * Three safekeepers, one copy: before a PUT the key is HEADed; an object
  * of the full segment size is counted as backed up ("skipped").  Each
  * safekeeper waits rank * delay_ms after a segment closes before looking
- * (rank from the node id: node 1 looks at once, node 2 after one delay,
- * node 3 after two), so in the common case the first uploads and the
- * others find it there.  Two PUTs of the same segment are harmless: the
- * bytes are the same and a PUT replaces atomically.
+ * (the rank is the caller's: timeline.c takes this node's place in the
+ * timeline's configuration, 0, 1, 2, else (node id - 1) mod 3), so in the
+ * common case the first uploads and the others find it there.  Two PUTs of the same segment are
+ * harmless: the bytes are the same and a PUT replaces atomically.
  *
  * Failures: a failed HEAD or PUT is retried with backoff (1 s doubling to
  * 30 s) for as long as it fails; the first failure and the recovery are
@@ -74,9 +74,8 @@ typedef struct wal_backup_status {
 } wal_backup_status;
 
 /* Starts the worker for the store rs (owned from then on: closed by
- * wal_backup_stop).  node_id picks the rank; delay_ms is the stagger step.
- * 0, or -1 with err. */
-STRATA_MUST_CHECK int wal_backup_start(remote_storage *rs, uint64_t node_id, uint32_t delay_ms,
+ * wal_backup_stop); delay_ms is the stagger step.  0, or -1 with err. */
+STRATA_MUST_CHECK int wal_backup_start(remote_storage *rs, uint32_t delay_ms,
                                        const wal_backup_metrics *m, wal_backup **out, char *err,
                                        size_t errlen);
 
@@ -92,10 +91,12 @@ const char *wal_backup_describe(const wal_backup *b);
 wal_backup_tl *wal_backup_add(wal_backup *b, const strata_id *tenant, const strata_id *timeline,
                               const char *dir, lsn_t backup_lsn);
 
-/* Tells the worker how far the timeline's WAL is committed and where its
- * oldest local segment starts (0: none), and wakes it when a segment
+/* Tells the worker how far the timeline's WAL is committed, where its
+ * oldest local segment starts (0: none) and this safekeeper's rank for
+ * the timeline (it waits rank * delay_ms), and wakes it when a segment
  * closed. */
-void wal_backup_update(wal_backup_tl *t, uint32_t seg_size, lsn_t committed, lsn_t oldest_local);
+void wal_backup_update(wal_backup_tl *t, uint32_t seg_size, lsn_t committed, lsn_t oldest_local,
+                       uint32_t rank);
 
 /* Copies the timeline's backup status. */
 void wal_backup_get(wal_backup_tl *t, wal_backup_status *out);
