@@ -170,7 +170,11 @@ static cJSON *status_json(const cluster *c, const status_snapshot *s)
              add(sk, "max_wal_bytes",
                  tl->known ? cJSON_CreateNumber((double)tl->max_wal_bytes) : cJSON_CreateNull()) &&
              add(sk, "wal_limited",
-                 tl->known ? cJSON_CreateBool(tl->wal_limited) : cJSON_CreateNull());
+                 tl->known ? cJSON_CreateBool(tl->wal_limited) : cJSON_CreateNull()) &&
+             add(sk, "wal_backup_lsn", json_lsn(tl->known && tl->wal_backup, tl->backup_lsn)) &&
+             add(sk, "wal_backup_error",
+                 tl->known && tl->backup_failing ? cJSON_CreateString(tl->backup_error)
+                                                 : cJSON_CreateNull());
     }
     if (!ok) {
         cJSON_Delete(root);
@@ -237,6 +241,12 @@ static void status_print_human(const cluster *c, const status_snapshot *s)
                 printf(" of %llu MB", (unsigned long long)(tl->max_wal_bytes >> 20));
             if (tl->wal_limited)
                 printf(" FULL: refusing appends until WAL is removed");
+            if (tl->wal_backup) {
+                char b[LSN_FMT_LEN];
+                printf(", backed up to %s", lsn_format(tl->backup_lsn, b));
+                if (tl->backup_failing)
+                    printf(" (BACKUP FAILING, WAL kept: %s)", tl->backup_error);
+            }
         }
         printf("\n");
     }

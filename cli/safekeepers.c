@@ -205,6 +205,20 @@ static bool json_id_equals(const cJSON *obj, const char *key, const strata_id *w
     return cJSON_IsString(v) && strata_id_parse(v->valuestring, &id) && strata_id_equal(&id, want);
 }
 
+/* The "wal_backup" object of a timeline (null or absent: no backup). */
+static void backup_from_json(const cJSON *b, safekeeper_timeline *out)
+{
+    const cJSON *lsn = cJSON_GetObjectItemCaseSensitive(b, "backup_lsn");
+    if (!cJSON_IsObject(b) || !cJSON_IsString(lsn) ||
+        !lsn_parse(lsn->valuestring, &out->backup_lsn))
+        return;
+    out->wal_backup = true;
+    out->backup_failing = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "failing"));
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(b, "last_error");
+    if (cJSON_IsString(e))
+        snprintf(out->backup_error, sizeof out->backup_error, "%s", e->valuestring);
+}
+
 void safekeepers_query(const cluster *c, const cluster_safekeeper *sk, safekeeper_timeline *out)
 {
     memset(out, 0, sizeof *out);
@@ -237,6 +251,7 @@ void safekeepers_query(const cluster *c, const cluster_safekeeper *sk, safekeepe
             if (cJSON_IsNumber(wb) && wb->valuedouble >= 0)
                 out->wal_bytes = (uint64_t)wb->valuedouble;
             out->wal_limited = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(tl, "wal_limited"));
+            backup_from_json(cJSON_GetObjectItemCaseSensitive(tl, "wal_backup"), out);
             break;
         }
     }

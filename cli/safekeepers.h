@@ -29,6 +29,10 @@ typedef struct safekeeper_timeline {
     uint64_t wal_bytes;     /* its segment files on disk */
     uint64_t max_wal_bytes; /* the safekeeper's --max-wal-bytes; 0: no bound */
     bool wal_limited;       /* refusing appends at that bound */
+    bool wal_backup;        /* the safekeeper has --remote */
+    lsn_t backup_lsn;       /* WAL below it is in the object store */
+    bool backup_failing;    /* the last upload attempt failed */
+    char backup_error[256]; /* its error, "" if none */
 } safekeeper_timeline;
 
 /* The pid of the running safekeeper, or 0 when it is not running. */

@@ -110,7 +110,8 @@ static const daemon_opt option_table[OPT_COUNT] = {
     [OPT_IMAGE_WORKERS] = {"image-workers", "PAGESERVER_IMAGE_WORKERS", "2",
                            "image generation threads per timeline"},
     [OPT_REMOTE] = {"remote", "PAGESERVER_REMOTE", "",
-                    "object store every timeline uploads its data files and manifests to: "
+                    "object store every timeline uploads its data files and manifests to, and "
+                    "where WAL the safekeepers removed is read from their WAL backup: "
                     "file:///PATH or s3://BUCKET/PREFIX (endpoint and keys from STRATA_S3_*); "
                     "empty: none, the local disk is the only copy"},
     [OPT_CONFIG] = {"config", "PAGESERVER_CONFIG", NULL,

@@ -365,6 +365,7 @@ static int start_walreceiver(timeline *tl, char *err, size_t errlen)
     o.tenant = tl->meta.tenant;
     o.timeline = tl->meta.timeline;
     o.start_lsn = tl->meta.start_lsn;
+    o.wal_backup = tl->svc.remote;
     if (tl->svc.wr_probe_interval_ms != 0)
         o.probe_interval_ms = tl->svc.wr_probe_interval_ms;
     if (tl->svc.wr_switch_lag_bytes != 0)
@@ -684,6 +685,7 @@ void timeline_get_status(timeline *tl, timeline_status *out)
         out->walreceiver_errors = wi.errors;
         out->walreceiver_probe_errors = wi.probe_errors;
         out->walreceiver_switches = wi.switches;
+        out->walreceiver_backup_segments = wi.backup_segments;
         out->walreceiver_connects = wi.connects;
         out->walreceiver_error_time = wi.last_error_time;
         snprintf(out->walreceiver_error, sizeof out->walreceiver_error, "%s", wi.last_error);

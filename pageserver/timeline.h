@@ -91,7 +91,8 @@ typedef struct timeline_services {
     /* Object storage (issue #13, pageserver/remote/uploader.h): NULL, no
      * upload and remote_consistent_lsn = disk_consistent_lsn (the local
      * disk is the only copy).  Else every timeline uploads its data files
-     * and manifests there. */
+     * and manifests there, and the WAL receiver reads WAL the safekeepers
+     * removed from their WAL backup there. */
     struct remote_storage *remote;
     uint32_t upload_backoff_max_ms; /* 0: the uploader's default */
 } timeline_services;
@@ -172,6 +173,7 @@ typedef struct timeline_status {
     uint64_t walreceiver_errors;
     uint64_t walreceiver_probe_errors;
     uint64_t walreceiver_switches;
+    uint64_t walreceiver_backup_segments; /* WAL segments read from the safekeepers' backup */
     uint64_t walreceiver_connects;
     int64_t walreceiver_error_time; /* Unix seconds of the last error, 0 none */
     char walreceiver_error[256];    /* "" once streaming works again */

@@ -543,6 +543,12 @@ void acceptor_set_pageserver_feedback(acceptor *acc, const pageserver_feedback *
         mine->remote_consistent_lsn = fb->remote_consistent_lsn;
 }
 
+void acceptor_set_backup_lsn(acceptor *acc, lsn_t lsn)
+{
+    if (lsn > acc->st.backup_lsn)
+        acc->st.backup_lsn = lsn;
+}
+
 const acceptor_persistent_state *acceptor_state(const acceptor *acc)
 {
     return &acc->st;

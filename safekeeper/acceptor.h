@@ -71,6 +71,10 @@ typedef struct acceptor_persistent_state {
     /* The timeline's safekeeper configuration (generation 0: none known).
      * Only grows: a proposer's greeting or acceptor_switch_membership. */
     membership mconf;
+    /* WAL backup (safekeeper/wal_backup.h): every segment below it is in
+     * the object store.  0 while nothing is known to be there.  The core
+     * only keeps it; the edge moves it (acceptor_set_backup_lsn). */
+    lsn_t backup_lsn;
 } acceptor_persistent_state;
 
 typedef enum acceptor_effect_kind {
@@ -214,6 +218,10 @@ int acceptor_flush_done(acceptor *acc, acceptor_output *out);
  * AppendRequest merges the feedback its proposer relays the same way.
  */
 void acceptor_set_pageserver_feedback(acceptor *acc, const pageserver_feedback *fb);
+
+/* Records that the WAL below lsn is in the object store (monotonic;
+ * stored lazily like the pageserver feedback). */
+void acceptor_set_backup_lsn(acceptor *acc, lsn_t lsn);
 
 /* Read-only views. */
 const acceptor_persistent_state *acceptor_state(const acceptor *acc);

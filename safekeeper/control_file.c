@@ -82,12 +82,15 @@ static size_t mconf_size(uint32_t n_members, uint32_t n_new)
     return 12 + CONTROL_FILE_MEMBER_SIZE * (size_t)(n_members + n_new);
 }
 
+/* What follows the configuration in a version 3 body: the backup LSN. */
+#define TAIL_V3_SIZE 8
+
 size_t control_file_encode(const acceptor_persistent_state *st, uint8_t *buf, size_t cap)
 {
     if (st->history.n > TERM_HISTORY_MAX || membership_check(&st->mconf) != NULL)
         return 0;
     size_t body = FIXED_BODY_SIZE + 16 * (size_t)st->history.n +
-                  mconf_size(st->mconf.n_members, st->mconf.n_new_members);
+                  mconf_size(st->mconf.n_members, st->mconf.n_new_members) + TAIL_V3_SIZE;
     size_t total = HEADER_SIZE + body + 4;
     if (cap < total)
         return 0;
@@ -117,6 +120,7 @@ size_t control_file_encode(const acceptor_persistent_state *st, uint8_t *buf, si
     put_u32(&w, st->mconf.generation);
     put_members(&w, st->mconf.members, st->mconf.n_members);
     put_members(&w, st->mconf.new_members, st->mconf.n_new_members);
+    put_u64(&w, st->backup_lsn);
     assert((size_t)(w.p - buf) == total - 4);
     put_u32(&w, crc32c(buf, total - 4));
     return total;
@@ -136,8 +140,8 @@ static int bad(char *err, size_t errlen, const char *fmt, ...)
     return -1;
 }
 
-/* The configuration at the end of a version 2 body (which starts at
- * offset hist_end of body bytes). */
+/* The configuration after the history of a version 2 or 3 body (which
+ * starts at offset hist_end of body bytes and ends at body). */
 static int get_mconf(reader *r, membership *m, size_t hist_end, uint32_t body, char *err,
                      size_t errlen)
 {
@@ -193,7 +197,7 @@ int control_file_decode(const uint8_t *buf, size_t len, acceptor_persistent_stat
         return bad(err, errlen, "control file has bad magic 0x%08X (expected 0x%08X)", magic,
                    CONTROL_FILE_MAGIC);
     uint32_t version = get_u32(&r);
-    if (version != CONTROL_FILE_VERSION && version != 1)
+    if (version < 1 || version > CONTROL_FILE_VERSION)
         return bad(err, errlen, "control file has unsupported format version %u (expected %u)",
                    version, CONTROL_FILE_VERSION);
     uint32_t body = get_u32(&r);
@@ -228,7 +232,8 @@ int control_file_decode(const uint8_t *buf, size_t len, acceptor_persistent_stat
         return bad(err, errlen, "control file term history has %u entries (max %d)", n,
                    TERM_HISTORY_MAX);
     size_t hist_end = FIXED_BODY_SIZE + 16 * (size_t)n;
-    if (version == 1 ? (size_t)body != hist_end : (size_t)body < hist_end + mconf_size(0, 0))
+    size_t tail = version >= 3 ? TAIL_V3_SIZE : 0;
+    if (version == 1 ? (size_t)body != hist_end : (size_t)body < hist_end + mconf_size(0, 0) + tail)
         return bad(err, errlen, "control file body length %u does not fit %u history entries", body,
                    n);
     st.history.n = n;
@@ -239,8 +244,10 @@ int control_file_decode(const uint8_t *buf, size_t len, acceptor_persistent_stat
                       st.history.entries[i].lsn < st.history.entries[i - 1].lsn))
             return bad(err, errlen, "control file term history entry %u is out of order", i);
     }
-    if (version >= 2 && get_mconf(&r, &st.mconf, hist_end, body, err, errlen) != 0)
+    if (version >= 2 && get_mconf(&r, &st.mconf, hist_end, body - (uint32_t)tail, err, errlen) != 0)
         return -1;
+    if (version >= 3)
+        st.backup_lsn = get_u64(&r);
     assert((size_t)(r.p - buf) == len - 4);
 
     if (strata_id_is_zero(&st.tenant_id) || strata_id_is_zero(&st.timeline_id))
@@ -248,6 +255,10 @@ int control_file_decode(const uint8_t *buf, size_t len, acceptor_persistent_stat
     if (st.wal_seg_size != 0 && (st.wal_seg_size < (1u << 16) || st.wal_seg_size > (1u << 30) ||
                                  (st.wal_seg_size & (st.wal_seg_size - 1)) != 0))
         return bad(err, errlen, "control file has invalid wal_seg_size %u", st.wal_seg_size);
+    /* The end of a whole segment (0: nothing backed up yet). */
+    if (st.backup_lsn != 0 && (st.wal_seg_size == 0 || st.backup_lsn % st.wal_seg_size != 0))
+        return bad(err, errlen, "control file backup LSN %llX is not a segment boundary",
+                   (unsigned long long)st.backup_lsn);
     if (n > 0 && st.history.entries[n - 1].term > st.term)
         return bad(err, errlen, "control file term %llu is below its history's last term %llu",
                    (unsigned long long)st.term, (unsigned long long)st.history.entries[n - 1].term);

@@ -3,7 +3,8 @@
  *
  * Holds the acceptor's persistent state (acceptor_persistent_state: ids,
  * server info, term, term history, timeline start, flush/commit/truncate
- * LSNs, pageserver feedback, safekeeper configuration) in an explicit
+ * LSNs, pageserver feedback, safekeeper configuration, WAL backup LSN) in
+ * an explicit
  * little-endian layout:
  *
  *     magic u32 | format version u32 | body length u32 | body | CRC-32C u32
@@ -28,13 +29,14 @@
 #define CONTROL_FILE_NAME "safekeeper.control"
 #define CONTROL_FILE_MAGIC 0x53544B43u /* "STKC" */
 /* Version 2 added the configuration (membership) after the term history;
- * a version 1 file reads as generation 0. */
-#define CONTROL_FILE_VERSION 2u
+ * a version 1 file reads as generation 0.  Version 3 added the WAL backup
+ * LSN (u64) after the configuration; versions 1 and 2 read it as 0. */
+#define CONTROL_FILE_VERSION 3u
 /* One member: u64 node id, a NUL-padded address field. */
 #define CONTROL_FILE_MEMBER_SIZE (8 + MEMBER_ADDR_MAX + 1)
 /* Largest valid file: header, body with a full term history, CRC. */
 #define CONTROL_FILE_MAX_SIZE                                                                      \
-    (12 + 124 + 16 * TERM_HISTORY_MAX + 12 + 2 * MEMBERSHIP_MAX * CONTROL_FILE_MEMBER_SIZE + 4)
+    (12 + 124 + 16 * TERM_HISTORY_MAX + 12 + 2 * MEMBERSHIP_MAX * CONTROL_FILE_MEMBER_SIZE + 8 + 4)
 
 /* Encodes st into buf; returns the length, or 0 if cap is too small or st
  * is not encodable (history longer than TERM_HISTORY_MAX). */

@@ -49,6 +49,17 @@ static cJSON *timeline_json(const sk_timeline_status *s)
     cJSON_AddBoolToObject(o, "failed", s->failed);
     cJSON_AddNumberToObject(o, "wal_bytes", (double)s->wal_bytes);
     cJSON_AddBoolToObject(o, "wal_limited", s->wal_limited);
+    if (s->wal_backup) {
+        cJSON *b = cJSON_AddObjectToObject(o, "wal_backup");
+        add_lsn(b, "backup_lsn", s->backup.backup_lsn);
+        cJSON_AddNumberToObject(b, "segments_uploaded", (double)s->backup.uploaded);
+        cJSON_AddNumberToObject(b, "segments_skipped", (double)s->backup.skipped);
+        cJSON_AddNumberToObject(b, "errors", (double)s->backup.errors);
+        cJSON_AddBoolToObject(b, "failing", s->backup.failing);
+        cJSON_AddStringToObject(b, "last_error", s->backup.last_error);
+    } else {
+        cJSON_AddNullToObject(o, "wal_backup");
+    }
     return o;
 }
 
@@ -68,6 +79,11 @@ static void on_status(const http_request *req, http_response *resp, void *arg)
     cJSON_AddNumberToObject(o, "connections", connections);
     /* Set before the HTTP server starts, never changed. */
     cJSON_AddNumberToObject(o, "max_wal_bytes", (double)node->max_wal_bytes);
+    /* Set before the HTTP server starts, never changed. */
+    if (node->backup != NULL)
+        cJSON_AddStringToObject(o, "remote", wal_backup_describe(node->backup));
+    else
+        cJSON_AddNullToObject(o, "remote");
     cJSON *arr = cJSON_AddArrayToObject(o, "timelines");
     for (int i = 0; i < n; i++)
         cJSON_AddItemToArray(arr, timeline_json(&snap[i]));

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <uv.h>
 
@@ -21,6 +22,7 @@
 #include "base/durable.h"
 #include "base/log.h"
 #include "net/pgwire.h"
+#include "net/remote_storage.h"
 #include "net/uring.h"
 #include "safekeeper/conn.h"
 #include "safekeeper/http_api.h"
@@ -41,6 +43,8 @@ enum {
     OPT_HOUSEKEEPING_MS,
     OPT_CONFIG,
     OPT_MAX_WAL_BYTES,
+    OPT_REMOTE,
+    OPT_WAL_BACKUP_DELAY_MS,
     OPT_COUNT
 };
 
@@ -66,6 +70,13 @@ static const daemon_opt option_table[OPT_COUNT] = {
     [OPT_MAX_WAL_BYTES] = {"max-wal-bytes", "SAFEKEEPER_MAX_WAL_BYTES", "0",
                            "per-timeline bound on local WAL segment bytes (e.g. 64MB); appends "
                            "past it are refused (0: none)"},
+    [OPT_REMOTE] = {"remote", "SAFEKEEPER_REMOTE", "",
+                    "object store for the WAL backup: file:///PATH or s3://BUCKET[/PREFIX] "
+                    "(S3 endpoint and keys from STRATA_S3_*); \"\": no WAL backup"},
+    [OPT_WAL_BACKUP_DELAY_MS] = {"wal-backup-delay-ms", "SAFEKEEPER_WAL_BACKUP_DELAY_MS", "2000",
+                                 "stagger step of the WAL backup: the Kth member of a timeline's "
+                                 "configuration (from 0; without one, node id - 1 mod 3) waits K "
+                                 "steps after a segment closes before uploading it, 0..600000"},
 };
 
 /* The options, checked and typed. */
@@ -82,6 +93,8 @@ typedef struct sk_config {
     const char *auth_file; /* NULL or "": no tokens file */
     unsigned housekeeping_ms;
     uint64_t max_wal_bytes; /* 0: no bound */
+    const char *remote;     /* "": no WAL backup */
+    uint32_t wal_backup_delay_ms;
 } sk_config;
 
 typedef struct daemon_state {
@@ -113,7 +126,7 @@ static void check_options(const daemon_opts *o, sk_config *c)
 {
     char **v = o->values;
     char err[1024];
-    uint64_t housekeeping_ms;
+    uint64_t housekeeping_ms, delay_ms;
     if (!daemon_opt_uint("id", v[OPT_ID], 1, UINT64_MAX, &c->id, err, sizeof err) ||
         !daemon_opt_hostport("listen-pg", v[OPT_LISTEN_PG], c->pg_host, sizeof c->pg_host,
                              &c->pg_port, err, sizeof err) ||
@@ -122,8 +135,12 @@ static void check_options(const daemon_opts *o, sk_config *c)
         !daemon_opt_uint("housekeeping-ms", v[OPT_HOUSEKEEPING_MS], 10, 3600000, &housekeeping_ms,
                          err, sizeof err) ||
         !daemon_opt_bytes("max-wal-bytes", v[OPT_MAX_WAL_BYTES], &c->max_wal_bytes, err,
-                          sizeof err))
+                          sizeof err) ||
+        !daemon_opt_uint("wal-backup-delay-ms", v[OPT_WAL_BACKUP_DELAY_MS], 0, 600000, &delay_ms,
+                         err, sizeof err))
         daemon_opts_exit(o, err, false);
+    c->wal_backup_delay_ms = (uint32_t)delay_ms;
+    c->remote = v[OPT_REMOTE] != NULL ? v[OPT_REMOTE] : "";
     c->housekeeping_ms = (unsigned)housekeeping_ms;
     c->datadir = v[OPT_DATADIR];
     c->listen_pg = v[OPT_LISTEN_PG];
@@ -143,6 +160,33 @@ static void open_node(daemon_state *d, const sk_config *c)
                      sizeof err) != 0)
         log_fatal("cannot load timelines: %s", err);
     d->node.max_wal_bytes = c->max_wal_bytes;
+}
+
+/* --remote: opens the object store and starts the WAL backup; exits with
+ * a message if the URL is bad or the store cannot be opened.  An
+ * unreachable store is not fatal later: uploads retry and WAL is kept. */
+static void start_wal_backup(daemon_state *d, const sk_config *c)
+{
+    if (c->remote[0] == '\0')
+        return;
+    remote_config rc;
+    remote_err rerr = {{0}};
+    remote_storage *rs = NULL;
+    if (remote_config_from_url(c->remote, &rc, &rerr) != 0 || remote_open(&rc, &rs, &rerr) != 0)
+        log_fatal("--remote %s: %s", c->remote, rerr.msg);
+    /* A local store's root missing at start is a configuration error (an
+     * S3 store is not probed: one down at start is an outage, retried). */
+    struct stat sb;
+    if (rc.kind == REMOTE_LOCAL && (stat(rc.root, &sb) != 0 || !S_ISDIR(sb.st_mode)))
+        log_fatal("--remote %s: %s is not a directory (create it with strata remote init)",
+                  c->remote, rc.root);
+    wal_backup *b = NULL;
+    char err[512];
+    if (wal_backup_start(rs, c->wal_backup_delay_ms, &d->node.metrics.backup, &b, err,
+                         sizeof err) != 0 ||
+        sk_node_set_backup(&d->node, b, err, sizeof err) != 0)
+        log_fatal("--remote %s: %s", c->remote, err);
+    log_info("WAL backup to %s", remote_describe(rs));
 }
 
 /* How clients authenticate: a password, a tokens file, or trust. */
@@ -222,6 +266,7 @@ int main(int argc, char **argv)
     d.lock_fd = daemon_open_datadir(c.datadir, 0700, LOCK_FILE, "safekeeper");
     d.loop = uv_default_loop();
     open_node(&d, &c);
+    start_wal_backup(&d, &c);
     start_listeners(&d, &c);
     daemon_signals_start(&d.signals, d.loop, d.auth, on_stop, &d);
 

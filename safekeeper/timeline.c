@@ -79,12 +79,15 @@ struct sk_timeline {
     metrics_gauge *g_flush;
     metrics_gauge *g_commit;
     metrics_gauge *g_term;
+    metrics_gauge *g_backup; /* NULL without --remote */
+    wal_backup_tl *backup;   /* NULL without --remote */
 };
 
 static void tl_kick(sk_timeline *tl);
 static void run_effects(sk_timeline *tl);
 
 static void publish_timeline(sk_timeline *tl);
+static int attach_backup(sk_timeline *tl);
 
 /* ---- helpers ---------------------------------------------------------- */
 
@@ -637,6 +640,8 @@ static void tl_register(sk_node *node, sk_timeline *tl)
         r, "safekeeper_commit_lsn", "Committed end of WAL served to consumers", 2, names, values);
     tl->g_term =
         metrics_gauge_register(r, "safekeeper_term", "Highest term voted for", 2, names, values);
+    if (node->backup != NULL && attach_backup(tl) != 0)
+        log_warn("timeline %s/%s: no memory for its WAL backup; its WAL is kept", t, l);
     tl->index = node->n_timelines;
     node->timelines[node->n_timelines++] = tl;
     pthread_mutex_lock(&node->snap_lock);
@@ -814,18 +819,82 @@ static int tl_load(sk_node *node, const strata_id *tenant, const strata_id *time
     return 0;
 }
 
+/* ---- WAL backup -------------------------------------------------------- */
+
+/* Gives tl its uploader (node->backup set).  0 or -ENOMEM. */
+static int attach_backup(sk_timeline *tl)
+{
+    sk_node *node = tl->node;
+    STRATA_ASSERT(node->backup != NULL && tl->backup == NULL);
+    tl->backup = wal_backup_add(node->backup, &tl->tenant_id, &tl->timeline_id, tl->dir,
+                                acceptor_state(&tl->acc)->backup_lsn);
+    if (tl->backup == NULL)
+        return -ENOMEM;
+    char t[STRATA_ID_HEX_LEN], l[STRATA_ID_HEX_LEN];
+    const char *names[] = {"tenant_id", "timeline_id"};
+    const char *values[] = {strata_id_format(&tl->tenant_id, t),
+                            strata_id_format(&tl->timeline_id, l)};
+    tl->g_backup = metrics_gauge_register(
+        metrics_default_registry(), "safekeeper_wal_backup_lsn",
+        "End of the WAL backed up to the object store without a gap", 2, names, values);
+    return 0;
+}
+
+int sk_node_set_backup(sk_node *node, wal_backup *b, char *err, size_t errlen)
+{
+    STRATA_ASSERT(node->backup == NULL);
+    node->backup = b;
+    for (int i = 0; i < node->n_timelines; i++) {
+        if (attach_backup(node->timelines[i]) != 0) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+    }
+    sk_node_publish(node);
+    return 0;
+}
+
 /* ---- housekeeping: lazy saves and WAL removal ------------------------- */
 
 static bool lazy_fields_changed(const acceptor_persistent_state *a,
                                 const acceptor_persistent_state *b)
 {
     return a->commit_lsn != b->commit_lsn || a->truncate_lsn != b->truncate_lsn ||
-           a->flush_lsn != b->flush_lsn ||
+           a->flush_lsn != b->flush_lsn || a->backup_lsn != b->backup_lsn ||
            memcmp(&a->ps_feedback, &b->ps_feedback, sizeof a->ps_feedback) != 0;
+}
+
+/* This safekeeper's turn among the timeline's safekeepers to upload a
+ * closed segment (wal_backup.h): its place in the configuration's members
+ * (a replacement takes the replaced node's place), or, before any
+ * configuration, (node id - 1) mod 3. */
+static uint32_t backup_rank(const sk_timeline *tl)
+{
+    const membership *m = &acceptor_state(&tl->acc)->mconf;
+    for (uint32_t i = 0; i < m->n_members; i++)
+        if (m->members[i].node_id == tl->node->node_id)
+            return i;
+    return tl->node->node_id == 0 ? 0 : (uint32_t)((tl->node->node_id - 1) % 3);
+}
+
+/* Tells the WAL backup how far the WAL is committed and takes back how far
+ * it is backed up (into the state the next control-file save stores). */
+static void backup_tick(sk_timeline *tl)
+{
+    if (tl->backup == NULL)
+        return;
+    wal_backup_update(tl->backup, acceptor_state(&tl->acc)->wal_seg_size,
+                      acceptor_commit_lsn(&tl->acc), oldest_segment(tl), backup_rank(tl));
+    wal_backup_status bs;
+    wal_backup_get(tl->backup, &bs);
+    acceptor_set_backup_lsn(&tl->acc, bs.backup_lsn);
 }
 
 static void housekeep_timeline(sk_timeline *tl)
 {
+    /* Also while a message executes: the backup LSN only goes into the
+     * in-memory state, which the next save stores. */
+    backup_tick(tl);
     if (tl->failed || tl->executing)
         return;
     const acceptor_persistent_state *st = acceptor_state(&tl->acc);
@@ -852,6 +921,10 @@ static void housekeep_timeline(sk_timeline *tl)
         horizon = p->commit_lsn;
     if (p->truncate_lsn < horizon)
         horizon = p->truncate_lsn;
+    /* With --remote, WAL stays until the object store has it too (0: none
+     * of it yet, keep everything). */
+    if (tl->backup != NULL && p->backup_lsn < horizon)
+        horizon = p->backup_lsn;
     /* A restart scans from the stored min(commit_lsn, flush_lsn): the
      * segment holding it must outlive the control file that names it. */
     lsn_t scan_start = restart_scan_start(p);
@@ -921,6 +994,19 @@ int sk_node_init(sk_node *node, uv_loop_t *loop, uring *ring, const char *datadi
         r, "safekeeper_appends_refused_total",
         "AppendRequests refused because the timeline's WAL would pass --max-wal-bytes", 0, NULL,
         NULL);
+    m->backup.uploaded = metrics_counter_register(
+        r, "safekeeper_wal_backup_segments_uploaded_total",
+        "WAL segments this safekeeper PUT into the object store", 0, NULL, NULL);
+    m->backup.skipped = metrics_counter_register(
+        r, "safekeeper_wal_backup_segments_skipped_total",
+        "WAL segments found whole in the object store already (another safekeeper put them)", 0,
+        NULL, NULL);
+    m->backup.bytes =
+        metrics_counter_register(r, "safekeeper_wal_backup_bytes_total",
+                                 "WAL bytes PUT into the object store", 0, NULL, NULL);
+    m->backup.errors = metrics_counter_register(
+        r, "safekeeper_wal_backup_errors_total",
+        "Failed WAL backup attempts (HEAD or PUT), each retried with backoff", 0, NULL, NULL);
     node->snap = calloc(SK_MAX_TIMELINES, sizeof *node->snap);
     if (node->snap == NULL) {
         snprintf(err, errlen, "out of memory");
@@ -970,8 +1056,14 @@ void sk_node_shutdown(sk_node *node)
     uv_prepare_stop(&node->before_poll);
     uv_close((uv_handle_t *)&node->before_poll, NULL);
     node->n_due = 0;
+    /* The backup LSN reached so far goes into the last save. */
+    for (int i = 0; i < node->n_timelines; i++)
+        backup_tick(node->timelines[i]);
+    wal_backup_stop(node->backup);
+    node->backup = NULL;
     for (int i = 0; i < node->n_timelines; i++) {
         sk_timeline *tl = node->timelines[i];
+        tl->backup = NULL; /* freed with the backup */
         if (!tl->failed && !tl->executing &&
             lazy_fields_changed(acceptor_state(&tl->acc), &tl->persisted))
             control_file_write(tl->dir, acceptor_state(&tl->acc));
@@ -1012,6 +1104,11 @@ static void fill_status(const sk_timeline *tl, sk_timeline_status *s)
     s->failed = tl->failed;
     s->wal_bytes = tl->wal_bytes;
     s->wal_limited = tl->wal_limited;
+    s->wal_backup = tl->backup != NULL;
+    if (tl->backup != NULL)
+        wal_backup_get(tl->backup, &s->backup);
+    else
+        memset(&s->backup, 0, sizeof s->backup);
 }
 
 static void publish_timeline(sk_timeline *tl)
@@ -1022,6 +1119,8 @@ static void publish_timeline(sk_timeline *tl)
     metrics_gauge_set(tl->g_flush, (double)s.flush_lsn);
     metrics_gauge_set(tl->g_commit, (double)s.commit_lsn);
     metrics_gauge_set(tl->g_term, (double)s.term);
+    if (tl->g_backup != NULL)
+        metrics_gauge_set(tl->g_backup, (double)s.backup.backup_lsn);
     metrics_gauge_set(node->metrics.connections, node->open_connections);
     pthread_mutex_lock(&node->snap_lock);
     node->snap[tl->index] = s;

@@ -40,6 +40,7 @@
 #include "net/pgwire.h"
 #include "net/uring.h"
 #include "safekeeper/acceptor.h"
+#include "safekeeper/wal_backup.h"
 #include "safekeeper/wal_store.h"
 
 #define SK_MAX_TIMELINES 1024
@@ -60,6 +61,7 @@ typedef struct sk_metrics {
     metrics_counter *wal_segments_removed;
     metrics_counter *ps_feedback_ignored;
     metrics_counter *appends_refused; /* over max_wal_bytes */
+    wal_backup_metrics backup;        /* safekeeper_wal_backup_* */
 } sk_metrics;
 
 /* What HTTP shows of one timeline. */
@@ -77,6 +79,8 @@ typedef struct sk_timeline_status {
     bool failed;
     uint64_t wal_bytes; /* segment files on disk, in bytes */
     bool wal_limited;   /* refusing appends: at max_wal_bytes */
+    bool wal_backup;    /* --remote is set: the fields below mean something */
+    wal_backup_status backup;
 } sk_timeline_status;
 
 typedef struct sk_node {
@@ -95,6 +99,8 @@ typedef struct sk_node {
     /* --max-wal-bytes: a timeline whose segment files would pass this many
      * bytes refuses appends (0: no limit).  Set after sk_node_init. */
     uint64_t max_wal_bytes;
+    /* --remote: the WAL backup (NULL: none).  Set by sk_node_set_backup. */
+    wal_backup *backup;
 
     /* Published for other threads (HTTP). */
     pthread_mutex_t snap_lock;
@@ -125,6 +131,12 @@ typedef struct sk_pusher {
  * WAL removal every housekeeping_ms).  0, or -1 with err. */
 int sk_node_init(sk_node *node, uv_loop_t *loop, uring *ring, const char *datadir, uint64_t node_id,
                  unsigned housekeeping_ms, char *err, size_t errlen);
+
+/* Turns the WAL backup on (b owned by the node from then on, stopped by
+ * sk_node_shutdown): every timeline, loaded or created later, backs up its
+ * closed segments, and its WAL removal waits for them.  Call once, right
+ * after sk_node_init.  0, or -1 with err. */
+int sk_node_set_backup(sk_node *node, wal_backup *b, char *err, size_t errlen);
 
 /* Saves lazily-kept state, stops timers, closes stores.  Call after the
  * ring was closed (nothing in flight) and connections are gone. */

@@ -24,8 +24,10 @@
 #include <libpq-fe.h>
 
 #include "base/log.h"
+#include "base/sqlstate.h"
 #include "base/strata_assert.h"
 #include "base/walformat.h"
+#include "net/remote_storage.h"
 #include "pageserver/ingest/walreceiver_choice.h"
 #include "proto/replication.h"
 
@@ -370,9 +372,22 @@ typedef struct stream_conn {
     bool healthy;             /* a message arrived on this connection */
 } stream_conn;
 
+/* stream_open's answer when the safekeeper no longer holds the start. */
+#define OPEN_REMOVED 1
+
+/* Where streaming (or the WAL backup) starts: where the store's WAL ends,
+ * not below the timeline's start. */
+static lsn_t start_position(const walreceiver *wr)
+{
+    lsn_t start = store_last_record_lsn(wr->st);
+    return start < wr->o.start_lsn ? wr->o.start_lsn : start;
+}
+
 /* Connects to safekeeper i and starts replication where the store's WAL
- * ends.  0 (sc ready), or -1 (the error is recorded). */
-static int stream_open(walreceiver *wr, int i, stream_conn *sc)
+ * ends, or, with resume, where that reader stands (it becomes the
+ * stream's).  0 (sc ready), OPEN_REMOVED (the safekeeper removed the WAL
+ * there), or -1 (the error is recorded either way). */
+static int stream_open(walreceiver *wr, int i, stream_conn *sc, const wal_reader *resume)
 {
     PGconn *c = connect_sk(wr, i);
     if (c == NULL)
@@ -382,17 +397,18 @@ static int stream_open(walreceiver *wr, int i, stream_conn *sc)
         PQfinish(c);
         return -1;
     }
-    lsn_t start = store_last_record_lsn(wr->st);
-    if (start < wr->o.start_lsn)
-        start = wr->o.start_lsn;
+    lsn_t start = resume != NULL ? wal_reader_next(resume) : start_position(wr);
     char q[96], a[LSN_FMT_LEN];
     snprintf(q, sizeof q, "START_REPLICATION PHYSICAL %s", lsn_format(start, a));
     PGresult *res = PQexec(c, q);
     if (PQresultStatus(res) != PGRES_COPY_BOTH) {
+        const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+        bool removed = state != NULL && strcmp(state, SQLSTATE_UNDEFINED_FILE) == 0 &&
+                       strstr(PQerrorMessage(c), "has already been removed") != NULL;
         set_error(wr, "%s on %s: %s", q, wr->sk[i], PQerrorMessage(c));
         PQclear(res);
         PQfinish(c);
-        return -1;
+        return removed ? OPEN_REMOVED : -1;
     }
     PQclear(res);
     pthread_mutex_lock(&wr->mu);
@@ -412,8 +428,102 @@ static int stream_open(walreceiver *wr, int i, stream_conn *sc)
                         .cur_end = pos,
                         .last_advance_ms = now_ms()};
     /* Records up to PostgreSQL's 1 GB limit: the buffer grows to fit. */
-    wal_reader_init_growable(&sc->r, start, wr->o.wal_seg_size, &wr->buf, &wr->buf_cap);
+    if (resume != NULL)
+        sc->r = *resume; /* a record cut at the segment end completes now */
+    else
+        wal_reader_init_growable(&sc->r, start, wr->o.wal_seg_size, &wr->buf, &wr->buf_cap);
     return 0;
+}
+
+/* The WAL backup's key of segment segno (safekeeper/wal_backup.h's layout:
+ * tenants/<t>/timelines/<tl>/wal/<24 hex>, timeline 1). */
+static void backup_key(const walreceiver *wr, uint64_t segno, char *out, size_t cap)
+{
+    uint64_t per_xlogid = 0x100000000ull / wr->o.wal_seg_size;
+    char t[STRATA_ID_HEX_LEN], l[STRATA_ID_HEX_LEN];
+    snprintf(out, cap, "tenants/%s/timelines/%s/wal/%08X%08X%08X",
+             strata_id_format(&wr->o.tenant, t), strata_id_format(&wr->o.timeline, l), 1u,
+             (unsigned)(segno / per_xlogid), (unsigned)(segno % per_xlogid));
+}
+
+/* How backup_catch_up ended. */
+enum { CATCH_UP_OK = 0, CATCH_UP_FAILED = 1, CATCH_UP_FATAL = 2 };
+
+/* Ingests one segment's bytes [pos, pos + len) read from the backup. */
+static int ingest_backup_bytes(walreceiver *wr, wal_reader *r, lsn_t pos, const uint8_t *data,
+                               size_t len)
+{
+    const size_t chunk = 128 * 1024; /* like a safekeeper's XLogData */
+    for (size_t off = 0; off < len && !atomic_load(&wr->stop); off += chunk) {
+        replication_xlogdata x = {.wal_start = pos + off,
+                                  .wal_end = pos + len,
+                                  .data = data + off,
+                                  .data_len = len - off < chunk ? len - off : chunk};
+        int rc = ingest_xlogdata(wr, r, &x);
+        if (rc == STREAM_FATAL)
+            return CATCH_UP_FATAL;
+        if (rc == STREAM_RETRY)
+            return CATCH_UP_FAILED;
+    }
+    return atomic_load(&wr->stop) ? CATCH_UP_FAILED : CATCH_UP_OK;
+}
+
+/*
+ * The safekeeper removed the WAL where the store ends: reads the closed
+ * segments of the WAL backup from there into r (initialised here), ingesting
+ * their records, up to the first segment the backup does not have.
+ * CATCH_UP_OK leaves r at that segment's start, with any record that
+ * crosses into it pending: streaming resumes there.
+ */
+static int backup_catch_up(walreceiver *wr, wal_reader *r)
+{
+    uint32_t seg = wr->o.wal_seg_size;
+    lsn_t start = start_position(wr), pos = start;
+    wal_reader_init_growable(r, start, seg, &wr->buf, &wr->buf_cap);
+    uint8_t *data = malloc(seg);
+    if (data == NULL) {
+        set_error(wr, "WAL backup: out of memory");
+        return CATCH_UP_FAILED;
+    }
+    int rc = CATCH_UP_OK, n = 0;
+    char key[REMOTE_MAX_KEY], a[LSN_FMT_LEN], b[LSN_FMT_LEN];
+    while (rc == CATCH_UP_OK && !atomic_load(&wr->stop)) {
+        backup_key(wr, pos / seg, key, sizeof key);
+        size_t want = seg - (size_t)(pos % seg), got = 0;
+        remote_err re = {{0}};
+        int grc = remote_get_range(wr->o.wal_backup, key, pos % seg, want, data, &got, &re);
+        if (grc == -ENOENT)
+            break; /* not backed up (yet): the safekeepers have it */
+        if (grc != 0) {
+            set_error(wr, "WAL backup %s: %s", remote_describe(wr->o.wal_backup), re.msg);
+            rc = CATCH_UP_FAILED;
+        } else if (got != want) {
+            set_error(wr, "WAL backup: %s holds %zu bytes from offset %u, expected %zu", key, got,
+                      (unsigned)(pos % seg), want);
+            rc = CATCH_UP_FAILED;
+        } else {
+            rc = ingest_backup_bytes(wr, r, pos, data, got);
+            pos += got;
+            n++;
+            pthread_mutex_lock(&wr->mu);
+            wr->status.backup_segments++;
+            pthread_mutex_unlock(&wr->mu);
+        }
+    }
+    free(data);
+    if (rc == CATCH_UP_OK && n == 0) {
+        set_error(wr,
+                  "the WAL at %s was removed on the safekeepers and is not in the WAL backup "
+                  "%s (%s)",
+                  lsn_format(start, a), remote_describe(wr->o.wal_backup), key);
+        rc = CATCH_UP_FAILED;
+    }
+    if (rc == CATCH_UP_OK)
+        log_write(LOG_LEVEL_INFO,
+                  "walreceiver: read %d WAL segment(s) %s..%s from the WAL backup %s; streaming "
+                  "from the safekeepers from there",
+                  n, lsn_format(start, a), lsn_format(pos, b), remote_describe(wr->o.wal_backup));
+    return atomic_load(&wr->stop) && rc == CATCH_UP_OK ? CATCH_UP_FAILED : rc;
 }
 
 /* Probes the other safekeepers (now: when this probe started).
@@ -525,7 +635,15 @@ static int stream_message(walreceiver *wr, stream_conn *sc, const char *msg, int
 static int stream(walreceiver *wr, int i)
 {
     stream_conn sc;
-    if (stream_open(wr, i, &sc) != 0)
+    int orc = stream_open(wr, i, &sc, NULL);
+    if (orc == OPEN_REMOVED && wr->o.wal_backup != NULL) {
+        wal_reader r;
+        int crc = backup_catch_up(wr, &r);
+        if (crc == CATCH_UP_FATAL)
+            return STREAM_FATAL;
+        orc = crc == CATCH_UP_OK ? stream_open(wr, i, &sc, &r) : -1;
+    }
+    if (orc != 0)
         return STREAM_RETRY;
     int result = STREAM_CONTINUE;
     while (result == STREAM_CONTINUE && !atomic_load(&wr->stop)) {

@@ -21,6 +21,10 @@
  * reader is re-initialised; records at or below what was ingested are
  * skipped), so a reconnect never ingests a record twice.
  *
+ * WAL the safekeepers removed (a pageserver restored from an older state):
+ * with options.wal_backup, read from the safekeepers' WAL backup, then
+ * streaming continues (see the option).
+ *
  * Safekeeper choice: on (re)connect it probes every safekeeper with
  * IDENTIFY_SYSTEM (xlogpos = its commit LSN) and picks the most advanced one
  * that answers; while streaming it re-probes the others every
@@ -64,9 +68,18 @@ typedef struct walreceiver_options {
     int n_safekeepers;
     strata_id tenant;
     strata_id timeline;
-    const char *user;            /* default "strata" */
-    const char *password;        /* NULL: none (trust) */
-    lsn_t start_lsn;             /* lowest start (e.g. the import LSN) */
+    const char *user;     /* default "strata" */
+    const char *password; /* NULL: none (trust) */
+    lsn_t start_lsn;      /* lowest start (e.g. the import LSN) */
+    /* The safekeepers' WAL backup (safekeeper/wal_backup.h) in this object
+     * store, or NULL.  When the safekeeper answers START_REPLICATION with
+     * "requested WAL segment ... has already been removed" (58P01), the
+     * receiver reads the closed segments from
+     * tenants/<tenant>/timelines/<timeline>/wal/ instead, from the start
+     * position up to the first segment the store does not have, ingests
+     * them, and streams on from the safekeeper at that segment's start.
+     * Without it the receiver keeps retrying the safekeepers. */
+    struct remote_storage *wal_backup;
     uint32_t wal_seg_size;       /* default 16 MB */
     uint32_t status_interval_ms; /* default 1000 */
     uint32_t reconnect_min_ms;   /* default 100 */
@@ -115,17 +128,18 @@ store *walreceiver_store_of(const strata_id *tenant, const strata_id *timeline);
 typedef struct walreceiver_status_info {
     bool running; /* false after a fatal (ingest) error */
     bool connected;
-    int safekeeper;          /* index into options.safekeepers, -1 if none */
-    lsn_t last_received_lsn; /* end of the last record ingested */
-    lsn_t upstream_lsn;      /* the connected safekeeper's wal_end as last seen */
-    uint64_t lag_bytes;      /* upstream_lsn - last_received_lsn (0 if behind) */
-    uint64_t records;        /* records ingested by this receiver */
-    uint64_t bytes;          /* WAL bytes received */
-    uint64_t connects;       /* successful START_REPLICATIONs */
-    uint64_t errors;         /* connection / protocol errors (each led to a reconnect) */
-    uint64_t probe_errors;   /* other safekeepers not answering a probe while streaming */
-    uint64_t switches;       /* switches to a safekeeper further ahead */
-    int64_t last_error_time; /* Unix seconds of the most recent error, 0 if none */
+    int safekeeper;           /* index into options.safekeepers, -1 if none */
+    lsn_t last_received_lsn;  /* end of the last record ingested */
+    lsn_t upstream_lsn;       /* the connected safekeeper's wal_end as last seen */
+    uint64_t lag_bytes;       /* upstream_lsn - last_received_lsn (0 if behind) */
+    uint64_t records;         /* records ingested by this receiver */
+    uint64_t bytes;           /* WAL bytes received */
+    uint64_t connects;        /* successful START_REPLICATIONs */
+    uint64_t errors;          /* connection / protocol errors (each led to a reconnect) */
+    uint64_t probe_errors;    /* other safekeepers not answering a probe while streaming */
+    uint64_t switches;        /* switches to a safekeeper further ahead */
+    uint64_t backup_segments; /* WAL segments read from the WAL backup */
+    int64_t last_error_time;  /* Unix seconds of the most recent error, 0 if none */
     /* The most recent error; cleared ("") once a message arrives on a new
      * connection, i.e. streaming works again (errors and last_error_time
      * keep the history). */

@@ -109,6 +109,7 @@ static cJSON *timeline_json(timeline *tl)
     cJSON_AddStringToObject(wr, "safekeeper", st.walreceiver_safekeeper);
     cJSON_AddNumberToObject(wr, "connects", (double)st.walreceiver_connects);
     cJSON_AddNumberToObject(wr, "switches", (double)st.walreceiver_switches);
+    cJSON_AddNumberToObject(wr, "backup_segments", (double)st.walreceiver_backup_segments);
     cJSON_AddNumberToObject(wr, "errors", (double)st.walreceiver_errors);
     cJSON_AddNumberToObject(wr, "probe_errors", (double)st.walreceiver_probe_errors);
     cJSON_AddStringToObject(wr, "last_error", st.walreceiver_error);

@@ -43,6 +43,7 @@ static void sample(acceptor_persistent_state *st, uint32_t nhist)
     st->ps_feedback.last_received_lsn = 0x2F00000;
     st->ps_feedback.disk_consistent_lsn = 0x2E00000;
     st->ps_feedback.remote_consistent_lsn = 0x2D00000;
+    st->backup_lsn = 0x2000000;
     /* A joint configuration: {1,2,3} -> {1,3,4}. */
     st->mconf.generation = 4;
     st->mconf.n_members = 3;
@@ -70,7 +71,7 @@ static void test_roundtrip(void **state)
         acceptor_persistent_state st, back;
         sample(&st, sizes[k]);
         size_t len = control_file_encode(&st, buf, sizeof buf);
-        assert_int_equal(len, 12 + 124 + 16 * sizes[k] + SAMPLE_MCONF_SIZE + 4);
+        assert_int_equal(len, 12 + 124 + 16 * sizes[k] + SAMPLE_MCONF_SIZE + 8 + 4);
         char err[200] = "";
         assert_int_equal(control_file_decode(buf, len, &back, err, sizeof err), 0);
         assert_memory_equal(&back, &st, sizeof st);
@@ -79,7 +80,7 @@ static void test_roundtrip(void **state)
         /* Generation 0 (no configuration known) round-trips too. */
         memset(&st.mconf, 0, sizeof st.mconf);
         len = control_file_encode(&st, buf, sizeof buf);
-        assert_int_equal(len, 12 + 124 + 16 * sizes[k] + 12 + 4);
+        assert_int_equal(len, 12 + 124 + 16 * sizes[k] + 12 + 8 + 4);
         assert_int_equal(control_file_decode(buf, len, &back, err, sizeof err), 0);
         assert_memory_equal(&back, &st, sizeof st);
     }
@@ -130,7 +131,7 @@ static void mut_magic(uint8_t *b, size_t *len)
 static void mut_version(uint8_t *b, size_t *len)
 {
     (void)len;
-    put_le32(b + 4, 3);
+    put_le32(b + 4, 4);
 }
 static void mut_short(uint8_t *b, size_t *len)
 {
@@ -211,13 +212,19 @@ static void mut_term_low(uint8_t *b, size_t *len)
     memset(b + 68, 0, 8);
 }
 
+static void mut_backup_unaligned(uint8_t *b, size_t *len)
+{
+    /* The backup LSN is the 8 bytes before the CRC. */
+    put_le64(b + *len - 12, 0x2000001);
+}
+
 static void test_corruption_rejected(void **state)
 {
     (void)state;
     acceptor_persistent_state st;
     sample(&st, 3);
     expect_rejected(&st, mut_magic, false, "bad magic");
-    expect_rejected(&st, mut_version, false, "unsupported format version 3");
+    expect_rejected(&st, mut_version, false, "unsupported format version 4");
     expect_rejected(&st, mut_short, false, "too short");
     expect_rejected(&st, mut_drop_last, false, "does not match file size");
     expect_rejected(&st, mut_body_len, false, "does not match file size");
@@ -234,6 +241,7 @@ static void test_corruption_rejected(void **state)
     expect_rejected(&st, mut_zero_tenant, true, "zero tenant");
     expect_rejected(&st, mut_seg_size, true, "invalid wal_seg_size");
     expect_rejected(&st, mut_term_low, true, "below its history");
+    expect_rejected(&st, mut_backup_unaligned, true, "not a segment boundary");
 }
 
 /* A version 1 file (before configurations) reads as generation 0. */
@@ -243,11 +251,13 @@ static void test_version1_reads_as_generation0(void **state)
     acceptor_persistent_state st, back;
     sample(&st, 2);
     memset(&st.mconf, 0, sizeof st.mconf);
+    st.backup_lsn = 0;
     static uint8_t buf[CONTROL_FILE_MAX_SIZE];
     size_t len = control_file_encode(&st, buf, sizeof buf);
-    /* Version 1 had no configuration: drop its 12 bytes (the end of the
-     * body), then rewrite version, body length and CRC. */
-    len -= 12;
+    /* Version 1 had no configuration and no backup LSN: drop their 20
+     * bytes (the end of the body), then rewrite version, body length and
+     * CRC. */
+    len -= 20;
     put_le32(buf + 4, 1);
     put_le32(buf + 8, (uint32_t)(len - 16));
     uint32_t crc = crc32c(buf, len - 4);
@@ -257,6 +267,33 @@ static void test_version1_reads_as_generation0(void **state)
     assert_int_equal(control_file_decode(buf, len, &back, err, sizeof err), 0);
     assert_memory_equal(&back, &st, sizeof st);
     assert_int_equal(back.mconf.generation, 0);
+}
+
+/* A version 2 file (before the WAL backup) reads with backup LSN 0. */
+static void test_version2_reads_without_backup(void **state)
+{
+    (void)state;
+    acceptor_persistent_state st, back;
+    sample(&st, 3);
+    static uint8_t buf[CONTROL_FILE_MAX_SIZE];
+    size_t len = control_file_encode(&st, buf, sizeof buf);
+    /* Version 2 ended with the configuration: drop the backup LSN. */
+    len -= 8;
+    put_le32(buf + 4, 2);
+    put_le32(buf + 8, (uint32_t)(len - 16));
+    uint32_t crc = crc32c(buf, len - 4);
+    for (int i = 0; i < 4; i++)
+        buf[len - 4 + (size_t)i] = (uint8_t)(crc >> (8 * i));
+    char err[200] = "";
+    assert_int_equal(control_file_decode(buf, len, &back, err, sizeof err), 0);
+    st.backup_lsn = 0;
+    assert_memory_equal(&back, &st, sizeof st);
+    /* The same bytes claiming version 3 lack the backup LSN: refused. */
+    put_le32(buf + 4, 3);
+    crc = crc32c(buf, len - 4);
+    for (int i = 0; i < 4; i++)
+        buf[len - 4 + (size_t)i] = (uint8_t)(crc >> (8 * i));
+    assert_int_equal(control_file_decode(buf, len, &back, err, sizeof err), -1);
 }
 
 static void test_every_bit_flip_rejected(void **state)
@@ -328,6 +365,7 @@ int main(void)
         cmocka_unit_test(test_roundtrip),
         cmocka_unit_test(test_corruption_rejected),
         cmocka_unit_test(test_version1_reads_as_generation0),
+        cmocka_unit_test(test_version2_reads_without_backup),
         cmocka_unit_test(test_every_bit_flip_rejected),
         cmocka_unit_test(test_file_roundtrip),
     };
