@@ -96,6 +96,24 @@ static cJSON *members_json(const member *set, uint32_t n)
     return arr;
 }
 
+/* The pageserver's upload to object storage; null when it has none. */
+static cJSON *remote_json(const pageserver_timeline *t)
+{
+    if (!t->known || !t->remote)
+        return cJSON_CreateNull();
+    cJSON *r = cJSON_CreateObject();
+    if (r == NULL)
+        return NULL;
+    if (!add(r, "files_pending", cJSON_CreateNumber((double)t->remote_files_pending)) ||
+        !add(r, "bytes_pending", cJSON_CreateNumber((double)t->remote_bytes_pending)) ||
+        !add(r, "failing", cJSON_CreateBool(t->remote_failing)) ||
+        !add(r, "last_error", cJSON_CreateString(t->remote_error))) {
+        cJSON_Delete(r);
+        return NULL;
+    }
+    return r;
+}
+
 static cJSON *status_json(const cluster *c, const status_snapshot *s)
 {
     cJSON *root = cJSON_CreateObject();
@@ -118,6 +136,9 @@ static cJSON *status_json(const cluster *c, const status_snapshot *s)
          add(ps, "http_port", cJSON_CreateNumber(c->pageserver_http_port)) &&
          add(ps, "last_record_lsn", json_lsn(s->ps_tl.known, s->ps_tl.last_record_lsn)) &&
          add(ps, "disk_consistent_lsn", json_lsn(s->ps_tl.known, s->ps_tl.disk_consistent_lsn)) &&
+         add(ps, "remote_consistent_lsn",
+             json_lsn(s->ps_tl.known, s->ps_tl.remote_consistent_lsn)) &&
+         add(ps, "remote", remote_json(&s->ps_tl)) &&
          (sks = cJSON_AddArrayToObject(root, "safekeepers")) != NULL;
     const membership *m = newest_mconf(s);
     cJSON *conf = cJSON_AddObjectToObject(root, "configuration");
@@ -164,6 +185,22 @@ static void print_pid(pid_t pid)
         printf("%-8d", (int)pid);
     else
         printf("%-8s", "-");
+}
+
+/* remote_consistent_lsn and how far the upload is behind. */
+static void print_remote(const pageserver_timeline *t)
+{
+    char rl[LSN_FMT_LEN];
+    if (!t->remote) {
+        printf(", no remote store");
+        return;
+    }
+    printf(", remote_consistent %s", lsn_format(t->remote_consistent_lsn, rl));
+    if (t->remote_files_pending > 0)
+        printf(" (%llu files, %llu MB to upload)", (unsigned long long)t->remote_files_pending,
+               (unsigned long long)(t->remote_bytes_pending >> 20));
+    if (t->remote_failing)
+        printf("\n%-11s upload FAILING: %s", "", t->remote_error);
 }
 
 static void status_print_human(const cluster *c, const status_snapshot *s)
@@ -220,9 +257,10 @@ static void status_print_human(const cluster *c, const status_snapshot *s)
            s->ps_pid ? "running" : (s->ps_built ? "stopped" : "absent"));
     print_pid(s->ps_pid);
     printf(" %-6d %-6d", c->pageserver_pg_port, c->pageserver_http_port);
-    if (s->ps_tl.known)
+    if (s->ps_tl.known) {
         printf(" last_record %s, disk_consistent %s", last, disk);
-    else if (!s->ps_built)
+        print_remote(&s->ps_tl);
+    } else if (!s->ps_built)
         printf(" (strata-pageserver not built)");
     else if (s->ps_pid && !c->pageserver_imported)
         printf(" (timeline not imported yet)");

@@ -219,6 +219,21 @@ void pageserver_query(const cluster *c, pageserver_timeline *out)
         return;
     out->known = json_lsn(root, "last_record_lsn", &out->last_record_lsn) &&
                  json_lsn(root, "disk_consistent_lsn", &out->disk_consistent_lsn);
+    /* A pageserver without the upload (older) reports no "remote". */
+    out->remote_consistent_lsn = out->disk_consistent_lsn;
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(root, "remote");
+    if (cJSON_IsObject(r)) {
+        const cJSON *v;
+        out->remote = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "configured"));
+        json_lsn(r, "remote_consistent_lsn", &out->remote_consistent_lsn);
+        if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(r, "files_pending")))
+            out->remote_files_pending = (uint64_t)v->valuedouble;
+        if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(r, "bytes_pending")))
+            out->remote_bytes_pending = (uint64_t)v->valuedouble;
+        out->remote_failing = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "failing"));
+        if (cJSON_IsString(v = cJSON_GetObjectItemCaseSensitive(r, "last_error")))
+            snprintf(out->remote_error, sizeof out->remote_error, "%s", v->valuestring);
+    }
     cJSON_Delete(root);
 }
 

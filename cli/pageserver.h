@@ -28,6 +28,11 @@ typedef struct pageserver_timeline {
     bool known; /* false: not running, unreachable, or no such timeline */
     lsn_t last_record_lsn;
     lsn_t disk_consistent_lsn;
+    lsn_t remote_consistent_lsn; /* = disk_consistent_lsn without --remote */
+    bool remote;                 /* the pageserver uploads to object storage */
+    uint64_t remote_files_pending, remote_bytes_pending;
+    bool remote_failing;
+    char remote_error[256]; /* the uploader's last error, "" none */
 } pageserver_timeline;
 
 /* True when strata-pageserver exists beside strata. */

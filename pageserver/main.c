@@ -20,6 +20,7 @@
 
 #include "net/auth.h"
 #include "net/daemon.h"
+#include "net/remote_storage.h"
 #include "base/daemon_opts.h"
 #include "base/durable.h"
 #include "base/log.h"
@@ -54,6 +55,7 @@ enum {
     OPT_WR_SWITCH_LAG,
     OPT_IMAGE_THRESHOLD,
     OPT_IMAGE_WORKERS,
+    OPT_REMOTE,
     OPT_CONFIG,
     OPT_COUNT
 };
@@ -107,6 +109,10 @@ static const daemon_opt option_table[OPT_COUNT] = {
                              "default was chosen)"},
     [OPT_IMAGE_WORKERS] = {"image-workers", "PAGESERVER_IMAGE_WORKERS", "2",
                            "image generation threads per timeline"},
+    [OPT_REMOTE] = {"remote", "PAGESERVER_REMOTE", "",
+                    "object store every timeline uploads its data files and manifests to: "
+                    "file:///PATH or s3://BUCKET/PREFIX (endpoint and keys from STRATA_S3_*); "
+                    "empty: none, the local disk is the only copy"},
     [OPT_CONFIG] = {"config", "PAGESERVER_CONFIG", NULL,
                     "config file of 'key = value' lines (keys as flags)"},
 };
@@ -135,6 +141,7 @@ typedef struct ps_config {
     uint64_t wr_switch_lag_bytes;
     int32_t image_threshold;
     int image_workers;
+    const char *remote; /* "": no object store */
 } ps_config;
 
 typedef struct daemon_state {
@@ -146,6 +153,7 @@ typedef struct daemon_state {
     ps_http *http;
     daemon_signals signals;
     auth_store *auth;
+    remote_storage *remote; /* NULL: --remote not set */
     int lock_fd;
 } daemon_state;
 
@@ -219,6 +227,7 @@ static void check_options(const daemon_opts *o, ps_config *c)
     c->wr_switch_lag_bytes = opt_bytes(o, OPT_WR_SWITCH_LAG);
     c->image_threshold = (int32_t)opt_uint(o, OPT_IMAGE_THRESHOLD, 0, 1000000);
     c->image_workers = (int)opt_uint(o, OPT_IMAGE_WORKERS, 1, 64);
+    c->remote = o->values[OPT_REMOTE];
     if (c->walredo_lib[0] != '\0' && c->walredo_lib[0] != '/') {
         char err[PATH_MAX + 64];
         snprintf(err, sizeof err, "--walredo-lib must be an absolute path (got \"%s\")",
@@ -254,6 +263,27 @@ static void open_cache_and_redo(daemon_state *d, const ps_config *c)
     redo_pool_warm(d->redo);
 }
 
+/* The object store of --remote, checked now so that a bad URL, missing S3
+ * keys or a missing local root stop the start with a clear message. */
+static void open_remote(daemon_state *d, const ps_config *c)
+{
+    if (c->remote[0] == '\0') {
+        log_info("no --remote: data files are not uploaded, remote_consistent_lsn is "
+                 "disk_consistent_lsn");
+        return;
+    }
+    remote_config cfg;
+    remote_err re;
+    if (remote_config_from_url(c->remote, &cfg, &re) != 0 ||
+        remote_open(&cfg, &d->remote, &re) != 0)
+        log_fatal("--remote %s: %s", c->remote, re.msg);
+    struct stat st;
+    if (cfg.kind == REMOTE_LOCAL && (stat(cfg.root, &st) != 0 || !S_ISDIR(st.st_mode)))
+        log_fatal("--remote %s: %s is not a directory (create it with: strata remote init %s)",
+                  c->remote, cfg.root, c->remote);
+    log_info("uploading to %s", remote_describe(d->remote));
+}
+
 /* Every timeline on disk, with its WAL receiver and GC. */
 static void open_tenants(daemon_state *d, const ps_config *c)
 {
@@ -267,6 +297,12 @@ static void open_tenants(daemon_state *d, const ps_config *c)
     to.svc.wr_switch_lag_bytes = c->wr_switch_lag_bytes;
     to.svc.image_threshold = c->image_threshold > 0 ? c->image_threshold : -1; /* 0: off */
     to.svc.image_workers = c->image_workers;
+    to.svc.remote = d->remote;
+    /* With a remote store every value goes to a data file, none inline in
+     * LMDB: the uploaded data files then hold everything a restore needs
+     * (docs/storage.md "Remote storage"). */
+    if (d->remote != NULL)
+        to.svc.store.inline_max_bytes = 0;
     to.gc_interval_ms = c->gc_interval_ms;
     char err[1024];
     if (tenants_open(&to, &d->tenants, err, sizeof err) != 0)
@@ -326,6 +362,7 @@ static void shut_down(daemon_state *d)
 {
     uv_loop_close(d->loop);
     tenants_close(d->tenants);
+    remote_close(d->remote);
     redo_pool_destroy(d->redo);
     pagecache_destroy(d->cache);
     durable_unlock_dir(d->lock_fd);
@@ -348,6 +385,7 @@ int main(int argc, char **argv)
 
     d.lock_fd = daemon_open_datadir(c.datadir, 0755, LOCK_FILE, "pageserver");
     open_cache_and_redo(&d, &c);
+    open_remote(&d, &c);
     open_tenants(&d, &c);
     set_up_auth(&d, &c);
     d.loop = uv_default_loop();

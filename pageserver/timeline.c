@@ -37,6 +37,7 @@
 #include "pageserver/ingest/import.h"
 #include "pageserver/ingest/ingest.h"
 #include "pageserver/ingest/walreceiver.h"
+#include "pageserver/remote/uploader.h"
 
 #define META_MAX_BYTES (64 * 1024)
 #define DEFAULT_MAX_CHAIN 10000
@@ -56,6 +57,7 @@ struct timeline {
     atomic_bool closing;   /* the last reference is going: image workers stop waiting */
     pthread_mutex_t wr_mu; /* guards wr against stop racing status */
     walreceiver *wr;
+    uploader *up; /* NULL: no remote store */
 
     /* Retention. */
     _Atomic lsn_t gc_horizon;
@@ -318,6 +320,40 @@ static int gc_file_write(const char *dir, lsn_t horizon, char *err, size_t errle
     return 0;
 }
 
+lsn_t timeline_remote_consistent_lsn(timeline *tl)
+{
+    if (tl->up == NULL)
+        return store_disk_consistent_lsn(tl->st);
+    lsn_t lsn = uploader_remote_consistent_lsn(tl->up);
+    /* 0 would read as "not reported" to a safekeeper, which then removes
+     * WAL up to disk_consistent_lsn: before the first manifest, keep
+     * everything from the timeline's start. */
+    return lsn != LSN_INVALID ? lsn : tl->meta.start_lsn;
+}
+
+static lsn_t remote_lsn_for_feedback(void *arg)
+{
+    return timeline_remote_consistent_lsn(arg);
+}
+
+static lsn_t gc_horizon_for_upload(void *arg)
+{
+    return timeline_gc_horizon(arg);
+}
+
+static int start_uploader(timeline *tl, char *err, size_t errlen)
+{
+    if (tl->svc.remote == NULL)
+        return 0;
+    uploader_options o = {.rs = tl->svc.remote,
+                          .st = tl->st,
+                          .meta = tl->meta,
+                          .gc_horizon = gc_horizon_for_upload,
+                          .gc_horizon_arg = tl,
+                          .backoff_max_ms = tl->svc.upload_backoff_max_ms};
+    return uploader_start(&o, &tl->up, err, errlen);
+}
+
 static int start_walreceiver(timeline *tl, char *err, size_t errlen)
 {
     if (tl->meta.n_safekeepers == 0)
@@ -335,6 +371,10 @@ static int start_walreceiver(timeline *tl, char *err, size_t errlen)
         o.switch_lag_bytes = tl->svc.wr_switch_lag_bytes;
     if (tl->svc.wr_status_interval_ms != 0)
         o.status_interval_ms = tl->svc.wr_status_interval_ms;
+    if (tl->up != NULL) {
+        o.remote_consistent_lsn = remote_lsn_for_feedback;
+        o.remote_arg = tl;
+    }
     walreceiver *wr = NULL;
     if (walreceiver_start(&o, tl->st, tl->ing, &wr, err, errlen) != 0)
         return -1;
@@ -510,13 +550,14 @@ int timeline_open(const char *dir, const timeline_services *svc, uint64_t owner,
         snprintf(err, errlen, "out of memory creating the ingest state");
         goto fail;
     }
-    if (start_imagegen(tl, err, errlen) != 0)
+    if (start_imagegen(tl, err, errlen) != 0 || start_uploader(tl, err, errlen) != 0)
         goto fail;
     if (start_walreceiver(tl, err, errlen) != 0)
         goto fail;
     *out = tl;
     return 0;
 fail:
+    uploader_stop(tl->up);
     imagegen_destroy(tl->ig);
     if (tl->ing != NULL)
         ingest_destroy(tl->ing);
@@ -560,6 +601,10 @@ void timeline_unref(timeline *tl)
         if (store_flush(tl->st, err, sizeof err) != 0)
             log_error("timeline %s: flush at close failed: %s", tl->dir, err);
     }
+    /* After the last flush: nothing commits a data file any more.  What
+     * is not uploaded yet is uploaded at the next start. */
+    uploader_stop(tl->up);
+    tl->up = NULL;
     ingest_destroy(tl->ing);
     store_close(tl->st);
     if (deleted) {
@@ -624,6 +669,11 @@ void timeline_get_status(timeline *tl, timeline_status *out)
     out->disk_consistent_lsn = store_disk_consistent_lsn(tl->st);
     out->start_lsn = tl->meta.start_lsn;
     store_get_stats(tl->st, &out->store);
+    out->remote = tl->up != NULL;
+    if (tl->up != NULL)
+        uploader_get_status(tl->up, &out->upload);
+    else
+        out->upload.remote_consistent_lsn = out->disk_consistent_lsn;
     pthread_mutex_lock(&tl->wr_mu);
     if (tl->wr != NULL) {
         walreceiver_status_info wi;

@@ -42,6 +42,7 @@
 #include "pageserver/store/key.h"
 #include "pageserver/pagecache.h"
 #include "pageserver/redo/redo.h"
+#include "pageserver/remote/upload_status.h"
 #include "pageserver/store/store.h"
 
 #define TIMELINE_META_FILE "timeline.json"
@@ -87,6 +88,12 @@ typedef struct timeline_services {
     int32_t image_threshold;
     int image_workers;
     uint32_t image_queue;
+    /* Object storage (issue #13, pageserver/remote/uploader.h): NULL, no
+     * upload and remote_consistent_lsn = disk_consistent_lsn (the local
+     * disk is the only copy).  Else every timeline uploads its data files
+     * and manifests there. */
+    struct remote_storage *remote;
+    uint32_t upload_backoff_max_ms; /* 0: the uploader's default */
 } timeline_services;
 
 /* Chosen from the sweep in docs/benchmarks.md ("Image threshold"). */
@@ -140,6 +147,10 @@ const char *timeline_dir(const timeline *tl);
 
 lsn_t timeline_last_record_lsn(const timeline *tl);
 lsn_t timeline_disk_consistent_lsn(const timeline *tl);
+/* What the safekeepers are told the remote store holds: the newest durable
+ * manifest's consistent_lsn (start_lsn before the first one), or
+ * disk_consistent_lsn without a remote store.  Any thread. */
+lsn_t timeline_remote_consistent_lsn(timeline *tl);
 
 /* Waits until last_record_lsn >= lsn, at most timeout_ms: 0, or -1 on
  * timeout (or when the timeline is deleted meanwhile). */
@@ -171,6 +182,8 @@ typedef struct timeline_status {
     int64_t gc_last_run_time; /* Unix seconds, 0 never */
     char gc_last_error[256];  /* "" if the last pass succeeded */
     store_stats store;
+    bool remote;            /* an uploader runs (timeline_services.remote) */
+    uploader_status upload; /* its status; without one, remote_consistent_lsn is disk's */
 } timeline_status;
 void timeline_get_status(timeline *tl, timeline_status *out);
 

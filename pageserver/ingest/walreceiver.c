@@ -259,7 +259,8 @@ static int send_status(walreceiver *wr, PGconn *c, lsn_t received)
     replication_msg z = {.kind = REPLICATION_PS_FEEDBACK};
     z.u.ps_feedback.last_received_lsn = received;
     z.u.ps_feedback.disk_consistent_lsn = disk;
-    z.u.ps_feedback.remote_consistent_lsn = disk;
+    z.u.ps_feedback.remote_consistent_lsn =
+        wr->o.remote_consistent_lsn ? wr->o.remote_consistent_lsn(wr->o.remote_arg) : disk;
     return send_copy(wr, c, &z);
 }
 

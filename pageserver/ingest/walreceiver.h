@@ -10,8 +10,9 @@
  * store_advance(end) (once per XLogData message, after its last complete
  * record).  It sends a standby status update 'r' (write = flush = last
  * received record end, apply = disk_consistent) and, unless disabled, our
- * pageserver feedback 'z' (last_received, disk_consistent, remote_consistent
- * = disk_consistent for now) every status_interval_ms and whenever a
+ * pageserver feedback 'z' (last_received, disk_consistent, remote_consistent:
+ * from options.remote_consistent_lsn, or disk_consistent without a remote
+ * store) every status_interval_ms and whenever a
  * keepalive asks for a reply, so safekeepers remove WAL only below what the
  * pageserver has persisted.
  *
@@ -79,6 +80,12 @@ typedef struct walreceiver_options {
      * and set no tenant/timeline options (send_ids false). */
     bool send_ps_feedback;
     bool send_ids; /* default true */
+    /* The remote_consistent_lsn the feedback reports (issue #13): what the
+     * newest manifest in object storage makes consistent, called from the
+     * receiver thread.  NULL (no remote store): disk_consistent_lsn, so the
+     * safekeepers keep WAL only until the local store has it. */
+    lsn_t (*remote_consistent_lsn)(void *arg);
+    void *remote_arg;
 } walreceiver_options;
 
 void walreceiver_options_default(walreceiver_options *o);

@@ -24,6 +24,7 @@
 typedef struct tl_series {
     strata_id tenant, timeline;
     metrics_gauge *last_record, *disk_consistent, *lag, *gc_horizon, *store_bytes;
+    metrics_gauge *remote_consistent, *files_pending, *bytes_pending;
 } tl_series;
 
 struct ps_http {
@@ -55,6 +56,32 @@ static void add_lsn(cJSON *o, const char *name, lsn_t lsn)
     cJSON_AddStringToObject(o, name, lsn_format(lsn, buf));
 }
 
+/* The upload to object storage (issue #13). */
+static void add_remote(cJSON *o, const timeline_status *st)
+{
+    const uploader_status *u = &st->upload;
+    add_lsn(o, "remote_consistent_lsn", u->remote_consistent_lsn);
+    cJSON *r = cJSON_AddObjectToObject(o, "remote");
+    cJSON_AddBoolToObject(r, "configured", st->remote);
+    add_lsn(r, "remote_consistent_lsn", u->remote_consistent_lsn);
+    uint64_t lag = st->disk_consistent_lsn > u->remote_consistent_lsn
+                       ? st->disk_consistent_lsn - u->remote_consistent_lsn
+                       : 0;
+    cJSON_AddNumberToObject(r, "lag_bytes", (double)lag);
+    cJSON_AddNumberToObject(r, "manifest_seq", (double)u->manifest_seq);
+    cJSON_AddNumberToObject(r, "files_pending", (double)u->files_pending);
+    cJSON_AddNumberToObject(r, "bytes_pending", (double)u->bytes_pending);
+    cJSON_AddNumberToObject(r, "files_uploaded", (double)u->files_uploaded);
+    cJSON_AddNumberToObject(r, "bytes_uploaded", (double)u->bytes_uploaded);
+    cJSON_AddNumberToObject(r, "manifests_uploaded", (double)u->manifests_uploaded);
+    cJSON_AddNumberToObject(r, "objects_deleted", (double)u->objects_deleted);
+    cJSON_AddNumberToObject(r, "errors", (double)u->errors);
+    cJSON_AddBoolToObject(r, "failing", u->failing);
+    cJSON_AddStringToObject(r, "last_error", u->last_error);
+    cJSON_AddNumberToObject(r, "last_error_time", (double)u->last_error_time);
+    cJSON_AddNumberToObject(r, "last_upload_time", (double)u->last_upload_time);
+}
+
 static cJSON *timeline_json(timeline *tl)
 {
     const timeline_meta *m = timeline_get_meta(tl);
@@ -67,6 +94,7 @@ static cJSON *timeline_json(timeline *tl)
     add_lsn(o, "start_lsn", st.start_lsn);
     add_lsn(o, "last_record_lsn", st.last_record_lsn);
     add_lsn(o, "disk_consistent_lsn", st.disk_consistent_lsn);
+    add_remote(o, &st);
     cJSON *sks = cJSON_AddArrayToObject(o, "safekeepers");
     for (int i = 0; i < m->n_safekeepers; i++)
         cJSON_AddItemToArray(sks, cJSON_CreateString(m->safekeepers[i]));
@@ -641,6 +669,16 @@ static tl_series *series_for(ps_http *h, const timeline_meta *m)
         r, "pageserver_timeline_store_bytes",
         "Bytes the timeline's store holds: data files + LMDB index + open layers", 2, names,
         values);
+    s->remote_consistent = metrics_gauge_register(
+        r, "pageserver_remote_consistent_lsn",
+        "LSN the newest manifest in object storage makes consistent (what safekeepers keep WAL "
+        "above); disk_consistent_lsn without --remote",
+        2, names, values);
+    s->files_pending = metrics_gauge_register(r, "pageserver_remote_files_pending",
+                                              "Live data files not yet uploaded", 2, names, values);
+    s->bytes_pending =
+        metrics_gauge_register(r, "pageserver_remote_bytes_pending",
+                               "Bytes of live data files not yet uploaded", 2, names, values);
     return s;
 }
 
@@ -664,6 +702,9 @@ static void refresh(ps_http *h, timeline **list)
             metrics_gauge_set(s->disk_consistent, (double)st.disk_consistent_lsn);
             metrics_gauge_set(s->lag, (double)st.ingest_lag_bytes);
             metrics_gauge_set(s->gc_horizon, (double)st.gc_horizon);
+            metrics_gauge_set(s->remote_consistent, (double)st.upload.remote_consistent_lsn);
+            metrics_gauge_set(s->files_pending, (double)st.upload.files_pending);
+            metrics_gauge_set(s->bytes_pending, (double)st.upload.bytes_pending);
             metrics_gauge_set(s->store_bytes,
                               (double)(st.store.data_file_bytes + st.store.index_bytes +
                                        st.store.open_layer_bytes));

@@ -148,6 +148,46 @@ STRATA_MUST_CHECK int store_rebuild(const char *dir, const store_options *o, lsn
                                     uint64_t next_file_id, store_rebuild_stats *stats, char *err,
                                     size_t errlen);
 
+/* ---- object storage (issue #13; store_remote.c, used by pageserver/remote/) ---- */
+
+/* One committed data file as the LMDB "files" table lists it. */
+typedef struct store_file_info {
+    uint64_t id, size;
+    lsn_t lsn_min, lsn_max; /* LSN range of its entries; (0, LSN_MAX) for files
+                             * written before the range was recorded */
+} store_file_info;
+
+/* What one LMDB read transaction sees: the live data files and the LSN they
+ * make consistent together, plus the upload state persisted with
+ * store_set_remote_state. */
+typedef struct store_file_list {
+    lsn_t disk_consistent_lsn;
+    uint64_t next_file_id;
+    lsn_t remote_consistent_lsn; /* 0: never persisted */
+    uint64_t remote_seq;         /* the manifest seq that made it durable */
+    size_t n;
+    store_file_info *files; /* sorted by id; malloc'd */
+} store_file_list;
+
+/* Fills *out from one read transaction (a consistent snapshot).  Any
+ * thread.  0 or -1 with err; free with store_file_list_free. */
+STRATA_MUST_CHECK int store_list_files(store *st, store_file_list *out, char *err, size_t errlen);
+void store_file_list_free(store_file_list *l);
+
+/* The local path of data file id (immutable once committed; store GC may
+ * unlink it once the index no longer lists it). */
+void store_data_file_path(const store *st, uint64_t id, char *out, size_t len);
+
+/* Persists (remote_consistent_lsn, seq) in the LMDB metadata in one durable
+ * write transaction.  Any thread.  0 or -1 with err. */
+STRATA_MUST_CHECK int store_set_remote_state(store *st, lsn_t remote_consistent_lsn, uint64_t seq,
+                                             char *err, size_t errlen);
+
+/* Called on the committing thread (flush or GC) right after a new data file
+ * is committed; must not block.  Set once, before any writer runs. */
+typedef void (*store_commit_hook)(void *arg, uint64_t file_id, uint64_t size);
+void store_set_commit_hook(store *st, store_commit_hook fn, void *arg);
+
 /* Counters for /metrics and status (a consistent-enough snapshot). */
 typedef struct store_stats {
     uint64_t values_put;

@@ -29,6 +29,11 @@ int store_new_file_add(store *st, store_new_file *nf, const uint8_t ikey[PG_INDE
     }
     if (store_df_writer_add(nf->w, ikey, value, len, loc, err, errlen) != 0)
         return -1;
+    lsn_t lsn = get_be64(ikey + PG_KEY_LEN);
+    if (nf->values == 0 || lsn < nf->lsn_min)
+        nf->lsn_min = lsn;
+    if (nf->values == 0 || lsn > nf->lsn_max)
+        nf->lsn_max = lsn;
     nf->value_bytes += loc->entry_len;
     nf->values++;
     return 0;
@@ -99,7 +104,9 @@ static int put_file_records(store *st, MDB_txn *txn, const store_new_file *nf)
                             .value_bytes = nf->value_bytes,
                             .live_bytes = nf->live_bytes,
                             .values = nf->values,
-                            .live_values = nf->live_values};
+                            .live_values = nf->live_values,
+                            .lsn_min = nf->lsn_min,
+                            .lsn_max = nf->lsn_max};
         uint8_t fk[8], fr[STORE_FILE_REC_LEN];
         store_file_key(nf->id, fk);
         store_file_rec_encode(&r, fr);
@@ -116,8 +123,6 @@ int store_commit_data_file(store *st, store_new_file *nf, const char *what, stor
     STRATA_ASSERT(!nf->committed && !nf->published);
     if (nf->w != NULL && make_durable_and_readable(st, nf, what, err, errlen) != 0)
         return -1;
-    /* #13: the upload to object storage goes here, once the file is durable
-     * locally and before anything references it. */
     MDB_txn *txn;
     char ctx[96];
     int rc = mdb_txn_begin(st->env, NULL, 0, &txn);
@@ -148,6 +153,13 @@ int store_commit_data_file(store *st, store_new_file *nf, const char *what, stor
     if (nf->w != NULL) {
         atomic_fetch_add(&st->data_files, 1);
         atomic_fetch_add(&st->data_file_bytes, nf->size);
+        /* #13: the uploader (pageserver/remote/uploader.c) learns of the
+         * new file here, once it is durable and referenced; it uploads the
+         * files an LMDB snapshot lists, so a file never committed is never
+         * uploaded. */
+        store_commit_hook hook = atomic_load(&st->commit_hook);
+        if (hook != NULL)
+            hook(st->commit_hook_arg, nf->id, nf->size);
     }
     return 0;
 }

@@ -101,6 +101,8 @@ struct store {
     char flush_err[512];
 
     _Atomic uint64_t next_file_id;
+    _Atomic(store_commit_hook) commit_hook; /* store_set_commit_hook */
+    void *commit_hook_arg;
     pthread_mutex_t gc_mu; /* one GC at a time */
     store_cache *cache;
 
@@ -187,8 +189,13 @@ typedef struct store_file_rec {
     uint64_t live_bytes;  /* entry bytes the index still points at */
     uint64_t values;
     uint64_t live_values;
+    lsn_t lsn_min, lsn_max; /* LSN range of the entries written (for the remote manifest) */
 } store_file_rec;
-#define STORE_FILE_REC_LEN 40
+/* Records written before the LSN range was kept are STORE_FILE_REC_LEN_V1
+ * bytes; they decode with the widest range (0, LSN_MAX) and are rewritten
+ * with it, at full length, by the next update. */
+#define STORE_FILE_REC_LEN 56
+#define STORE_FILE_REC_LEN_V1 40
 
 void store_file_rec_encode(const store_file_rec *r, uint8_t out[STORE_FILE_REC_LEN]);
 int store_file_rec_decode(const void *data, size_t len, store_file_rec *r);
@@ -227,6 +234,7 @@ typedef struct store_new_file {
     uint64_t size;                    /* bytes, once durable */
     uint64_t value_bytes, values;     /* entries written */
     uint64_t live_bytes, live_values; /* entries the index points at (store_new_file_idxv) */
+    lsn_t lsn_min, lsn_max;           /* LSN range of the entries written */
     bool published;                   /* in the current snapshot, not referenced yet */
     bool committed;
 } store_new_file;
@@ -267,8 +275,9 @@ typedef int (*store_index_fn)(store *st, MDB_txn *txn, store_new_file *nf, void 
  * 0: the file and every index change are durable together, the file counts
  * in the store's stats, and release keeps it.  -1 with err (prefixed with
  * what): nothing is committed; store_new_file_release takes the file out of
- * the snapshot and unlinks it.  Issue #13 hooks the object-storage upload
- * here, between steps 1 and 3 (the comment in store_commit.c marks the spot).
+ * the snapshot and unlinks it.  After the commit, the commit hook
+ * (store_set_commit_hook: the object-storage uploader, issue #13) hears of
+ * the file.
  */
 STRATA_MUST_CHECK int store_commit_data_file(store *st, store_new_file *nf, const char *what,
                                              store_index_fn index, void *arg, char *err,

@@ -200,6 +200,10 @@ static int put_entry(rebuild *rb, rb_file *f, const uint8_t *ikey, const value_r
         store_mdb_err(err, errlen, "rebuild: insert index entry", rc);
         return -1;
     }
+    if (f->rec.values == 0 || lsn < f->rec.lsn_min)
+        f->rec.lsn_min = lsn;
+    if (f->rec.values == 0 || lsn > f->rec.lsn_max)
+        f->rec.lsn_max = lsn;
     f->rec.values++;
     f->rec.value_bytes += used;
     f->rec.live_values++;

@@ -114,19 +114,23 @@ void store_file_rec_encode(const store_file_rec *r, uint8_t out[STORE_FILE_REC_L
     put_be64(out + 16, r->live_bytes);
     put_be64(out + 24, r->values);
     put_be64(out + 32, r->live_values);
+    put_be64(out + 40, r->lsn_min);
+    put_be64(out + 48, r->lsn_max);
 }
 
 int store_file_rec_decode(const void *data, size_t len, store_file_rec *r)
 {
     const uint8_t *p = data;
-    if (len != STORE_FILE_REC_LEN)
+    if (len != STORE_FILE_REC_LEN && len != STORE_FILE_REC_LEN_V1)
         return -1;
     r->file_size = get_be64(p);
     r->value_bytes = get_be64(p + 8);
     r->live_bytes = get_be64(p + 16);
     r->values = get_be64(p + 24);
     r->live_values = get_be64(p + 32);
-    return 0;
+    r->lsn_min = len == STORE_FILE_REC_LEN ? get_be64(p + 40) : 0;
+    r->lsn_max = len == STORE_FILE_REC_LEN ? get_be64(p + 48) : LSN_MAX;
+    return r->lsn_min <= r->lsn_max ? 0 : -1;
 }
 
 void store_file_key(uint64_t id, uint8_t out[8])
