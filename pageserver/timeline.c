@@ -166,6 +166,8 @@ void timeline_get_read_stats(timeline_read_stats *out)
 
 /* ---- timeline.json ---- */
 
+static int gc_file_write(const char *dir, lsn_t horizon, char *err, size_t errlen);
+
 static int meta_write(const char *dir, const timeline_meta *m, char *err, size_t errlen)
 {
     char t[STRATA_ID_HEX_LEN], l[STRATA_ID_HEX_LEN], lsn[LSN_FMT_LEN];
@@ -276,6 +278,14 @@ int timeline_build_from_pgdata(const char *dir, timeline_meta *meta, const char 
              (unsigned long long)stats.slru_segments);
     *out_lsn = lsn;
     return 0;
+}
+
+int timeline_write_files(const char *dir, const timeline_meta *m, lsn_t gc_horizon, char *err,
+                         size_t errlen)
+{
+    if (meta_write(dir, m, err, errlen) != 0)
+        return -1;
+    return gc_horizon == LSN_INVALID ? 0 : gc_file_write(dir, gc_horizon, err, errlen);
 }
 
 /* The persisted GC horizon: 0 (LSN_INVALID in *out when there is none), or
