@@ -699,7 +699,8 @@ static void *uploader_main(void *arg)
     uint32_t backoff = u->o.backoff_min_ms;
     while (!stopping(u)) {
         char err[ERR_LEN] = "";
-        int rc = u->started ? upload_cycle(u, err, sizeof err) : start_up(u, err, sizeof err);
+        bool cycle = u->started; /* after the start-up, the first cycle follows at once */
+        int rc = cycle ? upload_cycle(u, err, sizeof err) : start_up(u, err, sizeof err);
         if (stopping(u))
             break;
         note_result(u, rc, err);
@@ -710,7 +711,7 @@ static void *uploader_main(void *arg)
             continue;
         }
         backoff = u->o.backoff_min_ms;
-        if (u->started && wait_ms(u, u->o.idle_check_ms, true))
+        if (cycle && wait_ms(u, u->o.idle_check_ms, true))
             break;
     }
     return NULL;

@@ -173,7 +173,9 @@ def test_upload_under_load(cluster_dir, remote_root):
         if os.path.exists(lp):  # local GC may have dropped it since
             with open(lp, "rb") as a, open(data[f["id"]], "rb") as b:
                 assert a.read() == b.read(), "remote %016x differs from local" % f["id"]
-        assert lsn_to_int(f["lsn_min"]) <= lsn_to_int(f["lsn_max"]) <= remote_lsn
+        # (lsn_max may pass consistent_lsn: a layer frozen while a record was
+        # being ingested holds some of its values; docs/storage.md.)
+        assert lsn_to_int(f["lsn_min"]) <= lsn_to_int(f["lsn_max"])
     assert ps_metric(c, "pageserver_remote_upload_bytes_total") > 0
     assert ps_metric(c, "pageserver_remote_consistent_lsn") == remote_lsn
 
@@ -210,7 +212,9 @@ def test_kill_at_each_upload_step(cluster_dir, remote_root):
     for point in FAILPOINTS:
         c.env["STRATA_FAILPOINTS"] = point + "=exit"
         c.run("stop", "pageserver", check=False)
-        c.start("pageserver")
+        # The first upload after the start (what the stop's flush wrote) may
+        # reach the point before `strata start` saw the daemon ready.
+        c.run("start", "pageserver", check=False)
         bench = pgbench_start(c, 30, clients=2)
         try:
             wait_until(lambda: not c.status()["pageserver"]["pid"], 30,
@@ -231,8 +235,8 @@ def test_kill_at_each_upload_step(cluster_dir, remote_root):
         wait_caught_up(c, 60)
         wait_until(lambda: check_orphans_gone(c, remote_root), 40,
                    "no orphans after the kill at %s" % point, interval=1)
-    assert reached[:3] == FAILPOINTS[:3], "upload failpoints not reached: %s" % reached
-    assert "remote_gc.after_delete_manifest" in reached, reached
+    print("failpoints reached: %s" % reached)
+    assert reached == FAILPOINTS, "failpoints not reached: %s" % reached
 
 
 def check_orphans_gone(c, root):
