@@ -37,6 +37,7 @@
 #include "pageserver/ingest/import.h"
 #include "pageserver/ingest/ingest.h"
 #include "pageserver/ingest/walreceiver.h"
+#include "pageserver/remote/restore.h"
 #include "pageserver/remote/uploader.h"
 
 #define META_MAX_BYTES (64 * 1024)
@@ -615,6 +616,15 @@ void timeline_unref(timeline *tl)
      * is not uploaded yet is uploaded at the next start. */
     uploader_stop(tl->up);
     tl->up = NULL;
+    if (deleted && tl->svc.remote != NULL) {
+        /* Else the next start would restore it from the store. */
+        char err[512];
+        if (restore_forget_timeline(tl->svc.remote, &tl->meta.tenant, &tl->meta.timeline, err,
+                                    sizeof err) != 0)
+            log_error("timeline %s: deleting its objects from %s failed (it comes back at the "
+                      "next start; delete it again): %s",
+                      tl->dir, remote_describe(tl->svc.remote), err);
+    }
     ingest_destroy(tl->ing);
     store_close(tl->st);
     if (deleted) {

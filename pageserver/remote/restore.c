@@ -194,3 +194,41 @@ out:
     manifest_free(&m);
     return ret;
 }
+
+/* Deletes every key under prefix.  0 or -1 with err. */
+static int delete_prefix(remote_storage *rs, const char *prefix, char *err, size_t errlen)
+{
+    remote_listing l;
+    remote_err re;
+    if (remote_list(rs, prefix, &l, &re) != 0) {
+        snprintf(err, errlen, "%s", re.msg);
+        return -1;
+    }
+    const char **keys = calloc(l.n ? l.n : 1, sizeof *keys);
+    int rc = 0;
+    if (keys == NULL) {
+        snprintf(err, errlen, "out of memory");
+        rc = -1;
+    } else {
+        for (size_t i = 0; i < l.n; i++)
+            keys[i] = l.entries[i].key;
+        if (l.n > 0 && remote_delete_many(rs, keys, l.n, &re) != 0) {
+            snprintf(err, errlen, "%s", re.msg);
+            rc = -1;
+        }
+    }
+    free(keys);
+    remote_listing_free(&l);
+    return rc;
+}
+
+int restore_forget_timeline(remote_storage *rs, const strata_id *tenant, const strata_id *timeline,
+                            char *err, size_t errlen)
+{
+    char prefix[MANIFEST_KEY_LEN];
+    manifest_prefix(tenant, timeline, prefix, sizeof prefix);
+    if (delete_prefix(rs, prefix, err, errlen) != 0)
+        return -1;
+    manifest_data_prefix(tenant, timeline, prefix, sizeof prefix);
+    return delete_prefix(rs, prefix, err, errlen);
+}

@@ -67,4 +67,16 @@ STRATA_MUST_CHECK int restore_timeline(remote_storage *rs, const strata_id *tena
                                        const store_options *so, restore_progress *p, lsn_t *out_lsn,
                                        char *err, size_t errlen);
 
+/*
+ * Deletes a deleted timeline's pageserver objects from the store: every
+ * manifest first (from then on the timeline does not exist remotely, so no
+ * later start restores it), then every data object.  The safekeepers'
+ * wal/ objects are not the pageserver's and stay.  Called once the
+ * timeline's uploader has stopped (timeline.c, last unref of a deleted
+ * timeline).  0, or -1 with err (the caller logs it; a timeline whose
+ * manifests remain comes back at the next start).
+ */
+STRATA_MUST_CHECK int restore_forget_timeline(remote_storage *rs, const strata_id *tenant,
+                                              const strata_id *timeline, char *err, size_t errlen);
+
 #endif

@@ -15,6 +15,8 @@ the manifest's consistent LSN.
       serves equals a stock standby's at the same LSN) holds at every
       point, those older than the deletion included (they come from the
       rebuilt store) and the one whose phase ran across it.
+  (c) Deleting a timeline deletes its manifests and data objects from the
+      store once its uploader has stopped, so a restart does not restore it.
 """
 import os
 import shutil
@@ -199,3 +201,42 @@ def test_page_oracle_holds_across_a_restore_from_remote(monkeypatch, remote_root
         if reader is not None:
             reader.close()
         cluster.stop()
+
+
+# ---- (c) a deleted timeline is not restored ----
+
+def test_deleted_timeline_leaves_the_remote_and_is_not_restored(cluster_dir, remote_root):
+    import urllib.error
+    import urllib.request
+    c = cluster_dir
+    c.env["PAGESERVER_REMOTE"] = "file://" + remote_root
+    c.up()
+    tenant, timeline = c.ids()
+    tl_root = os.path.join(remote_root, "tenants", tenant, "timelines", timeline)
+    mdir = os.path.join(tl_root, "manifest")
+    wait_until(lambda: os.path.isdir(mdir) and os.listdir(mdir), 60, "a manifest")
+    c.stop("compute", immediate=True)
+    port = c.status()["pageserver"]["http_port"]
+    path = "/v1/tenant/%s/timeline/%s" % (tenant, timeline)
+    req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), method="DELETE",
+                                 headers=c.bearer())
+    with urllib.request.urlopen(req, timeout=30) as r:
+        assert r.status == 200
+    def objects(sub):
+        d = os.path.join(tl_root, sub)
+        return os.listdir(d) if os.path.isdir(d) else []
+    wait_until(lambda: not objects("manifest") and not objects("data"), 60,
+               "the timeline's objects to leave the store")
+    c.stop("pageserver")
+    c.start("pageserver")
+    port = c.status()["pageserver"]["http_port"]
+
+    def gone():
+        try:
+            c.http_get_json(port, path)
+            return False
+        except urllib.error.HTTPError as e:
+            return e.code == 404
+    wait_until(gone, 30, "the deleted timeline to stay deleted")
+    with open(os.path.join(c.dir, "pageserver.log"), errors="replace") as f:
+        assert "restore %s/%s" % (tenant, timeline) not in f.read()
