@@ -159,7 +159,10 @@ def test_upload_under_load(cluster_dir, remote_root):
     assert len(seen) >= 2, "remote_consistent_lsn did not advance under load: %s" % seen
 
     t = wait_caught_up(c, 60)
-    remote_lsn = lsn_to_int(t["remote"]["remote_consistent_lsn"])
+    r = t["remote"]
+    print("uploaded %d files, %d bytes, %d manifests; %d objects deleted by remote GC" % (
+        r["files_uploaded"], r["bytes_uploaded"], r["manifests_uploaded"], r["objects_deleted"]))
+    remote_lsn = lsn_to_int(r["remote_consistent_lsn"])
     assert remote_lsn > lsn_to_int(t0["remote"]["remote_consistent_lsn"])
     data, manifests = check_remote_consistent(c, remote_root, expect_no_orphans=False)
     newest = read_manifest(manifests[max(manifests)])

@@ -1827,6 +1827,77 @@ static void test_timing(void **state)
     store_close(st);
 }
 
+static void count_commit(void *arg, uint64_t file_id, uint64_t size)
+{
+    (void)file_id;
+    assert_true(size > 0);
+    (*(int *)arg)++;
+}
+
+/* What the uploader reads (store_remote.c): every committed file with its
+ * size and LSN range in one snapshot with disk_consistent_lsn, the commit
+ * hook, the persisted upload state; and a file record written before the
+ * LSN range was kept still decodes, with the widest range. */
+static void test_remote_view(void **state)
+{
+    (void)state;
+    store_options o;
+    store_options_default(&o);
+    o.inline_max_bytes = 0; /* as with --remote: every value in a data file */
+    store *st = open_store(&o);
+    int commits = 0;
+    store_set_commit_hook(st, count_commit, &commits);
+    char err[512];
+    for (int round = 0; round < 2; round++) {
+        for (uint32_t b = 0; b < 5; b++) {
+            lsn_t lsn = 0x1000 + round * 0x1000 + b * 0x10;
+            put_record(st, &(pg_key){.kind = KEY_REL_BLOCK, .spc = 1, .db = 2, .rel = 3, .blk = b},
+                       lsn, 64, true);
+            store_advance(st, lsn);
+        }
+        if (store_flush(st, err, sizeof err) != 0)
+            fail_msg("store_flush: %s", err);
+    }
+    assert_int_equal(commits, 2);
+    store_file_list l;
+    if (store_list_files(st, &l, err, sizeof err) != 0)
+        fail_msg("store_list_files: %s", err);
+    assert_int_equal(l.n, 2);
+    assert_true(l.files[0].id < l.files[1].id && l.files[1].id < l.next_file_id);
+    assert_true(l.files[0].lsn_min == 0x1000 && l.files[0].lsn_max == 0x1040);
+    assert_true(l.files[1].lsn_min == 0x2000 && l.files[1].lsn_max == 0x2040);
+    assert_true(l.disk_consistent_lsn == store_disk_consistent_lsn(st));
+    assert_true(l.remote_consistent_lsn == 0 && l.remote_seq == 0);
+    for (size_t i = 0; i < l.n; i++) {
+        char path[4400];
+        struct stat sb;
+        store_data_file_path(st, l.files[i].id, path, sizeof path);
+        assert_int_equal(stat(path, &sb), 0);
+        assert_int_equal((uint64_t)sb.st_size, l.files[i].size);
+    }
+    store_file_list_free(&l);
+    assert_int_equal(store_set_remote_state(st, 0x1040, 7, err, sizeof err), 0);
+    store_set_commit_hook(st, NULL, NULL);
+    store_close(st);
+    st = open_store(&o);
+    assert_int_equal(store_list_files(st, &l, err, sizeof err), 0);
+    assert_true(l.remote_consistent_lsn == 0x1040 && l.remote_seq == 7 && l.n == 2);
+    store_file_list_free(&l);
+    store_close(st);
+
+    uint8_t old[STORE_FILE_REC_LEN_V1] = {0};
+    put_be64(old, 4096);
+    store_file_rec r;
+    assert_int_equal(store_file_rec_decode(old, sizeof old, &r), 0);
+    assert_true(r.file_size == 4096 && r.lsn_min == 0 && r.lsn_max == LSN_MAX);
+    uint8_t rec[STORE_FILE_REC_LEN];
+    r.lsn_min = 5;
+    r.lsn_max = 4;
+    store_file_rec_encode(&r, rec);
+    assert_int_equal(store_file_rec_decode(rec, sizeof rec, &r), -1);
+    assert_int_equal(store_file_rec_decode(rec, sizeof rec - 1, &r), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1850,6 +1921,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_concurrent_readers_during_ingest, setup, teardown),
         cmocka_unit_test_setup_teardown(test_out_of_space, setup, teardown),
         cmocka_unit_test_setup_teardown(test_timing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_remote_view, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
