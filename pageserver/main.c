@@ -298,12 +298,10 @@ static void open_tenants(daemon_state *d, const ps_config *c)
     to.svc.wr_switch_lag_bytes = c->wr_switch_lag_bytes;
     to.svc.image_threshold = c->image_threshold > 0 ? c->image_threshold : -1; /* 0: off */
     to.svc.image_workers = c->image_workers;
+    /* Every value is in a data file (small ones inline in LMDB too, tag 3
+     * in docs/storage.md), so the uploaded data files hold everything a
+     * restore needs. */
     to.svc.remote = d->remote;
-    /* With a remote store every value goes to a data file, none inline in
-     * LMDB: the uploaded data files then hold everything a restore needs
-     * (docs/storage.md "Remote storage"). */
-    if (d->remote != NULL)
-        to.svc.store.inline_max_bytes = 0;
     to.gc_interval_ms = c->gc_interval_ms;
     char err[1024];
     if (tenants_open(&to, &d->tenants, err, sizeof err) != 0)

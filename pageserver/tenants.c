@@ -33,6 +33,9 @@
 
 #include "base/durable.h"
 #include "base/log.h"
+#include "base/metrics.h"
+#include "base/strata_assert.h"
+#include "pageserver/remote/restore.h"
 
 #define GC_TICK_MS 1000
 #define CREATING_SUFFIX ".creating"
@@ -43,6 +46,7 @@ typedef struct entry {
     strata_id timeline;
     timeline *tl; /* NULL while busy (being created) */
     bool busy;
+    restore_progress *restore; /* busy being restored from object storage, else NULL */
 } entry;
 
 struct tenants {
@@ -65,6 +69,14 @@ struct tenants {
     pthread_mutex_t gc_mu;
     pthread_cond_t gc_cv; /* CLOCK_MONOTONIC */
     bool gc_quit;
+
+    /* Restore from object storage (svc.remote): one thread lists the store
+     * and restores every timeline it holds that is not on disk, in turn. */
+    pthread_t restore_thread;
+    bool restore_started;
+    bool restore_listing; /* the listing has not finished: any timeline may come */
+    _Atomic bool restore_quit;
+    restore_progress *restoring; /* the one being restored now (t->mu) */
 };
 
 static int64_t mono_ms(void)
@@ -325,6 +337,272 @@ static void load_tenant(tenants *t, const char *tenant_dir, const strata_id *ten
     closedir(d);
 }
 
+/* ---- restore from object storage (pageserver/remote/restore.h) ---- */
+
+static struct {
+    metrics_gauge *pending, *files_total, *files_done, *bytes_total, *bytes_done;
+    metrics_counter *completed, *failed;
+} rmet;
+static pthread_once_t rmet_once = PTHREAD_ONCE_INIT;
+
+static void rmet_init(void)
+{
+    metrics_registry *r = metrics_default_registry();
+    rmet.pending = metrics_gauge_register(r, "pageserver_remote_restore_timelines_pending",
+                                          "Timelines waiting for or in a restore from object "
+                                          "storage",
+                                          0, NULL, NULL);
+    rmet.files_total =
+        metrics_gauge_register(r, "pageserver_remote_restore_files_total",
+                               "Data files of the restore running now", 0, NULL, NULL);
+    rmet.files_done =
+        metrics_gauge_register(r, "pageserver_remote_restore_files_done",
+                               "Data files the running restore has downloaded", 0, NULL, NULL);
+    rmet.bytes_total = metrics_gauge_register(r, "pageserver_remote_restore_bytes_total",
+                                              "Bytes of the restore running now", 0, NULL, NULL);
+    rmet.bytes_done =
+        metrics_gauge_register(r, "pageserver_remote_restore_bytes_done",
+                               "Bytes the running restore has downloaded", 0, NULL, NULL);
+    rmet.completed =
+        metrics_counter_register(r, "pageserver_remote_restores_completed_total",
+                                 "Timelines restored from object storage", 0, NULL, NULL);
+    rmet.failed =
+        metrics_counter_register(r, "pageserver_remote_restores_failed_total",
+                                 "Restores from object storage that failed", 0, NULL, NULL);
+}
+
+/* The gauges from the table (t->mu held). */
+static void restore_gauges_locked(tenants *t)
+{
+    int pending = 0;
+    for (int i = 0; i < t->n; i++)
+        pending += t->entries[i].restore != NULL;
+    restore_progress *p = t->restoring;
+    metrics_gauge_set(rmet.pending, pending);
+    metrics_gauge_set(rmet.files_total, p ? (double)atomic_load(&p->files_total) : 0);
+    metrics_gauge_set(rmet.files_done, p ? (double)atomic_load(&p->files_done) : 0);
+    metrics_gauge_set(rmet.bytes_total, p ? (double)atomic_load(&p->bytes_total) : 0);
+    metrics_gauge_set(rmet.bytes_done, p ? (double)atomic_load(&p->bytes_done) : 0);
+}
+
+static void restore_on_progress(void *arg)
+{
+    tenants *t = arg;
+    pthread_mutex_lock(&t->mu);
+    restore_gauges_locked(t);
+    pthread_mutex_unlock(&t->mu);
+}
+
+/* Restores one claimed timeline into its .creating directory, renames it
+ * into place and opens it; the entry then serves reads, or goes. */
+static void restore_one(tenants *t, const restore_timeline_id *id)
+{
+    char final[PATH_MAX], building[PATH_MAX], err[1024] = "", a[STRATA_ID_HEX_LEN],
+                                              b[STRATA_ID_HEX_LEN];
+    strata_id_format(&id->tenant, a);
+    strata_id_format(&id->timeline, b);
+    bool paths =
+        timeline_path(t, &id->tenant, &id->timeline, "", final, sizeof final) &&
+        timeline_path(t, &id->tenant, &id->timeline, CREATING_SUFFIX, building, sizeof building);
+    pthread_mutex_lock(&t->mu);
+    int i = find(t, &id->tenant, &id->timeline);
+    STRATA_ASSERT(i >= 0 && t->entries[i].restore != NULL);
+    restore_progress *p = t->entries[i].restore;
+    t->restoring = p;
+    p->on_progress = restore_on_progress;
+    p->progress_arg = t;
+    restore_gauges_locked(t);
+    pthread_mutex_unlock(&t->mu);
+
+    timeline *tl = NULL;
+    lsn_t lsn = LSN_INVALID;
+    int rc = paths ? 0 : -1;
+    if (!paths)
+        fail(NULL, 0, err, sizeof err, "timeline path too long under %s", t->datadir);
+    if (rc == 0) {
+        remove_tree(building);
+        if ((rc = mkdir_p(building, 0755)) != 0)
+            fail(NULL, 0, err, sizeof err, "cannot create %s: %s", building, strerror(errno));
+    }
+    if (rc == 0)
+        rc = restore_timeline(t->svc.remote, &id->tenant, &id->timeline, building, &t->svc.store, p,
+                              &lsn, err, sizeof err);
+    if (rc == 0) {
+        int r = durable_rename(building, final);
+        if (r == 0)
+            r = durable_fsync_parent(final);
+        if (r != 0) {
+            fail(NULL, 0, err, sizeof err, "cannot rename %s to %s: %s", building, final,
+                 strerror(-r));
+            rc = -1;
+        }
+    }
+    if (rc == 0)
+        rc = timeline_open(final, &t->svc, atomic_fetch_add(&t->next_owner, 1), &tl, err,
+                           sizeof err);
+    if (rc != 0) {
+        log_error("restore of tenant %s timeline %s from %s failed: %s", a, b,
+                  remote_describe(t->svc.remote), err);
+        remove_tree(building);
+        metrics_counter_inc(rmet.failed);
+    } else {
+        char lb[LSN_FMT_LEN];
+        log_info("restored tenant %s timeline %s; its WAL resumes at %s", a, b,
+                 lsn_format(lsn, lb));
+        metrics_counter_inc(rmet.completed);
+    }
+    pthread_mutex_lock(&t->mu);
+    i = find(t, &id->tenant, &id->timeline);
+    STRATA_ASSERT(i >= 0);
+    if (tl != NULL && add_tenant(t, &id->tenant)) {
+        t->entries[i].tl = tl;
+        t->entries[i].busy = false;
+        t->entries[i].restore = NULL;
+    } else {
+        if (tl != NULL) {
+            log_error("restored tenant %s timeline %s but the tenant table is full", a, b);
+            timeline_unref(tl);
+        }
+        remove_at(t, i);
+    }
+    t->restoring = NULL;
+    restore_gauges_locked(t);
+    pthread_mutex_unlock(&t->mu);
+    free(p);
+}
+
+/* Claims (as busy entries) the listed timelines this pageserver does not
+ * have; returns how many, moved to the front of ids.  Ends the listing. */
+static size_t restore_claim(tenants *t, restore_timeline_id *ids, size_t n)
+{
+    size_t k = 0;
+    pthread_mutex_lock(&t->mu);
+    for (size_t i = 0; i < n; i++) {
+        char final[PATH_MAX];
+        struct stat sb;
+        if (find(t, &ids[i].tenant, &ids[i].timeline) >= 0 ||
+            !timeline_path(t, &ids[i].tenant, &ids[i].timeline, "", final, sizeof final))
+            continue;
+        if (stat(final, &sb) == 0) {
+            log_warn("not restoring %s: it is on disk (but was not loaded)", final);
+            continue;
+        }
+        restore_progress *p = calloc(1, sizeof *p);
+        if (t->n == TENANTS_MAX_TIMELINES || p == NULL) {
+            log_error("not restoring %s: table full or out of memory", final);
+            free(p);
+            continue;
+        }
+        t->entries[t->n++] = (entry){
+            .tenant = ids[i].tenant, .timeline = ids[i].timeline, .busy = true, .restore = p};
+        ids[k++] = ids[i];
+    }
+    t->restore_listing = false;
+    restore_gauges_locked(t);
+    pthread_mutex_unlock(&t->mu);
+    return k;
+}
+
+static void *restore_main(void *arg)
+{
+    pthread_setname_np(pthread_self(), "ps-restore");
+    tenants *t = arg;
+    restore_timeline_id *ids = NULL;
+    size_t n = 0;
+    char err[1024];
+    if (restore_list_timelines(t->svc.remote, &ids, &n, err, sizeof err) != 0)
+        log_error("cannot list timelines in %s (none is restored; restart to retry): %s",
+                  remote_describe(t->svc.remote), err);
+    size_t k = restore_claim(t, ids, n);
+    if (k > 0)
+        log_info("restoring %zu timelines from %s", k, remote_describe(t->svc.remote));
+    for (size_t i = 0; i < k; i++) {
+        if (atomic_load(&t->restore_quit)) {
+            /* Unclaim the rest: they are restored at the next start. */
+            pthread_mutex_lock(&t->mu);
+            int j = find(t, &ids[i].tenant, &ids[i].timeline);
+            free(t->entries[j].restore);
+            remove_at(t, j);
+            pthread_mutex_unlock(&t->mu);
+            continue;
+        }
+        restore_one(t, &ids[i]);
+    }
+    free(ids);
+    return NULL;
+}
+
+static int restore_start(tenants *t, char *err, size_t errlen)
+{
+    if (t->svc.remote == NULL)
+        return 0;
+    pthread_once(&rmet_once, rmet_init);
+    t->restore_listing = true;
+    int rc = pthread_create(&t->restore_thread, NULL, restore_main, t);
+    if (rc != 0) {
+        t->restore_listing = false;
+        snprintf(err, errlen, "cannot start the restore thread: %s", strerror(rc));
+        return -1;
+    }
+    t->restore_started = true;
+    return 0;
+}
+
+static void restore_stop(tenants *t)
+{
+    if (!t->restore_started)
+        return;
+    atomic_store(&t->restore_quit, true);
+    pthread_mutex_lock(&t->mu);
+    if (t->restoring != NULL)
+        atomic_store(&t->restoring->cancel, true);
+    pthread_mutex_unlock(&t->mu);
+    pthread_join(t->restore_thread, NULL);
+    t->restore_started = false;
+}
+
+static void fill_info(const entry *e, tenants_restore_info *out)
+{
+    const restore_progress *p = e->restore;
+    *out = (tenants_restore_info){.tenant = e->tenant,
+                                  .timeline = e->timeline,
+                                  .files_done = atomic_load(&p->files_done),
+                                  .files_total = atomic_load(&p->files_total),
+                                  .bytes_done = atomic_load(&p->bytes_done),
+                                  .bytes_total = atomic_load(&p->bytes_total),
+                                  .consistent_lsn = atomic_load(&p->consistent_lsn),
+                                  .seq = atomic_load(&p->seq),
+                                  .started = atomic_load(&p->started_ms) != 0};
+}
+
+bool tenants_restore_pending(tenants *t, const strata_id *tenant, const strata_id *tl,
+                             tenants_restore_info *info)
+{
+    pthread_mutex_lock(&t->mu);
+    int i = find(t, tenant, tl);
+    bool restoring = i >= 0 && t->entries[i].restore != NULL;
+    bool pending = restoring || (i < 0 && t->restore_listing);
+    if (info != NULL) {
+        if (restoring)
+            fill_info(&t->entries[i], info);
+        else
+            *info = (tenants_restore_info){.tenant = *tenant, .timeline = *tl};
+    }
+    pthread_mutex_unlock(&t->mu);
+    return pending;
+}
+
+int tenants_list_restores(tenants *t, tenants_restore_info *out, int cap)
+{
+    int n = 0;
+    pthread_mutex_lock(&t->mu);
+    for (int i = 0; i < t->n && n < cap; i++)
+        if (t->entries[i].restore != NULL)
+            fill_info(&t->entries[i], &out[n++]);
+    pthread_mutex_unlock(&t->mu);
+    return n;
+}
+
 int tenants_open(const tenants_options *o, tenants **out, char *err, size_t errlen)
 {
     *out = NULL;
@@ -386,7 +664,7 @@ int tenants_open(const tenants_options *o, tenants **out, char *err, size_t errl
     }
     closedir(d);
     t->gc_interval_ms = o->gc_interval_ms;
-    if (gc_start(t, err, errlen) != 0) {
+    if (gc_start(t, err, errlen) != 0 || restore_start(t, err, errlen) != 0) {
         tenants_close(t);
         return -1;
     }
@@ -398,6 +676,7 @@ void tenants_close(tenants *t)
 {
     if (t == NULL)
         return;
+    restore_stop(t);
     gc_stop(t);
     for (int i = 0; i < t->n; i++) {
         if (t->entries[i].tl != NULL)

@@ -107,4 +107,31 @@ int tenants_delete_tenant(tenants *t, const strata_id *tenant, int *status, char
 int tenants_delete_timeline(tenants *t, const strata_id *tenant, const strata_id *tl, int *status,
                             char *err, size_t errlen);
 
+/* ---- restore from object storage (svc.remote; pageserver/remote/restore.h) ----
+ *
+ * With a remote store, tenants_open starts a thread that lists the store
+ * and restores, one after the other, every timeline it holds that is not on
+ * disk: each appears (busy, like one being created) as soon as the listing
+ * ends, and serves reads once its directory is complete and renamed into
+ * place.  Reads for a timeline that may still come (the listing has not
+ * ended, or it is being restored) should wait, not fail: page_service.c
+ * does, up to its wait_lsn_timeout.  A restore that fails is logged and
+ * counted; the timeline is then unknown until the next start. */
+typedef struct tenants_restore_info {
+    strata_id tenant, timeline;
+    uint64_t files_done, files_total, bytes_done, bytes_total;
+    lsn_t consistent_lsn; /* of the manifest (0 until fetched) */
+    uint64_t seq;
+    bool started; /* false: queued behind another restore */
+} tenants_restore_info;
+
+/* True when a read of (tenant, tl) should wait: the object store is still
+ * being listed and the timeline is not loaded, or it is being restored.
+ * info (not NULL) gets its progress.  Any thread. */
+bool tenants_restore_pending(tenants *t, const strata_id *tenant, const strata_id *tl,
+                             tenants_restore_info *info);
+
+/* Up to cap restores not finished yet; returns the count. */
+int tenants_list_restores(tenants *t, tenants_restore_info *out, int cap);
+
 #endif

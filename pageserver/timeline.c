@@ -37,6 +37,7 @@
 #include "pageserver/ingest/import.h"
 #include "pageserver/ingest/ingest.h"
 #include "pageserver/ingest/walreceiver.h"
+#include "pageserver/remote/restore.h"
 #include "pageserver/remote/uploader.h"
 
 #define META_MAX_BYTES (64 * 1024)
@@ -166,6 +167,8 @@ void timeline_get_read_stats(timeline_read_stats *out)
 
 /* ---- timeline.json ---- */
 
+static int gc_file_write(const char *dir, lsn_t horizon, char *err, size_t errlen);
+
 static int meta_write(const char *dir, const timeline_meta *m, char *err, size_t errlen)
 {
     char t[STRATA_ID_HEX_LEN], l[STRATA_ID_HEX_LEN], lsn[LSN_FMT_LEN];
@@ -276,6 +279,14 @@ int timeline_build_from_pgdata(const char *dir, timeline_meta *meta, const char 
              (unsigned long long)stats.slru_segments);
     *out_lsn = lsn;
     return 0;
+}
+
+int timeline_write_files(const char *dir, const timeline_meta *m, lsn_t gc_horizon, char *err,
+                         size_t errlen)
+{
+    if (meta_write(dir, m, err, errlen) != 0)
+        return -1;
+    return gc_horizon == LSN_INVALID ? 0 : gc_file_write(dir, gc_horizon, err, errlen);
 }
 
 /* The persisted GC horizon: 0 (LSN_INVALID in *out when there is none), or
@@ -606,6 +617,15 @@ void timeline_unref(timeline *tl)
      * is not uploaded yet is uploaded at the next start. */
     uploader_stop(tl->up);
     tl->up = NULL;
+    if (deleted && tl->svc.remote != NULL) {
+        /* Else the next start would restore it from the store. */
+        char err[512];
+        if (restore_forget_timeline(tl->svc.remote, &tl->meta.tenant, &tl->meta.timeline, err,
+                                    sizeof err) != 0)
+            log_error("timeline %s: deleting its objects from %s failed (it comes back at the "
+                      "next start; delete it again): %s",
+                      tl->dir, remote_describe(tl->svc.remote), err);
+    }
     ingest_destroy(tl->ing);
     store_close(tl->st);
     if (deleted) {

@@ -121,6 +121,13 @@ int timeline_build_from_pgdata(const char *dir, timeline_meta *meta, const char 
                                const timeline_services *svc, lsn_t *out_lsn, char *err,
                                size_t errlen);
 
+/* Writes a timeline directory's own files durably: timeline.json from m,
+ * and TIMELINE_GC_FILE with gc_horizon unless it is LSN_INVALID (a
+ * timeline restored from object storage, pageserver/remote/restore.h).
+ * 0 or -1 with err. */
+int timeline_write_files(const char *dir, const timeline_meta *m, lsn_t gc_horizon, char *err,
+                         size_t errlen);
+
 /* Reads and checks dir/timeline.json.  0 or -1 with err. */
 int timeline_meta_read(const char *dir, timeline_meta *out, char *err, size_t errlen);
 

@@ -140,6 +140,34 @@ static cJSON *timeline_json(timeline *tl)
     return o;
 }
 
+/* One restore from object storage in progress (tenants.h). */
+static cJSON *restore_json(const tenants_restore_info *r)
+{
+    char a[STRATA_ID_HEX_LEN], b[STRATA_ID_HEX_LEN];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "tenant_id", strata_id_format(&r->tenant, a));
+    cJSON_AddStringToObject(o, "timeline_id", strata_id_format(&r->timeline, b));
+    cJSON_AddStringToObject(o, "state", r->started ? "downloading" : "queued");
+    cJSON_AddNumberToObject(o, "files_done", (double)r->files_done);
+    cJSON_AddNumberToObject(o, "files_total", (double)r->files_total);
+    cJSON_AddNumberToObject(o, "bytes_done", (double)r->bytes_done);
+    cJSON_AddNumberToObject(o, "bytes_total", (double)r->bytes_total);
+    cJSON_AddNumberToObject(o, "manifest_seq", (double)r->seq);
+    add_lsn(o, "consistent_lsn", r->consistent_lsn);
+    return o;
+}
+
+/* "restoring": the timelines being restored from object storage. */
+static void add_restores(ps_http *h, cJSON *o)
+{
+    enum { MAX_SHOWN = 64 };
+    tenants_restore_info r[MAX_SHOWN];
+    int n = tenants_list_restores(h->tenants, r, MAX_SHOWN);
+    cJSON *arr = cJSON_AddArrayToObject(o, "restoring");
+    for (int i = 0; i < n; i++)
+        cJSON_AddItemToArray(arr, restore_json(&r[i]));
+}
+
 static void on_status(const http_request *req, http_response *resp, void *arg)
 {
     (void)req;
@@ -157,6 +185,7 @@ static void on_status(const http_request *req, http_response *resp, void *arg)
         timeline_unref(list[i]);
     }
     free(list);
+    add_restores(h, o);
     http_response_json(resp, 200, o);
     cJSON_Delete(o);
 }
@@ -165,7 +194,16 @@ static timeline *get_or_404(ps_http *h, const strata_id *tenant, const strata_id
                             http_response *resp)
 {
     timeline *tl = tenants_get(h->tenants, tenant, tlid);
-    if (tl == NULL) {
+    tenants_restore_info r;
+    if (tl == NULL && tenants_restore_pending(h->tenants, tenant, tlid, &r)) {
+        char a[STRATA_ID_HEX_LEN], b[STRATA_ID_HEX_LEN];
+        http_response_error(resp, 503,
+                            "tenant %s timeline %s is being restored from object storage "
+                            "(files %llu/%llu, %.1f of %.1f MB); try again",
+                            strata_id_format(tenant, a), strata_id_format(tlid, b),
+                            (unsigned long long)r.files_done, (unsigned long long)r.files_total,
+                            (double)r.bytes_done / 1e6, (double)r.bytes_total / 1e6);
+    } else if (tl == NULL) {
         char a[STRATA_ID_HEX_LEN], b[STRATA_ID_HEX_LEN];
         http_response_error(resp, 404, "tenant %s timeline %s not found on this pageserver",
                             strata_id_format(tenant, a), strata_id_format(tlid, b));

@@ -78,6 +78,13 @@ struct ps_conn {
     bool failed; /* a malformed request was seen: take no more */
     bool paused;
     job **ring; /* pipeline_depth slots, indexed by seq % depth */
+    /* A query for a timeline being restored from object storage waits here
+     * (defer_while_restoring); the open timer holds one reference. */
+    uv_timer_t restore_timer;
+    bool restore_timer_open;
+    char *restore_sql;
+    strata_id restore_tenant, restore_tl;
+    uint64_t restore_deadline_ns;
 };
 
 /* Metrics by request type (index = PS_REQ_* tag). */
@@ -577,6 +584,11 @@ static int on_connect(pgwire_conn *c, void *arg)
     return 0;
 }
 
+static void on_restore_timer_closed(uv_handle_t *h)
+{
+    conn_unref(h->data);
+}
+
 static void on_close(pgwire_conn *c, void *arg)
 {
     page_service *ps = arg;
@@ -586,6 +598,13 @@ static void on_close(pgwire_conn *c, void *arg)
         return;
     pgwire_conn_set_data(c, NULL);
     pc->c = NULL;
+    free(pc->restore_sql);
+    pc->restore_sql = NULL;
+    if (pc->restore_timer_open) {
+        pc->restore_timer_open = false;
+        uv_timer_stop(&pc->restore_timer);
+        uv_close((uv_handle_t *)&pc->restore_timer, on_restore_timer_closed);
+    }
     metrics_gauge_add(ps->connections, -1);
     conn_unref(pc);
 }
@@ -613,6 +632,86 @@ static int split_words(char *s, char *words[], int max)
     return n;
 }
 
+/* ---- waiting for a timeline restored from object storage ---- */
+
+#define RESTORE_POLL_MS 20
+
+static void on_query(pgwire_conn *c, const char *sql, void *arg);
+
+/* The restore poll: runs the query again once the timeline is there (or
+ * will not come), fails it with the restore's progress after
+ * wait_lsn_timeout_ms. */
+static void on_restore_timer(uv_timer_t *tm)
+{
+    ps_conn *pc = tm->data;
+    page_service *ps = pc->ps;
+    if (pc->c == NULL || pc->restore_sql == NULL) {
+        uv_timer_stop(tm);
+        return;
+    }
+    tenants_restore_info info;
+    bool pending =
+        tenants_restore_pending(ps->tenants, &pc->restore_tenant, &pc->restore_tl, &info);
+    if (pending && now_ns() < pc->restore_deadline_ns)
+        return;
+    uv_timer_stop(tm);
+    char *sql = pc->restore_sql;
+    pc->restore_sql = NULL;
+    if (!pending) {
+        on_query(pc->c, sql, ps);
+    } else {
+        char a[STRATA_ID_HEX_LEN], b[STRATA_ID_HEX_LEN], msg[400];
+        snprintf(msg, sizeof msg,
+                 "timed out after %u ms waiting for tenant %s timeline %s to be restored from "
+                 "object storage (%s: files %llu/%llu, %.1f of %.1f MB)",
+                 ps->opt.wait_lsn_timeout_ms, strata_id_format(&pc->restore_tenant, a),
+                 strata_id_format(&pc->restore_tl, b), info.started ? "downloading" : "queued",
+                 (unsigned long long)info.files_done, (unsigned long long)info.files_total,
+                 (double)info.bytes_done / 1e6, (double)info.bytes_total / 1e6);
+        metrics_counter_inc(ps->wait_timeouts);
+        pgwire_send_error(pc->c, "ERROR", SQLSTATE_QUERY_CANCELED, msg, NULL);
+    }
+    free(sql);
+}
+
+/* A pagestream or basebackup query (words w, n of them) for a timeline
+ * that is not here yet but is being restored from object storage (or may
+ * be: the store's listing has not ended) waits on a timer instead of
+ * failing with "not found"; the loop goes on meanwhile.  True when
+ * deferred. */
+static bool defer_while_restoring(page_service *ps, pgwire_conn *c, ps_conn *pc, const char *sql,
+                                  char *const *w, int n)
+{
+    strata_id tenant, tl;
+    if (pc == NULL || n < 3 || !strata_id_parse(w[1], &tenant) || !strata_id_parse(w[2], &tl))
+        return false;
+    timeline *found = tenants_get(ps->tenants, &tenant, &tl);
+    if (found != NULL) {
+        timeline_unref(found);
+        return false;
+    }
+    if (!tenants_restore_pending(ps->tenants, &tenant, &tl, NULL))
+        return false;
+    char *copy = strdup(sql);
+    if (copy == NULL)
+        return false;
+    if (!pc->restore_timer_open) {
+        uv_timer_init(ps->loop, &pc->restore_timer);
+        pc->restore_timer.data = pc;
+        pc->restore_timer_open = true;
+        pc->refs++; /* dropped when the handle closes (on_close) */
+    }
+    free(pc->restore_sql);
+    pc->restore_sql = copy;
+    pc->restore_tenant = tenant;
+    pc->restore_tl = tl;
+    pc->restore_deadline_ns = now_ns() + (uint64_t)ps->opt.wait_lsn_timeout_ms * 1000000u;
+    uv_timer_start(&pc->restore_timer, on_restore_timer, RESTORE_POLL_MS, RESTORE_POLL_MS);
+    log_info("%s: %s waits for the restore of its timeline", pgwire_conn_peer(c), w[0]);
+    (void)c;
+    return true;
+}
+
 static void on_query(pgwire_conn *c, const char *sql, void *arg)
 {
     page_service *ps = arg;
@@ -630,6 +729,9 @@ static void on_query(pgwire_conn *c, const char *sql, void *arg)
         pgwire_send_ready(c);
         return;
     }
+    if ((strcmp(w[0], "basebackup") == 0 || strcmp(w[0], "pagestream_v1") == 0) &&
+        defer_while_restoring(ps, c, pc, sql, w, n))
+        return;
     if (strcmp(w[0], "basebackup") == 0) {
         basebackup_service_query(ps->loop, c, ps->tenants, sql);
         return;

@@ -303,6 +303,8 @@ int store_open(const char *dir, const store_options *o, store **out, char *err, 
         goto fail;
     if (remove_leftovers(st, err, errlen) != 0)
         goto fail;
+    if (store_migrate_inline(st, err, errlen) != 0)
+        goto fail;
     if (pthread_create(&st->bg, NULL, bg_main, st) != 0) {
         snprintf(err, errlen, "start the store's background thread");
         goto fail;

@@ -121,6 +121,33 @@ STRATA_MUST_CHECK int store_flush(store *st, char *err, size_t errlen);
  * blocking readers or the writer.  Returns values removed, or -1. */
 STRATA_MUST_CHECK long store_gc(store *st, lsn_t horizon, char *err, size_t errlen);
 
+/*
+ * Rebuilds a store from its data files alone (docs/storage.md, "Rebuild"):
+ * dir/data/ holds data files "<16 hex id>.dat" (durable already, e.g.
+ * downloaded from object storage) and nothing else; dir has no index yet.
+ * Every file is read in ascending id order and every block validated (CRC,
+ * lengths, entries, keys); each entry becomes an index entry, and an entry
+ * for a (key, LSN) an older file also holds replaces it (the newest file
+ * holds the live copy: store_gc.c says why).  Writes the file records (live
+ * counts from the rebuilt index), disk_consistent_lsn = consistent_lsn and
+ * next_file_id (every file id must be below it), then syncs the index.
+ * store_open opens the result.  A crash midway leaves a directory to
+ * rebuild from scratch (the caller's temporary directory).  Versions that GC
+ * had removed from the index but whose dead copies remain in a file come
+ * back; all of them lie below a kept complete value, so readers at or above
+ * the GC horizon see the same as before (the next GC removes them again).
+ * o: inline_max_bytes and lmdb_map_size (NULL: defaults).  0, or -1 with err.
+ */
+typedef struct store_rebuild_stats {
+    uint64_t files, file_bytes; /* data files read, their bytes */
+    uint64_t entries;           /* entries read */
+    uint64_t replaced;          /* entries a newer file's copy replaced */
+    lsn_t max_lsn;              /* the highest LSN of any entry */
+} store_rebuild_stats;
+STRATA_MUST_CHECK int store_rebuild(const char *dir, const store_options *o, lsn_t consistent_lsn,
+                                    uint64_t next_file_id, store_rebuild_stats *stats, char *err,
+                                    size_t errlen);
+
 /* ---- object storage (issue #13; store_remote.c, used by pageserver/remote/) ---- */
 
 /* One committed data file as the LMDB "files" table lists it. */

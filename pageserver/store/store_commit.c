@@ -56,6 +56,15 @@ void store_new_file_idxv(store_new_file *nf, uint8_t kind, uint8_t flags, const 
     nf->live_values++;
 }
 
+void store_new_file_inline_hdr(store_new_file *nf, const store_df_loc *loc,
+                               uint8_t out[STORE_IDXV_INLINE_FILE_HDR])
+{
+    STRATA_ASSERT(nf->w != NULL && !nf->committed);
+    store_idxv_encode_inline_hdr(nf->id, out);
+    nf->live_bytes += loc->entry_len;
+    nf->live_values++;
+}
+
 /* Step 1 and 2 of the contract: the file durable under its final name, then
  * listed in a published snapshot.  0 or -1 with err. */
 static int make_durable_and_readable(store *st, store_new_file *nf, const char *what, char *err,

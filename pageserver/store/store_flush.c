@@ -2,11 +2,13 @@
  * store_flush.c: flushing one frozen layer (store_flush_layer in
  * store_priv.h; docs/design.md §6.3).
  *
- * For: in three steps: (1) every version of the layer in index order, the
- * values too large to inline written to a new data file; (2) one LMDB
- * transaction, through store_commit_data_file, that inserts every index entry
- * and the new disk_consistent_lsn with the data file's record; (3) the layer
- * leaves the published snapshot.  A crash before (2) commits leaves an
+ * For: in three steps: (1) every version of the layer in index order,
+ * written to a new data file (every value: data files alone can rebuild the
+ * store, store_rebuild.c); (2) one LMDB transaction, through
+ * store_commit_data_file, that inserts every index entry (values up to
+ * inline_max_bytes inline, naming the file that holds their copy; larger ones
+ * by their place in the file) and the new disk_consistent_lsn with the data
+ * file's record; (3) the layer leaves the published snapshot.  A crash before (2) commits leaves an
  * unreferenced file, which the next open deletes.
  * Not for: when to flush (the background thread in store.c), freezing.
  */
@@ -22,7 +24,7 @@
 typedef struct flush_entry {
     const store_layer_version *ver;
     const uint8_t *key;
-    bool in_file;
+    bool inline_value; /* the index holds the value too, not only its place */
     store_df_loc loc;
 } flush_entry;
 
@@ -33,13 +35,12 @@ typedef struct flush_job {
     size_t nkeys;
     flush_entry *ents;
     size_t nents, cap;
-    uint8_t *buf; /* an inline value behind its tag byte */
+    uint8_t *buf; /* an inline value behind its index value header */
     size_t buf_cap;
     lsn_t flsn; /* the disk_consistent_lsn the flush makes durable */
 } flush_job;
 
-/* Adds version v of key to job; a value too large to inline goes to nf.
- * 0 or -1 with err. */
+/* Adds version v of key to job and writes it to nf.  0 or -1 with err. */
 static int flush_add_version(store *st, flush_job *job, store_new_file *nf, const uint8_t *key,
                              const store_layer_version *v, char *err, size_t errlen)
 {
@@ -56,16 +57,17 @@ static int flush_add_version(store *st, flush_job *job, store_new_file *nf, cons
     flush_entry *e = &job->ents[job->nents++];
     e->ver = v;
     e->key = key;
-    e->in_file = v->len > st->o.inline_max_bytes;
-    /* One spare byte: flush_index copies inline values after a tag byte. */
-    if ((size_t)v->len + 1 > job->buf_cap) {
-        uint8_t *nb = realloc(job->buf, (size_t)v->len + 1);
+    e->inline_value = v->len <= st->o.inline_max_bytes;
+    /* flush_index copies inline values after their index value header. */
+    size_t need = (size_t)v->len + STORE_IDXV_INLINE_FILE_HDR;
+    if (e->inline_value && need > job->buf_cap) {
+        uint8_t *nb = realloc(job->buf, need);
         if (nb == NULL) {
             snprintf(err, errlen, "out of memory");
             return -1;
         }
         job->buf = nb;
-        job->buf_cap = (size_t)v->len + 1;
+        job->buf_cap = need;
     }
     const uint8_t *enc = store_layer_data(job->f, v);
     value_ref val;
@@ -75,16 +77,14 @@ static int flush_add_version(store *st, flush_job *job, store_new_file *nf, cons
         snprintf(err, errlen, "open layer value fails to decode: %s", why);
         return -1;
     }
-    if (!e->in_file)
-        return 0;
     uint8_t ikey[PG_INDEX_KEY_LEN];
     memcpy(ikey, key, PG_KEY_LEN);
     put_be64(ikey + PG_KEY_LEN, v->lsn);
     return store_new_file_add(st, nf, ikey, enc, v->len, &e->loc, err, errlen);
 }
 
-/* Step 1: every version of the layer, in index order; large values are
- * written to nf.  0 or -1 with err. */
+/* Step 1: every version of the layer, in index order, written to nf.  0 or
+ * -1 with err. */
 static int flush_collect(store *st, flush_job *job, store_new_file *nf, char *err, size_t errlen)
 {
     if (store_layer_sorted_keys(job->f, NULL, NULL, &job->keys, &job->nkeys) != 0) {
@@ -112,7 +112,7 @@ static int flush_put_entry(store *st, MDB_txn *txn, MDB_val *key, MDB_val *val, 
         store_idxv oiv;
         const char *why;
         if (store_idxv_decode(old.mv_data, old.mv_size, &oiv, &why) == 0 &&
-            oiv.tag == STORE_IDXV_FILE &&
+            store_idxv_in_file(&oiv) &&
             (rc = store_file_rec_sub(st, txn, oiv.file_id, oiv.entry_len, 1)) != 0) {
             store_mdb_err(err, errlen, "update file record", rc);
             return -1;
@@ -139,15 +139,16 @@ static int flush_index(store *st, MDB_txn *txn, store_new_file *nf, void *arg, c
         put_be64(ikey + PG_KEY_LEN, e->ver->lsn);
         uint8_t fv[STORE_IDXV_FILE_LEN];
         MDB_val key = {sizeof ikey, ikey}, val;
-        if (e->in_file) {
+        if (!e->inline_value) {
             store_new_file_idxv(nf, e->ver->kind, e->ver->flags, &e->loc, fv);
             val.mv_size = sizeof fv;
             val.mv_data = fv;
         } else {
-            job->buf[0] = STORE_IDXV_INLINE;
-            if (store_layer_read(job->f, e->ver, job->buf + 1, err, errlen) != 0)
+            store_new_file_inline_hdr(nf, &e->loc, job->buf);
+            if (store_layer_read(job->f, e->ver, job->buf + STORE_IDXV_INLINE_FILE_HDR, err,
+                                 errlen) != 0)
                 return -1;
-            val.mv_size = 1 + e->ver->len;
+            val.mv_size = STORE_IDXV_INLINE_FILE_HDR + e->ver->len;
             val.mv_data = job->buf;
         }
         if (flush_put_entry(st, txn, &key, &val, err, errlen) != 0)
@@ -160,6 +161,8 @@ static int flush_index(store *st, MDB_txn *txn, store_new_file *nf, void *arg, c
     if (job->flsn < dcl)
         job->flsn = dcl;
     int rc = store_meta_put_u64(st, txn, "disk_consistent_lsn", job->flsn);
+    if (rc == 0) /* every value of this store is in a data file (store_migrate.c) */
+        rc = store_meta_put_u64(st, txn, "format", STORE_FORMAT_VALUES_IN_FILES);
     if (rc != 0) {
         store_mdb_err(err, errlen, "update store metadata", rc);
         return -1;

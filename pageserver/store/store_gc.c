@@ -3,16 +3,25 @@
  * docs/design.md §6.7).
  *
  * For: two passes.  (1) Walk the LMDB index key by key and delete every
- * version older than the newest complete value at or below the horizon (a
- * tombstone that is itself the newest version at or below the horizon goes
- * too: "absent" and "dropped" read the same), in write transactions of at
- * most STORE_GC_BATCH deletes so the flush (the only other writer) and
- * readers (MVCC snapshots) never wait long; each transaction also lowers the
- * live-byte counts of the data files it touched.  (2) Rewrite data files
- * whose live bytes fell under STORE_GC_REWRITE_FRACTION: copy live entries to
- * a new file and repoint the index to it in one transaction
- * (store_commit_data_file, like a flush), then unlink the old file.  Files
- * with nothing live are just dropped.
+ * version older than the newest complete value at or below the horizon, in
+ * write transactions of at most STORE_GC_BATCH deletes so the flush (the only
+ * other writer) and readers (MVCC snapshots) never wait long; each
+ * transaction also lowers the live-byte counts of the data files it touched.
+ * (2) Rewrite data files whose live bytes fell under
+ * STORE_GC_REWRITE_FRACTION: copy live entries to a new file and repoint the
+ * index to it in one transaction (store_commit_data_file, like a flush), then
+ * unlink the old file.  Files with nothing live are just dropped.
+ *
+ * Rebuilding from data files (store_rebuild.c) reads every entry of every
+ * file, dead copies included, and lets the newest file win.  Two rules keep
+ * that right.  A rewrite copies an entry out of file F only when the index
+ * names F as the place of that (key, LSN): a dead copy moved into a newer
+ * file would beat the live one.  And a tombstone that is the newest version
+ * at or below the horizon stays (only what is below it goes): were it
+ * deleted and its file rewritten, older versions whose dead copies remain in
+ * other files would come back from a rebuild as the key's newest value.
+ * What a rebuild does bring back is only versions below a kept complete
+ * value, which no reader at or above the horizon reaches.
  * Not for: the open and frozen layers (they are only flushed), or choosing
  * the horizon (the caller's PITR policy).
  *
@@ -122,26 +131,25 @@ static long gc_batch(store *st, lsn_t horizon, uint8_t pos[PG_KEY_LEN], bool *do
             value_ref probe_v = {.kind = iv.kind, .flags = iv.flags};
             e->complete = value_is_complete(&probe_v);
             e->tombstone = iv.kind == VAL_TOMBSTONE;
-            e->in_file = iv.tag == STORE_IDXV_FILE;
+            e->in_file = store_idxv_in_file(&iv);
             e->file_id = iv.file_id;
             e->entry_len = iv.entry_len;
             rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
         }
         if (rc != 0 && rc != MDB_NOTFOUND)
             goto fail;
-        /* Everything below the newest complete version goes. */
+        /* Everything below the newest complete version goes (a tombstone
+         * too is complete, and stays: see the head comment). */
         size_t cut = 0;
         for (size_t i = n; i > 0; i--) {
             if ((*ents)[i - 1].complete) {
                 cut = i - 1;
-                if ((*ents)[i - 1].tombstone && i == n)
-                    cut = n;
                 break;
             }
         }
         /* What stays must rebuild the key at the horizon: it starts at a
-         * complete version, or nothing stays after a newest tombstone. */
-        STRATA_ASSERT(cut == 0 || (cut == n ? (*ents)[n - 1].tombstone : (*ents)[cut].complete));
+         * complete version. */
+        STRATA_ASSERT(cut == 0 || (cut < n && (*ents)[cut].complete));
         for (size_t i = 0; i < cut; i++) {
             gc_ent *e = &(*ents)[i];
             MDB_val dk = {PG_INDEX_KEY_LEN, e->ikey};
@@ -266,6 +274,7 @@ typedef struct gc_rewrite {
     size_t nmv, cap;
     uint8_t *blk; /* the block being read, as on disk */
     uint8_t *raw; /* ... and decompressed */
+    uint8_t inl[STORE_IDXV_INLINE_FILE_HDR + VALUE_HEADER_LEN + 4096]; /* an inline index value */
 } gc_rewrite;
 
 /* Reads and decodes the block at off: rw->raw holds its *rl raw bytes, *blen
@@ -329,8 +338,20 @@ static int gc_copy_entry(store *st, gc_rewrite *rw, store_new_file *nf, const ui
                               &m->loc, err, errlen);
 }
 
+/* Whether the index value iv names the entry at eoff of the block at off of
+ * file id as the live copy of its (key, LSN). */
+static bool names_entry(const store_idxv *iv, uint64_t id, uint64_t off, size_t eoff)
+{
+    if (iv->tag == STORE_IDXV_FILE)
+        return iv->file_id == id && iv->block_off == off && iv->off_in_block == eoff;
+    /* A file holds one entry per index key, so the file id is enough. */
+    return iv->tag == STORE_IDXV_INLINE_FILE && iv->file_id == id;
+}
+
 /* Copies the entries of the raw block at off (rl bytes in rw->raw) that the
- * index, as rtxn sees it, still points at.  0 or -1 with err. */
+ * index, as rtxn sees it, names as live.  Never a dead one: it would land in
+ * a file newer than the live copy's, which a rebuild lets win.  0 or -1 with
+ * err. */
 static int gc_copy_block(store *st, gc_rewrite *rw, store_new_file *nf, MDB_txn *rtxn, uint64_t off,
                          uint32_t rl, char *err, size_t errlen)
 {
@@ -349,8 +370,7 @@ static int gc_copy_block(store *st, gc_rewrite *rw, store_new_file *nf, MDB_txn 
         store_idxv iv;
         int rc = mdb_get(rtxn, st->dbi_index, &k, &val);
         bool live = rc == 0 && store_idxv_decode(val.mv_data, val.mv_size, &iv, &why) == 0 &&
-                    iv.tag == STORE_IDXV_FILE && iv.file_id == rw->id && iv.block_off == off &&
-                    iv.off_in_block == eoff;
+                    names_entry(&iv, rw->id, off, eoff);
         if (live && gc_copy_entry(st, rw, nf, ikey, &iv, off, eoff, used, err, errlen) != 0)
             return -1;
         eoff += used;
@@ -411,12 +431,26 @@ static int gc_repoint(store *st, MDB_txn *txn, store_new_file *nf, void *arg, ch
         if (rc != 0)
             goto fail;
         if (store_idxv_decode(val.mv_data, val.mv_size, &iv, &why) != 0 ||
-            iv.tag != STORE_IDXV_FILE || iv.file_id != rw->id || iv.block_off != m->old_block_off ||
-            iv.off_in_block != m->old_off_in_block)
+            !names_entry(&iv, rw->id, m->old_block_off, m->old_off_in_block))
             continue;
+        MDB_val nv;
         uint8_t enc[STORE_IDXV_FILE_LEN];
-        store_new_file_idxv(nf, m->kind, m->flags, &m->loc, enc);
-        MDB_val nv = {sizeof enc, enc};
+        if (store_idxv_is_inline(&iv)) {
+            /* The same value, now naming the new file's copy. */
+            STRATA_ASSERT(iv.value_len + PG_INDEX_KEY_LEN == m->loc.entry_len);
+            if (iv.value_len > sizeof rw->inl - STORE_IDXV_INLINE_FILE_HDR) {
+                snprintf(err, errlen, "GC rewrite: inline index value of %u bytes is too long",
+                         iv.value_len);
+                return -1;
+            }
+            uint8_t *buf = rw->inl;
+            store_new_file_inline_hdr(nf, &m->loc, buf);
+            memcpy(buf + STORE_IDXV_INLINE_FILE_HDR, iv.value, iv.value_len);
+            nv = (MDB_val){STORE_IDXV_INLINE_FILE_HDR + iv.value_len, buf};
+        } else {
+            store_new_file_idxv(nf, m->kind, m->flags, &m->loc, enc);
+            nv = (MDB_val){sizeof enc, enc};
+        }
         if ((rc = mdb_put(txn, st->dbi_index, &k, &nv, 0)) != 0)
             goto fail;
     }

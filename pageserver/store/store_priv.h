@@ -130,23 +130,58 @@ void store_file_unref(store_file *f);
 void store_snap_free(store *st, store_snap *s);
 
 /* ---- LMDB records (store_records.c) ---- */
+/*
+ * Index values.  Every value is written to a data file (so data files alone
+ * can rebuild the store, store_rebuild); small ones are also kept inline for
+ * reads that need no data-file block:
+ *   1 | encoded value                      inline only (stores written before
+ *                                          values went to data files; read,
+ *                                          never written)
+ *   2 | kind | flags | file id | block offset | block length | offset in
+ *       block | entry length               in a data file (31 bytes)
+ *   3 | file id | encoded value            inline, with its copy in data file
+ *                                          file id (the file's only entry for
+ *                                          this index key)
+ * The file id of tag 3 is what lets GC copy an entry out of file F only when
+ * F holds the live copy, and what the live counts of file records follow.
+ */
 #define STORE_IDXV_INLINE 1
 #define STORE_IDXV_FILE 2
+#define STORE_IDXV_INLINE_FILE 3
 #define STORE_IDXV_FILE_LEN 31
+#define STORE_IDXV_INLINE_FILE_HDR 9
+
+/* Metadata "format": absent (or 1) in stores whose small values may live
+ * only inline (tag 1); STORE_FORMAT_VALUES_IN_FILES once every value has a
+ * data-file copy (store_open migrates older stores: store_migrate.c). */
+#define STORE_FORMAT_VALUES_IN_FILES 2
 
 typedef struct store_idxv {
     uint8_t tag;
     uint8_t kind, flags;
-    /* inline: the encoded value */
+    /* inline (tags 1, 3): the encoded value */
     const uint8_t *value;
     uint32_t value_len;
-    /* file */
+    /* in a file (tags 2, 3): file_id and entry_len; the location for tag 2 */
     uint64_t file_id, block_off;
     uint32_t block_len, off_in_block, entry_len;
 } store_idxv;
 
+/* The value is in the index itself (tags 1, 3). */
+static inline bool store_idxv_is_inline(const store_idxv *iv)
+{
+    return iv->tag == STORE_IDXV_INLINE || iv->tag == STORE_IDXV_INLINE_FILE;
+}
+/* A data file holds the entry (tags 2, 3): file_id and entry_len are set. */
+static inline bool store_idxv_in_file(const store_idxv *iv)
+{
+    return iv->tag == STORE_IDXV_FILE || iv->tag == STORE_IDXV_INLINE_FILE;
+}
+
 int store_idxv_decode(const void *data, size_t len, store_idxv *out, const char **why);
 void store_idxv_encode_file(const store_idxv *iv, uint8_t out[STORE_IDXV_FILE_LEN]);
+/* The header of a tag-3 value; the encoded value follows it. */
+void store_idxv_encode_inline_hdr(uint64_t file_id, uint8_t out[STORE_IDXV_INLINE_FILE_HDR]);
 
 typedef struct store_file_rec {
     uint64_t file_size;
@@ -215,6 +250,12 @@ STRATA_MUST_CHECK int store_new_file_add(store *st, store_new_file *nf,
 void store_new_file_idxv(store_new_file *nf, uint8_t kind, uint8_t flags, const store_df_loc *loc,
                          uint8_t out[STORE_IDXV_FILE_LEN]);
 
+/* The header of a tag-3 index value for nf's entry at loc (its encoded value
+ * follows the header), and counts that entry as live.  Only from a
+ * store_index_fn. */
+void store_new_file_inline_hdr(store_new_file *nf, const store_df_loc *loc,
+                               uint8_t out[STORE_IDXV_INLINE_FILE_HDR]);
+
 /* The caller's index changes, written into txn (name nf's entries through
  * store_new_file_idxv).  0, or -1 with err (the transaction is aborted). */
 typedef int (*store_index_fn)(store *st, MDB_txn *txn, store_new_file *nf, void *arg, char *err,
@@ -245,6 +286,13 @@ STRATA_MUST_CHECK int store_commit_data_file(store *st, store_new_file *nf, cons
 /* Frees nf's writer and file reference; an uncommitted file leaves the
  * snapshot and the disk. */
 void store_new_file_release(store *st, store_new_file *nf);
+
+/* ---- migration (store_migrate.c) ---- */
+
+/* At open, before the background thread: gives every inline-only (tag 1)
+ * index value a copy in a new data file and sets the format metadata.
+ * 0 or -1 with err. */
+STRATA_MUST_CHECK int store_migrate_inline(store *st, char *err, size_t errlen);
 
 /* ---- flush (store_flush.c) ---- */
 

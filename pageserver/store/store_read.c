@@ -30,7 +30,7 @@ int store_read_idxv(store *st, const store_snap *snap, const store_idxv *iv,
     const char *why = NULL;
     size_t used;
     *hold = NULL;
-    if (iv->tag == STORE_IDXV_INLINE) {
+    if (store_idxv_is_inline(iv)) {
         if (value_decode(iv->value, iv->value_len, out, &used, &why) != 0) {
             snprintf(err, errlen, "corrupt inline index value: %s", why);
             return -1;

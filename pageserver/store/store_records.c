@@ -1,6 +1,7 @@
 /*
  * store_records.c: the LMDB records of the store (store_priv.h): index
- * values (inline or a data file location), file records and their live
+ * values (inline, a data file location, or inline with the data file that
+ * holds its copy), file records and their live
  * counts, and the metadata values (disk_consistent_lsn, next_file_id).
  *
  * For: encoding and decoding them exactly, and the small updates both the
@@ -62,6 +63,28 @@ int store_idxv_decode(const void *data, size_t len, store_idxv *out, const char 
         }
         return 0;
     }
+    if (p[0] == STORE_IDXV_INLINE_FILE) {
+        value_ref v;
+        size_t used;
+        if (len < STORE_IDXV_INLINE_FILE_HDR) {
+            *why = "inline index value too short for its file id";
+            return -1;
+        }
+        if (value_decode(p + STORE_IDXV_INLINE_FILE_HDR, len - STORE_IDXV_INLINE_FILE_HDR, &v,
+                         &used, why) != 0)
+            return -1;
+        if (used != len - STORE_IDXV_INLINE_FILE_HDR) {
+            *why = "inline index value has trailing bytes";
+            return -1;
+        }
+        out->kind = v.kind;
+        out->flags = v.flags;
+        out->value = p + STORE_IDXV_INLINE_FILE_HDR;
+        out->value_len = (uint32_t)used;
+        out->file_id = get_be64(p + 1);
+        out->entry_len = PG_INDEX_KEY_LEN + (uint32_t)used;
+        return 0;
+    }
     *why = "unknown index value tag";
     return -1;
 }
@@ -76,6 +99,12 @@ void store_idxv_encode_file(const store_idxv *iv, uint8_t out[STORE_IDXV_FILE_LE
     put_be32(out + 19, iv->block_len);
     put_be32(out + 23, iv->off_in_block);
     put_be32(out + 27, iv->entry_len);
+}
+
+void store_idxv_encode_inline_hdr(uint64_t file_id, uint8_t out[STORE_IDXV_INLINE_FILE_HDR])
+{
+    out[0] = STORE_IDXV_INLINE_FILE;
+    put_be64(out + 1, file_id);
 }
 
 void store_file_rec_encode(const store_file_rec *r, uint8_t out[STORE_FILE_REC_LEN])

@@ -178,6 +178,8 @@ static void expect_versions(store *st, const pg_key *k, lsn_t at, const lsn_t *w
     version_list_free(vl);
 }
 
+static int check_file_records(store *st);
+
 static void flush(store *st)
 {
     char err[512];
@@ -758,7 +760,7 @@ static void test_gc(void **state)
     flush(st);
     store_stats before;
     store_get_stats(st, &before);
-    assert_int_equal(before.data_files, 7);
+    assert_int_equal(before.data_files, 8);
 
     lsn_t horizon = 0x5FF; /* just after the second image of every key */
     char err[512];
@@ -779,20 +781,25 @@ static void test_gc(void **state)
     store_get_stats(st, &after);
     assert_int_equal(after.gc_removed, NKEYS * 4);
     /* The step-1 file held only images (all dead): dropped; steps 2-4 held
-     * only dead deltas: dropped.  Steps 5-7 and the last (sizes inline, no
-     * file) stay. */
-    assert_int_equal(after.data_files, 3);
-    assert_int_equal(count_data_files(), 3);
+     * only dead deltas: dropped.  Steps 5-7 and the last (the sizes, inline
+     * with their copies in a file) stay. */
+    assert_int_equal(after.data_files, 4);
+    assert_int_equal(count_data_files(), 4);
     assert_true(after.data_file_bytes < before.data_file_bytes);
 
-    /* A horizon above the tombstone drops the dropped relation entirely
-     * (size and tombstone) and leaves the living one's size; the blocks'
+    /* A horizon above the tombstone drops the dropped relation's size and
+     * keeps its tombstone (a rebuild from data files must not bring the
+     * size back: store_gc.c); the living one's size stays; the blocks'
      * newest image is still the one at step 5. */
     removed = store_gc(st, 0x900, err, sizeof err);
-    assert_int_equal(removed, 2);
+    assert_int_equal(removed, 1);
     value_ref out;
     lsn_t found;
-    assert_int_equal(store_get_latest(st, &dropped, LSN_MAX, &out, &found, err, sizeof err), 0);
+    assert_int_equal(store_get_latest(st, &dropped, LSN_MAX, &out, &found, err, sizeof err), 1);
+    assert_int_equal(out.kind, VAL_TOMBSTONE);
+    assert_int_equal(found, 0x820);
+    free((void *)out.payload);
+    check_file_records(st);
     assert_int_equal(store_get_latest(st, &sz, LSN_MAX, &out, &found, err, sizeof err), 1);
     free((void *)out.payload);
     for (uint32_t b = 0; b < NKEYS; b++) {
@@ -874,7 +881,7 @@ static int check_file_records(store *st)
         store_idxv iv;
         const char *why = NULL;
         assert_int_equal(store_idxv_decode(v.mv_data, v.mv_size, &iv, &why), 0);
-        if (iv.tag != STORE_IDXV_FILE)
+        if (!store_idxv_in_file(&iv))
             continue;
         int i = 0;
         while (i < nfiles && ids[i] != iv.file_id)
@@ -952,6 +959,524 @@ static void test_file_records_count_live_entries(void **state)
     flush(st);
     assert_int_equal(store_gc(st, 0x3FF, err, sizeof err), 15);
     check_file_records(st);
+    store_close(st);
+}
+
+/* ---- every value in a data file; rebuilding from data files ---- */
+
+/* The data files of storedir, copied to dir/data (dir created). */
+static void copy_data_files(const char *dir)
+{
+    char src[600], dst[600];
+    snprintf(src, sizeof src, "%s/data", storedir);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    snprintf(dst, sizeof dst, "%s/data", dir);
+    assert_int_equal(mkdir(dst, 0700), 0);
+    DIR *d = opendir(src);
+    assert_non_null(d);
+    struct dirent *de;
+    static uint8_t buf[1 << 16];
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        char a[900], b[900];
+        snprintf(a, sizeof a, "%s/%s", src, de->d_name);
+        snprintf(b, sizeof b, "%s/%s", dst, de->d_name);
+        int in = open(a, O_RDONLY), out = open(b, O_WRONLY | O_CREAT | O_EXCL, 0600);
+        assert_true(in >= 0 && out >= 0);
+        ssize_t n;
+        while ((n = read(in, buf, sizeof buf)) > 0)
+            assert_int_equal(write(out, buf, (size_t)n), n);
+        assert_int_equal(n, 0);
+        close(in);
+        close(out);
+    }
+    closedir(d);
+}
+
+static void expect_same_versions(store *a, store *b, const pg_key *k, lsn_t at)
+{
+    version_list *va = NULL, *vb = NULL;
+    char err[512], kb[96];
+    if (store_get_versions(a, k, at, 1000, &va, err, sizeof err) != 0 ||
+        store_get_versions(b, k, at, 1000, &vb, err, sizeof err) != 0)
+        fail_msg("get_versions: %s", err);
+    if (va->n != vb->n || va->complete != vb->complete)
+        fail_msg("%s at %llx: %d versions (complete %d) vs %d (complete %d) rebuilt",
+                 pg_key_format(k, kb, sizeof kb), (unsigned long long)at, va->n, va->complete,
+                 vb->n, vb->complete);
+    for (int i = 0; i < va->n; i++) {
+        assert_int_equal(va->lsn[i], vb->lsn[i]);
+        assert_int_equal(va->value[i].kind, vb->value[i].kind);
+        assert_int_equal(va->value[i].flags, vb->value[i].flags);
+        assert_int_equal(va->value[i].len, vb->value[i].len);
+        if (va->value[i].len > 0)
+            assert_memory_equal(va->value[i].payload, vb->value[i].payload, va->value[i].len);
+    }
+    version_list_free(va);
+    version_list_free(vb);
+    value_ref la, lb;
+    lsn_t fa = 0, fb = 0;
+    int ra = store_get_latest(a, k, at, &la, &fa, err, sizeof err);
+    int rb = store_get_latest(b, k, at, &lb, &fb, err, sizeof err);
+    assert_true(ra >= 0 && rb >= 0);
+    assert_int_equal(ra, rb);
+    if (ra == 1) {
+        assert_int_equal(fa, fb);
+        assert_int_equal(la.kind, lb.kind);
+        assert_int_equal(la.len, lb.len);
+        if (la.len > 0)
+            assert_memory_equal(la.payload, lb.payload, la.len);
+        free((void *)la.payload);
+        free((void *)lb.payload);
+    }
+}
+
+typedef struct scan_all {
+    int n, cap;
+    pg_key *keys;
+    lsn_t *lsn;
+    uint8_t *kind;
+    uint32_t *len;
+} scan_all;
+
+static int scan_all_fn(const pg_key *k, lsn_t lsn, const value_ref *v, void *arg)
+{
+    scan_all *r = arg;
+    if (r->n == r->cap) {
+        r->cap = r->cap ? r->cap * 2 : 256;
+        r->keys = realloc(r->keys, (size_t)r->cap * sizeof *r->keys);
+        r->lsn = realloc(r->lsn, (size_t)r->cap * sizeof *r->lsn);
+        r->kind = realloc(r->kind, (size_t)r->cap);
+        r->len = realloc(r->len, (size_t)r->cap * sizeof *r->len);
+        assert_true(r->keys && r->lsn && r->kind && r->len);
+    }
+    r->keys[r->n] = *k;
+    r->lsn[r->n] = lsn;
+    r->kind[r->n] = v->kind;
+    r->len[r->n] = v->len;
+    r->n++;
+    return 0;
+}
+
+static void expect_same_scan(store *a, store *b, const pg_key *from, const pg_key *to, lsn_t at)
+{
+    scan_all ra = {0}, rb = {0};
+    char err[256];
+    assert_int_equal(store_scan(a, from, to, at, scan_all_fn, &ra, err, sizeof err), 0);
+    assert_int_equal(store_scan(b, from, to, at, scan_all_fn, &rb, err, sizeof err), 0);
+    assert_int_equal(ra.n, rb.n);
+    for (int i = 0; i < ra.n; i++) {
+        assert_int_equal(pg_key_compare(&ra.keys[i], &rb.keys[i]), 0);
+        assert_int_equal(ra.lsn[i], rb.lsn[i]);
+        assert_int_equal(ra.kind[i], rb.kind[i]);
+        assert_int_equal(ra.len[i], rb.len[i]);
+    }
+    free(ra.keys), free(ra.lsn), free(ra.kind), free(ra.len);
+    free(rb.keys), free(rb.lsn), free(rb.kind), free(rb.len);
+}
+
+enum { RB_BLOCKS = 120, RB_DROPPED_BLOCKS = 40, RB_STEPS = 24 };
+
+static lsn_t rb_step_end(int s)
+{
+    return (lsn_t)s * 0x10000 + 0xFFFF;
+}
+
+/* Every key the rebuild test writes. */
+static int rb_keys(pg_key *out)
+{
+    int n = 0;
+    for (uint32_t b = 0; b < RB_BLOCKS; b++)
+        out[n++] = pg_key_rel_block(1663, 5, 9, FORK_MAIN, b);
+    for (uint32_t b = 0; b < RB_DROPPED_BLOCKS; b++)
+        out[n++] = pg_key_rel_block(1663, 5, 10, FORK_MAIN, b);
+    out[n++] = pg_key_rel_size(1663, 5, 9, FORK_MAIN);
+    out[n++] = pg_key_rel_size(1663, 5, 10, FORK_MAIN);
+    out[n++] = pg_key_rel_size(1663, 5, 11, FORK_MAIN);
+    return n;
+}
+
+/* Step s of the rebuild test's history: deltas (small ones inline, larger
+ * ones in the file), images, images replacing deltas at their own LSN (the
+ * same (key, LSN) in two files), sizes, and a relation dropped at step 10
+ * whose older versions stay in files GC does not rewrite. */
+static void rb_step(store *st, int s, uint32_t *rng)
+{
+    lsn_t base = (lsn_t)s * 0x10000;
+    for (uint32_t b = 0; b < RB_BLOCKS; b++) {
+        *rng = *rng * 1103515245u + 12345u;
+        uint32_t r = (*rng >> 8) % 100;
+        if (s > 1 && r >= 60)
+            continue; /* not touched this step */
+        pg_key k = pg_key_rel_block(1663, 5, 9, FORK_MAIN, b);
+        lsn_t lsn = base + 0x10 + b * 0x20;
+        if (s == 1 || r < 8)
+            put_page(st, &k, lsn);
+        else
+            put_record(st, &k, lsn, r < 40 ? 40 : 300, false);
+    }
+    if (s <= 9) {
+        for (uint32_t b = 0; b < RB_DROPPED_BLOCKS; b++) {
+            pg_key k = pg_key_rel_block(1663, 5, 10, FORK_MAIN, b);
+            lsn_t lsn = base + 0x18 + b * 0x20;
+            if (s == 1)
+                put_page(st, &k, lsn);
+            else
+                put_record(st, &k, lsn, 40, false);
+        }
+    }
+    pg_key sz9 = pg_key_rel_size(1663, 5, 9, FORK_MAIN);
+    put_size(st, &sz9, base + 0x8000, RB_BLOCKS + (uint32_t)s);
+    pg_key sz10 = pg_key_rel_size(1663, 5, 10, FORK_MAIN);
+    pg_key sz11 = pg_key_rel_size(1663, 5, 11, FORK_MAIN);
+    if (s == 1)
+        put_size(st, &sz10, base + 0x8010, RB_DROPPED_BLOCKS);
+    if (s == 10)
+        put_tombstone(st, &sz10, base + 0x8010);
+    if (s == 3)
+        put_size(st, &sz11, base + 0x8020, 1);
+    if (s == 5)
+        put_tombstone(st, &sz11, base + 0x8020);
+    store_advance(st, base + 0x9000);
+    /* Image generation: pages materialised at the LSN of a delta of an
+     * earlier step (often flushed already), replacing it. */
+    if (s >= 3 && s % 2 == 1) {
+        for (uint32_t b = (uint32_t)s % 7; b < RB_BLOCKS; b += 7) {
+            pg_key k = pg_key_rel_block(1663, 5, 9, FORK_MAIN, b);
+            version_list *vl = NULL;
+            char err[256];
+            assert_int_equal(
+                store_get_versions(st, &k, base - 0x10000 + 0xFFFF, 1000, &vl, err, sizeof err), 0);
+            if (vl->n > 0 && vl->value[0].kind == VAL_WAL_RECORD) {
+                uint8_t page[PG_BLCKSZ];
+                make_page(page, b, vl->lsn[0]);
+                if (store_put_image(st, &k, vl->lsn[0], page, err, sizeof err) != 0)
+                    fail_msg("store_put_image: %s", err);
+            }
+            version_list_free(vl);
+        }
+    }
+    store_advance(st, rb_step_end(s));
+}
+
+static bool rb_files_from(uint64_t first_id)
+{
+    char d[600];
+    snprintf(d, sizeof d, "%s/data", storedir);
+    DIR *dir = opendir(d);
+    assert_non_null(dir);
+    struct dirent *de;
+    bool found = false;
+    uint64_t id;
+    while ((de = readdir(dir)) != NULL)
+        if (store_df_parse_name(de->d_name, &id) && id >= first_id)
+            found = true;
+    closedir(dir);
+    return found;
+}
+
+/* Builds a store through puts, flushes, replaced values and GCs that
+ * rewrite files; rebuilds a copy of its data files alone; both answer the
+ * same at LSNs at or above the GC horizon.  Fails if GC ever copies a dead
+ * entry (a rebuild would let it win) or drops a value's only file copy. */
+static void test_rebuild_from_data_files(void **state)
+{
+    (void)state;
+    store_options o = small_opts();
+    o.inline_max_bytes = 100; /* 40-byte deltas and sizes inline, the rest not */
+    store *st = open_store(&o);
+    uint32_t rng = 7;
+    char err[512];
+    lsn_t horizon = 0;
+    bool rewrote = false;
+    for (int s = 1; s <= RB_STEPS; s++) {
+        rb_step(st, s, &rng);
+        if (s % 3 != 2)
+            flush(st); /* some files hold two steps */
+        if (s == 12 || s == 18 || s == 22) {
+            horizon = rb_step_end(s - 4);
+            uint64_t next = atomic_load(&st->next_file_id);
+            if (store_gc(st, horizon, err, sizeof err) < 0)
+                fail_msg("store_gc: %s", err);
+            rewrote |= rb_files_from(next);
+            check_file_records(st);
+        }
+    }
+    flush(st);
+    /* The test needs rewrites (a rewritten file is newer than the files
+     * that hold dead copies of its entries). */
+    assert_true(rewrote);
+    lsn_t consistent = store_disk_consistent_lsn(st);
+    uint64_t next_id = atomic_load(&st->next_file_id);
+    store_close(st);
+
+    char rdir[600];
+    snprintf(rdir, sizeof rdir, "%s/rebuilt", tmpdir);
+    copy_data_files(rdir);
+    store_rebuild_stats rs;
+    if (store_rebuild(rdir, &o, consistent, next_id, &rs, err, sizeof err) != 0)
+        fail_msg("store_rebuild: %s", err);
+    assert_true(rs.files > 0 && rs.entries > 0);
+    assert_true(rs.replaced > 0); /* the images at the LSN of deltas */
+    assert_true(rs.max_lsn <= consistent);
+
+    st = open_store(&o);
+    store *rb = NULL;
+    if (store_open(rdir, &o, &rb, err, sizeof err) != 0)
+        fail_msg("open rebuilt store: %s", err);
+    assert_int_equal(store_disk_consistent_lsn(rb), consistent);
+    assert_int_equal(atomic_load(&rb->next_file_id), next_id);
+    check_file_records(rb);
+    pg_key keys[RB_BLOCKS + RB_DROPPED_BLOCKS + 3];
+    int nkeys = rb_keys(keys);
+    lsn_t at[] = {horizon,         horizon + 0x8010,         rb_step_end(19) + 0x7000,
+                  rb_step_end(21), rb_step_end(23) + 0x8000, LSN_MAX};
+    pg_key from = {.kind = KEY_REL_BLOCK}, to = {.kind = KEY_CONTROL, .spc = UINT32_MAX};
+    for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
+        for (int j = 0; j < nkeys; j++)
+            expect_same_versions(st, rb, &keys[j], at[i]);
+        expect_same_scan(st, rb, &from, &to, at[i]);
+    }
+    /* GC of the rebuilt store at the same horizon takes what came back;
+     * the answers stay the same and the records right. */
+    if (store_gc(rb, horizon, err, sizeof err) < 0)
+        fail_msg("store_gc on the rebuilt store: %s", err);
+    check_file_records(rb);
+    for (int j = 0; j < nkeys; j++)
+        expect_same_versions(st, rb, &keys[j], horizon);
+    store_close(rb);
+    store_close(st);
+
+    /* A rebuild refuses an existing index, and a damaged file. */
+    assert_int_not_equal(store_rebuild(rdir, &o, consistent, next_id, NULL, err, sizeof err), 0);
+    assert_non_null(strstr(err, "without an index"));
+    char rdir2[600];
+    snprintf(rdir2, sizeof rdir2, "%s/damaged", tmpdir);
+    copy_data_files(rdir2);
+    assert_int_not_equal(store_rebuild(rdir2, &o, consistent, 1, NULL, err, sizeof err), 0);
+    assert_non_null(strstr(err, "outside"));
+}
+
+/* Rebuilds a copy of the store's data files (the store is closed and
+ * reopened around it) and returns the rebuilt store, open. */
+static store *rebuild_copy(store **st, const store_options *o, const char *name)
+{
+    lsn_t consistent = store_disk_consistent_lsn(*st);
+    uint64_t next_id = atomic_load(&(*st)->next_file_id);
+    store_close(*st);
+    char rdir[600], err[512];
+    snprintf(rdir, sizeof rdir, "%s/%s", tmpdir, name);
+    copy_data_files(rdir);
+    if (store_rebuild(rdir, o, consistent, next_id, NULL, err, sizeof err) != 0)
+        fail_msg("store_rebuild: %s", err);
+    store *rb = NULL;
+    if (store_open(rdir, o, &rb, err, sizeof err) != 0)
+        fail_msg("open rebuilt store: %s", err);
+    *st = open_store(o);
+    return rb;
+}
+
+/* The two ways a dead copy could win a rebuild, each built on purpose.
+ * (1) Two small values at one (key, LSN) in two files (a freeze between two
+ * puts of one record), then GC rewrites the older file: the dead copy must
+ * not move into the rewritten, newer file.  (2) A size, then a tombstone in
+ * a file GC rewrites while the size's file stays: the tombstone must stay,
+ * or the rebuild brings the size back. */
+static void test_rebuild_never_lets_a_dead_copy_win(void **state)
+{
+    (void)state;
+    store_options o = small_opts();
+    o.inline_max_bytes = 100;
+    store *st = open_store(&o);
+    pg_key k1 = pg_key_rel_block(1663, 5, 20, FORK_MAIN, 0);
+    pg_key sz = pg_key_rel_size(1663, 5, 21, FORK_MAIN);
+    /* File 1: the size, and images of relation 23 that stay (the file is
+     * never rewritten). */
+    put_size(st, &sz, 0x90, 3);
+    for (uint32_t b = 0; b < 4; b++) {
+        pg_key k = pg_key_rel_block(1663, 5, 23, FORK_MAIN, b);
+        put_page(st, &k, 0xA0 + b);
+    }
+    store_advance(st, 0xFF);
+    flush(st);
+    /* File 2: k1@0x100 (40 bytes) and images of blocks 0..11 of relation
+     * 22 (10 die later, 2 stay). */
+    put_record(st, &k1, 0x100, 40, true);
+    for (uint32_t b = 0; b < 12; b++) {
+        pg_key k = pg_key_rel_block(1663, 5, 22, FORK_MAIN, b);
+        put_page(st, &k, 0x110 + b);
+    }
+    flush(st); /* no advance: the record at 0x100 is not complete yet */
+    /* File 3: the rest of that record puts k1@0x100 again (60 bytes). */
+    put_record(st, &k1, 0x100, 60, true);
+    store_advance(st, 0x1FF);
+    flush(st);
+    /* File 4: the tombstone, and relation 24's images (all die later) with
+     * one that stays. */
+    put_tombstone(st, &sz, 0x200);
+    for (uint32_t b = 0; b < 10; b++) {
+        pg_key k = pg_key_rel_block(1663, 5, 24, FORK_MAIN, b);
+        put_page(st, &k, 0x210 + b);
+    }
+    store_advance(st, 0x2FF);
+    flush(st);
+    /* File 5: newer images of relation 22 blocks 2..11 and relation 24
+     * blocks 1..9. */
+    for (uint32_t b = 2; b < 12; b++) {
+        pg_key k = pg_key_rel_block(1663, 5, 22, FORK_MAIN, b);
+        put_page(st, &k, 0x300 + b);
+    }
+    for (uint32_t b = 1; b < 10; b++) {
+        pg_key k = pg_key_rel_block(1663, 5, 24, FORK_MAIN, b);
+        put_page(st, &k, 0x340 + b);
+    }
+    store_advance(st, 0x3FF);
+    flush(st);
+    char err[512];
+    uint64_t next = atomic_load(&st->next_file_id);
+    if (store_gc(st, 0x3FF, err, sizeof err) < 0)
+        fail_msg("store_gc: %s", err);
+    assert_true(rb_files_from(next)); /* files 2 and 4 were rewritten */
+    check_file_records(st);
+    store *rb = rebuild_copy(&st, &o, "rebuilt");
+    check_file_records(rb);
+    lsn_t at[] = {0x3FF, LSN_MAX};
+    for (int i = 0; i < 2; i++) {
+        expect_same_versions(st, rb, &k1, at[i]);
+        expect_same_versions(st, rb, &sz, at[i]);
+    }
+    version_list *vl = NULL;
+    assert_int_equal(store_get_versions(rb, &k1, LSN_MAX, 10, &vl, err, sizeof err), 0);
+    assert_int_equal(vl->n, 1);
+    assert_int_equal(vl->value[0].len, 60);
+    version_list_free(vl);
+    store_close(rb);
+    store_close(st);
+}
+
+/* A flipped byte in a data file fails the rebuild, naming the file. */
+static void test_rebuild_refuses_damage(void **state)
+{
+    (void)state;
+    store_options o = small_opts();
+    store *st = open_store(&o);
+    for (uint32_t b = 0; b < 20; b++) {
+        pg_key k = pg_key_rel_block(1663, 5, 9, FORK_MAIN, b);
+        put_page(st, &k, 0x100 + b);
+    }
+    store_advance(st, 0x1FF);
+    flush(st);
+    uint64_t next_id = atomic_load(&st->next_file_id);
+    store_close(st);
+    char rdir[600], path[900];
+    snprintf(rdir, sizeof rdir, "%s/rebuilt", tmpdir);
+    copy_data_files(rdir);
+    snprintf(path, sizeof path, "%s/data/%016llx.dat", rdir, 1ULL);
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    uint8_t c;
+    assert_int_equal(pread(fd, &c, 1, 100), 1);
+    c ^= 0x40;
+    assert_int_equal(pwrite(fd, &c, 1, 100), 1);
+    close(fd);
+    char err[512];
+    assert_int_not_equal(store_rebuild(rdir, &o, 0x1FF, next_id, NULL, err, sizeof err), 0);
+    assert_non_null(strstr(err, "0000000000000001"));
+    /* Truncated: the last block runs past the end. */
+    snprintf(rdir, sizeof rdir, "%s/truncated", tmpdir);
+    copy_data_files(rdir);
+    snprintf(path, sizeof path, "%s/data/%016llx.dat", rdir, 1ULL);
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(truncate(path, sb.st_size - 10), 0);
+    assert_int_not_equal(store_rebuild(rdir, &o, 0x1FF, next_id, NULL, err, sizeof err), 0);
+    assert_non_null(strstr(err, "past the end"));
+}
+
+/* A store written before small values went to data files (index value tag
+ * 1, no file copy) gets its inline values copied into a data file at open;
+ * reads do not change, and data files alone then rebuild it. */
+static void test_migrate_inline_only_store(void **state)
+{
+    (void)state;
+    store_options o = small_opts();
+    store *st = open_store(&o);
+    for (uint32_t b = 0; b < 50; b++) {
+        pg_key k = pg_key_rel_block(1663, 5, 9, FORK_MAIN, b);
+        put_record(st, &k, 0x100 + b, 40, true);
+    }
+    store_advance(st, 0x1FF);
+    flush(st);
+    /* Make it what the old flush wrote: inline-only values, no file. */
+    enum { NV = 50 };
+    uint8_t keys[NV][PG_INDEX_KEY_LEN], vals[NV][128];
+    size_t vlen[NV];
+    MDB_txn *txn;
+    MDB_cursor *cur;
+    MDB_val k, v;
+    int n = 0;
+    assert_int_equal(mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn), 0);
+    assert_int_equal(mdb_cursor_open(txn, st->dbi_index, &cur), 0);
+    for (int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        assert_true(n < NV && v.mv_size < sizeof vals[0] && k.mv_size == PG_INDEX_KEY_LEN);
+        assert_int_equal(((uint8_t *)v.mv_data)[0], STORE_IDXV_INLINE_FILE);
+        memcpy(keys[n], k.mv_data, PG_INDEX_KEY_LEN);
+        vals[n][0] = STORE_IDXV_INLINE;
+        memcpy(vals[n] + 1, (uint8_t *)v.mv_data + STORE_IDXV_INLINE_FILE_HDR,
+               v.mv_size - STORE_IDXV_INLINE_FILE_HDR);
+        vlen[n] = v.mv_size - STORE_IDXV_INLINE_FILE_HDR + 1;
+        n++;
+    }
+    mdb_cursor_close(cur);
+    mdb_txn_abort(txn);
+    assert_int_equal(mdb_txn_begin(st->env, NULL, 0, &txn), 0);
+    for (int i = 0; i < n; i++) {
+        MDB_val nk = {PG_INDEX_KEY_LEN, keys[i]}, nv = {vlen[i], vals[i]};
+        assert_int_equal(mdb_put(txn, st->dbi_index, &nk, &nv, 0), 0);
+    }
+    assert_int_equal(n, 50);
+    assert_int_equal(mdb_drop(txn, st->dbi_files, 0), 0);
+    MDB_val fk = {6, (void *)"format"};
+    assert_int_equal(mdb_del(txn, st->dbi_meta, &fk, NULL), 0);
+    assert_int_equal(mdb_txn_commit(txn), 0);
+    uint64_t next_id = atomic_load(&st->next_file_id);
+    store_close(st);
+    char path[900];
+    snprintf(path, sizeof path, "%s/data/%016llx.dat", storedir, (unsigned long long)(next_id - 1));
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(count_data_files(), 0);
+
+    st = open_store(&o);
+    assert_int_equal(count_data_files(), 1);
+    assert_int_equal(check_file_records(st), 1);
+    for (uint32_t b = 0; b < 50; b++) {
+        pg_key key = pg_key_rel_block(1663, 5, 9, FORK_MAIN, b);
+        expect_versions(st, &key, LSN_MAX, (lsn_t[]){0x100 + b}, 1, true);
+    }
+    lsn_t consistent = store_disk_consistent_lsn(st);
+    next_id = atomic_load(&st->next_file_id);
+    store_close(st);
+    /* Opening again migrates nothing more. */
+    st = open_store(&o);
+    assert_int_equal(count_data_files(), 1);
+    store_close(st);
+    char rdir[600];
+    snprintf(rdir, sizeof rdir, "%s/rebuilt", tmpdir);
+    copy_data_files(rdir);
+    char err[512];
+    if (store_rebuild(rdir, &o, consistent, next_id, NULL, err, sizeof err) != 0)
+        fail_msg("store_rebuild: %s", err);
+    store *rb = NULL;
+    if (store_open(rdir, &o, &rb, err, sizeof err) != 0)
+        fail_msg("open rebuilt store: %s", err);
+    st = open_store(&o);
+    for (uint32_t b = 0; b < 50; b++) {
+        pg_key key = pg_key_rel_block(1663, 5, 9, FORK_MAIN, b);
+        expect_same_versions(st, rb, &key, LSN_MAX);
+    }
+    store_close(rb);
     store_close(st);
 }
 
@@ -1389,6 +1914,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_gc, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gc_rewrites_partly_live_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_records_count_live_entries, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rebuild_from_data_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rebuild_never_lets_a_dead_copy_win, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rebuild_refuses_damage, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_migrate_inline_only_store, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_readers_during_ingest, setup, teardown),
         cmocka_unit_test_setup_teardown(test_out_of_space, setup, teardown),
         cmocka_unit_test_setup_teardown(test_timing, setup, teardown),
