@@ -58,6 +58,10 @@ for b in ceph-mon ceph-osd radosgw radosgw-admin monmaptool ceph-authtool ceph u
 done
 
 conf=$dir/ceph.conf
+# A container restarts its daemons with the same pids, so a messenger address
+# (ip:port/nonce, the nonce being the pid) could repeat the killed OSD's and the
+# monitor would ignore the new OSD's boot as a duplicate: random nonces.
+export CEPH_USE_RANDOM_NONCE=1
 mkdir -p "$dir/log" "$dir/run" "$dir/crash" "$dir/rgw"
 
 write_conf() { # FSID
@@ -163,6 +167,10 @@ else
   [ -f "$conf" ] || die "$dir/ready exists but $conf does not"
   log "existing cluster under $dir ($(du -sh --apparent-size "$dir/osd.0.block" | cut -f1) block file, $(du -sh "$dir/osd.0.block" | cut -f1) used)"
   start_mon
+  # After a kill the monitor still thinks the old OSD is up: mark it down so the
+  # new one's boot is taken at once (not after heartbeat grace periods).
+  timeout 60 ceph -c "$conf" --connect-timeout 50 osd down 0 >/dev/null 2>&1 ||
+    die "ceph-mon did not answer (see $dir/log)"
   start_osd
 fi
 radosgw -c "$conf" -n client.rgw.a -f >>"$dir/log/rgw.out" 2>&1 </dev/null &
