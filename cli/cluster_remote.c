@@ -56,8 +56,7 @@ int cluster_remote_prepare(const char *url, cli_err *err)
 }
 
 /* Whether program's --help lists flag; -1 when it could not be run. */
-static int daemon_takes_flag(const cluster *c, const char *program, const char *flag,
-                             cli_err *err)
+static int daemon_takes_flag(const cluster *c, const char *program, const char *flag, cli_err *err)
 {
     char out[PATH_MAX];
     if (cluster_path(c, ".daemon-help.tmp", out, err) != 0)
@@ -99,8 +98,8 @@ static struct {
 } asked[ASKED_MAX];
 static int n_asked;
 
-int cluster_remote_daemon_args(const cluster *c, const char *program, const char *what,
-                               char **argv, int *argc, bool *used, cli_err *err)
+int cluster_remote_daemon_args(const cluster *c, const char *program, const char *what, char **argv,
+                               int *argc, bool *used, cli_err *err)
 {
     *used = false;
     if (c->remote[0] == '\0')

@@ -47,7 +47,7 @@ int cluster_remote_prepare(const char *url, cli_err *err);
  * on stdout that `what` runs without the remote.  *used says which.
  * 0, or -1 with a reason when program could not be asked.
  */
-int cluster_remote_daemon_args(const cluster *c, const char *program, const char *what,
-                               char **argv, int *argc, bool *used, cli_err *err);
+int cluster_remote_daemon_args(const cluster *c, const char *program, const char *what, char **argv,
+                               int *argc, bool *used, cli_err *err);
 
 #endif
