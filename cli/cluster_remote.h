@@ -27,9 +27,10 @@
 
 #include "cli/cli.h"
 #include "cli/cluster.h"
+#include "base/must_check.h"
 
 /* The default remote of the cluster under c->dir: file://<dir>/remote. */
-int cluster_remote_default(const cluster *c, char *url, size_t len, cli_err *err);
+STRATA_MUST_CHECK int cluster_remote_default(const cluster *c, char *url, size_t len, cli_err *err);
 
 /*
  * Checks url (file:///PATH or s3://BUCKET[/PREFIX], settings from the
@@ -38,7 +39,7 @@ int cluster_remote_default(const cluster *c, char *url, size_t len, cli_err *err
  * fails within about 15 s).  0, or -1 with a reason that names the URL, the
  * store's answer and, for S3, the environment variables it reads.
  */
-int cluster_remote_prepare(const char *url, cli_err *err);
+STRATA_MUST_CHECK int cluster_remote_prepare(const char *url, cli_err *err);
 
 /*
  * Appends "--remote" and c->remote to argv at *argc (argv has room for two
@@ -47,7 +48,8 @@ int cluster_remote_prepare(const char *url, cli_err *err);
  * on stdout that `what` runs without the remote.  *used says which.
  * 0, or -1 with a reason when program could not be asked.
  */
-int cluster_remote_daemon_args(const cluster *c, const char *program, const char *what, char **argv,
-                               int *argc, bool *used, cli_err *err);
+STRATA_MUST_CHECK int cluster_remote_daemon_args(const cluster *c, const char *program,
+                                                 const char *what, char **argv, int *argc,
+                                                 bool *used, cli_err *err);
 
 #endif
