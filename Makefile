@@ -70,7 +70,8 @@ HAMMERDB_DESELECT = $(if $(HAMMERDB_KIT),,--deselect bench/test_tprocc_hammerdb.
 # Likewise the S3 test of the remote storage runs a real radosgw from the start
 # script a user names with STRATA_S3_SCRIPT (docs/operations.md); without it
 # the test is left out here and fails naming the variable when run by hand.
-S3_DESELECT = $(if $(STRATA_S3_SCRIPT),,--deselect tests/integration/test_remote_storage.py::test_remote_s3_radosgw)
+S3_DESELECT = $(if $(STRATA_S3_SCRIPT),,--deselect tests/integration/test_remote_storage.py::test_remote_s3_radosgw \
+	--deselect tests/integration/test_cli_remote_up.py::test_up_remote_s3_radosgw)
 
 test: deps format-check build build-san
 	cd $(SAN_BUILD) && STRATA_SIM_SEEDS=$(SIM_SEEDS) ctest --output-on-failure

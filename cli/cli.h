@@ -43,14 +43,15 @@ typedef struct cli_page_args {
 
 /* Options common to the commands; main.c fills them. */
 typedef struct cli_opts {
-    const char *dir;  /* cluster directory; default ./.strata */
-    int port_base;    /* 0: pick free ports at first `up` */
-    bool json;        /* status --json */
-    bool immediate;   /* stop --immediate */
-    bool remote;      /* start compute --remote (compute_remote.h) */
-    int auth;         /* up: 1 --auth, -1 --no-auth, 0 as the cluster was made */
-    const char *name; /* stop/start/bench NAME */
-    int argc;         /* extra arguments (psql after --, bench args) */
+    const char *dir;        /* cluster directory; default ./.strata */
+    int port_base;          /* 0: pick free ports at first `up` */
+    bool json;              /* status --json */
+    bool immediate;         /* stop --immediate */
+    bool remote;            /* start compute --remote (compute_remote.h) */
+    const char *remote_url; /* up --remote URL: the cluster's remote store */
+    int auth;               /* up: 1 --auth, -1 --no-auth, 0 as the cluster was made */
+    const char *name;       /* stop/start/bench NAME */
+    int argc;               /* extra arguments (psql after --, bench args) */
     char **argv;
     cli_page_args page;                /* page get */
     const char *set[CLI_MAX_SETTINGS]; /* start compute / up: --set name=value */

@@ -400,6 +400,17 @@ int cluster_load(const char *dir, cluster *c, cli_err *err)
         }
         tmp.pageserver_imported = true;
     }
+    /* Absent in a cluster.json from before remote storage. */
+    const cJSON *remote = cJSON_GetObjectItemCaseSensitive(root, "remote");
+    if (remote != NULL) {
+        if (!cJSON_IsString(remote) || remote->valuestring[0] == '\0' ||
+            strlen(remote->valuestring) >= sizeof tmp.remote) {
+            cli_err_set(err, "%s: \"remote\" must be a URL (file:///PATH or s3://BUCKET/PREFIX)",
+                        path);
+            goto out;
+        }
+        strcpy(tmp.remote, remote->valuestring);
+    }
     const cJSON *auth = cJSON_GetObjectItemCaseSensitive(root, "auth");
     if (auth != NULL && !cJSON_IsBool(auth)) {
         cli_err_set(err, "%s: \"auth\" must be true or false", path);
@@ -457,7 +468,8 @@ static cJSON *cluster_to_json(const cluster *c)
         !cJSON_AddNumberToObject(compute, "port", c->compute_port) ||
         !cJSON_AddNumberToObject(pageserver, "pg_port", c->pageserver_pg_port) ||
         !cJSON_AddNumberToObject(pageserver, "http_port", c->pageserver_http_port) ||
-        !cJSON_AddBoolToObject(root, "auth", c->auth))
+        !cJSON_AddBoolToObject(root, "auth", c->auth) ||
+        (c->remote[0] != '\0' && !cJSON_AddStringToObject(root, "remote", c->remote)))
         goto fail;
     if (c->pageserver_imported) {
         char lsn[LSN_FMT_LEN];

@@ -2,8 +2,9 @@
  * cluster.h: the local cluster's state file, D/cluster.json.
  *
  * Holds what must stay the same across `strata up` runs: the tenant and
- * timeline ids, every component's ports, the user postgres runs as, and the
- * LSN at which the pageserver imported the compute's data directory.
+ * timeline ids, every component's ports, the user postgres runs as, the
+ * remote store's URL (cluster_remote.h), and the LSN at which the pageserver
+ * imported the compute's data directory.
  * Written at the first `up`, and again when that import happens or ports
  * move (atomically, with durable_write_file: temporary file, fsync, rename,
  * directory fsync); read by every other command.
@@ -40,6 +41,9 @@
 /* A token: 64 hex digits (256 random bits), NUL included. */
 #define CLUSTER_TOKEN_LEN 65
 
+/* A remote store URL (file:///PATH or s3://BUCKET/PREFIX), NUL included. */
+#define CLUSTER_REMOTE_LEN 4200
+
 /* A host name or address (no port), NUL included. */
 #define CLUSTER_HOST_LEN 128
 
@@ -67,6 +71,9 @@ typedef struct cluster {
     /* Auth on every daemon port and the admin API; the tokens are read
      * from D/auth.json by cluster_load (not kept in cluster.json). */
     bool auth;
+    /* The remote store (cluster_remote.h); "" only in a cluster.json from
+     * before remote storage, until the next `up` gives it the default. */
+    char remote[CLUSTER_REMOTE_LEN];
     char admin_token[CLUSTER_TOKEN_LEN];
     char tenant_token[CLUSTER_TOKEN_LEN];
     /* Where the daemons are and how the compute listens.  Not in

@@ -30,6 +30,7 @@
 
 #include "cli/cli.h"
 #include "cli/cluster.h"
+#include "cli/cluster_remote.h"
 #include "cli/compute.h"
 #include "cli/compute_remote.h"
 #include "cli/compute_settings.h"
@@ -342,6 +343,38 @@ static void print_auth(const cluster *c)
                "for benchmarks on a trusted machine only\n");
 }
 
+/*
+ * The remote store of `up` (cluster_remote.h): a new cluster, or one from
+ * before remote storage, takes --remote or the default D/remote; an existing
+ * one keeps its own, and a different --remote is refused (its objects are in
+ * the old store).  Then the store is checked and created (bucket or
+ * directory) before anything starts.
+ */
+static int up_remote(const cli_opts *o, cluster *c, cli_err *err)
+{
+    if (c->remote[0] == '\0') {
+        if (o->remote_url != NULL) {
+            if (strlen(o->remote_url) >= sizeof c->remote)
+                return cli_err_set(err, "--remote URL too long");
+            snprintf(c->remote, sizeof c->remote, "%s", o->remote_url);
+        } else if (cluster_remote_default(c, c->remote, sizeof c->remote, err) != 0) {
+            return -1;
+        }
+        if (cluster_save(c, err) != 0)
+            return -1;
+    } else if (o->remote_url != NULL && strcmp(o->remote_url, c->remote) != 0) {
+        return cli_err_set(err,
+                           "the cluster under %s keeps its data in the remote store %s; "
+                           "--remote %s would leave it behind (a cluster's remote is chosen "
+                           "when it is made: use a new --dir)",
+                           c->dir, c->remote, o->remote_url);
+    }
+    if (cluster_remote_prepare(c->remote, err) != 0)
+        return -1;
+    printf("remote: %s\n", c->remote);
+    return 0;
+}
+
 /* Creates or loads the cluster of `up`, applying --port-base and
  * --auth/--no-auth. */
 static int up_prepare(const cli_opts *o, const char *dir, cluster *c, cli_err *err)
@@ -404,7 +437,7 @@ int cmd_up(const cli_opts *o)
         return cli_fail(&err);
     int rc = CLI_OK;
     if (up_prepare(o, dir, &c, &err) != 0 || cluster_auth_export(&c, &err) != 0 ||
-        update_compute_settings(&c, o, &err) != 0)
+        update_compute_settings(&c, o, &err) != 0 || up_remote(o, &c, &err) != 0)
         goto fail;
     /* Find what is missing before starting anything. */
     bool with_pageserver = pageserver_built();
@@ -504,6 +537,13 @@ int cmd_stop(const cli_opts *o)
     return CLI_OK;
 }
 
+/* A daemon started alone must reach the cluster's remote store too (an s3://
+ * one needs its settings in this environment). */
+static int start_remote_check(const cluster *c, cli_err *err)
+{
+    return c->remote[0] == '\0' ? 0 : cluster_remote_prepare(c->remote, err);
+}
+
 int cmd_start(const cli_opts *o)
 {
     if (o->remote)
@@ -521,11 +561,14 @@ int cmd_start(const cli_opts *o)
                  ? -1
                  : start_compute(&c, &err);
     } else if (strcmp(o->name, "pageserver") == 0) {
-        rc = pageserver_preflight(&err) != 0 ? -1 : start_pageserver(&c, &err);
+        rc = pageserver_preflight(&err) != 0 || start_remote_check(&c, &err) != 0
+                 ? -1
+                 : start_pageserver(&c, &err);
     } else {
         const cluster_safekeeper *sk = cluster_find_safekeeper(&c, o->name);
-        rc = sk ? start_safekeeper(&c, sk, &err)
-                : cli_err_set(&err, "unknown component %s", o->name);
+        rc = sk == NULL ? cli_err_set(&err, "unknown component %s", o->name)
+             : start_remote_check(&c, &err) != 0 ? -1
+                                                 : start_safekeeper(&c, sk, &err);
     }
     close(lock);
     return rc != 0 ? cli_fail(&err) : CLI_OK;

@@ -121,9 +121,11 @@ static cJSON *status_json(const cluster *c, const status_snapshot *s)
         return NULL;
     char auth_file[PATH_MAX + 16];
     snprintf(auth_file, sizeof auth_file, "%s/%s", c->dir, CLUSTER_AUTH_FILE);
-    bool ok = add(root, "dir", cJSON_CreateString(c->dir)) &&
-              add(root, "auth", cJSON_CreateBool(c->auth)) &&
-              add(root, "auth_file", c->auth ? cJSON_CreateString(auth_file) : cJSON_CreateNull());
+    bool ok =
+        add(root, "dir", cJSON_CreateString(c->dir)) &&
+        add(root, "auth", cJSON_CreateBool(c->auth)) &&
+        add(root, "remote", c->remote[0] ? cJSON_CreateString(c->remote) : cJSON_CreateNull()) &&
+        add(root, "auth_file", c->auth ? cJSON_CreateString(auth_file) : cJSON_CreateNull());
     cJSON *compute = cJSON_AddObjectToObject(root, "compute");
     cJSON *ps = cJSON_AddObjectToObject(root, "pageserver");
     cJSON *sks = NULL;
@@ -213,6 +215,7 @@ static void status_print_human(const cluster *c, const status_snapshot *s)
     printf("cluster   %s\n", c->dir);
     printf("tenant    %s\ntimeline  %s\n", strata_id_format(&c->tenant_id, tenant),
            strata_id_format(&c->timeline_id, timeline));
+    printf("remote    %s\n", c->remote[0] ? c->remote : "(none: set at the next `strata up`)");
     if (c->auth)
         printf("auth      on: every daemon port and the admin API need a token (%s/%s)\n\n", c->dir,
                CLUSTER_AUTH_FILE);

@@ -18,14 +18,15 @@ enum {
     OPT_PORT_BASE = 1 << 1,
     OPT_JSON = 1 << 2,
     OPT_IMMEDIATE = 1 << 3,
-    OPT_NAME = 1 << 4,     /* one positional NAME */
-    OPT_PASS = 1 << 5,     /* arguments after -- are passed on */
-    OPT_PASS_ALL = 1 << 6, /* every argument after NAME is passed on */
-    OPT_PAGE = 1 << 7,     /* "get" and --rel, --fork, --blk, --lsn */
-    OPT_RAW = 1 << 8,      /* the command parses every argument itself */
-    OPT_SETTINGS = 1 << 9, /* --set name=value, --reset name (compute settings) */
-    OPT_REMOTE = 1 << 10,  /* --remote (start compute against remote daemons) */
-    OPT_AUTH = 1 << 11,    /* --auth / --no-auth (up) */
+    OPT_NAME = 1 << 4,        /* one positional NAME */
+    OPT_PASS = 1 << 5,        /* arguments after -- are passed on */
+    OPT_PASS_ALL = 1 << 6,    /* every argument after NAME is passed on */
+    OPT_PAGE = 1 << 7,        /* "get" and --rel, --fork, --blk, --lsn */
+    OPT_RAW = 1 << 8,         /* the command parses every argument itself */
+    OPT_SETTINGS = 1 << 9,    /* --set name=value, --reset name (compute settings) */
+    OPT_REMOTE = 1 << 10,     /* --remote (start compute against remote daemons) */
+    OPT_AUTH = 1 << 11,       /* --auth / --no-auth (up) */
+    OPT_REMOTE_URL = 1 << 12, /* --remote URL (up: the cluster's remote store) */
 };
 
 typedef struct command {
@@ -36,8 +37,9 @@ typedef struct command {
 } command;
 
 static const command commands[] = {
-    {"up", cmd_up, OPT_DIR | OPT_PORT_BASE | OPT_SETTINGS | OPT_AUTH,
-     "up [--dir D] [--port-base N] [--no-auth | --auth] [--set NAME=VALUE]... [--reset NAME]..."},
+    {"up", cmd_up, OPT_DIR | OPT_PORT_BASE | OPT_SETTINGS | OPT_AUTH | OPT_REMOTE_URL,
+     "up [--dir D] [--port-base N] [--no-auth | --auth] [--remote s3://BUCKET/PREFIX | "
+     "file:///PATH] [--set NAME=VALUE]... [--reset NAME]..."},
     {"down", cmd_down, OPT_DIR, "down [--dir D]"},
     {"status", cmd_status, OPT_DIR | OPT_JSON, "status [--dir D] [--json]"},
     {"stop", cmd_stop, OPT_DIR | OPT_IMMEDIATE | OPT_NAME, "stop NAME [--immediate] [--dir D]"},
@@ -220,6 +222,13 @@ int main(int argc, char **argv)
             if (o.auth != 0 && o.auth != want)
                 return usage_error("%s", "--auth and --no-auth contradict each other");
             o.auth = want;
+        } else if ((cmd->opts & OPT_REMOTE_URL) && is_option(arg, "--remote")) {
+            value = option_value(argc, argv, &i, "--remote");
+            if (value == NULL ||
+                (strncmp(value, "s3://", 5) != 0 && strncmp(value, "file:///", 8) != 0))
+                return usage_error("--remote needs s3://BUCKET/PREFIX or file:///PATH, got '%s'",
+                                   value ? value : "");
+            o.remote_url = value;
         } else if ((cmd->opts & OPT_REMOTE) && strcmp(arg, "--remote") == 0) {
             o.remote = true;
         } else if ((cmd->opts & OPT_JSON) && strcmp(arg, "--json") == 0) {

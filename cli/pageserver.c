@@ -20,10 +20,12 @@
 
 #include <cjson/cJSON.h>
 
+#include "cli/cluster_remote.h"
 #include "cli/locate.h"
 #include "cli/probe.h"
 #include "cli/proc.h"
 #include "base/log.h"
+#include "base/strata_assert.h"
 
 /* How long the pageserver gets to exit after SIGTERM (it flushes). */
 #define PAGESERVER_STOP_TIMEOUT_MS 30000
@@ -98,15 +100,19 @@ int pageserver_start(const cluster *c, cli_err *err)
     char auth_file[PATH_MAX];
     if (cluster_path(c, CLUSTER_AUTH_FILE, auth_file, err) != 0)
         return -1;
-    char *argv[] = {
-        program,     "--datadir",   p.datadir, "--listen-pg", listen_pg, "--listen-http",
-        listen_http, "--pg-bindir", bindir,    NULL,          NULL,      NULL};
+    char *argv[16] = {program,         "--datadir", p.datadir,     "--listen-pg", listen_pg,
+                      "--listen-http", listen_http, "--pg-bindir", bindir};
+    int argc = 9;
     /* Its WAL receivers take the admin token from PAGESERVER_SAFEKEEPER_PASSWORD
      * (cluster_auth_export): flags show in ps. */
     if (c->auth) {
-        argv[9] = "--auth-file";
-        argv[10] = auth_file;
+        argv[argc++] = "--auth-file";
+        argv[argc++] = auth_file;
     }
+    bool remote_used;
+    if (cluster_remote_daemon_args(c, program, "pageserver", argv, &argc, &remote_used, err) != 0)
+        return -1;
+    STRATA_ASSERT(argc < (int)(sizeof argv / sizeof argv[0]));
     proc_user self = {.drop = false};
     pid_t pid;
     if (proc_spawn_detached(argv, p.logfile, p.datadir, &self, &pid, err) != 0)

@@ -14,10 +14,12 @@
 
 #include <cjson/cJSON.h>
 
+#include "cli/cluster_remote.h"
 #include "cli/locate.h"
 #include "cli/probe.h"
 #include "cli/proc.h"
 #include "base/log.h"
+#include "base/strata_assert.h"
 
 #define SAFEKEEPER_PROGRAM "strata-safekeeper"
 /* How long a safekeeper gets to exit after SIGTERM. */
@@ -79,12 +81,17 @@ int safekeepers_start(const cluster *c, const cluster_safekeeper *sk, cli_err *e
     char auth_file[PATH_MAX];
     if (cluster_path(c, CLUSTER_AUTH_FILE, auth_file, err) != 0)
         return -1;
-    char *argv[] = {program,   "--id",          id,          "--datadir", datadir, "--listen-pg",
-                    listen_pg, "--listen-http", listen_http, NULL,        NULL,    NULL};
+    char *argv[16] = {program,   "--id",          id,         "--datadir", datadir, "--listen-pg",
+                      listen_pg, "--listen-http", listen_http};
+    int argc = 9;
     if (c->auth) {
-        argv[9] = "--auth-file";
-        argv[10] = auth_file;
+        argv[argc++] = "--auth-file";
+        argv[argc++] = auth_file;
     }
+    bool remote_used;
+    if (cluster_remote_daemon_args(c, program, "safekeepers", argv, &argc, &remote_used, err) != 0)
+        return -1;
+    STRATA_ASSERT(argc < (int)(sizeof argv / sizeof argv[0]));
     proc_user self = {.drop = false};
     pid_t pid;
     if (proc_spawn_detached(argv, logfile, datadir, &self, &pid, err) != 0)

@@ -20,9 +20,11 @@ from conftest import (LSN_RE, SAN_BUILD, lsn_to_int, make_shared_dir, pageserver
 
 
 def check_status_schema(st, directory):
-    assert set(st) == {"dir", "auth", "auth_file", "compute", "pageserver", "safekeepers",
-                       "configuration"}
+    assert set(st) == {"dir", "auth", "auth_file", "remote", "compute", "pageserver",
+                       "safekeepers", "configuration"}
     assert st["dir"] == directory
+    # the default remote store, beside the pageserver's data directory
+    assert st["remote"] == "file://" + directory + "/remote"
     assert isinstance(st["auth"], bool)
     assert st["auth_file"] == (directory + "/auth.json" if st["auth"] else None)
     conf = st["configuration"]
