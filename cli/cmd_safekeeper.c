@@ -35,6 +35,7 @@
 #include "cli/sk_client.h"
 #include "base/durable.h"
 #include "base/log.h"
+#include "base/strata_assert.h"
 
 #define CATCH_UP_TIMEOUT_MS (300 * 1000)
 #define START_TIMEOUT_MS (30 * 1000)
@@ -349,17 +350,245 @@ static int replace(const char *dir_opt, const char *name)
     return CLI_OK;
 }
 
+/* ---- recover: quorum lost, one survivor ------------------------------- */
+
+/*
+ * `strata safekeeper recover --from NAME --confirm`: the other two
+ * safekeepers are lost at once, so no majority of the old configuration can
+ * take a joint one and `replace` refuses.  The survivor's WAL is then all
+ * that is left of the timeline (with the WAL backup below it): the lost
+ * members are rebuilt from it, in their places with new node ids, and a new
+ * configuration generation is installed on the survivor and the new nodes
+ * by fiat.  That is safe only if the lost members can never vote again with
+ * the old view, hence the checks: neither runs nor answers on its port, and
+ * their data directories are moved aside.  A member that came back anyway
+ * would meet generation g+1 at any proposer that reaches the survivor or a
+ * new node, adopt it and, not being a member, refuse to vote.
+ */
+typedef struct recover_plan {
+    cluster c;
+    int survivor;
+    sk_state st;
+    membership old;
+    uint64_t new_id[CLUSTER_SAFEKEEPERS]; /* 0 for the survivor */
+} recover_plan;
+
+/* The survivor answers and every other safekeeper is gone. */
+static int recover_check_lost(recover_plan *p, const char *from, cli_err *err)
+{
+    const cluster *c = &p->c;
+    const cluster_safekeeper *s = &c->sk[p->survivor];
+    if (safekeepers_pid(c, s) == 0) {
+        cli_err_set(err,
+                    "%s is not running: start it first (strata start %s); recover "
+                    "rebuilds the others from it",
+                    from, from);
+        return -1;
+    }
+    sk_target t = target_of(c, s);
+    if (sk_client_status(&t, &p->st, err) != 0)
+        return -1;
+    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
+        if (i == p->survivor)
+            continue;
+        const cluster_safekeeper *sk = &c->sk[i];
+        pid_t pid = safekeepers_pid(c, sk);
+        if (pid != 0) {
+            cli_err_set(err,
+                        "%s is running (pid %d): recover is for two lost safekeepers; with one "
+                        "lost use `strata safekeeper replace`, or stop it first if it is "
+                        "really to be discarded (strata stop %s --immediate)",
+                        sk->name, (int)pid, sk->name);
+            return -1;
+        }
+        sk_target o = target_of(c, sk);
+        sk_state st;
+        cli_err e = {{0}};
+        if (sk_client_status(&o, &st, &e) == 0) {
+            cli_err_set(err,
+                        "%s answers on %s:%d (generation %u) though no process of this "
+                        "cluster runs there: it is not lost; refusing to override a "
+                        "configuration it can still vote in",
+                        sk->name, sk->host, sk->pg_port, st.mconf.generation);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The survivor's configuration; it must be a member of it and hold WAL.
+ * The new node ids are above every id in use. */
+static int recover_plan_ids(recover_plan *p, const char *from, cli_err *err)
+{
+    const cluster *c = &p->c;
+    uint64_t sid = (uint64_t)c->sk[p->survivor].id;
+    p->old = p->st.mconf;
+    char t[MEMBERSHIP_TEXT_MAX];
+    if (p->old.generation > 0 && !in_set(p->old.members, p->old.n_members, sid) &&
+        !in_set(p->old.new_members, p->old.n_new_members, sid)) {
+        cli_err_set(err,
+                    "%s (node %" PRIu64 ") is not a member of its generation %u (%s): "
+                    "its WAL is not the timeline's",
+                    from, sid, p->old.generation,
+                    set_text(p->old.members, p->old.n_members, t, sizeof t));
+        return -1;
+    }
+    if (p->st.commit_lsn == 0) {
+        cli_err_set(err, "%s holds no committed WAL of the timeline: nothing to recover from",
+                    from);
+        return -1;
+    }
+    uint64_t next = 0;
+    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
+        if ((uint64_t)c->sk[i].id > next)
+            next = (uint64_t)c->sk[i].id;
+    for (uint32_t i = 0; i < p->old.n_members; i++)
+        if (p->old.members[i].node_id > next)
+            next = p->old.members[i].node_id;
+    for (uint32_t i = 0; i < p->old.n_new_members; i++)
+        if (p->old.new_members[i].node_id > next)
+            next = p->old.new_members[i].node_id;
+    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
+        p->new_id[i] = i == p->survivor ? 0 : ++next;
+    return 0;
+}
+
+/* What is lost whatever happens, said before and after. */
+static void recover_caveat(const recover_plan *p)
+{
+    const cluster *c = &p->c;
+    safekeeper_timeline tl;
+    safekeepers_query(c, &c->sk[p->survivor], &tl);
+    char a[LSN_FMT_LEN], b[LSN_FMT_LEN], d[LSN_FMT_LEN];
+    printf("survivor %s: commit %s, flush %s", c->sk[p->survivor].name,
+           lsn_format(p->st.commit_lsn, a), lsn_format(p->st.flush_lsn, b));
+    if (tl.known && tl.wal_backup)
+        printf(", WAL backup to %s", lsn_format(tl.backup_lsn, d));
+    else
+        printf(", no WAL backup");
+    printf("\ncaveat: commits acknowledged only by the two lost safekeepers are gone; what "
+           "survives is the survivor's WAL (committed up to %s) and the WAL backup below it "
+           "(closed segments only, never the newest partial one)\n",
+           lsn_format(p->st.commit_lsn, a));
+}
+
+/* Seeds and starts each lost member from the survivor, as replace does. */
+static int recover_seed(recover_plan *p, cli_err *err)
+{
+    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
+        if (i == p->survivor)
+            continue;
+        replace_plan rp = {.c = p->c,
+                           .idx = i,
+                           .donor = p->survivor,
+                           .old = p->old,
+                           .dead = (uint64_t)p->c.sk[i].id,
+                           .new_id = p->new_id[i]};
+        if (seed_new_node(&rp, p->c.sk[i].name, err) != 0)
+            return -1;
+        p->c.sk[i].id = rp.c.sk[i].id;
+        STRATA_ASSERT((uint64_t)p->c.sk[i].id == p->new_id[i]);
+    }
+    return 0;
+}
+
+/* Generation g+1: the survivor and the new nodes, taken by every one of
+ * them (the old members are not asked: there is no majority of them). */
+static int recover_switch(const recover_plan *p, cli_err *err)
+{
+    const cluster *c = &p->c;
+    membership m = {.generation = p->old.generation + 1, .n_members = CLUSTER_SAFEKEEPERS};
+    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
+        m.members[i].node_id = (uint64_t)c->sk[i].id;
+        snprintf(m.members[i].addr, sizeof m.members[i].addr, "%s:%d", c->sk[i].host,
+                 c->sk[i].pg_port);
+    }
+    /* The survivor first: if it refuses, the new nodes keep the copied
+     * configuration and nothing is forced. */
+    int order[CLUSTER_SAFEKEEPERS] = {p->survivor};
+    for (int i = 0, k = 1; i < CLUSTER_SAFEKEEPERS; i++)
+        if (i != p->survivor)
+            order[k++] = i;
+    for (int k = 0; k < CLUSTER_SAFEKEEPERS; k++) {
+        const cluster_safekeeper *sk = &c->sk[order[k]];
+        sk_target t = target_of(c, sk);
+        if (sk_client_switch(&t, &m, err) != 0) {
+            cli_err_set(err, "%s did not take generation %u: %s", sk->name, m.generation, err->msg);
+            return -1;
+        }
+    }
+    char a[MEMBERSHIP_TEXT_MAX];
+    printf("generation %u: members %s (forced from %s, without a majority of generation %u)\n",
+           m.generation, set_text(m.members, m.n_members, a, sizeof a), c->sk[p->survivor].name,
+           p->old.generation);
+    return 0;
+}
+
+static int recover(const char *dir_opt, const char *from, bool confirm)
+{
+    cli_err err = {{0}};
+    recover_plan p;
+    char dir[PATH_MAX];
+    if (cluster_resolve_dir(dir_opt, dir, &err) != 0)
+        return cli_fail(&err);
+    int rc = cluster_load(dir, &p.c, &err);
+    if (rc > 0)
+        cli_err_set(&err, "no cluster in %s", dir);
+    if (rc != 0)
+        return cli_fail(&err);
+    const cluster_safekeeper *s = cluster_find_safekeeper(&p.c, from);
+    if (s == NULL) {
+        cli_err_set(&err, "no safekeeper named '%s' (sk1, sk2, sk3)", from);
+        return cli_fail(&err);
+    }
+    p.survivor = (int)(s - p.c.sk);
+    if (recover_check_lost(&p, from, &err) != 0 || recover_plan_ids(&p, from, &err) != 0)
+        return cli_fail(&err);
+    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
+        if (i != p.survivor)
+            printf("%s (node %d) is lost: neither running nor answering; it becomes node "
+                   "%" PRIu64 ", seeded from %s\n",
+                   p.c.sk[i].name, p.c.sk[i].id, p.new_id[i], from);
+    recover_caveat(&p);
+    if (!confirm) {
+        cli_err_set(&err,
+                    "not confirmed: this overrides configuration generation %u without a "
+                    "majority of it; run again with --confirm once the lost safekeepers "
+                    "can never come back with their old data",
+                    p.old.generation);
+        return cli_fail(&err);
+    }
+    if (recover_seed(&p, &err) != 0 || recover_switch(&p, &err) != 0)
+        return cli_fail(&err);
+    char a[LSN_FMT_LEN];
+    printf("recovered from %s: the timeline's committed WAL is %s's, up to %s; start the "
+           "compute to elect a proposer in the new configuration\n",
+           from, from, lsn_format(p.st.commit_lsn, a));
+    return CLI_OK;
+}
+
+#define SAFEKEEPER_USAGE                                                                           \
+    "usage: strata safekeeper replace NAME [--dir D]\n"                                            \
+    "       strata safekeeper recover --from NAME [--confirm] [--dir D]\n"
+
 int cmd_safekeeper(const cli_opts *o)
 {
-    const char *dir = o->dir, *sub = NULL, *name = NULL;
+    const char *dir = o->dir, *sub = NULL, *name = NULL, *from = NULL;
+    bool confirm = false;
     for (int i = 0; i < o->argc; i++) {
         const char *arg = o->argv[i];
         if (strcmp(arg, "--dir") == 0 && i + 1 < o->argc)
             dir = o->argv[++i];
         else if (strncmp(arg, "--dir=", 6) == 0)
             dir = arg + 6;
+        else if (strcmp(arg, "--from") == 0 && i + 1 < o->argc)
+            from = o->argv[++i];
+        else if (strncmp(arg, "--from=", 7) == 0)
+            from = arg + 7;
+        else if (strcmp(arg, "--confirm") == 0)
+            confirm = true;
         else if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
-            printf("usage: strata safekeeper replace NAME [--dir D]\n");
+            printf(SAFEKEEPER_USAGE);
             return CLI_OK;
         } else if (arg[0] == '-') {
             fprintf(stderr, "strata safekeeper: unknown option '%s'\n", arg);
@@ -373,9 +602,10 @@ int cmd_safekeeper(const cli_opts *o)
             return CLI_USAGE;
         }
     }
-    if (sub == NULL || strcmp(sub, "replace") != 0 || name == NULL) {
-        fprintf(stderr, "usage: strata safekeeper replace NAME [--dir D]\n");
-        return CLI_USAGE;
-    }
-    return replace(dir, name);
+    if (sub != NULL && strcmp(sub, "replace") == 0 && name != NULL && from == NULL && !confirm)
+        return replace(dir, name);
+    if (sub != NULL && strcmp(sub, "recover") == 0 && name == NULL && from != NULL)
+        return recover(dir, from, confirm);
+    fprintf(stderr, SAFEKEEPER_USAGE);
+    return CLI_USAGE;
 }
