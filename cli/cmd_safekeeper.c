@@ -17,6 +17,9 @@
  *
  * Commits go on throughout: the walproposer is told to reconnect at each
  * switch, learns the configuration in its greeting and is elected again.
+ *
+ * `strata safekeeper recover --from NAME --confirm` is for two lost at once,
+ * when no majority of the old members exists (see recover() below).
  */
 #include <errno.h>
 #include <inttypes.h>

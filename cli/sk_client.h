@@ -3,7 +3,8 @@
  * (libpq, blocking): a timeline's state (TIMELINE_STATUS), a configuration
  * switch (SWITCH_MEMBERSHIP), and a copy of a timeline's WAL into the data
  * directory of a safekeeper that is not running yet (the replication
- * protocol a pageserver uses).  Used by `strata safekeeper replace`.
+ * protocol a pageserver uses).  Used by `strata safekeeper replace`
+ * and `recover`.
  */
 #ifndef STRATA_CLI_SK_CLIENT_H
 #define STRATA_CLI_SK_CLIENT_H
