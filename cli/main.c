@@ -54,7 +54,8 @@ static const command commands[] = {
      "demo [--dir D] [--port-base N] [--no-auth | --auth]"},
     {"page", cmd_page, OPT_DIR | OPT_PAGE,
      "page get [--dir D] --rel SPC/DB/REL [--fork main|fsm|vm|init] --blk N [--lsn X/Y]"},
-    {"safekeeper", cmd_safekeeper, OPT_RAW, "safekeeper replace NAME [--dir D]"},
+    {"safekeeper", cmd_safekeeper, OPT_RAW,
+     "safekeeper replace NAME | recover --from NAME [--confirm] [--dir D]"},
     {"tenant", cmd_tenant, OPT_RAW,
      "tenant create [--id T] | list | show T | delete T  [--dir D] [--pageserver H:P] "
      "[--auth-file F] [--json]"},

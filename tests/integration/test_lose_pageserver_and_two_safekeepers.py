@@ -14,8 +14,11 @@ compute: every ledger row acknowledged before the survivor had caught up is
 there, amcheck is clean, pgbench balances agree, pgbench runs again and
 commits.  Also: recover refuses while the others run, and without --confirm.
 
-Without the recovery, or with the store deleted too, the test fails (checked
-by hand: the compute does not start; see the report of branch sk-recover).
+The test can fail (checked by hand when it was written): without the recovery
+the compute's sync-safekeepers times out (1 of 3 safekeepers), also when sk2
+and sk3 are merely started on empty directories; with the store deleted too
+(an empty directory in its place) the pageserver never gets the timeline
+back.
 """
 import os
 import shutil
