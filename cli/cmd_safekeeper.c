@@ -117,6 +117,7 @@ typedef struct replace_plan {
     int donor;
     membership old;
     uint64_t dead, new_id;
+    bool to_flush; /* copy the donor's WAL up to its flush, not its commit */
 } replace_plan;
 
 /* Step 0: the named safekeeper exists and is not running. */
@@ -232,7 +233,7 @@ static int seed_new_node(replace_plan *p, const char *name, cli_err *err)
     }
     sk_target dt = target_of(&p->c, &p->c.sk[p->donor]);
     lsn_t copied = 0;
-    if (sk_client_copy_timeline(&dt, datadir, p->new_id, &copied, err) != 0)
+    if (sk_client_copy_timeline(&dt, datadir, p->new_id, p->to_flush, &copied, err) != 0)
         return -1;
     sk->id = (int)p->new_id;
     if (cluster_save(&p->c, err) != 0)
@@ -339,7 +340,7 @@ static int switch_final(const replace_plan *p, const membership *joint, cli_err 
 static int replace(const char *dir_opt, const char *name)
 {
     cli_err err = {{0}};
-    replace_plan p;
+    replace_plan p = {.to_flush = false};
     membership joint;
     if (load_target(dir_opt, name, &p, &err) != 0 || survey(&p, name, &err) != 0)
         return cli_fail(&err);
@@ -470,12 +471,16 @@ static void recover_caveat(const recover_plan *p)
     else
         printf(", no WAL backup");
     printf("\ncaveat: commits acknowledged only by the two lost safekeepers are gone; what "
-           "survives is the survivor's WAL (committed up to %s) and the WAL backup below it "
-           "(closed segments only, never the newest partial one)\n",
-           lsn_format(p->st.commit_lsn, a));
+           "survives is the survivor's WAL, up to its flush %s (its commit LSN is %s; every "
+           "new node gets the whole of it, so the next election keeps it all), and the WAL "
+           "backup below it (closed segments only, never the newest partial one)\n",
+           lsn_format(p->st.flush_lsn, b), lsn_format(p->st.commit_lsn, a));
 }
 
-/* Seeds and starts each lost member from the survivor, as replace does. */
+/* Seeds and starts each lost member from the survivor, as replace does,
+ * but with all of the survivor's WAL: an acknowledged commit may lie beyond
+ * the commit LSN the survivor heard, and once every member holds that tail,
+ * whichever majority elects the next proposer keeps it. */
 static int recover_seed(recover_plan *p, cli_err *err)
 {
     for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
@@ -486,7 +491,8 @@ static int recover_seed(recover_plan *p, cli_err *err)
                            .donor = p->survivor,
                            .old = p->old,
                            .dead = (uint64_t)p->c.sk[i].id,
-                           .new_id = p->new_id[i]};
+                           .new_id = p->new_id[i],
+                           .to_flush = true};
         if (seed_new_node(&rp, p->c.sk[i].name, err) != 0)
             return -1;
         p->c.sk[i].id = rp.c.sk[i].id;
@@ -564,9 +570,9 @@ static int recover(const char *dir_opt, const char *from, bool confirm)
     if (recover_seed(&p, &err) != 0 || recover_switch(&p, &err) != 0)
         return cli_fail(&err);
     char a[LSN_FMT_LEN];
-    printf("recovered from %s: the timeline's committed WAL is %s's, up to %s; start the "
-           "compute to elect a proposer in the new configuration\n",
-           from, from, lsn_format(p.st.commit_lsn, a));
+    printf("recovered from %s: the timeline's WAL is %s's, up to %s; start the compute to "
+           "elect a proposer in the new configuration\n",
+           from, from, lsn_format(p.st.flush_lsn, a));
     return CLI_OK;
 }
 

@@ -247,13 +247,20 @@ static int seg_write(seg_writer *w, lsn_t lsn, const uint8_t *data, size_t len, 
 }
 
 /* Streams [from, to) from the donor into w. */
-static int stream_wal(const sk_target *donor, seg_writer *w, lsn_t from, lsn_t to, cli_err *err)
+/* term != 0: the donor's WAL up to its flush, while its term is term
+ * (docs/design.md §3.3); 0: committed WAL only. */
+static int stream_wal(const sk_target *donor, seg_writer *w, lsn_t from, lsn_t to, uint64_t term,
+                      cli_err *err)
 {
     PGconn *c = sk_connect(donor, err);
     if (c == NULL)
         return -1;
-    char q[64], f[LSN_FMT_LEN];
-    snprintf(q, sizeof q, "START_REPLICATION PHYSICAL %s", lsn_format(from, f));
+    char q[96], f[LSN_FMT_LEN];
+    if (term != 0)
+        snprintf(q, sizeof q, "START_REPLICATION PHYSICAL %s TERM %" PRIu64, lsn_format(from, f),
+                 term);
+    else
+        snprintf(q, sizeof q, "START_REPLICATION PHYSICAL %s", lsn_format(from, f));
     PGresult *r = PQexec(c, q);
     if (PQresultStatus(r) != PGRES_COPY_BOTH) {
         cli_err_set(err, "%s on %s:%d: %s", q, donor->host, donor->port, PQerrorMessage(c));
@@ -306,7 +313,7 @@ static int stream_wal(const sk_target *donor, seg_writer *w, lsn_t from, lsn_t t
 }
 
 int sk_client_copy_timeline(const sk_target *donor, const char *datadir, uint64_t node_id,
-                            lsn_t *copied_to, cli_err *err)
+                            bool to_flush, lsn_t *copied_to, cli_err *err)
 {
     sk_state s;
     if (sk_client_status(donor, &s, err) != 0)
@@ -316,7 +323,7 @@ int sk_client_copy_timeline(const sk_target *donor, const char *datadir, uint64_
                            donor->port);
     /* Committed WAL never changes: copy everything held up to the commit
      * (TIMELINE_STATUS's commit_lsn is already min(commit, flush)). */
-    lsn_t to = s.commit_lsn;
+    lsn_t to = to_flush ? s.flush_lsn : s.commit_lsn;
     lsn_t from = s.wal_start;
     if (from < s.timeline_start_lsn)
         from = s.timeline_start_lsn - s.timeline_start_lsn % s.wal_seg_size;
@@ -337,7 +344,7 @@ int sk_client_copy_timeline(const sk_target *donor, const char *datadir, uint64_
     fflush(stdout);
     seg_writer w = {.seg_size = s.wal_seg_size, .fd = -1};
     snprintf(w.dir, sizeof w.dir, "%s", tdir);
-    int rc = to > from ? stream_wal(donor, &w, from, to, err) : 0;
+    int rc = to > from ? stream_wal(donor, &w, from, to, to_flush ? s.term : 0, err) : 0;
     if (rc == 0)
         rc = seg_close(&w, err);
     if (w.fd >= 0)

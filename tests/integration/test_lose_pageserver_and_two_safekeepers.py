@@ -21,6 +21,7 @@ and sk3 are merely started on empty directories; with the store deleted too
 back.
 """
 import os
+import re
 import shutil
 import time
 
@@ -96,6 +97,9 @@ def test_lose_pageserver_and_two_safekeepers(cluster_dir):
     proc = c.run("safekeeper", "recover", "--from", "sk1", "--confirm", timeout=120)
     print(proc.stdout)
     assert "generation 1: members" in proc.stdout, proc.stdout
+    # Each new node got all of sk1's WAL, so every checked commit.
+    seeded = re.findall(r"sk[23] started as node \d+ with WAL up to (\S+)", proc.stdout)
+    assert len(seeded) == 2 and all(lsn_to_int(x) >= commit_lsn for x in seeded), proc.stdout
     ids = {sk["name"]: sk for sk in c.status()["safekeepers"]}
     assert ids["sk2"]["pid"] and ids["sk3"]["pid"]
     assert {ids[n].get("node_id") for n in ("sk1", "sk2", "sk3")} == {1, 4, 5}, ids
