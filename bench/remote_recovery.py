@@ -241,8 +241,11 @@ class Sampler(threading.Thread):
 
 
 def upload_figures(samples, load_from, load_to, drained_at):
-    """Upload MB/s over [load_from, load_to], its best 5 s window, lag mean/max."""
-    window = [s for s in samples if load_from <= s["t"] <= load_to]
+    """Upload MB/s from load_from until the remote had drained what the load
+    left on disk (drained_at; load_to if it never did), its best 5 s window,
+    the lag mean/max over the load."""
+    end = load_to if drained_at is None else max(load_to, drained_at)
+    window = [s for s in samples if load_from <= s["t"] <= end]
     if len(window) < 2:
         raise BenchError("fewer than two samples of the pageserver during the load")
     span = window[-1]["t"] - window[0]["t"]
@@ -254,8 +257,8 @@ def upload_figures(samples, load_from, load_to, drained_at):
             k += 1
         if s["t"] - window[k]["t"] >= 4.0:
             best = max(best, (s["uploaded"] - window[k]["uploaded"]) / (s["t"] - window[k]["t"]))
-    lags = [max(0, s["disk"] - s["remote"]) for s in window]
-    return {"load_s": span, "uploaded_mb": uploaded / MB,
+    lags = [max(0, s["disk"] - s["remote"]) for s in window if s["t"] <= load_to]
+    return {"load_s": load_to - load_from, "upload_s": span, "uploaded_mb": uploaded / MB,
             "upload_mbps": uploaded / MB / span if span > 0 else None,
             "upload_best5_mbps": best / MB,
             "lag_mean_mb": sum(lags) / len(lags) / MB, "lag_max_mb": max(lags) / MB,
@@ -347,15 +350,21 @@ def timeline_status(port, path):
 
 def recover(args, scale, cluster, cluster_dir, tl_path):
     """kill -9, the data directory deleted, start: the three times and the checks."""
-    cluster._cli("stop", "compute", "--immediate", timeout=120)  # pylint: disable=protected-access
+    def cli(*argv, timeout=120):
+        return cluster._cli(*argv, "--dir", cluster_dir, timeout=timeout)  # pylint: disable=protected-access
+
+    cli("stop", "compute", "--immediate")
     target = sk_commit_lsn(cluster, tl_path)
+    before = timeline_status(cluster.status()["pageserver"]["http_port"], tl_path) or {}
+    remote_at = lsn_int((before.get("remote") or {}).get("remote_consistent_lsn")
+                        or before.get("remote_consistent_lsn"))
     log(f"(b) scale {scale}: kill -9 the pageserver, delete its data directory")
-    cluster._cli("stop", "pageserver", "--immediate", timeout=120)  # pylint: disable=protected-access
+    cli("stop", "pageserver", "--immediate")
     shutil.rmtree(os.path.join(cluster_dir, "pageserver"))
     t0 = time.monotonic()
-    cluster._cli("start", "pageserver", timeout=120)  # pylint: disable=protected-access
+    cli("start", "pageserver")
     ps_port = cluster.status()["pageserver"]["http_port"]
-    times = {}
+    times = {"replay_mb": max(0, target - remote_at) / MB}
 
     def watch():
         while "caught_up_s" not in times and time.monotonic() - t0 < args.recover_timeout:
@@ -369,7 +378,7 @@ def recover(args, scale, cluster, cluster_dir, tl_path):
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     wait_for(lambda: "restored_s" in times, args.recover_timeout, "the timeline to be restored")
-    cluster._cli("start", "compute", timeout=args.recover_timeout)  # pylint: disable=protected-access
+    cli("start", "compute", timeout=args.recover_timeout)
     conn = cluster.conninfo(cluster.status())
     wait_for(lambda: _try_psql(conn, "SELECT abalance FROM pgbench_accounts WHERE aid = 1"),
              args.recover_timeout, "the first query of a fresh compute", interval=0.05)
@@ -411,19 +420,20 @@ def table_rows(results):
     for r in results["scales"]:
         a, b = r.get("a") or {}, r.get("b") or {}
         up.append([str(r["scale"]), _f(b.get("db_mb")), _f(b.get("load_s")),
-                   _f(b.get("uploaded_mb")), _f(b.get("upload_mbps"), 2),
+                   _f(b.get("uploaded_mb")), _f(b.get("upload_s")), _f(b.get("upload_mbps"), 2),
                    _f(b.get("upload_best5_mbps"), 2), _f(b.get("lag_mean_mb")),
-                   _f(b.get("lag_max_mb")), _f(b.get("drain_s")), _f(b.get("remote_mb"))])
-        rec.append([str(r["scale"]), _f(b.get("restored_s")), _f(b.get("first_query_s")),
+                   _f(b.get("lag_max_mb")), _f(b.get("drain_s"))])
+        rec.append([str(r["scale"]), _f(b.get("remote_mb")), _f(b.get("replay_mb")),
+                    _f(b.get("restored_s")), _f(b.get("first_query_s")),
                     _f(b.get("caught_up_s")), _f(b.get("scan_s")),
                     "yes" if b.get("answers_ok") else ("-" if not b else "NO"),
                     _f(a.get("db_mb")), _f(a.get("basebackup_s"))])
     return up, rec
 
 
-UP_HEADER = ["scale", "DB MB", "load s", "uploaded MB", "upload MB/s", "best 5 s MB/s",
-             "lag mean MB", "lag max MB", "drain s", "remote MB"]
-REC_HEADER = ["scale", "restored s", "first query s", "caught up s", "count(*) s",
+UP_HEADER = ["scale", "DB MB", "load s", "uploaded MB", "upload s", "upload MB/s",
+             "best 5 s MB/s", "lag mean MB", "lag max MB", "drain s"]
+REC_HEADER = ["scale", "remote MB", "WAL to replay MB", "restored s", "first query s", "caught up s", "count(*) s",
               "answers", "stock DB MB", "pg_basebackup s"]
 
 
@@ -461,14 +471,22 @@ def markdown_section(results, images):
             f"{p['duration']}` (TPC-B-like) and a CHECKPOINT; the pageserver sampled every "
             f"{p['sample_interval']} s.", "",
             "### Upload", "",
-            "*uploaded MB* and *upload MB/s*: growth of `pageserver_remote_upload_bytes_total` "
-            "(data files PUT) over the load; *best 5 s*: the fastest 5 s of it; *lag*: "
-            "`disk_consistent_lsn - remote_consistent_lsn` (MB of WAL the remote is behind "
-            "the local store), mean and max over the samples; *drain s*: after the load, until "
-            "the remote reached the disk's consistent LSN; *remote MB*: what the store holds "
-            "then (data files and the newest manifests).", ""]
+            "*DB MB*: `pg_database_size` summed over the databases after the load; *load s*: "
+            "`pgbench -i` + the run + CHECKPOINT; *uploaded MB*: growth of "
+            "`pageserver_remote_upload_bytes_total` (data files PUT) from the start of the load "
+            "until the remote had what the load left on the pageserver's disk, *upload s* "
+            "that span and *upload MB/s* the quotient; *best 5 s*: the fastest 5 s of it; "
+            "*lag*: `disk_consistent_lsn - remote_consistent_lsn` (MB of WAL the remote is "
+            "behind the local store), mean and max over the load's samples; *drain s*: after "
+            "the load, until the remote reached the disk's consistent LSN. The pageserver "
+            "writes a data file when its open layer passes 64 MB of values, so uploads come "
+            "in steps and the newest < 64 MB stay on the safekeepers (*WAL to replay* below).",
+            ""]
     out += md_table(UP_HEADER, up)
     out += ["", "### Recovery from object storage, beside a fresh pg_basebackup", "",
+            "*remote MB*: what the store held (data files and the newest manifests); *WAL to "
+            "replay*: the safekeepers' commit LSN minus `remote_consistent_lsn`, what the "
+            "recovered pageserver re-ingests from the safekeepers. "
             "The compute stopped, the pageserver killed (-9), its data directory deleted, "
             "the pageserver started with the same `--remote`; seconds from that start until "
             "*restored*: its timeline answers again (every data file downloaded, the index "

@@ -24,16 +24,16 @@ def test_upload_figures_from_samples():
     mb = rr.MB
     samples = [{"t": t, "uploaded": t * 2 * mb, "disk": int(t * 3 * mb),
                 "remote": int(max(0, t - 1) * 3 * mb), "last": 0} for t in range(0, 21)]
-    f = rr.upload_figures(samples, 0, 20, 23)
-    assert f["uploaded_mb"] == 40 and f["load_s"] == 20
+    f = rr.upload_figures(samples, 0, 18, 20)
+    assert f["uploaded_mb"] == 40 and f["load_s"] == 18 and f["upload_s"] == 20
     assert abs(f["upload_mbps"] - 2) < 1e-9 and abs(f["upload_best5_mbps"] - 2) < 1e-9
     assert f["lag_max_mb"] == 3 and 2.8 < f["lag_mean_mb"] <= 3
-    assert f["drain_s"] == 3
+    assert f["drain_s"] == 2
     assert rr.lsn_int("1/10") == (1 << 32) + 16
 
 
 def _results():
-    b = {"db_mb": 160.0, "load_s": 50.0, "uploaded_mb": 150.0, "upload_mbps": 3.0,
+    b = {"db_mb": 160.0, "load_s": 50.0, "uploaded_mb": 150.0, "upload_s": 52.0, "replay_mb": 30.0, "upload_mbps": 3.0,
          "upload_best5_mbps": 9.5, "lag_mean_mb": 4.0, "lag_max_mb": 20.0, "drain_s": 2.0,
          "remote_mb": 170.0, "restored_s": 3.0, "first_query_s": 4.0, "caught_up_s": 3.5,
          "scan_s": 2.0, "answers_ok": True, "samples": []}
@@ -53,9 +53,9 @@ def test_console_and_docs_section():
     assert "FAILED: scale 50 (b): strata up failed" in text
     sec = rr.markdown_section(res, None)
     assert "## Object storage: upload and recovery" in sec
-    assert "| 10 | 160.0 | 50.0 | 150.0 | 3.00 | 9.50 | 4.0 | 20.0 | 2.0 | 170.0 |" in sec
-    assert "| 10 | 3.0 | 4.0 | 3.5 | 2.0 | yes | 160.0 | 1.5 |" in sec
-    assert "| 50 | - | - | - | - | - | - | - |" in sec
+    assert "| 10 | 160.0 | 50.0 | 150.0 | 52.0 | 3.00 | 9.50 | 4.0 | 20.0 | 2.0 |" in sec
+    assert "| 10 | 170.0 | 30.0 | 3.0 | 4.0 | 3.5 | 2.0 | yes | 160.0 | 1.5 |" in sec
+    assert "| 50 | - | - | - | - | - | - | - | - | - |" in sec
     newer = _results()
     newer["date"] = "later"
     check_section_replaced_once(sec, rr.markdown_section(newer, None), rr.BEGIN, rr.END)
@@ -90,7 +90,9 @@ def test_quick_run(tmp_path):
         (entry,) = res["scales"]
         a, b = entry["a"], entry["b"]
         assert a["basebackup_s"] > 0 and a["basebackup_mb"] > 10
-        assert b["uploaded_mb"] > 1 and b["upload_mbps"] > 0 and b["remote_mb"] > 1
+        # Scale 1 stays below the 64 MB open layer: the import's upload at
+        # `strata up` is in the store, the load's values may all be in WAL.
+        assert b["uploaded_mb"] >= 0 and b["remote_mb"] > 1 and b["replay_mb"] > 0
         assert b["lag_max_mb"] >= b["lag_mean_mb"] >= 0
         assert 0 < b["restored_s"] <= b["first_query_s"]
         assert 0 < b["caught_up_s"]
