@@ -149,13 +149,32 @@ class ObjectStore:
         """strata up's --remote options for the cluster of scale."""
         return [] if self.backend == "file" else ["--remote", f"s3://{S3_BUCKET}/scale{scale}"]
 
-    def size(self, cluster_dir, scale, strata_cli):
-        """Bytes in the store for the cluster (after the load)."""
+    def sizes(self, cluster_dir, scale, strata_cli):
+        """MB in the store for the cluster, by kind: {"data": data files,
+        "manifest": manifests, "wal": the safekeepers' WAL backup}."""
+        objects = []  # (key, bytes)
         if self.backend == "file":
-            return du_bytes(os.path.join(cluster_dir, "remote"))
-        cp = run([strata_cli, "remote", "ls", f"s3://{S3_BUCKET}/scale{scale}"], timeout=120)
-        return sum(int(line.split("\t", 1)[0]) for line in cp.stdout.splitlines()
-                   if "\t" in line)
+            root = os.path.join(cluster_dir, "remote")
+            for top, _dirs, files in os.walk(root):
+                for name in files:
+                    path = os.path.join(top, name)
+                    try:
+                        objects.append((os.path.relpath(path, root), os.lstat(path).st_size))
+                    except OSError:
+                        pass
+        else:
+            cp = run([strata_cli, "remote", "ls", f"s3://{S3_BUCKET}/scale{scale}"], timeout=120)
+            for line in cp.stdout.splitlines():
+                size, _, key = line.partition("\t")
+                if key:
+                    objects.append((key, int(size)))
+        out = {"data": 0.0, "manifest": 0.0, "wal": 0.0}
+        for key, size in objects:
+            parts = key.split("/")
+            kind = parts[-2] if len(parts) >= 2 and parts[-2] in out else None
+            if kind:
+                out[kind] += size / MB
+        return out
 
     def stop(self):
         if self.state is None:
@@ -295,7 +314,10 @@ def run_strata(args, scale, work, store):
                               "lag_mb": round(max(0, s["disk"] - s["remote"]) / MB, 3)}
                              for s in sampler.samples]
         result["pageserver_mb"] = du_bytes(os.path.join(cluster_dir, "pageserver")) / MB
-        result["remote_mb"] = store.size(cluster_dir, scale, cluster.cli) / MB
+        sizes = store.sizes(cluster_dir, scale, cluster.cli)
+        result["remote_data_mb"] = sizes["data"]
+        result["remote_wal_mb"] = sizes["wal"]
+        result["remote_manifest_mb"] = sizes["manifest"]
         result.update(recover(args, scale, cluster, cluster_dir, tl_path))
     return result
 
@@ -423,7 +445,8 @@ def table_rows(results):
                    _f(b.get("uploaded_mb")), _f(b.get("upload_s")), _f(b.get("upload_mbps"), 2),
                    _f(b.get("upload_best5_mbps"), 2), _f(b.get("lag_mean_mb")),
                    _f(b.get("lag_max_mb")), _f(b.get("drain_s"))])
-        rec.append([str(r["scale"]), _f(b.get("remote_mb")), _f(b.get("replay_mb")),
+        rec.append([str(r["scale"]), _f(b.get("remote_data_mb")), _f(b.get("remote_wal_mb")),
+                    _f(b.get("replay_mb"), 2),
                     _f(b.get("restored_s")), _f(b.get("first_query_s")),
                     _f(b.get("caught_up_s")), _f(b.get("scan_s")),
                     "yes" if b.get("answers_ok") else ("-" if not b else "NO"),
@@ -433,7 +456,7 @@ def table_rows(results):
 
 UP_HEADER = ["scale", "DB MB", "load s", "uploaded MB", "upload s", "upload MB/s",
              "best 5 s MB/s", "lag mean MB", "lag max MB", "drain s"]
-REC_HEADER = ["scale", "remote MB", "WAL to replay MB", "restored s", "first query s", "caught up s", "count(*) s",
+REC_HEADER = ["scale", "remote data MB", "WAL backup MB", "WAL to replay MB", "restored s", "first query s", "caught up s", "count(*) s",
               "answers", "stock DB MB", "pg_basebackup s"]
 
 
@@ -457,6 +480,8 @@ def markdown_section(results, images):
     out = [BEGIN, "", "## Object storage: upload and recovery", ""]
     if results.get("quick"):
         out += ["> A `--quick` run: it tests the program, the figures mean nothing.", ""]
+    if p.get("note"):
+        out += [f"> {p['note']}", ""]
     busy = busy_load(m)
     if busy:
         out += [f"> The machine was busy (load average up to {busy}, {m['nproc']} CPUs; it is "
@@ -484,8 +509,10 @@ def markdown_section(results, images):
             ""]
     out += md_table(UP_HEADER, up)
     out += ["", "### Recovery from object storage, beside a fresh pg_basebackup", "",
-            "*remote MB*: what the store held (data files and the newest manifests); *WAL to "
-            "replay*: the safekeepers' commit LSN minus `remote_consistent_lsn`, what the "
+            "*remote data MB*: the data files in the store (the newest two manifests name "
+            "them; zstd-compressed blocks, so far below the database's size for pgbench's "
+            "blank-padded rows); *WAL backup MB*: the safekeepers' WAL backup in the same "
+            "store, not read by this recovery; *WAL to replay*: the safekeepers' commit LSN minus `remote_consistent_lsn`, what the "
             "recovered pageserver re-ingests from the safekeepers. "
             "The compute stopped, the pageserver killed (-9), its data directory deleted, "
             "the pageserver started with the same `--remote`; seconds from that start until "
@@ -565,6 +592,8 @@ def main():
     ap.add_argument("--sample-interval", type=float, default=0.5)
     ap.add_argument("--recover-timeout", type=float, default=600)
     ap.add_argument("--quick", action="store_true", help="scale 1, 5 s of pgbench")
+    ap.add_argument("--note", default="",
+                    help="a sentence for the report (what else ran on the machine, say)")
     add_common_options(ap, NAME)
     args = ap.parse_args()
     if args.from_json:
@@ -588,7 +617,8 @@ def main():
     results = new_results(NAME, args, sys.argv[1:], work,
                           {"scales": args.scales, "duration": args.duration,
                            "clients": args.clients, "backend": args.backend,
-                           "sample_interval": args.sample_interval}, scales=[])
+                           "sample_interval": args.sample_interval, "note": args.note},
+                          scales=[])
     del results["setups"]
     interrupted = run_timed(lambda: measure(args, results, work), args, work, results)
     print_table(console(results))

@@ -35,7 +35,7 @@ def test_upload_figures_from_samples():
 def _results():
     b = {"db_mb": 160.0, "load_s": 50.0, "uploaded_mb": 150.0, "upload_s": 52.0, "replay_mb": 30.0, "upload_mbps": 3.0,
          "upload_best5_mbps": 9.5, "lag_mean_mb": 4.0, "lag_max_mb": 20.0, "drain_s": 2.0,
-         "remote_mb": 170.0, "restored_s": 3.0, "first_query_s": 4.0, "caught_up_s": 3.5,
+         "remote_data_mb": 170.0, "remote_wal_mb": 64.0, "remote_manifest_mb": 0.01, "restored_s": 3.0, "first_query_s": 4.0, "caught_up_s": 3.5,
          "scan_s": 2.0, "answers_ok": True, "samples": []}
     return {"date": "today", "quick": False, "elapsed_s": 60,
             "params": {"argv": [], "backend": "file", "clients": 4, "duration": 30,
@@ -54,8 +54,8 @@ def test_console_and_docs_section():
     sec = rr.markdown_section(res, None)
     assert "## Object storage: upload and recovery" in sec
     assert "| 10 | 160.0 | 50.0 | 150.0 | 52.0 | 3.00 | 9.50 | 4.0 | 20.0 | 2.0 |" in sec
-    assert "| 10 | 170.0 | 30.0 | 3.0 | 4.0 | 3.5 | 2.0 | yes | 160.0 | 1.5 |" in sec
-    assert "| 50 | - | - | - | - | - | - | - | - | - |" in sec
+    assert "| 10 | 170.0 | 64.0 | 30.00 | 3.0 | 4.0 | 3.5 | 2.0 | yes | 160.0 | 1.5 |" in sec
+    assert "| 50 | - | - | - | - | - | - | - | - | - | - |" in sec
     newer = _results()
     newer["date"] = "later"
     check_section_replaced_once(sec, rr.markdown_section(newer, None), rr.BEGIN, rr.END)
@@ -92,7 +92,7 @@ def test_quick_run(tmp_path):
         assert a["basebackup_s"] > 0 and a["basebackup_mb"] > 10
         # Scale 1 stays below the 64 MB open layer: the import's upload at
         # `strata up` is in the store, the load's values may all be in WAL.
-        assert b["uploaded_mb"] >= 0 and b["remote_mb"] > 1 and b["replay_mb"] > 0
+        assert b["uploaded_mb"] >= 0 and b["remote_data_mb"] > 1 and b["replay_mb"] > 0
         assert b["lag_max_mb"] >= b["lag_mean_mb"] >= 0
         assert 0 < b["restored_s"] <= b["first_query_s"]
         assert 0 < b["caught_up_s"]
