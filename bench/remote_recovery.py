@@ -41,6 +41,7 @@ Run: python3 bench/remote_recovery.py [--scales 10,50] [--duration 30]
 import argparse
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -472,6 +473,23 @@ def console(results):
     return "\n".join(lines)
 
 
+def command_line(argv):
+    """The command of a run as the report shows it: without --docs and --note
+    (the note is shown as such), arguments quoted where they need it."""
+    shown, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg in ("--docs", "--note"):
+            skip = True
+            continue
+        if arg.startswith(("--docs=", "--note=")):
+            continue
+        shown.append(arg)
+    return shlex.join(["python3", "bench/remote_recovery.py"] + shown)
+
+
 def markdown_section(results, images):
     p, m = results["params"], results["machine"]
     up, rec = table_rows(results)
@@ -486,8 +504,7 @@ def markdown_section(results, images):
     if busy:
         out += [f"> The machine was busy (load average up to {busy}, {m['nproc']} CPUs; it is "
                 "shared with other work), so these figures are disturbed.", ""]
-    out += [f"Measured {results['date']} by `python3 bench/remote_recovery.py "
-            f"{' '.join(p['argv'])}`".rstrip() + f"; the whole run took "
+    out += [f"Measured {results['date']} by `{command_line(p['argv'])}`; the whole run took "
             f"{results.get('elapsed_s', 0) / 60:.1f} min.", "",
             f"Machine: {md_machine(m)}.", "",
             f"Remote store: {backend}. Strata: `strata up --no-auth` of the release build "
@@ -504,8 +521,9 @@ def markdown_section(results, images):
             "*lag*: `disk_consistent_lsn - remote_consistent_lsn` (MB of WAL the remote is "
             "behind the local store), mean and max over the load's samples; *drain s*: after "
             "the load, until the remote reached the disk's consistent LSN. The pageserver "
-            "writes a data file when its open layer passes 64 MB of values, so uploads come "
-            "in steps and the newest < 64 MB stay on the safekeepers (*WAL to replay* below).",
+            "writes a data file when its open layer passes 64 MB of values or 10 s of age, and "
+            "the uploader PUTs each one as it commits, so uploads come in steps: the rate is "
+            "how fast ingest makes data files, the lag how long one waits for its PUT.",
             ""]
     out += md_table(UP_HEADER, up)
     out += ["", "### Recovery from object storage, beside a fresh pg_basebackup", "",
@@ -551,7 +569,7 @@ def write_plots(results, out_dir):
         return None
     png = os.path.join(out_dir, "remote_recovery_upload.png")
     run_gnuplot(["set terminal pngcairo size 900,450", f"set output '{png}'",
-                 "set xlabel 'seconds since strata up'", "set ylabel 'MB'", "set key left top",
+                 "set xlabel 'seconds since the load began'", "set ylabel 'MB'", "set key left top",
                  "set grid", "plot " + ", ".join(plots + blocks)], out_dir)
     return {"upload": png}
 

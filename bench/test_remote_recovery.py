@@ -56,6 +56,8 @@ def test_console_and_docs_section():
     assert "| 10 | 160.0 | 50.0 | 150.0 | 52.0 | 3.00 | 9.50 | 4.0 | 20.0 | 2.0 |" in sec
     assert "| 10 | 170.0 | 64.0 | 30.00 | 3.0 | 4.0 | 3.5 | 2.0 | yes | 160.0 | 1.5 |" in sec
     assert "| 50 | - | - | - | - | - | - | - | - | - | - |" in sec
+    assert rr.command_line(["--scales", "10", "--note", "a b", "--docs", "yes", "--x=a b"]) == \
+        "python3 bench/remote_recovery.py --scales 10 '--x=a b'"
     newer = _results()
     newer["date"] = "later"
     check_section_replaced_once(sec, rr.markdown_section(newer, None), rr.BEGIN, rr.END)
