@@ -618,6 +618,7 @@ def main():
         return report_from_json(args, console, write_reports)
     if args.quick:
         args.scales, args.duration = "1", min(args.duration, 5)
+        args.recover_timeout = min(args.recover_timeout, 60)
     try:
         args.scales = [int(s) for s in args.scales.split(",") if s]
     except ValueError:
