@@ -12,9 +12,7 @@
  * cluster.json, so no secret is written to disk.
  *
  * The daemons get it as `--remote URL`, built here and nowhere else
- * (cluster_remote_daemon_args).  A daemon whose --help does not list --remote
- * (a build from before the remote storage) is started without it and the
- * operator is told so.
+ * (cluster_remote_daemon_args).
  *
  * Not for: moving objects (cmd_remote.c) or what they mean (pageserver/,
  * safekeeper/).
@@ -41,15 +39,8 @@ STRATA_MUST_CHECK int cluster_remote_default(const cluster *c, char *url, size_t
  */
 STRATA_MUST_CHECK int cluster_remote_prepare(const char *url, cli_err *err);
 
-/*
- * Appends "--remote" and c->remote to argv at *argc (argv has room for two
- * more entries and a NULL) when the cluster has a remote and program takes
- * --remote; otherwise appends nothing and, the first time for program, says
- * on stdout that `what` runs without the remote.  *used says which.
- * 0, or -1 with a reason when program could not be asked.
- */
-STRATA_MUST_CHECK int cluster_remote_daemon_args(const cluster *c, const char *program,
-                                                 const char *what, char **argv, int *argc,
-                                                 bool *used, cli_err *err);
+/* Appends "--remote URL" to argv (NULL-terminated again) when the cluster
+ * has a remote store; argv must have room for two more and the NULL. */
+void cluster_remote_daemon_args(const cluster *c, char **argv, int *argc);
 
 #endif

@@ -88,9 +88,7 @@ int safekeepers_start(const cluster *c, const cluster_safekeeper *sk, cli_err *e
         argv[argc++] = "--auth-file";
         argv[argc++] = auth_file;
     }
-    bool remote_used;
-    if (cluster_remote_daemon_args(c, program, "safekeepers", argv, &argc, &remote_used, err) != 0)
-        return -1;
+    cluster_remote_daemon_args(c, argv, &argc);
     STRATA_ASSERT(argc < (int)(sizeof argv / sizeof argv[0]));
     proc_user self = {.drop = false};
     pid_t pid;

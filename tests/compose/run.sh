@@ -38,10 +38,7 @@
 #   9. the pageserver wrote page images (pageserver_image_written_total rose);
 #  10. REMOTE-UPLOADS: after the pgbench runs the object store holds the timeline's
 #      pageserver manifests and data files (tenants/T/timelines/TL/manifest/, data/) and
-#      the safekeepers' WAL segments (.../wal/).  Enforced for each daemon whose --help
-#      lists --remote (the pageserver's upload and the safekeepers' WAL backup, issue
-#      #13); for a daemon without it the check prints SKIPPED.
-#      STRATA_COMPOSE_EXPECT_UPLOADS=1 enforces both regardless, =0 skips both;
+#      the safekeepers' WAL segments (.../wal/);
 # then tears everything down (down -v) whatever happened.  Every wait is bounded.
 # Prints progress lines and the durations of the image build and of the test.
 #
@@ -51,8 +48,7 @@
 # STRATA_COMPOSE_PG_PREFIX (stage-context.sh), STRATA_COMPOSE_PROJECT (default
 # stratatest), BENCH_SECONDS (20), STRATA_COMPOSE_BUILD_TIMEOUT (s, 5400),
 # STRATA_COMPOSE_KEEP=1 (leave the stack up on failure, for debugging),
-# STRATA_S3_PORT (the object store's published port; default: a free one),
-# STRATA_COMPOSE_EXPECT_UPLOADS (auto (default), 1 or 0: step 10).
+# STRATA_S3_PORT (the object store's published port; default: a free one).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -177,10 +173,6 @@ wait_healthy() { # service seconds
     [ "$SECONDS" -lt "$deadline" ] || fail "$1 not healthy within $2 s"
     sleep 2
   done
-}
-# Whether the image's daemon lists --remote in its --help (0) or not (1).
-daemon_takes_remote() { # image program
-  podman run --rm --entrypoint "$2" "$1" --help 2>&1 | grep -q -- '--remote '
 }
 
 cleanup() {
@@ -424,45 +416,23 @@ images1=$(ps_metric pageserver_image_written_total)
 progress "pageserver wrote $((images1 - images0)) page images during the test"
 
 # --- 10. REMOTE-UPLOADS: the daemons' copies in the object store ------------------------
-# Needs the pageserver's upload and the safekeepers' WAL backup (issue #13); each half is
-# enforced when that daemon takes --remote (or STRATA_COMPOSE_EXPECT_UPLOADS=1).
-expect=${STRATA_COMPOSE_EXPECT_UPLOADS:-auto}
 tl_prefix="tenants/$tenant_id/timelines/$timeline_id/"
-want_ps=0 want_sk=0
-if [ "$expect" = 1 ]; then
-  want_ps=1 want_sk=1
-elif [ "$expect" = auto ]; then
-  daemon_takes_remote "${STRATA_IMAGE_PREFIX:-strata}-pageserver:${STRATA_IMAGE_TAG:-dev}" strata-pageserver && want_ps=1
-  daemon_takes_remote "${STRATA_IMAGE_PREFIX:-strata}-safekeeper:${STRATA_IMAGE_TAG:-dev}" strata-safekeeper && want_sk=1
-fi
 count_under() { printf '%s\n' "$listing" | awk -F'\t' -v p="$tl_prefix$1/" 'index($2, p) == 1' | wc -l; }
 deadline=$((SECONDS + 180))
 while :; do
   listing=$(in_stack_remote "$STRATA_S3_SECRET_KEY" ls "$s3_url" "$tl_prefix") ||
     fail "REMOTE-UPLOADS: strata remote ls $s3_url $tl_prefix failed"
   n_manifest=$(count_under manifest) n_data=$(count_under data) n_wal=$(count_under wal)
-  ok=1
-  [ "$want_ps" = 0 ] || { [ "$n_manifest" -gt 0 ] && [ "$n_data" -gt 0 ]; } || ok=0
-  [ "$want_sk" = 0 ] || [ "$n_wal" -gt 0 ] || ok=0
-  [ "$ok" = 1 ] && break
+  [ "$n_manifest" -gt 0 ] && [ "$n_data" -gt 0 ] && [ "$n_wal" -gt 0 ] && break
   [ "$SECONDS" -lt "$deadline" ] || break
   sleep 3
 done
 remote_bytes=$(printf '%s\n' "$listing" | awk -F'\t' '{ s += $1 } END { printf "%d", s }')
 progress "REMOTE-UPLOADS: $s3_url/$tl_prefix holds $n_manifest manifests, $n_data data files, $n_wal WAL segments ($remote_bytes bytes)"
-if [ "$want_ps" = 1 ]; then
-  [ "$n_manifest" -gt 0 ] && [ "$n_data" -gt 0 ] ||
-    fail "REMOTE-UPLOADS-PAGESERVER: no manifest or data file of the timeline in $s3_url after 180 s"
-  progress "REMOTE-UPLOADS-PAGESERVER: ok"
-else
-  progress "REMOTE-UPLOADS-PAGESERVER: SKIPPED (strata-pageserver takes no --remote yet)"
-fi
-if [ "$want_sk" = 1 ]; then
-  [ "$n_wal" -gt 0 ] || fail "REMOTE-UPLOADS-SAFEKEEPER: no WAL segment of the timeline in $s3_url after 180 s"
-  progress "REMOTE-UPLOADS-SAFEKEEPER: ok"
-else
-  progress "REMOTE-UPLOADS-SAFEKEEPER: SKIPPED (strata-safekeeper takes no --remote yet)"
-fi
+[ "$n_manifest" -gt 0 ] && [ "$n_data" -gt 0 ] ||
+  fail "REMOTE-UPLOADS-PAGESERVER: no manifest or data file of the timeline in $s3_url after 180 s"
+[ "$n_wal" -gt 0 ] || fail "REMOTE-UPLOADS-SAFEKEEPER: no WAL segment of the timeline in $s3_url after 180 s"
+progress "REMOTE-UPLOADS: ok"
 
 test_s=$((SECONDS - t0))
 progress "PASS: image build ${build_s} s; stack up ${up_s} s; test after the build ${test_s} s; WAL ${wal_per_tx} B/tx; first query after recreate ${first_ms} ms"

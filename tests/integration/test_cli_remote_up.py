@@ -5,8 +5,7 @@ by default the local directory D/remote, beside (not inside) the pageserver's
 data directory D/pageserver; with `strata up --remote s3://BUCKET/PREFIX` an
 S3 store whose endpoint and keys come from the environment, created (the
 bucket) before anything starts.  `strata status` shows it.  The daemons get
-`--remote URL` when their --help lists it; before that (daemons without remote
-storage) they start without it and `up` says so.
+`--remote URL`.
 
 Checked here, whatever the daemons can do:
   - the default remote's URL in status (JSON and text) and cluster.json, its
@@ -16,12 +15,9 @@ Checked here, whatever the daemons can do:
   - --remote s3://... without endpoint or keys, or with an unreachable
     endpoint, fails within seconds naming the URL and the variables, with
     nothing started; a malformed --remote is a usage error;
-  - each daemon's command line has `--remote URL` exactly when its --help
-    lists --remote, and `up` names a daemon that runs without it.
-Checked only once the daemons take --remote (the pageserver's upload, branch
-ps-upload; the safekeepers' WAL backup, branch sk-backup), each skipped with a
-message before: after a workload the remote holds the timeline's manifests and
-data files (pageserver) and WAL segments (safekeepers).
+  - each daemon's command line has `--remote URL`;
+  - after a workload the remote holds the timeline's manifests and data files
+    (the pageserver's upload) and WAL segments (the safekeepers' WAL backup).
 test_up_remote_s3_radosgw does the same against a real radosgw started from
 STRATA_S3_SCRIPT (left out by `make test` without it, like
 test_remote_storage.py's S3 test).
@@ -35,19 +31,8 @@ import time
 
 import pytest
 
-from conftest import SAN_BUILD, StrataCluster, pageserver_bin, wait_until
+from conftest import StrataCluster, wait_until
 from test_remote_storage import radosgw  # noqa: F401  (fixture)
-
-
-def takes_remote(program):
-    """Whether a daemon's --help lists --remote (what cli/cluster_remote.c asks)."""
-    cp = subprocess.run([program, "--help"], capture_output=True, text=True, timeout=30)
-    return any(line.strip().startswith("--remote ") or line.strip() == "--remote"
-               for line in (cp.stdout + cp.stderr).splitlines())
-
-
-def safekeeper_bin():
-    return os.path.join(SAN_BUILD, "bin", "strata-safekeeper")
 
 
 def cmdline(pid):
@@ -63,23 +48,12 @@ def daemon_pids(cluster):
     return pids
 
 
-def check_daemon_flags(cluster, url, up_stdout):
-    """Each daemon runs with --remote URL iff it takes the flag."""
-    want = {"pageserver": takes_remote(pageserver_bin())}
-    for name in ("sk1", "sk2", "sk3"):
-        want[name] = takes_remote(safekeeper_bin())
+def check_daemon_flags(cluster, url):
+    """Each daemon runs with --remote URL."""
     for name, pid in daemon_pids(cluster).items():
         assert pid, "%s not running" % name
         args = cmdline(pid)
-        if want[name]:
-            assert "--remote" in args and args[args.index("--remote") + 1] == url, (name, args)
-        else:
-            assert "--remote" not in args, (name, args)
-    if not want["pageserver"]:
-        assert "pageserver: " in up_stdout and "has no --remote option" in up_stdout, up_stdout
-    if not want["sk1"]:
-        assert "safekeepers: " in up_stdout and "has no --remote option" in up_stdout, up_stdout
-    return want
+        assert "--remote" in args and args[args.index("--remote") + 1] == url, (name, args)
 
 
 def make_wal(cluster, mb=40):
@@ -100,29 +74,20 @@ def remote_keys(list_keys, tenant, timeline):
             [k for k in keys if k.startswith(prefix + "wal/")])
 
 
-def check_uploads(cluster, want, list_keys):
-    """After a workload: the pageserver's and the safekeepers' objects, each
-    only when that daemon takes --remote (the other branches of issue #13)."""
-    if not want["pageserver"] and not want["sk1"]:
-        print("uploads: SKIPPED (neither daemon takes --remote yet)")
-        return
+def check_uploads(cluster, list_keys):
+    """After a workload: the pageserver's manifests and data files and the
+    safekeepers' WAL segments are in the remote store."""
     make_wal(cluster)
     tenant, timeline = cluster.ids()
 
     def arrived():
         manifests, data, wal = remote_keys(list_keys, tenant, timeline)
-        ok = ((not want["pageserver"] or (manifests and data)) and
-              (not want["sk1"] or wal))
-        return (manifests, data, wal) if ok else None
+        return (manifests, data, wal) if manifests and data and wal else None
 
     manifests, data, wal = wait_until(arrived, 180, "the timeline's objects in the remote store",
                                       interval=2)
     print("uploads: %d manifests, %d data files, %d WAL segments" % (
         len(manifests), len(data), len(wal)))
-    if not want["pageserver"]:
-        print("uploads: pageserver SKIPPED (strata-pageserver takes no --remote yet)")
-    if not want["sk1"]:
-        print("uploads: safekeepers SKIPPED (strata-safekeeper takes no --remote yet)")
 
 
 def local_keys(root):
@@ -153,8 +118,8 @@ def test_up_default_remote_beside_the_pageserver(cluster_dir):
     assert os.path.realpath(os.path.dirname(root)) == os.path.realpath(c.dir)
     assert not os.path.realpath(root).startswith(
         os.path.realpath(os.path.join(c.dir, "pageserver")) + "/")
-    want = check_daemon_flags(c, url, out)
-    check_uploads(c, want, local_keys(root))
+    check_daemon_flags(c, url)
+    check_uploads(c, local_keys(root))
 
     # A cluster.json from before remote storage: the next up gives it the default.
     c.down()
@@ -168,7 +133,7 @@ def test_up_default_remote_beside_the_pageserver(cluster_dir):
     assert "(none: set at the next `strata up`)" in c.run("status").stdout
     out = c.up().stdout
     assert c.status()["remote"] == url
-    check_daemon_flags(c, url, out)
+    check_daemon_flags(c, url)
 
     # Its remote is fixed: another one is refused, before anything changes.
     c.down()
@@ -233,13 +198,13 @@ def test_up_remote_s3_radosgw(cluster_dir, radosgw):  # noqa: F811
     ls = subprocess.run([c.strata, "remote", "ls", url], env=c.env, capture_output=True,
                         text=True, timeout=60)
     assert ls.returncode == 0, ls.stderr
-    want = check_daemon_flags(c, url, out)
+    check_daemon_flags(c, url)
 
     def list_keys():
         cp = subprocess.run([c.strata, "remote", "ls", url], env=c.env, capture_output=True,
                             text=True, timeout=60, check=True)
         return [line.split("\t", 1)[1] for line in cp.stdout.splitlines()]
-    check_uploads(c, want, list_keys)
+    check_uploads(c, list_keys)
     # a daemon started alone needs the store's settings too
     c.stop("pageserver")
     env = {k: v for k, v in c.env.items() if not k.startswith("STRATA_S3_")}
