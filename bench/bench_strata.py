@@ -68,7 +68,7 @@ def prometheus_counter(text, name):
 
 
 class StrataCluster:
-    def __init__(self, build_dir, cluster_dir, with_pageserver=True):
+    def __init__(self, build_dir, cluster_dir, with_pageserver=True, up_args=()):
         """with_pageserver=False runs exactly what the quorum-commit setup is
         about (compute + walproposer + three safekeepers): `strata up` starts
         the pageserver only when strata-pageserver sits beside the strata
@@ -79,6 +79,7 @@ class StrataCluster:
         self.cli = os.path.join(self.build_dir, "bin", "strata")
         self.extension = os.path.join(self.build_dir, "lib", "strata.so")
         self.with_pageserver = with_pageserver
+        self.up_args = list(up_args)  # more `strata up` options (--remote URL)
         self.pids = {}  # pid -> start time (/proc/PID/stat), so a reused pid is left alone
 
     def _private_binaries(self):
@@ -122,7 +123,7 @@ class StrataCluster:
         no_auth = self._no_auth()
         log("strata up%s: auth off, every daemon port trusts everyone (benchmark only)"
             % (" --no-auth" if no_auth else ""))
-        self._cli("up", "--dir", self.cluster_dir, *no_auth, timeout=600)
+        self._cli("up", "--dir", self.cluster_dir, *no_auth, *self.up_args, timeout=600)
         status = self.status()
         if status.get("compute", {}).get("pid") is None:
             raise BenchError("strata up returned but the compute is not running")
@@ -202,14 +203,15 @@ class StrataCluster:
 
 
 @contextlib.contextmanager
-def strata_setup(build, cluster_dir, key, compute_mode=None, with_pageserver=True):
+def strata_setup(build, cluster_dir, key, compute_mode=None, with_pageserver=True, up_args=()):
     """`strata up` of build in cluster_dir for the benchmark setup key (its
     progress lines say "(key)"), compute_mode (STRATA_COMPUTE_MODE of the
-    CLI, if given) and with_pageserver.  Yields (cluster, status of `strata
+    CLI, if given), with_pageserver and up_args (more `strata up` options).  Yields (cluster, status of `strata
     up`); `strata down` on leaving, on failure too.  Raises SkipSetup when
     the build lacks a file it needs; BenchError when up fails or, with
     with_pageserver, started no pageserver."""
-    cluster = StrataCluster(build, cluster_dir, with_pageserver=with_pageserver)
+    cluster = StrataCluster(build, cluster_dir, with_pageserver=with_pageserver,
+                            up_args=up_args)
     missing = cluster.missing()
     if missing:
         raise SkipSetup(missing)
