@@ -5,6 +5,7 @@
 #include "cli/cluster_remote.h"
 
 #include <stdio.h>
+#include <sys/stat.h>
 #include <string.h>
 
 #include "net/remote_storage.h"
@@ -22,7 +23,7 @@ int cluster_remote_default(const cluster *c, char *url, size_t len, cli_err *err
     return 0;
 }
 
-int cluster_remote_prepare(const char *url, cli_err *err)
+int cluster_remote_prepare(const char *url, bool create, cli_err *err)
 {
     remote_config cfg;
     remote_err rerr = {{0}};
@@ -33,6 +34,13 @@ int cluster_remote_prepare(const char *url, cli_err *err)
                               : "";
     if (remote_config_from_url(url, &cfg, &rerr) != 0)
         return cli_err_set(err, "remote %s: %s%s", url, rerr.msg, env_hint);
+    struct stat st;
+    if (!create && cfg.kind == REMOTE_LOCAL && (stat(cfg.root, &st) != 0 || !S_ISDIR(st.st_mode)))
+        return cli_err_set(err,
+                           "the cluster's remote store %s is missing (%s is not a directory): "
+                           "put it back if it was moved or unmounted; `strata remote init %s` "
+                           "makes a new, empty one, without what the old one held",
+                           url, cfg.root, url);
     cfg.max_attempts = REMOTE_PREPARE_ATTEMPTS;
     cfg.connect_timeout_ms = REMOTE_PREPARE_CONNECT_MS;
     cfg.request_timeout_ms = REMOTE_PREPARE_REQUEST_MS;

@@ -32,12 +32,17 @@ STRATA_MUST_CHECK int cluster_remote_default(const cluster *c, char *url, size_t
 
 /*
  * Checks url (file:///PATH or s3://BUCKET[/PREFIX], settings from the
- * environment as the daemons read them) and creates the store when missing:
- * the local directory, or the bucket.  Bounded (an unreachable S3 endpoint
- * fails within about 15 s).  0, or -1 with a reason that names the URL, the
- * store's answer and, for S3, the environment variables it reads.
+ * environment as the daemons read them).  With create (a cluster choosing
+ * its store) a missing store is created: the local directory, or the bucket.
+ * Without it (every later up or start) a missing local directory is an
+ * error: a store that vanished (an unmounted disk, a moved directory) must
+ * not come back empty and silently (an S3 bucket is still created if
+ * missing: CreateBucket on one we own is how S3 says it exists).  Bounded
+ * (an unreachable S3 endpoint fails within about 15 s).  0, or -1 with a
+ * reason that names the URL, the store's answer and, for S3, the
+ * environment variables it reads.
  */
-STRATA_MUST_CHECK int cluster_remote_prepare(const char *url, cli_err *err);
+STRATA_MUST_CHECK int cluster_remote_prepare(const char *url, bool create, cli_err *err);
 
 /* Appends "--remote URL" to argv (NULL-terminated again) when the cluster
  * has a remote store; argv must have room for two more and the NULL. */

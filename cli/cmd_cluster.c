@@ -352,7 +352,8 @@ static void print_auth(const cluster *c)
  */
 static int up_remote(const cli_opts *o, cluster *c, cli_err *err)
 {
-    if (c->remote[0] == '\0') {
+    bool choosing = c->remote[0] == '\0';
+    if (choosing) {
         if (o->remote_url != NULL) {
             if (strlen(o->remote_url) >= sizeof c->remote)
                 return cli_err_set(err, "--remote URL too long");
@@ -369,7 +370,7 @@ static int up_remote(const cli_opts *o, cluster *c, cli_err *err)
                            "when it is made: use a new --dir)",
                            c->dir, c->remote, o->remote_url);
     }
-    if (cluster_remote_prepare(c->remote, err) != 0)
+    if (cluster_remote_prepare(c->remote, choosing, err) != 0)
         return -1;
     printf("remote: %s\n", c->remote);
     return 0;
@@ -541,7 +542,7 @@ int cmd_stop(const cli_opts *o)
  * one needs its settings in this environment). */
 static int start_remote_check(const cluster *c, cli_err *err)
 {
-    return c->remote[0] == '\0' ? 0 : cluster_remote_prepare(c->remote, err);
+    return c->remote[0] == '\0' ? 0 : cluster_remote_prepare(c->remote, false, err);
 }
 
 int cmd_start(const cli_opts *o)

@@ -39,28 +39,32 @@ def check_status_schema(st, directory):
     assert "port=%d" % compute["port"] in compute["connstr"]
     assert compute["datadir"].startswith(directory + "/")
     ps = st["pageserver"]
-    assert set(ps) == {"pid", "pg_port", "http_port", "last_record_lsn", "disk_consistent_lsn"}
+    assert set(ps) == {"pid", "pg_port", "http_port", "last_record_lsn", "disk_consistent_lsn",
+                       "remote_consistent_lsn", "remote"}
     assert ps["pid"] is None or isinstance(ps["pid"], int)
     if not pageserver_built():
         assert ps["pid"] is None
     if ps["pid"] is None:
         assert ps["last_record_lsn"] is None and ps["disk_consistent_lsn"] is None
-    for key in ("last_record_lsn", "disk_consistent_lsn"):
+        assert ps["remote_consistent_lsn"] is None
+    for key in ("last_record_lsn", "disk_consistent_lsn", "remote_consistent_lsn"):
         assert ps[key] is None or LSN_RE.match(ps[key]), ps[key]
     assert isinstance(ps["pg_port"], int) and isinstance(ps["http_port"], int)
     assert [sk["name"] for sk in st["safekeepers"]] == ["sk1", "sk2", "sk3"]
     ports = {compute["port"], ps["pg_port"], ps["http_port"]}
     for sk in st["safekeepers"]:
         assert set(sk) == {"name", "pid", "pg_port", "http_port", "node_id", "generation", "term",
-                           "flush_lsn", "commit_lsn", "wal_bytes", "max_wal_bytes", "wal_limited"}
+                           "flush_lsn", "commit_lsn", "wal_bytes", "max_wal_bytes", "wal_limited",
+                           "wal_backup_lsn", "wal_backup_error"}
         assert sk["wal_limited"] in (None, True, False)
         assert sk["wal_bytes"] is None or sk["wal_bytes"] >= 0
         assert sk["pid"] is None or isinstance(sk["pid"], int)
         assert sk["node_id"] is None or (isinstance(sk["node_id"], int) and sk["node_id"] >= 1)
         assert sk["generation"] is None or isinstance(sk["generation"], int)
         assert sk["term"] is None or (isinstance(sk["term"], int) and sk["term"] >= 0)
-        for key in ("flush_lsn", "commit_lsn"):
+        for key in ("flush_lsn", "commit_lsn", "wal_backup_lsn"):
             assert sk[key] is None or LSN_RE.match(sk[key]), sk[key]
+        assert sk["wal_backup_error"] is None or isinstance(sk["wal_backup_error"], str)
         ports.update([sk["pg_port"], sk["http_port"]])
     assert len(ports) == 9, "every port is distinct"
 

@@ -69,8 +69,7 @@ def restored(c):
 
 def test_lost_pageserver_volume_restored_from_remote(cluster_dir, remote_root):
     c = cluster_dir
-    c.env["PAGESERVER_REMOTE"] = "file://" + remote_root
-    c.up()
+    c.up("--remote", "file://" + remote_root)
     create_ledger(c)
     pgbench_init(c, scale=2)
     bench = pgbench_start(c, 40, clients=4)
@@ -209,8 +208,7 @@ def test_deleted_timeline_leaves_the_remote_and_is_not_restored(cluster_dir, rem
     import urllib.error
     import urllib.request
     c = cluster_dir
-    c.env["PAGESERVER_REMOTE"] = "file://" + remote_root
-    c.up()
+    c.up("--remote", "file://" + remote_root)
     tenant, timeline = c.ids()
     tl_root = os.path.join(remote_root, "tenants", tenant, "timelines", timeline)
     mdir = os.path.join(tl_root, "manifest")

@@ -1,7 +1,6 @@
 """
 The pageserver uploads what it flushes (issue 13, part 2; docs/storage.md,
-"Remote storage").  A real cluster (`strata up`) whose pageserver runs with
-PAGESERVER_REMOTE=file:///<dir>:
+"Remote storage").  A real cluster made with `strata up --remote file:///<dir>`:
 
   (a) under a pgbench load, data files and manifests appear remotely; the
       newest manifest names only objects that exist and are byte-identical
@@ -46,10 +45,9 @@ def remote_root():
 
 
 def with_remote(cluster_dir, root, extra=None):
-    cluster_dir.env["PAGESERVER_REMOTE"] = "file://" + root
     cluster_dir.env.update(extra or {})
     cluster_dir.env.pop("STRATA_FAILPOINTS", None)
-    cluster_dir.up()
+    cluster_dir.up("--remote", "file://" + root)
     return cluster_dir
 
 

@@ -3,7 +3,8 @@ The safekeepers' WAL backup (issue 13, part 3; safekeeper/wal_backup.h,
 docs/operations.md "WAL backup").
 
 A real cluster (`strata up`, token auth on) whose three safekeepers back up
-to one local-directory store (SAFEKEEPER_REMOTE=file://...):
+to one local-directory store (`strata up --remote file://...`, which the
+pageserver uploads to as well):
 
   - under pgbench and then a WAL load with the pageserver stopped, closed
     segments appear in the store under tenants/<t>/timelines/<tl>/wal/,
@@ -126,9 +127,8 @@ def backed_up(cluster_dir):
         pytest.skip("the pageserver is not built")
     root = os.path.join(make_shared_dir("strata-walbackup-"), "store")
     os.mkdir(root)
-    cluster_dir.env["SAFEKEEPER_REMOTE"] = "file://" + root
     cluster_dir.env["SAFEKEEPER_WAL_BACKUP_DELAY_MS"] = str(DELAY_MS)
-    cluster_dir.up()
+    cluster_dir.up("--remote", "file://" + root)
     try:
         yield cluster_dir, root
     finally:
@@ -180,8 +180,15 @@ def test_wal_backup_copies_closed_segments_once_and_holds_wal_while_the_store_is
         assert wb["errors"] == 0 and not wb["failing"] and wb["last_error"] == "", wb
 
     # --- the store goes away: WAL at and above the backup LSN is kept ----
-    away = root + ".away"
-    os.rename(root, away)
+    # Only the WAL backup's part of the store fails: its wal/ directory becomes a
+    # plain file (puts under it fail with ENOTDIR), while the pageserver, which
+    # shares the store, keeps uploading: its remote_consistent_lsn moves on, so
+    # what holds the WAL back below is the backup LSN alone.
+    wal_dir = store_dir(root, cluster)
+    away = wal_dir + ".away"
+    os.rename(wal_dir, away)
+    with open(wal_dir, "w") as f:
+        f.write("not a directory\n")
     emit(cluster, 40)
 
     def all_failing():
@@ -191,7 +198,7 @@ def test_wal_backup_copies_closed_segments_once_and_holds_wal_while_the_store_is
     frozen = {n: backup_lsn(cluster, n) for n in NAMES}
     for n in NAMES:
         wb = sk_tl(cluster, n)["wal_backup"]
-        assert root in wb["last_error"] and wb["errors"] >= 1, wb
+        assert "/wal/0000" in wb["last_error"] and wb["errors"] >= 1, wb
         assert sk_metric(cluster, n, "safekeeper_wal_backup_errors_total") >= 1
     st = {s["name"]: s for s in cluster.status()["safekeepers"]}
     for n in NAMES:
@@ -217,7 +224,8 @@ def test_wal_backup_copies_closed_segments_once_and_holds_wal_while_the_store_is
         assert seg_lsn(segs[0]) == frozen[n]
 
     # --- the store is back: the backup catches up, removal follows -------
-    os.rename(away, root)
+    os.unlink(wal_dir)
+    os.rename(away, wal_dir)
     target = committed_floor(cluster)
     wait_until(lambda: all(backup_lsn(cluster, n) >= target for n in NAMES), 120,
                "the backup to catch up after the outage")
@@ -247,10 +255,8 @@ def test_walreceiver_reads_wal_the_safekeepers_removed_from_the_backup(cluster_d
     root = os.path.join(make_shared_dir("strata-walbackup-"), "store")
     os.mkdir(root)
     try:
-        cluster.env["SAFEKEEPER_REMOTE"] = "file://" + root
         cluster.env["SAFEKEEPER_WAL_BACKUP_DELAY_MS"] = "500"
-        cluster.env["PAGESERVER_REMOTE"] = "file://" + root
-        cluster.up()
+        cluster.up("--remote", "file://" + root)
         cluster.sql("CREATE TABLE t (id int, pad text)")
         cluster.sql("INSERT INTO t SELECT g, repeat('a', 100) FROM generate_series(1, 1000) g")
         commit = max(lsn_to_int(sk_tl(cluster, n)["commit_lsn"]) for n in NAMES)
@@ -305,9 +311,8 @@ def test_replaced_safekeeper_after_its_peers_removed_old_wal(cluster_dir):
     root = os.path.join(make_shared_dir("strata-walbackup-"), "store")
     os.mkdir(root)
     try:
-        cluster.env["SAFEKEEPER_REMOTE"] = "file://" + root
         cluster.env["SAFEKEEPER_WAL_BACKUP_DELAY_MS"] = str(DELAY_MS)
-        cluster.up()
+        cluster.up("--remote", "file://" + root)
         cluster.sql("CREATE TABLE t (id int, pad text)")
         for _ in range(5):
             cluster.sql("INSERT INTO t SELECT g, repeat('c', 1000) FROM generate_series(1, 10000) g")
