@@ -73,12 +73,21 @@ HAMMERDB_DESELECT = $(if $(HAMMERDB_KIT),,--deselect bench/test_tprocc_hammerdb.
 S3_DESELECT = $(if $(STRATA_S3_SCRIPT),,--deselect tests/integration/test_remote_storage.py::test_remote_s3_radosgw \
 	--deselect tests/integration/test_cli_remote_up.py::test_up_remote_s3_radosgw)
 
+# The integration tests run two at a time (pytest-xdist): each starts its own
+# processes on free ports in its own directories, and most of a test's time
+# is spent waiting on them, so two workers keep `make test` under 30 minutes
+# on two cores.  PYTEST_WORKERS=0 runs them one by one; --durations names the
+# slowest.
+PYTEST_WORKERS ?= 2
+PYTEST_PAR = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS)) --durations=15
+
 test: deps format-check build build-san
 	cd $(SAN_BUILD) && STRATA_SIM_SEEDS=$(SIM_SEEDS) ctest --output-on-failure
 	STRATA_BUILD=$(CURDIR)/$(BUILD) STRATA_SAN_BUILD=$(CURDIR)/$(SAN_BUILD) \
-		$(PYTEST) -q -ra tests/integration bench/test_bench.py bench/test_pageserver_bench.py \
-		bench/test_image_sweep.py bench/test_stateless_tpcb.py bench/test_tprocc.py \
-		bench/test_tprocc_hammerdb.py $(HAMMERDB_DESELECT) $(S3_DESELECT)
+		$(PYTEST) -q -ra $(PYTEST_PAR) tests/integration bench/test_bench.py \
+		bench/test_pageserver_bench.py bench/test_image_sweep.py bench/test_stateless_tpcb.py \
+		bench/test_tprocc.py bench/test_tprocc_hammerdb.py bench/test_remote_recovery.py \
+		$(HAMMERDB_DESELECT) $(S3_DESELECT)
 
 demo: deps build
 	$(BUILD)/bin/strata demo
