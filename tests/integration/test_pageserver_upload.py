@@ -10,11 +10,13 @@ The pageserver uploads what it flushes (issue 13, part 2; docs/storage.md,
       pageserver run per step), then a restart without failpoints: after the
       next upload and GC, every manifest names only existing objects and no
       data object is named by no manifest;
-  (c) the remote store unreachable (its root renamed away) for ~20 s under
+  (c) the remote store unreachable (its root renamed away) for 60 s under
       load: clients see no error, remote_consistent_lsn stops, the status
       shows the lag and the error, the safekeepers keep the WAL above the
       frozen remote_consistent_lsn even as disk_consistent_lsn moves on;
-      once it is back, the upload catches up.
+      once it is back, the upload catches up, and each safekeeper removes
+      its WAL below the new remote position (and its WAL backup's) and keeps
+      every segment above it.
 """
 import json
 import os
@@ -28,6 +30,7 @@ from test_durability import (pgbench, pgbench_finish, pgbench_init, pgbench_star
                              safekeeper_segments)
 
 SEG = 16 << 20
+OUTAGE_S = 60  # how long the store is away in (c), as issue #13 asks
 FAST_GC = {
     # Local GC often, with a small window, so files get rewritten or dropped
     # (which is what makes remote data objects garbage).
@@ -68,6 +71,12 @@ def ps_metric(c, name):
             if line.startswith(name + " ") or line.startswith(name + "{"):
                 return float(line.rsplit(" ", 1)[1])
     return None
+
+
+def sk_timeline(c, name):
+    tenant, timeline = c.ids()
+    return c.http_get_json(c.safekeeper(name)["http_port"],
+                           "/v1/tenant/%s/timeline/%s" % (tenant, timeline))
 
 
 def sk_remote_lsn(c, name):
@@ -258,9 +267,10 @@ def test_remote_unreachable_under_load(cluster_dir, remote_root):
     pgbench_init(c, scale=1)
     c.sql("create table filler (id int, pad text)")
     wait_caught_up(c, 60)
-    bench = pgbench_start(c, 60, clients=2)
+    bench = pgbench_start(c, 90, clients=2)
     time.sleep(2)
     os.rename(remote_root, remote_root + ".away")
+    away_since = time.monotonic()
     try:
         frozen = wait_until(lambda: (lambda t: t["remote"]["failing"] and t)(ps_timeline(c)), 30,
                             "the uploader to notice the remote store is gone", interval=0.5)
@@ -284,6 +294,9 @@ def test_remote_unreachable_under_load(cluster_dir, remote_root):
             assert sk_remote_lsn(c, name) <= frozen_lsn
             segs = sk_segment_numbers(c, name)
             assert segs and min(segs) <= frozen_lsn // SEG, (name, segs, frozen_lsn // SEG)
+        # The store stays away for a full minute under the load.
+        time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - away_since)))
+        assert bench.poll() is None, "pgbench ended during the outage"
     finally:
         os.rename(remote_root + ".away", remote_root)
     assert pgbench_finish(bench, timeout=120) > 0  # no client error
@@ -294,3 +307,17 @@ def test_remote_unreachable_under_load(cluster_dir, remote_root):
     log = open(os.path.join(c.dir, "pageserver.log"), errors="replace").read()
     assert log.count("retrying with backoff") <= 2, "logged every retry"
     assert "works again" in log
+    # Afterwards each safekeeper removes its WAL below the new remote position
+    # (and below its WAL backup, which shared the outage) and keeps what is above.
+    for name in ("sk1", "sk2", "sk3"):
+        def trimmed():
+            remote = sk_remote_lsn(c, name)
+            backup = lsn_to_int(sk_timeline(c, name)["wal_backup"]["backup_lsn"])
+            segs = sorted(sk_segment_numbers(c, name))
+            floor = min(remote, backup) // SEG
+            return (segs, remote) if segs and segs[0] == floor and remote > frozen_lsn + 2 * SEG \
+                else None
+        segs, remote = wait_until(trimmed, 90, "%s to remove its WAL below the new remote "
+                                  "position" % name, interval=1)
+        assert segs[0] <= remote // SEG, (name, segs[:3], remote // SEG)
+        assert segs == list(range(segs[0], segs[-1] + 1)), (name, segs)
