@@ -71,7 +71,8 @@ HAMMERDB_DESELECT = $(if $(HAMMERDB_KIT),,--deselect bench/test_tprocc_hammerdb.
 # script a user names with STRATA_S3_SCRIPT (docs/operations.md); without it
 # the test is left out here and fails naming the variable when run by hand.
 S3_DESELECT = $(if $(STRATA_S3_SCRIPT),,--deselect tests/integration/test_remote_storage.py::test_remote_s3_radosgw \
-	--deselect tests/integration/test_cli_remote_up.py::test_up_remote_s3_radosgw)
+	--deselect tests/integration/test_cli_remote_up.py::test_up_remote_s3_radosgw \
+	--deselect tests/integration/test_pageserver_restore.py::test_lost_pageserver_volume_restored_from_radosgw)
 
 # The integration tests run two at a time (pytest-xdist): each starts its own
 # processes on free ports in its own directories, and most of a test's time

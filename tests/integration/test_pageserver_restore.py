@@ -2,7 +2,7 @@
 A pageserver rebuilt from object storage (issue 13, part 4; docs/operations.md,
 "Recovering a lost pageserver volume").  Its volume is lost outright: kill -9,
 then its whole data directory deleted; it starts again, empty, with the same
---remote (the file:// backend here), downloads the newest manifest's data
+--remote (the file:// backend, and radosgw in (a)), downloads the newest manifest's data
 files, rebuilds its index from them and resumes WAL from the safekeepers at
 the manifest's consistent LSN.
 
@@ -10,7 +10,8 @@ the manifest's consistent LSN.
       acknowledged commit is read back through a fresh stateless compute
       (new data directory, pages from the restored pageserver), amcheck is
       clean on the pgbench indexes, pgbench runs again, and while the
-      restore ran the status said so.
+      restore ran the status said so.  Again against a real S3 server
+      (radosgw, from STRATA_S3_SCRIPT; left out by make test without it).
   (b) The page oracle (test_page_oracle.py: every page the pageserver
       serves equals a stock standby's at the same LSN) holds at every
       point, those older than the deletion included (they come from the
@@ -28,6 +29,7 @@ import pytest
 from conftest import int_to_lsn, lsn_to_int, make_shared_dir, wait_until
 from test_durability import Ledger, create_ledger, pgbench, pgbench_init, pgbench_start
 from test_pageserver_upload import ps_metric, ps_timeline
+from test_remote_storage import radosgw  # noqa: F401  (fixture)
 
 
 @pytest.fixture
@@ -68,8 +70,21 @@ def restored(c):
 
 
 def test_lost_pageserver_volume_restored_from_remote(cluster_dir, remote_root):
-    c = cluster_dir
-    c.up("--remote", "file://" + remote_root)
+    lost_volume_restored(cluster_dir, "file://" + remote_root)
+
+
+def test_lost_pageserver_volume_restored_from_radosgw(cluster_dir, radosgw):  # noqa: F811
+    """The same with a real S3 server (radosgw from STRATA_S3_SCRIPT; left out
+    by make test without it, like test_remote_storage.py's S3 test)."""
+    cluster_dir.env.update({k: v for k, v in radosgw.items() if k.startswith("STRATA_S3_")})
+    lost_volume_restored(cluster_dir, "s3://strata-restore/it")
+
+
+def lost_volume_restored(c, url):
+    """Under pgbench and a ledger: kill -9 the pageserver, delete its data
+    directory, start it: it comes back from the store at url, and a fresh
+    compute reads every acknowledged row with clean indexes."""
+    c.up("--remote", url)
     create_ledger(c)
     pgbench_init(c, scale=2)
     bench = pgbench_start(c, 40, clients=4)
