@@ -74,12 +74,12 @@ S3_DESELECT = $(if $(STRATA_S3_SCRIPT),,--deselect tests/integration/test_remote
 	--deselect tests/integration/test_cli_remote_up.py::test_up_remote_s3_radosgw \
 	--deselect tests/integration/test_pageserver_restore.py::test_lost_pageserver_volume_restored_from_radosgw)
 
-# The integration tests run two at a time (pytest-xdist): each starts its own
-# processes on free ports in its own directories, and most of a test's time
-# is spent waiting on them, so two workers keep `make test` under 30 minutes
-# on two cores.  PYTEST_WORKERS=0 runs them one by one; --durations names the
-# slowest.
-PYTEST_WORKERS ?= 2
+# PYTEST_WORKERS=N runs the integration tests N at a time (pytest-xdist; each
+# test starts its own processes on free ports in its own directories).  The
+# default is one at a time: on two cores two workers were no faster (about 5.5
+# tests a minute either way, the sanitized daemons keep both cores busy).
+# --durations names the slowest tests of every run.
+PYTEST_WORKERS ?= 0
 PYTEST_PAR = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS)) --durations=15
 
 test: deps format-check build build-san
