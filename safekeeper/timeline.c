@@ -1311,6 +1311,12 @@ sk_node *sk_timeline_node(const sk_timeline *tl)
     return tl->node;
 }
 
+void sk_timeline_ids(const sk_timeline *tl, strata_id *tenant, strata_id *timeline)
+{
+    *tenant = tl->tenant_id;
+    *timeline = tl->timeline_id;
+}
+
 const acceptor *sk_timeline_acceptor(const sk_timeline *tl)
 {
     return &tl->acc;

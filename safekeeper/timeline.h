@@ -175,6 +175,8 @@ int sk_timeline_switch_membership(sk_timeline *tl, const membership *m, char *er
 /* --- sender side (walsender.c) --- */
 
 sk_node *sk_timeline_node(const sk_timeline *tl);
+/* The timeline's tenant and timeline ids. */
+void sk_timeline_ids(const sk_timeline *tl, strata_id *tenant, strata_id *timeline);
 const acceptor *sk_timeline_acceptor(const sk_timeline *tl);
 /* NULL while the timeline has no WAL yet. */
 wal_store *sk_timeline_store(sk_timeline *tl);

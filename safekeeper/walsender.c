@@ -28,8 +28,53 @@ struct sk_sender {
     bool ps_feedback_trusted; /* the pageserver's connection (walsender.h) */
     bool ps_feedback_warned;  /* logged the first ignored 'z' */
     uv_timer_t keepalive;
+    /* A standby's replay progress (its status updates), for the lag
+     * series; NULL until the first update, and for the pageserver's
+     * connection (its progress is ps_feedback). */
+    lsn_t apply_lsn;
+    metrics_gauge *g_lag;
+    metrics_gauge *g_apply;
     uint8_t buf[WALSENDER_MAX_CHUNK];
 };
+
+/*
+ * The lag series of a standby (a read-only compute, a stock standby): the
+ * committed end of WAL minus the LSN the standby says it replayed
+ * (apply_lsn of its status updates), in bytes, and that LSN itself, labelled
+ * with the timeline and the standby's application_name.  Updated on each
+ * status update and whenever this sender sends WAL.  Series outlive the
+ * connection (metrics.h has no expiry): on close the apply series stays and
+ * the lag goes to -1, "not connected".
+ */
+static void lag_register(sk_sender *s)
+{
+    if (s->ps_feedback_trusted || s->g_lag != NULL)
+        return;
+    strata_id tenant, timeline;
+    char t[STRATA_ID_HEX_LEN], l[STRATA_ID_HEX_LEN];
+    const char *app = pgwire_conn_param(s->c, "application_name");
+    sk_timeline_ids(s->tl, &tenant, &timeline);
+    const char *names[] = {"tenant_id", "timeline_id", "application_name"};
+    const char *values[] = {strata_id_format(&tenant, t), strata_id_format(&timeline, l),
+                            app != NULL && app[0] != '\0' ? app : "unnamed"};
+    metrics_registry *r = metrics_default_registry();
+    s->g_lag = metrics_gauge_register(
+        r, "safekeeper_standby_replay_lag_bytes",
+        "Committed WAL a standby streaming from this safekeeper has not replayed yet (bytes; "
+        "-1 once it disconnected)",
+        3, names, values);
+    s->g_apply = metrics_gauge_register(r, "safekeeper_standby_apply_lsn",
+                                        "Replay LSN a standby last reported", 3, names, values);
+}
+
+static void lag_update(sk_sender *s)
+{
+    if (s->g_lag == NULL)
+        return;
+    lsn_t commit = acceptor_commit_lsn(sk_timeline_acceptor(s->tl));
+    metrics_gauge_set(s->g_lag, commit > s->apply_lsn ? (double)(commit - s->apply_lsn) : 0);
+    metrics_gauge_set(s->g_apply, (double)s->apply_lsn);
+}
 
 static lsn_t serve_end(const sk_sender *s)
 {
@@ -114,6 +159,7 @@ static void pump(sk_sender *s)
             return; /* closing */
         s->pos += (lsn_t)n;
     }
+    lag_update(s);
 }
 
 int walsender_start(sk_timeline *tl, pgwire_conn *c, lsn_t start, bool with_term, uint64_t term,
@@ -195,6 +241,11 @@ void walsender_on_copy_data(sk_sender *s, const uint8_t *data, size_t n)
     }
     switch (m.kind) {
     case REPLICATION_STATUS_UPDATE:
+        if (m.u.status.apply_lsn != LSN_INVALID) {
+            lag_register(s);
+            s->apply_lsn = m.u.status.apply_lsn;
+            lag_update(s);
+        }
         if (m.u.status.reply_requested)
             send_keepalive(s, false);
         return;
@@ -249,6 +300,8 @@ static void on_timer_closed(uv_handle_t *h)
 
 void walsender_closed(sk_sender *s)
 {
+    if (s->g_lag != NULL)
+        metrics_gauge_set(s->g_lag, -1);
     sk_timeline_remove_sender(s->tl, s);
     sk_timeline_conn_count(s->tl, -1);
     s->done = true;

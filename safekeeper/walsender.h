@@ -14,6 +14,9 @@
  * pageserver's (see conn.c, may_move_horizon); any other sender's 'z' is
  * dropped, logged once per connection and counted
  * (safekeeper_ps_feedback_ignored_total), and its streaming goes on.
+ * A standby's status updates with an apply position feed the lag series
+ * safekeeper_standby_replay_lag_bytes and safekeeper_standby_apply_lsn
+ * (labels tenant_id, timeline_id, application_name).
  * Production stops while the connection is congested and resumes from
  * on_writable.
  *

@@ -10,7 +10,9 @@
  * waiting (at most strata.prefetch_depth in flight); a later read of that
  * block takes the answer if it was asked with a not_modified_since at least
  * the block's current last-written LSN (otherwise the block changed locally
- * since, and the answer may be stale).
+ * since, and the answer may be stale).  A read-only compute asks at its read
+ * LSN (strata_read_at()) and takes a prefetched answer only if it was asked
+ * at that LSN or later.
  *
  * Failures: a broken connection is re-established with exponential backoff
  * (10 ms doubling to 1 s) and every unanswered request is sent again; after
@@ -471,6 +473,21 @@ static int call(pagestream_request *req)
     return -1; /* not reached */
 }
 
+/* A primary asks for the latest version not older than nms; a read-only
+ * compute for the version at exactly its read LSN (smgr_int.h). */
+static void set_lsns(pagestream_request *req, XLogRecPtr nms)
+{
+    XLogRecPtr at = strata_read_at();
+
+    if (at == InvalidXLogRecPtr) {
+        req->request_lsn = LSN_MAX;
+        req->not_modified_since = nms;
+        return;
+    }
+    req->request_lsn = at;
+    req->not_modified_since = at;
+}
+
 static void fill_rel(pagestream_rel *r, RelFileNode rnode, ForkNumber fork)
 {
     r->spc = rnode.spcNode;
@@ -486,8 +503,7 @@ static pagestream_request rel_request(uint8_t tag, RelFileNode rnode, ForkNumber
 
     memset(&req, 0, sizeof req);
     req.tag = tag;
-    req.request_lsn = LSN_MAX;
-    req.not_modified_since = nms;
+    set_lsns(&req, nms);
     fill_rel(&req.u.rel, rnode, fork);
     return req;
 }
@@ -526,8 +542,7 @@ int64 strata_ps_dbsize(Oid db, XLogRecPtr nms)
 
     memset(&req, 0, sizeof req);
     req.tag = PS_REQ_DBSIZE;
-    req.request_lsn = LSN_MAX;
-    req.not_modified_since = nms;
+    set_lsns(&req, nms);
     req.u.dbsize.db = db;
     i = call(&req);
     result = ring[i].v.dbsize;
@@ -543,8 +558,7 @@ int64 strata_ps_spcsize(Oid spc, XLogRecPtr nms, uint32 *relations)
 
     memset(&req, 0, sizeof req);
     req.tag = PS_REQ_SPCSIZE;
-    req.request_lsn = LSN_MAX;
-    req.not_modified_since = nms;
+    set_lsns(&req, nms);
     req.u.spcsize.spc = spc;
     i = call(&req);
     result = ring[i].v.spcsize.bytes;
@@ -560,6 +574,20 @@ static bool page_matches(const ps_slot *s, RelFileNode rnode, ForkNumber fork, B
            s->req.u.page.rel.fork == (uint8_t)fork && s->req.u.page.blkno == blkno;
 }
 
+/* A prefetched answer still serves a read with last-written LSN nms: asked
+ * with a not_modified_since at least nms (no local change since), or, when
+ * reading at a fixed LSN (recovery), at that LSN -- a replica's replay moves
+ * on, and its startup process may have replayed and evicted a newer version
+ * of the page since the prefetch. */
+static bool slot_fresh(const ps_slot *s, XLogRecPtr nms)
+{
+    XLogRecPtr at = strata_read_at();
+
+    if (at != InvalidXLogRecPtr)
+        return s->req.request_lsn >= at;
+    return s->req.not_modified_since >= nms;
+}
+
 static pagestream_request page_request(RelFileNode rnode, ForkNumber fork, BlockNumber blkno,
                                        XLogRecPtr nms)
 {
@@ -567,8 +595,7 @@ static pagestream_request page_request(RelFileNode rnode, ForkNumber fork, Block
 
     memset(&req, 0, sizeof req);
     req.tag = PS_REQ_GETPAGE;
-    req.request_lsn = LSN_MAX;
-    req.not_modified_since = nms;
+    set_lsns(&req, nms);
     fill_rel(&req.u.page.rel, rnode, fork);
     req.u.page.blkno = blkno;
     return req;
@@ -582,7 +609,7 @@ bool strata_ps_prefetch(RelFileNode rnode, ForkNumber fork, BlockNumber blkno, X
     ps_init();
     for (int i = 0; i < nslots; i++)
         if (ring[i].prefetch && page_matches(&ring[i], rnode, fork, blkno) &&
-            ring[i].req.not_modified_since >= nms)
+            slot_fresh(&ring[i], nms))
             return false;
     inflight = nslots - ndone;
     if (inflight >= Min(strata_prefetch_depth, STRATA_PREFETCH_MAX))
@@ -610,7 +637,7 @@ void strata_ps_getpage(RelFileNode rnode, ForkNumber fork, BlockNumber blkno, XL
     ps_init();
     for (i = 0; i < nslots; i++) {
         if (ring[i].prefetch && page_matches(&ring[i], rnode, fork, blkno)) {
-            if (ring[i].req.not_modified_since >= nms) {
+            if (slot_fresh(&ring[i], nms)) {
                 id = ring[i].req.reqid;
                 break;
             }

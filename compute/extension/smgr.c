@@ -15,6 +15,8 @@
  *    to md.
  *  - permanent relations: read = GetPage(latest, not_modified_since = the
  *    block's last-written LSN), flushing local WAL up to that LSN first;
+ *    in recovery (a read-only compute) GetPage at exactly the replay LSN or
+ *    strata.read_lsn instead (strata_read_at());
  *    write (eviction) sends nothing, WAL-logs the page when it carries state
  *    the WAL does not (eviction-time logging), and records the LSN.
  *  - sizes: the relsize cache, else Nblocks/Exists at the relation's
@@ -151,6 +153,30 @@ static void flush_upto(XLogRecPtr lsn)
         strata_stat_add(STAT_WAL_FLUSH, 1);
         XLogFlush(lsn);
     }
+}
+
+XLogRecPtr strata_read_at(void)
+{
+    if (strata_read_lsn_value != InvalidXLogRecPtr) {
+        /* A static compute's view of every relation is the one at the LSN:
+         * written to, or moved by replay, it would mix versions. */
+        if (!RecoveryInProgress())
+            ereport(ERROR,
+                    (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                     errmsg("strata.read_lsn is set but this server is not in recovery"),
+                     errdetail("A compute pinned at an LSN is a hot standby (standby.signal) "
+                               "and never leaves recovery.")));
+        if (AmStartupProcess())
+            ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                            errmsg("a compute pinned at LSN %X/%X by strata.read_lsn cannot "
+                                   "replay WAL",
+                                   LSN_FORMAT_ARGS(strata_read_lsn_value)),
+                            errhint("Give a static read-only compute no primary_conninfo.")));
+        return strata_read_lsn_value;
+    }
+    if (RecoveryInProgress())
+        return GetXLogReplayRecPtr(NULL);
+    return InvalidXLogRecPtr;
 }
 
 /* An LSN no WAL record has: 0 (never logged), or one of the fake LSNs below
@@ -419,7 +445,16 @@ static void strata_create(SMgrRelation reln, ForkNumber fork, bool isRedo)
     /* Only a MAIN fork's creation is WAL-logged (XLOG_SMGR_CREATE); an FSM
      * or VM fork made by fsm_extend/vm_extend is unknown to the pageserver
      * until a record touches one of its pages. */
-    if (!isRedo)
+    if (!isRedo) {
+        strata_relsize_set(reln->smgr_rnode.node, fork, 0, fork == MAIN_FORKNUM);
+        return;
+    }
+    /* Redo (a read-only compute replaying WAL; a primary never replays):
+     * XLogReadBufferExtended creates the fork of every block it reads, then
+     * asks its size.  An existing fork stays as the pageserver has it at the
+     * replay LSN; a missing one (an FSM fork the WAL never showed) exists
+     * here from now on, empty, as mdcreate would make it. */
+    if (!strata_exists(reln, fork))
         strata_relsize_set(reln->smgr_rnode.node, fork, 0, fork == MAIN_FORKNUM);
 }
 
@@ -670,7 +705,7 @@ static XLogRecPtr wal_end_flushed(void)
     XLogRecPtr lsn;
 
     if (RecoveryInProgress())
-        return GetXLogReplayRecPtr(NULL);
+        return strata_read_at();
     lsn = GetXLogInsertRecPtr();
     flush_upto(lsn);
     return lsn;

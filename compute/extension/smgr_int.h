@@ -23,14 +23,16 @@
 #include "storage/relfilenode.h"
 
 /* ---- GUCs (strata.c defines them) ---------------------------------- */
-extern char *strata_pageserver;       /* "host:port"; "" = no smgr */
-extern bool strata_log_evicted_pages; /* design.md §7.4 eviction-time logging */
-extern int strata_relsize_cache_size; /* entries */
-extern int strata_lwlsn_cache_size;   /* entries */
-extern int strata_prefetch_depth;     /* GetPage requests in flight */
-extern int strata_pageserver_timeout; /* ms */
-extern int strata_file_cache_size;    /* MB; 0 = no local file cache */
-extern char *strata_file_cache_path;  /* relative to the data directory unless absolute */
+extern char *strata_pageserver;          /* "host:port"; "" = no smgr */
+extern bool strata_log_evicted_pages;    /* design.md §7.4 eviction-time logging */
+extern int strata_relsize_cache_size;    /* entries */
+extern int strata_lwlsn_cache_size;      /* entries */
+extern int strata_prefetch_depth;        /* GetPage requests in flight */
+extern int strata_pageserver_timeout;    /* ms */
+extern int strata_file_cache_size;       /* MB; 0 = no local file cache */
+extern char *strata_file_cache_path;     /* relative to the data directory unless absolute */
+extern char *strata_read_lsn;            /* "X/Y" or "": see strata_read_at() */
+extern XLogRecPtr strata_read_lsn_value; /* strata.read_lsn parsed; 0 when "" */
 
 /* Upper bound of strata.prefetch_depth (the per-backend ring's size). */
 #define STRATA_PREFETCH_MAX 128
@@ -39,6 +41,19 @@ extern char *strata_file_cache_path;  /* relative to the data directory unless a
  * shared-memory hooks when strata.pageserver is set; FATAL when it is set but
  * this server has no smgr_hook. */
 extern void strata_smgr_setup(void);
+
+/*
+ * The LSN every request of this process reads at (smgr.c), or
+ * InvalidXLogRecPtr for "latest" (request_lsn = LSN_MAX, not_modified_since =
+ * the block's last-written LSN): a primary's own writes are the newest
+ * versions.  strata.read_lsn when set (a static read-only compute; ERROR
+ * when such a server is out of recovery or replays WAL); else, in recovery,
+ * the replay LSN: a standby must never see a version newer than what it
+ * replayed ("latest" would hand it pages the primary wrote after its replay
+ * position).  The caller then sends request_lsn = not_modified_since = it,
+ * which the pageserver answers at exactly that LSN once it has ingested it.
+ */
+XLogRecPtr strata_read_at(void);
 
 /* ---- statistics (smgr_cache.c; shared counters) --------------------- */
 typedef enum strata_stat {

@@ -48,6 +48,8 @@ int strata_prefetch_depth = 32;
 int strata_pageserver_timeout = 120000;
 int strata_file_cache_size = 0;
 char *strata_file_cache_path = NULL;
+char *strata_read_lsn = NULL;
+XLogRecPtr strata_read_lsn_value = InvalidXLogRecPtr;
 
 extern PGDLLEXPORT void _PG_init(void);
 
@@ -62,6 +64,30 @@ static bool check_id(char **newval, void **extra, GucSource source)
         return false;
     }
     return true;
+}
+
+/* Accepts "" or an LSN "X/Y" other than 0/0. */
+static bool check_read_lsn(char **newval, void **extra, GucSource source)
+{
+    lsn_t lsn;
+
+    if (*newval == NULL || (*newval)[0] == '\0')
+        return true;
+    if (!lsn_parse(*newval, &lsn) || lsn == 0) {
+        GUC_check_errdetail(
+            "An LSN is written X/Y in hexadecimal, e.g. 0/16B3748, and is not 0/0.");
+        return false;
+    }
+    return true;
+}
+
+static void assign_read_lsn(const char *newval, void *extra)
+{
+    lsn_t lsn = 0;
+
+    if (newval != NULL && newval[0] != '\0' && !lsn_parse(newval, &lsn))
+        lsn = 0;
+    strata_read_lsn_value = (XLogRecPtr)lsn;
 }
 
 /* Accepts "" or a comma-separated list of host:port with a numeric port. */
@@ -186,6 +212,12 @@ static void define_gucs(void)
         "strata.file_cache_path", "File of the local file cache.",
         "Relative to the data directory unless absolute; emptied at every start.",
         &strata_file_cache_path, "strata_file_cache", PGC_POSTMASTER, 0, NULL, NULL, NULL);
+    DefineCustomStringVariable(
+        "strata.read_lsn", "Pins a read-only compute's reads at this LSN.",
+        "Every page, relation size and existence is read from the pageserver as of this LSN "
+        "(a static read-only compute: a hot standby that replays nothing).  Empty: a primary "
+        "reads the latest version, a standby the version at its replay LSN.",
+        &strata_read_lsn, "", PGC_POSTMASTER, 0, check_read_lsn, assign_read_lsn, NULL);
     MarkGUCPrefixReserved("strata");
 }
 

@@ -658,7 +658,7 @@ static int ingest_xlog(ingest_state *ing, lsn_t start, lsn_t end, const wal_reco
         if (info == PG_XLOG_CHECKPOINT_SHUTDOWN)
             put_le64(ing->cp + PG_CP_REDO, start);
         ing->cp_dirty = true;
-        return 0;
+        return ingest_checkpoint_record(ing, start, end, info, d, err, errlen);
     }
     case PG_XLOG_NEXTOID:
         if (len != 4) {

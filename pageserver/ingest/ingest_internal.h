@@ -67,6 +67,10 @@ int ingest_extend(ingest_state *ing, const pg_key *sk, uint32_t blk, lsn_t lsn, 
 int ingest_checkpoint_load(ingest_state *ing, char *err, size_t errlen);
 int ingest_checkpoint_store(ingest_state *ing, lsn_t lsn, char *err, size_t errlen);
 void ingest_note_xid(ingest_state *ing, uint32_t xid);
+/* Notes where a checkpoint record is (key.h KEY_CHECKPOINT_REL_RECORD):
+ * info is its xl_info without the XLR bits, cp its 88-byte main data. */
+int ingest_checkpoint_record(ingest_state *ing, lsn_t start, lsn_t end, uint8_t info,
+                             const uint8_t *cp, char *err, size_t errlen);
 
 /* 1 page rebuilt, 0 compression not decodable here, -1 malformed. */
 int ingest_restore_image(const wal_block_ref *b, uint8_t page[PG_BLCKSZ], char *err, size_t errlen);

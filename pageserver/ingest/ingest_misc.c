@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "base/crc32c.h"
+#include "base/strata_assert.h"
 #include "pageserver/ingest/ingest_internal.h"
 
 /* ---- smgr ---------------------------------------------------------- */
@@ -404,6 +405,21 @@ int ingest_logical_message(ingest_state *ing, lsn_t end, const wal_record *rec, 
         return -1;
     ing->stats.auto_confs++;
     return 0;
+}
+
+/* ---- checkpoint records (for replicas) ------------------------------ */
+
+int ingest_checkpoint_record(ingest_state *ing, lsn_t start, lsn_t end, uint8_t info,
+                             const uint8_t *cp, char *err, size_t errlen)
+{
+    STRATA_ASSERT(start < end);
+    STRATA_ASSERT(info == PG_XLOG_CHECKPOINT_SHUTDOWN || info == PG_XLOG_CHECKPOINT_ONLINE);
+    uint8_t v[KEY_CHECKPOINT_RECORD_LEN];
+    put_le64(v + KEY_CHECKPOINT_RECORD_START_OFF, start);
+    v[KEY_CHECKPOINT_RECORD_INFO_OFF] = info;
+    memcpy(v + KEY_CHECKPOINT_RECORD_CP_OFF, cp, PG_CHECKPOINT_SIZE);
+    pg_key k = {.kind = KEY_CHECKPOINT, .rel = KEY_CHECKPOINT_REL_RECORD};
+    return ingest_put(ing, &k, end, VAL_BLOB, 0, v, sizeof v, err, errlen);
 }
 
 /* ---- heap: visibility map bits cleared ------------------------------ */

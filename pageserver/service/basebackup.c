@@ -544,6 +544,89 @@ static int get_blob(bb *b, const pg_key *k, const char *what, size_t want, value
     return 0;
 }
 
+/*
+ * Replica mode: the newest checkpoint record at or below the LSN that a
+ * standby can start from -- its redo point in the same WAL segment as the
+ * record, because PostgreSQL reads the checkpoint record first and starts
+ * streaming at its segment, and then cannot go back to an earlier segment it
+ * never received (a missing segment under an active walreceiver is a PANIC
+ * in XLogFileRead).  Shutdown checkpoints (redo = the record) always
+ * qualify; every compute start writes one.  *start and cp are set; -1 with
+ * a clear error when there is none or its redo point is below the GC
+ * horizon (the replay would read pages that are no longer kept).
+ */
+#define REPLICA_CHECKPOINT_TRIES 64
+
+static int replica_checkpoint(bb *b, uint32_t seg_size, lsn_t *start,
+                              uint8_t cp[PG_CHECKPOINT_SIZE])
+{
+    pg_key k = {.kind = KEY_CHECKPOINT, .rel = KEY_CHECKPOINT_REL_RECORD};
+    char lb[LSN_FMT_LEN], lb2[LSN_FMT_LEN], lb3[LSN_FMT_LEN];
+    lsn_t at = b->lsn;
+    for (int i = 0; i < REPLICA_CHECKPOINT_TRIES && at != LSN_INVALID; i++) {
+        value_ref v;
+        lsn_t found;
+        int rc = b->src->get_latest(b->src->arg, &k, at, &v, &found, b->err, b->errlen);
+        if (rc < 0)
+            return read_fail(b);
+        if (rc == 0)
+            break;
+        if (v.kind != VAL_BLOB || v.len != KEY_CHECKPOINT_RECORD_LEN) {
+            snprintf(b->err, b->errlen,
+                     "stored checkpoint record at %s is a value of kind %u "
+                     "and %u bytes",
+                     lsn_format(found, lb), v.kind, v.len);
+            free((void *)v.payload);
+            return read_fail(b);
+        }
+        lsn_t s = get_le64(v.payload + KEY_CHECKPOINT_RECORD_START_OFF);
+        lsn_t redo = get_le64(v.payload + KEY_CHECKPOINT_RECORD_CP_OFF + PG_CP_REDO);
+        bool usable = redo <= s && redo / seg_size == s / seg_size && s < found;
+        if (usable)
+            memcpy(cp, v.payload + KEY_CHECKPOINT_RECORD_CP_OFF, PG_CHECKPOINT_SIZE);
+        free((void *)v.payload);
+        if (usable) {
+            if (b->o->gc_horizon != LSN_INVALID && redo < b->o->gc_horizon) {
+                snprintf(b->err, b->errlen,
+                         "the newest checkpoint a replica at %s can start from (redo %s) is below "
+                         "the GC horizon %s; run CHECKPOINT on the timeline's primary and retry",
+                         lsn_format(b->lsn, lb), lsn_format(redo, lb2),
+                         lsn_format(b->o->gc_horizon, lb3));
+                b->sqlstate = SQLSTATE_OBJECT_NOT_IN_PREREQUISITE_STATE;
+                return -1;
+            }
+            *start = s;
+            return 0;
+        }
+        at = found - 1;
+    }
+    snprintf(b->err, b->errlen,
+             "no checkpoint record at or below LSN %s that a replica can start from: start a "
+             "writable compute on the timeline (its startup writes one) or run CHECKPOINT on it",
+             lsn_format(b->lsn, lb));
+    b->sqlstate = SQLSTATE_OBJECT_NOT_IN_PREREQUISITE_STATE;
+    return -1;
+}
+
+/* pg_control for replica mode (pgcontrol.h); no WAL goes with it. */
+static int replica_control(bb *b, const value_ref *ctl, uint8_t *control)
+{
+    uint32_t seg_size;
+    lsn_t start;
+    uint8_t cp[PG_CHECKPOINT_SIZE];
+    if (pgcontrol_replica_seg_size(ctl->payload, ctl->len, &seg_size, b->err, b->errlen) != 0) {
+        b->sqlstate = SQLSTATE_INTERNAL_ERROR;
+        return -1;
+    }
+    if (replica_checkpoint(b, seg_size, &start, cp) != 0)
+        return -1;
+    pgcontrol_make_replica_control(ctl->payload, ctl->len, start, cp, b->lsn, control);
+    b->res->checkpoint_lsn = start;
+    b->res->next_record_lsn = LSN_INVALID;
+    b->res->prev_lsn = LSN_INVALID;
+    return 0;
+}
+
 static int write_all(bb *b)
 {
     /* pg_control and the checkpoint first: nothing is written for an LSN
@@ -571,15 +654,20 @@ static int write_all(bb *b)
         read_fail(b);
         goto out;
     }
-    if (pgcontrol_boot_plan(b->lsn, ctl.payload, ctl.len, cp.payload, prev, now, boot, b->err,
-                            b->errlen) != 0) {
-        b->sqlstate = SQLSTATE_INVALID_PARAMETER_VALUE;
-        goto out;
+    if (b->o->replica) {
+        if (replica_control(b, &ctl, control) != 0)
+            goto out;
+    } else {
+        if (pgcontrol_boot_plan(b->lsn, ctl.payload, ctl.len, cp.payload, prev, now, boot, b->err,
+                                b->errlen) != 0) {
+            b->sqlstate = SQLSTATE_INVALID_PARAMETER_VALUE;
+            goto out;
+        }
+        pgcontrol_make_control(boot, ctl.payload, ctl.len, control);
+        b->res->checkpoint_lsn = boot->record_start;
+        b->res->next_record_lsn = boot->record_end;
+        b->res->prev_lsn = prev;
     }
-    pgcontrol_make_control(boot, ctl.payload, ctl.len, control);
-    b->res->checkpoint_lsn = boot->record_start;
-    b->res->next_record_lsn = boot->record_end;
-    b->res->prev_lsn = prev;
 
     if (list_kind(b->src, KEY_DB, b->lsn, &dbs, b->err, b->errlen) != 0 ||
         list_kind(b->src, KEY_SLRU_SIZE, b->lsn, &slrus, b->err, b->errlen) != 0 ||
@@ -623,6 +711,8 @@ static int write_all(bb *b)
         if (write_twophase(b, &twophase.k[i]) != 0)
             goto out;
 
+    if (b->o->replica)
+        goto control_file; /* the standby streams its WAL from the safekeepers */
     seg = malloc(boot->seg_size);
     if (seg == NULL) {
         snprintf(b->err, b->errlen, "out of memory");
@@ -640,6 +730,7 @@ static int write_all(bb *b)
         }
         b->res->files++;
     }
+control_file:
     /* pg_control last: a truncated archive has none and cannot start. */
     if (tar_file(&b->w, "global/pg_control", control, PG_CONTROL_FILE_SIZE) != 0 ||
         tar_close(&b->w) != 0) {

@@ -16,6 +16,9 @@
  * relation files are those of unlogged relations: the init fork and a main
  * fork with the init fork's contents (Postgres resets unlogged relations
  * only in crash recovery, which a compute started this way never runs).
+ * In replica mode (basebackup_options.replica) the archive is the same
+ * minus the bootstrap WAL, and pg_control starts a standby at a real
+ * checkpoint record instead (see the option).
  * Not for: the network (page_service.c streams the chunks), waiting for
  * the LSN to be ingested (the caller does), compressing.
  *
@@ -77,6 +80,14 @@ typedef struct basebackup_options {
     lsn_t prev_lsn;       /* xl_prev of the checkpoint record; LSN_INVALID: see below */
     lsn_t timeline_start; /* the timeline's start LSN (its import LSN) */
     int64_t now;          /* seconds since the epoch for pg_control (0: time(NULL)) */
+    /* Replica mode: the files at lsn, but pg_control pointing at the newest
+     * real checkpoint record at or below lsn that a standby can start from
+     * (key.h KEY_CHECKPOINT_REL_RECORD), minRecoveryPoint = lsn, and no WAL:
+     * a hot standby that streams the timeline's WAL from the safekeepers
+     * (pgcontrol.h pgcontrol_make_replica_control).  Fails (55000) when no
+     * such record exists or its redo point is below gc_horizon. */
+    bool replica;
+    lsn_t gc_horizon; /* the timeline's GC horizon (LSN_INVALID: none); replica mode */
 } basebackup_options;
 
 /* Receives the archive in order, in chunks of at most BASEBACKUP_CHUNK

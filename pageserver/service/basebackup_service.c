@@ -62,6 +62,7 @@ typedef struct bb_job {
     store *st;
     lsn_t lsn; /* LSN_INVALID: latest */
     bool full;
+    bool replica; /* basebackup.h replica mode */
     uint32_t wait_ms;
     uint64_t start_ns;
     char ids[80]; /* "tenant/timeline" for logs */
@@ -227,9 +228,12 @@ static void *job_main(void *arg)
             basebackup_timeline_source ts = {.tl = j->tl, .st = j->st};
             basebackup_source src;
             basebackup_source_timeline(&src, &ts);
-            basebackup_options o = {
-                .full = j->full, .prev_lsn = record_start_at(j), .timeline_start = meta->start_lsn};
-            if (o.prev_lsn == LSN_INVALID && j->lsn != meta->start_lsn)
+            basebackup_options o = {.full = j->full,
+                                    .prev_lsn = j->replica ? LSN_INVALID : record_start_at(j),
+                                    .timeline_start = meta->start_lsn,
+                                    .replica = j->replica,
+                                    .gc_horizon = horizon};
+            if (!j->replica && o.prev_lsn == LSN_INVALID && j->lsn != meta->start_lsn)
                 log_warn("basebackup %s at %s: the start of the record ending there is not "
                          "known; writing xl_prev 0 (stock WAL readers stop at the checkpoint)",
                          j->ids, lsn_format(j->lsn, a));
@@ -303,10 +307,11 @@ static void job_finish(bb_job *j)
         pgwire_send_command_complete(j->c, "BASEBACKUP");
         pgwire_send_ready(j->c);
         metrics_histogram_observe(m_seconds, secs);
-        log_info("basebackup %s at %s%s: %" PRIu64 " bytes, %u files (%u relation files), "
+        log_info("basebackup %s at %s%s%s: %" PRIu64 " bytes, %u files (%u relation files), "
                  "xl_prev %s, in %.3f s",
-                 j->ids, lsn_format(j->lsn, a), j->full ? " full" : "", j->res.bytes, j->res.files,
-                 j->res.rel_files, j->res.prev_lsn ? "known" : "0", secs);
+                 j->ids, lsn_format(j->lsn, a), j->full ? " full" : "",
+                 j->replica ? " replica" : "", j->res.bytes, j->res.files, j->res.rel_files,
+                 j->res.prev_lsn ? "known" : "0", secs);
     }
     uv_close((uv_handle_t *)&j->async, job_handle_closed);
     uv_close((uv_handle_t *)&j->timer, job_handle_closed);
@@ -408,7 +413,8 @@ static int split_words(char *s, char *words[], int max)
     return n;
 }
 
-static const char usage[] = "usage: basebackup <tenant_id> <timeline_id> <lsn>|latest [full]";
+static const char usage[] =
+    "usage: basebackup <tenant_id> <timeline_id> <lsn>|latest [full|replica]";
 
 void basebackup_service_query(uv_loop_t *loop, pgwire_conn *c, tenants *t, const char *sql)
 {
@@ -422,7 +428,7 @@ void basebackup_service_query(uv_loop_t *loop, pgwire_conn *c, tenants *t, const
     char *w[6];
     int n = split_words(buf, w, 5);
     if (n < 4 || n > 5 || strcmp(w[0], "basebackup") != 0 ||
-        (n == 5 && strcmp(w[4], "full") != 0)) {
+        (n == 5 && strcmp(w[4], "full") != 0 && strcmp(w[4], "replica") != 0)) {
         pgwire_send_error(c, "ERROR", SQLSTATE_SYNTAX_ERROR, "malformed basebackup command", usage);
         return;
     }
@@ -484,7 +490,8 @@ void basebackup_service_query(uv_loop_t *loop, pgwire_conn *c, tenants *t, const
     j->tl = tl;
     j->st = st;
     j->lsn = lsn;
-    j->full = n == 5;
+    j->full = n == 5 && strcmp(w[4], "full") == 0;
+    j->replica = n == 5 && strcmp(w[4], "replica") == 0;
     j->wait_ms = BASEBACKUP_SERVICE_WAIT_MS;
     j->start_ns = uv_hrtime();
     snprintf(j->ids, sizeof j->ids, "%.32s/%.32s", w[1], w[2]);

@@ -13,6 +13,7 @@
 
 #include "base/byteorder.h"
 #include "base/crc32c.h"
+#include "base/strata_assert.h"
 #include "base/walformat.h"
 #include "pageserver/store/key.h"
 
@@ -110,18 +111,10 @@ static int fail(char *err, size_t errlen, const char *msg)
     return -1;
 }
 
-int pgcontrol_boot_plan(lsn_t lsn, const uint8_t *control, size_t control_len,
-                        const uint8_t checkpoint[PG_CHECKPOINT_SIZE], lsn_t prev, int64_t now,
-                        pgcontrol_boot *out, char *err, size_t errlen)
+/* Checks the stored pg_control; its WAL segment size into *seg_size. */
+static int check_control(const uint8_t *control, size_t control_len, uint32_t *seg_size, char *err,
+                         size_t errlen)
 {
-    char lb[LSN_FMT_LEN];
-    memset(out, 0, sizeof *out);
-    if (lsn == LSN_INVALID || lsn % WAL_ALIGN != 0) {
-        snprintf(err, errlen,
-                 "LSN %s is not a record boundary (record ends are 8-byte aligned and not 0/0)",
-                 lsn_format(lsn, lb));
-        return -1;
-    }
     if (control == NULL || control_len < PG_CTL_CRC + 4)
         return fail(err, errlen, "stored pg_control is too short");
     if (get_le32(control + PG_CTL_CRC) != crc32c(control, PG_CTL_CRC))
@@ -131,9 +124,27 @@ int pgcontrol_boot_plan(lsn_t lsn, const uint8_t *control, size_t control_len,
     if (get_le32(control + PG_CTL_BLCKSZ) != PG_BLCKSZ ||
         get_le32(control + PG_CTL_XLOG_BLCKSZ) != WAL_BLCKSZ)
         return fail(err, errlen, "stored pg_control has a block size other than 8192");
-    uint32_t seg_size = get_le32(control + PG_CTL_XLOG_SEG_SIZE);
-    if (!wal_seg_size_valid(seg_size))
+    *seg_size = get_le32(control + PG_CTL_XLOG_SEG_SIZE);
+    if (!wal_seg_size_valid(*seg_size))
         return fail(err, errlen, "stored pg_control has an invalid WAL segment size");
+    return 0;
+}
+
+int pgcontrol_boot_plan(lsn_t lsn, const uint8_t *control, size_t control_len,
+                        const uint8_t checkpoint[PG_CHECKPOINT_SIZE], lsn_t prev, int64_t now,
+                        pgcontrol_boot *out, char *err, size_t errlen)
+{
+    char lb[LSN_FMT_LEN];
+    uint32_t seg_size;
+    memset(out, 0, sizeof *out);
+    if (lsn == LSN_INVALID || lsn % WAL_ALIGN != 0) {
+        snprintf(err, errlen,
+                 "LSN %s is not a record boundary (record ends are 8-byte aligned and not 0/0)",
+                 lsn_format(lsn, lb));
+        return -1;
+    }
+    if (check_control(control, control_len, &seg_size, err, errlen) != 0)
+        return -1;
     uint32_t tli = get_le32(checkpoint + PG_CP_THIS_TLI);
     if (tli == 0)
         return fail(err, errlen, "stored checkpoint has timeline 0");
@@ -188,6 +199,35 @@ void pgcontrol_make_control(const pgcontrol_boot *b, const uint8_t *control, siz
     memcpy(out + PG_CTL_CHECKPOINT_COPY, b->checkpoint, PG_CHECKPOINT_SIZE);
     put_le64(out + PG_CTL_MIN_RECOVERY_POINT, 0);
     put_le32(out + PG_CTL_MIN_RECOVERY_POINT_TLI, 0);
+    put_le64(out + PG_CTL_BACKUP_START_POINT, 0);
+    put_le64(out + PG_CTL_BACKUP_END_POINT, 0);
+    out[PG_CTL_BACKUP_END_REQUIRED] = 0;
+    put_le32(out + PG_CTL_CRC, crc32c(out, PG_CTL_CRC));
+}
+
+int pgcontrol_replica_seg_size(const uint8_t *control, size_t control_len, uint32_t *seg_size,
+                               char *err, size_t errlen)
+{
+    return check_control(control, control_len, seg_size, err, errlen);
+}
+
+void pgcontrol_make_replica_control(const uint8_t *control, size_t control_len,
+                                    lsn_t checkpoint_start,
+                                    const uint8_t checkpoint[PG_CHECKPOINT_SIZE],
+                                    lsn_t min_recovery, uint8_t out[PG_CONTROL_FILE_SIZE])
+{
+    STRATA_ASSERT(control_len >= PG_CTL_CRC + 4);
+    STRATA_ASSERT(checkpoint_start != LSN_INVALID && checkpoint_start < min_recovery);
+    STRATA_ASSERT(get_le64(checkpoint + PG_CP_REDO) <= checkpoint_start);
+    (void)control_len;
+    memset(out, 0, PG_CONTROL_FILE_SIZE);
+    memcpy(out, control, PG_CTL_CRC);
+    put_le32(out + PG_CTL_STATE, PG_DB_SHUTDOWNED_IN_RECOVERY);
+    put_le64(out + PG_CTL_TIME, get_le64(checkpoint + PG_CP_TIME));
+    put_le64(out + PG_CTL_CHECKPOINT, checkpoint_start);
+    memcpy(out + PG_CTL_CHECKPOINT_COPY, checkpoint, PG_CHECKPOINT_SIZE);
+    put_le64(out + PG_CTL_MIN_RECOVERY_POINT, min_recovery);
+    put_le32(out + PG_CTL_MIN_RECOVERY_POINT_TLI, get_le32(checkpoint + PG_CP_THIS_TLI));
     put_le64(out + PG_CTL_BACKUP_START_POINT, 0);
     put_le64(out + PG_CTL_BACKUP_END_POINT, 0);
     out[PG_CTL_BACKUP_END_REQUIRED] = 0;

@@ -94,6 +94,24 @@ int pgcontrol_boot_plan(lsn_t lsn, const uint8_t *control, size_t control_len,
 void pgcontrol_make_control(const pgcontrol_boot *b, const uint8_t *control, size_t control_len,
                             uint8_t out[PG_CONTROL_FILE_SIZE]);
 
+/*
+ * A replica's pg_control (basebackup.h, replica mode): the stored one with
+ * state DB_SHUTDOWNED_IN_RECOVERY, checkPoint = checkpoint_start (a real
+ * checkpoint record of the timeline's WAL, which the standby reads back from
+ * the safekeepers), checkPointCopy = that record's CheckPoint, and
+ * minRecoveryPoint = min_recovery (where the basebackup's files were
+ * taken): PostgreSQL then enters standby mode at once (a minRecoveryPoint is
+ * set), replays from the checkpoint's redo and accepts connections only once
+ * it has replayed up to min_recovery.  No WAL goes with it.  The control's
+ * checks are pgcontrol_replica_seg_size's, which the caller runs first.
+ */
+int pgcontrol_replica_seg_size(const uint8_t *control, size_t control_len, uint32_t *seg_size,
+                               char *err, size_t errlen);
+void pgcontrol_make_replica_control(const uint8_t *control, size_t control_len,
+                                    lsn_t checkpoint_start,
+                                    const uint8_t checkpoint[PG_CHECKPOINT_SIZE],
+                                    lsn_t min_recovery, uint8_t out[PG_CONTROL_FILE_SIZE]);
+
 /* Fills seg (b->seg_size bytes) with segment segno of the bootstrap WAL
  * (first_segno <= segno <= last_segno, asserted). */
 void pgcontrol_make_segment(const pgcontrol_boot *b, uint64_t segno, uint8_t *seg);

@@ -51,6 +51,21 @@ typedef enum pg_key_kind {
  * (WAL_AUTO_CONF_PREFIX); absent until the first ALTER SYSTEM. */
 #define KEY_CHECKPOINT_REL_AUTO_CONF 2u
 
+/* KEY_CHECKPOINT with rel = KEY_CHECKPOINT_REL_RECORD: every real checkpoint
+ * record of the timeline's WAL (XLOG_CHECKPOINT_SHUTDOWN, _ONLINE; a
+ * compute's startup checkpoint from its basebackup included), stored at the
+ * record's end LSN (VAL_BLOB, KEY_CHECKPOINT_RECORD_LEN bytes): the record's
+ * start LSN (u64 little-endian), its xl_info byte (the checkpoint kind),
+ * then the CheckPoint struct as the record holds it (88 bytes).  A replica's
+ * basebackup (basebackup.h) points its pg_control at the newest one at or
+ * below its LSN: a hot standby must start at a checkpoint record it can
+ * read from the safekeepers' WAL. */
+#define KEY_CHECKPOINT_REL_RECORD 3u
+#define KEY_CHECKPOINT_RECORD_START_OFF 0
+#define KEY_CHECKPOINT_RECORD_INFO_OFF 8
+#define KEY_CHECKPOINT_RECORD_CP_OFF 9
+#define KEY_CHECKPOINT_RECORD_LEN (9 + 88)
+
 /* SLRU kinds, stored in pg_key.fork for KEY_SLRU_*. */
 typedef enum slru_kind {
     SLRU_CLOG = 0,
