@@ -17,6 +17,7 @@
 
 #include "cli/admin.h"
 #include "cli/cluster.h"
+#include "cli/cmd_timeline.h"
 #include "base/lsn.h"
 
 #define CREATE_TIMEOUT_MS 300000 /* an initdb + import */
@@ -58,6 +59,9 @@ static const char *const tenant_usage =
     "strata tenant create [--id TENANT] | list | show TENANT | delete TENANT\n"
     "       [--dir D] [--pageserver HOST:PORT] [--auth-file PATH] [--json]";
 static const char *const timeline_usage =
+    "strata timeline branch NAME [--from PARENT] [--lsn X/Y | --time 'TIMESTAMP'] | list [--json] "
+    "| delete NAME [--dir D]\n"
+    "       (the local cluster's named timelines; docs/cli.md)\n"
     "strata timeline create [--id TIMELINE] [--initdb | --import PGDATA] "
     "[--safekeepers H:P,...]\n"
     "       | list | show TIMELINE | delete TIMELINE\n"
@@ -92,7 +96,7 @@ static int parse_args(const cli_opts *o, bool timeline_cmd, admin_args *a)
     }
     if (strcmp(a->sub, "create") != 0 && strcmp(a->sub, "list") != 0 &&
         strcmp(a->sub, "show") != 0 && strcmp(a->sub, "delete") != 0)
-        return usage(u, "unknown subcommand '%s' (create, list, show, delete)", a->sub);
+        return usage(u, "unknown subcommand '%s' (branch, create, list, show, delete)", a->sub);
     bool create = strcmp(a->sub, "create") == 0;
     bool needs_id = strcmp(a->sub, "show") == 0 || strcmp(a->sub, "delete") == 0;
     for (int i = 1; i < o->argc; i++) {
@@ -349,6 +353,10 @@ static void cluster_safekeepers_json(const target *t, const char *list, char *ou
 
 int cmd_timeline(const cli_opts *o)
 {
+    /* branch, and list/delete by name: the local cluster's named timelines. */
+    int named = cmd_timeline_named(o);
+    if (named != -2)
+        return named;
     admin_args a;
     int rc = parse_args(o, true, &a);
     if (rc != 0)

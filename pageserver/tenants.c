@@ -285,21 +285,51 @@ static bool ends_with(const char *s, const char *suffix)
     return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
-/* Opens every timeline of one tenant directory. */
-static void load_tenant(tenants *t, const char *tenant_dir, const strata_id *tenant)
+/* The open timeline (tenant, id) without a new reference, or NULL (t->mu
+ * held, or before any other thread runs). */
+static timeline *loaded(tenants *t, const strata_id *tenant, const strata_id *id)
 {
-    char tls[PATH_MAX];
-    if (!path_fmt(tls, sizeof tls, "%s/timelines", tenant_dir))
+    int i = find(t, tenant, id);
+    return i >= 0 ? t->entries[i].tl : NULL;
+}
+
+typedef struct pending_tl {
+    char path[PATH_MAX];
+    strata_id id;
+    timeline_meta meta;
+    bool done;
+} pending_tl;
+
+/* Opens one timeline directory (its ancestor, if any, loaded already). */
+static void load_one(tenants *t, pending_tl *p, const strata_id *tenant)
+{
+    char err[512];
+    timeline *tl = NULL;
+    timeline *anc = p->meta.has_ancestor ? loaded(t, tenant, &p->meta.ancestor_timeline) : NULL;
+    if (timeline_open(p->path, &t->svc, atomic_fetch_add(&t->next_owner, 1), anc, &tl, err,
+                      sizeof err) != 0) {
+        log_error("cannot open timeline %s: %s", p->path, err);
         return;
+    }
+    char lb[LSN_FMT_LEN];
+    log_info("loaded timeline %s at disk_consistent_lsn %s", p->path,
+             lsn_format(timeline_disk_consistent_lsn(tl), lb));
+    t->entries[t->n++] = (entry){.tenant = *tenant, .timeline = p->id, .tl = tl};
+}
+
+/* Reads the timeline directories of one tenant into *out (count returned). */
+static int list_tenant(const char *tls, const strata_id *tenant, pending_tl **out)
+{
+    *out = NULL;
     DIR *d = opendir(tls);
     if (d == NULL)
-        return;
+        return 0;
+    int n = 0, cap = 0;
+    pending_tl *list = NULL;
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
-        if (de->d_name[0] == '.')
-            continue;
         char path[PATH_MAX];
-        if (!path_fmt(path, sizeof path, "%s/%s", tls, de->d_name))
+        if (de->d_name[0] == '.' || !path_fmt(path, sizeof path, "%s/%s", tls, de->d_name))
             continue;
         if (ends_with(de->d_name, CREATING_SUFFIX) || ends_with(de->d_name, DELETING_SUFFIX)) {
             log_info("removing leftover %s", path);
@@ -311,30 +341,70 @@ static void load_tenant(tenants *t, const char *tenant_dir, const strata_id *ten
             log_warn("ignoring %s: not a timeline id", path);
             continue;
         }
-        if (t->n == TENANTS_MAX_TIMELINES) {
-            log_error("ignoring %s: more than %d timelines", path, TENANTS_MAX_TIMELINES);
-            continue;
-        }
+        timeline_meta m;
         char err[512];
-        timeline *tl = NULL;
-        if (timeline_open(path, &t->svc, atomic_fetch_add(&t->next_owner, 1), &tl, err,
-                          sizeof err) != 0) {
+        if (timeline_meta_read(path, &m, err, sizeof err) != 0) {
             log_error("cannot open timeline %s: %s", path, err);
             continue;
         }
-        const timeline_meta *m = timeline_get_meta(tl);
-        if (!strata_id_equal(&m->tenant, tenant) || !strata_id_equal(&m->timeline, &id)) {
+        if (!strata_id_equal(&m.tenant, tenant) || !strata_id_equal(&m.timeline, &id)) {
             log_error("ignoring %s: its %s names another tenant or timeline", path,
                       TIMELINE_META_FILE);
-            timeline_unref(tl);
             continue;
         }
-        char lb[LSN_FMT_LEN];
-        log_info("loaded timeline %s at disk_consistent_lsn %s", path,
-                 lsn_format(timeline_disk_consistent_lsn(tl), lb));
-        t->entries[t->n++] = (entry){.tenant = *tenant, .timeline = id, .tl = tl};
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            pending_tl *l = realloc(list, sizeof *l * (size_t)cap);
+            if (l == NULL) {
+                log_error("out of memory listing %s", tls);
+                break;
+            }
+            list = l;
+        }
+        list[n] = (pending_tl){.id = id, .meta = m};
+        snprintf(list[n].path, sizeof list[n].path, "%s", path);
+        n++;
     }
     closedir(d);
+    *out = list;
+    return n;
+}
+
+/* Opens every timeline of one tenant directory: roots first, then each
+ * branch once its ancestor is open.  A branch whose ancestor never opens
+ * (missing, or failed) is logged and left on disk. */
+static void load_tenant(tenants *t, const char *tenant_dir, const strata_id *tenant)
+{
+    char tls[PATH_MAX];
+    if (!path_fmt(tls, sizeof tls, "%s/timelines", tenant_dir))
+        return;
+    pending_tl *list = NULL;
+    int n = list_tenant(tls, tenant, &list);
+    for (bool progress = true; progress;) {
+        progress = false;
+        for (int i = 0; i < n; i++) {
+            pending_tl *p = &list[i];
+            if (p->done ||
+                (p->meta.has_ancestor && loaded(t, tenant, &p->meta.ancestor_timeline) == NULL))
+                continue;
+            p->done = progress = true;
+            if (t->n == TENANTS_MAX_TIMELINES) {
+                log_error("ignoring %s: more than %d timelines", p->path, TENANTS_MAX_TIMELINES);
+                continue;
+            }
+            load_one(t, p, tenant);
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (list[i].done)
+            continue;
+        char a[STRATA_ID_HEX_LEN], lb[LSN_FMT_LEN];
+        log_error("cannot open timeline %s: it is a branch of timeline %s at %s, which is "
+                  "missing or failed to open (left on disk)",
+                  list[i].path, strata_id_format(&list[i].meta.ancestor_timeline, a),
+                  lsn_format(list[i].meta.ancestor_lsn, lb));
+    }
+    free(list);
 }
 
 /* ---- restore from object storage (pageserver/remote/restore.h) ---- */
@@ -437,9 +507,16 @@ static void restore_one(tenants *t, const restore_timeline_id *id)
             rc = -1;
         }
     }
+    timeline_meta meta;
+    timeline *anc = NULL;
+    if (rc == 0 && (rc = timeline_meta_read(final, &meta, err, sizeof err)) == 0 &&
+        meta.has_ancestor)
+        anc = tenants_get(t, &id->tenant, &meta.ancestor_timeline);
     if (rc == 0)
-        rc = timeline_open(final, &t->svc, atomic_fetch_add(&t->next_owner, 1), &tl, err,
+        rc = timeline_open(final, &t->svc, atomic_fetch_add(&t->next_owner, 1), anc, &tl, err,
                            sizeof err);
+    if (anc != NULL)
+        timeline_unref(anc);
     if (rc != 0) {
         log_error("restore of tenant %s timeline %s from %s failed: %s", a, b,
                   remote_describe(t->svc.remote), err);
@@ -830,13 +907,116 @@ static int run_initdb(tenants *t, char *tmpdir, size_t tmplen, char *pgdata, siz
     return 0;
 }
 
+/* Imports the request's data directory (or a fresh initdb run, in tmpdir,
+ * which the caller removes) into building.  0, or -1 with *code. */
+static int build_import(tenants *t, const tenants_create_request *req, const char *building,
+                        timeline_meta *meta, char *tmpdir, size_t tmplen, lsn_t *lsn, int *code,
+                        char *err, size_t errlen)
+{
+    char pgdata[PATH_MAX];
+    struct stat sb;
+    const char *source = req->import_pgdata;
+    if (req->initdb) {
+        if (run_initdb(t, tmpdir, tmplen, pgdata, sizeof pgdata, err, errlen) != 0)
+            return -1;
+        source = pgdata;
+    } else if (stat(source, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        return fail(code, 400, err, errlen, "import_pgdata %s is not a directory", source);
+    }
+    if (timeline_build_from_pgdata(building, meta, source, &t->svc, lsn, err, errlen) != 0) {
+        /* A directory that is not a clean Postgres data directory is the
+         * caller's mistake; everything else is ours. */
+        *code = req->initdb ? 500 : 400;
+        return -1;
+    }
+    return 0;
+}
+
+/* A branch's LSN from the request (rounded down to 8 bytes), checked
+ * against the ancestor's readable window.  0, or -1 with *code. */
+static int branch_lsn(timeline *anc, const tenants_create_request *req, lsn_t *out, int *code,
+                      char *err, size_t errlen)
+{
+    char a[STRATA_ID_HEX_LEN], lb[LSN_FMT_LEN], lo_b[LSN_FMT_LEN], hi_b[LSN_FMT_LEN],
+        hb[LSN_FMT_LEN], tb[48] = "";
+    strata_id_format(&req->ancestor, a);
+    lsn_t lo, hi, lsn = LSN_INVALID;
+    timeline_readable_window(anc, &lo, &hi);
+    if (req->ancestor_time != NULL) {
+        pg_timestamp when, ct;
+        bool latest;
+        if (!timeline_parse_time(req->ancestor_time, &when))
+            return fail(code, 400, err, errlen,
+                        "invalid ancestor_time \"%s\": expected an ISO 8601 / RFC 3339 "
+                        "timestamp such as 2026-12-02 05:00:00+00 or 2026-12-02T05:00:00Z",
+                        req->ancestor_time);
+        if (timeline_lsn_by_time(anc, when, &lsn, &ct, &latest, code, err, errlen) != 0)
+            return -1;
+        snprintf(tb, sizeof tb, "time %s resolves to ", req->ancestor_time);
+    } else {
+        lsn = req->ancestor_lsn != LSN_INVALID ? req->ancestor_lsn : hi;
+    }
+    lsn &= ~(lsn_t)7;
+    if (lsn < lo || lsn > hi) {
+        lsn_t h = timeline_gc_horizon(anc);
+        return fail(code, 400, err, errlen,
+                    "%sLSN %s is outside the readable window %s..%s of timeline %s (GC horizon "
+                    "%s, last record %s)",
+                    tb, lsn_format(lsn, lb), lsn_format(lo, lo_b), lsn_format(hi, hi_b), a,
+                    lsn_format(h, hb), lsn_format(hi, hi_b));
+    }
+    *out = lsn;
+    return 0;
+}
+
+/* Resolves a branch request: the ancestor (a new reference in *anc), the
+ * branch point (registered with the ancestor, so GC keeps it from now on)
+ * and the child's timeline.json fields.  0, or -1 with *code. */
+static int prepare_branch(tenants *t, const strata_id *tenant, const strata_id *tlid,
+                          const tenants_create_request *req, timeline_meta *meta, timeline **anc,
+                          int *code, char *err, size_t errlen)
+{
+    char a[STRATA_ID_HEX_LEN], b[STRATA_ID_HEX_LEN];
+    if (strata_id_equal(&req->ancestor, tlid))
+        return fail(code, 400, err, errlen, "a timeline cannot be its own ancestor");
+    *anc = tenants_get(t, tenant, &req->ancestor);
+    if (*anc == NULL)
+        return fail(code, 404, err, errlen,
+                    "ancestor timeline %s not found in tenant %s on this pageserver",
+                    strata_id_format(&req->ancestor, a), strata_id_format(tenant, b));
+    lsn_t lsn = LSN_INVALID;
+    if (branch_lsn(*anc, req, &lsn, code, err, errlen) != 0)
+        return -1;
+    /* Registered before anything is built: a GC pass from now on keeps it. */
+    if (timeline_add_branch(*anc, tlid, lsn, err, errlen) != 0) {
+        *code = 400;
+        return -1;
+    }
+    meta->has_ancestor = true;
+    meta->ancestor_timeline = req->ancestor;
+    meta->ancestor_lsn = lsn;
+    meta->start_lsn = lsn;
+    return 0;
+}
+
 int tenants_create_timeline(tenants *t, const strata_id *tenant, const strata_id *tlid,
                             const tenants_create_request *req, lsn_t *out_lsn, int *status,
                             char *err, size_t errlen)
 {
-    if ((req->import_pgdata != NULL) == req->initdb)
+    if (req->has_ancestor && (req->import_pgdata != NULL || req->initdb))
         return fail(status, 400, err, errlen,
-                    "give exactly one of \"import_pgdata\" (a directory) and \"initdb\": true");
+                    "a branch (\"ancestor_timeline_id\") takes neither \"import_pgdata\" nor "
+                    "\"initdb\"");
+    if (!req->has_ancestor && (req->import_pgdata != NULL) == req->initdb)
+        return fail(status, 400, err, errlen,
+                    "give exactly one of \"import_pgdata\" (a directory), \"initdb\": true and "
+                    "\"ancestor_timeline_id\"");
+    if (req->ancestor_lsn != LSN_INVALID && req->ancestor_time != NULL)
+        return fail(status, 400, err, errlen,
+                    "give at most one of \"ancestor_lsn\" and \"ancestor_time\"");
+    if (!req->has_ancestor && (req->ancestor_lsn != LSN_INVALID || req->ancestor_time != NULL))
+        return fail(status, 400, err, errlen,
+                    "\"ancestor_lsn\" and \"ancestor_time\" need \"ancestor_timeline_id\"");
     if (req->n_safekeepers < 0 || req->n_safekeepers > TIMELINE_MAX_SAFEKEEPERS)
         return fail(status, 400, err, errlen, "at most %d safekeepers", TIMELINE_MAX_SAFEKEEPERS);
     timeline_meta meta = {.tenant = *tenant, .timeline = *tlid};
@@ -851,7 +1031,7 @@ int tenants_create_timeline(tenants *t, const strata_id *tenant, const strata_id
         snprintf(meta.safekeepers[meta.n_safekeepers++], TIMELINE_SAFEKEEPER_LEN, "%s", s);
     }
 
-    char final[PATH_MAX], building[PATH_MAX], tmpdir[PATH_MAX] = "", pgdata[PATH_MAX];
+    char final[PATH_MAX], building[PATH_MAX], tmpdir[PATH_MAX] = "";
     if (!timeline_path(t, tenant, tlid, "", final, sizeof final) ||
         !timeline_path(t, tenant, tlid, CREATING_SUFFIX, building, sizeof building))
         return fail(status, 500, err, errlen, "timeline path too long under %s", t->datadir);
@@ -872,7 +1052,7 @@ int tenants_create_timeline(tenants *t, const strata_id *tenant, const strata_id
         return fail(status, 409, err, errlen, "this pageserver already has %d timelines",
                     TENANTS_MAX_TIMELINES);
 
-    timeline *tl = NULL;
+    timeline *tl = NULL, *anc = NULL;
     lsn_t lsn = LSN_INVALID;
     int code = 500;
     remove_tree(building);
@@ -886,20 +1066,13 @@ int tenants_create_timeline(tenants *t, const strata_id *tenant, const strata_id
         fail(NULL, 0, err, errlen, "cannot create %s: %s", building, strerror(errno));
         goto out;
     }
-    const char *source = req->import_pgdata;
-    if (req->initdb) {
-        if (run_initdb(t, tmpdir, sizeof tmpdir, pgdata, sizeof pgdata, err, errlen) != 0)
+    if (req->has_ancestor) {
+        if (prepare_branch(t, tenant, tlid, req, &meta, &anc, &code, err, errlen) != 0 ||
+            timeline_build_branch(building, &meta, &t->svc, err, errlen) != 0)
             goto out;
-        source = pgdata;
-    } else if (stat(source, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-        code = 400;
-        fail(NULL, 0, err, errlen, "import_pgdata %s is not a directory", source);
-        goto out;
-    }
-    if (timeline_build_from_pgdata(building, &meta, source, &t->svc, &lsn, err, errlen) != 0) {
-        /* A directory that is not a clean Postgres data directory is the
-         * caller's mistake; everything else is ours. */
-        code = req->initdb ? 500 : 400;
+        lsn = meta.start_lsn;
+    } else if (build_import(t, req, building, &meta, tmpdir, sizeof tmpdir, &lsn, &code, err,
+                            errlen) != 0) {
         goto out;
     }
     int rc = durable_rename(building, final);
@@ -909,10 +1082,16 @@ int tenants_create_timeline(tenants *t, const strata_id *tenant, const strata_id
         fail(NULL, 0, err, errlen, "cannot rename %s to %s: %s", building, final, strerror(-rc));
         goto out;
     }
-    if (timeline_open(final, &t->svc, atomic_fetch_add(&t->next_owner, 1), &tl, err, errlen) != 0)
+    if (timeline_open(final, &t->svc, atomic_fetch_add(&t->next_owner, 1), anc, &tl, err, errlen) !=
+        0)
         goto out;
     code = 201;
 out:
+    if (anc != NULL) {
+        if (code != 201)
+            timeline_remove_branch(anc, tlid);
+        timeline_unref(anc);
+    }
     if (tmpdir[0] != '\0')
         remove_tree(tmpdir);
     if (code != 201)
@@ -942,6 +1121,30 @@ out:
     return 0;
 }
 
+/* Lists the loaded branches of (tenant, tl) into out ("C1, C2"); true when
+ * there is one.  t->mu held. */
+static bool branches_of(tenants *t, const strata_id *tenant, const strata_id *tl, char *out,
+                        size_t len)
+{
+    size_t used = 0;
+    bool any = false;
+    for (int k = 0; k < t->n; k++) {
+        const entry *e = &t->entries[k];
+        if (e->tl == NULL || !strata_id_equal(&e->tenant, tenant))
+            continue;
+        const timeline_meta *m = timeline_get_meta(e->tl);
+        if (!m->has_ancestor || !strata_id_equal(&m->ancestor_timeline, tl))
+            continue;
+        char c[STRATA_ID_HEX_LEN];
+        int w = snprintf(out + used, len - used, "%s%s", any ? ", " : "",
+                         strata_id_format(&e->timeline, c));
+        if (w > 0 && (size_t)w < len - used)
+            used += (size_t)w;
+        any = true;
+    }
+    return any;
+}
+
 int tenants_delete_timeline(tenants *t, const strata_id *tenant, const strata_id *tlid, int *status,
                             char *err, size_t errlen)
 {
@@ -956,6 +1159,12 @@ int tenants_delete_timeline(tenants *t, const strata_id *tenant, const strata_id
     int i = find(t, tenant, tlid);
     timeline *tl = NULL;
     bool busy = false;
+    char children[1024] = "";
+    if (i >= 0 && !t->entries[i].busy && branches_of(t, tenant, tlid, children, sizeof children)) {
+        pthread_mutex_unlock(&t->mu);
+        return fail(status, 409, err, errlen, "timeline %s has branches: %s (delete them first)", b,
+                    children);
+    }
     if (i >= 0) {
         busy = t->entries[i].busy;
         if (!busy) {

@@ -57,8 +57,9 @@ typedef struct tenants_options {
 } tenants_options;
 
 /* Loads every timeline under datadir/tenants (starting their WAL
- * receivers).  A timeline that fails to open is logged and skipped (it stays
- * on disk).  0 or -1 with err (datadir/tenants cannot be created or read). */
+ * receivers), ancestors before their branches.  A timeline that fails to
+ * open (a branch whose ancestor is missing too) is logged and skipped (it
+ * stays on disk).  0 or -1 with err (datadir/tenants cannot be created or read). */
 int tenants_open(const tenants_options *o, tenants **out, char *err, size_t errlen);
 
 /* Stops the GC thread (waiting for the pass on the current timeline to
@@ -76,10 +77,21 @@ typedef struct tenants_create_request {
     const char *safekeepers[TIMELINE_MAX_SAFEKEEPERS]; /* "host:port" */
     int n_safekeepers;
     const char *import_pgdata; /* import this directory, or */
-    bool initdb;               /* run initdb and import its result */
+    bool initdb;               /* run initdb and import its result, or */
+    /* a branch (issue #15) of timeline `ancestor` of the same tenant at
+     * ancestor_lsn, or at the end of the last commit at or before
+     * ancestor_time (timeline_parse_time), or (neither) at the ancestor's
+     * last_record_lsn; the LSN is rounded down to 8 bytes and must lie in
+     * the ancestor's readable window (timeline_readable_window). */
+    bool has_ancestor;
+    strata_id ancestor;
+    lsn_t ancestor_lsn;        /* LSN_INVALID: not given */
+    const char *ancestor_time; /* NULL: not given */
 } tenants_create_request;
 
-/* Creates and opens the timeline; *out_lsn is its start LSN. */
+/* Creates and opens the timeline; *out_lsn is its start LSN.  A branch:
+ * 404 when the ancestor is unknown, 400 for an LSN or time outside its
+ * window (the message names the window). */
 int tenants_create_timeline(tenants *t, const strata_id *tenant, const strata_id *tl,
                             const tenants_create_request *req, lsn_t *out_lsn, int *status,
                             char *err, size_t errlen);
@@ -103,7 +115,8 @@ int tenants_delete_tenant(tenants *t, const strata_id *tenant, int *status, char
                           size_t errlen);
 
 /* Removes the timeline from the set, stops its WAL receiver and deletes its
- * directory once the last reader lets go. */
+ * directory once the last reader lets go.  409 while it has branches
+ * ("timeline P has branches: C1, C2 (delete them first)"). */
 int tenants_delete_timeline(tenants *t, const strata_id *tenant, const strata_id *tl, int *status,
                             char *err, size_t errlen);
 

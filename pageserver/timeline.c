@@ -14,6 +14,7 @@
  * directories (tenants.c), scheduling GC (tenants.c), or the network.
  */
 #include "pageserver/timeline.h"
+#include "pageserver/timeline_priv.h"
 
 #include <errno.h>
 #include <ftw.h>
@@ -44,34 +45,6 @@
 #define DEFAULT_MAX_CHAIN 10000
 #define IMAGE_WAIT_MS 30000     /* longest wait of an image worker for ingest */
 #define IMAGE_WAIT_SLICE_MS 100 /* ... in slices, to notice the timeline closing */
-
-struct timeline {
-    atomic_int refs;
-    atomic_bool deleted;
-    char dir[PATH_MAX];
-    timeline_meta meta;
-    timeline_services svc;
-    uint64_t owner;
-    store *st;
-    ingest_state *ing;
-    imagegen *ig;          /* NULL: background image generation off */
-    atomic_bool closing;   /* the last reference is going: image workers stop waiting */
-    pthread_mutex_t wr_mu; /* guards wr against stop racing status */
-    walreceiver *wr;
-    uploader *up; /* NULL: no remote store */
-
-    /* Retention. */
-    _Atomic lsn_t gc_horizon;
-    pthread_mutex_t gc_mu; /* guards the samples and the gc_* figures below */
-    struct {
-        int64_t ms;
-        lsn_t lsn;
-    } samples[TIMELINE_LSN_SAMPLES];
-    int nsamples, sample_head; /* ring: next write at sample_head */
-    uint64_t gc_runs, gc_removed;
-    int64_t gc_last_run_time;
-    char gc_last_error[256];
-};
 
 #define GC_SQLSTATE SQLSTATE_OBJECT_NOT_IN_PREREQUISITE_STATE
 #define GC_FILE_MAX 64
@@ -169,22 +142,31 @@ void timeline_get_read_stats(timeline_read_stats *out)
 
 static int gc_file_write(const char *dir, lsn_t horizon, char *err, size_t errlen);
 
-static int meta_write(const char *dir, const timeline_meta *m, char *err, size_t errlen)
+char *timeline_meta_to_json(const timeline_meta *m)
 {
     char t[STRATA_ID_HEX_LEN], l[STRATA_ID_HEX_LEN], lsn[LSN_FMT_LEN];
     cJSON *o = cJSON_CreateObject();
-    if (o == NULL) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+    if (o == NULL)
+        return NULL;
     cJSON_AddStringToObject(o, "tenant_id", strata_id_format(&m->tenant, t));
     cJSON_AddStringToObject(o, "timeline_id", strata_id_format(&m->timeline, l));
     cJSON_AddStringToObject(o, "start_lsn", lsn_format(m->start_lsn, lsn));
     cJSON *arr = cJSON_AddArrayToObject(o, "safekeepers");
     for (int i = 0; arr != NULL && i < m->n_safekeepers; i++)
         cJSON_AddItemToArray(arr, cJSON_CreateString(m->safekeepers[i]));
+    if (m->has_ancestor) {
+        cJSON_AddStringToObject(o, "ancestor_timeline_id",
+                                strata_id_format(&m->ancestor_timeline, t));
+        cJSON_AddStringToObject(o, "ancestor_lsn", lsn_format(m->ancestor_lsn, lsn));
+    }
     char *text = cJSON_Print(o);
     cJSON_Delete(o);
+    return text;
+}
+
+static int meta_write(const char *dir, const timeline_meta *m, char *err, size_t errlen)
+{
+    char *text = timeline_meta_to_json(m);
     if (text == NULL) {
         snprintf(err, errlen, "out of memory");
         return -1;
@@ -200,20 +182,25 @@ static int meta_write(const char *dir, const timeline_meta *m, char *err, size_t
     return 0;
 }
 
-int timeline_meta_read(const char *dir, timeline_meta *out, char *err, size_t errlen)
+/* The optional ancestor fields: both or neither, consistent with start_lsn. */
+static bool meta_parse_ancestor(const cJSON *o, timeline_meta *out)
+{
+    const cJSON *at = cJSON_GetObjectItemCaseSensitive(o, "ancestor_timeline_id");
+    const cJSON *al = cJSON_GetObjectItemCaseSensitive(o, "ancestor_lsn");
+    if (at == NULL && al == NULL)
+        return true;
+    out->has_ancestor = true;
+    return cJSON_IsString(at) && strata_id_parse(at->valuestring, &out->ancestor_timeline) &&
+           cJSON_IsString(al) && lsn_parse(al->valuestring, &out->ancestor_lsn) &&
+           out->ancestor_lsn == out->start_lsn &&
+           !strata_id_equal(&out->ancestor_timeline, &out->timeline);
+}
+
+int timeline_meta_parse(const char *text, size_t len, const char *path, timeline_meta *out,
+                        char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s", dir, TIMELINE_META_FILE);
-    void *buf = NULL;
-    size_t len = 0;
-    int rc = durable_read_file(path, META_MAX_BYTES, &buf, &len);
-    if (rc != 0) {
-        snprintf(err, errlen, "cannot read %s: %s", path, strerror(-rc));
-        return -1;
-    }
-    cJSON *o = cJSON_ParseWithLength(buf, len);
-    free(buf);
+    cJSON *o = cJSON_ParseWithLength(text, len);
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tenant_id");
     const cJSON *l = cJSON_GetObjectItemCaseSensitive(o, "timeline_id");
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "start_lsn");
@@ -232,12 +219,37 @@ int timeline_meta_read(const char *dir, timeline_meta *out, char *err, size_t er
         }
         strcpy(out->safekeepers[out->n_safekeepers++], e->valuestring);
     }
+    if (ok && !meta_parse_ancestor(o, out)) {
+        cJSON_Delete(o);
+        snprintf(err, errlen,
+                 "%s: \"ancestor_timeline_id\" (32 hex digits, not the timeline itself) and "
+                 "\"ancestor_lsn\" (X/Y, equal to start_lsn) go together",
+                 path);
+        return -1;
+    }
     cJSON_Delete(o);
     if (!ok) {
         snprintf(err, errlen, "%s is not a valid timeline description", path);
         return -1;
     }
     return 0;
+}
+
+int timeline_meta_read(const char *dir, timeline_meta *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, TIMELINE_META_FILE);
+    void *buf = NULL;
+    size_t len = 0;
+    int rc = durable_read_file(path, META_MAX_BYTES, &buf, &len);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot read %s: %s", path, strerror(-rc));
+        return -1;
+    }
+    rc = timeline_meta_parse(buf, len, path, out, err, errlen);
+    free(buf);
+    return rc;
 }
 
 /* ---- building, opening, closing ---- */
@@ -279,6 +291,29 @@ int timeline_build_from_pgdata(const char *dir, timeline_meta *meta, const char 
              (unsigned long long)stats.slru_segments);
     *out_lsn = lsn;
     return 0;
+}
+
+int timeline_build_branch(const char *dir, const timeline_meta *meta, const timeline_services *svc,
+                          char *err, size_t errlen)
+{
+    STRATA_ASSERT(meta->has_ancestor && meta->start_lsn == meta->ancestor_lsn);
+    char sdir[PATH_MAX];
+    store_dir(dir, sdir, sizeof sdir);
+    if (mkdir(sdir, 0700) != 0 && errno != EEXIST) {
+        snprintf(err, errlen, "cannot create %s: %s", sdir, strerror(errno));
+        return -1;
+    }
+    store *st = NULL;
+    if (store_open(sdir, &svc->store, &st, err, errlen) != 0)
+        return -1;
+    /* Nothing is copied: the empty store begins at the branch point, and
+     * every read below its own versions falls through to the ancestor. */
+    store_advance(st, meta->ancestor_lsn);
+    int rc = store_flush(st, err, errlen);
+    store_close(st);
+    if (rc != 0)
+        return -1;
+    return meta_write(dir, meta, err, errlen);
 }
 
 int timeline_write_files(const char *dir, const timeline_meta *m, lsn_t gc_horizon, char *err,
@@ -528,8 +563,35 @@ bool timeline_image_stats(timeline *tl, imagegen_stats *out)
     return true;
 }
 
-int timeline_open(const char *dir, const timeline_services *svc, uint64_t owner, timeline **out,
-                  char *err, size_t errlen)
+/* A branch's link to its ancestor: checks it is the one timeline.json
+ * names, registers the branch point with it and takes a reference. */
+static int link_ancestor(timeline *tl, timeline *ancestor, char *err, size_t errlen)
+{
+    char a[STRATA_ID_HEX_LEN], b[STRATA_ID_HEX_LEN], lb[LSN_FMT_LEN];
+    if (!tl->meta.has_ancestor) {
+        STRATA_ASSERT(ancestor == NULL);
+        return 0;
+    }
+    strata_id_format(&tl->meta.ancestor_timeline, b);
+    if (ancestor == NULL) {
+        snprintf(err, errlen,
+                 "timeline %s is a branch of timeline %s at %s, which is not loaded on this "
+                 "pageserver (its ancestor is missing)",
+                 strata_id_format(&tl->meta.timeline, a), b, lsn_format(tl->meta.ancestor_lsn, lb));
+        return -1;
+    }
+    const timeline_meta *am = timeline_get_meta(ancestor);
+    STRATA_ASSERT(strata_id_equal(&am->timeline, &tl->meta.ancestor_timeline) &&
+                  strata_id_equal(&am->tenant, &tl->meta.tenant));
+    if (timeline_add_branch(ancestor, &tl->meta.timeline, tl->meta.ancestor_lsn, err, errlen) != 0)
+        return -1;
+    timeline_ref(ancestor);
+    tl->ancestor = ancestor;
+    return 0;
+}
+
+int timeline_open(const char *dir, const timeline_services *svc, uint64_t owner, timeline *ancestor,
+                  timeline **out, char *err, size_t errlen)
 {
     *out = NULL;
     read_metrics();
@@ -544,6 +606,7 @@ int timeline_open(const char *dir, const timeline_services *svc, uint64_t owner,
     atomic_init(&tl->closing, false);
     pthread_mutex_init(&tl->wr_mu, NULL);
     pthread_mutex_init(&tl->gc_mu, NULL);
+    pthread_mutex_init(&tl->branch_mu, NULL);
     snprintf(tl->dir, sizeof tl->dir, "%s", dir);
     tl->svc = *svc;
     if (tl->svc.max_chain <= 0)
@@ -553,11 +616,12 @@ int timeline_open(const char *dir, const timeline_services *svc, uint64_t owner,
     store_dir(dir, sdir, sizeof sdir);
     lsn_t horizon = LSN_INVALID;
     if (timeline_meta_read(dir, &tl->meta, err, errlen) != 0 ||
+        link_ancestor(tl, ancestor, err, errlen) != 0 ||
         gc_file_read(dir, &horizon, err, errlen) != 0 ||
         store_open(sdir, &svc->store, &tl->st, err, errlen) != 0)
         goto fail;
     atomic_store(&tl->gc_horizon, horizon);
-    tl->ing = ingest_create(tl->st, svc->redo);
+    tl->ing = tl->ancestor != NULL ? timeline_branch_ingest(tl) : ingest_create(tl->st, svc->redo);
     if (tl->ing == NULL) {
         snprintf(err, errlen, "out of memory creating the ingest state");
         goto fail;
@@ -575,8 +639,14 @@ fail:
         ingest_destroy(tl->ing);
     if (tl->st != NULL)
         store_close(tl->st);
+    if (tl->ancestor != NULL) {
+        timeline_remove_branch(tl->ancestor, &tl->meta.timeline);
+        timeline_unref(tl->ancestor);
+    }
     pthread_mutex_destroy(&tl->wr_mu);
     pthread_mutex_destroy(&tl->gc_mu);
+    pthread_mutex_destroy(&tl->branch_mu);
+    free(tl->branches);
     free(tl);
     return -1;
 }
@@ -638,8 +708,17 @@ void timeline_unref(timeline *tl)
             log_warn("fsync of the directory of %s: %s", tl->dir, strerror(-rc));
         log_info("removed deleted timeline directory %s", tl->dir);
     }
+    if (tl->ancestor != NULL) {
+        /* Released only now when the branch was not deleted: a closing
+         * pageserver keeps the parent's horizon where it was. */
+        if (deleted)
+            timeline_remove_branch(tl->ancestor, &tl->meta.timeline);
+        timeline_unref(tl->ancestor);
+    }
     pthread_mutex_destroy(&tl->wr_mu);
     pthread_mutex_destroy(&tl->gc_mu);
+    pthread_mutex_destroy(&tl->branch_mu);
+    free(tl->branches);
     free(tl);
 }
 
@@ -647,6 +726,9 @@ void timeline_mark_deleted(timeline *tl, const char *dir_now)
 {
     atomic_store(&tl->deleted, true);
     stop_walreceiver(tl);
+    /* Deleting a branch releases the versions its ancestor kept for it. */
+    if (tl->ancestor != NULL)
+        timeline_remove_branch(tl->ancestor, &tl->meta.timeline);
     if (dir_now != NULL)
         snprintf(tl->dir, sizeof tl->dir, "%s", dir_now);
 }
@@ -659,6 +741,11 @@ bool timeline_is_deleted(const timeline *tl)
 const timeline_meta *timeline_get_meta(const timeline *tl)
 {
     return &tl->meta;
+}
+
+timeline *timeline_ancestor(const timeline *tl)
+{
+    return tl->ancestor;
 }
 
 const char *timeline_dir(const timeline *tl)
@@ -788,6 +875,10 @@ lsn_t timeline_gc_target(timeline *tl, int64_t now_ms)
     lsn_t disk = store_disk_consistent_lsn(tl->st);
     if (target > disk)
         target = disk;
+    /* Every version a branch can read stays (issue #15). */
+    lsn_t cap = timeline_min_branch_lsn(tl);
+    if (target > cap)
+        target = cap;
     if (target <= tl->meta.start_lsn)
         return LSN_INVALID;
     return target;
@@ -803,11 +894,23 @@ long timeline_gc(timeline *tl, int64_t now_ms, char *err, size_t errlen)
     if (target == LSN_INVALID || target <= cur)
         return 0;
     long removed = -1;
+    /* Published under branch_mu: a branch registered meanwhile
+     * (timeline_add_branch) either saw the old horizon and caps this one,
+     * or sees the new one and is refused. */
+    pthread_mutex_lock(&tl->branch_mu);
+    for (int i = 0; i < tl->nbranches; i++)
+        if (tl->branches[i].lsn < target)
+            target = tl->branches[i].lsn;
+    bool moves = target > cur;
     /* Durable first: after a crash the horizon still covers what GC removed. */
-    if (gc_file_write(tl->dir, target, err, errlen) == 0) {
+    int wrc = moves ? gc_file_write(tl->dir, target, err, errlen) : 0;
+    if (moves && wrc == 0)
         atomic_store(&tl->gc_horizon, target);
+    pthread_mutex_unlock(&tl->branch_mu);
+    if (!moves)
+        return 0;
+    if (wrc == 0)
         removed = store_gc(tl->st, target, err, errlen);
-    }
     pthread_mutex_lock(&tl->gc_mu);
     tl->gc_last_run_time = (int64_t)time(NULL);
     if (removed >= 0) {
@@ -835,9 +938,20 @@ long timeline_gc(timeline *tl, int64_t now_ms, char *err, size_t errlen)
 static int check_horizon(timeline *tl, lsn_t lsn, char *err, size_t errlen, const char **sqlstate)
 {
     lsn_t h = atomic_load(&tl->gc_horizon);
-    if (lsn >= h)
+    if (lsn >= h && (tl->ancestor == NULL || lsn >= tl->meta.start_lsn))
         return 0;
     char a[LSN_FMT_LEN], b[LSN_FMT_LEN];
+    if (lsn >= h) {
+        char id[STRATA_ID_HEX_LEN];
+        snprintf(err, errlen,
+                 "requested LSN %s is below the start %s of this timeline (a branch of timeline "
+                 "%s: read the ancestor below it)",
+                 lsn_format(lsn, a), lsn_format(tl->meta.start_lsn, b),
+                 strata_id_format(&tl->meta.ancestor_timeline, id));
+        if (sqlstate != NULL)
+            *sqlstate = GC_SQLSTATE;
+        return -1;
+    }
     snprintf(err, errlen, "requested LSN %s is below the GC horizon %s of this timeline",
              lsn_format(lsn, a), lsn_format(h, b));
     if (sqlstate != NULL)
@@ -865,7 +979,7 @@ static int read_size(timeline *tl, const pg_key *k, lsn_t lsn, uint32_t *nblocks
 {
     value_ref v;
     lsn_t found;
-    int rc = store_get_latest(tl->st, k, lsn, &v, &found, err, errlen);
+    int rc = timeline_get_latest(tl, k, lsn, &v, &found, err, errlen);
     if (rc <= 0)
         return rc;
     int result;
@@ -901,9 +1015,57 @@ int timeline_rel_size(timeline *tl, uint32_t spc, uint32_t db, uint32_t rel, uin
     return rc;
 }
 
+static int read_page(timeline *tl, const pg_key *k, lsn_t lsn, uint8_t out[PG_BLCKSZ], int *chain,
+                     bool *newest_complete, char *err, size_t errlen);
+
+/*
+ * A branch's own deltas of k at lsn (vl, no complete value) bottom out on
+ * the ancestor's page at the branch point, read through the ancestor's own
+ * read path (its page cache, its redo, its ancestors).  *merged gets vl's
+ * versions plus that page as an image at the branch point (*base_page, the
+ * caller frees it and merged's arrays); *base_page stays NULL when the
+ * ancestor has no version either (vl is replayed as it is, as on a root).
+ */
+static int with_ancestor_base(timeline *tl, const pg_key *k, lsn_t lsn, const version_list *vl,
+                              version_list *merged, uint8_t **base_page, char *err, size_t errlen)
+{
+    lsn_t at = lsn < tl->meta.ancestor_lsn ? lsn : tl->meta.ancestor_lsn;
+    STRATA_ASSERT(vl->n > 0 && vl->lsn[vl->n - 1] > at);
+    uint8_t *page = malloc(PG_BLCKSZ);
+    if (page == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int chain = 0;
+    bool complete;
+    int rc = read_page(tl->ancestor, k, at, page, &chain, &complete, err, errlen);
+    if (rc <= 0) {
+        free(page);
+        return rc;
+    }
+    merged->n = vl->n + 1;
+    merged->lsn = malloc(sizeof *merged->lsn * (size_t)merged->n);
+    merged->value = malloc(sizeof *merged->value * (size_t)merged->n);
+    if (merged->lsn == NULL || merged->value == NULL) {
+        free(merged->lsn);
+        free(merged->value);
+        free(page);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    memcpy(merged->lsn, vl->lsn, sizeof *vl->lsn * (size_t)vl->n);
+    memcpy(merged->value, vl->value, sizeof *vl->value * (size_t)vl->n);
+    merged->lsn[vl->n] = at;
+    merged->value[vl->n] = (value_ref){.kind = VAL_IMAGE, .len = PG_BLCKSZ, .payload = page};
+    merged->complete = true;
+    *base_page = page;
+    return 0;
+}
+
 /*
  * The page of k at lsn into out: 1 built, 0 no version at or below lsn, -1
- * error.  *chain is the number of versions replayed.
+ * error.  *chain is the number of versions replayed.  On a branch, a key
+ * without own versions at lsn reads as the ancestor's at the branch point.
  */
 static int read_page(timeline *tl, const pg_key *k, lsn_t lsn, uint8_t out[PG_BLCKSZ], int *chain,
                      bool *newest_complete, char *err, size_t errlen)
@@ -914,6 +1076,9 @@ static int read_page(timeline *tl, const pg_key *k, lsn_t lsn, uint8_t out[PG_BL
     *chain = 0;
     *newest_complete = false;
     int rc = store_get_latest(tl->st, k, lsn, &v, &found, err, errlen);
+    if (rc == 0 && tl->ancestor != NULL) /* no own version: the ancestor's page */
+        return read_page(tl->ancestor, k, lsn < tl->meta.ancestor_lsn ? lsn : tl->meta.ancestor_lsn,
+                         out, chain, newest_complete, err, errlen);
     if (rc <= 0)
         return rc;
     uint8_t kind = v.kind;
@@ -953,7 +1118,29 @@ static int read_page(timeline *tl, const pg_key *k, lsn_t lsn, uint8_t out[PG_BL
         version_list_free(vl);
         return -1;
     }
-    rc = redo_apply(tl->svc.redo, k, vl, out, err, errlen);
+    uint8_t *base_page = NULL;
+    version_list merged;
+    if (!vl->complete && tl->ancestor != NULL &&
+        with_ancestor_base(tl, k, lsn, vl, &merged, &base_page, err, errlen) != 0) {
+        version_list_free(vl);
+        return -1;
+    }
+    rc = redo_apply(tl->svc.redo, k, base_page != NULL ? &merged : vl, out, err, errlen);
+    if (base_page != NULL) {
+        /* The ancestor's page was the base: every own version was replayed. */
+        if (rc == 0)
+            *chain = vl->n;
+        free(merged.lsn);
+        free(merged.value);
+        free(base_page);
+        if (rc == 0) {
+            metrics_counter_inc(rm.redo_reads);
+            if (tl->svc.cache != NULL)
+                pagecache_insert(tl->svc.cache, tl->owner, k, vl->lsn[0], out);
+        }
+        version_list_free(vl);
+        return rc == 0 ? 1 : -1;
+    }
     if (rc == 0) {
         /* Deltas replayed: every version but a base image. */
         const value_ref *oldest = &vl->value[vl->n - 1];
@@ -1055,7 +1242,7 @@ static int storage_size(timeline *tl, storage_size_arg *a, lsn_t lsn, char *err,
         return -1;
     pg_key from, to;
     rel_size_range(&from, &to);
-    if (store_scan(tl->st, &from, &to, lsn, add_storage_size, a, err, errlen) != 0) {
+    if (timeline_scan(tl, &from, &to, lsn, add_storage_size, a, err, errlen) != 0) {
         if (sqlstate != NULL)
             *sqlstate = SQLSTATE_INTERNAL_ERROR;
         return -1;
@@ -1159,12 +1346,40 @@ int timeline_list_rels(timeline *tl, lsn_t lsn, timeline_rel_fn fn, void *arg, c
     pg_key from, to;
     rel_size_range(&from, &to);
     list_arg a = {fn, arg};
-    if (store_scan(tl->st, &from, &to, lsn, list_one, &a, err, errlen) != 0)
+    if (timeline_scan(tl, &from, &to, lsn, list_one, &a, err, errlen) != 0)
         return -1;
     return check_horizon(tl, lsn, err, errlen, NULL);
 }
 
 /* ---- the page service's fast path (no redo, no wait) ---- */
+
+/* The newest version of k at lsn and the timeline (tl or an ancestor) that holds it. */
+static int latest_from(timeline *tl, const pg_key *k, lsn_t lsn, value_ref *out, lsn_t *found,
+                       timeline **from, char *err, size_t errlen)
+{
+    for (timeline *t = tl; t != NULL; t = t->ancestor) {
+        int rc = store_get_latest(t->st, k, lsn, out, found, err, errlen);
+        *from = t;
+        if (rc != 0 || t->ancestor == NULL)
+            return rc;
+        if (lsn > t->meta.ancestor_lsn)
+            lsn = t->meta.ancestor_lsn;
+    }
+    return 0;
+}
+
+int timeline_get_latest(timeline *tl, const pg_key *k, lsn_t lsn, value_ref *out, lsn_t *found_lsn,
+                        char *err, size_t errlen)
+{
+    timeline *from;
+    return latest_from(tl, k, lsn, out, found_lsn, &from, err, errlen);
+}
+
+int timeline_read_page_internal(timeline *tl, const pg_key *k, lsn_t lsn, uint8_t out[PG_BLCKSZ],
+                                int *chain, bool *newest_complete, char *err, size_t errlen)
+{
+    return read_page(tl, k, lsn, out, chain, newest_complete, err, errlen);
+}
 
 int timeline_get_rel_page_noredo(timeline *tl, uint32_t spc, uint32_t db, uint32_t rel,
                                  uint8_t fork, uint32_t blk, lsn_t lsn, uint8_t out[PG_BLCKSZ],
@@ -1189,7 +1404,8 @@ int timeline_get_rel_page_noredo(timeline *tl, uint32_t spc, uint32_t db, uint32
         pg_key k = pg_key_rel_block(spc, db, rel, fork, blk);
         value_ref v;
         lsn_t found;
-        rc = store_get_latest(tl->st, &k, lsn, &v, &found, err, errlen);
+        timeline *from = NULL; /* where the newest version lives: its cache entry */
+        rc = latest_from(tl, &k, lsn, &v, &found, &from, err, errlen);
         if (rc < 0) {
             if (sqlstate != NULL)
                 *sqlstate = SQLSTATE_INTERNAL_ERROR;
@@ -1207,7 +1423,7 @@ int timeline_get_rel_page_noredo(timeline *tl, uint32_t spc, uint32_t db, uint32
             free((void *)v.payload);
             if (delta) {
                 if (tl->svc.cache == NULL ||
-                    !pagecache_lookup(tl->svc.cache, tl->owner, &k, found, out))
+                    !pagecache_lookup(tl->svc.cache, from->owner, &k, found, out))
                     return 1; /* needs redo (the full read counts the miss) */
                 metrics_counter_inc(rm.cache_hits);
             } else if (image || v.kind == VAL_ZERO_PAGE) {

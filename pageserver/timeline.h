@@ -5,9 +5,25 @@
  *
  * For: everything one timeline knows, behind one handle.  A timeline lives
  * in a directory (see tenants.h for where) holding
- *   timeline.json   {"tenant_id", "timeline_id", "start_lsn", "safekeepers"}
+ *   timeline.json   {"tenant_id", "timeline_id", "start_lsn", "safekeepers",
+ *                    optionally "ancestor_timeline_id", "ancestor_lsn"}
  *                   written durably once at creation
  *   store/          the page-version store (store.h)
+ *
+ * Branches (issue #15): a timeline may be a copy-on-write child of another
+ * timeline of the same tenant (its ancestor) at an LSN (the branch point,
+ * = its start_lsn).  Creating one copies nothing: the child starts with an
+ * empty store whose last_record_lsn is the branch point.  Every read of the
+ * child at LSN L takes the key's versions from the child's own store (all
+ * above the branch point) and, below them, from the ancestor at
+ * min(L, ancestor_lsn) -- recursively for a branch of a branch.  A chain of
+ * own deltas without an own image is replayed on top of the ancestor's page
+ * at the branch point, read through the ancestor's own read path (its page
+ * cache and redo).  Scans (relation lists, sizes, basebackup listings) merge
+ * the child's keys over the ancestor's: an own tombstone hides the
+ * ancestor's value.  The child holds a reference to its ancestor for its
+ * whole life, and the ancestor's GC horizon never rises above the lowest
+ * branch point of its live children (timeline_add_branch).
  * Not for: the set of timelines, creating or deleting their directories
  * (tenants.h), the network (page_service.h, http_api.h).
  *
@@ -104,9 +120,12 @@ typedef struct timeline_services {
 typedef struct timeline_meta {
     strata_id tenant;
     strata_id timeline;
-    lsn_t start_lsn; /* where the timeline begins (import LSN) */
+    lsn_t start_lsn; /* where the timeline begins (import LSN, or the branch point) */
     int n_safekeepers;
     char safekeepers[TIMELINE_MAX_SAFEKEEPERS][TIMELINE_SAFEKEEPER_LEN];
+    bool has_ancestor;           /* a branch: the two fields below are set */
+    strata_id ancestor_timeline; /* same tenant */
+    lsn_t ancestor_lsn;          /* the branch point; == start_lsn */
 } timeline_meta;
 
 typedef struct timeline timeline;
@@ -121,6 +140,16 @@ int timeline_build_from_pgdata(const char *dir, timeline_meta *meta, const char 
                                const timeline_services *svc, lsn_t *out_lsn, char *err,
                                size_t errlen);
 
+/*
+ * Builds a branch's directory contents in dir (which exists and is empty):
+ * an empty store whose last_record_lsn and disk_consistent_lsn are
+ * meta->ancestor_lsn, and timeline.json from meta (has_ancestor set,
+ * start_lsn == ancestor_lsn).  Constant time: nothing of the ancestor is
+ * copied.  0 or -1 with err.
+ */
+int timeline_build_branch(const char *dir, const timeline_meta *meta, const timeline_services *svc,
+                          char *err, size_t errlen);
+
 /* Writes a timeline directory's own files durably: timeline.json from m,
  * and TIMELINE_GC_FILE with gc_horizon unless it is LSN_INVALID (a
  * timeline restored from object storage, pageserver/remote/restore.h).
@@ -131,15 +160,29 @@ int timeline_write_files(const char *dir, const timeline_meta *m, lsn_t gc_horiz
 /* Reads and checks dir/timeline.json.  0 or -1 with err. */
 int timeline_meta_read(const char *dir, timeline_meta *out, char *err, size_t errlen);
 
+/* timeline.json's text for m (malloc'd, caller frees), and its parser
+ * (path names the source in the error; 0 or -1 with err).  The parser
+ * checks an ancestor's fields: both or neither, start_lsn == ancestor_lsn,
+ * the ancestor is not the timeline itself. */
+char *timeline_meta_to_json(const timeline_meta *m);
+int timeline_meta_parse(const char *text, size_t len, const char *path, timeline_meta *out,
+                        char *err, size_t errlen);
+
 /*
  * Opens the timeline in dir (store reopens at its disk_consistent_lsn) and,
  * if it names safekeepers, starts its WAL receiver from
  * max(disk_consistent_lsn, start_lsn).  owner is the page-cache owner
  * number, unique per timeline instance.  The handle starts with one
- * reference.  0 or -1 with err.
+ * reference.  A branch needs its ancestor open: ancestor must be the
+ * timeline its timeline.json names (the child takes a reference and
+ * registers its branch point with it, timeline_add_branch); a root takes
+ * NULL.  0 or -1 with err.
  */
-int timeline_open(const char *dir, const timeline_services *svc, uint64_t owner, timeline **out,
-                  char *err, size_t errlen);
+int timeline_open(const char *dir, const timeline_services *svc, uint64_t owner, timeline *ancestor,
+                  timeline **out, char *err, size_t errlen);
+
+/* The ancestor of a branch (borrowed: the child holds a reference), or NULL. */
+timeline *timeline_ancestor(const timeline *tl);
 
 void timeline_ref(timeline *tl);
 void timeline_unref(timeline *tl);
@@ -221,6 +264,25 @@ lsn_t timeline_gc_target(timeline *tl, int64_t now_ms);
  */
 long timeline_gc(timeline *tl, int64_t now_ms, char *err, size_t errlen);
 
+/*
+ * Branch points (issue #15).  timeline_add_branch registers child's branch
+ * point lsn with parent, atomically with a check that lsn is not below
+ * parent's GC horizon (GC publishes a new horizon under the same lock): from
+ * then on parent's horizon never rises above the lowest registered branch
+ * point.  -1 with err (the readable window) when lsn is below the horizon.
+ * Registering the same child again updates it.  timeline_remove_branch
+ * drops it (no-op when absent): deleting a branch releases what it kept.
+ */
+int timeline_add_branch(timeline *parent, const strata_id *child, lsn_t lsn, char *err,
+                        size_t errlen);
+void timeline_remove_branch(timeline *parent, const strata_id *child);
+/* The lowest registered branch point, or LSN_MAX without branches. */
+lsn_t timeline_min_branch_lsn(timeline *tl);
+
+/* The window a branch may be created in: [max(GC horizon, start_lsn),
+ * last_record_lsn].  Any thread. */
+void timeline_readable_window(timeline *tl, lsn_t *lo, lsn_t *hi);
+
 /* Process-wide GC counters (for tests and the HTTP API). */
 typedef struct timeline_gc_stats {
     uint64_t runs, removed, failures;
@@ -276,6 +338,41 @@ typedef int (*timeline_rel_fn)(uint32_t spc, uint32_t db, uint32_t rel, uint8_t 
                                uint32_t nblocks, void *arg);
 int timeline_list_rels(timeline *tl, lsn_t lsn, timeline_rel_fn fn, void *arg, char *err,
                        size_t errlen);
+
+/* The newest value of k at or below lsn, falling through to the ancestors
+ * below the branch point (store_get_latest's contract).  No GC horizon
+ * check: for ingest, basebackup listings and the commit-time index. */
+int timeline_get_latest(timeline *tl, const pg_key *k, lsn_t lsn, value_ref *out, lsn_t *found_lsn,
+                        char *err, size_t errlen);
+
+/* store_scan's contract over the timeline and its ancestors: the child's
+ * keys win over the ancestor's (a tombstone too). */
+int timeline_scan(timeline *tl, const pg_key *from, const pg_key *to, lsn_t lsn, store_scan_fn fn,
+                  void *arg, char *err, size_t errlen);
+
+/* ---- the commit-time index (KEY_CHECKPOINT_REL_COMMIT_TIME, key.h) ---- */
+
+/* Postgres timestamps: microseconds since 2000-01-01 00:00:00 UTC. */
+typedef int64_t pg_timestamp;
+
+/* Parses "2026-12-02 05:00:00+00", "2026-12-02T05:00:00Z",
+ * "2026-12-02 05:00:00.25+05:30" (ISO 8601 / RFC 3339; fractional seconds
+ * up to microseconds; zone Z, +HH, +HHMM or +HH:MM; none = UTC; a date alone
+ * is midnight).  False on anything else. */
+bool timeline_parse_time(const char *s, pg_timestamp *out);
+/* "2026-12-02 05:00:00.123456+00" (fraction only when not 0). */
+char *timeline_format_time(pg_timestamp t, char *buf, size_t len);
+
+/*
+ * The end LSN of the last commit record with commit time <= t on tl (or,
+ * below its branch point, its ancestors): 0 with *lsn, *commit_time and
+ * *latest = false; when t is at or after the newest commit, *lsn is the
+ * last_record_lsn and *latest = true (*commit_time that commit's time, or
+ * -1 without any).  -1 with err and *status: 400 when t is before the first
+ * commit the window holds (the message names the window as times and LSNs).
+ */
+int timeline_lsn_by_time(timeline *tl, pg_timestamp t, lsn_t *lsn, pg_timestamp *commit_time,
+                         bool *latest, int *status, char *err, size_t errlen);
 
 /* Read counters (process-wide, all timelines). */
 typedef struct timeline_read_stats {

@@ -139,6 +139,13 @@ void ingest_options_default(ingest_options *o);
  * Both must outlive the state.  NULL on out-of-memory. */
 ingest_state *ingest_create(store *st, redo_pool *redo);
 
+/* Ingest of a branch (timeline.c, issue #15): the backend writes to the
+ * branch's store and reads through to its ancestors; as ingest_create
+ * otherwise (the safety net on when have_redo), resuming after last_end
+ * (the store's last_record_lsn).  b is copied; b->arg must outlive the
+ * state.  NULL on out-of-memory. */
+ingest_state *ingest_create_over(const ingest_backend *b, bool have_redo, lsn_t last_end);
+
 /* Ingest over any backend (copied; its arg must outlive the state).
  * 0, or -1 with err (bad options, out of memory). */
 int ingest_create_with_backend(const ingest_options *o, const ingest_backend *b, ingest_state **out,

@@ -95,6 +95,20 @@ ingest_state *ingest_create(store *st, redo_pool *redo)
     return ing;
 }
 
+ingest_state *ingest_create_over(const ingest_backend *b, bool have_redo, lsn_t last_end)
+{
+    ingest_options o;
+    ingest_options_default(&o);
+    if (have_redo)
+        o.image_threshold = INGEST_IMAGE_THRESHOLD;
+    ingest_state *ing = NULL;
+    char err[128];
+    if (ingest_create_with_backend(&o, b, &ing, err, sizeof err) != 0)
+        return NULL;
+    ing->stats.last_end = last_end;
+    return ing;
+}
+
 int import_pgdata(store *st, const char *pgdata, lsn_t *out_lsn, import_stats *stats, char *err,
                   size_t errlen)
 {

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/strata_assert.h"
 #include "pageserver/ingest/ingest_internal.h"
 
 /* ---- SLRU helpers ------------------------------------------------------ */
@@ -323,6 +324,17 @@ static int twophase_key_put(ingest_state *ing, uint32_t xid, lsn_t end, const ui
     return ingest_put(ing, &k, end, VAL_BLOB, 0, data, len, err, errlen);
 }
 
+/* The commit-time index (KEY_CHECKPOINT_REL_COMMIT_TIME, key.h): the
+ * record's xact_time (the first field of its main data, checked by
+ * xact_parse) at its end LSN. */
+static int put_commit_time(ingest_state *ing, lsn_t end, const wal_record *rec, char *err,
+                           size_t errlen)
+{
+    STRATA_ASSERT(rec->main_data_len >= PG_XACT_TIME_SIZE);
+    pg_key k = {.kind = KEY_CHECKPOINT, .rel = KEY_CHECKPOINT_REL_COMMIT_TIME};
+    return ingest_put(ing, &k, end, VAL_BLOB, 0, rec->main_data, 8, err, errlen);
+}
+
 int ingest_xact(ingest_state *ing, lsn_t end, const wal_record *rec, char *err, size_t errlen)
 {
     uint8_t op = rec->hdr.info & PG_XLOG_XACT_OPMASK;
@@ -383,6 +395,8 @@ int ingest_xact(ingest_state *ing, lsn_t end, const wal_record *rec, char *err, 
             return -1;
     }
     if (prepared && twophase_key_put(ing, xid, end, NULL, 0, true, err, errlen) != 0)
+        return -1;
+    if (commit && put_commit_time(ing, end, rec, err, errlen) != 0)
         return -1;
     return 0;
 }

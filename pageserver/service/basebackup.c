@@ -37,14 +37,14 @@ static int ts_get_latest(void *arg, const pg_key *k, lsn_t lsn, value_ref *out, 
                          char *err, size_t errlen)
 {
     basebackup_timeline_source *ts = arg;
-    return store_get_latest(ts->st, k, lsn, out, found, err, errlen);
+    return timeline_get_latest(ts->tl, k, lsn, out, found, err, errlen);
 }
 
 static int ts_scan(void *arg, const pg_key *from, const pg_key *to, lsn_t lsn, store_scan_fn fn,
                    void *fnarg, char *err, size_t errlen)
 {
     basebackup_timeline_source *ts = arg;
-    return store_scan(ts->st, from, to, lsn, fn, fnarg, err, errlen);
+    return timeline_scan(ts->tl, from, to, lsn, fn, fnarg, err, errlen);
 }
 
 static int ts_rel_page(void *arg, uint32_t spc, uint32_t db, uint32_t rel, uint8_t fork,

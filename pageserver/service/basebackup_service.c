@@ -193,7 +193,7 @@ static lsn_t record_start_at(bb_job *j)
     value_ref v;
     lsn_t found = LSN_INVALID;
     char err[256];
-    int rc = store_get_latest(j->st, &k, j->lsn, &v, &found, err, sizeof err);
+    int rc = timeline_get_latest(j->tl, &k, j->lsn, &v, &found, err, sizeof err);
     if (rc != 1)
         return LSN_INVALID;
     lsn_t s = LSN_INVALID;

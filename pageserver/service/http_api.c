@@ -82,6 +82,19 @@ static void add_remote(cJSON *o, const timeline_status *st)
     cJSON_AddNumberToObject(r, "last_upload_time", (double)u->last_upload_time);
 }
 
+/* "ancestor_timeline_id" and "ancestor_lsn": null for a root (issue #15). */
+static void add_ancestor(cJSON *o, const timeline_meta *m)
+{
+    char a[STRATA_ID_HEX_LEN];
+    if (!m->has_ancestor) {
+        cJSON_AddNullToObject(o, "ancestor_timeline_id");
+        cJSON_AddNullToObject(o, "ancestor_lsn");
+        return;
+    }
+    cJSON_AddStringToObject(o, "ancestor_timeline_id", strata_id_format(&m->ancestor_timeline, a));
+    add_lsn(o, "ancestor_lsn", m->ancestor_lsn);
+}
+
 static cJSON *timeline_json(timeline *tl)
 {
     const timeline_meta *m = timeline_get_meta(tl);
@@ -92,6 +105,7 @@ static cJSON *timeline_json(timeline *tl)
     cJSON_AddStringToObject(o, "tenant_id", strata_id_format(&m->tenant, a));
     cJSON_AddStringToObject(o, "timeline_id", strata_id_format(&m->timeline, b));
     add_lsn(o, "start_lsn", st.start_lsn);
+    add_ancestor(o, m);
     add_lsn(o, "last_record_lsn", st.last_record_lsn);
     add_lsn(o, "disk_consistent_lsn", st.disk_consistent_lsn);
     add_remote(o, &st);
@@ -269,6 +283,39 @@ static void get_rels(ps_http *h, timeline *tl, const http_request *req, http_res
     cJSON_Delete(o);
 }
 
+/* GET .../timeline/<tl>/lsn_by_time?time=<timestamp>: the end of the last
+ * commit at or before the time (timeline_lsn_by_time). */
+static void get_lsn_by_time(timeline *tl, const http_request *req, http_response *resp)
+{
+    const char *q = http_request_query(req, "time");
+    pg_timestamp when;
+    if (q == NULL || !timeline_parse_time(q, &when)) {
+        http_response_error(resp, 400,
+                            "invalid or missing time \"%s\": expected ?time= an ISO 8601 / RFC "
+                            "3339 timestamp such as 2026-12-02T05:00:00Z (URL-encoded)",
+                            q ? q : "");
+        return;
+    }
+    lsn_t lsn;
+    pg_timestamp ct;
+    bool latest;
+    int status = 500;
+    char err[1024], tb[48];
+    if (timeline_lsn_by_time(tl, when, &lsn, &ct, &latest, &status, err, sizeof err) != 0) {
+        http_response_error(resp, status, "%s", err);
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    add_lsn(o, "lsn", lsn);
+    if (ct >= 0 || !latest)
+        cJSON_AddStringToObject(o, "commit_time", timeline_format_time(ct, tb, sizeof tb));
+    else
+        cJSON_AddNullToObject(o, "commit_time");
+    cJSON_AddStringToObject(o, "kind", latest ? "latest" : "commit");
+    http_response_json(resp, 200, o);
+    cJSON_Delete(o);
+}
+
 /* POST .../timeline/<tl> (tlid given) or POST .../timeline (tlid NULL: the
  * body's "timeline_id", else a new random id; the tenant must exist). */
 static void create_timeline(ps_http *h, const strata_id *tenant, const strata_id *tlid_in,
@@ -317,6 +364,25 @@ static void create_timeline(ps_http *h, const strata_id *tenant, const strata_id
                 goto out;
             }
             cr.initdb = cJSON_IsTrue(e);
+        } else if (strcmp(e->string, "ancestor_timeline_id") == 0) {
+            if (!cJSON_IsString(e) || !strata_id_parse(e->valuestring, &cr.ancestor)) {
+                http_response_error(resp, 400, "\"ancestor_timeline_id\" must be 32 hex digits");
+                goto out;
+            }
+            cr.has_ancestor = true;
+        } else if (strcmp(e->string, "ancestor_lsn") == 0) {
+            if (!cJSON_IsString(e) || !lsn_parse(e->valuestring, &cr.ancestor_lsn) ||
+                cr.ancestor_lsn == LSN_INVALID) {
+                http_response_error(resp, 400,
+                                    "\"ancestor_lsn\" must be an LSN X/Y in hex, not 0/0");
+                goto out;
+            }
+        } else if (strcmp(e->string, "ancestor_time") == 0) {
+            if (!cJSON_IsString(e)) {
+                http_response_error(resp, 400, "\"ancestor_time\" must be a timestamp string");
+                goto out;
+            }
+            cr.ancestor_time = e->valuestring;
         } else if (tlid_in == NULL && strcmp(e->string, "timeline_id") == 0) {
             if (!cJSON_IsString(e) || !strata_id_parse(e->valuestring, &tlid_buf)) {
                 http_response_error(resp, 400, "\"timeline_id\" must be 32 hex digits");
@@ -326,7 +392,8 @@ static void create_timeline(ps_http *h, const strata_id *tenant, const strata_id
         } else {
             http_response_error(resp, 400,
                                 "unknown field \"%s\" (expected %ssafekeepers, "
-                                "import_pgdata, initdb)",
+                                "import_pgdata, initdb, ancestor_timeline_id, ancestor_lsn, "
+                                "ancestor_time)",
                                 e->string, tlid_in == NULL ? "timeline_id, " : "");
             goto out;
         }
@@ -359,6 +426,10 @@ static void create_timeline(ps_http *h, const strata_id *tenant, const strata_id
     add_lsn(o, "lsn", lsn);
     cJSON_AddStringToObject(o, "tenant_id", strata_id_format(tenant, a));
     cJSON_AddStringToObject(o, "timeline_id", strata_id_format(tlid, b));
+    add_lsn(o, "start_lsn", lsn);
+    timeline_meta am = {
+        .has_ancestor = cr.has_ancestor, .ancestor_timeline = cr.ancestor, .ancestor_lsn = lsn};
+    add_ancestor(o, &am);
     http_response_json(resp, 201, o);
     cJSON_Delete(o);
 out:
@@ -513,6 +584,7 @@ static void list_timelines(ps_http *h, const strata_id *tenant, http_response *r
  *   <t>/timeline                     GET list, POST create (id in the body or new)
  *   <t>/timeline/<tl>                GET, POST create, DELETE
  *   <t>/timeline/<tl>/rels           GET
+ *   <t>/timeline/<tl>/lsn_by_time    GET ?time=<timestamp>
  */
 static void on_tenant_tree(const http_request *req, http_response *resp, void *arg)
 {
@@ -523,10 +595,10 @@ static void on_tenant_tree(const http_request *req, http_response *resp, void *a
     bool post = strcmp(req->method, "POST") == 0;
     bool del = strcmp(req->method, "DELETE") == 0;
     if (n < 1 || (n >= 2 && strcmp(seg[1], "timeline") != 0) ||
-        (n == 4 && strcmp(seg[3], "rels") != 0)) {
+        (n == 4 && strcmp(seg[3], "rels") != 0 && strcmp(seg[3], "lsn_by_time") != 0)) {
         http_response_error(resp, 404,
                             "no such endpoint: %s (expected /v1/tenant/<tenant_id>[/timeline[/"
-                            "<timeline_id>[/rels]]])",
+                            "<timeline_id>[/rels|/lsn_by_time]]])",
                             req->path);
         return;
     }
@@ -595,7 +667,10 @@ static void on_tenant_tree(const http_request *req, http_response *resp, void *a
         }
         timeline *tl = get_or_404(h, &tenant, &tlid, resp);
         if (tl != NULL) {
-            get_rels(h, tl, req, resp);
+            if (strcmp(seg[3], "rels") == 0)
+                get_rels(h, tl, req, resp);
+            else
+                get_lsn_by_time(tl, req, resp);
             timeline_unref(tl);
         }
         return;

@@ -1,0 +1,63 @@
+/*
+ * timeline_priv.h: the timeline handle's fields, shared by timeline.c (open,
+ * close, reads, GC) and timeline_branch.c (branches, the commit-time
+ * index).  Not for anything outside those two files.
+ */
+#ifndef STRATA_PAGESERVER_TIMELINE_PRIV_H
+#define STRATA_PAGESERVER_TIMELINE_PRIV_H
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "pageserver/ingest/ingest.h"
+#include "pageserver/ingest/walreceiver.h"
+#include "pageserver/remote/uploader.h"
+#include "pageserver/timeline.h"
+
+struct timeline {
+    atomic_int refs;
+    atomic_bool deleted;
+    char dir[PATH_MAX];
+    timeline_meta meta;
+    timeline_services svc;
+    uint64_t owner;
+    store *st;
+    ingest_state *ing;
+    imagegen *ig;          /* NULL: background image generation off */
+    atomic_bool closing;   /* the last reference is going: image workers stop waiting */
+    pthread_mutex_t wr_mu; /* guards wr against stop racing status */
+    walreceiver *wr;
+    uploader *up; /* NULL: no remote store */
+
+    /* Retention. */
+    _Atomic lsn_t gc_horizon;
+    pthread_mutex_t gc_mu; /* guards the samples and the gc_* figures below */
+    struct {
+        int64_t ms;
+        lsn_t lsn;
+    } samples[TIMELINE_LSN_SAMPLES];
+    int nsamples, sample_head; /* ring: next write at sample_head */
+    uint64_t gc_runs, gc_removed;
+    int64_t gc_last_run_time;
+    char gc_last_error[256];
+
+    /* Branches (issue #15, timeline_branch.c). */
+    timeline *ancestor;        /* referenced for this timeline's life; NULL for a root */
+    pthread_mutex_t branch_mu; /* guards branches[] and publishing gc_horizon */
+    struct timeline_branch_point {
+        strata_id child;
+        lsn_t lsn;
+    } *branches;
+    int nbranches, branches_cap;
+};
+
+/* timeline_branch.c: the ingest backend of a branch (reads fall through to
+ * the ancestors); NULL on out-of-memory.  Freed by timeline_branch_ingest_free. */
+ingest_state *timeline_branch_ingest(timeline *tl);
+/* The store lookup of a page's newest version, for a child falling through:
+ * the ancestor read at the clamped LSN (timeline.c's read path). */
+int timeline_read_page_internal(timeline *tl, const pg_key *k, lsn_t lsn, uint8_t out[PG_BLCKSZ],
+                                int *chain, bool *newest_complete, char *err, size_t errlen);
+
+#endif
