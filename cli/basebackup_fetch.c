@@ -117,6 +117,12 @@ static const char *pq_error(PGconn *conn, const PGresult *res, char *buf, size_t
 int bbfetch_run(const cluster *c, lsn_t lsn, bool full, const char *dir, int timeout_ms,
                 bbfetch_result *res, cli_err *err)
 {
+    return bbfetch_run_mode(c, lsn, full ? "full" : "", dir, timeout_ms, res, err);
+}
+
+int bbfetch_run_mode(const cluster *c, lsn_t lsn, const char *mode, const char *dir, int timeout_ms,
+                     bbfetch_result *res, cli_err *err)
+{
     memset(res, 0, sizeof *res);
     if (mkdir(dir, 0700) != 0)
         return cli_err_set(err, "mkdir %s: %s", dir, strerror(errno));
@@ -152,8 +158,12 @@ int bbfetch_run(const cluster *c, lsn_t lsn, bool full, const char *dir, int tim
     struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
     setsockopt(PQsocket(conn), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     char cmd[200];
-    snprintf(cmd, sizeof cmd, "basebackup %s %s %s%s", strata_id_format(&c->tenant_id, tenant),
-             strata_id_format(&c->timeline_id, timeline), lsn_format(lsn, lb), full ? " full" : "");
+    if (lsn == LSN_INVALID)
+        snprintf(lb, sizeof lb, "latest");
+    else
+        lsn_format(lsn, lb);
+    snprintf(cmd, sizeof cmd, "basebackup %s %s %s%s%s", strata_id_format(&c->tenant_id, tenant),
+             strata_id_format(&c->timeline_id, timeline), lb, mode[0] ? " " : "", mode);
     int rc = -1;
     PGresult *pr = PQexec(conn, cmd);
     if (PQresultStatus(pr) != PGRES_COPY_OUT) {

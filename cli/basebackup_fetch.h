@@ -2,7 +2,7 @@
  * basebackup_fetch.h: fetching a basebackup from the pageserver into a new
  * data directory (docs/design.md §7.7 step 2).
  *
- * For: `basebackup <tenant> <timeline> <lsn> [full]` over libpq (CopyOut),
+ * For: `basebackup <tenant> <timeline> <lsn>|latest [full|replica]` over libpq (CopyOut),
  * the archive checked and extracted by basebackup_tar.h into a directory
  * that must not exist yet (created 0700); files are created with O_EXCL and
  * O_NOFOLLOW, so nothing is written outside it.
@@ -31,5 +31,10 @@ typedef struct bbfetch_result {
  * file) into dir, within timeout_ms.  0 or -1. */
 int bbfetch_run(const cluster *c, lsn_t lsn, bool full, const char *dir, int timeout_ms,
                 bbfetch_result *res, cli_err *err);
+/* The same with the command's mode word: "" (stateless), "full" or
+ * "replica" (pageserver/service/basebackup.h); lsn LSN_INVALID asks for
+ * "latest" (what the pageserver has ingested). */
+int bbfetch_run_mode(const cluster *c, lsn_t lsn, const char *mode, const char *dir, int timeout_ms,
+                     bbfetch_result *res, cli_err *err);
 
 #endif

@@ -240,7 +240,12 @@ static int compute_initdb(const cluster *c, const compute_paths *p, const proc_u
  * without a pageserver) or from a pageserver basebackup, full (a complete
  * copy, smgr off) or stateless (no relation files, pages from the
  * pageserver through the strata smgr). */
-typedef enum compute_kind { COMPUTE_INITDB, COMPUTE_BB_FULL, COMPUTE_BB_STATELESS } compute_kind;
+typedef enum compute_kind {
+    COMPUTE_INITDB,
+    COMPUTE_BB_FULL,
+    COMPUTE_BB_STATELESS,
+    COMPUTE_BB_READONLY /* stateless, a hot standby, no walproposer (compute_start_standby) */
+} compute_kind;
 
 /*
  * Size of the compute's local file cache (strata.file_cache_size): the
@@ -372,9 +377,11 @@ static int compute_write_config(const cluster *c, const compute_paths *p, comput
     if (compute_user_settings(c, user, preload, sizeof preload, err) != 0)
         goto out;
     safekeepers_list(c, sks, sizeof sks);
+    if (kind == COMPUTE_BB_READONLY)
+        sks[0] = '\0'; /* no walproposer: a standby writes no WAL */
     /* Stateless: every permanent relation through the strata smgr. */
     char smgr[512] = "";
-    if (kind == COMPUTE_BB_STATELESS) {
+    if (kind == COMPUTE_BB_STATELESS || kind == COMPUTE_BB_READONLY) {
         int used = snprintf(smgr, sizeof smgr, "strata.pageserver = '%s:%d'\n", c->pageserver_host,
                             c->pageserver_pg_port);
         /* A pageserver with an --auth-file wants a token (docs/operations.md). */
@@ -982,5 +989,84 @@ int compute_start_from_pageserver(const cluster *c, compute_start_report *rep, c
         return -1;
     }
     rep->configure_ms = proc_now_ms() - t3;
+    return 0;
+}
+
+/*
+ * Read-only computes (compute_readonly.c): a new data directory from the
+ * basebackup `basebackup T TL <lsn>|latest [mode]`, the configuration of a
+ * stateless compute without the walproposer plus what conf_fn writes
+ * (appended to strata.conf, after the operator's settings: it wins), standby.signal
+ * instead of strata.signal, and the patched postgres started, not waited
+ * for.
+ */
+int compute_start_standby(const cluster *c, lsn_t lsn, const char *mode,
+                          compute_standby_conf_fn conf_fn, void *conf_arg,
+                          compute_start_report *rep, cli_err *err)
+{
+    memset(rep, 0, sizeof *rep);
+    compute_paths p;
+    char postgres[PATH_MAX], parent[PATH_MAX];
+    proc_user user;
+    if (compute_paths_get(c, &p, err) != 0 || compute_program("postgres", postgres, err) != 0 ||
+        proc_user_for_postgres(c->pg_user, &user, err) != 0 ||
+        cluster_path(c, "computes", parent, err) != 0)
+        return -1;
+    if (compute_pid(c) != 0)
+        return cli_err_set(err, "compute %s is running (strata stop compute %s first)",
+                           compute_label(c), compute_label(c));
+    if ((c->compute_name[0] != '\0' && mkdir(parent, 0755) != 0 && errno != EEXIST) ||
+        (mkdir(p.root, 0750) != 0 && errno != EEXIST) ||
+        (mkdir(p.sockdir, 0750) != 0 && errno != EEXIST))
+        return cli_err_set(err, "mkdir under %s: %s", p.root, strerror(errno));
+    rep->stateless = true;
+    rep->lsn = lsn;
+    long long t0 = proc_now_ms();
+    char fresh[PATH_MAX + 16], old[PATH_MAX + 64], path[PATH_MAX + 32];
+    snprintf(fresh, sizeof fresh, "%s.new", p.pgdata);
+    snprintf(old, sizeof old, "%s.old.%lld", p.pgdata, proc_now_ms());
+    if (proc_remove_tree(fresh, err) != 0)
+        return -1;
+    if (access(p.pgdata, F_OK) == 0 && rename(p.pgdata, old) != 0)
+        return cli_err_set(err, "rename %s: %s", p.pgdata, strerror(errno));
+    remove_aside(&p);
+    bbfetch_result bres;
+    if (bbfetch_run_mode(c, lsn, mode, fresh, COMPUTE_BASEBACKUP_TIMEOUT_MS, &bres, err) != 0)
+        return -1;
+    if (rename(fresh, p.pgdata) != 0)
+        return cli_err_set(err, "rename %s: %s", fresh, strerror(errno));
+    long long t1 = proc_now_ms();
+    rep->basebackup_ms = t1 - t0;
+    rep->basebackup_bytes = bres.bytes;
+    rep->basebackup_files = bres.files;
+    snprintf(path, sizeof path, "%s/pg_hba.conf", p.pgdata);
+    if (write_file(path, compute_hba, err) != 0)
+        return -1;
+    snprintf(path, sizeof path, "%s/postgresql.conf", p.pgdata);
+    if (write_file(path,
+                   "# Written by strata for a read-only compute started from a basebackup.\n"
+                   "include 'strata.conf'\n",
+                   err) != 0 ||
+        compute_write_config(c, &p, COMPUTE_BB_READONLY, false, err) != 0)
+        return -1;
+    char standby_conf[COMPUTE_STANDBY_CONF_MAX];
+    if (conf_fn(c, p.pgdata, standby_conf, sizeof standby_conf, conf_arg, err) != 0)
+        return -1;
+    snprintf(path, sizeof path, "%s/strata.conf", p.pgdata);
+    if (append_file(path, standby_conf, err) != 0)
+        return -1;
+    snprintf(path, sizeof path, "%s/standby.signal", p.pgdata);
+    if (write_file(path, "", err) != 0 || proc_chown_tree(p.root, &user, err) != 0 ||
+        compute_remove_stale_locks(c, &p, err) != 0)
+        return -1;
+    char *argv[] = {postgres, "-D", p.pgdata, NULL};
+    pid_t pid;
+    if (proc_spawn_detached(argv, p.logfile, p.pgdata, &user, &pid, err) != 0)
+        return -1;
+    if (proc_pidfile_write(p.pidfile, pid, err) != 0) {
+        compute_kill(pid, err);
+        return -1;
+    }
+    rep->configure_ms = proc_now_ms() - t1;
     return 0;
 }

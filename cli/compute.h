@@ -125,4 +125,20 @@ typedef struct compute_start_report {
  */
 int compute_start_from_pageserver(const cluster *c, compute_start_report *rep, cli_err *err);
 
+/*
+ * A read-only compute (compute_readonly.h): its data directory made anew
+ * from `basebackup T TL <lsn>|latest [mode]` (lsn LSN_INVALID: latest; mode
+ * "" or "replica"), configured as a stateless compute without the
+ * walproposer, the lines conf_fn writes into conf (it sees the fetched data
+ * directory pgdata; 0 or -1 with a reason) appended to its strata.conf (they
+ * win over the operator's settings), standby.signal written, and the patched
+ * postgres started (not waited for).  The compute must not run.  0 or -1.
+ */
+#define COMPUTE_STANDBY_CONF_MAX 2048
+typedef int (*compute_standby_conf_fn)(const cluster *c, const char *pgdata, char *conf,
+                                       size_t conf_len, void *arg, cli_err *err);
+int compute_start_standby(const cluster *c, lsn_t lsn, const char *mode,
+                          compute_standby_conf_fn conf_fn, void *conf_arg,
+                          compute_start_report *rep, cli_err *err);
+
 #endif

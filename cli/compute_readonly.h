@@ -27,7 +27,17 @@
  * waiting.  The compute must not run.  rep says what it did.  0, or -1
  * with a reason.
  */
-int compute_start_read_only(const cluster *view, bool has_lsn, lsn_t lsn,
-                            compute_start_report *rep, cli_err *err);
+int compute_start_read_only(const cluster *view, bool has_lsn, lsn_t lsn, compute_start_report *rep,
+                            cli_err *err);
+
+/*
+ * A running read-only compute's replay LSN and, for a replica, its lag: the
+ * committed WAL its walreceiver last heard of from the safekeepers
+ * (pg_stat_wal_receiver.latest_end_lsn) minus its replay LSN, in bytes; -1
+ * when unknown (a static compute replays nothing).  False when the compute
+ * does not answer.  The safekeepers export the same lag per standby in
+ * /metrics (safekeeper_standby_replay_lag_bytes).
+ */
+bool compute_read_only_progress(const cluster *view, lsn_t *replay, int64_t *lag);
 
 #endif

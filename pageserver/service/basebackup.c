@@ -581,6 +581,13 @@ static int replica_checkpoint(bb *b, uint32_t seg_size, lsn_t *start,
         }
         lsn_t s = get_le64(v.payload + KEY_CHECKPOINT_RECORD_START_OFF);
         lsn_t redo = get_le64(v.payload + KEY_CHECKPOINT_RECORD_CP_OFF + PG_CP_REDO);
+        /* A branch's reads fall through to its ancestor below the branch
+         * point, but its safekeepers hold its WAL from the branch point
+         * only: an ancestor's checkpoint (and every older one) is out. */
+        if (s < b->o->timeline_start) {
+            free((void *)v.payload);
+            break;
+        }
         bool usable = redo <= s && redo / seg_size == s / seg_size && s < found;
         if (usable)
             memcpy(cp, v.payload + KEY_CHECKPOINT_RECORD_CP_OFF, PG_CHECKPOINT_SIZE);
