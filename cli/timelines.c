@@ -26,8 +26,8 @@ bool timelines_name_ok(const char *name, cli_err *err)
 {
     size_t len = strlen(name);
     if (len == 0 || len >= CLUSTER_COMPUTE_NAME_LEN) {
-        cli_err_set(err, "a name has 1 to %d characters, not \"%s\"", CLUSTER_COMPUTE_NAME_LEN - 1,
-                    name);
+        cli_err_set(err, "a name has 1 to %d characters, not \"%s\"",
+                    CLUSTER_COMPUTE_NAME_LEN - 1, name);
         return false;
     }
     if (name[0] == '-' || name[0] == '.') {
@@ -39,7 +39,8 @@ bool timelines_name_ok(const char *name, cli_err *err)
         bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
                   (ch >= '0' && ch <= '9') || ch == '_' || ch == '-' || ch == '.';
         if (!ok) {
-            cli_err_set(err, "a name has only letters, digits, '_', '-' and '.', not \"%s\"", name);
+            cli_err_set(err, "a name has only letters, digits, '_', '-' and '.', not \"%s\"",
+                        name);
             return false;
         }
     }
@@ -60,9 +61,8 @@ static int parse_timeline(const cJSON *o, const char *path, timeline_entry *e, c
     if (name == NULL || !timelines_name_ok(name, err) || id == NULL ||
         !strata_id_parse(id, &e->id) || parent == NULL || !timelines_name_ok(parent, err) ||
         lsn == NULL || !lsn_parse(lsn, &e->branch_lsn))
-        return cli_err_set(err,
-                           "%s: a timeline without a valid name, timeline_id, parent and "
-                           "branch_lsn",
+        return cli_err_set(err, "%s: a timeline without a valid name, timeline_id, parent and "
+                                "branch_lsn",
                            path);
     snprintf(e->name, sizeof e->name, "%s", name);
     snprintf(e->parent, sizeof e->parent, "%s", parent);
