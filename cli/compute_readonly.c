@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <libpq-fe.h>
@@ -39,6 +40,8 @@
 /* Tries of a replica start after asking the primary for a CHECKPOINT (the
  * pageserver must ingest the new record first), one second apart. */
 #define REPLICA_TRIES 15
+/* How long a starting replica's log is watched for a removed segment. */
+#define REPLICA_WATCH_MS 20000
 
 /* ---- static ------------------------------------------------------------- */
 
@@ -153,15 +156,21 @@ static int replica_conf(const cluster *c, const char *pgdata, char *conf, size_t
 /* The running writable compute on view's timeline, as a view; 1 if none. */
 static int find_primary(const cluster *view, cluster *out, cli_err *err)
 {
+    /* Views are made from the cluster itself (the default compute's is the
+     * cluster), not from another compute's view. */
+    cluster *base = malloc(sizeof *base);
     timeline_registry *r = malloc(sizeof *r);
-    if (r == NULL)
+    if (r == NULL || base == NULL) {
+        free(base);
+        free(r);
         return cli_err_set(err, "out of memory");
-    int rc = timelines_load(view, r, err) != 0 ? -1 : 1;
+    }
+    int rc = cluster_load(view->dir, base, err) != 0 || timelines_load(base, r, err) != 0 ? -1 : 1;
     for (int i = 0; rc == 1 && i < r->ncomputes; i++) {
         const compute_entry *e = &r->computes[i];
         if (e->read_only)
             continue;
-        if (timelines_compute_view(view, r, e, out, err) != 0) {
+        if (timelines_compute_view(base, r, e, out, err) != 0) {
             rc = -1;
             break;
         }
@@ -169,6 +178,7 @@ static int find_primary(const cluster *view, cluster *out, cli_err *err)
             rc = 0;
     }
     free(r);
+    free(base);
     return rc;
 }
 
@@ -214,20 +224,89 @@ static bool pageserver_wants_checkpoint(const char *msg)
            strstr(msg, "is below the GC horizon") != NULL;
 }
 
+/* The size of the compute's log (it is appended to), 0 when absent. */
+static off_t log_size(const cluster *view)
+{
+    char path[PATH_MAX];
+    cli_err ignored = {{0}};
+    struct stat st;
+    if (compute_log_path(view, path, &ignored) != 0 || stat(path, &st) != 0)
+        return 0;
+    return st.st_size;
+}
+
+/* Whether the compute's log, from offset from on, holds needle. */
+static bool log_mentions(const cluster *view, off_t from, const char *needle)
+{
+    char path[PATH_MAX];
+    cli_err ignored = {{0}};
+    if (compute_log_path(view, path, &ignored) != 0)
+        return false;
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return false;
+    bool found = false;
+    char line[1024];
+    if (fseeko(f, from, SEEK_SET) == 0)
+        while (!found && fgets(line, sizeof line, f) != NULL)
+            found = strstr(line, needle) != NULL;
+    fclose(f);
+    return found;
+}
+
+/*
+ * Waits (bounded) for a replica that just started to accept connections,
+ * watching its log: the safekeepers may remove the checkpoint's segment
+ * between the check in replica_conf and the standby's first read of it
+ * (they keep WAL for the pageserver, not for standbys).  1 when that
+ * happened (the replica was stopped), 0 when it is ready or still starting
+ * (the caller waits on), -1 when it exited.
+ */
+static int watch_replica_start(const cluster *view, off_t log_from, cli_err *err)
+{
+    long long deadline = proc_now_ms() + REPLICA_WATCH_MS;
+    while (proc_now_ms() < deadline) {
+        cli_err e = {{0}};
+        if (compute_wait_ready(view, 500, &e) == 0)
+            return 0;
+        if (compute_pid(view) == 0)
+            return cli_err_set(err, "%s", e.msg);
+        if (log_mentions(view, log_from, "has already been removed")) {
+            if (compute_stop(view, true, err) != 0)
+                return -1;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static int start_replica(const cluster *view, compute_start_report *rep, cli_err *err)
 {
     bool asked = false;
     for (int attempt = 0;; attempt++) {
         replica_ctx ctx = {.needs_checkpoint = false};
         cli_err e = {{0}};
-        if (compute_start_standby(view, LSN_INVALID, "replica", replica_conf, &ctx, rep, &e) == 0)
-            return 0;
+        off_t log_from = log_size(view);
+        int rc = compute_start_standby(view, LSN_INVALID, "replica", replica_conf, &ctx, rep, &e);
+        bool removed = false;
+        if (rc == 0) {
+            rc = watch_replica_start(view, log_from, &e);
+            if (rc <= 0) {
+                if (rc < 0)
+                    *err = e;
+                return rc;
+            }
+            ctx.needs_checkpoint = removed = true;
+            snprintf(e.msg, sizeof e.msg,
+                     "the safekeepers removed the WAL segment of the checkpoint record the "
+                     "replica started from");
+        }
         bool cure = ctx.needs_checkpoint || pageserver_wants_checkpoint(e.msg);
         if (!cure || attempt + 1 >= REPLICA_TRIES) {
             *err = e;
             return -1;
         }
-        if (!asked) {
+        if (!asked || removed) {
             cli_err ce = {{0}};
             if (primary_checkpoint(view, &ce) != 0)
                 return cli_err_set(err, "%s; %s", e.msg, ce.msg);

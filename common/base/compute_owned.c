@@ -20,6 +20,12 @@ static const char *const owned[] = {
     "strata.pageserver_password",
     "strata.safekeeper_password",
     "strata.allow_timeline_creation",
+    /* A read-only compute's (cli/compute_readonly.c): from postgresql.auto.conf,
+     * which a replica's basebackup carries from its primary, they would
+     * override the replica's own. */
+    "strata.read_lsn",
+    "primary_conninfo",
+    "hot_standby",
 };
 
 bool compute_setting_owned(const char *name)

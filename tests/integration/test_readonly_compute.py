@@ -13,7 +13,10 @@ computes"): `strata start compute NAME --read-only [--lsn X/Y]`.
     index-only scans (the visibility map: a page newer than the replay LSN
     would make rows not yet replayed visible) while the primary vacuums it,
     and a table updated in place (HOT pruning: a newer page would lose the
-    row versions the replica's snapshot needs) keeps its row count.
+    row versions the replica's snapshot needs) keeps its row count.  Then,
+    with its replay paused, the replica reads a table the primary meanwhile
+    deleted from, inserted into and vacuumed exactly as of its replay LSN
+    (this part fails when a standby reads the pageserver's latest pages).
 """
 import io
 import os
@@ -231,7 +234,11 @@ def test_replica_under_pgbench_never_sees_past_its_replay_lsn(cluster):
     cluster.sql("insert into counters select g, 0 from generate_series(0, 49) g")
     cluster.sql("vacuum ledger")
     quiesce(cluster)
+    # Small buffers: the pages the replica replayed leave them (below), so
+    # that its later reads go to the pageserver.
+    cluster.env["STRATA_COMPUTE_SETTINGS"] = "shared_buffers=4MB"
     cluster.run("start", "compute", "rep", "--read-only")
+    assert query(compute_entry(cluster, "rep")["connstr"], "show shared_buffers") == [("4MB",)]
     rep = compute_entry(cluster, "rep")
     assert rep["read_only"] and rep["lsn"] is not None, rep
 
@@ -287,4 +294,46 @@ def test_replica_under_pgbench_never_sees_past_its_replay_lsn(cluster):
     wait_until(lambda: any(metric(cluster, sk, "safekeeper_standby_replay_lag_bytes", "rep") == 0
                            for sk in ("sk1", "sk2", "sk3")), 30,
                "a safekeeper to export the replica's lag as 0")
+    paused_replica_reads_at_its_replay_lsn(cluster, rep["connstr"])
     cluster.run("stop", "compute", "rep")
+
+
+def replica_replayed(connstr, lsn):
+    return lsn_to_int(query(connstr, "select pg_last_wal_replay_lsn()::text")[0][0]) >= \
+        lsn_to_int(lsn)
+
+
+FROZEN_COUNTS = ("select count(*) from frozen_t",  # a sequential scan
+                 "select count(id), max(id) from frozen_t where id > 0")  # index-only
+
+
+def paused_replica_reads_at_its_replay_lsn(cluster, connstr):
+    """With its replay paused, the replica's reads stay at its replay LSN
+    while the primary deletes, inserts and vacuums (the pages it reads for
+    the first time then exist at the pageserver only in newer versions:
+    tuples removed, visibility-map bits set for rows it has not replayed)."""
+    cluster.sql("create table frozen_t (id int primary key, pad text)")
+    cluster.sql("insert into frozen_t select g, repeat('f', 100) from generate_series(1, 20000) g")
+    end = quiesce(cluster)
+    wait_until(lambda: replica_replayed(connstr, end), 60, "the replica to replay frozen_t")
+    query(connstr, "select pg_wal_replay_pause()")
+    wait_until(lambda: query(connstr, "select pg_get_wal_replay_pause_state()") == [("paused",)],
+               30, "the replica's replay to pause")
+    cluster.sql("delete from frozen_t where id % 2 = 0")
+    cluster.sql("insert into frozen_t select g, 'new' from generate_series(20001, 40000) g")
+    cluster.sql("vacuum frozen_t")
+    quiesce(cluster)
+    # Replay filled the replica's buffers with frozen_t: push it out (an
+    # index scan over pgbench_accounts, 13 MB, uses no ring buffer).
+    query(connstr, "select sum(abalance) from pgbench_accounts where aid > 0",
+          settings=("set enable_seqscan = off", "set enable_bitmapscan = off"))
+    seq = ("set enable_indexscan = off", "set enable_indexonlyscan = off",
+           "set enable_bitmapscan = off")
+    idx = ("set enable_seqscan = off", "set enable_bitmapscan = off")
+    assert query(connstr, FROZEN_COUNTS[0], settings=seq) == [(20000,)]
+    assert query(connstr, FROZEN_COUNTS[1], settings=idx) == [(20000, 20000)]
+    query(connstr, "select pg_wal_replay_resume()")
+    end = quiesce(cluster)
+    wait_until(lambda: replica_replayed(connstr, end), 60, "the replica to replay the changes")
+    assert query(connstr, FROZEN_COUNTS[0], settings=seq) == [(30000,)]
+    assert query(connstr, FROZEN_COUNTS[1], settings=idx) == [(30000, 40000)]

@@ -117,8 +117,8 @@ def timeline_info(cluster):
 
 def test_replica_basebackup_bad_requests(cluster_dir):
     """No checkpoint record at or below the LSN; the newest one's redo point
-    below the GC horizon (then a CHECKPOINT on the primary makes a new one a
-    replica can start from); a malformed mode."""
+    below the GC horizon (then the CLI asks the primary for a CHECKPOINT,
+    which makes a new one a replica can start from); a malformed mode."""
     cluster = cluster_dir
     cluster.env["PAGESERVER_GC_INTERVAL"] = "1s"
     cluster.env["PAGESERVER_PITR_WINDOW_BYTES"] = str(256 * 1024)
@@ -152,12 +152,12 @@ def test_replica_basebackup_bad_requests(cluster_dir):
     assert "is below the GC horizon" in err and "run CHECKPOINT on the timeline's primary" in \
         err, err
 
-    cluster.sql("checkpoint")
-    committed_lsn(cluster)
-    ro = ReadOnlyCompute(cluster)
-    try:
-        ro.start()
-        assert ro.sql("select count(*) from gc_t") == [(2000,)]
-    finally:
-        ro.stop()
+    # `strata start compute NAME --read-only` asks the primary for a
+    # CHECKPOINT then, and starts the replica from the new record.
+    out = cluster.run("start", "compute", "rep", "--read-only").stdout
+    assert "asked compute compute for a CHECKPOINT" in out, out
+    rep = [c for c in cluster.status()["computes"] if c["name"] == "rep"][0]
+    with psycopg.connect(rep["connstr"], autocommit=True) as conn:
+        assert conn.execute("select count(*) from gc_t").fetchall() == [(2000,)]
     assert lsn_to_int(horizon) > cp_redo
+    cluster.run("stop", "compute", "rep")
