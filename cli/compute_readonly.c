@@ -4,7 +4,19 @@
  * Static (an LSN given): `basebackup T TL L` (the files at L and the
  * synthetic shutdown checkpoint at L), a hot standby with no
  * primary_conninfo that replays nothing, strata.read_lsn = L: the smgr reads
- * every page, size and existence at exactly L.
+ * every page, size and existence at exactly L.  Why it opens at once and
+ * stays at L (PostgreSQL 15, verified in xlogrecovery.c and xlog.c): with
+ * standby.signal and pg_control in state DB_SHUTDOWNED, InitWalRecovery
+ * enters archive recovery and standby mode directly; StartupXLOG raises
+ * minRecoveryPoint to the checkpoint's redo (= the record itself) and,
+ * the checkpoint being a shutdown one, builds the standby snapshot itself;
+ * PerformWalRecovery sets lastReplayedEndRecPtr to the record's end and
+ * calls CheckRecoveryConsistency before reading the next record, so the
+ * postmaster is told to allow connections before any wait.  The next record
+ * never comes (nothing after the checkpoint in pg_wal, no primary_conninfo,
+ * no restore_command): the startup process retries pg_wal every
+ * wal_retrieve_retry_interval and replays nothing.  Were it ever to replay,
+ * the smgr refuses (strata_read_at: a pinned compute cannot replay WAL).
  *
  * Replica: `basebackup T TL latest replica` (the files at the pageserver's
  * last ingested LSN, pg_control at the newest real checkpoint record a

@@ -554,6 +554,18 @@ static int get_blob(bb *b, const pg_key *k, const char *what, size_t want, value
  * qualify; every compute start writes one.  *start and cp are set; -1 with
  * a clear error when there is none or its redo point is below the GC
  * horizon (the replay would read pages that are no longer kept).
+ *
+ * Hot standby from either kind (verified in PostgreSQL 15's xlog.c and
+ * xlogrecovery.c): at a shutdown checkpoint StartupXLOG builds the standby
+ * snapshot itself (no transaction ran; prepared ones from pg_twophase), so
+ * the standby opens as soon as it has replayed to minRecoveryPoint.  At an
+ * online checkpoint it needs an XLOG_RUNNING_XACTS record: CreateCheckPoint
+ * logs one (LogStandbySnapshot, wal_level >= replica, which computes run
+ * with) after fixing the redo point and before inserting the checkpoint
+ * record, so the replay from redo meets it; only when that record had
+ * overflowed subtransactions does the standby wait for a later one
+ * (STANDBY_SNAPSHOT_PENDING, procarray.c), which the next checkpoint or
+ * bgwriter's periodic snapshot brings.
  */
 #define REPLICA_CHECKPOINT_TRIES 64
 

@@ -13,6 +13,8 @@
  *     fake record up to it); pg_control has the
  *     right CRC, state, checkPoint and checkpoint copy;
  *   - bad LSNs (0, misaligned) and a bad pg_control CRC are refused;
+ *   - a replica's pg_control (state, checkPoint, checkpoint copy,
+ *     minRecoveryPoint, CRC) and its refusal of a bad stored pg_control;
  *   - the CLI's tar reader (cli/basebackup_tar.h) reads both archives fed
  *     in odd-sized pieces, entry for entry and byte for byte what the
  *     writer reports, and refuses absolute names, "..", links, bad
@@ -202,6 +204,34 @@ static void test_refusals(void **state)
     char name[25];
     pgcontrol_segment_name(1, 0x1FF, SEG, name);
     assert_string_equal(name, "0000000100000001000000FF");
+}
+
+/* A replica's pg_control: the stored one pointing at a real checkpoint
+ * record, in recovery, with minRecoveryPoint where the files were taken. */
+static void test_replica_control(void **state)
+{
+    (void)state;
+    uint8_t ctl[PG_CONTROL_FILE_SIZE], cp[PG_CHECKPOINT_SIZE], out[PG_CONTROL_FILE_SIZE];
+    fake_control(ctl, cp);
+    uint32_t seg = 0;
+    char err[256];
+    assert_int_equal(pgcontrol_replica_seg_size(ctl, sizeof ctl, &seg, err, sizeof err), 0);
+    assert_int_equal(seg, SEG);
+    put_le64(cp + PG_CP_REDO, 0x1000100);
+    put_le32(cp + PG_CP_THIS_TLI, 1);
+    pgcontrol_make_replica_control(ctl, sizeof ctl, 0x1000200, cp, 0x1800000, out);
+    assert_int_equal(get_le32(out + PG_CTL_CRC), crc32c(out, PG_CTL_CRC));
+    assert_int_equal(get_le32(out + PG_CTL_STATE), PG_DB_SHUTDOWNED_IN_RECOVERY);
+    assert_int_equal(get_le64(out + PG_CTL_CHECKPOINT), 0x1000200);
+    assert_memory_equal(out + PG_CTL_CHECKPOINT_COPY, cp, PG_CHECKPOINT_SIZE);
+    assert_int_equal(get_le64(out + PG_CTL_MIN_RECOVERY_POINT), 0x1800000);
+    assert_int_equal(get_le32(out + PG_CTL_MIN_RECOVERY_POINT_TLI), 1);
+    assert_int_equal(get_le64(out + PG_CTL_BACKUP_START_POINT), 0);
+    assert_int_equal(out[PG_CTL_BACKUP_END_REQUIRED], 0);
+    assert_int_equal(get_le64(out + PG_CTL_SYSTEM_ID), get_le64(ctl + PG_CTL_SYSTEM_ID));
+    ctl[PG_CTL_STATE] ^= 1; /* the CRC no longer matches */
+    assert_int_equal(pgcontrol_replica_seg_size(ctl, sizeof ctl, &seg, err, sizeof err), -1);
+    assert_non_null(strstr(err, "CRC"));
 }
 
 /* ---- a real initdb ---- */
@@ -670,6 +700,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layouts),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_replica_control),
         cmocka_unit_test(test_tar_reader),
         cmocka_unit_test(test_initdb_tar_starts),
     };
