@@ -28,7 +28,6 @@ Run: python3 bench/replica_lag.py [--quick] [--scale N] [--duration S] [--client
 """
 
 import argparse
-import json
 import os
 import sys
 import threading

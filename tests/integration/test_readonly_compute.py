@@ -21,11 +21,13 @@ computes"): `strata start compute NAME --read-only [--lsn X/Y]`.
 import io
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tarfile
 import threading
 import time
+import urllib.request
 
 import psycopg
 import pytest
@@ -124,7 +126,6 @@ class StockStandby:
         if self.proc is not None:
             kill_hard([p for p in (self.proc.pid,) if pid_alive(p)])
             self.proc.wait(10)
-        import shutil
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -190,7 +191,6 @@ def test_read_only_start_errors(cluster):
 
 def metric(cluster, sk, name, app):
     port = cluster.safekeeper(sk)["http_port"]
-    import urllib.request
     req = urllib.request.Request("http://127.0.0.1:%d/metrics" % port, headers=cluster.bearer())
     with urllib.request.urlopen(req, timeout=10) as resp:
         text = resp.read().decode()

@@ -1,23 +1,15 @@
-"""Read-only computes, server side (docs/operations.md "Read-only
-computes"): the pageserver's replica basebackup, strata.read_lsn and reads
-at the replay LSN in the extension, and the safekeepers' lag series, on a
-compute started by hand (readonly_harness.py) instead of the CLI.
-
-  * a static compute pinned at L sees the data as of L, and keeps seeing it
-    while the primary writes on;
-  * a replica follows the primary, opens once it replayed to where its
-    basebackup's files were taken, and its lag shows in /metrics;
-  * bad requests (replica basebackup with no checkpoint record to start
-    from) get clear errors.
+"""The pageserver's replica basebackup (`basebackup T TL LSN replica`,
+docs/design.md §6.9) refuses clearly what a replica cannot start from: an
+LSN with no checkpoint record at or below it, a newest checkpoint whose
+redo point GC has passed (`strata start compute NAME --read-only` then asks
+the primary for a CHECKPOINT and starts from the new record), a malformed
+mode.  The read-only computes themselves: test_readonly_compute.py.
 """
-import re
-import urllib.request
-
 import psycopg
 import pytest
 
 from conftest import lsn_to_int, pageserver_built, wait_until
-from readonly_harness import ReadOnlyCompute, pageserver_conn
+from readonly_harness import pageserver_conn
 
 pytestmark = pytest.mark.skipif(not pageserver_built(), reason="pageserver not built")
 
@@ -32,72 +24,6 @@ def committed_lsn(cluster):
     lsn = cluster.sql("select pg_current_wal_flush_lsn()::text")[0][0]
     wait_ingested(cluster, lsn)
     return cluster.status()["pageserver"]["last_record_lsn"]
-
-
-def test_static_compute_sees_the_data_as_of_its_lsn(cluster):
-    cluster.sql("create table ro_t (id int primary key, v text)")
-    cluster.sql("insert into ro_t select g, md5(g::text) from generate_series(1, 3000) g")
-    before = cluster.sql("select count(*), sum(hashtext(v)) from ro_t")
-    lsn = committed_lsn(cluster)
-    # Changes after L: new rows, an update, a dropped table, a new table.
-    cluster.sql("update ro_t set v = 'changed' where id % 3 = 0")
-    cluster.sql("insert into ro_t select g, 'late' from generate_series(3001, 4000) g")
-    cluster.sql("create table ro_late (a int); insert into ro_late values (1)")
-    ro = ReadOnlyCompute(cluster, lsn=lsn)
-    try:
-        ro.start()
-        assert ro.sql("select pg_is_in_recovery()") == [(True,)]
-        assert ro.sql("select count(*), sum(hashtext(v)) from ro_t") == before
-        assert ro.sql("select to_regclass('ro_late')") == [(None,)]
-        # An index scan reads the index as of L as well.
-        with psycopg.connect(ro.connstr, autocommit=True) as conn:
-            conn.execute("set enable_seqscan = off")
-            assert conn.execute("select count(*) from ro_t where id > 2990").fetchall() == [(10,)]
-        # The primary writes on; the static compute does not move.
-        cluster.sql("delete from ro_t where id < 100")
-        wait_ingested(cluster, cluster.sql("select pg_current_wal_flush_lsn()::text")[0][0])
-        assert ro.sql("select count(*), sum(hashtext(v)) from ro_t") == before
-        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
-            ro.sql("insert into ro_t values (0, 'x')")
-    finally:
-        ro.stop()
-
-
-def metrics_text(cluster, name):
-    port = cluster.safekeeper(name)["http_port"]
-    req = urllib.request.Request("http://127.0.0.1:%d/metrics" % port, headers=cluster.bearer())
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        return resp.read().decode()
-
-
-def test_replica_follows_the_primary_and_reports_lag(cluster):
-    cluster.sql("create table rep_t (id int primary key, v text)")
-    cluster.sql("insert into rep_t select g, md5(g::text) from generate_series(1, 2000) g")
-    committed_lsn(cluster)
-    ro = ReadOnlyCompute(cluster, safekeeper="sk1")
-    try:
-        ro.start()
-        assert ro.sql("select pg_is_in_recovery()") == [(True,)]
-        assert ro.sql("select count(*) from rep_t") == [(2000,)]
-        cluster.sql("insert into rep_t select g, 'new' from generate_series(2001, 2500) g")
-        cluster.sql("update rep_t set v = 'upd' where id <= 10")
-        target = lsn_to_int(cluster.sql("select pg_current_wal_flush_lsn()::text")[0][0])
-
-        def replayed():
-            lsn = ro.sql("select pg_last_wal_replay_lsn()::text")[0][0]
-            return lsn is not None and lsn_to_int(lsn) >= target
-
-        wait_until(replayed, 60, "the replica to replay the new rows")
-        assert ro.sql("select count(*), count(*) filter (where v = 'upd') from rep_t") == \
-            [(2500, 10)]
-
-        def lag_reported():
-            m = re.search(r'^safekeeper_standby_replay_lag_bytes\{[^}]*application_name='
-                          r'"ro_replica"[^}]*\} (\S+)$', metrics_text(cluster, "sk1"), re.M)
-            return m is not None and float(m.group(1)) == 0
-        wait_until(lag_reported, 30, "sk1 to report the replica's lag as 0")
-    finally:
-        ro.stop()
 
 
 def replica_basebackup_error(cluster, lsn):
