@@ -16,8 +16,9 @@ What it shows:
     "commit"), a later time gives the latest LSN, an earlier one is a 400
     naming the window; a branch by ancestor_time starts there;
   - a branch of a branch reads through two levels;
-  - after a restart (ancestors load before children) with GC on and a
-    small window, the parent's GC horizon stops at the lowest branch point
+  - after the pageserver's volume is lost, every timeline comes back from
+    the object store (the manifests carry the ancestors; ancestors are
+    restored before their branches); then, with GC on and a small window, the parent's GC horizon stops at the lowest branch point
     (it would rise far above it without the cap), the branch still reads
     the same pages; DELETE of the parent is 409 naming its branches;
     deleting the branches releases the horizon.
@@ -25,6 +26,7 @@ What it shows:
 import io
 import json
 import os
+import shutil
 import tarfile
 import time
 import urllib.error
@@ -241,10 +243,27 @@ def test_branches_read_through_keep_gc_and_resolve_times(cluster_dir):
     end = current_lsn(cluster)
     assert end - WINDOW > start, "the window must end above the branch point"
     t.wait_ingested(end)
-    cluster.stop("pageserver")
+    branches = (child, grandchild, bt["timeline_id"])
+    for tl in branches:  # each branch's (empty) store is in the object store
+        wait_until(lambda: t.info(tl)["remote"]["manifests_uploaded"] >= 1, 60,
+                   "a manifest of branch %s" % tl)
+    # The volume is lost: everything comes back from the object store,
+    # ancestors before their branches, with GC on and a small window.
+    cluster.stop("pageserver", immediate=True)
+    shutil.rmtree(os.path.join(cluster.dir, "pageserver", "tenants"))
     cluster.env["PAGESERVER_GC_INTERVAL"] = "1s"
     cluster.env["PAGESERVER_PITR_WINDOW_BYTES"] = str(WINDOW)
     cluster.start("pageserver")
+
+    def back(tl):
+        status, body = http(cluster, "GET", t.path(tl))
+        return status == 200 and body
+    for tl in branches:
+        info = wait_until(lambda: back(tl), 120, "branch %s to be restored" % tl)
+        assert info["ancestor_timeline_id"] in (main, child) and info["ancestor_lsn"] == \
+            info["start_lsn"], info
+    assert back(grandchild)["ancestor_timeline_id"] == child
+    t.wait_ingested(end)
     gc = wait_until(lambda: (lambda i: i["gc"]["runs"] >= 1 and i["gc"])(t.info(main)), 60,
                     "the first GC pass on the parent")
     assert gc["horizon"] == int_to_lsn(start), gc  # not last - window: the branch holds it
