@@ -639,10 +639,11 @@ fail:
         ingest_destroy(tl->ing);
     if (tl->st != NULL)
         store_close(tl->st);
-    if (tl->ancestor != NULL) {
-        timeline_remove_branch(tl->ancestor, &tl->meta.timeline);
+    /* The branch point stays registered: a branch on disk that failed to
+     * open must still find its versions in the ancestor once it opens
+     * (creation removes it itself when it gives up, tenants.c). */
+    if (tl->ancestor != NULL)
         timeline_unref(tl->ancestor);
-    }
     pthread_mutex_destroy(&tl->wr_mu);
     pthread_mutex_destroy(&tl->gc_mu);
     pthread_mutex_destroy(&tl->branch_mu);
