@@ -186,12 +186,16 @@ static void wait_parent_ingested(const cluster *c, const strata_id *parent, bool
     }
     if (commit == LSN_INVALID || (*has_lsn && *lsn > commit))
         return;
+    lsn_t last;
+    /* Without an LSN: the pageserver's last record when it has all (the
+     * safekeepers' commit LSN of a fresh timeline can be below its start). */
+    if (!*has_lsn && ps_last_record_lsn(c, parent, &last) && last >= commit)
+        return;
     if (!*has_lsn) {
         *has_lsn = true;
         *lsn = commit;
     }
     long long deadline = proc_now_ms() + BRANCH_INGEST_WAIT_MS;
-    lsn_t last;
     while (proc_now_ms() < deadline && (!ps_last_record_lsn(c, parent, &last) || last < *lsn))
         proc_sleep_ms(50);
 }

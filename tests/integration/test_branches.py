@@ -198,12 +198,14 @@ def test_branch_cli_errors(cluster):
     assert sql(connstr, "select x from t order by x") == [(1,)]
 
 
-# A small schedule for a compute on a branch: the catalog and data types the
-# rest need (test_setup), DML, joins, aggregates, indexes built and used,
-# transactions and VACUUM.  The full schedule runs in test_pg_regress.py.
-REGRESS_TESTS = ["test_setup", "boolean", "int4", "text", "select", "insert", "update",
-                 "delete", "join", "aggregates", "transactions", "create_index", "btree_index",
-                 "vacuum"]
+# A small schedule for a compute on a branch, in the order of the full
+# schedule (later tests need earlier ones' tables and indexes): the tables
+# the rest use (test_setup, create_misc), data types, DML, indexes built and
+# used, user-defined aggregates, joins, transactions and VACUUM.  The full schedule runs
+# in test_pg_regress.py.
+REGRESS_TESTS = ["test_setup", "boolean", "int4", "text", "insert", "create_misc",
+                 "create_index", "create_aggregate", "select", "vacuum", "join", "aggregates", "transactions",
+                 "btree_index", "update", "delete"]
 
 
 def test_pg_regress_on_branch(cluster):
