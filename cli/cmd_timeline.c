@@ -59,8 +59,8 @@ static int ps_call(const cluster *c, const char *method, const char *path, const
 {
     char *resp = NULL;
     *out = NULL;
-    if (admin_http("127.0.0.1", c->pageserver_http_port, method, path, cluster_admin_token(c),
-                   body, PS_TIMEOUT_MS, status, &resp, err) != 0)
+    if (admin_http("127.0.0.1", c->pageserver_http_port, method, path, cluster_admin_token(c), body,
+                   PS_TIMEOUT_MS, status, &resp, err) != 0)
         return cli_err_set(err, "the pageserver did not answer (is it running? strata status)");
     cJSON *j = cJSON_Parse(resp);
     if (*status < 200 || *status > 299) {
@@ -123,8 +123,8 @@ static cJSON *branch_body(const cluster *c, const strata_id *id, const strata_id
     char hex[STRATA_ID_HEX_LEN], lb[LSN_FMT_LEN];
     cJSON *root = cJSON_CreateObject();
     cJSON *sks = root ? cJSON_AddArrayToObject(root, "safekeepers") : NULL;
-    bool ok = sks != NULL && cJSON_AddStringToObject(root, "timeline_id",
-                                                     strata_id_format(id, hex)) != NULL &&
+    bool ok = sks != NULL &&
+              cJSON_AddStringToObject(root, "timeline_id", strata_id_format(id, hex)) != NULL &&
               cJSON_AddStringToObject(root, "ancestor_timeline_id",
                                       strata_id_format(parent, hex)) != NULL;
     if (ok && a->has_lsn)
@@ -214,8 +214,9 @@ int timeline_branch(const cluster *c, timeline_registry *r, const branch_args *a
     const char *parent_name = a->from != NULL ? a->from : TIMELINES_MAIN;
     const timeline_entry *parent = timelines_find(r, parent_name);
     if (parent == NULL)
-        return cli_err_set(err, "unknown timeline %s to branch from (strata timeline list shows "
-                                "them)",
+        return cli_err_set(err,
+                           "unknown timeline %s to branch from (strata timeline list shows "
+                           "them)",
                            parent_name);
     if (!c->pageserver_imported)
         return cli_err_set(err, "branches are made by the pageserver, which does not hold the "
@@ -248,8 +249,9 @@ int timeline_branch(const cluster *c, timeline_registry *r, const branch_args *a
     bool ok = lsn != NULL && lsn_parse(lsn, &e.branch_lsn) && e.branch_lsn != LSN_INVALID;
     cJSON_Delete(j);
     if (!ok)
-        return cli_err_set(err, "the pageserver made timeline %s but answered without its "
-                                "ancestor_lsn",
+        return cli_err_set(err,
+                           "the pageserver made timeline %s but answered without its "
+                           "ancestor_lsn",
                            a->name);
     if (timelines_add(r, &e, err) != 0 || timelines_save(c, r, err) != 0)
         return -1;
@@ -298,8 +300,7 @@ typedef struct tl_args {
 
 /* Parses argv[first..]: the options common to branch, list, delete and
  * restore (each caller checks which it allows).  0 or CLI_USAGE. */
-static int parse_tl_args(int argc, char **argv, int first, const char *u, bool restore,
-                         tl_args *a)
+static int parse_tl_args(int argc, char **argv, int first, const char *u, bool restore, tl_args *a)
 {
     memset(a, 0, sizeof *a);
     a->dir = ".strata";
@@ -319,8 +320,7 @@ static int parse_tl_args(int argc, char **argv, int first, const char *u, bool r
             a->branch.has_lsn = true;
         } else if (opt(argc, argv, &i, "--time", &v)) {
             if (v == NULL || *v == '\0' || strlen(v) > 100)
-                return usage(u, "--time needs a timestamp such as '%s'",
-                             "2026-12-02 05:00:00+00");
+                return usage(u, "--time needs a timestamp such as '%s'", "2026-12-02 05:00:00+00");
             a->branch.time = v;
         } else if (restore && opt(argc, argv, &i, "--name", &v)) {
             if (v == NULL || *v == '\0')
@@ -431,9 +431,9 @@ static void computes_on(const tree_ctx *t, const char *name, char *out, size_t l
         const compute_entry *e = &t->r->computes[i];
         if (strcmp(e->timeline, name) != 0)
             continue;
-        n += (size_t)snprintf(out + n, len - n, "%s%s (%s%s)", n ? ", " : "", e->name,
-                              e->read_only ? "read-only, " : "",
-                              t->pids[i] ? "running" : "stopped");
+        n +=
+            (size_t)snprintf(out + n, len - n, "%s%s (%s%s)", n ? ", " : "", e->name,
+                             e->read_only ? "read-only, " : "", t->pids[i] ? "running" : "stopped");
     }
 }
 
@@ -449,10 +449,9 @@ static void tree_print(const tree_ctx *t, const char *parent, const char *prefix
         char lb[LSN_FMT_LEN], hex[STRATA_ID_HEX_LEN], computes[512];
         const char *lr = ps_last_record(t, &e->id);
         computes_on(t, e->name, computes, sizeof computes);
-        printf("%s%s %s  %s  branched at %s  last record %s%s%s\n", prefix,
-               last ? "└─" : "├─", e->name, strata_id_format(&e->id, hex),
-               lsn_format(e->branch_lsn, lb), lr ? lr : "-", computes[0] ? "  computes: " : "",
-               computes);
+        printf("%s%s %s  %s  branched at %s  last record %s%s%s\n", prefix, last ? "└─" : "├─",
+               e->name, strata_id_format(&e->id, hex), lsn_format(e->branch_lsn, lb), lr ? lr : "-",
+               computes[0] ? "  computes: " : "", computes);
         char sub[1024];
         snprintf(sub, sizeof sub, "%s%s", prefix, last ? "   " : "│  ");
         tree_print(t, e->name, sub);
@@ -735,8 +734,9 @@ static int named_compute_entry(const cli_opts *o, const cluster *c, timeline_reg
                                name, (*e)->timeline, o->timeline);
         if (o->read_only != (*e)->read_only || o->has_lsn != (*e)->has_lsn ||
             (o->has_lsn && o->lsn != (*e)->lsn))
-            return cli_err_set(err, "compute %s was made %s; start it as it was or pick another "
-                                    "name",
+            return cli_err_set(err,
+                               "compute %s was made %s; start it as it was or pick another "
+                               "name",
                                name, (*e)->read_only ? "read-only" : "writable");
         if (o->compute_port == 0 || o->compute_port == (*e)->port)
             return 0;
@@ -786,8 +786,7 @@ static int start_named_locked(const cli_opts *o, const cluster *c, timeline_regi
         timelines_compute_view(c, r, e, &view, err) != 0)
         return -1;
     /* Refusals first: a compute that cannot start is not registered. */
-    if (!e->read_only && compute_pid(&view) == 0 &&
-        timeline_check_single_writer(&view, err) != 0)
+    if (!e->read_only && compute_pid(&view) == 0 && timeline_check_single_writer(&view, err) != 0)
         return -1;
     if (timelines_save(c, r, err) != 0)
         return -1;
@@ -917,8 +916,8 @@ void status_print_computes(const cluster *c)
         return; /* the default compute alone: the table above says it all */
     }
     int n = computes_collect(c, r, s);
-    printf("\n%-16s %-8s %-8s %-16s %-9s %-14s %s\n", "COMPUTE", "STATE", "PID", "TIMELINE",
-           "MODE", "LSN", "PORT");
+    printf("\n%-16s %-8s %-8s %-16s %-9s %-14s %s\n", "COMPUTE", "STATE", "PID", "TIMELINE", "MODE",
+           "LSN", "PORT");
     for (int i = 0; i < n; i++) {
         char lb[LSN_FMT_LEN] = "-", pid[16] = "-";
         if (s[i].has_lsn)
@@ -976,8 +975,7 @@ static const char *const restore_usage =
     "strata restore --time 'TIMESTAMP' | --lsn X/Y [--from TIMELINE] [--name NAME] [--port P] "
     "[--dir D]";
 
-static int restore_locked(const tl_args *a, const cluster *c, timeline_registry *r,
-                          cli_err *err)
+static int restore_locked(const tl_args *a, const cluster *c, timeline_registry *r, cli_err *err)
 {
     char name[CLUSTER_COMPUTE_NAME_LEN];
     if (a->name != NULL) {
@@ -1014,8 +1012,8 @@ static int restore_locked(const tl_args *a, const cluster *c, timeline_registry 
     if (timelines_compute_view(c, r, timelines_find_compute(r, name), &view, err) != 0)
         return -1;
     cluster_compute_connstr(&view, connstr, sizeof connstr);
-    printf("restored: timeline %s branched from %s at %s; compute %s: %s\n", name,
-           res.entry.parent, lb, name, connstr);
+    printf("restored: timeline %s branched from %s at %s; compute %s: %s\n", name, res.entry.parent,
+           lb, name, connstr);
     return 0;
 }
 

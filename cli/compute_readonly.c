@@ -5,8 +5,8 @@
 
 #include <string.h>
 
-int compute_start_read_only(const cluster *view, bool has_lsn, lsn_t lsn,
-                            compute_start_report *rep, cli_err *err)
+int compute_start_read_only(const cluster *view, bool has_lsn, lsn_t lsn, compute_start_report *rep,
+                            cli_err *err)
 {
     (void)has_lsn;
     (void)lsn;

@@ -27,7 +27,7 @@
  * waiting.  The compute must not run.  rep says what it did.  0, or -1
  * with a reason.
  */
-int compute_start_read_only(const cluster *view, bool has_lsn, lsn_t lsn,
-                            compute_start_report *rep, cli_err *err);
+int compute_start_read_only(const cluster *view, bool has_lsn, lsn_t lsn, compute_start_report *rep,
+                            cli_err *err);
 
 #endif
