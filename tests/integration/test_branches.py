@@ -20,7 +20,8 @@ on a `strata up` cluster, through the CLI only.
   `strata down` stops them all.
 - test_branch_cli_errors: unknown parent, an LSN outside the window, a
   second writable compute on a timeline, delete refused (branches, a
-  running compute), then delete allowed, and `strata restore --lsn`.
+  running compute), then delete allowed, and `strata restore` at an LSN and
+  at a time (the last commit at or before it).
 - test_pg_regress_on_branch: a few representative pg_regress tests
   (REGRESS_TESTS) against a compute on a branch.
 """
@@ -196,6 +197,16 @@ def test_branch_cli_errors(cluster):
     assert "restored: timeline r1 branched from main at %s" % lsn in out, out
     connstr = re.search(r"compute r1: (host=.*)$", out, re.M).group(1)
     assert sql(connstr, "select x from t order by x") == [(1,)]
+
+    # restore --time: the last commit at or before that time.
+    when = sql(main, "select to_char(clock_timestamp() at time zone 'UTC', "
+                     "'YYYY-MM-DD HH24:MI:SS.US') || '+00'")[0][0]
+    time.sleep(0.2)
+    sql(main, "insert into t values (3)")
+    out = cluster.run("restore", "--time", when, "--name", "r2").stdout
+    assert re.search(r"restore: %s resolved to LSN \S+: 20\d\d-" % re.escape(when), out), out
+    connstr = re.search(r"compute r2: (host=.*)$", out, re.M).group(1)
+    assert sql(connstr, "select x from t order by x") == [(1,), (2,)]
 
 
 # A small schedule for a compute on a branch, in the order of the full
