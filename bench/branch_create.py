@@ -197,6 +197,14 @@ def markdown_section(results, _images):
             "the branch, which reads them from main below the branch point); *main restart "
             "first query s*: the same for main's own compute stopped and started again.", ""]
     out += md_table(HEADER, table_rows(results))
+    runs = []
+    for r in results["scales"]:
+        if r.get("runs"):
+            each = "; ".join(f"{x['create_ms']:.0f} ms, {x['branch_s']:.2f} s, "
+                             f"{x['start_s']:.2f} s, {x['first_query_s']:.2f} s" for x in r["runs"])
+            runs.append(f"- scale {r['scale']}: {each}")
+    if runs:
+        out += ["", "Every run (create, branch, compute start, first query):", ""] + runs
     out += ["", END]
     return "\n".join(out) + "\n"
 
