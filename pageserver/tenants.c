@@ -35,6 +35,7 @@
 #include "base/log.h"
 #include "base/metrics.h"
 #include "base/strata_assert.h"
+#include "pageserver/remote/manifest.h"
 #include "pageserver/remote/restore.h"
 
 #define GC_TICK_MS 1000
@@ -94,6 +95,20 @@ static bool gc_should_quit(tenants *t)
     return q;
 }
 
+/* True while timelines may still come from object storage: GC waits, so
+ * that a branch restored after its ancestor still finds its branch point
+ * (issue #15; the ancestor's horizon is capped only once the branch is
+ * open). */
+static bool restores_pending(tenants *t)
+{
+    pthread_mutex_lock(&t->mu);
+    bool pending = t->restore_listing;
+    for (int i = 0; i < t->n && !pending; i++)
+        pending = t->entries[i].restore != NULL;
+    pthread_mutex_unlock(&t->mu);
+    return pending;
+}
+
 static void *gc_main(void *arg)
 {
     pthread_setname_np(pthread_self(), "ps-gc");
@@ -112,7 +127,7 @@ static void *gc_main(void *arg)
         int64_t now = mono_ms();
         for (int i = 0; i < n; i++)
             timeline_sample_lsn(list[i], now);
-        if (now >= next_gc) {
+        if (now >= next_gc && !restores_pending(t)) {
             for (int i = 0; i < n && !gc_should_quit(t); i++) {
                 char err[512];
                 /* Failures are logged and counted by timeline_gc; the next
@@ -580,6 +595,53 @@ static size_t restore_claim(tenants *t, restore_timeline_id *ids, size_t n)
     return k;
 }
 
+/* Orders the k claimed timelines so that every branch comes after its
+ * ancestor (issue #15: a branch opens only once its ancestor is open): the
+ * ancestor of each is read from its newest manifest.  A timeline whose
+ * manifest cannot be read keeps its place (its restore fails and says why). */
+static void order_restores(tenants *t, restore_timeline_id *ids, size_t k)
+{
+    strata_id *anc = calloc(k ? k : 1, sizeof *anc);
+    bool *has = calloc(k ? k : 1, sizeof *has), *placed = calloc(k ? k : 1, sizeof *placed);
+    restore_timeline_id *out = calloc(k ? k : 1, sizeof *out);
+    if (anc == NULL || has == NULL || placed == NULL || out == NULL)
+        goto done; /* the listing order: branches may then fail to open */
+    for (size_t i = 0; i < k; i++) {
+        manifest m;
+        char err[512];
+        if (manifest_fetch_newest(t->svc.remote, &ids[i].tenant, &ids[i].timeline, &m, err,
+                                  sizeof err) == 0) {
+            has[i] = m.has_ancestor;
+            anc[i] = m.ancestor_timeline;
+            manifest_free(&m);
+        }
+    }
+    size_t n = 0;
+    for (bool progress = true; progress;) {
+        progress = false;
+        for (size_t i = 0; i < k; i++) {
+            bool waits = false;
+            for (size_t j = 0; has[i] && j < k && !waits; j++)
+                waits = !placed[j] && j != i && strata_id_equal(&ids[j].tenant, &ids[i].tenant) &&
+                        strata_id_equal(&ids[j].timeline, &anc[i]);
+            if (placed[i] || waits)
+                continue;
+            out[n++] = ids[i];
+            placed[i] = progress = true;
+        }
+    }
+    for (size_t i = 0; i < k; i++) /* a cycle: cannot happen, keep them anyway */
+        if (!placed[i])
+            out[n++] = ids[i];
+    STRATA_ASSERT(n == k);
+    memcpy(ids, out, sizeof *ids * k);
+done:
+    free(anc);
+    free(has);
+    free(placed);
+    free(out);
+}
+
 static void *restore_main(void *arg)
 {
     pthread_setname_np(pthread_self(), "ps-restore");
@@ -591,6 +653,7 @@ static void *restore_main(void *arg)
         log_error("cannot list timelines in %s (none is restored; restart to retry): %s",
                   remote_describe(t->svc.remote), err);
     size_t k = restore_claim(t, ids, n);
+    order_restores(t, ids, k);
     if (k > 0)
         log_info("restoring %zu timelines from %s", k, remote_describe(t->svc.remote));
     for (size_t i = 0; i < k; i++) {

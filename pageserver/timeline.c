@@ -639,10 +639,11 @@ fail:
         ingest_destroy(tl->ing);
     if (tl->st != NULL)
         store_close(tl->st);
-    if (tl->ancestor != NULL) {
-        timeline_remove_branch(tl->ancestor, &tl->meta.timeline);
+    /* The branch point stays registered: a branch on disk that failed to
+     * open must still find its versions in the ancestor once it opens
+     * (creation removes it itself when it gives up, tenants.c). */
+    if (tl->ancestor != NULL)
         timeline_unref(tl->ancestor);
-    }
     pthread_mutex_destroy(&tl->wr_mu);
     pthread_mutex_destroy(&tl->gc_mu);
     pthread_mutex_destroy(&tl->branch_mu);
@@ -755,6 +756,12 @@ const char *timeline_dir(const timeline *tl)
 
 lsn_t timeline_last_record_lsn(const timeline *tl)
 {
+    /* A branch reads its ancestor at the branch point: until the ancestor
+     * has ingested that far again (after a crash it reopens at its
+     * disk_consistent_lsn; restored from object storage, at the manifest's
+     * LSN), nothing of the branch is readable, and waiters wait. */
+    if (tl->ancestor != NULL && timeline_last_record_lsn(tl->ancestor) < tl->meta.ancestor_lsn)
+        return LSN_INVALID;
     return store_last_record_lsn(tl->st);
 }
 
@@ -766,6 +773,10 @@ lsn_t timeline_disk_consistent_lsn(const timeline *tl)
 int timeline_wait_lsn(timeline *tl, lsn_t lsn, uint32_t timeout_ms)
 {
     if (timeline_is_deleted(tl))
+        return -1;
+    /* A branch first waits for its ancestors to reach its branch point. */
+    if (tl->ancestor != NULL && timeline_last_record_lsn(tl->ancestor) < tl->meta.ancestor_lsn &&
+        timeline_wait_lsn(tl->ancestor, tl->meta.ancestor_lsn, timeout_ms) != 0)
         return -1;
     return store_wait_lsn(tl->st, lsn, timeout_ms);
 }

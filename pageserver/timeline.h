@@ -203,8 +203,13 @@ lsn_t timeline_disk_consistent_lsn(const timeline *tl);
  * disk_consistent_lsn without a remote store.  Any thread. */
 lsn_t timeline_remote_consistent_lsn(timeline *tl);
 
-/* Waits until last_record_lsn >= lsn, at most timeout_ms: 0, or -1 on
- * timeout (or when the timeline is deleted meanwhile). */
+/* last_record_lsn is the store's, except on a branch whose ancestors have
+ * not ingested up to its branch point (again, after a crash or a restore):
+ * LSN_INVALID until they have, so every reader waits for them. */
+
+/* Waits until last_record_lsn >= lsn, at most timeout_ms (per ancestor
+ * level a branch waits for): 0, or -1 on timeout (or when the timeline is
+ * deleted meanwhile). */
 int timeline_wait_lsn(timeline *tl, lsn_t lsn, uint32_t timeout_ms);
 
 /* Image generation counters of this timeline; false (and *out zeroed) when

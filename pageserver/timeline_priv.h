@@ -48,7 +48,7 @@ struct timeline {
     struct timeline_branch_point {
         strata_id child;
         lsn_t lsn;
-    } *branches;
+    } * branches;
     int nbranches, branches_cap;
 };
 

@@ -105,6 +105,11 @@ int manifest_check(const manifest *m, char *err, size_t errlen)
                         "safekeepers[%d] is empty, longer than %d bytes or has control "
                         "characters",
                         i, TIMELINE_SAFEKEEPER_LEN - 1);
+    if (m->has_ancestor && m->ancestor_lsn != m->start_lsn)
+        return fail(err, errlen, "ancestor_lsn %s is not start_lsn %s",
+                    lsn_format(m->ancestor_lsn, a), lsn_format(m->start_lsn, b));
+    if (m->has_ancestor && strata_id_equal(&m->ancestor_timeline, &m->timeline))
+        return fail(err, errlen, "ancestor_timeline_id is the timeline itself");
     return check_files(m, err, errlen);
 }
 
@@ -164,6 +169,10 @@ static cJSON *build_json(const manifest *m)
             cJSON_Delete(s);
     }
     ok = ok && add_u64(o, "next_file_id", m->next_file_id) && add_files(o, m);
+    if (ok && m->has_ancestor)
+        ok = cJSON_AddStringToObject(o, "ancestor_timeline_id",
+                                     strata_id_format(&m->ancestor_timeline, t)) != NULL &&
+             add_lsn(o, "ancestor_lsn", m->ancestor_lsn);
     if (!ok) {
         cJSON_Delete(o);
         return NULL;
@@ -287,6 +296,21 @@ static int decode_files(const cJSON *o, manifest *m, char *err, size_t errlen)
     return 0;
 }
 
+/* The optional branch members (issue #15): both or neither. */
+static int decode_ancestor(const cJSON *o, manifest *m, char *err, size_t errlen)
+{
+    bool id = member(o, "ancestor_timeline_id") != NULL, lsn = member(o, "ancestor_lsn") != NULL;
+    if (!id && !lsn)
+        return 0;
+    if (id != lsn)
+        return fail(err, errlen, "ancestor_timeline_id and ancestor_lsn go together");
+    m->has_ancestor = true;
+    if (get_id(o, "ancestor_timeline_id", &m->ancestor_timeline, err, errlen) != 0 ||
+        get_lsn(o, "", "ancestor_lsn", &m->ancestor_lsn, err, errlen) != 0)
+        return -1;
+    return 0;
+}
+
 static int decode_object(const cJSON *o, manifest *m, char *err, size_t errlen)
 {
     uint64_t version;
@@ -305,7 +329,7 @@ static int decode_object(const cJSON *o, manifest *m, char *err, size_t errlen)
         get_lsn(o, "", "start_lsn", &m->start_lsn, err, errlen) != 0 ||
         decode_safekeepers(o, m, err, errlen) != 0 ||
         get_u64(o, "", "next_file_id", &m->next_file_id, err, errlen) != 0 ||
-        decode_files(o, m, err, errlen) != 0)
+        decode_files(o, m, err, errlen) != 0 || decode_ancestor(o, m, err, errlen) != 0)
         return -1;
     return manifest_check(m, err, errlen);
 }

@@ -21,7 +21,12 @@
  *    "seq": N, "consistent_lsn": "X/Y", "gc_horizon": "X/Y",
  *    "start_lsn": "X/Y", "safekeepers": ["host:port", ...],
  *    "next_file_id": N,
- *    "files": [{"id": N, "size": BYTES, "lsn_min": "X/Y", "lsn_max": "X/Y"}, ...]}
+ *    "files": [{"id": N, "size": BYTES, "lsn_min": "X/Y", "lsn_max": "X/Y"}, ...],
+ *    optionally "ancestor_timeline_id": "<32 hex>", "ancestor_lsn": "X/Y"}
+ * The two optional members describe a branch (issue #15, timeline.h): both
+ * or neither, ancestor_lsn equal to start_lsn, the ancestor not the
+ * timeline itself; a restore writes them back into timeline.json and
+ * restores the ancestor before the branch.
  * Numbers are non-negative integers below 2^53 (exact in JSON);
  * consistent_lsn is the store's disk_consistent_lsn read in the same LMDB
  * transaction as the file list; gc_horizon is "0/0" before any GC.
@@ -72,6 +77,9 @@ typedef struct manifest {
     uint64_t next_file_id;
     size_t n_files;
     manifest_file *files; /* n_files, ids strictly ascending; malloc'd */
+    bool has_ancestor;    /* a branch (issue #15): the two below are set */
+    strata_id ancestor_timeline;
+    lsn_t ancestor_lsn; /* == start_lsn */
 } manifest;
 
 /* The JSON text of m in a malloc'd buffer (caller frees *out with free();

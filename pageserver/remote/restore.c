@@ -182,6 +182,9 @@ int restore_timeline(remote_storage *rs, const strata_id *tenant, const strata_i
     meta.n_safekeepers = m.n_safekeepers;
     for (int i = 0; i < m.n_safekeepers; i++)
         snprintf(meta.safekeepers[i], TIMELINE_SAFEKEEPER_LEN, "%s", m.safekeepers[i]);
+    meta.has_ancestor = m.has_ancestor;
+    meta.ancestor_timeline = m.ancestor_timeline;
+    meta.ancestor_lsn = m.ancestor_lsn;
     if (timeline_write_files(dir, &meta, m.gc_horizon, err, errlen) != 0)
         goto out;
     double secs = (double)(mono_ms() - atomic_load(&p->started_ms)) / 1000.0;

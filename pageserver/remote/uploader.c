@@ -550,6 +550,9 @@ static int build_manifest(uploader *u, const store_file_list *snap, lsn_t horizo
     m->start_lsn = u->o.meta.start_lsn;
     m->n_safekeepers = u->o.meta.n_safekeepers;
     memcpy(m->safekeepers, u->o.meta.safekeepers, sizeof m->safekeepers);
+    m->has_ancestor = u->o.meta.has_ancestor;
+    m->ancestor_timeline = u->o.meta.ancestor_timeline;
+    m->ancestor_lsn = u->o.meta.ancestor_lsn;
     m->next_file_id = snap->next_file_id;
     m->n_files = snap->n;
     m->files = calloc(snap->n ? snap->n : 1, sizeof *m->files);

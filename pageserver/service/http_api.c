@@ -263,6 +263,14 @@ static void get_rels(ps_http *h, timeline *tl, const http_request *req, http_res
         return;
     }
     (void)h;
+    const timeline_meta *m = timeline_get_meta(tl);
+    if (m->has_ancestor && lsn < m->start_lsn) {
+        http_response_error(resp, 400,
+                            "requested LSN %s is below the start %s of this timeline (a branch: "
+                            "list its ancestor below it)",
+                            lsn_format(lsn, lb), lsn_format(m->start_lsn, lb2));
+        return;
+    }
     lsn_t horizon = timeline_gc_horizon(tl);
     if (lsn < horizon) {
         http_response_error(resp, 400,

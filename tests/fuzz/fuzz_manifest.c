@@ -27,7 +27,9 @@ static bool same(const manifest *a, const manifest *b)
         !strata_id_equal(&a->timeline, &b->timeline) || a->consistent_lsn != b->consistent_lsn ||
         a->gc_horizon != b->gc_horizon || a->start_lsn != b->start_lsn ||
         a->n_safekeepers != b->n_safekeepers || a->next_file_id != b->next_file_id ||
-        a->n_files != b->n_files)
+        a->n_files != b->n_files || a->has_ancestor != b->has_ancestor ||
+        !strata_id_equal(&a->ancestor_timeline, &b->ancestor_timeline) ||
+        a->ancestor_lsn != b->ancestor_lsn)
         return false;
     for (int i = 0; i < a->n_safekeepers; i++)
         if (strcmp(a->safekeepers[i], b->safekeepers[i]) != 0)

@@ -238,6 +238,51 @@ static void test_refuses_safekeepers(void **state)
     expect_refused("[\"a:1\", \"b:2\"]", "\"a:1\"", "safekeepers is not an array");
 }
 
+/* A branch's manifest (issue #15): the two ancestor members round-trip,
+ * go together, and name another timeline at start_lsn. */
+static void test_branch_members(void **state)
+{
+    (void)state;
+    const char *anc = "\"ancestor_timeline_id\": \"00112233445566778899aabbccddeeff\", "
+                      "\"ancestor_lsn\": \"0/1000028\", \"seq\": 3";
+    char *s = replace("\"seq\": 3", anc);
+    manifest m, back;
+    char err[512] = "";
+    assert_int_equal(manifest_decode(s, strlen(s), &m, err, sizeof err), 0);
+    free(s);
+    assert_true(m.has_ancestor);
+    assert_int_equal(m.ancestor_lsn, 0x1000028);
+    char *text;
+    size_t len;
+    assert_int_equal(manifest_encode(&m, &text, &len, err, sizeof err), 0);
+    assert_int_equal(manifest_decode(text, len, &back, err, sizeof err), 0);
+    assert_true(back.has_ancestor && back.ancestor_lsn == m.ancestor_lsn &&
+                strata_id_equal(&back.ancestor_timeline, &m.ancestor_timeline));
+    free(text);
+    manifest_free(&back);
+    manifest_free(&m);
+    /* Without them: no ancestor, and the encoding has none either. */
+    assert_int_equal(manifest_decode(good_text, strlen(good_text), &m, err, sizeof err), 0);
+    assert_false(m.has_ancestor);
+    assert_int_equal(manifest_encode(&m, &text, &len, err, sizeof err), 0);
+    assert_null(strstr(text, "ancestor"));
+    free(text);
+    manifest_free(&m);
+    expect_refused("\"seq\": 3", "\"ancestor_lsn\": \"0/1000028\", \"seq\": 3",
+                   "ancestor_timeline_id and ancestor_lsn go together");
+    expect_refused("\"seq\": 3",
+                   "\"ancestor_timeline_id\": \"00112233445566778899aabbccddeeff\", "
+                   "\"ancestor_lsn\": \"0/2000000\", \"seq\": 3",
+                   "ancestor_lsn 0/2000000 is not start_lsn 0/1000028");
+    expect_refused("\"seq\": 3",
+                   "\"ancestor_timeline_id\": \"" L_HEX "\", \"ancestor_lsn\": "
+                   "\"0/1000028\", \"seq\": 3",
+                   "ancestor_timeline_id is the timeline itself");
+    expect_refused("\"seq\": 3",
+                   "\"ancestor_timeline_id\": 7, \"ancestor_lsn\": \"0/1000028\", \"seq\": 3",
+                   "ancestor_timeline_id");
+}
+
 static void test_refuses_bad_json(void **state)
 {
     (void)state;
@@ -383,6 +428,7 @@ int main(void)
         cmocka_unit_test(test_refuses_file_ids),
         cmocka_unit_test(test_refuses_lsns),
         cmocka_unit_test(test_refuses_safekeepers),
+        cmocka_unit_test(test_branch_members),
         cmocka_unit_test(test_refuses_bad_json),
         cmocka_unit_test(test_encode_refuses_what_decode_would),
         cmocka_unit_test(test_keys),
