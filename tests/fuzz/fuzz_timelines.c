@@ -6,6 +6,7 @@
  * parent and compute timeline known, and survives a save and a load
  * unchanged.
  */
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,15 @@
 static cluster the_cluster;
 static timeline_registry reg, again;
 
+/* The scratch directory goes when the fuzzer exits. */
+static void cleanup(void)
+{
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/%s", the_cluster.dir, TIMELINES_FILE);
+    unlink(path);
+    rmdir(the_cluster.dir);
+}
+
 static void setup(void)
 {
     if (the_cluster.dir[0] != '\0')
@@ -27,6 +37,7 @@ static void setup(void)
     snprintf(the_cluster.dir, sizeof the_cluster.dir, "%s", tmpl);
     STRATA_ASSERT(strata_id_parse("3c1d0000000000000000000000000000", &the_cluster.timeline_id));
     the_cluster.compute_port = 5432;
+    atexit(cleanup);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
