@@ -256,9 +256,8 @@ static void test_reads_merge_own_over_ancestor(void **state)
     /* Below the branch's start: refused, naming it. */
     uint32_t n;
     const char *sqlstate = NULL;
-    assert_int_equal(timeline_rel_size(b, SPC, DB, 1, FORK_MAIN, 0x1F8, &n, err, sizeof err,
-                                       &sqlstate),
-                     -1);
+    assert_int_equal(
+        timeline_rel_size(b, SPC, DB, 1, FORK_MAIN, 0x1F8, &n, err, sizeof err, &sqlstate), -1);
     assert_non_null(strstr(err, "below the start 0/200"));
     assert_non_null(sqlstate);
     assert_int_equal(timeline_last_record_lsn(b), 0x280);
@@ -355,8 +354,7 @@ static void test_branch_needs_its_ancestor(void **state)
         "\"ancestor_timeline_id\":\"0b000000000000000000000000000000\",\"ancestor_lsn\":\"0/200\"}",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        assert_int_equal(timeline_meta_parse(bad[i], strlen(bad[i]), "x", &m, err, sizeof err),
-                         -1);
+        assert_int_equal(timeline_meta_parse(bad[i], strlen(bad[i]), "x", &m, err, sizeof err), -1);
         assert_non_null(strstr(err, "go together"));
     }
     char *text = timeline_meta_to_json(&(timeline_meta){.tenant = tenant,
