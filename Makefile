@@ -32,13 +32,13 @@ build-san:
 	@cmake --build $(SAN_BUILD) -j $(JOBS)
 
 unit: build-san
-	cd $(SAN_BUILD) && ctest --output-on-failure -L unit
+	cd $(SAN_BUILD) && ctest -j $(JOBS) --output-on-failure -L unit
 
 sim: build-san
-	cd $(SAN_BUILD) && STRATA_SIM_SEEDS=$(SIM_SEEDS) ctest --output-on-failure -L sim
+	cd $(SAN_BUILD) && STRATA_SIM_SEEDS=$(SIM_SEEDS) ctest -j $(JOBS) --output-on-failure -L sim
 
 fuzz: build-san
-	cd $(SAN_BUILD) && ctest --output-on-failure -L fuzz
+	cd $(SAN_BUILD) && ctest -j $(JOBS) --output-on-failure -L fuzz
 
 integration: build build-san
 	STRATA_BUILD=$(CURDIR)/$(BUILD) STRATA_SAN_BUILD=$(CURDIR)/$(SAN_BUILD) \
@@ -59,7 +59,7 @@ format-check:
 	@if [ -s .format-diff ]; then echo "format-check: not in .clang-format style (run make format):"; cat .format-diff; rm -f .format-diff; exit 1; fi; rm -f .format-diff; echo "format-check: $$($(FORMAT_FILES) | wc -l) files in style"
 
 check: format-check build-san
-	cd $(SAN_BUILD) && STRATA_SIM_SEEDS=200 ctest --output-on-failure -L fast
+	cd $(SAN_BUILD) && STRATA_SIM_SEEDS=200 ctest -j $(JOBS) --output-on-failure -L fast
 
 # The real HammerDB run needs the kit a user names with HAMMERDB_KIT (a tool,
 # never part of the project): without it make test runs the HammerDB driver's
@@ -83,7 +83,7 @@ PYTEST_WORKERS ?= 0
 PYTEST_PAR = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS)) --durations=15
 
 test: deps format-check build build-san
-	cd $(SAN_BUILD) && STRATA_SIM_SEEDS=$(SIM_SEEDS) ctest --output-on-failure
+	cd $(SAN_BUILD) && STRATA_SIM_SEEDS=$(SIM_SEEDS) ctest -j $(JOBS) --output-on-failure
 	STRATA_BUILD=$(CURDIR)/$(BUILD) STRATA_SAN_BUILD=$(CURDIR)/$(SAN_BUILD) \
 		$(PYTEST) -q -ra $(PYTEST_PAR) tests/integration bench/test_bench.py \
 		bench/test_pageserver_bench.py bench/test_image_sweep.py bench/test_stateless_tpcb.py \

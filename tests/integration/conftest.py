@@ -5,6 +5,14 @@ sanitized build (STRATA_SAN_BUILD) and the extension of the release build
 (STRATA_BUILD/lib/strata.so), yields a StrataCluster handle, and afterwards
 always runs `strata down` and SIGKILLs by pid whatever is left of it.
 
+A test marked `release_daemons` runs the CLI and daemons of the release
+build instead (daemon_build()).  That is for tests whose subject is the
+compute -- the extension (always the release build's) and PostgreSQL's own
+behaviour on it -- and whose workload is long: the sanitized daemons added
+no coverage of their subject there but made them up to ten times slower
+(an SP-GiST build: 30 s against 290-420 s), mostly waiting.  The tests
+whose subject is a daemon keep the sanitized build.
+
 Tests skip only when a binary they need has not been built; the reason names
 the missing file.
 """
@@ -45,6 +53,21 @@ def int_to_lsn(value):
 
 def strata_bin():
     return os.path.join(SAN_BUILD, "bin", "strata")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "release_daemons: run the CLI and daemons of the release build "
+        "(STRATA_BUILD), for a long test whose subject is the compute (conftest.py)")
+
+
+def daemon_build(node=None):
+    """The build directory whose CLI and daemons the test of pytest node
+    runs: STRATA_BUILD when it is marked release_daemons, else
+    STRATA_SAN_BUILD."""
+    if node is not None and node.get_closest_marker("release_daemons") is not None:
+        return BUILD
+    return SAN_BUILD
 
 
 def pageserver_bin():
@@ -168,9 +191,9 @@ def wait_until(predicate, timeout, what, interval=0.2):
 class StrataCluster:
     """A local cluster under one directory, driven through the strata CLI."""
 
-    def __init__(self, directory):
+    def __init__(self, directory, build=None):
         self.dir = directory
-        self.strata = strata_bin()
+        self.strata = os.path.join(build or SAN_BUILD, "bin", "strata")
         self.env = dict(os.environ)
         self.env["STRATA_EXTENSION"] = extension_path()
         self.env.setdefault("STRATA_WALREDO_LIB", walredo_lib_path())
@@ -335,7 +358,7 @@ def _new_cluster_dir():
 def cluster_dir(request):
     """A fresh cluster directory, torn down (strata down, then SIGKILL) at the end."""
     directory = _new_cluster_dir()
-    handle = StrataCluster(directory)
+    handle = StrataCluster(directory, daemon_build(request.node))
     try:
         yield handle
     finally:

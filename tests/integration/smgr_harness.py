@@ -18,17 +18,18 @@ SmgrCluster extends conftest's StrataCluster:
     compute on a new empty data directory, the product's path).
 
 The CLI and daemons come from STRATA_SMGR_CLI_BUILD when set, else from
-STRATA_SAN_BUILD like every integration test; strata.so from STRATA_BUILD.
+the build conftest.daemon_build() names for the test (STRATA_SAN_BUILD, or
+STRATA_BUILD for a test marked release_daemons); strata.so from STRATA_BUILD.
 """
 import contextlib
 import os
 import shutil
 import subprocess
 
-from conftest import (REPO, SAN_BUILD, StrataCluster, make_shared_dir, require_binaries,
+from conftest import (REPO, StrataCluster, daemon_build, make_shared_dir, require_binaries,
                       walredo_lib_path)
 
-CLI_BUILD = os.environ.get("STRATA_SMGR_CLI_BUILD", SAN_BUILD)
+CLI_BUILD = os.environ.get("STRATA_SMGR_CLI_BUILD")
 
 
 def pg_prefix():
@@ -77,9 +78,8 @@ def make_wrapper_prefix(prefix, wrap, settings_file):
 
 
 class SmgrCluster(StrataCluster):
-    def __init__(self, directory):
-        super().__init__(directory)
-        self.strata = os.path.join(CLI_BUILD, "bin", "strata")
+    def __init__(self, directory, build=None):
+        super().__init__(directory, CLI_BUILD or build)
         self.prefix = pg_prefix()
         self.wrap = os.path.join(directory, "pgwrap")
         self.settings_file = os.path.join(self.wrap, "settings")
@@ -177,9 +177,11 @@ def create_evict_table(conn, big="strata_evict_big", rows=60000):
                  % (big, rows))
 
 
-def new_cluster():
+def new_cluster(node=None):
+    """A SmgrCluster in a fresh directory, with the daemons of the build
+    daemon_build(node) names for the test of pytest node."""
     directory = make_shared_dir("strata-smgr-")
-    return SmgrCluster(directory)
+    return SmgrCluster(directory, daemon_build(node))
 
 
 @contextlib.contextmanager
@@ -188,7 +190,7 @@ def running_cluster(request, *binaries):
     (a fixture yields it); skips the test when the CLI, the walredo library or
     one of binaries has not been built.  On leaving: destroy(), with the
     logs' tails printed when the test failed."""
-    c = new_cluster()
+    c = new_cluster(request.node)
     require_binaries(c.strata, *binaries, walredo_lib_path())
     try:
         c.up()

@@ -21,6 +21,10 @@ import pytest
 import smgr_harness
 from smgr_harness import create_evict_table, running_cluster
 
+# The subject is the compute (the extension and PostgreSQL on it): the release
+# daemons (conftest.py).
+pytestmark = pytest.mark.release_daemons
+
 
 @pytest.fixture
 def gap_cluster(request):

@@ -21,7 +21,9 @@ import pytest
 
 from conftest import pageserver_built
 
-pytestmark = pytest.mark.skipif(not pageserver_built(), reason="pageserver not built")
+# The subject is the compute's settings: the release daemons (conftest.py).
+pytestmark = [pytest.mark.release_daemons,
+              pytest.mark.skipif(not pageserver_built(), reason="pageserver not built")]
 
 
 def show(cluster, name):

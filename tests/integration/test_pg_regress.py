@@ -63,9 +63,10 @@ def patched_prefix():
 
 
 PREFIX = patched_prefix()
-pytestmark = pytest.mark.skipif(
+# The subject is PostgreSQL on the compute: the release daemons (conftest.py).
+pytestmark = [pytest.mark.release_daemons, pytest.mark.skipif(
     PREFIX is None or not os.path.exists(os.path.join(PREFIX or "/nonexistent", "bin", "postgres")),
-    reason="patched PostgreSQL not built (compute/postgres/build.sh --prefix-only)")
+    reason="patched PostgreSQL not built (compute/postgres/build.sh --prefix-only)")]
 
 
 def free_port():

@@ -32,6 +32,10 @@ from conftest import (STOCK_PG_BINDIR, as_pg_user_kwargs, chown_to_pg_user, lsn_
 from smgr_harness import running_cluster
 from test_durability import pgbench
 
+# The subject is the compute (the extension and PostgreSQL on it): the release
+# daemons (conftest.py).
+pytestmark = pytest.mark.release_daemons
+
 SCALE = 4
 PGBENCH_RELATIONS = ["pgbench_accounts", "pgbench_branches", "pgbench_tellers",
                      "pgbench_history", "pgbench_accounts_pkey", "pgbench_branches_pkey",

@@ -16,15 +16,19 @@ import time
 
 import pytest
 
-from conftest import pid_alive, as_pg_user_kwargs
+from conftest import as_pg_user_kwargs, daemon_build, pid_alive
 import smgr_harness
 from smgr_harness import create_evict_table, running_cluster
+
+# The subject is the compute (the extension and PostgreSQL on it): the release
+# daemons (conftest.py).
+pytestmark = pytest.mark.release_daemons
 
 
 @pytest.fixture
 def smgr_cluster(request):
-    with running_cluster(request, os.path.join(smgr_harness.CLI_BUILD, "bin",
-                                               "strata-pageserver")) as c:
+    build = smgr_harness.CLI_BUILD or daemon_build(request.node)
+    with running_cluster(request, os.path.join(build, "bin", "strata-pageserver")) as c:
         yield c
 
 
