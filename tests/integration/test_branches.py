@@ -219,6 +219,9 @@ REGRESS_TESTS = ["test_setup", "boolean", "int4", "text", "insert", "create_misc
                  "btree_index", "update", "delete"]
 
 
+# Its subject is PostgreSQL on a compute (as test_pg_regress.py): the release
+# build's daemons, which the sanitized ones would slow several times over.
+@pytest.mark.release_daemons
 def test_pg_regress_on_branch(cluster):
     import test_pg_regress as regress
     if regress.PREFIX is None:
