@@ -203,7 +203,8 @@ static int start_compute_from_pageserver(const cluster *c, cli_err *err)
         return -1;
     if (rep.legacy) {
         printf("%s: the safekeepers lack the imported shutdown checkpoint: starting once on "
-               "the data directory made before the pageserver\n", who);
+               "the data directory made before the pageserver\n",
+               who);
         fflush(stdout);
         if (compute_wait_ready(c, COMPUTE_READY_TIMEOUT_MS, err) != 0)
             return -1;

@@ -134,8 +134,7 @@ static cJSON *status_json(const cluster *c, const status_snapshot *s)
          add(compute, "port", cJSON_CreateNumber(c->compute_port)) &&
          add(compute, "connstr", cJSON_CreateString(s->connstr)) &&
          add(compute, "datadir", cJSON_CreateString(s->compute_datadir)) &&
-         add(root, "computes", status_computes_json(c)) &&
-         add(ps, "pid", json_pid(s->ps_pid)) &&
+         add(root, "computes", status_computes_json(c)) && add(ps, "pid", json_pid(s->ps_pid)) &&
          add(ps, "pg_port", cJSON_CreateNumber(c->pageserver_pg_port)) &&
          add(ps, "http_port", cJSON_CreateNumber(c->pageserver_http_port)) &&
          add(ps, "last_record_lsn", json_lsn(s->ps_tl.known, s->ps_tl.last_record_lsn)) &&

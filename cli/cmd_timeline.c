@@ -42,6 +42,7 @@
 #include "cli/compute_readonly.h"
 #include "cli/pageserver.h"
 #include "cli/proc.h"
+#include "cli/safekeepers.h"
 #include "cli/timelines.h"
 #include "base/strata_assert.h"
 
@@ -145,9 +146,65 @@ static cJSON *branch_body(const cluster *c, const strata_id *id, const strata_id
     return root;
 }
 
-int timeline_branch(const cluster *c, timeline_registry *r, const branch_args *a,
+/* The parent's last record on the pageserver; false when it did not say. */
+static bool ps_last_record_lsn(const cluster *c, const strata_id *tl, lsn_t *out)
+{
+    char tenant[STRATA_ID_HEX_LEN], timeline[STRATA_ID_HEX_LEN], path[160];
+    snprintf(path, sizeof path, "/v1/tenant/%s/timeline/%s",
+             strata_id_format(&c->tenant_id, tenant), strata_id_format(tl, timeline));
+    int status;
+    cJSON *j;
+    cli_err ignored = {{0}};
+    if (ps_call(c, "GET", path, NULL, &status, &j, &ignored) != 0)
+        return false;
+    const char *lsn = jstr(j, "last_record_lsn");
+    bool ok = lsn != NULL && lsn_parse(lsn, out);
+    cJSON_Delete(j);
+    return ok;
+}
+
+/*
+ * The pageserver ingests the parent's WAL from the safekeepers a moment
+ * after it is committed.  A branch at a committed LSN (or, without --lsn
+ * and --time, at the end of the parent's committed WAL: *lsn is set to it)
+ * waits until the pageserver has it, up to BRANCH_INGEST_WAIT_MS; an LSN
+ * the safekeepers do not have either goes to the pageserver at once, which
+ * refuses it with the window.
+ */
+#define BRANCH_INGEST_WAIT_MS 30000
+static void wait_parent_ingested(const cluster *c, const strata_id *parent, bool *has_lsn,
+                                 lsn_t *lsn)
+{
+    cluster pv = *c;
+    pv.timeline_id = *parent;
+    lsn_t commit = LSN_INVALID;
+    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
+        safekeeper_timeline tl;
+        safekeepers_query(&pv, &pv.sk[i], &tl);
+        if (tl.known && tl.commit_lsn > commit)
+            commit = tl.commit_lsn;
+    }
+    if (commit == LSN_INVALID || (*has_lsn && *lsn > commit))
+        return;
+    lsn_t last;
+    /* Without an LSN: the pageserver's last record when it has all (the
+     * safekeepers' commit LSN of a fresh timeline can be below its start). */
+    if (!*has_lsn && ps_last_record_lsn(c, parent, &last) && last >= commit)
+        return;
+    if (!*has_lsn) {
+        *has_lsn = true;
+        *lsn = commit;
+    }
+    long long deadline = proc_now_ms() + BRANCH_INGEST_WAIT_MS;
+    while (proc_now_ms() < deadline && (!ps_last_record_lsn(c, parent, &last) || last < *lsn))
+        proc_sleep_ms(50);
+}
+
+int timeline_branch(const cluster *c, timeline_registry *r, const branch_args *a_in,
                     branch_result *res, cli_err *err)
 {
+    branch_args copy = *a_in;
+    const branch_args *a = &copy;
     memset(res, 0, sizeof *res);
     if (!timelines_name_ok(a->name, err))
         return -1;
@@ -169,6 +226,8 @@ int timeline_branch(const cluster *c, timeline_registry *r, const branch_args *a
         return cli_err_set(err, "no random bytes for a timeline id");
     snprintf(e.name, sizeof e.name, "%s", a->name);
     snprintf(e.parent, sizeof e.parent, "%s", parent->name);
+    if (a->time == NULL)
+        wait_parent_ingested(c, &parent->id, &copy.has_lsn, &copy.lsn);
     cJSON *body = branch_body(c, &e.id, &parent->id, a);
     char *text = body ? cJSON_PrintUnformatted(body) : NULL;
     cJSON_Delete(body);
@@ -622,17 +681,22 @@ static bool reserved_compute_name(const char *name)
 
 int timeline_check_single_writer(const cluster *view, cli_err *err)
 {
+    /* The registry's defaults come from cluster.json, not from a view. */
+    cluster base;
+    int loaded = cluster_load(view->dir, &base, err);
+    if (loaded != 0)
+        return loaded < 0 ? -1 : cli_err_set(err, "no cluster under %s", view->dir);
     timeline_registry *r = malloc(sizeof *r);
     if (r == NULL)
         return cli_err_set(err, "out of memory");
-    int rc = timelines_load(view, r, err);
+    int rc = timelines_load(&base, r, err);
     const char *self = compute_label(view);
     for (int i = 0; rc == 0 && i < r->ncomputes; i++) {
         const compute_entry *e = &r->computes[i];
         cluster other;
         if (strcmp(e->name, self) == 0 || e->read_only)
             continue;
-        if (timelines_compute_view(view, r, e, &other, err) != 0) {
+        if (timelines_compute_view(&base, r, e, &other, err) != 0) {
             rc = -1;
             break;
         }
@@ -688,7 +752,8 @@ static int named_compute_entry(const cli_opts *o, const cluster *c, timeline_reg
     ne.port = o->compute_port;
     if (ne.port == 0 && cluster_pick_free_port(&ne.port, err) != 0)
         return -1;
-    if (timelines_add_compute(r, &ne, err) != 0 || timelines_save(c, r, err) != 0)
+    /* Saved by the caller once it is known to start. */
+    if (timelines_add_compute(r, &ne, err) != 0)
         return -1;
     *e = timelines_find_compute(r, name);
     return 0;
@@ -719,6 +784,11 @@ static int start_named_locked(const cli_opts *o, const cluster *c, timeline_regi
     cluster view;
     if (named_compute_entry(o, c, r, &e, err) != 0 ||
         timelines_compute_view(c, r, e, &view, err) != 0)
+        return -1;
+    /* Refusals first: a compute that cannot start is not registered. */
+    if (!e->read_only && compute_pid(&view) == 0 && timeline_check_single_writer(&view, err) != 0)
+        return -1;
+    if (timelines_save(c, r, err) != 0)
         return -1;
     int rc = e->read_only ? start_read_only(&view, e, err) : start_compute(&view, err);
     if (rc != 0)

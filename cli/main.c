@@ -18,16 +18,16 @@ enum {
     OPT_PORT_BASE = 1 << 1,
     OPT_JSON = 1 << 2,
     OPT_IMMEDIATE = 1 << 3,
-    OPT_NAME = 1 << 4,        /* one positional NAME */
-    OPT_PASS = 1 << 5,        /* arguments after -- are passed on */
-    OPT_PASS_ALL = 1 << 6,    /* every argument after NAME is passed on */
-    OPT_PAGE = 1 << 7,        /* "get" and --rel, --fork, --blk, --lsn */
-    OPT_RAW = 1 << 8,         /* the command parses every argument itself */
-    OPT_SETTINGS = 1 << 9,    /* --set name=value, --reset name (compute settings) */
-    OPT_REMOTE = 1 << 10,     /* --remote (start compute against remote daemons) */
-    OPT_AUTH = 1 << 11,       /* --auth / --no-auth (up) */
-    OPT_REMOTE_URL = 1 << 12, /* --remote URL (up: the cluster's remote store) */
-    OPT_COMPUTE = 1 << 13,    /* compute NAME (a named compute, after "compute") */
+    OPT_NAME = 1 << 4,           /* one positional NAME */
+    OPT_PASS = 1 << 5,           /* arguments after -- are passed on */
+    OPT_PASS_ALL = 1 << 6,       /* every argument after NAME is passed on */
+    OPT_PAGE = 1 << 7,           /* "get" and --rel, --fork, --blk, --lsn */
+    OPT_RAW = 1 << 8,            /* the command parses every argument itself */
+    OPT_SETTINGS = 1 << 9,       /* --set name=value, --reset name (compute settings) */
+    OPT_REMOTE = 1 << 10,        /* --remote (start compute against remote daemons) */
+    OPT_AUTH = 1 << 11,          /* --auth / --no-auth (up) */
+    OPT_REMOTE_URL = 1 << 12,    /* --remote URL (up: the cluster's remote store) */
+    OPT_COMPUTE = 1 << 13,       /* compute NAME (a named compute, after "compute") */
     OPT_COMPUTE_START = 1 << 14, /* --timeline T, --port P, --read-only, --lsn X/Y */
 };
 

@@ -26,8 +26,8 @@ bool timelines_name_ok(const char *name, cli_err *err)
 {
     size_t len = strlen(name);
     if (len == 0 || len >= CLUSTER_COMPUTE_NAME_LEN) {
-        cli_err_set(err, "a name has 1 to %d characters, not \"%s\"",
-                    CLUSTER_COMPUTE_NAME_LEN - 1, name);
+        cli_err_set(err, "a name has 1 to %d characters, not \"%s\"", CLUSTER_COMPUTE_NAME_LEN - 1,
+                    name);
         return false;
     }
     if (name[0] == '-' || name[0] == '.') {
@@ -39,8 +39,7 @@ bool timelines_name_ok(const char *name, cli_err *err)
         bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
                   (ch >= '0' && ch <= '9') || ch == '_' || ch == '-' || ch == '.';
         if (!ok) {
-            cli_err_set(err, "a name has only letters, digits, '_', '-' and '.', not \"%s\"",
-                        name);
+            cli_err_set(err, "a name has only letters, digits, '_', '-' and '.', not \"%s\"", name);
             return false;
         }
     }
@@ -61,8 +60,9 @@ static int parse_timeline(const cJSON *o, const char *path, timeline_entry *e, c
     if (name == NULL || !timelines_name_ok(name, err) || id == NULL ||
         !strata_id_parse(id, &e->id) || parent == NULL || !timelines_name_ok(parent, err) ||
         lsn == NULL || !lsn_parse(lsn, &e->branch_lsn))
-        return cli_err_set(err, "%s: a timeline without a valid name, timeline_id, parent and "
-                                "branch_lsn",
+        return cli_err_set(err,
+                           "%s: a timeline without a valid name, timeline_id, parent and "
+                           "branch_lsn",
                            path);
     snprintf(e->name, sizeof e->name, "%s", name);
     snprintf(e->parent, sizeof e->parent, "%s", parent);
@@ -104,6 +104,43 @@ void timelines_defaults(const cluster *c, timeline_registry *r)
     dflt->port = c->compute_port;
 }
 
+int timelines_parse(const cluster *c, const char *what, const char *text, size_t len,
+                    timeline_registry *r, cli_err *err)
+{
+    timelines_defaults(c, r);
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return cli_err_set(err, "%s is not a JSON object", what);
+    }
+    const cJSON *e;
+    int rc = 0;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(root, "timelines"))
+    {
+        timeline_entry t;
+        if (rc == 0 && (parse_timeline(e, what, &t, err) != 0 || timelines_add(r, &t, err) != 0))
+            rc = -1;
+    }
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(root, "computes"))
+    {
+        compute_entry ce;
+        if (rc == 0 &&
+            (parse_compute(e, what, &ce, err) != 0 || timelines_add_compute(r, &ce, err) != 0))
+            rc = -1;
+    }
+    cJSON_Delete(root);
+    /* Every parent and every compute's timeline is a known timeline. */
+    for (int i = 1; rc == 0 && i < r->ntimelines; i++)
+        if (timelines_find(r, r->timelines[i].parent) == NULL)
+            rc = cli_err_set(err, "%s: timeline %s has an unknown parent %s", what,
+                             r->timelines[i].name, r->timelines[i].parent);
+    for (int i = 1; rc == 0 && i < r->ncomputes; i++)
+        if (timelines_find(r, r->computes[i].timeline) == NULL)
+            rc = cli_err_set(err, "%s: compute %s is on an unknown timeline %s", what,
+                             r->computes[i].name, r->computes[i].timeline);
+    return rc;
+}
+
 int timelines_load(const cluster *c, timeline_registry *r, cli_err *err)
 {
     timelines_defaults(c, r);
@@ -117,28 +154,8 @@ int timelines_load(const cluster *c, timeline_registry *r, cli_err *err)
         return 0;
     if (rc != 0)
         return cli_err_set(err, "read %s: %s", path, strerror(-rc));
-    cJSON *root = cJSON_ParseWithLength(data, len);
+    rc = timelines_parse(c, path, data, len, r, err);
     free(data);
-    if (!cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return cli_err_set(err, "%s is not a JSON object", path);
-    }
-    const cJSON *e;
-    rc = 0;
-    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(root, "timelines"))
-    {
-        timeline_entry t;
-        if (rc == 0 && (parse_timeline(e, path, &t, err) != 0 || timelines_add(r, &t, err) != 0))
-            rc = -1;
-    }
-    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(root, "computes"))
-    {
-        compute_entry ce;
-        if (rc == 0 &&
-            (parse_compute(e, path, &ce, err) != 0 || timelines_add_compute(r, &ce, err) != 0))
-            rc = -1;
-    }
-    cJSON_Delete(root);
     return rc;
 }
 

@@ -22,6 +22,7 @@
 #define STRATA_CLI_TIMELINES_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "cli/cli.h"
 #include "cli/cluster.h"
@@ -57,6 +58,11 @@ typedef struct timeline_registry {
 /* Reads D/timelines.json (none: only main and the default compute).
  * 0, or -1 with a reason. */
 int timelines_load(const cluster *c, timeline_registry *r, cli_err *err);
+
+/* Parses the text of D/timelines.json (what names it in errors); the
+ * decoder timelines_load uses.  0, or -1 with a reason. */
+int timelines_parse(const cluster *c, const char *what, const char *text, size_t len,
+                    timeline_registry *r, cli_err *err);
 
 /* Only main and the default compute. */
 void timelines_defaults(const cluster *c, timeline_registry *r);

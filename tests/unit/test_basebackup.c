@@ -698,10 +698,8 @@ static void test_initdb_tar_starts(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_layouts),
-        cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_replica_control),
-        cmocka_unit_test(test_tar_reader),
+        cmocka_unit_test(test_layouts),           cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_replica_control),   cmocka_unit_test(test_tar_reader),
         cmocka_unit_test(test_initdb_tar_starts),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
