@@ -53,7 +53,16 @@ typedef struct cli_opts {
     const char *name;       /* stop/start/bench NAME */
     int argc;               /* extra arguments (psql after --, bench args) */
     char **argv;
-    cli_page_args page;                /* page get */
+    cli_page_args page; /* page get */
+    /* start/stop compute NAME (a named compute, cmd_timeline.c): NULL for
+     * the default compute.  start: --timeline T (default main), --port P (0:
+     * as before, else a free one), --read-only and --lsn X/Y. */
+    const char *compute_name;
+    const char *timeline;
+    int compute_port;
+    bool read_only;
+    bool has_lsn;
+    lsn_t lsn;
     const char *set[CLI_MAX_SETTINGS]; /* start compute / up: --set name=value */
     int nset;
     const char *reset[CLI_MAX_SETTINGS]; /* start compute / up: --reset name */
@@ -72,7 +81,8 @@ int cmd_bench(const cli_opts *o);
 int cmd_demo(const cli_opts *o);
 int cmd_safekeeper(const cli_opts *o);
 int cmd_page(const cli_opts *o);
-int cmd_remote(const cli_opts *o); /* cmd_remote.c: the object store */
+int cmd_remote(const cli_opts *o);  /* cmd_remote.c: the object store */
+int cmd_restore(const cli_opts *o); /* cmd_timeline.c: branch + compute */
 
 /* Prints "strata: <reason>" on stderr and returns CLI_FAIL. */
 int cli_fail(const cli_err *err);

@@ -20,6 +20,7 @@
 #include <cjson/cJSON.h>
 
 #include "base/durable.h"
+#include "base/strata_assert.h"
 
 /* A state file bigger than this is not ours. */
 #define CLUSTER_FILE_MAX (64 * 1024)
@@ -497,8 +498,15 @@ fail:
     return NULL;
 }
 
+int cluster_pick_free_port(int *port, cli_err *err)
+{
+    return cluster_pick_free_ports(port, 1, err);
+}
+
 int cluster_save(const cluster *c, cli_err *err)
 {
+    /* A named compute's view holds another timeline and port. */
+    STRATA_ASSERT(c->compute_name[0] == '\0');
     char path[PATH_MAX];
     if (cluster_path(c, CLUSTER_FILE, path, err) != 0)
         return -1;

@@ -44,6 +44,9 @@
 /* A remote store URL (file:///PATH or s3://BUCKET/PREFIX), NUL included. */
 #define CLUSTER_REMOTE_LEN 4200
 
+/* A compute's or timeline's name, NUL included (computes.h, timelines.h). */
+#define CLUSTER_COMPUTE_NAME_LEN 32
+
 /* A host name or address (no port), NUL included. */
 #define CLUSTER_HOST_LEN 128
 
@@ -85,6 +88,13 @@ typedef struct cluster {
     /* compute_start_from_pageserver prepares the data directory but does
      * not start postgres: the caller execs it (compute_remote.h). */
     bool compute_exec;
+    /* Which compute the compute_* functions (compute.h) act on: "" is the
+     * default compute ("compute": D/compute, cluster.json's port and
+     * timeline).  Otherwise a named compute (computes.h): this cluster is
+     * then a view made by computes_view, whose compute_port, timeline_id
+     * and pageserver_import_lsn (the timeline's start LSN) are the named
+     * compute's.  A view is never saved (cluster_save asserts it). */
+    char compute_name[CLUSTER_COMPUTE_NAME_LEN];
 } cluster;
 
 /*
@@ -140,6 +150,9 @@ const cluster_safekeeper *cluster_find_safekeeper(const cluster *c, const char *
 
 /* Formats "<dir>/<rel>" into buf (PATH_MAX bytes); -1 if too long. */
 int cluster_path(const cluster *c, const char *rel, char *buf, cli_err *err);
+
+/* Picks a free TCP port on 127.0.0.1 (bound and released at once).  0 or -1. */
+int cluster_pick_free_port(int *port, cli_err *err);
 
 /* The libpq connection string of the compute. */
 void cluster_compute_connstr(const cluster *c, char *buf, size_t len);

@@ -17,6 +17,7 @@
 
 #include "cli/admin.h"
 #include "cli/cluster.h"
+#include "cli/cmd_timeline.h"
 #include "base/lsn.h"
 
 #define CREATE_TIMEOUT_MS 300000 /* an initdb + import */
@@ -58,6 +59,9 @@ static const char *const tenant_usage =
     "strata tenant create [--id TENANT] | list | show TENANT | delete TENANT\n"
     "       [--dir D] [--pageserver HOST:PORT] [--auth-file PATH] [--json]";
 static const char *const timeline_usage =
+    "strata timeline branch NAME [--from PARENT] [--lsn X/Y | --time 'TIMESTAMP'] | list [--json] "
+    "| delete NAME [--dir D]\n"
+    "       (the local cluster's named timelines; docs/cli.md)\n"
     "strata timeline create [--id TIMELINE] [--initdb | --import PGDATA] "
     "[--safekeepers H:P,...]\n"
     "       | list | show TIMELINE | delete TIMELINE\n"
@@ -92,7 +96,7 @@ static int parse_args(const cli_opts *o, bool timeline_cmd, admin_args *a)
     }
     if (strcmp(a->sub, "create") != 0 && strcmp(a->sub, "list") != 0 &&
         strcmp(a->sub, "show") != 0 && strcmp(a->sub, "delete") != 0)
-        return usage(u, "unknown subcommand '%s' (create, list, show, delete)", a->sub);
+        return usage(u, "unknown subcommand '%s' (branch, create, list, show, delete)", a->sub);
     bool create = strcmp(a->sub, "create") == 0;
     bool needs_id = strcmp(a->sub, "show") == 0 || strcmp(a->sub, "delete") == 0;
     for (int i = 1; i < o->argc; i++) {
@@ -311,6 +315,8 @@ int cmd_tenant(const cli_opts *o)
     return CLI_OK;
 }
 
+static int cmd_timeline_by_id(const cli_opts *o);
+
 static void print_timeline(const cJSON *tl)
 {
     const cJSON *store = cJSON_GetObjectItemCaseSensitive(tl, "store");
@@ -347,7 +353,48 @@ static void cluster_safekeepers_json(const target *t, const char *list, char *ou
     snprintf(out + n, cap - n, "]");
 }
 
-int cmd_timeline(const cli_opts *o)
+/* `timeline --dir D SUB ...` is `timeline SUB --dir D ...`: argv reordered
+ * into out (o->argc + 1 entries) so that the subcommand comes first. */
+static void subcommand_first(const cli_opts *o, char **out, cli_opts *ro)
+{
+    *ro = *o;
+    int i = 0;
+    while (i < o->argc && (strncmp(o->argv[i], "--dir=", 6) == 0 ||
+                           (strcmp(o->argv[i], "--dir") == 0 && i + 1 < o->argc)))
+        i += strcmp(o->argv[i], "--dir") == 0 ? 2 : 1;
+    if (i == 0 || i >= o->argc)
+        return;
+    int n = 0;
+    out[n++] = o->argv[i];
+    for (int k = 0; k < o->argc; k++)
+        if (k != i)
+            out[n++] = o->argv[k];
+    out[n] = NULL;
+    ro->argv = out;
+}
+
+int cmd_timeline(const cli_opts *o_in)
+{
+    char **reordered = calloc((size_t)o_in->argc + 1, sizeof *reordered);
+    if (reordered == NULL) {
+        fprintf(stderr, "strata: out of memory\n");
+        return CLI_FAIL;
+    }
+    cli_opts ro;
+    subcommand_first(o_in, reordered, &ro);
+    const cli_opts *o = &ro;
+    /* branch, and list/delete by name: the local cluster's named timelines. */
+    int named = cmd_timeline_named(o);
+    if (named != -2) {
+        free(reordered);
+        return named;
+    }
+    int rc = cmd_timeline_by_id(o);
+    free(reordered);
+    return rc;
+}
+
+static int cmd_timeline_by_id(const cli_opts *o)
 {
     admin_args a;
     int rc = parse_args(o, true, &a);

@@ -31,6 +31,8 @@
 #include "cli/cli.h"
 #include "cli/cluster.h"
 #include "cli/cluster_remote.h"
+#include "cli/cmd_cluster.h"
+#include "cli/cmd_timeline.h"
 #include "cli/compute.h"
 #include "cli/compute_remote.h"
 #include "cli/compute_settings.h"
@@ -66,7 +68,7 @@ static int make_dirs(const char *dir, cli_err *err)
 }
 
 /* Takes the cluster lock; returns the fd to close when done, or -1. */
-static int lock_cluster(const char *dir, cli_err *err)
+int lock_cluster(const char *dir, cli_err *err)
 {
     char path[PATH_MAX];
     int n = snprintf(path, sizeof path, "%s/.lock", dir);
@@ -98,7 +100,7 @@ static int lock_cluster(const char *dir, cli_err *err)
 }
 
 /* Loads the cluster of an existing directory; a missing one is an error. */
-static int load_existing(const char *dir_arg, cluster *c, cli_err *err)
+int load_existing(const char *dir_arg, cluster *c, cli_err *err)
 {
     char dir[PATH_MAX];
     if (cluster_resolve_dir(dir_arg, dir, err) != 0)
@@ -188,59 +190,64 @@ static int start_safekeeper(const cluster *c, const cluster_safekeeper *sk, cli_
  * each step's time printed. */
 static int start_compute_from_pageserver(const cluster *c, cli_err *err)
 {
+    const char *who = compute_label(c);
     long long t0 = proc_now_ms();
     compute_start_report rep;
     int rc = compute_start_from_pageserver(c, &rep, err);
     char lb[LSN_FMT_LEN];
     if (rep.sync_ms > 0 || rep.lsn != LSN_INVALID)
-        printf("compute: sync-safekeepers: start at %s%s (%.3f s)\n", lsn_format(rep.lsn, lb),
+        printf("%s: sync-safekeepers: start at %s%s (%.3f s)\n", who, lsn_format(rep.lsn, lb),
                rep.empty_timeline ? ", the timeline's start (no WAL on the safekeepers yet)" : "",
                (double)rep.sync_ms / 1000.0);
     if (rc != 0)
         return -1;
     if (rep.legacy) {
-        printf("compute: the safekeepers lack the imported shutdown checkpoint: starting once on "
-               "the data directory made before the pageserver\n");
+        printf("%s: the safekeepers lack the imported shutdown checkpoint: starting once on "
+               "the data directory made before the pageserver\n",
+               who);
         fflush(stdout);
         if (compute_wait_ready(c, COMPUTE_READY_TIMEOUT_MS, err) != 0)
             return -1;
-        printf("compute: ready in %.3f s (pid %d)\n", (double)(proc_now_ms() - t0) / 1000.0,
+        printf("%s: ready in %.3f s (pid %d)\n", who, (double)(proc_now_ms() - t0) / 1000.0,
                (int)compute_pid(c));
         return 0;
     }
-    printf("compute: old data directory set aside, removed in the background (%.3f s)\n",
+    printf("%s: old data directory set aside, removed in the background (%.3f s)\n", who,
            (double)rep.cleanup_ms / 1000.0);
-    printf("compute: %s basebackup at %s: %u files, %.1f MB (%.3f s)\n",
+    printf("%s: %s basebackup at %s: %u files, %.1f MB (%.3f s)\n", who,
            rep.stateless ? "stateless" : "full", lb, rep.basebackup_files,
            (double)rep.basebackup_bytes / 1e6, (double)rep.basebackup_ms / 1000.0);
-    printf("compute: configured and postgres started (%.3f s)\n",
+    printf("%s: configured and postgres started (%.3f s)\n", who,
            (double)rep.configure_ms / 1000.0);
     fflush(stdout);
     long long t1 = proc_now_ms();
     if (compute_wait_ready(c, COMPUTE_READY_TIMEOUT_MS, err) != 0)
         return -1;
     long long t2 = proc_now_ms();
-    printf("compute: accepting connections (%.3f s)\n", (double)(t2 - t1) / 1000.0);
-    printf("compute: ready in %.3f s from start to first query (pid %d)\n",
+    printf("%s: accepting connections (%.3f s)\n", who, (double)(t2 - t1) / 1000.0);
+    printf("%s: ready in %.3f s from start to first query (pid %d)\n", who,
            (double)(t2 - t0) / 1000.0, (int)compute_pid(c));
     return 0;
 }
 
-static int start_compute(const cluster *c, cli_err *err)
+int start_compute(const cluster *c, cli_err *err)
 {
+    const char *who = compute_label(c);
     pid_t pid = compute_pid(c);
     if (pid != 0) {
-        printf("compute: already running (pid %d)\n", (int)pid);
+        printf("%s: already running (pid %d)\n", who, (int)pid);
         return 0;
     }
-    printf("compute: starting on 127.0.0.1:%d\n", c->compute_port);
+    if (timeline_check_single_writer(c, err) != 0)
+        return -1;
+    printf("%s: starting on 127.0.0.1:%d\n", who, c->compute_port);
     fflush(stdout);
     if (c->pageserver_imported)
         return start_compute_from_pageserver(c, err);
     long long t0 = proc_now_ms();
     if (compute_start(c, err) != 0 || compute_wait_ready(c, COMPUTE_READY_TIMEOUT_MS, err) != 0)
         return -1;
-    printf("compute: ready in %.1f s (pid %d)\n", (double)(proc_now_ms() - t0) / 1000.0,
+    printf("%s: ready in %.1f s (pid %d)\n", who, (double)(proc_now_ms() - t0) / 1000.0,
            (int)compute_pid(c));
     return 0;
 }
@@ -485,6 +492,7 @@ int cmd_down(const cli_opts *o)
         return cli_fail(&err);
     /* Keep going after a failure: stop as much as possible, report the first. */
     bool failed = false;
+    failed |= stop_named_computes(&c, &err) != 0;
     pid_t pid = compute_pid(&c);
     if (pid != 0) {
         printf("compute: stopping (pid %d)\n", (int)pid);
@@ -522,7 +530,11 @@ int cmd_stop(const cli_opts *o)
     if (lock < 0)
         return cli_fail(&err);
     int rc = 0;
-    if (strcmp(o->name, "compute") == 0) {
+    if (strcmp(o->name, "compute") == 0 && o->compute_name != NULL) {
+        rc = stop_named_compute(o, &c, &err);
+        close(lock);
+        return rc != 0 ? cli_fail(&err) : CLI_OK;
+    } else if (strcmp(o->name, "compute") == 0) {
         rc = compute_stop(&c, o->immediate, &err);
     } else if (strcmp(o->name, "pageserver") == 0) {
         rc = pageserver_stop(&c, o->immediate, &err);
@@ -557,7 +569,9 @@ int cmd_start(const cli_opts *o)
     if (lock < 0)
         return cli_fail(&err);
     int rc;
-    if (strcmp(o->name, "compute") == 0) {
+    if (strcmp(o->name, "compute") == 0 && o->compute_name != NULL) {
+        rc = attach_pageserver(&c, &err) != 0 ? -1 : start_named_compute(o, &c, &err);
+    } else if (strcmp(o->name, "compute") == 0) {
         rc = update_compute_settings(&c, o, &err) != 0 || attach_pageserver(&c, &err) != 0
                  ? -1
                  : start_compute(&c, &err);

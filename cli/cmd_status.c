@@ -16,6 +16,7 @@
 
 #include "cli/cli.h"
 #include "cli/cluster.h"
+#include "cli/cmd_timeline.h"
 #include "cli/compute.h"
 #include "cli/pageserver.h"
 #include "cli/safekeepers.h"
@@ -133,7 +134,7 @@ static cJSON *status_json(const cluster *c, const status_snapshot *s)
          add(compute, "port", cJSON_CreateNumber(c->compute_port)) &&
          add(compute, "connstr", cJSON_CreateString(s->connstr)) &&
          add(compute, "datadir", cJSON_CreateString(s->compute_datadir)) &&
-         add(ps, "pid", json_pid(s->ps_pid)) &&
+         add(root, "computes", status_computes_json(c)) && add(ps, "pid", json_pid(s->ps_pid)) &&
          add(ps, "pg_port", cJSON_CreateNumber(c->pageserver_pg_port)) &&
          add(ps, "http_port", cJSON_CreateNumber(c->pageserver_http_port)) &&
          add(ps, "last_record_lsn", json_lsn(s->ps_tl.known, s->ps_tl.last_record_lsn)) &&
@@ -277,7 +278,9 @@ static void status_print_human(const cluster *c, const status_snapshot *s)
         printf(" (strata-pageserver not built)");
     else if (s->ps_pid && !c->pageserver_imported)
         printf(" (timeline not imported yet)");
-    printf("\n\n");
+    printf("\n");
+    status_print_computes(c);
+    printf("\n");
     printf("connect: psql \"%s\"\n", s->connstr);
 }
 

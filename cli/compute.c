@@ -38,6 +38,7 @@
 #include "cli/proc.h"
 #include "cli/safekeepers.h"
 #include "base/log.h"
+#include "base/strata_assert.h"
 
 #define COMPUTE_INITDB_TIMEOUT_S 300
 #define COMPUTE_FAST_STOP_TIMEOUT_MS 30000
@@ -52,18 +53,42 @@ typedef struct compute_paths {
     char pidfile[PATH_MAX]; /* D/compute.pid */
     char logfile[PATH_MAX]; /* D/compute.log */
     char initdb_log[PATH_MAX];
+    char sync_log[PATH_MAX]; /* D/sync-safekeepers.log */
 } compute_paths;
 
 static int compute_paths_get(const cluster *c, compute_paths *p, cli_err *err)
 {
-    if (cluster_path(c, "compute", p->root, err) != 0 ||
-        cluster_path(c, "compute/pgdata", p->pgdata, err) != 0 ||
-        cluster_path(c, "compute/pgdata.initdb", p->staging, err) != 0 ||
-        cluster_path(c, "compute/run", p->sockdir, err) != 0 ||
-        cluster_path(c, "compute.pid", p->pidfile, err) != 0 ||
-        cluster_path(c, "compute.log", p->logfile, err) != 0 ||
-        cluster_path(c, "initdb.log", p->initdb_log, err) != 0)
-        return -1;
+    if (c->compute_name[0] == '\0') {
+        if (cluster_path(c, "compute", p->root, err) != 0 ||
+            cluster_path(c, "compute/pgdata", p->pgdata, err) != 0 ||
+            cluster_path(c, "compute/pgdata.initdb", p->staging, err) != 0 ||
+            cluster_path(c, "compute/run", p->sockdir, err) != 0 ||
+            cluster_path(c, "compute.pid", p->pidfile, err) != 0 ||
+            cluster_path(c, "compute.log", p->logfile, err) != 0 ||
+            cluster_path(c, "initdb.log", p->initdb_log, err) != 0 ||
+            cluster_path(c, "sync-safekeepers.log", p->sync_log, err) != 0)
+            return -1;
+    } else {
+        /* A named compute (computes.h): D/computes/NAME and beside it
+         * NAME.pid, NAME.log, NAME.sync.log. */
+        const char *n = c->compute_name;
+        char rel[6][CLUSTER_COMPUTE_NAME_LEN + 64];
+        char *out[6] = {p->root, p->pgdata, p->staging, p->sockdir, p->pidfile, p->logfile};
+        snprintf(rel[0], sizeof rel[0], "computes/%s", n);
+        snprintf(rel[1], sizeof rel[1], "computes/%s/pgdata", n);
+        snprintf(rel[2], sizeof rel[2], "computes/%s/pgdata.initdb", n);
+        snprintf(rel[3], sizeof rel[3], "computes/%s/run", n);
+        snprintf(rel[4], sizeof rel[4], "computes/%s.pid", n);
+        snprintf(rel[5], sizeof rel[5], "computes/%s.log", n);
+        for (int i = 0; i < 6; i++)
+            if (cluster_path(c, rel[i], out[i], err) != 0)
+                return -1;
+        char sync[CLUSTER_COMPUTE_NAME_LEN + 64];
+        snprintf(sync, sizeof sync, "computes/%s.sync.log", n);
+        if (cluster_path(c, sync, p->sync_log, err) != 0 ||
+            cluster_path(c, "computes/initdb.log", p->initdb_log, err) != 0)
+            return -1;
+    }
     /* Postgres puts ".s.PGSQL.<port>" in the socket directory; sun_path is short. */
     struct sockaddr_un un;
     if (strlen(p->sockdir) + sizeof "/.s.PGSQL.65535.lock" > sizeof un.sun_path)
@@ -74,9 +99,44 @@ static int compute_paths_get(const cluster *c, compute_paths *p, cli_err *err)
     return 0;
 }
 
+const char *compute_label(const cluster *c)
+{
+    return c->compute_name[0] != '\0' ? c->compute_name : "compute";
+}
+
 int compute_datadir(const cluster *c, char *buf, cli_err *err)
 {
-    return cluster_path(c, "compute/pgdata", buf, err);
+    compute_paths p;
+    if (compute_paths_get(c, &p, err) != 0)
+        return -1;
+    snprintf(buf, PATH_MAX, "%s", p.pgdata);
+    return 0;
+}
+
+int compute_log_path(const cluster *c, char *buf, cli_err *err)
+{
+    compute_paths p;
+    if (compute_paths_get(c, &p, err) != 0)
+        return -1;
+    snprintf(buf, PATH_MAX, "%s", p.logfile);
+    return 0;
+}
+
+int compute_remove_files(const cluster *c, cli_err *err)
+{
+    STRATA_ASSERT(c->compute_name[0] != '\0');
+    compute_paths p;
+    if (compute_paths_get(c, &p, err) != 0)
+        return -1;
+    if (compute_pid(c) != 0)
+        return cli_err_set(err, "compute %s is running", c->compute_name);
+    if (proc_remove_tree(p.root, err) != 0)
+        return -1;
+    const char *files[] = {p.pidfile, p.logfile, p.sync_log};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+        if (unlink(files[i]) != 0 && errno != ENOENT)
+            return cli_err_set(err, "remove %s: %s", files[i], strerror(errno));
+    return 0;
 }
 
 pid_t compute_pid(const cluster *c)
@@ -708,9 +768,11 @@ static int compute_sync(const cluster *c, bool allow_create, lsn_t *x, bool *emp
 {
     char program[PATH_MAX], sks[256], tenant[STRATA_ID_HEX_LEN], timeline[STRATA_ID_HEX_LEN],
         log[PATH_MAX], timeout[16];
+    compute_paths p;
     if (locate_sibling("strata-sync-safekeepers", program, err) != 0 ||
-        cluster_path(c, "sync-safekeepers.log", log, err) != 0)
+        compute_paths_get(c, &p, err) != 0)
         return -1;
+    snprintf(log, sizeof log, "%s", p.sync_log);
     safekeepers_list(c, sks, sizeof sks);
     snprintf(timeout, sizeof timeout, "%d", COMPUTE_SYNC_TIMEOUT_S);
     char *argv[] = {program,
@@ -818,6 +880,14 @@ int compute_start_from_pageserver(const cluster *c, compute_start_report *rep, c
     if (compute_program("postgres", postgres, err) != 0 ||
         proc_user_for_postgres(c->pg_user, &user, err) != 0)
         return -1;
+    if (c->compute_name[0] != '\0') {
+        /* D/computes, the named computes' parent directory. */
+        char parent[PATH_MAX];
+        if (cluster_path(c, "computes", parent, err) != 0)
+            return -1;
+        if (mkdir(parent, 0755) != 0 && errno != EEXIST)
+            return cli_err_set(err, "mkdir %s: %s", parent, strerror(errno));
+    }
     if ((mkdir(p.root, 0750) != 0 && errno != EEXIST) ||
         (mkdir(p.sockdir, 0750) != 0 && errno != EEXIST))
         return cli_err_set(err, "mkdir under %s: %s", p.root, strerror(errno));

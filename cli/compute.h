@@ -14,6 +14,10 @@
  * When strata runs as root everything under compute/ belongs to the
  * unprivileged postgres user and every postgres process runs as that user.
  *
+ * A named compute (computes.h) has the same layout under D/computes/NAME
+ * (pgdata, run) with D/computes/NAME.pid, NAME.log and NAME.sync.log; every
+ * function here acts on the compute c->compute_name says (cluster.h).
+ *
  * Not for: the walproposer and smgr themselves (compute/extension), or the
  * order in which components start (cli/cmd_cluster.c).
  */
@@ -35,11 +39,22 @@ struct compute_settings;
 int compute_settings_check(const struct compute_settings *ss, char *preload, size_t preload_len,
                            cli_err *err);
 
+/* "compute" or the named compute's name (for messages). */
+const char *compute_label(const cluster *c);
+
 /* The postmaster's pid, or 0 when the compute is not running. */
 pid_t compute_pid(const cluster *c);
 
-/* D/compute/pgdata. */
+/* The data directory: D/compute/pgdata, or D/computes/NAME/pgdata for a
+ * named compute (c->compute_name, computes.h). */
 int compute_datadir(const cluster *c, char *buf, cli_err *err);
+
+/* Its log: D/compute.log or D/computes/NAME.log.  0 or -1. */
+int compute_log_path(const cluster *c, char *buf, cli_err *err);
+
+/* Removes a named compute's directory, pid file and logs; it must not
+ * run.  0 or -1. */
+int compute_remove_files(const cluster *c, cli_err *err);
 
 /* Checks, without starting anything, that the compute can start: its
  * programs and strata.so exist and its user can reach D and strata.so. */

@@ -18,15 +18,17 @@ enum {
     OPT_PORT_BASE = 1 << 1,
     OPT_JSON = 1 << 2,
     OPT_IMMEDIATE = 1 << 3,
-    OPT_NAME = 1 << 4,        /* one positional NAME */
-    OPT_PASS = 1 << 5,        /* arguments after -- are passed on */
-    OPT_PASS_ALL = 1 << 6,    /* every argument after NAME is passed on */
-    OPT_PAGE = 1 << 7,        /* "get" and --rel, --fork, --blk, --lsn */
-    OPT_RAW = 1 << 8,         /* the command parses every argument itself */
-    OPT_SETTINGS = 1 << 9,    /* --set name=value, --reset name (compute settings) */
-    OPT_REMOTE = 1 << 10,     /* --remote (start compute against remote daemons) */
-    OPT_AUTH = 1 << 11,       /* --auth / --no-auth (up) */
-    OPT_REMOTE_URL = 1 << 12, /* --remote URL (up: the cluster's remote store) */
+    OPT_NAME = 1 << 4,           /* one positional NAME */
+    OPT_PASS = 1 << 5,           /* arguments after -- are passed on */
+    OPT_PASS_ALL = 1 << 6,       /* every argument after NAME is passed on */
+    OPT_PAGE = 1 << 7,           /* "get" and --rel, --fork, --blk, --lsn */
+    OPT_RAW = 1 << 8,            /* the command parses every argument itself */
+    OPT_SETTINGS = 1 << 9,       /* --set name=value, --reset name (compute settings) */
+    OPT_REMOTE = 1 << 10,        /* --remote (start compute against remote daemons) */
+    OPT_AUTH = 1 << 11,          /* --auth / --no-auth (up) */
+    OPT_REMOTE_URL = 1 << 12,    /* --remote URL (up: the cluster's remote store) */
+    OPT_COMPUTE = 1 << 13,       /* compute NAME (a named compute, after "compute") */
+    OPT_COMPUTE_START = 1 << 14, /* --timeline T, --port P, --read-only, --lsn X/Y */
 };
 
 typedef struct command {
@@ -42,10 +44,16 @@ static const command commands[] = {
      "file:///PATH] [--set NAME=VALUE]... [--reset NAME]..."},
     {"down", cmd_down, OPT_DIR, "down [--dir D]"},
     {"status", cmd_status, OPT_DIR | OPT_JSON, "status [--dir D] [--json]"},
-    {"stop", cmd_stop, OPT_DIR | OPT_IMMEDIATE | OPT_NAME, "stop NAME [--immediate] [--dir D]"},
-    {"start", cmd_start, OPT_DIR | OPT_NAME | OPT_SETTINGS | OPT_REMOTE | OPT_PASS,
+    {"stop", cmd_stop, OPT_DIR | OPT_IMMEDIATE | OPT_NAME | OPT_COMPUTE,
+     "stop NAME [--immediate] [--dir D] | stop compute CNAME [--immediate] [--dir D]"},
+    {"start", cmd_start,
+     OPT_DIR | OPT_NAME | OPT_SETTINGS | OPT_REMOTE | OPT_PASS | OPT_COMPUTE | OPT_COMPUTE_START,
      "start NAME [--dir D] [--set NAME=VALUE]... [--reset NAME]... (settings: compute only) | "
+     "start compute CNAME [--timeline T] [--port P] [--read-only [--lsn X/Y]] [--dir D] | "
      "start compute --remote [--dir D] [-- POSTGRES ARGS]"},
+    {"restore", cmd_restore, OPT_RAW,
+     "restore --time 'TIMESTAMP' | --lsn X/Y [--from TIMELINE] [--name NAME] [--port P] "
+     "[--dir D]"},
     {"psql", cmd_psql, OPT_DIR | OPT_PASS, "psql [--dir D] [-- ARGS]"},
     {"sync-safekeepers", cmd_sync_safekeepers, OPT_DIR | OPT_PASS,
      "sync-safekeepers [--dir D] [-- ARGS]"},
@@ -60,8 +68,10 @@ static const command commands[] = {
      "tenant create [--id T] | list | show T | delete T  [--dir D] [--pageserver H:P] "
      "[--auth-file F] [--json]"},
     {"timeline", cmd_timeline, OPT_RAW,
-     "timeline create [--id TL] [--initdb|--import PGDATA] [--safekeepers H:P,..] | list | "
-     "show TL | delete TL  [--tenant T] [--dir D] [--pageserver H:P] [--auth-file F] [--json]"},
+     "timeline branch NAME [--from PARENT] [--lsn X/Y | --time 'TIMESTAMP'] | list [--json] | "
+     "delete NAME [--dir D] | create [--id TL] [--initdb|--import PGDATA] "
+     "[--safekeepers H:P,..] | list | show TL | delete TL  [--tenant T] [--dir D] "
+     "[--pageserver H:P] [--auth-file F] [--json]"},
     {"remote", cmd_remote, OPT_RAW,
      "remote init|ls|put|get|head|rm URL [KEY] [FILE] [--endpoint URL] [--region R] ... "
      "(strata remote --help)"},
@@ -77,6 +87,7 @@ static void usage(FILE *out)
     for (size_t i = 0; i < N_COMMANDS; i++)
         fprintf(out, "  strata %s\n", commands[i].usage);
     fprintf(out, "\nNAME of start/stop: sk1 sk2 sk3 pageserver compute\n"
+                 "CNAME: a further compute, on a timeline of its own (strata timeline branch)\n"
                  "D defaults to ./.strata\n");
 }
 
@@ -261,6 +272,26 @@ int main(int argc, char **argv)
                 o.page.lsn == LSN_MAX)
                 return usage_error("--lsn needs an LSN X/Y, got '%s'", value ? value : "");
             o.page.has_lsn = true;
+        } else if ((cmd->opts & OPT_COMPUTE) && o.name != NULL && strcmp(o.name, "compute") == 0 &&
+                   o.compute_name == NULL && arg[0] != '-') {
+            o.compute_name = arg;
+        } else if ((cmd->opts & OPT_COMPUTE_START) && is_option(arg, "--timeline")) {
+            if ((value = option_value(argc, argv, &i, "--timeline")) == NULL || value[0] == '\0')
+                return usage_error("%s needs a timeline name", "--timeline");
+            o.timeline = value;
+        } else if ((cmd->opts & OPT_COMPUTE_START) && is_option(arg, "--port")) {
+            uint32_t port = 0;
+            value = option_value(argc, argv, &i, "--port");
+            if (value == NULL || !parse_u32(value, &port) || port < 1 || port > 65535)
+                return usage_error("--port needs a port number, got '%s'", value ? value : "");
+            o.compute_port = (int)port;
+        } else if ((cmd->opts & OPT_COMPUTE_START) && strcmp(arg, "--read-only") == 0) {
+            o.read_only = true;
+        } else if ((cmd->opts & OPT_COMPUTE_START) && is_option(arg, "--lsn")) {
+            value = option_value(argc, argv, &i, "--lsn");
+            if (value == NULL || !lsn_parse(value, &o.lsn) || o.lsn == 0 || o.lsn == LSN_MAX)
+                return usage_error("--lsn needs an LSN X/Y, got '%s'", value ? value : "");
+            o.has_lsn = true;
         } else if ((cmd->opts & OPT_NAME) && o.name == NULL && arg[0] != '-') {
             o.name = arg;
             if (cmd->opts & OPT_PASS_ALL) {
@@ -291,6 +322,18 @@ int main(int argc, char **argv)
         return usage_error("%s", "arguments after -- go to postgres only with --remote");
     if ((cmd->opts & OPT_NAME) && !(cmd->opts & OPT_PASS_ALL) && !valid_component(o.name))
         return usage_error("unknown component '%s' (sk1 sk2 sk3 pageserver compute)", o.name);
+    bool compute_opts = o.timeline != NULL || o.compute_port != 0 || o.read_only || o.has_lsn;
+    if (o.compute_name != NULL && strcmp(o.compute_name, "compute") == 0 && !compute_opts)
+        o.compute_name = NULL; /* "compute compute": the default compute */
+    if (compute_opts && o.compute_name == NULL)
+        return usage_error("%s", "--timeline, --port, --read-only and --lsn are for a named "
+                                 "compute: start compute NAME --timeline T ...");
+    if (o.has_lsn && !o.read_only)
+        return usage_error("%s", "--lsn is for a read-only compute (--read-only); to start a "
+                                 "writable compute at an LSN, branch there (strata timeline "
+                                 "branch NAME --lsn X/Y)");
+    if (o.compute_name != NULL && (o.remote || o.nset > 0 || o.nreset > 0))
+        return usage_error("%s", "--remote, --set and --reset are for the default compute only");
     if ((o.nset > 0 || o.nreset > 0) && o.name != NULL && strcmp(o.name, "compute") != 0)
         return usage_error("--set and --reset are settings of the compute, not of %s", o.name);
     return cmd->run(&o);

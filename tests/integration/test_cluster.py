@@ -20,8 +20,16 @@ from conftest import (LSN_RE, SAN_BUILD, lsn_to_int, make_shared_dir, pageserver
 
 
 def check_status_schema(st, directory):
-    assert set(st) == {"dir", "auth", "auth_file", "remote", "compute", "pageserver",
+    assert set(st) == {"dir", "auth", "auth_file", "remote", "compute", "computes", "pageserver",
                        "safekeepers", "configuration"}
+    # Every compute (docs/cli.md, "Branches and computes"): the default one first.
+    dflt = st["computes"][0]
+    assert {"name", "timeline", "timeline_id", "read_only", "lsn", "port", "connstr", "pid",
+            "running"} <= set(dflt), dflt
+    assert dflt["name"] == "compute" and dflt["timeline"] == "main" and not dflt["read_only"]
+    assert dflt["pid"] == st["compute"]["pid"] and dflt["running"] == (dflt["pid"] is not None)
+    assert dflt["port"] == st["compute"]["port"] and dflt["connstr"] == st["compute"]["connstr"]
+    assert dflt["lsn"] is None or LSN_RE.fullmatch(dflt["lsn"]), dflt
     assert st["dir"] == directory
     # the default remote store, beside the pageserver's data directory
     assert st["remote"] == "file://" + directory + "/remote"
