@@ -481,6 +481,22 @@ static int compute_remove_stale_locks(const cluster *c, const compute_paths *p, 
 
 static int compute_kill(pid_t pid, cli_err *err);
 
+/* Starts postgres -D pgdata detached, as user, and records its pid. */
+static int compute_spawn(char *postgres, const compute_paths *p, const proc_user *user,
+                         cli_err *err)
+{
+    char *argv[] = {postgres, "-D", (char *)p->pgdata, NULL};
+    pid_t pid;
+    if (proc_spawn_detached(argv, p->logfile, p->pgdata, user, &pid, err) != 0)
+        return -1;
+    if (proc_pidfile_write(p->pidfile, pid, err) != 0) {
+        /* Untracked it could never be stopped by strata: do not leave it. */
+        compute_kill(pid, err);
+        return -1;
+    }
+    return 0;
+}
+
 int compute_preflight(const cluster *c, cli_err *err)
 {
     compute_paths p;
@@ -584,16 +600,7 @@ int compute_start(const cluster *c, cli_err *err)
 
     if (compute_remove_stale_locks(c, &p, err) != 0)
         return -1;
-    char *argv[] = {postgres, "-D", p.pgdata, NULL};
-    pid_t pid;
-    if (proc_spawn_detached(argv, p.logfile, p.pgdata, &user, &pid, err) != 0)
-        return -1;
-    if (proc_pidfile_write(p.pidfile, pid, err) != 0) {
-        /* Untracked it could never be stopped by strata: do not leave it. */
-        compute_kill(pid, err);
-        return -1;
-    }
-    return 0;
+    return compute_spawn(postgres, &p, &user, err);
 }
 
 int compute_wait_ready(const cluster *c, int timeout_ms, cli_err *err)
@@ -980,14 +987,8 @@ int compute_start_from_pageserver(const cluster *c, compute_start_report *rep, c
         rep->configure_ms = proc_now_ms() - t3;
         return 0;
     }
-    char *argv[] = {postgres, "-D", p.pgdata, NULL};
-    pid_t pid;
-    if (proc_spawn_detached(argv, p.logfile, p.pgdata, &user, &pid, err) != 0)
+    if (compute_spawn(postgres, &p, &user, err) != 0)
         return -1;
-    if (proc_pidfile_write(p.pidfile, pid, err) != 0) {
-        compute_kill(pid, err);
-        return -1;
-    }
     rep->configure_ms = proc_now_ms() - t3;
     return 0;
 }
@@ -1059,14 +1060,8 @@ int compute_start_standby(const cluster *c, lsn_t lsn, const char *mode,
     if (write_file(path, "", err) != 0 || proc_chown_tree(p.root, &user, err) != 0 ||
         compute_remove_stale_locks(c, &p, err) != 0)
         return -1;
-    char *argv[] = {postgres, "-D", p.pgdata, NULL};
-    pid_t pid;
-    if (proc_spawn_detached(argv, p.logfile, p.pgdata, &user, &pid, err) != 0)
+    if (compute_spawn(postgres, &p, &user, err) != 0)
         return -1;
-    if (proc_pidfile_write(p.pidfile, pid, err) != 0) {
-        compute_kill(pid, err);
-        return -1;
-    }
     rep->configure_ms = proc_now_ms() - t1;
     return 0;
 }

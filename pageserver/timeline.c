@@ -259,9 +259,9 @@ static void store_dir(const char *dir, char *out, size_t len)
     snprintf(out, len, "%s/%s", dir, TIMELINE_STORE_DIR);
 }
 
-int timeline_build_from_pgdata(const char *dir, timeline_meta *meta, const char *pgdata,
-                               const timeline_services *svc, lsn_t *out_lsn, char *err,
-                               size_t errlen)
+/* Makes dir's store directory and opens the (new, empty) store in it. */
+static int store_create(const char *dir, const timeline_services *svc, store **out, char *err,
+                        size_t errlen)
 {
     char sdir[PATH_MAX];
     store_dir(dir, sdir, sizeof sdir);
@@ -269,8 +269,15 @@ int timeline_build_from_pgdata(const char *dir, timeline_meta *meta, const char 
         snprintf(err, errlen, "cannot create %s: %s", sdir, strerror(errno));
         return -1;
     }
+    return store_open(sdir, &svc->store, out, err, errlen);
+}
+
+int timeline_build_from_pgdata(const char *dir, timeline_meta *meta, const char *pgdata,
+                               const timeline_services *svc, lsn_t *out_lsn, char *err,
+                               size_t errlen)
+{
     store *st = NULL;
-    if (store_open(sdir, &svc->store, &st, err, errlen) != 0)
+    if (store_create(dir, svc, &st, err, errlen) != 0)
         return -1;
     import_stats stats;
     lsn_t lsn = LSN_INVALID;
@@ -297,14 +304,8 @@ int timeline_build_branch(const char *dir, const timeline_meta *meta, const time
                           char *err, size_t errlen)
 {
     STRATA_ASSERT(meta->has_ancestor && meta->start_lsn == meta->ancestor_lsn);
-    char sdir[PATH_MAX];
-    store_dir(dir, sdir, sizeof sdir);
-    if (mkdir(sdir, 0700) != 0 && errno != EEXIST) {
-        snprintf(err, errlen, "cannot create %s: %s", sdir, strerror(errno));
-        return -1;
-    }
     store *st = NULL;
-    if (store_open(sdir, &svc->store, &st, err, errlen) != 0)
+    if (store_create(dir, svc, &st, err, errlen) != 0)
         return -1;
     /* Nothing is copied: the empty store begins at the branch point, and
      * every read below its own versions falls through to the ancestor. */
