@@ -187,15 +187,20 @@ def test_upload_under_load(cluster_dir, remote_root):
         # being ingested holds some of its values; docs/storage.md.)
         assert lsn_to_int(f["lsn_min"]) <= lsn_to_int(f["lsn_max"])
     assert ps_metric(c, "pageserver_remote_upload_bytes_total") > 0
-    assert ps_metric(c, "pageserver_remote_consistent_lsn") == remote_lsn
+    # /metrics is refreshed every 500 ms (http_api.c) and an upload may move
+    # the LSN on meanwhile (a failed CI run read the previous refresh's value):
+    # the gauge must reach this LSN, not match the status at one instant.
+    wait_until(lambda: (ps_metric(c, "pageserver_remote_consistent_lsn") or 0) >= remote_lsn, 10,
+               "pageserver_remote_consistent_lsn to reach %d" % remote_lsn)
 
-    # The safekeepers hear remote_consistent_lsn and keep WAL from it on.
+    # The safekeepers hear remote_consistent_lsn and keep WAL from what they
+    # heard on (a later upload may have told them a newer one).
     for name in ("sk1", "sk2", "sk3"):
-        wait_until(lambda: sk_remote_lsn(c, name) == remote_lsn, 30,
+        wait_until(lambda: sk_remote_lsn(c, name) >= remote_lsn, 30,
                    "%s to hear remote_consistent_lsn" % name)
-        seg_of_remote = remote_lsn // SEG
+        seg_of_heard = sk_remote_lsn(c, name) // SEG
         segs = sk_segment_numbers(c, name)
-        assert segs and min(segs) <= seg_of_remote, (name, segs, seg_of_remote)
+        assert segs and min(segs) <= seg_of_heard, (name, segs, seg_of_heard)
     status = c.run("status").stdout
     assert "remote_consistent" in status, status
 
