@@ -332,7 +332,7 @@ static int put_commit_time(ingest_state *ing, lsn_t end, const wal_record *rec, 
 {
     STRATA_ASSERT(rec->main_data_len >= PG_XACT_TIME_SIZE);
     pg_key k = {.kind = KEY_CHECKPOINT, .rel = KEY_CHECKPOINT_REL_COMMIT_TIME};
-    return ingest_put(ing, &k, end, VAL_BLOB, 0, rec->main_data, 8, err, errlen);
+    return ingest_put(ing, &k, end, VAL_BLOB, 0, rec->main_data, PG_XACT_TIME_SIZE, err, errlen);
 }
 
 int ingest_xact(ingest_state *ing, lsn_t end, const wal_record *rec, char *err, size_t errlen)
