@@ -30,6 +30,8 @@
 
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "port/pg_bitutils.h"
+#include "portability/instr_time.h"
 #include "storage/latch.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -627,14 +629,45 @@ static bool slot_missing_relation(const ps_slot *s)
     return s->failed && memcmp(s->sqlstate, "58P01", 5) == 0;
 }
 
+/* The histogram bucket of a wait of us microseconds (smgr_int.h). */
+static int wait_bucket(uint64 us)
+{
+    int bucket;
+
+    if (us < (UINT64CONST(1) << STRATA_WAIT_FIRST_LOG2))
+        return 0;
+    bucket = pg_leftmost_one_pos64(us) - STRATA_WAIT_FIRST_LOG2 + 1;
+    return Min(bucket, STRATA_WAIT_BUCKETS - 1);
+}
+
+/* Counts one page read's wait for its GetPage answer, begun at start:
+ * three atomic adds, no lock. */
+static void count_wait(instr_time start)
+{
+    instr_time now;
+    uint64 us;
+
+    INSTR_TIME_SET_CURRENT(now);
+    INSTR_TIME_SUBTRACT(now, start);
+    us = (uint64)INSTR_TIME_GET_MICROSEC(now);
+    strata_stat_add(STAT_GETPAGE_WAITS, 1);
+    strata_stat_add(STAT_GETPAGE_WAIT_US, us);
+    strata_stat_add((strata_stat)(STAT_GETPAGE_WAIT_HIST + wait_bucket(us)), 1);
+}
+
+/* The wait counted (count_wait) runs from the read's request -- sent now,
+ * or sent earlier by a prefetch -- to its answer being here; a read that
+ * ends in an ERROR is not counted. */
 void strata_ps_getpage(RelFileNode rnode, ForkNumber fork, BlockNumber blkno, XLogRecPtr nms,
                        bool zero_if_missing, char *buffer)
 {
     pagestream_request req;
     int i;
     uint64 id = 0;
+    instr_time start;
 
     ps_init();
+    INSTR_TIME_SET_CURRENT(start);
     for (i = 0; i < nslots; i++) {
         if (ring[i].prefetch && page_matches(&ring[i], rnode, fork, blkno)) {
             if (slot_fresh(&ring[i], nms)) {
@@ -656,6 +689,7 @@ void strata_ps_getpage(RelFileNode rnode, ForkNumber fork, BlockNumber blkno, XL
             memcpy(buffer, ring[i].page, BLCKSZ);
             remove_slot(i);
             strata_stat_add(STAT_PREFETCH_HIT, 1);
+            count_wait(start);
             return;
         }
         remove_slot(i); /* ask again below and report that answer */
@@ -665,11 +699,13 @@ void strata_ps_getpage(RelFileNode rnode, ForkNumber fork, BlockNumber blkno, XL
     i = call(&req);
     if (!ring[i].failed) {
         memcpy(buffer, ring[i].page, BLCKSZ);
+        count_wait(start);
     } else if (zero_if_missing && slot_missing_relation(&ring[i])) {
         /* A fork this compute created and extended, which the WAL does not
          * show yet: its pages are new, i.e. zeros. */
         MemSet(buffer, 0, BLCKSZ);
         remove_slot(i);
+        count_wait(start);
         return;
     }
     finish_slot(i);

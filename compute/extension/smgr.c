@@ -873,6 +873,7 @@ Datum strata_smgr_stats(PG_FUNCTION_ARGS)
         Datum values[2];
         bool nulls[2] = {false, false};
 
+        Assert(strata_stat_names[i] != NULL); /* a name for every counter */
         values[0] = CStringGetTextDatum(strata_stat_names[i]);
         values[1] = Int64GetDatum((int64)strata_stat_get((strata_stat)i));
         tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);

@@ -56,6 +56,13 @@ extern void strata_smgr_setup(void);
 XLogRecPtr strata_read_at(void);
 
 /* ---- statistics (smgr_cache.c; shared counters) --------------------- */
+
+/* The GetPage wait histogram: bucket 0 counts waits under 16 us, bucket k
+ * (1..16) waits in [2^(k+3), 2^(k+4)) us, the last one waits of 2^20 us
+ * (about a second) and more.  Its counters sum to STAT_GETPAGE_WAITS. */
+#define STRATA_WAIT_BUCKETS 18
+#define STRATA_WAIT_FIRST_LOG2 4
+
 typedef enum strata_stat {
     STAT_GETPAGE = 0,       /* GetPage requests sent (prefetch included) */
     STAT_PREFETCH_SENT,     /* of them, sent ahead by smgrprefetch */
@@ -81,7 +88,10 @@ typedef enum strata_stat {
     STAT_FC_EVICT,          /* file cache slots reused for another page */
     STAT_FC_SKIP,           /* pages not cached: every way of their set was busy */
     STAT_FC_INVALIDATED,    /* file cache entries dropped by truncate/unlink/drop database */
-    STAT_COUNT
+    STAT_GETPAGE_WAITS,     /* page reads that waited for a GetPage answer (prefetched or not) */
+    STAT_GETPAGE_WAIT_US,   /* their waits summed, in microseconds */
+    STAT_GETPAGE_WAIT_HIST, /* first of STRATA_WAIT_BUCKETS counters: see below */
+    STAT_COUNT = STAT_GETPAGE_WAIT_HIST + STRATA_WAIT_BUCKETS
 } strata_stat;
 extern const char *const strata_stat_names[STAT_COUNT];
 

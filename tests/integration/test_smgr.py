@@ -55,6 +55,24 @@ def check_pgbench_consistent(c, scale):
         return h
 
 
+# The GetPage wait histogram's counters (compute/extension/README.md).
+WAIT_BUCKETS = (["getpage_wait_lt_16us"] + [f"getpage_wait_lt_{1 << k}us" for k in range(5, 21)]
+                + ["getpage_wait_ge_1048576us"])
+
+
+def check_getpage_wait_counters(stats):
+    """Every page read that went to the pageserver was timed: the wait
+    counters are there, the histogram counts each wait once, and the mean
+    wait is a plausible loopback round trip."""
+    for name in ["getpage_wait_count", "getpage_wait_us"] + WAIT_BUCKETS:
+        assert name in stats, (name, sorted(stats))
+    waits = stats["getpage_wait_count"]
+    # Each timed read waited for a request of its own or a prefetch.
+    assert 0 < waits <= stats["getpage"], stats
+    assert sum(stats[b] for b in WAIT_BUCKETS) == waits, stats
+    assert 0 < stats["getpage_wait_us"] / waits < 1e6, stats
+
+
 def test_pgbench_tiny_shared_buffers(smgr_cluster):
     c = smgr_cluster
     c.make_stateless(shared_buffers="1MB")
@@ -63,6 +81,7 @@ def test_pgbench_tiny_shared_buffers(smgr_cluster):
     total = check_pgbench_consistent(c, 2)
     stats = c.stats()
     assert stats["getpage"] > 1000, stats
+    check_getpage_wait_counters(stats)
     # Nothing of the permanent tables is on local disk: they were created
     # under the smgr, whose writes send nothing anywhere.
     for rel in ("pgbench_accounts", "pgbench_accounts_pkey", "pgbench_history"):
