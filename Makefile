@@ -87,6 +87,7 @@ test: deps format-check build build-san
 	STRATA_BUILD=$(CURDIR)/$(BUILD) STRATA_SAN_BUILD=$(CURDIR)/$(SAN_BUILD) \
 		$(PYTEST) -q -ra $(PYTEST_PAR) tests/integration bench/test_bench.py \
 		bench/test_pageserver_bench.py bench/test_image_sweep.py bench/test_stateless_tpcb.py \
+		bench/test_proc_groups.py \
 		bench/test_replica_lag.py \
 		bench/test_tprocc.py bench/test_tprocc_hammerdb.py bench/test_remote_recovery.py \
 		bench/test_branch_create.py \

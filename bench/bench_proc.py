@@ -97,22 +97,49 @@ def pid_alive(pid):
     return True
 
 
-def proc_stat(pid):
-    """The fields of /proc/PID/stat after the command name (fields[0] is the
-    state, fields[11] and [12] utime and stime of the thread group in clock
-    ticks, fields[19] the start time), or None if the process is gone."""
+def read_stat(path):
+    """(comm, fields) of a /proc stat file (/proc/PID/stat or
+    /proc/PID/task/TID/stat), or None if it is gone.  fields are those after
+    the command name: fields[0] is the state, [1] the parent pid, [11] and
+    [12] utime and stime in clock ticks (the whole thread group for
+    /proc/PID/stat, one thread for a task), [13] and [14] cutime and cstime
+    (children waited for), [19] the start time."""
     try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+        with open(path, encoding="utf-8", errors="replace") as f:
             stat = f.read()
     except OSError:
         return None
-    return stat[stat.rfind(")") + 2:].split()
+    close = stat.rfind(")")
+    return stat[stat.find("(") + 1:close], stat[close + 2:].split()
+
+
+def proc_stat(pid):
+    """The fields of /proc/PID/stat after the command name (see read_stat),
+    or None if the process is gone."""
+    got = read_stat(f"/proc/{pid}/stat")
+    return None if got is None else got[1]
 
 
 def proc_cpu_seconds(pid):
     """utime + stime of pid's thread group in seconds, or None if it is gone."""
     fields = proc_stat(pid)
     return None if fields is None else (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def thread_cpu_ticks(pid):
+    """[(tid, comm, utime + stime in clock ticks, start time)] of every thread
+    of pid (io_uring io-wq workers are threads too); [] if it is gone."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out = []
+    for tid in tids:
+        got = read_stat(f"/proc/{pid}/task/{tid}/stat")
+        if got is not None:
+            comm, fields = got
+            out.append((int(tid), comm, int(fields[11]) + int(fields[12]), int(fields[19])))
+    return out
 
 
 def pids_mentioning(text):

@@ -233,3 +233,105 @@ def check_stateless(settings):
     from a pageserver (strata.pageserver set)."""
     if not settings.get("strata.pageserver"):
         raise BenchError("the compute is not stateless (strata.pageserver is empty)")
+
+
+# -- the compute's own counters (strata_smgr_stats) ------------------------------
+
+SMGR_STATS_FN = ("CREATE OR REPLACE FUNCTION strata_smgr_stats(OUT name text, OUT value bigint) "
+                 "RETURNS SETOF record LANGUAGE c AS '{lib}'")
+# The GetPage wait histogram's buckets (compute/extension/README.md): under
+# 16 us, then [2^k, 2^(k+1)) us for k = 4..19, then 2^20 us and more.
+WAIT_BUCKET_NAMES = (["getpage_wait_lt_16us"]
+                     + [f"getpage_wait_lt_{1 << k}us" for k in range(5, 21)]
+                     + ["getpage_wait_ge_1048576us"])
+WAIT_BUCKET_BOUNDS = [(0, 16)] + [(1 << k, 1 << (k + 1)) for k in range(4, 20)] \
+    + [(1 << 20, None)]
+
+
+def create_smgr_stats_function(query):
+    """Creates strata_smgr_stats() in the database query(sql) -> rows runs
+    in (the compute's strata.so, named by shared_preload_libraries); do it
+    before a window, it is DDL."""
+    libs = query("SELECT setting FROM pg_settings WHERE name = 'shared_preload_libraries'")
+    lib = next((x.strip() for x in libs[0][0].split(",") if "strata" in x), None)
+    if not lib:
+        raise BenchError("the compute does not preload strata.so: no strata_smgr_stats()")
+    query(SMGR_STATS_FN.format(lib=lib))
+
+
+def smgr_stats(query):
+    """{name: value} of strata_smgr_stats() now (create_smgr_stats_function first)."""
+    return {name: int(value) for name, value in
+            query("SELECT name, value FROM strata_smgr_stats()")}
+
+
+def stats_delta(before, after):
+    """after - before of every counter in both (a compute's counters start
+    at zero: never compare two computes' readings)."""
+    return {k: after[k] - before[k] for k in after if k in before}
+
+
+def wait_percentile(hist, pct):
+    """The pct-th percentile (0 < pct < 100) of the GetPage waits in hist
+    ([count per WAIT_BUCKET_NAMES bucket]), in microseconds, interpolated
+    linearly inside its bucket; the open last bucket gives its lower bound.
+    None when hist is empty."""
+    assert 0 < pct < 100 and len(hist) == len(WAIT_BUCKET_BOUNDS)
+    total = sum(hist)
+    if total == 0:
+        return None
+    rank = pct / 100.0 * total
+    seen = 0
+    for count, (lo, hi) in zip(hist, WAIT_BUCKET_BOUNDS):
+        if count and seen + count >= rank:
+            if hi is None:
+                return float(lo)
+            return lo + (hi - lo) * (rank - seen) / count
+        seen += count
+    return float(WAIT_BUCKET_BOUNDS[-1][0])
+
+
+def getpage_summary(delta, units):
+    """The GetPage figures of a window from the counters' delta and the
+    units (transactions, new orders) done in it: requests sent (prefetches
+    included) and page reads that waited, per unit; prefetch hit rate (reads
+    answered by a prefetched response / reads that waited); file cache hits
+    per unit; mean, p50 and p99 of the wait (us, from the histogram,
+    interpolated inside a bucket).  None without units or counters."""
+    if not units or "getpage_wait_count" not in delta:
+        return None
+    hist = [delta.get(name, 0) for name in WAIT_BUCKET_NAMES]
+    waits = delta["getpage_wait_count"]
+    return {"units": units, "getpage": delta.get("getpage", 0), "waits": waits,
+            "hist_sum": sum(hist),
+            "getpage_per_unit": delta.get("getpage", 0) / units,
+            "waits_per_unit": waits / units,
+            "prefetch_sent": delta.get("prefetch_sent", 0),
+            "prefetch_hit": delta.get("prefetch_hit", 0),
+            "prefetch_hit_rate": delta.get("prefetch_hit", 0) / waits if waits else None,
+            "file_cache_hit_per_unit": delta.get("file_cache_hit", 0) / units,
+            "wait_mean_us": delta.get("getpage_wait_us", 0) / waits if waits else None,
+            "wait_p50_us": wait_percentile(hist, 50),
+            "wait_p99_us": wait_percentile(hist, 99)}
+
+
+def getpage_rows(setups, unit):
+    """(header, rows) of the GetPage table: one column per setup [(title,
+    summary)] that has a summary."""
+    cols = [(t, g) for t, g in setups if g]
+    if not cols:
+        return None
+
+    def fmt(v, digits=1):
+        return "-" if v is None else f"{v:,.{digits}f}"
+    rows = [[f"GetPage requests sent / {unit}"] + [fmt(g["getpage_per_unit"], 2) for _t, g in cols],
+            [f"page reads that waited / {unit}"] + [fmt(g["waits_per_unit"], 2) for _t, g in cols],
+            ["prefetch hit rate (of those reads)"] + [
+                "-" if g["prefetch_hit_rate"] is None else f"{100 * g['prefetch_hit_rate']:.1f}%"
+                for _t, g in cols],
+            [f"file cache hits / {unit}"] + [fmt(g["file_cache_hit_per_unit"], 2)
+                                             for _t, g in cols],
+            ["GetPage wait mean us"] + [fmt(g["wait_mean_us"]) for _t, g in cols],
+            ["GetPage wait p50 us (interpolated)"] + [fmt(g["wait_p50_us"]) for _t, g in cols],
+            ["GetPage wait p99 us (interpolated)"] + [fmt(g["wait_p99_us"]) for _t, g in cols]]
+    return ["compute side"] + [t for t, _g in cols], rows

@@ -119,3 +119,30 @@ def scratch_workdir(prefix):
     finally:
         kill_pids_mentioning(work)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def check_probe(setup, strata, need_getpage=True):
+    """A setup's CPU figures (run.probe, bench_probe) show the groups that
+    must have burned CPU in its window: the backends always; for Strata the
+    safekeepers and the pageserver's ingest too, and (need_getpage) GetPage
+    requests with p50 <= p99 of their wait, the histogram summing to the
+    waits.  Returns the GetPage summary (None for stock)."""
+    from bench_strata import getpage_summary  # pylint: disable=import-outside-toplevel
+    run = setup["run"]
+    probe, units = run.get("probe"), run.get("probe_units")
+    assert probe and units and units > 0, (setup["key"], probe, units)
+    groups = probe["cpu"]["groups_s"]
+    assert groups.get("backends", 0) > 0, groups
+    assert probe["cpu"]["machine_busy_s"] > 0, probe["cpu"]
+    if not strata:
+        assert probe["smgr"] is None
+        return None
+    for group in ("safekeepers", "ps_ingest"):
+        assert groups.get(group, 0) > 0, (group, groups)
+    summary = getpage_summary(probe["smgr"], units)
+    assert summary is not None, probe["smgr"]
+    assert summary["hist_sum"] == summary["waits"], summary
+    if need_getpage:
+        assert summary["getpage"] > 0 and summary["waits"] > 0, summary
+        assert summary["wait_p50_us"] <= summary["wait_p99_us"], summary
+    return summary

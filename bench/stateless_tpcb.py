@@ -35,6 +35,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -45,6 +46,7 @@ from bench_cli import (add_common_options, interrupt_on_sigterm, log, new_result
                        print_table, report_from_json, run_setups, run_timed)
 from bench_pg import make_pg_dir, pg_tool, psql, read_settings, stock_servers
 from bench_pgbench import pgbench_init, pgbench_run, prepare_run, threads_for
+from bench_probe import probe_report, psql_query, stock_probe, strata_probe
 from bench_proc import BenchError, pg_workdir, run
 from bench_report import (busy_load, md_images, md_machine, md_setup_list, md_table,
                           run_gnuplot, text_table, write_reports_and_docs)
@@ -136,8 +138,53 @@ def pgbench_tpcb(conninfo, clients, duration, log_prefix):
     return res
 
 
-def measure(args, key, conninfo, work):
-    """pgbench -i, settings, one TPC-B run; returns (settings, run dict)."""
+def probe_window(duration):
+    """(lead, tail): the probe's window inside a pgbench run of duration
+    seconds starts lead seconds after pgbench is started (its clients have
+    connected) and ends tail seconds before its end (its backends exit with
+    it, and a thread that has exited cannot be sampled)."""
+    return min(max(0.15 * duration, 0.5), 10.0), min(max(0.1 * duration, 0.3), 5.0)
+
+
+def probed(probe, duration, run_fn):
+    """run_fn() (a pgbench run of duration seconds) while a thread calls
+    probe.begin() and probe.end() inside it (probe_window); returns
+    (run_fn's result, the probe's result, (begin, end) in epoch seconds)."""
+    lead, tail = probe_window(duration)
+    got, stop = {}, threading.Event()
+    t_start = time.monotonic()
+
+    def window():
+        try:
+            if stop.wait(lead):
+                return
+            got["begin"] = time.time()
+            probe.begin()
+            if stop.wait(max(0.0, t_start + duration - tail - time.monotonic())):
+                return
+            got["result"] = probe.end()
+            got["end"] = time.time()
+        except Exception as e:  # pylint: disable=broad-except
+            got["error"] = e  # re-raised below, in the caller's thread
+
+    thread = threading.Thread(target=window, name="probe", daemon=True)
+    thread.start()
+    try:
+        res = run_fn()
+    finally:
+        stop.set()
+        thread.join(60)
+    if "error" in got:
+        raise BenchError(f"sampling CPU and counters during the run: {got['error']}")
+    if "result" not in got:
+        raise BenchError("pgbench ended before the probe's window did")
+    return res, got["result"], (got["begin"], got["end"])
+
+
+def measure(args, key, conninfo, work, probe=None):
+    """pgbench -i, settings, one TPC-B run; returns (settings, run dict).
+    probe (bench_probe.WindowProbe): samples CPU per process group and the
+    compute's counters inside the run."""
     log(f"({key}) pgbench -i -s {args.scale}")
     pgbench_init(conninfo, args.scale, timeout=3600)
     # Relation sizes through smgr (nblocks): pg_database_size sums the local
@@ -150,8 +197,13 @@ def measure(args, key, conninfo, work):
     settings["database size after init"] = size
     before = current_wal_lsn(conninfo)
     log(f"({key}) pgbench TPC-B -c{args.clients} -T{args.duration} (database {size})")
-    res = pgbench_tpcb(conninfo, args.clients, args.duration,
-                       os.path.join(work, f"pgbench_{key}"))
+    def run_pgbench():
+        return pgbench_tpcb(conninfo, args.clients, args.duration,
+                            os.path.join(work, f"pgbench_{key}"))
+    if probe is None:
+        res, probed_res = run_pgbench(), None
+    else:
+        res, probed_res, (b, e) = probed(probe, args.duration, run_pgbench)
     after = current_wal_lsn(conninfo)
     entry = {"clients": args.clients, "threads": res["threads"]}
     entry.update(summarize(res["txns"], res["failed"]))
@@ -160,6 +212,10 @@ def measure(args, key, conninfo, work):
     entry["wal_bytes_per_txn"] = round((after - before) / max(entry["txns"], 1), 1)
     entry["tps_series"] = tps_over_time(res["txns"], args.duration)
     entry["latency_curve"] = latency_curve(res["txns"])
+    if probed_res is not None:
+        # The transactions that completed inside the probe's window.
+        entry["probe_units"] = sum(1 for t in res["txns"] if b <= t.end_s < e)
+        entry["probe"] = probed_res
     lat = entry.get("lat_ms", {})
     log(f"({key}) {entry['tps']} tps, p50 {lat.get('p50')} ms, p99 {lat.get('p99')} ms, "
         f"{entry['wal_bytes_per_txn']} WAL bytes/txn ({entry['txns']} txns)")
@@ -169,9 +225,10 @@ def measure(args, key, conninfo, work):
 def run_stock(args, work, sock, with_standbys):
     key = "b" if with_standbys else "a"
     with stock_servers(work, sock, key, f"{key}-primary", args.shared_buffers,
-                       ("s1", "s2") if with_standbys else ()) as (primary, _):
+                       ("s1", "s2") if with_standbys else ()) as (primary, standbys):
         log(f"({key}) primary pid {primary.pid} port {primary.port}")
-        settings, entry = measure(args, key, primary.conninfo(), work)
+        settings, entry = measure(args, key, primary.conninfo(), work,
+                                  stock_probe(primary, standbys))
         return settings, entry, None
 
 
@@ -209,7 +266,8 @@ def run_strata(args, work, key):
         psql(conninfo, f"ALTER SYSTEM SET full_page_writes = {fpw}")
         psql(conninfo, "SELECT pg_reload_conf()")
         time.sleep(0.5)
-        settings, entry = measure(args, key, conninfo, work)
+        settings, entry = measure(args, key, conninfo, work,
+                                  strata_probe(cluster, psql_query(conninfo)))
         check_stateless(settings)
         if settings.get("full_page_writes") != fpw:
             raise BenchError(f"full_page_writes is {settings.get('full_page_writes')}, not {fpw}")
@@ -311,8 +369,22 @@ HEADER = ["setup", "status", "TPS", "p50 ms", "p99 ms", "WAL B/txn", "txns", "fa
           "start->query s (min/max)"]
 
 
+CPU_TITLE = "CPU per transaction (µs)"
+
+
+def probe_lines(results, markdown):
+    """The CPU-per-group and GetPage tables of the measured setups."""
+    setups = []
+    for s in results["setups"]:
+        r = s.get("run") or {}
+        if _run_of(results, s["key"]) and r.get("probe"):
+            setups.append((s["key"], s["title"], r["probe"], r.get("probe_units")))
+    return probe_report(setups, "txn", CPU_TITLE, markdown)
+
+
 def console_table(results):
     lines = text_table(HEADER, table_rows(results))
+    lines += [""] + probe_lines(results, False)
     for s in results["setups"]:
         if s["status"] != "ok":
             lines.append(f"{s['title']}: {s['status']}: {s['reason']}")
@@ -340,7 +412,8 @@ def markdown_section(results, image_paths):
                 "other work running beside the benchmark): every figure is disturbed and "
                 "only indicative; rerun on a quiet machine.**", ""]
     out += md_table(HEADER, table_rows(results))
-    out += ["", "Targets of the issue:", "", "| target | measured | want | verdict |",
+    out += [""] + probe_lines(results, True)
+    out += ["Targets of the issue:", "", "| target | measured | want | verdict |",
             "|---|---|---|---|"]
     for t in targets(results):
         out.append(f"| {t['name']} | {t['value'] or '-'} | {t['target']} | {_met(t)} |")

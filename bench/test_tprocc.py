@@ -28,8 +28,8 @@ import psycopg  # noqa: E402
 import tprocc  # noqa: E402
 from bench_proc import pids_mentioning  # noqa: E402
 from bench_strata import StrataCluster  # noqa: E402
-from bench_testlib import (check_section_replaced_once, need_strata_build,  # noqa: E402
-                           needs_stock_pg15, quick_run, scratch_workdir)  # noqa: E402
+from bench_testlib import (check_probe, check_section_replaced_once,  # noqa: E402
+                           need_strata_build, needs_stock_pg15, quick_run, scratch_workdir)
 
 
 def test_nurand_and_last_names():
@@ -126,6 +126,13 @@ def test_quick_side_by_side(tmp_path):
         assert kill["kill_to_first_commit_s"] is not None
         assert "kill -9 of the compute" in cp.stdout
         assert a["settings"]["full_page_writes"] == "on"
+        # Where the CPU went, per 1,000 new orders; the compute killed and
+        # restarted in the window starts cold, so its reads go to the
+        # pageserver and the GetPage figures are there.
+        check_probe(a, strata=False)
+        check_probe(c, strata=True)
+        assert "CPU per 1,000 new orders (ms), per process group" in cp.stdout
+        assert "GetPage from the compute's side (per new order)" in cp.stdout
         assert (out / "tprocc_nopm.png").exists() and (out / "tprocc_latency.png").exists()
         assert pids_mentioning(work) == []
         assert os.listdir(work) == []

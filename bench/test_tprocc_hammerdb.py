@@ -29,7 +29,7 @@ sys.path.insert(0, HERE)
 import tprocc  # noqa: E402
 import tprocc_hammerdb as hdb  # noqa: E402
 from bench_proc import BenchError, pids_mentioning  # noqa: E402
-from bench_testlib import need_strata_build, scratch_workdir  # noqa: E402
+from bench_testlib import check_probe, need_strata_build, scratch_workdir  # noqa: E402
 
 INFO = {"host": "127.0.0.1", "port": "5544", "user": "postgres", "dbname": "postgres"}
 
@@ -174,5 +174,9 @@ def test_quick_hammerdb_run_on_strata(tmp_path):
         assert "hammerdb: Vuser 1:TPCC SCHEMA COMPLETE" in cp.stdout
         assert "(server, last" in cp.stdout
         assert c["settings"]["strata.pageserver"] and c["settings"]["full_page_writes"] == "off"
+        # Where the CPU went over HammerDB's timed window (tclsh included).
+        check_probe(c, strata=True, need_getpage=False)
+        assert c["run"]["probe"]["cpu"]["groups_s"].get("client", 0) > 0
+        assert "CPU per 1,000 new orders (ms), per process group" in cp.stdout
         assert pids_mentioning(work) == []
         assert os.listdir(work) == []

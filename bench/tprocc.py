@@ -60,6 +60,8 @@ import psycopg  # noqa: E402
 from bench_cli import (add_common_options, interrupt_on_sigterm, load_average, log,  # noqa: E402
                        new_results, print_table, report_from_json, run_setups, run_timed)
 from bench_pg import make_pg_dir, read_settings, stock_servers  # noqa: E402
+from bench_probe import (probe_report, psycopg_query, stock_probe,  # noqa: E402
+                         strata_probe)
 from bench_proc import BenchError, pg_workdir, run  # noqa: E402
 from bench_report import (busy_load, md_images, md_machine, md_setup_list,  # noqa: E402
                           md_table, run_gnuplot, text_table, write_reports_and_docs)
@@ -626,9 +628,11 @@ def _reconnect(conninfo, timeout=120):
             time.sleep(0.05)
 
 
-def run_workload(conninfo, scale, args, restart_compute=None):
+def run_workload(conninfo, scale, args, restart_compute=None, probe=None):
     """Ramp-up, then the measured window with progress lines; returns (the run
-    dict, the Workload).  With restart_compute (a callable that kills the
+    dict, the Workload).  probe (bench_probe.WindowProbe), if given, samples
+    CPU per process group and the compute's counters over the same window
+    (its result in "probe").  With restart_compute (a callable that kills the
     compute and starts a new one), it is called args.kill_compute_at seconds
     into the window while the virtual users keep running; pg_stat TPM then
     adds the old compute's count up to the kill and the new one's from its
@@ -644,6 +648,8 @@ def run_workload(conninfo, scale, args, restart_compute=None):
         t_begin = time.monotonic()
         if args.rampup and wl.stop_event.wait(args.rampup):
             raise BenchError("workload stopped during ramp-up")
+        if probe is not None:
+            probe.begin()
         x0, t0 = xact_count(monitor), time.monotonic()
         last_n, last_done, last_t = wl.snapshot_counts() + (t0,)
         while True:
@@ -660,11 +666,15 @@ def run_workload(conninfo, scale, args, restart_compute=None):
                         "acked_before": wl.committed_neworders()}
                 log(f"  kill -9 of the compute {kill['at_s']} s into the window; "
                     f"{kill['acked_before']} new orders acknowledged so far")
+                if probe is not None:
+                    probe.pause()
                 t_kill = time.monotonic()
                 restart_compute()
                 kill["start_compute_s"] = round(time.monotonic() - t_kill, 2)
                 kill["t_kill"] = t_kill
                 monitor = _reconnect(conninfo)
+                if probe is not None:
+                    probe.resume()
                 x0 = xact_count(monitor)
                 log(f"  new compute started in {kill['start_compute_s']} s; virtual users "
                     f"reconnect")
@@ -675,10 +685,13 @@ def run_workload(conninfo, scale, args, restart_compute=None):
                 f"{(done - last_done) / span:8.0f} TPM (client, last {now - last_t:.0f} s)")
             last_n, last_done, last_t = n, done, now
         x1, t1 = xact_count(monitor), time.monotonic()
+        probed = probe.end() if probe is not None else None
     finally:
         wl.stop()
         monitor.close()
     res = summarize_run(wl, (t0, t1), bucket_s=max(1.0, args.report_every))
+    if probed is not None:
+        res["probe"], res["probe_units"] = probed, res["new_orders"]
     res["tpm"] = round((x_lost + x1 - x0) / ((t1 - t0) / 60.0))
     res["vus"] = args.vus
     res["error_messages"] = dict(sorted(wl.errors.items(), key=lambda kv: -kv[1])[:10])
@@ -770,19 +783,22 @@ def create_database(info):
         conn.execute(f"CREATE DATABASE {DBNAME}")
 
 
-def measure(args, key, info, restart_compute=None):
+def measure(args, key, info, restart_compute=None, make_probe=None):
     """Create, load, run, check one setup; returns (settings, run dict).
     restart_compute: see run_workload; the acknowledged new orders are then
-    looked up on the new compute.  With --driver hammerdb, HammerDB builds
-    the schema and drives the load (measure_hammerdb)."""
+    looked up on the new compute.  make_probe(conninfo of the TPC-C
+    database) -> a bench_probe.WindowProbe for the measured window.  With
+    --driver hammerdb, HammerDB builds the schema and drives the load
+    (measure_hammerdb)."""
     if args.driver == "hammerdb":
-        return measure_hammerdb(args, key, info)
+        return measure_hammerdb(args, key, info, make_probe)
     create_database(info)
     conninfo = conninfo_str(info)
     scale = Scale(args.warehouses, args.scale_down)
     load_s = load(conninfo, scale, args.loader_threads, args.seed)
     settings = read_settings(dict(info, dbname=DBNAME))
-    res, wl = run_workload(conninfo, scale, args, restart_compute)
+    probe = make_probe(conninfo) if make_probe else None
+    res, wl = run_workload(conninfo, scale, args, restart_compute, probe)
     res["load_s"] = round(load_s, 1)
     with psycopg.connect(conninfo, autocommit=True) as conn:
         res["checks"] = run_checks(conn)
@@ -797,7 +813,7 @@ def measure(args, key, info, restart_compute=None):
     return settings, res
 
 
-def measure_hammerdb(args, key, info):
+def measure_hammerdb(args, key, info, make_probe=None):
     """HammerDB's schema build and timed run on the server info names, then
     the consistency checks; returns (settings, run dict)."""
     with psycopg.connect(conninfo_str(info, info.get("dbname", "postgres")),
@@ -814,7 +830,8 @@ def measure_hammerdb(args, key, info):
         with connect(DBNAME) as conn:
             conn.execute("CHECKPOINT")
 
-    res = tprocc_hammerdb.measure(args, key, info, connect, checkpoint, run_checks)
+    probe = (lambda: make_probe(conninfo_str(info))) if make_probe else None
+    res = tprocc_hammerdb.measure(args, key, info, connect, checkpoint, run_checks, probe)
     settings = read_settings(dict(info, dbname=DBNAME))
     print(format_checks(res["checks"]), flush=True)
     log(f"({key}) HammerDB said: {res['hammerdb_result']}")
@@ -833,10 +850,11 @@ def hammerdb_line(r):
 
 def run_stock(args, work, sock, key="a", standbys=()):
     with stock_servers(work, sock, key, f"{key}-stock", args.shared_buffers,
-                       standbys) as (server, _):
+                       standbys) as (server, standby_servers):
         log(f"({key}) stock PG 15 pid {server.pid} port {server.port}"
             + (f", {len(standbys)} synchronous standbys" if standbys else ""))
-        return measure(args, key, server.conninfo())
+        return measure(args, key, server.conninfo(),
+                       make_probe=lambda _conninfo: stock_probe(server, standby_servers))
 
 
 def run_strata(args, work):
@@ -849,7 +867,8 @@ def run_strata(args, work):
                      cluster.cluster_dir], timeout=60)
                 run([cluster.cli, "start", "compute", "--dir", cluster.cluster_dir],
                     timeout=120)
-        settings, res = measure(args, "c", cluster.conninfo(status), restart)
+        settings, res = measure(args, "c", cluster.conninfo(status), restart,
+                                lambda conninfo: strata_probe(cluster, psycopg_query(conninfo)))
         cluster.status()  # remember the new compute's pid for down()
         check_stateless(settings)
         return settings, res
@@ -990,8 +1009,19 @@ def load_during_text(m):
             f"({d['samples']} samples every {d['every_s']} s) on {m['nproc']} CPUs")
 
 
+CPU_TITLE = "CPU per 1,000 new orders (ms)"
+
+
+def probe_lines(results, markdown):
+    """The CPU-per-group and GetPage tables of the measured setups."""
+    setups = [(s["key"], s["title"], s["run"]["probe"], s["run"].get("probe_units"))
+              for s in results["setups"] if _ok_run(s) and s["run"].get("probe")]
+    return probe_report(setups, "new order", CPU_TITLE, markdown)
+
+
 def hammerdb_console(results):
     lines = text_table(hammerdb_header(results), hammerdb_rows(results))
+    lines += [""] + probe_lines(results, False)
     for s in results["setups"]:
         if s["status"] != "ok":
             lines.append(f"{s['title']}: {s['status']}: {s['reason']}")
@@ -1023,6 +1053,7 @@ def hammerdb_section(results, image_paths):
             "machine are indicative; the ratios of setups run back to back mean more than the "
             "absolute numbers.", ""]
     out += md_table(hammerdb_header(results), hammerdb_rows(results))
+    out += [""] + probe_lines(results, True)
     out += md_setup_list(results["setups"], ok_note=lambda s: (
         f" HammerDB: `{s['run']['hammerdb_result']}`" if s.get("run") else ""))
     out += ["", "How: NOPM and TPM are HammerDB's own, parsed from its line `TEST RESULT : "
@@ -1070,6 +1101,7 @@ def console_table(results):
     lines = text_table(HEADER, table_rows(results))
     lines.append("")
     lines += text_table(LAT_HEADER, latency_rows(results))
+    lines += [""] + probe_lines(results, False)
     for s in results["setups"]:
         if s["status"] != "ok":
             lines.append(f"{s['title']}: {s['status']}: {s['reason']}")
@@ -1114,6 +1146,7 @@ def markdown_section(results, image_paths):
     out += md_table(HEADER, table_rows(results))
     out += ["", "Per transaction type (measured window):", ""]
     out += md_table(LAT_HEADER, latency_rows(results))
+    out += [""] + probe_lines(results, True)
     out += md_setup_list(results["setups"], ok_note=_setup_note)
     out += ["", "How: NOPM = new-order transactions committed per minute of the measured window "
             "(client count). TPM = `xact_commit + xact_rollback` of the database in "

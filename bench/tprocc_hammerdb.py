@@ -376,11 +376,14 @@ class ServerSampler:
             conn.close()
 
 
-def measure(args, key, info, connect, checkpoint, run_checks):
+def measure(args, key, info, connect, checkpoint, run_checks, make_probe=None):
     """HammerDB's schema build and timed run against the server info names
     (host, port, superuser), then the consistency checks.  connect(dbname)
     opens an autocommit connection, checkpoint() takes a CHECKPOINT,
-    run_checks(conn) is tprocc.run_checks.  Returns the run dict."""
+    run_checks(conn) is tprocc.run_checks, make_probe() -> a
+    bench_probe.WindowProbe sampled over HammerDB's timed window (its result
+    in "probe", the new orders of that window in "probe_units").  Returns
+    the run dict."""
     kit = args.hammerdb_kit
     scratch = os.path.join(args.hammerdb_scratch, key)
     build_vus = max(1, min(args.warehouses, args.build_vus))
@@ -395,6 +398,8 @@ def measure(args, key, info, connect, checkpoint, run_checks):
     build_s = time.monotonic() - t0
     log(f"({key}) schema built in {build_s:.1f} s; CHECKPOINT")
     checkpoint()
+    probe = make_probe() if make_probe else None
+    probed = {}
     rampup_min, duration_min = args.rampup // 60, args.duration // 60
     log(f"({key}) HammerDB vurun: {args.vus} virtual user(s), ramp-up {rampup_min} min, "
         f"timed {duration_min} min, keying and thinking time 0")
@@ -407,6 +412,10 @@ def measure(args, key, info, connect, checkpoint, run_checks):
                            ("end", "Taking end Transaction Count")):
             if text in line and what not in window:
                 window[what] = time.monotonic()
+                if probe is not None and what == "start":
+                    probe.begin()
+                elif probe is not None and "start" in window:
+                    probed["result"] = probe.end()
 
     with ServerSampler(lambda: connect("tpcc"), args.report_every, key) as sampler:
         run_out = run_cli(kit, run_script(info, args.vus, rampup_min, duration_min), scratch,
@@ -421,7 +430,13 @@ def measure(args, key, info, connect, checkpoint, run_checks):
     start, end = window.get("start", t1), window.get("end", time.monotonic())
     series = [(round(t - start, 1), v) for t, v in sampler.series if start < t <= end + 1]
     loads = [v for t, v in sampler.loads if start < t <= end + 1]
+    if probe is not None and "result" not in probed:
+        raise BenchError(f"({key}) HammerDB printed no timed window (no 'Taking start/end "
+                         "Transaction Count' lines): no CPU figures")
     return {"driver": "hammerdb", "nopm": nopm, "tpm": tpm, "hammerdb_result": line,
+            "probe": probed.get("result"),
+            # HammerDB's NOPM is the growth of sum(d_next_o_id) over its timed window.
+            "probe_units": nopm * duration_min,
             "errors": sum(errors.values()), "errors_by_vu": {str(k): v for k, v in
                                                               sorted(errors.items())},
             "vus": args.vus, "build_vus": build_vus, "load_s": round(build_s, 1),

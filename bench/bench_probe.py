@@ -1,0 +1,141 @@
+"""What a benchmark measures around its window besides its own counts.
+
+For: one object per setup that, at the start and the end of the measured
+window, samples the CPU of every process group (proc_groups.CpuWindow) and,
+for a Strata compute, reads strata_smgr_stats() (bench_strata); a window in
+which the compute is replaced pauses before the kill and resumes on the new
+compute (whose counters start at zero).  And the report tables made of
+those: CPU per unit of work per group, one column per setup, and the
+compute's GetPage figures.
+
+Not for: the benchmark's own figures (TPS, NOPM, latency) or its windows.
+"""
+
+from bench_proc import BenchError
+from bench_strata import (create_smgr_stats_function, getpage_rows, getpage_summary,
+                          smgr_stats, stats_delta)
+from proc_groups import cpu_table, stock_roots, strata_roots, CpuWindow
+
+
+class WindowProbe:
+    """begin(), [pause() before replacing the compute, resume() after], end()
+    -> {"cpu": CpuWindow.end(), "smgr": counter deltas or None}.
+    query(sql) -> rows runs SQL on the compute (None for stock servers)."""
+
+    def __init__(self, roots, query=None):
+        self.cpu = CpuWindow(roots)
+        self.query = query
+        self.smgr = None
+        self.base = None
+        if query is not None:
+            create_smgr_stats_function(query)
+
+    def begin(self):
+        if self.query is not None:
+            self.smgr = {}
+            self.base = smgr_stats(self.query)
+        self.cpu.begin()
+
+    def pause(self):
+        self.cpu.sample()
+        if self.query is not None:
+            self._add(smgr_stats(self.query))
+
+    def resume(self):
+        if self.query is not None:
+            self.base = smgr_stats(self.query)
+
+    def _add(self, now):
+        for k, v in stats_delta(self.base, now).items():
+            self.smgr[k] = self.smgr.get(k, 0) + v
+        self.base = None
+
+    def end(self):
+        cpu = self.cpu.end()
+        if self.query is not None:
+            if self.base is None:
+                raise BenchError("window ended while paused (no resume())")
+            self._add(smgr_stats(self.query))
+        return {"cpu": cpu, "smgr": self.smgr}
+
+
+def stock_probe(primary, standbys=()):
+    return WindowProbe(stock_roots(primary.pid, [s.pid for s in standbys]))
+
+
+def strata_probe(cluster, query):
+    return WindowProbe(strata_roots(cluster.status), query)
+
+
+def psql_query(conninfo):
+    """query(sql) -> rows through psql (bench_pg.psql), for programs that
+    have no driver connection."""
+    from bench_pg import psql  # pylint: disable=import-outside-toplevel
+
+    def query(sql):
+        return [line.split("|") for line in psql(conninfo, sql).splitlines() if line]
+    return query
+
+
+def psycopg_query(conninfo_str):
+    """query(sql) -> rows on a new autocommit psycopg connection each time."""
+    import psycopg  # pylint: disable=import-outside-toplevel
+
+    def query(sql):
+        with psycopg.connect(conninfo_str, autocommit=True) as conn:
+            cur = conn.execute(sql)
+            return cur.fetchall() if cur.description else []
+    return query
+
+
+def probe_tables(setups, unit):
+    """Two tables from [(key, title, probe result or None, units)]: (cpu
+    (header, rows) or None, getpage (header, rows) or None).  unit names
+    what the GetPage figures are per."""
+    cpu_cols = [(k, t, (p or {}).get("cpu"), u) for k, t, p, u in setups if p]
+    cpu = cpu_table(cpu_cols) if cpu_cols else None
+    gp = getpage_rows([(t, getpage_summary(p["smgr"], u) if p and p.get("smgr") else None)
+                       for _k, t, p, u in setups], unit)
+    return cpu, gp
+
+
+HOW = ("How the CPU table is measured (bench/proc_groups.py): utime + stime of every thread "
+       "(/proc/PID/task/TID/stat) of each setup's processes, sampled at the start and the end "
+       "of the measured window, divided by the work done inside that same window. Groups: a "
+       "postgres process by its title (client backends; walwriter + checkpointer + background "
+       "writer; walsenders; the strata walproposer; the postmaster, autovacuum and the rest); "
+       "a standby's whole process tree; the three safekeepers with all their threads; the "
+       "pageserver by thread name (ps-ingest; ps-imagegen-N; the libuv loop thread, which is "
+       "the page service's loop and answers the cheap reads itself, with the ps-worker-N "
+       "threads; ps-flush; the rest) and its child processes (redo helpers); the client is "
+       "this Python program with its children (pgbench, HammerDB's tclsh). \"own\" is the "
+       "server's own work: backends + aux, plus walproposer and walsender where they run "
+       "(the issue's target compares Strata's compute with stock (a)). Machine busy = "
+       "all CPUs' non-idle time from /proc/stat over the window: on a shared machine it "
+       "includes other work, so \"machine busy - all groups\" shows what none of the groups "
+       "explains. A thread that exits inside the window counts up to the last sample. "
+       "GetPage figures come from the compute's strata_smgr_stats() read before and after the "
+       "window: requests sent (prefetches included), page reads that waited for an answer, "
+       "the share of those a prefetch answered, and the wait of each read (from the request, "
+       "or for a prefetched page from when the read asks for it, until the answer is there) "
+       "as a log2 histogram whose p50/p99 are interpolated linearly inside their bucket.")
+
+
+def probe_report(setups, unit, cpu_title, markdown):
+    """Lines (console, or markdown when markdown) of the CPU table and the
+    GetPage table of [(key, title, probe result or None, units)]."""
+    from bench_report import md_table, text_table  # pylint: disable=import-outside-toplevel
+    table = md_table if markdown else text_table
+    cpu, gp = probe_tables(setups, unit)
+    lines = []
+    if cpu:
+        lines += ([f"{cpu_title}, per process group, measured window:", ""] if markdown
+                  else [f"{cpu_title}, per process group, measured window:"])
+        lines += table(*cpu) + [""]
+    if gp:
+        lines += ([f"GetPage from the compute's side (per {unit}):", ""] if markdown
+                  else [f"GetPage from the compute's side (per {unit}):"])
+        lines += table(*gp) + [""]
+    if markdown and (cpu or gp):
+        lines += [HOW, ""]
+    return lines
