@@ -660,22 +660,22 @@ def run_workload(conninfo, scale, args, restart_compute=None, probe=None):
                 remaining = min(remaining, t0 + args.kill_compute_at - time.monotonic())
             time.sleep(max(0.0, min(args.report_every, remaining)))
             if restart_compute and kill is None and time.monotonic() >= t0 + args.kill_compute_at:
+                if probe is not None:
+                    probe.pause()  # first: the old compute's last readings
                 x_lost = xact_count(monitor) - x0
                 monitor.close()
                 kill = {"at_s": round(time.monotonic() - t0, 2),
                         "acked_before": wl.committed_neworders()}
                 log(f"  kill -9 of the compute {kill['at_s']} s into the window; "
                     f"{kill['acked_before']} new orders acknowledged so far")
-                if probe is not None:
-                    probe.pause()
                 t_kill = time.monotonic()
                 restart_compute()
                 kill["start_compute_s"] = round(time.monotonic() - t_kill, 2)
                 kill["t_kill"] = t_kill
                 monitor = _reconnect(conninfo)
-                if probe is not None:
-                    probe.resume()
                 x0 = xact_count(monitor)
+                if probe is not None:
+                    probe.resume()  # after x0: the new compute's count starts there
                 log(f"  new compute started in {kill['start_compute_s']} s; virtual users "
                     f"reconnect")
             n, done = wl.snapshot_counts()
