@@ -262,7 +262,7 @@ def per_unit(cpu, units):
 
 DERIVED_ROWS = (
     ("own", "own: backends+aux (+walproposer+walsender)"),
-    ("own / (a)", "own / (a)'s own"),
+    ("own / (a)", "own / (a)'s own (issue 14: compute <= 0.80)"),
     ("all groups", "all groups above"),
     ("machine busy", "machine busy (/proc/stat)"),
     ("unattributed", "machine busy - all groups"),

@@ -104,7 +104,7 @@ def test_cpu_table_per_unit_and_ratio():
     assert by["safekeepers (all threads)"] == ["-", "400"]
     own = by["own: backends+aux (+walproposer+walsender)"]
     assert own == ["600", "400"]
-    assert by["own / (a)'s own"] == ["1.00", "0.67"]
+    assert by["own / (a)'s own (issue 14: compute <= 0.80)"] == ["1.00", "0.67"]
     assert by["machine busy - all groups"] == ["200", "350"]
     assert "standbys (whole trees)" not in by  # no setup had one
     assert pg.per_unit(a, 0) is None
