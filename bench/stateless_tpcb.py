@@ -11,7 +11,9 @@ each with pgbench's builtin TPC-B-like script at a scale whose data is
 several times shared_buffers, -c16, --duration seconds: TPS and transaction
 latency p50/p99 from pgbench's per-transaction log (bench_stats.py), WAL
 bytes per transaction (pg_current_wal_lsn before and after the run divided
-by the transactions logged), and for (c) and (d) the time from
+by the transactions logged), the CPU per transaction of each process group
+and the compute's GetPage figures over a window inside the run
+(bench_probe.py), and for (c) and (d) the time from
 `strata start compute` (after `strata stop compute --immediate`) to the
 first query answered.  Prints a table; writes JSON, markdown and gnuplot
 PNGs (throughput over time and latency percentiles, every setup on the same

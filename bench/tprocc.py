@@ -8,7 +8,9 @@ standard mix (new-order 45%, payment 43%, delivery, stock-level and
 order-status 4% each, no keying or think time) with N virtual users (one
 thread and one connection each) for a ramp-up plus a measured duration, and
 printing NOPM and TPM the way HammerDB does; then the TPC-C consistency
-conditions 3.3.2.1-3.3.2.4.  Side by side in one run:
+conditions 3.3.2.1-3.3.2.4; and where the CPU went over the measured window,
+per process group per 1,000 new orders, with the Strata compute's GetPage
+counts and waits (bench_probe.py).  Side by side in one run:
   (a) stock PG 15 (Debian binaries, own data directory and port; fsync,
       full_page_writes and synchronous_commit on);
   (b) stock PG 15 + two synchronous standbys (ANY 2), the same servers as
