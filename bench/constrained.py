@@ -303,6 +303,7 @@ def measure(args, key, info, work, cg, device, stateless):
     groups = {}
     if cg is not None:
         groups["pids_in_group"] = len(cg.pids())
+        groups["paths"] = sorted(cg.dirs.values())
         if "memory" in cg.dirs:
             groups["memory"] = cg.memory_counters()
             m = groups["memory"]
