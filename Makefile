@@ -7,6 +7,8 @@ SAN_BUILD ?= build-san
 JOBS      ?= $(shell nproc)
 PYTEST    ?= /usr/bin/python3 -m pytest
 FUZZ_SECONDS ?= 15
+# make test fuzzes each target this long (make fuzz: FUZZ_SECONDS).
+TEST_FUZZ_SECONDS ?= 5
 SIM_SEEDS ?= 2000
 
 .PHONY: all deps postgres build build-san test check format format-check unit sim fuzz integration demo clean
@@ -38,7 +40,7 @@ sim: build-san
 	cd $(SAN_BUILD) && STRATA_SIM_SEEDS=$(SIM_SEEDS) ctest -j $(JOBS) --output-on-failure -L sim
 
 fuzz: build-san
-	cd $(SAN_BUILD) && ctest -j $(JOBS) --output-on-failure -L fuzz
+	cd $(SAN_BUILD) && STRATA_FUZZ_SECONDS=$(FUZZ_SECONDS) ctest -j $(JOBS) --output-on-failure -L fuzz
 
 integration: build build-san
 	STRATA_BUILD=$(CURDIR)/$(BUILD) STRATA_SAN_BUILD=$(CURDIR)/$(SAN_BUILD) \
@@ -83,7 +85,8 @@ PYTEST_WORKERS ?= 0
 PYTEST_PAR = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS)) --durations=15
 
 test: deps format-check build build-san
-	cd $(SAN_BUILD) && STRATA_SIM_SEEDS=$(SIM_SEEDS) ctest -j $(JOBS) --output-on-failure
+	cd $(SAN_BUILD) && STRATA_SIM_SEEDS=$(SIM_SEEDS) STRATA_FUZZ_SECONDS=$(TEST_FUZZ_SECONDS) \
+		ctest -j $(JOBS) --output-on-failure
 	STRATA_BUILD=$(CURDIR)/$(BUILD) STRATA_SAN_BUILD=$(CURDIR)/$(SAN_BUILD) \
 		$(PYTEST) -q -ra $(PYTEST_PAR) tests/integration bench/test_bench.py \
 		bench/test_pageserver_bench.py bench/test_image_sweep.py bench/test_stateless_tpcb.py \

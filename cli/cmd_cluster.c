@@ -433,6 +433,44 @@ static int up_prepare(const cli_opts *o, const char *dir, cluster *c, cli_err *e
     return 0;
 }
 
+/* `up`: launches every safekeeper (and the pageserver) that is not running,
+ * then waits for each to be ready, so their start-ups overlap. */
+static int start_daemons(const cluster *c, bool with_pageserver, cli_err *err)
+{
+    bool started[CLUSTER_SAFEKEEPERS + 1] = {false}; /* the last one: the pageserver */
+    long long t0 = proc_now_ms();
+    for (int i = 0; i <= CLUSTER_SAFEKEEPERS; i++) {
+        bool ps = i == CLUSTER_SAFEKEEPERS;
+        if (ps && !with_pageserver)
+            break;
+        const char *name = ps ? "pageserver" : c->sk[i].name;
+        pid_t pid = ps ? pageserver_pid(c) : safekeepers_pid(c, &c->sk[i]);
+        if (pid != 0) {
+            printf("%s: already running (pid %d)\n", name, (int)pid);
+            continue;
+        }
+        printf("%s: starting on 127.0.0.1:%d (http %d)\n", name,
+               ps ? c->pageserver_pg_port : c->sk[i].pg_port,
+               ps ? c->pageserver_http_port : c->sk[i].http_port);
+        fflush(stdout);
+        if ((ps ? pageserver_start(c, err) : safekeepers_start(c, &c->sk[i], err)) != 0)
+            return -1;
+        started[i] = true;
+    }
+    for (int i = 0; i <= CLUSTER_SAFEKEEPERS; i++) {
+        if (!started[i])
+            continue;
+        bool ps = i == CLUSTER_SAFEKEEPERS;
+        if ((ps ? pageserver_wait_ready(c, PAGESERVER_READY_TIMEOUT_MS, err)
+                : safekeepers_wait_ready(c, &c->sk[i], SAFEKEEPER_READY_TIMEOUT_MS, err)) != 0)
+            return -1;
+        printf("%s: ready in %.1f s (pid %d)\n", ps ? "pageserver" : c->sk[i].name,
+               (double)(proc_now_ms() - t0) / 1000.0,
+               (int)(ps ? pageserver_pid(c) : safekeepers_pid(c, &c->sk[i])));
+    }
+    return 0;
+}
+
 int cmd_up(const cli_opts *o)
 {
     cli_err err = {{0}};
@@ -452,13 +490,12 @@ int cmd_up(const cli_opts *o)
     if (safekeepers_preflight(&err) != 0 || compute_preflight(&c, &err) != 0 ||
         (with_pageserver && pageserver_preflight(&err) != 0))
         goto fail;
-    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
-        if (start_safekeeper(&c, &c.sk[i], &err) != 0)
-            goto fail;
+    if (start_daemons(&c, with_pageserver, &err) != 0)
+        goto fail;
     if (!with_pageserver)
         printf("pageserver: not built (no %s beside strata); the cluster runs without it\n",
                PAGESERVER_PROGRAM);
-    else if (start_pageserver(&c, &err) != 0 || attach_pageserver(&c, &err) != 0)
+    else if (attach_pageserver(&c, &err) != 0)
         goto fail;
     if (start_compute(&c, &err) != 0)
         goto fail;
