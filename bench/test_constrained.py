@@ -127,7 +127,9 @@ def test_quick_run_of_every_setup(tmp_path):
         for key in ("mem-a", "mem-c"):
             m = by_key[key]["cgroup"]["memory"]
             assert m["limit_bytes"] == 256 * constrained.MB
-            assert 0 < m["max_usage_bytes"] <= m["limit_bytes"], m
+            # cgroup v1 charges first and reclaims after: the peak may pass the
+            # limit by a few pages (a full run saw 4 and 8 KiB), never by more.
+            assert 0 < m["max_usage_bytes"] <= m["limit_bytes"] + 64 * 1024, m
         sm = by_key["mem-c"]["smgr"]
         assert sm["getpage_per_txn"] >= 0 and sm["delta"]["getpage"] >= 0
         assert "network disk:" in cp.stdout and "larger than memory:" in cp.stdout
