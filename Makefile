@@ -93,7 +93,7 @@ test: deps format-check build build-san
 		bench/test_proc_groups.py \
 		bench/test_replica_lag.py \
 		bench/test_tprocc.py bench/test_tprocc_hammerdb.py bench/test_remote_recovery.py \
-		bench/test_branch_create.py \
+		bench/test_branch_create.py bench/test_constrained.py \
 		$(HAMMERDB_DESELECT) $(S3_DESELECT)
 
 demo: deps build

@@ -16,7 +16,7 @@ import signal
 import time
 
 from bench_cli import log
-from bench_proc import (BenchError, free_port, give_to_pg_user, pid_alive, run,
+from bench_proc import (BenchError, as_pg_user, free_port, give_to_pg_user, pid_alive, run,
                         write_pg_file)
 
 PG_BIN = os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin")
@@ -45,6 +45,9 @@ class PgServer:
         self.port = port or free_port()
         self.logfile = datadir + ".log"
         self.pid = None
+        # argv put before `pg_ctl start` (run as root; it must end by exec'ing
+        # the rest): bench/constrained.py moves the server into a cgroup so.
+        self.launch_prefix = []
 
     def initdb(self):
         run([pg_tool("initdb"), "-D", self.datadir, "-U", PG_SUPERUSER, "-A", "trust",
@@ -84,8 +87,9 @@ class PgServer:
     def start(self, timeout=120):
         if not os.path.exists(self.logfile):
             write_pg_file(self.logfile, "")
-        run([pg_tool("pg_ctl"), "-D", self.datadir, "-l", self.logfile, "-w",
-             "-t", str(int(timeout)), "start"], timeout=timeout + 10, pg_user=True)
+        argv = as_pg_user([pg_tool("pg_ctl"), "-D", self.datadir, "-l", self.logfile, "-w",
+                           "-t", str(int(timeout)), "start"])
+        run(list(self.launch_prefix) + argv, timeout=timeout + 10)
         self.pid = self._read_postmaster_pid()
         if self.pid is None:
             raise BenchError(f"{self.name}: started but postmaster.pid has no pid")
@@ -188,9 +192,11 @@ def make_pg_dir(path):
 
 
 @contextlib.contextmanager
-def stock_servers(work, sock, key, primary_name, shared_buffers, standbys=()):
+def stock_servers(work, sock, key, primary_name, shared_buffers, standbys=(), settings=None,
+                  launch_prefix=()):
     """A started stock server <work>/<primary_name> with base_settings(shared_buffers)
-    and, for each application name in standbys, a streaming standby
+    updated by settings (name -> value), started through launch_prefix
+    (PgServer.launch_prefix), and, for each application name in standbys, a streaming standby
     <work>/<key>-<name> cloned from it and started, which every commit then
     waits for (synchronous_standby_names = 'ANY n (names)').  Yields
     (primary, [standby servers]); stops them all on leaving, on failure too.
@@ -199,7 +205,8 @@ def stock_servers(work, sock, key, primary_name, shared_buffers, standbys=()):
     servers = [primary]
     try:
         primary.initdb()
-        primary.configure(primary.base_settings(shared_buffers))
+        primary.configure(dict(primary.base_settings(shared_buffers), **(settings or {})))
+        primary.launch_prefix = list(launch_prefix)
         primary.start()
         for name in standbys:
             log(f"({key}) pg_basebackup {name}")
