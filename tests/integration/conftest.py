@@ -8,10 +8,13 @@ always runs `strata down` and SIGKILLs by pid whatever is left of it.
 A test marked `release_daemons` runs the CLI and daemons of the release
 build instead (daemon_build()).  That is for tests whose subject is the
 compute -- the extension (always the release build's) and PostgreSQL's own
-behaviour on it -- and whose workload is long: the sanitized daemons added
-no coverage of their subject there but made them up to ten times slower
-(an SP-GiST build: 30 s against 290-420 s), mostly waiting.  The tests
-whose subject is a daemon keep the sanitized build.
+behaviour on it -- or the CLI that starts the processes (test_cluster,
+test_cli_remote_up, test_branches, the compute launchers): the sanitized
+daemons added no coverage of their subject there but made them slower (an
+SP-GiST build: 30 s against 290-420 s; test_cluster and test_walproposer
+together: 111 s against 73 s).  The tests whose subject is a daemon (the
+pageserver's, the safekeepers', durability, auth, bad input) keep the
+sanitized build.
 
 Tests skip only when a binary they need has not been built; the reason names
 the missing file.

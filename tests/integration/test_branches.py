@@ -37,6 +37,10 @@ import pytest
 
 from conftest import REPO, lsn_to_int, int_to_lsn, make_shared_dir, pg_user, wait_until
 
+# The subject is the CLI and the compute: the release build's daemons
+# (conftest.py, release_daemons).
+pytestmark = pytest.mark.release_daemons
+
 WINDOW = 512 * 1024
 
 
@@ -222,7 +226,6 @@ REGRESS_TESTS = ["test_setup", "boolean", "int4", "text", "insert", "create_misc
 
 # Its subject is PostgreSQL on a compute (as test_pg_regress.py): the release
 # build's daemons, which the sanitized ones would slow several times over.
-@pytest.mark.release_daemons
 def test_pg_regress_on_branch(cluster):
     import test_pg_regress as regress
     if regress.PREFIX is None:

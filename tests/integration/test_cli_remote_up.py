@@ -34,6 +34,10 @@ import pytest
 from conftest import StrataCluster, wait_until
 from test_remote_storage import radosgw  # noqa: F401  (fixture)
 
+# The subject is the CLI and the compute: the release build's daemons
+# (conftest.py, release_daemons).
+pytestmark = pytest.mark.release_daemons
+
 
 def cmdline(pid):
     with open("/proc/%d/cmdline" % pid, "rb") as f:

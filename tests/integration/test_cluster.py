@@ -18,6 +18,10 @@ import pytest
 from conftest import (LSN_RE, SAN_BUILD, lsn_to_int, make_shared_dir, pageserver_built, pid_alive,
                       processes_using, strata_bin, wait_until)
 
+# The subject is the CLI and the compute: the release build's daemons
+# (conftest.py, release_daemons).
+pytestmark = pytest.mark.release_daemons
+
 
 def check_status_schema(st, directory):
     assert set(st) == {"dir", "auth", "auth_file", "remote", "compute", "computes", "pageserver",

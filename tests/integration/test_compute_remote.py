@@ -29,9 +29,14 @@ import subprocess
 import time
 
 import psycopg
+import pytest
 
 from conftest import make_shared_dir, pg_user, wait_until
 from test_auth import ADMIN, TENANT_B, TOKEN_A, TOKEN_B, write_auth
+
+# The subject is the compute: the release build's daemons (conftest.py,
+# release_daemons).
+pytestmark = pytest.mark.release_daemons
 
 
 def free_port():

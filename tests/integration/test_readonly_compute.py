@@ -38,7 +38,8 @@ from conftest import (STOCK_PG_BINDIR, as_pg_user_kwargs, chown_to_pg_user, int_
 from readonly_harness import basebackup, free_port
 from test_durability import pgbench_init, pgbench_start, pgbench_finish
 
-pytestmark = pytest.mark.skipif(not pageserver_built(), reason="pageserver not built")
+pytestmark = [pytest.mark.release_daemons,
+              pytest.mark.skipif(not pageserver_built(), reason="pageserver not built")]
 
 
 def wait_ingested(cluster, lsn):

@@ -25,7 +25,8 @@ import pytest
 
 from conftest import lsn_to_int, pageserver_built, pg_user
 
-pytestmark = pytest.mark.skipif(not pageserver_built(), reason="pageserver not built")
+pytestmark = [pytest.mark.release_daemons,
+              pytest.mark.skipif(not pageserver_built(), reason="pageserver not built")]
 
 
 def ledger_writer(connstr, first, stop, acked, errors):
