@@ -603,6 +603,11 @@ static pagestream_request page_request(RelFileNode rnode, ForkNumber fork, Block
     return req;
 }
 
+bool strata_ps_prefetch_room(void)
+{
+    return nslots - ndone < Min(strata_prefetch_depth, STRATA_PREFETCH_MAX);
+}
+
 bool strata_ps_prefetch(RelFileNode rnode, ForkNumber fork, BlockNumber blkno, XLogRecPtr nms)
 {
     pagestream_request req;

@@ -566,6 +566,9 @@ static void strata_extend(SMgrRelation reln, ForkNumber fork, BlockNumber blkno,
     file_cache_store(rnode, fork, blkno, buffer, logged ? lsn : InvalidXLogRecPtr);
 }
 
+/* Set while read_ahead asks: strata_prefetch then counts what it sends. */
+static bool in_read_ahead = false;
+
 static bool strata_prefetch(SMgrRelation reln, ForkNumber fork, BlockNumber blkno)
 {
     XLogRecPtr nms;
@@ -576,8 +579,66 @@ static bool strata_prefetch(SMgrRelation reln, ForkNumber fork, BlockNumber blkn
         return true;
     nms = strata_lwlsn_get(reln->smgr_rnode.node, fork, blkno);
     flush_upto(nms);
-    strata_ps_prefetch(reln->smgr_rnode.node, fork, blkno, nms);
+    if (strata_ps_prefetch(reln->smgr_rnode.node, fork, blkno, nms) && in_read_ahead)
+        strata_stat_add(STAT_READAHEAD, 1);
     return true;
+}
+
+/*
+ * Sequential read-ahead.  PostgreSQL 15 prefetches only for bitmap heap
+ * scans: a sequential scan or an index range scan reads one page at a time,
+ * and each page that misses shared_buffers and the file cache costs a round
+ * trip to the pageserver.  A backend that reads block N right after block
+ * N-1 of the same relation fork is taken to be scanning it: it asks for the
+ * next strata.readahead pages through the prefetch slots smgrprefetch uses
+ * (PrefetchSharedBuffer: pages in shared_buffers are not asked for, and
+ * strata_prefetch skips those in the file cache), so the reads that follow
+ * find their answers on the way.  Each page is asked for once: ra.asked
+ * says how far this scan has asked.  Pages past the size the relation size
+ * cache knows are never asked for.  One scan per backend is followed; a
+ * read elsewhere starts over.
+ */
+static struct {
+    RelFileNode rnode;
+    ForkNumber fork;
+    BlockNumber last;  /* the block read last */
+    BlockNumber asked; /* asked for up to here (exclusive) */
+} ra = {.fork = InvalidForkNumber};
+
+static void read_ahead(SMgrRelation reln, ForkNumber fork, BlockNumber blkno)
+{
+    RelFileNode rnode = reln->smgr_rnode.node;
+    bool same = ra.fork == fork && RelFileNodeEquals(ra.rnode, rnode);
+    bool sequential = same && ra.last != InvalidBlockNumber && blkno == ra.last + 1;
+    BlockNumber n, end;
+    bool exists;
+
+    if (!sequential) {
+        ra.rnode = rnode;
+        ra.fork = fork;
+        ra.asked = blkno + 1;
+    }
+    ra.last = blkno;
+    if (!sequential || strata_readahead <= 0 || strata_prefetch_depth <= 0)
+        return;
+    if (!strata_relsize_get(rnode, fork, &exists, &n) || !exists)
+        return;
+    end = (BlockNumber)Min((uint64)blkno + 1 + (uint64)strata_readahead, (uint64)n);
+    if (ra.asked < blkno + 1)
+        ra.asked = blkno + 1;
+    in_read_ahead = true;
+    PG_TRY();
+    {
+        while (ra.asked < end && strata_ps_prefetch_room()) {
+            (void)PrefetchSharedBuffer(reln, fork, ra.asked);
+            ra.asked++;
+        }
+    }
+    PG_FINALLY();
+    {
+        in_read_ahead = false;
+    }
+    PG_END_TRY();
 }
 
 static void strata_read(SMgrRelation reln, ForkNumber fork, BlockNumber blkno, char *buffer)
@@ -590,6 +651,7 @@ static void strata_read(SMgrRelation reln, ForkNumber fork, BlockNumber blkno, c
         mdread(reln, fork, blkno, buffer);
         return;
     }
+    read_ahead(reln, fork, blkno);
     if (strata_fc_read(reln->smgr_rnode.node, fork, blkno, buffer))
         return;
     nms = strata_lwlsn_get(reln->smgr_rnode.node, fork, blkno);

@@ -82,6 +82,7 @@ const char *const strata_stat_names[STAT_COUNT] = {
     "file_cache_evict",
     "file_cache_skip",
     "file_cache_invalidated",
+    "readahead",
     "getpage_wait_count",
     "getpage_wait_us",
     "getpage_wait_lt_16us",

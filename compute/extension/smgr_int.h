@@ -28,6 +28,7 @@ extern bool strata_log_evicted_pages;    /* design.md §7.4 eviction-time loggin
 extern int strata_relsize_cache_size;    /* entries */
 extern int strata_lwlsn_cache_size;      /* entries */
 extern int strata_prefetch_depth;        /* GetPage requests in flight */
+extern int strata_readahead;             /* pages read ahead of a sequential read */
 extern int strata_pageserver_timeout;    /* ms */
 extern int strata_file_cache_size;       /* MB; 0 = no local file cache */
 extern char *strata_file_cache_path;     /* relative to the data directory unless absolute */
@@ -88,6 +89,7 @@ typedef enum strata_stat {
     STAT_FC_EVICT,          /* file cache slots reused for another page */
     STAT_FC_SKIP,           /* pages not cached: every way of their set was busy */
     STAT_FC_INVALIDATED,    /* file cache entries dropped by truncate/unlink/drop database */
+    STAT_READAHEAD,         /* of prefetch_sent, sent by sequential read-ahead (strata_read) */
     STAT_GETPAGE_WAITS,     /* page reads that waited for a GetPage answer (prefetched or not) */
     STAT_GETPAGE_WAIT_US,   /* their waits summed, in microseconds */
     STAT_GETPAGE_WAIT_HIST, /* first of STRATA_WAIT_BUCKETS counters: see below */
@@ -186,6 +188,8 @@ void strata_ps_getpage(RelFileNode rnode, ForkNumber fork, BlockNumber blkno, XL
 /* Queues a GetPage without waiting (bounded by strata.prefetch_depth);
  * false when the ring was full or the block is already queued. */
 bool strata_ps_prefetch(RelFileNode rnode, ForkNumber fork, BlockNumber blkno, XLogRecPtr nms);
+/* Whether one more prefetch fits under strata.prefetch_depth now. */
+bool strata_ps_prefetch_room(void);
 /* Closes the connection (process exit). */
 void strata_ps_disconnect(void);
 

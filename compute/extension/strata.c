@@ -45,6 +45,7 @@ bool strata_log_evicted_pages = true;
 int strata_relsize_cache_size = 65536;
 int strata_lwlsn_cache_size = 131072;
 int strata_prefetch_depth = 32;
+int strata_readahead = 16;
 int strata_pageserver_timeout = 120000;
 int strata_file_cache_size = 0;
 char *strata_file_cache_path = NULL;
@@ -197,6 +198,12 @@ static void define_gucs(void)
                             "GetPage requests a backend keeps in flight ahead of its reads.",
                             "0 disables prefetch.", &strata_prefetch_depth, 32, 0,
                             STRATA_PREFETCH_MAX, PGC_USERSET, 0, NULL, NULL, NULL);
+    DefineCustomIntVariable(
+        "strata.readahead", "Pages a sequential read asks the pageserver for ahead of it.",
+        "A backend that reads block N after block N-1 of a relation fork prefetches the "
+        "following pages that are neither in shared_buffers nor in the file cache; 0 disables "
+        "it.  Bounded by strata.prefetch_depth.",
+        &strata_readahead, 16, 0, STRATA_PREFETCH_MAX, PGC_USERSET, 0, NULL, NULL, NULL);
     DefineCustomIntVariable(
         "strata.pageserver_timeout",
         "Fail a query after the pageserver was unreachable or silent this long.", NULL,
