@@ -122,12 +122,24 @@ def sanity_warnings(results):
     return warnings
 
 
-def _fmt(v, digits=2):
+def fmt_value(v, digits=2, none="-"):
+    """A table cell: floats with digits decimals, None as none."""
     if v is None:
-        return "n/a"
+        return none
     if isinstance(v, float):
         return f"{v:.{digits}f}"
     return str(v)
+
+
+def target_verdict(t):
+    """A target row's verdict: met / NOT met / NOT MEASURED, or (info)."""
+    if t.get("info"):
+        return "(info)"
+    return "NOT MEASURED" if t["met"] is None else ("met" if t["met"] else "NOT met")
+
+
+def _fmt(v, digits=2):
+    return fmt_value(v, digits, none="n/a")
 
 
 def _setting_cell(value):

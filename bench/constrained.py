@@ -66,8 +66,9 @@ from bench_cli import (add_common_options, interrupt_on_sigterm, log, new_result
 from bench_pg import make_pg_dir, psql, read_settings, stock_servers  # noqa: E402
 from bench_pgbench import pgbench_init, prepare_run  # noqa: E402
 from bench_proc import BenchError, pg_workdir, run  # noqa: E402
-from bench_report import (busy_load, md_images, md_machine, md_setup_list,  # noqa: E402
-                          md_table, run_gnuplot, text_table, write_reports_and_docs)
+from bench_report import (busy_load, fmt_value, md_images, md_machine,  # noqa: E402
+                          md_setup_list, md_table, run_gnuplot, target_verdict, text_table,
+                          write_reports_and_docs)
 from bench_stats import latency_curve, summarize, tps_over_time  # noqa: E402
 from bench_strata import check_stateless, strata_setup  # noqa: E402
 from stateless_tpcb import pgbench_tpcb  # noqa: E402
@@ -445,18 +446,8 @@ def targets(results):
     return out
 
 
-def _met(t):
-    if t.get("info"):
-        return "(info)"
-    return "NOT MEASURED" if t["met"] is None else ("met" if t["met"] else "NOT met")
-
-
-def _fmt(v, digits=2):
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.{digits}f}"
-    return str(v)
+_met = target_verdict
+_fmt = fmt_value
 
 
 def _io_cell(io):

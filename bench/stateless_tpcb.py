@@ -50,8 +50,8 @@ from bench_pg import make_pg_dir, pg_tool, psql, read_settings, stock_servers
 from bench_pgbench import pgbench_init, pgbench_run, prepare_run, threads_for
 from bench_probe import probe_report, psql_query, stock_probe, strata_probe
 from bench_proc import BenchError, pg_workdir, run
-from bench_report import (busy_load, md_images, md_machine, md_setup_list, md_table,
-                          run_gnuplot, text_table, write_reports_and_docs)
+from bench_report import (busy_load, fmt_value, md_images, md_machine, md_setup_list, md_table,
+                          run_gnuplot, target_verdict, text_table, write_reports_and_docs)
 from bench_stats import latency_curve, summarize, tps_over_time
 from bench_strata import check_stateless, parse_connstr, strata_setup
 
@@ -339,18 +339,8 @@ def targets(results):
     return out
 
 
-def _met(t):
-    if t.get("info"):
-        return "(info)"
-    return "NOT MEASURED" if t["met"] is None else ("met" if t["met"] else "NOT met")
-
-
-def _fmt(v, digits=2):
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.{digits}f}"
-    return str(v)
+_met = target_verdict
+_fmt = fmt_value
 
 
 def table_rows(results):
