@@ -108,8 +108,13 @@ def test_quick_side_by_side(tmp_path):
             # Only the kill of (c)'s compute may break transactions.
             assert r["errors"] == 0 or s["key"] == "c", r["error_messages"]
             # Server and client count the same transactions, give or take the
-            # monitor's queries and stats flushed up to a second late.
-            assert abs(r["tpm"] - r["tpm_client"]) < 0.3 * r["tpm_client"] + 200
+            # monitor's queries and stats flushed up to a second late.  The
+            # killed compute of (c) takes the counts of its last second (its
+            # backends' unflushed stats) with it: up to a second of the 6 s
+            # window more (seen on a loaded machine: 6,617 against 10,505).
+            lost = r["tpm_client"] / 6.0 if s["key"] == "c" else 0.0
+            assert abs(r["tpm"] - r["tpm_client"]) < 0.3 * r["tpm_client"] + 200 + lost, (
+                r["tpm"], r["tpm_client"])
             assert len(r["checks"]) == 4 and all(x["ok"] for x in r["checks"]), r["checks"]
             for kind in tprocc.TXN_TYPES:
                 assert r["per_type"][kind]["ok"] > 0, kind

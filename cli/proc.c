@@ -407,16 +407,26 @@ static int chown_errno;
 
 static int chown_one(const char *path, const struct stat *sb, int type, struct FTW *ftw)
 {
-    (void)type;
     (void)ftw;
+    if (type == FTW_NS)
+        return 0; /* gone between readdir and lstat: nothing to chown */
     if (sb->st_uid == chown_uid && sb->st_gid == chown_gid)
         return 0;
     if (lchown(path, chown_uid, chown_gid) != 0) {
+        if (errno == ENOENT)
+            return 0;
         chown_errno = errno;
         return 1;
     }
     return 0;
 }
+
+/* Part of the tree may be removed while we walk it: a compute's old data
+ * directory, renamed aside, is removed in the background (compute.c
+ * remove_aside).  What vanishes needs no new owner; a directory that
+ * vanishes before nftw opens it makes nftw fail with ENOENT, and the walk
+ * is done again (the next one no longer sees it). */
+#define CHOWN_WALKS 5
 
 int proc_chown_tree(const char *path, const proc_user *user, cli_err *err)
 {
@@ -424,11 +434,18 @@ int proc_chown_tree(const char *path, const proc_user *user, cli_err *err)
         return 0;
     chown_uid = user->uid;
     chown_gid = user->gid;
-    chown_errno = 0;
-    int rc = nftw(path, chown_one, 32, FTW_PHYS);
+    int rc = 0, walk_errno = 0;
+    for (int walk = 0; walk < CHOWN_WALKS; walk++) {
+        chown_errno = 0;
+        errno = 0;
+        rc = nftw(path, chown_one, 32, FTW_PHYS);
+        walk_errno = errno;
+        if (rc == 0 || chown_errno != 0 || walk_errno != ENOENT || access(path, F_OK) != 0)
+            break;
+    }
     if (rc != 0)
         return cli_err_set(err, "chown -R %s to %s: %s", path, user->name,
-                           strerror(chown_errno ? chown_errno : errno));
+                           strerror(chown_errno ? chown_errno : walk_errno));
     return 0;
 }
 

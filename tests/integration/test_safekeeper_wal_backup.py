@@ -168,13 +168,17 @@ def test_wal_backup_copies_closed_segments_once_and_holds_wal_while_the_store_is
     # The 60 MB written with the pageserver stopped are still local everywhere.
     assert compared >= 3 * 3, compared
     assert waldump_segment(cluster, root, stored, len(stored) - 2) > 10
-    # One PUT per segment; the two others found it there.
+    # Each safekeeper backed up each segment once: it PUT it, or found it
+    # there and skipped it.  The stagger (by node id) makes one PUT per
+    # segment the usual case; two safekeepers that both pass HEAD before the
+    # first PUT lands both PUT it (seen once under a loaded machine: 6 PUTs
+    # for 5 segments), which costs a second identical copy, nothing more.
     uploaded = sum(sk_metric(cluster, n, "safekeeper_wal_backup_segments_uploaded_total")
                    for n in NAMES)
     skipped = sum(sk_metric(cluster, n, "safekeeper_wal_backup_segments_skipped_total")
                   for n in NAMES)
-    assert uploaded == len(stored), (uploaded, stored)
-    assert skipped == 2 * len(stored), (skipped, stored)
+    assert uploaded + skipped == 3 * len(stored), (uploaded, skipped, stored)
+    assert len(stored) <= uploaded < 2 * len(stored), (uploaded, stored)
     for n in NAMES:
         wb = sk_tl(cluster, n)["wal_backup"]
         assert wb["errors"] == 0 and not wb["failing"] and wb["last_error"] == "", wb
