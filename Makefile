@@ -82,6 +82,8 @@ S3_DESELECT = $(if $(STRATA_S3_SCRIPT),,--deselect tests/integration/test_remote
 # (21 tests) took 111 s one at a time and 89 s two at a time with sanitized
 # daemons, 73 s and 48 s with release ones; a test waits on its processes
 # more than it computes.  PYTEST_WORKERS=0 runs them one at a time.
+# The long benchmark tests come first, so that no long test starts last
+# while the other worker has nothing left to do.
 # --durations names the slowest tests of every run.
 PYTEST_WORKERS ?= 2
 PYTEST_PAR = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS)) --durations=15
@@ -90,13 +92,11 @@ test: deps format-check build build-san
 	cd $(SAN_BUILD) && STRATA_SIM_SEEDS=$(SIM_SEEDS) STRATA_FUZZ_SECONDS=$(TEST_FUZZ_SECONDS) \
 		ctest -j $(JOBS) --output-on-failure
 	STRATA_BUILD=$(CURDIR)/$(BUILD) STRATA_SAN_BUILD=$(CURDIR)/$(SAN_BUILD) \
-		$(PYTEST) -q -ra $(PYTEST_PAR) tests/integration bench/test_bench.py \
-		bench/test_pageserver_bench.py bench/test_image_sweep.py bench/test_stateless_tpcb.py \
-		bench/test_proc_groups.py \
-		bench/test_replica_lag.py \
-		bench/test_tprocc.py bench/test_tprocc_hammerdb.py bench/test_remote_recovery.py \
-		bench/test_branch_create.py bench/test_constrained.py \
-		$(HAMMERDB_DESELECT) $(S3_DESELECT)
+		$(PYTEST) -q -ra $(PYTEST_PAR) bench/test_constrained.py bench/test_tprocc.py \
+		bench/test_stateless_tpcb.py bench/test_remote_recovery.py bench/test_replica_lag.py \
+		bench/test_branch_create.py bench/test_tprocc_hammerdb.py bench/test_image_sweep.py \
+		bench/test_pageserver_bench.py bench/test_proc_groups.py bench/test_bench.py \
+		tests/integration $(HAMMERDB_DESELECT) $(S3_DESELECT)
 
 demo: deps build
 	$(BUILD)/bin/strata demo
