@@ -31,6 +31,8 @@
 #include "postgres.h"
 
 #include <unistd.h>
+#include <sys/ipc.h>
+#include <sys/shm.h>
 #include <sys/socket.h>
 
 #include "access/xlog.h"
@@ -41,6 +43,7 @@
 #include "miscadmin.h"
 #include "port/pg_crc32c.h"
 #include "storage/bufmgr.h"
+#include "storage/pg_shmem.h"
 #include "storage/smgr.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -423,6 +426,28 @@ static void serve(void)
     }
 }
 
+/*
+ * Single-user mode still creates the small System V segment that postgres
+ * uses as a data directory interlock, and deletes it only in its exit
+ * callbacks.  A helper never runs them: it _exit()s, is killed by the pool,
+ * or dies of SIGSYS.  The pool then removes its data directory copy, so no
+ * later postgres finds the segment to clean it up, and every helper would
+ * leak one until the kernel's limit (SHMMNI, 4096) made every initdb and
+ * postmaster on the machine fail.  Marking the segment for removal now, while
+ * we are attached, makes the kernel delete it when this process ends,
+ * however it ends.  Nothing else attaches to a helper's private copy.
+ */
+static void release_interlock_segment(void)
+{
+    int shmid = shmget((key_t)UsedShmemSegID, sizeof(PGShmemHeader), 0);
+
+    if (shmid < 0 || shmctl(shmid, IPC_RMID, NULL) != 0)
+        ereport(ERROR,
+                (errcode_for_file_access(),
+                 errmsg("walredo: cannot mark the interlock segment (key %lu) for removal: %m",
+                        UsedShmemSegID)));
+}
+
 Datum strata_walredo_main(PG_FUNCTION_ARGS)
 {
     walredo_msg hello = {.type = WALREDO_HELLO, .version = WALREDO_PROTO_VERSION};
@@ -473,6 +498,7 @@ Datum strata_walredo_main(PG_FUNCTION_ARGS)
             GetRmgr((RmgrId)rmid).rm_startup();
     }
 
+    release_interlock_segment();
     if (walredo_seccomp)
         walredo_enter_seccomp();
     if (walredo_test_forbidden_syscall) {

@@ -138,6 +138,19 @@ def pid_alive(pid):
         return False
 
 
+def sysv_segments_created_by(pids):
+    """The System V shared memory segments still present whose creator is in pids."""
+    pids = set(pids)
+    found = []
+    with open("/proc/sysvipc/shm") as f:
+        header = f.readline().split()
+        for line in f:
+            row = dict(zip(header, line.split()))
+            if int(row["cpid"]) in pids:
+                found.append(row)
+    return found
+
+
 def processes_using(path):
     """pids whose command line mentions path (daemons get their dirs as args)."""
     found = []

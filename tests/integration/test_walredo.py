@@ -35,7 +35,7 @@ import time
 import pytest
 
 from conftest import (BUILD, as_pg_user_kwargs, children_of, chown_to_pg_user, kill_hard,
-                      make_shared_dir, pid_alive, wait_until)
+                      make_shared_dir, pid_alive, sysv_segments_created_by, wait_until)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD_SH = os.path.join(REPO, "compute", "postgres", "build.sh")
@@ -330,6 +330,9 @@ def test_killed_helpers_are_replaced_and_requests_retried(wal_db):
     assert restarts >= 3, stdout
     assert requests > 1000, stdout
     assert not any(pid_alive(v) for v in victims)
+    # A killed helper runs no exit callbacks: its interlock segment must
+    # still go (compute/walredo/README.md), or each kill leaks one.
+    assert sysv_segments_created_by(victims) == []
 
 
 def test_stopped_helpers_time_out_and_are_replaced(wal_db):
@@ -340,6 +343,7 @@ def test_stopped_helpers_time_out_and_are_replaced(wal_db):
     assert timeouts >= 3 and restarts >= 3, stdout
     # The stopped helpers were killed, not left behind.
     assert not any(pid_alive(v) for v in victims)
+    assert sysv_segments_created_by(victims) == []
 
 
 def test_forbidden_syscall_kills_the_sandboxed_helper(wal_db):
@@ -351,6 +355,7 @@ def test_forbidden_syscall_kills_the_sandboxed_helper(wal_db):
     walredo = os.path.join(work, "walredo")
     template = [d for d in os.listdir(walredo) if d.startswith("template-")][0]
     results = {}
+    pids = []
     for sandbox in ("on", "off"):
         d = os.path.join(walredo, "probe-" + sandbox)
         subprocess.run(["cp", "-a", os.path.join(walredo, template), d], check=True)
@@ -367,8 +372,10 @@ def test_forbidden_syscall_kills_the_sandboxed_helper(wal_db):
             if p.poll() is None:
                 kill_hard([p.pid])
         results[sandbox] = (p.returncode, stdout, stderr)
+        pids.append(p.pid)
     rc, stdout, _ = results["on"]
     assert rc == -signal.SIGSYS, results["on"]
+    assert sysv_segments_created_by(pids) == []
     assert b"STRATAWR" not in stdout  # killed before the hello
     rc, stdout, stderr = results["off"]
     # Without the sandbox the call succeeds; the helper says so, sends its
