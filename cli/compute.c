@@ -26,6 +26,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ipc.h>
+#include <sys/shm.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -122,6 +124,8 @@ int compute_log_path(const cluster *c, char *buf, cli_err *err)
     return 0;
 }
 
+static void release_interlock_segment(const char *pgdata);
+
 int compute_remove_files(const cluster *c, cli_err *err)
 {
     STRATA_ASSERT(c->compute_name[0] != '\0');
@@ -130,6 +134,7 @@ int compute_remove_files(const cluster *c, cli_err *err)
         return -1;
     if (compute_pid(c) != 0)
         return cli_err_set(err, "compute %s is running", c->compute_name);
+    release_interlock_segment(p.pgdata);
     if (proc_remove_tree(p.root, err) != 0)
         return -1;
     const char *files[] = {p.pidfile, p.logfile, p.sync_log};
@@ -770,6 +775,55 @@ static void remove_aside(const compute_paths *p)
 }
 
 /*
+ * A postmaster killed with SIGKILL leaves behind the System V segment it
+ * uses as a data directory interlock (key and id on line 7 of
+ * postmaster.pid).  postgres removes such a segment when it starts again in
+ * the same directory; a directory that is set aside and removed never gets
+ * that chance, and each one would hold a segment until the machine's limit
+ * (SHMMNI) stops every postgres on it from starting.  Removes it when the
+ * key still matches and no process is attached.
+ */
+static void release_interlock_segment(const char *pgdata)
+{
+    char path[PATH_MAX + 32], line[128];
+    snprintf(path, sizeof path, "%s/postmaster.pid", pgdata);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return; /* stopped cleanly, or never started */
+    unsigned long key = 0, id = 0;
+    bool found = false;
+    for (int n = 1; fgets(line, sizeof line, f) != NULL; n++) {
+        if (n == 7) {
+            found = sscanf(line, "%lu %lu", &key, &id) == 2;
+            break;
+        }
+    }
+    fclose(f);
+    struct shmid_ds ds;
+    if (!found || id > INT32_MAX || shmctl((int)id, IPC_STAT, &ds) != 0 ||
+        (unsigned long)ds.shm_perm.__key != key || ds.shm_nattch != 0)
+        return;
+    if (shmctl((int)id, IPC_RMID, NULL) != 0)
+        log_warn("could not remove the shared memory segment %lu of %s: %s", id, pgdata,
+                 strerror(errno));
+}
+
+/* Renames the data directory aside (a new one replaces it) and removes it
+ * in the background. */
+static int set_pgdata_aside(const compute_paths *p, cli_err *err)
+{
+    char old[PATH_MAX + 64];
+    snprintf(old, sizeof old, "%s.old.%lld", p->pgdata, proc_now_ms());
+    if (access(p->pgdata, F_OK) == 0) {
+        release_interlock_segment(p->pgdata);
+        if (rename(p->pgdata, old) != 0)
+            return cli_err_set(err, "rename %s: %s", p->pgdata, strerror(errno));
+    }
+    remove_aside(p);
+    return 0;
+}
+
+/*
  * Step 1: the LSN to start at.  strata-sync-safekeepers elects a term (which
  * fences any compute still running), brings a majority to the end of
  * committed WAL and prints it.  On a timeline no safekeeper has WAL for yet
@@ -958,14 +1012,10 @@ int compute_start_from_pageserver(const cluster *c, compute_start_report *rep, c
 
     /* Step 2: a new, empty data directory.  The old one is renamed aside and
      * removed in the background (removed_aside). */
-    char fresh[PATH_MAX + 16], old[PATH_MAX + 64];
+    char fresh[PATH_MAX + 16];
     snprintf(fresh, sizeof fresh, "%s.new", p.pgdata);
-    snprintf(old, sizeof old, "%s.old.%lld", p.pgdata, proc_now_ms());
-    if (proc_remove_tree(fresh, err) != 0)
+    if (proc_remove_tree(fresh, err) != 0 || set_pgdata_aside(&p, err) != 0)
         return -1;
-    if (access(p.pgdata, F_OK) == 0 && rename(p.pgdata, old) != 0)
-        return cli_err_set(err, "rename %s: %s", p.pgdata, strerror(errno));
-    remove_aside(&p);
     long long t2 = proc_now_ms();
     rep->cleanup_ms = t2 - t1;
     bbfetch_result bres;
@@ -1023,14 +1073,10 @@ int compute_start_standby(const cluster *c, lsn_t lsn, const char *mode,
     rep->stateless = true;
     rep->lsn = lsn;
     long long t0 = proc_now_ms();
-    char fresh[PATH_MAX + 16], old[PATH_MAX + 64], path[PATH_MAX + 32];
+    char fresh[PATH_MAX + 16], path[PATH_MAX + 32];
     snprintf(fresh, sizeof fresh, "%s.new", p.pgdata);
-    snprintf(old, sizeof old, "%s.old.%lld", p.pgdata, proc_now_ms());
-    if (proc_remove_tree(fresh, err) != 0)
+    if (proc_remove_tree(fresh, err) != 0 || set_pgdata_aside(&p, err) != 0)
         return -1;
-    if (access(p.pgdata, F_OK) == 0 && rename(p.pgdata, old) != 0)
-        return cli_err_set(err, "rename %s: %s", p.pgdata, strerror(errno));
-    remove_aside(&p);
     bbfetch_result bres;
     if (bbfetch_run_mode(c, lsn, mode, fresh, COMPUTE_BASEBACKUP_TIMEOUT_MS, &bres, err) != 0)
         return -1;

@@ -23,7 +23,8 @@ import time
 import psycopg
 import pytest
 
-from conftest import lsn_to_int, pageserver_built, pg_user
+from conftest import (children_of, kill_hard, lsn_to_int, pageserver_built, pg_user,
+                      sysv_segments_created_by)
 
 pytestmark = [pytest.mark.release_daemons,
               pytest.mark.skipif(not pageserver_built(), reason="pageserver not built")]
@@ -160,3 +161,19 @@ def test_stateless_compute_has_no_permanent_relation_files(cluster_dir):
     assert permanent_relation_files(cluster_dir.compute_datadir) == []
     # The start time is printed, not asserted: speed targets live in the
     # benchmarks (bench/stateless_tpcb.py measures start to first query).
+
+
+def test_compute_killed_with_sigkill_leaves_no_shared_memory_segment(cluster_dir):
+    """A postmaster killed with SIGKILL runs no exit callbacks: its System V
+    interlock segment outlives it.  The next start sets the old data
+    directory aside and must remove that segment, or every kill leaks one
+    until the machine's limit stops all postgres from starting."""
+    cluster_dir.up()
+    with open(os.path.join(cluster_dir.dir, "compute.pid")) as f:
+        pid = int(f.read().split()[0])
+    assert len(sysv_segments_created_by([pid])) == 1
+    kill_hard([pid] + children_of(pid))
+    assert len(sysv_segments_created_by([pid])) == 1, "SIGKILL removed the segment itself"
+    cluster_dir.start("compute")
+    assert sysv_segments_created_by([pid]) == []
+    assert cluster_dir.sql("select 1") == [(1,)]
