@@ -26,6 +26,8 @@
 #define SK_CONNECT_TIMEOUT "10"
 /* The copy prints progress this often (bytes). */
 #define PROGRESS_EVERY (64u << 20)
+/* Copies of a timeline tried while its donor removes WAL under them. */
+#define COPY_ATTEMPTS 3
 
 static PGconn *sk_connect(const sk_target *t, cli_err *err)
 {
@@ -312,10 +314,12 @@ static int stream_wal(const sk_target *donor, seg_writer *w, lsn_t from, lsn_t t
     return rc;
 }
 
-int sk_client_copy_timeline(const sk_target *donor, const char *datadir, uint64_t node_id,
-                            bool to_flush, lsn_t *copied_to, cli_err *err)
+/* One copy (sk_client_copy_timeline); *from is where it started. */
+static int copy_attempt(const sk_target *donor, const char *datadir, uint64_t node_id,
+                        bool to_flush, lsn_t *from_out, lsn_t *copied_to, cli_err *err)
 {
     sk_state s;
+    *from_out = LSN_INVALID;
     if (sk_client_status(donor, &s, err) != 0)
         return -1;
     if (s.wal_seg_size == 0 || s.wal_start == LSN_INVALID || s.flush_lsn == LSN_INVALID)
@@ -329,6 +333,7 @@ int sk_client_copy_timeline(const sk_target *donor, const char *datadir, uint64_
         from = s.timeline_start_lsn - s.timeline_start_lsn % s.wal_seg_size;
     if (to < from)
         to = from;
+    *from_out = from;
 
     char tdir[PATH_MAX], a[STRATA_ID_HEX_LEN], b[STRATA_ID_HEX_LEN];
     snprintf(tdir, sizeof tdir, "%s/%s", datadir, strata_id_format(&donor->tenant, a));
@@ -395,4 +400,32 @@ int sk_client_copy_timeline(const sk_target *donor, const char *datadir, uint64_
     }
     *copied_to = to;
     return 0;
+}
+
+/*
+ * The donor keeps running while it is copied, and removes segments below
+ * its horizon once the WAL backup and the pageserver hold them: a segment
+ * may go between its status and the stream reaching it, which ends the
+ * stream.  The donor then starts later, as the copy may: copy again from
+ * its new start, a bounded number of times.
+ */
+int sk_client_copy_timeline(const sk_target *donor, const char *datadir, uint64_t node_id,
+                            bool to_flush, lsn_t *copied_to, cli_err *err)
+{
+    for (int attempt = 1;; attempt++) {
+        lsn_t from;
+        if (copy_attempt(donor, datadir, node_id, to_flush, &from, copied_to, err) == 0)
+            return 0;
+        sk_state s;
+        cli_err ignored = {{0}};
+        if (attempt == COPY_ATTEMPTS || from == LSN_INVALID ||
+            sk_client_status(donor, &s, &ignored) != 0 || s.wal_start <= from)
+            return -1;
+        char a[LSN_FMT_LEN], b[LSN_FMT_LEN];
+        printf("the donor removed WAL below %s (held by the WAL backup) while it was copied "
+               "from %s: copying again\n",
+               lsn_format(s.wal_start, a), lsn_format(from, b));
+        fflush(stdout);
+        memset(err, 0, sizeof *err);
+    }
 }
