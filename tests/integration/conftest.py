@@ -20,6 +20,7 @@ Tests skip only when a binary they need has not been built; the reason names
 the missing file.
 """
 
+import ctypes
 import json
 import os
 import pwd
@@ -183,6 +184,12 @@ def children_of(pid):
 
 
 def kill_hard(pids):
+    """SIGKILLs pids and waits for them.  A postmaster among them runs no
+    exit callbacks, so its System V interlock segment outlives it; postgres
+    would remove it on a restart in the same directory, but a test's
+    directory is usually deleted instead.  Remove it here once nothing is
+    attached, so that test runs do not fill the machine's SHMMNI."""
+    segments = sysv_segments_created_by(pids)
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -191,6 +198,18 @@ def kill_hard(pids):
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
         time.sleep(0.05)
+    for seg in segments:
+        remove_unattached_segment(int(seg["shmid"]))
+
+
+def remove_unattached_segment(shmid):
+    """IPC_RMID on shmid when it still exists with no process attached."""
+    with open("/proc/sysvipc/shm") as f:
+        header = f.readline().split()
+        rows = [dict(zip(header, line.split())) for line in f]
+    if any(int(r["shmid"]) == shmid and int(r["nattch"]) == 0 for r in rows):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.shmctl(ctypes.c_int(shmid), ctypes.c_int(0), None)  # IPC_RMID
 
 
 def wait_until(predicate, timeout, what, interval=0.2):
