@@ -199,7 +199,9 @@ def measure_threshold(args, work, wal, build, pg_bindir, exe, cluster, threshold
     shutil.rmtree(ps_dir, ignore_errors=True)
     run(["cp", "-a", wal["base_dir"], ps_dir], timeout=600)
     ps = OwnPageserver(build, ps_dir, pg_bindir, os.path.join(work, f"ps-{threshold}.log"), 0)
-    ps.argv += ["--image-threshold", str(threshold)]
+    # Background generation alone: images from reads would shorten the
+    # chains of pages read twice within a case.
+    ps.argv += ["--image-threshold", str(threshold), "--image-read-threshold", "0"]
     row = {"threshold": threshold}
     try:
         ps.start()
@@ -415,8 +417,11 @@ def markdown_section(results, image):
                 f"-- the first threshold whose doubling saves less than 1.5x image bytes per "
                 f"WAL byte; past it images saved shrink while the chain a read may replay "
                 f"(about the threshold, times the per-record redo cost the \"off\" row shows) "
-                f"keeps growing. Chosen: **{results.get('chosen')}** (the pageserver's default "
-                f"is `TIMELINE_DEFAULT_IMAGE_THRESHOLD` in pageserver/timeline.h)."]
+                f"keeps growing. Chosen: **{results.get('chosen')}**, the longest chain a read "
+                f"should replay: the pageserver's `--image-read-threshold` "
+                f"(`TIMELINE_DEFAULT_IMAGE_READ_THRESHOLD` in pageserver/timeline.h). The "
+                f"background threshold's default is higher: see \"Images for pages nobody "
+                f"reads\"."]
     if results.get("note"):
         out += ["", results["note"]]
     if image:

@@ -54,6 +54,7 @@ enum {
     OPT_WR_PROBE_INTERVAL,
     OPT_WR_SWITCH_LAG,
     OPT_IMAGE_THRESHOLD,
+    OPT_IMAGE_READ_THRESHOLD,
     OPT_IMAGE_WORKERS,
     OPT_REMOTE,
     OPT_CONFIG,
@@ -107,6 +108,10 @@ static const daemon_opt option_table[OPT_COUNT] = {
                              "deltas since a page's newest image that queue it for background "
                              "image generation (0: off; see docs/benchmarks.md for how the "
                              "default was chosen)"},
+    [OPT_IMAGE_READ_THRESHOLD] = {"image-read-threshold", "PAGESERVER_IMAGE_READ_THRESHOLD",
+                                  STR(TIMELINE_DEFAULT_IMAGE_READ_THRESHOLD),
+                                  "a read that replays this many deltas stores the page it "
+                                  "rebuilt as an image, so the next read starts there (0: off)"},
     [OPT_IMAGE_WORKERS] = {"image-workers", "PAGESERVER_IMAGE_WORKERS", "2",
                            "image generation threads per timeline"},
     [OPT_REMOTE] = {"remote", "PAGESERVER_REMOTE", "",
@@ -141,6 +146,7 @@ typedef struct ps_config {
     uint32_t wr_probe_interval_ms;
     uint64_t wr_switch_lag_bytes;
     int32_t image_threshold;
+    int32_t image_read_threshold;
     int image_workers;
     const char *remote; /* "": no object store */
 } ps_config;
@@ -227,6 +233,7 @@ static void check_options(const daemon_opts *o, ps_config *c)
     c->wr_probe_interval_ms = opt_duration_ms(o, OPT_WR_PROBE_INTERVAL, false);
     c->wr_switch_lag_bytes = opt_bytes(o, OPT_WR_SWITCH_LAG);
     c->image_threshold = (int32_t)opt_uint(o, OPT_IMAGE_THRESHOLD, 0, 1000000);
+    c->image_read_threshold = (int32_t)opt_uint(o, OPT_IMAGE_READ_THRESHOLD, 0, 1000000);
     c->image_workers = (int)opt_uint(o, OPT_IMAGE_WORKERS, 1, 64);
     c->remote = o->values[OPT_REMOTE];
     if (c->walredo_lib[0] != '\0' && c->walredo_lib[0] != '/') {
@@ -297,6 +304,7 @@ static void open_tenants(daemon_state *d, const ps_config *c)
     to.svc.wr_probe_interval_ms = c->wr_probe_interval_ms;
     to.svc.wr_switch_lag_bytes = c->wr_switch_lag_bytes;
     to.svc.image_threshold = c->image_threshold > 0 ? c->image_threshold : -1; /* 0: off */
+    to.svc.image_read_threshold = c->image_read_threshold > 0 ? c->image_read_threshold : -1;
     to.svc.image_workers = c->image_workers;
     /* Every value is in a data file (small ones inline in LMDB too, tag 3
      * in docs/storage.md), so the uploaded data files hold everything a

@@ -1166,6 +1166,21 @@ static int read_page(timeline *tl, const pg_key *k, lsn_t lsn, uint8_t out[PG_BL
     return rc == 0 ? 1 : -1;
 }
 
+/* A read that replayed a long chain hands the page it rebuilt to image
+ * generation: the next read of that page starts from it. */
+static void offer_if_long(timeline *tl, const pg_key *k, lsn_t lsn, const uint8_t page[PG_BLCKSZ],
+                          int chain)
+{
+    int32_t min = tl->svc.image_read_threshold;
+    if (min == 0)
+        min = TIMELINE_DEFAULT_IMAGE_READ_THRESHOLD;
+    /* Below start_lsn a branch reads its ancestor's pages: not its own to store. */
+    if (tl->ig == NULL || min < 0 || chain < min || lsn < tl->meta.start_lsn ||
+        lsn > store_last_record_lsn(tl->st))
+        return;
+    imagegen_offer(tl->ig, k, lsn, page);
+}
+
 int timeline_get_rel_page(timeline *tl, uint32_t spc, uint32_t db, uint32_t rel, uint8_t fork,
                           uint32_t blk, lsn_t lsn, uint8_t out[PG_BLCKSZ], int *chain, char *err,
                           size_t errlen, const char **sqlstate)
@@ -1209,6 +1224,8 @@ int timeline_get_rel_page(timeline *tl, uint32_t spc, uint32_t db, uint32_t rel,
     if (check_horizon(tl, lsn, err, errlen, sqlstate) != 0)
         return -1;
     observe_chain(*chain);
+    if (rc > 0)
+        offer_if_long(tl, &k, lsn, out, *chain);
     return 0;
 }
 
@@ -1325,6 +1342,8 @@ int timeline_get_slru_segment(timeline *tl, uint8_t kind, uint32_t segno, lsn_t 
             memset(out + (size_t)b * PG_BLCKSZ, 0, PG_BLCKSZ);
         metrics_counter_inc(rm.pages);
         observe_chain(chain);
+        if (rc > 0)
+            offer_if_long(tl, &k, lsn, out + (size_t)b * PG_BLCKSZ, chain);
     }
     if (check_horizon(tl, lsn, err, errlen, sqlstate) != 0)
         return -1;

@@ -102,6 +102,11 @@ typedef struct timeline_services {
      * bound).  Without a redo pool it is off too.  image_workers 0: IMAGEGEN_DEFAULT_WORKERS;
      * image_queue 0: the imagegen default. */
     int32_t image_threshold;
+    /* A read that replays at least this many deltas stores the page it
+     * rebuilt as an image (imagegen_offer), so the next read of that page
+     * starts there; needs background generation on.  0:
+     * TIMELINE_DEFAULT_IMAGE_READ_THRESHOLD, < 0 off. */
+    int32_t image_read_threshold;
     int image_workers;
     uint32_t image_queue;
     /* Object storage (issue #13, pageserver/remote/uploader.h): NULL, no
@@ -113,8 +118,12 @@ typedef struct timeline_services {
     uint32_t upload_backoff_max_ms; /* 0: the uploader's default */
 } timeline_services;
 
-/* Chosen from the sweep in docs/benchmarks.md ("Image threshold"). */
-#define TIMELINE_DEFAULT_IMAGE_THRESHOLD 16
+/* Background generation images every page, read or not, that gathers this
+ * many deltas; reads image what they rebuild past
+ * TIMELINE_DEFAULT_IMAGE_READ_THRESHOLD.  Why these values: docs/benchmarks.md
+ * ("Image threshold" and "Images for pages nobody reads"). */
+#define TIMELINE_DEFAULT_IMAGE_THRESHOLD 128
+#define TIMELINE_DEFAULT_IMAGE_READ_THRESHOLD 16
 
 /* What timeline.json holds. */
 typedef struct timeline_meta {

@@ -98,6 +98,8 @@ struct imagegen {
     size_t uhead, ulen;
     ig_done *done; /* ring of total_cap */
     size_t dhead, dlen;
+    ig_done offers[IMAGEGEN_OFFERS_MAX]; /* pages readers rebuilt (imagegen_offer) */
+    size_t ohead, olen;
     size_t busy;
     bool stop;
 
@@ -107,7 +109,7 @@ struct imagegen {
     int nthreads;
 
     _Atomic uint64_t requested, urgent_requested, drops, written, written_bytes, skipped, failures,
-        forgotten, bp_waits, bp_timeouts, bp_wait_ns;
+        forgotten, bp_waits, bp_timeouts, bp_wait_ns, from_reads, offer_drops;
 };
 
 /* ---- process-wide metrics ---- */
@@ -119,6 +121,7 @@ static struct {
     pthread_once_t once;
     metrics_gauge *depth;
     metrics_counter *requested, *urgent, *written, *written_bytes, *drops, *failures, *skipped;
+    metrics_counter *from_reads, *offer_drops;
     metrics_histogram *read_chain;
     metrics_gauge *read_chain_max_g;
     metrics_counter *bp_waits, *bp_timeouts;
@@ -140,6 +143,13 @@ static void metrics_init(void)
         NULL, NULL);
     im.written = metrics_counter_register(r, "pageserver_image_written_total",
                                           "Images stored by image generation", 0, NULL, NULL);
+    im.from_reads = metrics_counter_register(
+        r, "pageserver_image_from_reads_total",
+        "Images stored from a page a reader rebuilt by replaying a long chain", 0, NULL, NULL);
+    im.offer_drops = metrics_counter_register(
+        r, "pageserver_image_from_reads_dropped_total",
+        "Pages rebuilt by readers not stored as images (too many waiting for the writer)", 0, NULL,
+        NULL);
     im.written_bytes =
         metrics_counter_register(r, "pageserver_image_written_bytes_total",
                                  "Bytes of images stored by image generation", 0, NULL, NULL);
@@ -316,6 +326,8 @@ void imagegen_destroy(imagegen *g)
     size_t in_pipeline = g->qlen + g->ulen + g->dlen + g->busy;
     for (size_t i = 0; i < g->dlen; i++)
         free(g->done[(g->dhead + i) % g->total_cap].page);
+    for (size_t i = 0; i < g->olen; i++)
+        free(g->offers[(g->ohead + i) % IMAGEGEN_OFFERS_MAX].page);
     metrics_gauge_add(im.depth, -(double)in_pipeline);
     pthread_cond_destroy(&g->cv);
     pthread_cond_destroy(&g->done_cv);
@@ -575,8 +587,77 @@ static void sweep_dropped(imagegen *g)
     }
 }
 
+void imagegen_offer(imagegen *g, const pg_key *k, lsn_t lsn, const uint8_t page[PG_BLCKSZ])
+{
+    ig_done d = {.k = *k, .result = DONE_IMAGE, .at = lsn, .page = malloc(PG_BLCKSZ)};
+    bool kept = false;
+    if (d.page != NULL) {
+        memcpy(d.page, page, PG_BLCKSZ);
+        pthread_mutex_lock(&g->mu);
+        if (g->olen < IMAGEGEN_OFFERS_MAX) {
+            g->offers[(g->ohead + g->olen) % IMAGEGEN_OFFERS_MAX] = d;
+            g->olen++;
+            kept = true;
+        }
+        pthread_mutex_unlock(&g->mu);
+    }
+    if (!kept) {
+        free(d.page);
+        atomic_fetch_add(&g->offer_drops, 1);
+        metrics_counter_inc(im.offer_drops);
+    }
+}
+
+/* Stores what readers offered.  Such an image at L covers every delta
+ * counted when L is at or after the newest one; else the counter stays (an
+ * upper bound still).  A page in flight is settled by its job. */
+static int drain_offers(imagegen *g)
+{
+    ig_done offers[IMAGEGEN_OFFERS_MAX];
+    pthread_mutex_lock(&g->mu);
+    size_t n = g->olen;
+    for (size_t i = 0; i < n; i++)
+        offers[i] = g->offers[(g->ohead + i) % IMAGEGEN_OFFERS_MAX];
+    g->ohead = (g->ohead + n) % IMAGEGEN_OFFERS_MAX;
+    g->olen = 0;
+    pthread_mutex_unlock(&g->mu);
+    int stored = 0;
+    for (size_t i = 0; i < n; i++) {
+        ig_done *d = &offers[i];
+        char err[256];
+        if (g->put(g->arg, &d->k, d->at, d->page, err, sizeof err) != 0) {
+            char kb[96], lb[LSN_FMT_LEN];
+            log_warn("image generation: cannot store the image a reader rebuilt of %s at %s: %s",
+                     pg_key_format(&d->k, kb, sizeof kb), lsn_format(d->at, lb), err);
+            atomic_fetch_add(&g->failures, 1);
+            metrics_counter_inc(im.failures);
+            free(d->page);
+            continue;
+        }
+        free(d->page);
+        stored++;
+        atomic_fetch_add(&g->written, 1);
+        atomic_fetch_add(&g->written_bytes, PG_BLCKSZ);
+        atomic_fetch_add(&g->from_reads, 1);
+        metrics_counter_inc(im.written);
+        metrics_counter_add(im.written_bytes, PG_BLCKSZ);
+        metrics_counter_inc(im.from_reads);
+        if (g->table == NULL)
+            continue;
+        ig_entry *e = table_slot(g->table, g->table_cap, &d->k);
+        if (e->used && !e->in_flight && d->at >= e->last_delta) {
+            e->deltas = 0;
+            e->since_queued = 0;
+            e->waived = false;
+        }
+    }
+    return stored;
+}
+
 int imagegen_drain(imagegen *g)
 {
+    int from_reads = drain_offers(g);
+
     pthread_mutex_lock(&g->mu);
     size_t n = g->dlen;
     for (size_t i = 0; i < n; i++)
@@ -586,7 +667,7 @@ int imagegen_drain(imagegen *g)
     pthread_mutex_unlock(&g->mu);
     if (n == 0) {
         sweep_dropped(g);
-        return 0;
+        return from_reads;
     }
     g->stalled = false; /* the workers deliver again */
     metrics_gauge_add(im.depth, -(double)n);
@@ -639,7 +720,7 @@ int imagegen_drain(imagegen *g)
             try_enqueue(g, e, d->at);
     }
     sweep_dropped(g);
-    return stored;
+    return stored + from_reads;
 }
 
 /* ---- backpressure (writer thread) ---- */
@@ -929,6 +1010,8 @@ void imagegen_get_stats(imagegen *g, imagegen_stats *out)
     out->backpressure_waits = atomic_load(&g->bp_waits);
     out->backpressure_timeouts = atomic_load(&g->bp_timeouts);
     out->backpressure_ns = atomic_load(&g->bp_wait_ns);
+    out->from_reads = atomic_load(&g->from_reads);
+    out->offer_drops = atomic_load(&g->offer_drops);
     pthread_mutex_lock(&g->mu);
     out->depth = in_pipeline_locked(g);
     pthread_mutex_unlock(&g->mu);

@@ -145,8 +145,8 @@ void imagegen_note(imagegen *g, const pg_key *k, lsn_t lsn, bool complete);
  * page's deltas become 0 when the image is at or after its newest delta,
  * else those counted since it was queued (an upper bound of the deltas
  * above the image); a page still at or past the threshold (hot
- * while in flight) is queued again at once.  Returns the number of images
- * stored. */
+ * while in flight) is queued again at once.  Stores the pages readers
+ * offered too (imagegen_offer).  Returns the number of images stored. */
 int imagegen_drain(imagegen *g);
 
 /* True when ingest should make what it ingested readable and call
@@ -167,6 +167,20 @@ bool imagegen_pressure_pending(const imagegen *g);
  * since the last timeout.
  */
 int imagegen_backpressure(imagegen *g, lsn_t readable, int timeout_ms);
+
+/* ---- any thread ---- */
+
+/* Pages readers rebuilt waiting for the writer, at most (more are dropped). */
+#define IMAGEGEN_OFFERS_MAX 64
+
+/*
+ * A reader rebuilt page k at lsn (<= the store's last_record_lsn) by
+ * replaying a long chain: store it as an image at the next
+ * imagegen_drain(), so the next read of that page starts there.  Copies the
+ * page; never blocks on the writer (when IMAGEGEN_OFFERS_MAX wait already,
+ * the page is dropped and counted).
+ */
+void imagegen_offer(imagegen *g, const pg_key *k, lsn_t lsn, const uint8_t page[PG_BLCKSZ]);
 
 /* ---- tests ---- */
 
@@ -193,6 +207,8 @@ typedef struct imagegen_stats {
     uint64_t backpressure_waits;    /* imagegen_backpressure() calls that waited */
     uint64_t backpressure_timeouts; /* of which ended at the timeout */
     uint64_t backpressure_ns;       /* time spent in those waits */
+    uint64_t from_reads;            /* of written: pages readers rebuilt (imagegen_offer) */
+    uint64_t offer_drops;           /* offers refused: too many waiting for the writer */
 } imagegen_stats;
 
 void imagegen_get_stats(imagegen *g, imagegen_stats *out);

@@ -317,6 +317,12 @@ class PageReader:
         self.ps = pagestream
         self.client = pagestream.connect("127.0.0.1", pageserver.pg_port, TENANT, timeline)
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
     def get_pages(self, requests, lsn):
         """[(spc, db, rel, fork, blk)] -> [8 KB bytes, or the PagestreamError
         the server answered for that block], in order."""

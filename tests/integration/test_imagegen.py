@@ -141,3 +141,88 @@ def test_image_generation_bounds_chains_and_matches_a_standby(monkeypatch):
         if reader is not None:
             reader.close()
         cluster.stop()
+
+
+READ_THRESHOLD = 13  # reads replaying 13 or more: the histogram's bucket le="12" splits them
+
+
+def reads_at_least(text, n):
+    """Reads (pageserver_read_chain_length) that replayed more than the
+    bucket below n: n must follow a bucket bound."""
+    count = metric(text, "pageserver_read_chain_length_count") or 0
+    m = re.search(r'^pageserver_read_chain_length_bucket\{le="%d"\} ([0-9.e+]+)$' % (n - 1),
+                  text, re.M)
+    assert m, "no bucket le=%d in:\n%s" % (n - 1, text)
+    return count - float(m.group(1))
+
+
+def test_reads_that_replay_a_long_chain_store_images(monkeypatch):
+    """A page nobody reads gets an image only at the background threshold; a
+    read that replays READ_THRESHOLD deltas or more hands the page it built
+    to the writer, which stores it as an image, so the next read of that
+    page replays nothing -- and returns the same bytes."""
+    monkeypatch.setenv("PAGESERVER_IMAGE_THRESHOLD", "500")
+    monkeypatch.setenv("PAGESERVER_IMAGE_READ_THRESHOLD", str(READ_THRESHOLD))
+    monkeypatch.setenv("PAGESERVER_PAGE_CACHE_MB", "0")  # every read replays its chain
+    cluster = OracleCluster(fpw=False)
+    try:
+        cluster.start()
+        pgbench(cluster, "-i", "-s", "1", "-q")
+        for t in ("accounts", "branches", "tellers", "history"):
+            cluster.primary.sql("alter table pgbench_%s set (autovacuum_enabled = off)" % t)
+        pgbench(cluster, "-c", "4", "-j", "2", "-T", "8", "-n")
+        cluster.wait_ingested(lsn_to_int(
+            cluster.primary.sql("select pg_current_wal_flush_lsn()::text")[0][0]))
+        drain_image_queue(cluster)
+        text = metrics(cluster)
+        assert (metric(text, "pageserver_image_from_reads_total") or 0) == 0, text
+
+        with PageReader(cluster.pageserver, cluster.timeline) as reader:
+            reads_leave_images(cluster, reader, pgbench_pages(cluster))
+    except BaseException:
+        print(cluster.diagnostics())
+        raise
+    finally:
+        cluster.stop()
+
+
+def reads_leave_images(cluster, reader, pages):
+    """Reads pages at the latest LSN twice, with small commits between so
+    the writer stores what the first reads offered."""
+    latest = lsn_to_int(cluster.pageserver.timeline_status(cluster.timeline)[
+        "last_record_lsn"])
+    first = reader.get_pages(pages, latest)
+    assert all(isinstance(g, bytes) for g in first), [g for g in first
+                                                     if not isinstance(g, bytes)][:3]
+    time.sleep(0.6)  # /metrics copies some figures every 500 ms
+    long_first = reads_at_least(metrics(cluster), READ_THRESHOLD)
+    assert long_first > 0, "no read replayed %d deltas: nothing to test" % READ_THRESHOLD
+
+    # Offers are stored by the writer between records: commit until all
+    # are stored or dropped.
+    deadline = time.monotonic() + 60
+    while True:
+        cluster.primary.sql("insert into imagegen_tick values (1)")
+        time.sleep(0.3)
+        text = metrics(cluster)
+        stored = metric(text, "pageserver_image_from_reads_total") or 0
+        dropped = metric(text, "pageserver_image_from_reads_dropped_total") or 0
+        if stored + dropped >= long_first:
+            break
+        assert time.monotonic() < deadline, (stored, dropped, long_first)
+    print("pgbench pages %d; first pass: %d reads replayed >= %d deltas; images from reads "
+          "%d, dropped %d" % (len(pages), long_first, READ_THRESHOLD, stored, dropped))
+    assert stored > 0 and metric(text, "pageserver_image_failures_total") == 0, text
+
+    latest2 = lsn_to_int(cluster.pageserver.timeline_status(cluster.timeline)[
+        "last_record_lsn"])
+    assert latest2 > latest
+    second = reader.get_pages(pages, latest2)
+    time.sleep(0.6)
+    long_second = reads_at_least(metrics(cluster), READ_THRESHOLD) - long_first
+    print("second pass: %d reads replayed >= %d deltas" % (long_second, READ_THRESHOLD))
+    assert long_second <= dropped, (long_second, dropped)
+    # Nothing wrote the pgbench pages between the passes: the images are
+    # the very pages the first reads rebuilt.
+    changed = [p for p, a, b in zip(pages, first, second) if a != b]
+    assert not changed, changed[:5]

@@ -756,6 +756,49 @@ static void test_read_chain_metrics(void **state)
     free(text);
 }
 
+/* A page a reader rebuilt is stored at the next drain, at the read's LSN;
+ * it resets the counter when it is at or after the newest delta, not
+ * otherwise; past IMAGEGEN_OFFERS_MAX waiting, offers are dropped. */
+static void test_offers_from_reads(void **state)
+{
+    (void)state;
+    fake f;
+    imagegen *g = make(&f, 100, 8, 1024, 0);
+    pg_key a = blk(1), b = blk(2);
+    uint8_t page[PG_BLCKSZ];
+    bool fl;
+    for (lsn_t l = 0x10; l <= 0x50; l += 0x10) {
+        imagegen_note(g, &a, l, false);
+        imagegen_note(g, &b, l, false);
+    }
+    memset(page, 7, sizeof page);
+    imagegen_offer(g, &a, 0x50, page); /* at the newest delta */
+    imagegen_offer(g, &b, 0x40, page); /* below it */
+    assert_int_equal(f.nputs, 0);      /* only the writer stores */
+    assert_int_equal(imagegen_drain(g), 2);
+    assert_int_equal(f.nputs, 2);
+    assert_int_equal(f.put_lsn[0], 0x50);
+    assert_int_equal(f.put_fill[0], 7);
+    assert_int_equal(imagegen_page_deltas(g, &a, &fl), 0);
+    assert_int_equal(imagegen_page_deltas(g, &b, &fl), 5);
+    imagegen_stats s;
+    imagegen_get_stats(g, &s);
+    assert_int_equal(s.written, 2);
+    assert_int_equal(s.from_reads, 2);
+    assert_int_equal(s.requested, 0);
+
+    for (int i = 0; i < IMAGEGEN_OFFERS_MAX + 3; i++) {
+        pg_key k = blk(100 + (uint32_t)i);
+        imagegen_offer(g, &k, 0x60, page);
+    }
+    imagegen_get_stats(g, &s);
+    assert_int_equal(s.offer_drops, 3);
+    assert_int_equal(imagegen_drain(g), IMAGEGEN_OFFERS_MAX);
+    assert_int_equal(imagegen_drain(g), 0);
+    imagegen_offer(g, &a, 0x60, page); /* destroy frees what was never stored */
+    imagegen_destroy(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -774,6 +817,7 @@ int main(void)
         cmocka_unit_test(test_backpressure_promotes_queued_page),
         cmocka_unit_test(test_backpressure_many_pages),
         cmocka_unit_test(test_backpressure_timeout),
+        cmocka_unit_test(test_offers_from_reads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
