@@ -17,14 +17,15 @@
 """
 import os
 import re
+import signal
 import threading
 import time
 
 import psycopg
 import pytest
 
-from conftest import (children_of, kill_hard, lsn_to_int, pageserver_built, pg_user,
-                      sysv_segments_created_by)
+from conftest import (children_of, lsn_to_int, pageserver_built, pg_user, pid_alive,
+                      sysv_segments_created_by, wait_until)
 
 pytestmark = [pytest.mark.release_daemons,
               pytest.mark.skipif(not pageserver_built(), reason="pageserver not built")]
@@ -172,7 +173,11 @@ def test_compute_killed_with_sigkill_leaves_no_shared_memory_segment(cluster_dir
     with open(os.path.join(cluster_dir.dir, "compute.pid")) as f:
         pid = int(f.read().split()[0])
     assert len(sysv_segments_created_by([pid])) == 1
-    kill_hard([pid] + children_of(pid))
+    # Not kill_hard: it removes a killed postmaster's segment itself.
+    victims = [pid] + children_of(pid)
+    for p in victims:
+        os.kill(p, signal.SIGKILL)
+    wait_until(lambda: not any(pid_alive(p) for p in victims), 10, "the compute to die")
     assert len(sysv_segments_created_by([pid])) == 1, "SIGKILL removed the segment itself"
     cluster_dir.start("compute")
     assert sysv_segments_created_by([pid]) == []
