@@ -93,8 +93,11 @@ def test_quick_run(tmp_path):
         a, b = entry["a"], entry["b"]
         assert a["basebackup_s"] > 0 and a["basebackup_mb"] > 10
         # Scale 1 stays below the 64 MB open layer: the import's upload at
-        # `strata up` is in the store, the load's values may all be in WAL.
-        assert b["uploaded_mb"] >= 0 and b["remote_data_mb"] > 1 and b["replay_mb"] > 0
+        # `strata up` is in the store, the load's values may all be in WAL --
+        # or none: on a slow machine the uploader may have caught up with the
+        # last commit before the kill (seen with three pytest workers), and
+        # then there is nothing to replay.
+        assert b["uploaded_mb"] >= 0 and b["remote_data_mb"] > 1 and b["replay_mb"] >= 0
         assert b["lag_max_mb"] >= b["lag_mean_mb"] >= 0
         assert 0 < b["restored_s"] <= b["first_query_s"]
         assert 0 < b["caught_up_s"]
