@@ -608,40 +608,45 @@ void imagegen_offer(imagegen *g, const pg_key *k, lsn_t lsn, const uint8_t page[
     }
 }
 
-/* Stores what readers offered.  Such an image at L covers every delta
- * counted when L is at or after the newest one; else the counter stays (an
- * upper bound still).  A page in flight is settled by its job. */
-static int drain_offers(imagegen *g)
+/* Writer thread: stores d's page as an image through the put callback and
+ * counts it (from_read: a reader rebuilt it).  False when the put failed
+ * (logged and counted). */
+static bool store_image(imagegen *g, const ig_done *d, bool from_read)
 {
-    ig_done offers[IMAGEGEN_OFFERS_MAX];
-    pthread_mutex_lock(&g->mu);
-    size_t n = g->olen;
-    for (size_t i = 0; i < n; i++)
-        offers[i] = g->offers[(g->ohead + i) % IMAGEGEN_OFFERS_MAX];
-    g->ohead = (g->ohead + n) % IMAGEGEN_OFFERS_MAX;
-    g->olen = 0;
-    pthread_mutex_unlock(&g->mu);
+    char err[256];
+    if (g->put(g->arg, &d->k, d->at, d->page, err, sizeof err) != 0) {
+        char kb[96], lb[LSN_FMT_LEN];
+        log_warn("image generation: cannot store the image%s of %s at %s: %s",
+                 from_read ? " a reader rebuilt" : "", pg_key_format(&d->k, kb, sizeof kb),
+                 lsn_format(d->at, lb), err);
+        atomic_fetch_add(&g->failures, 1);
+        metrics_counter_inc(im.failures);
+        return false;
+    }
+    atomic_fetch_add(&g->written, 1);
+    atomic_fetch_add(&g->written_bytes, PG_BLCKSZ);
+    metrics_counter_inc(im.written);
+    metrics_counter_add(im.written_bytes, PG_BLCKSZ);
+    if (from_read) {
+        atomic_fetch_add(&g->from_reads, 1);
+        metrics_counter_inc(im.from_reads);
+    }
+    return true;
+}
+
+/* Stores the n pages readers offered.  Such an image at L covers every
+ * delta counted when L is at or after the newest one; else the counter
+ * stays (an upper bound still).  A page in flight is settled by its job. */
+static int store_offers(imagegen *g, ig_done *offers, size_t n)
+{
     int stored = 0;
     for (size_t i = 0; i < n; i++) {
         ig_done *d = &offers[i];
-        char err[256];
-        if (g->put(g->arg, &d->k, d->at, d->page, err, sizeof err) != 0) {
-            char kb[96], lb[LSN_FMT_LEN];
-            log_warn("image generation: cannot store the image a reader rebuilt of %s at %s: %s",
-                     pg_key_format(&d->k, kb, sizeof kb), lsn_format(d->at, lb), err);
-            atomic_fetch_add(&g->failures, 1);
-            metrics_counter_inc(im.failures);
-            free(d->page);
-            continue;
-        }
+        bool ok = store_image(g, d, true);
         free(d->page);
+        if (!ok)
+            continue;
         stored++;
-        atomic_fetch_add(&g->written, 1);
-        atomic_fetch_add(&g->written_bytes, PG_BLCKSZ);
-        atomic_fetch_add(&g->from_reads, 1);
-        metrics_counter_inc(im.written);
-        metrics_counter_add(im.written_bytes, PG_BLCKSZ);
-        metrics_counter_inc(im.from_reads);
         if (g->table == NULL)
             continue;
         ig_entry *e = table_slot(g->table, g->table_cap, &d->k);
@@ -656,15 +661,20 @@ static int drain_offers(imagegen *g)
 
 int imagegen_drain(imagegen *g)
 {
-    int from_reads = drain_offers(g);
-
+    ig_done offers[IMAGEGEN_OFFERS_MAX];
     pthread_mutex_lock(&g->mu);
     size_t n = g->dlen;
     for (size_t i = 0; i < n; i++)
         g->scratch[i] = g->done[(g->dhead + i) % g->total_cap];
     g->dhead = (g->dhead + n) % g->total_cap;
     g->dlen = 0;
+    size_t noffers = g->olen;
+    for (size_t i = 0; i < noffers; i++)
+        offers[i] = g->offers[(g->ohead + i) % IMAGEGEN_OFFERS_MAX];
+    g->ohead = (g->ohead + noffers) % IMAGEGEN_OFFERS_MAX;
+    g->olen = 0;
     pthread_mutex_unlock(&g->mu);
+    int from_reads = noffers > 0 ? store_offers(g, offers, noffers) : 0;
     if (n == 0) {
         sweep_dropped(g);
         return from_reads;
@@ -675,22 +685,9 @@ int imagegen_drain(imagegen *g)
     for (size_t i = 0; i < n; i++) {
         ig_done *d = &g->scratch[i];
         bool ok = false;
-        if (d->result == DONE_IMAGE) {
-            char err[256];
-            if (g->put(g->arg, &d->k, d->at, d->page, err, sizeof err) == 0) {
-                ok = true;
-                stored++;
-                atomic_fetch_add(&g->written, 1);
-                atomic_fetch_add(&g->written_bytes, PG_BLCKSZ);
-                metrics_counter_inc(im.written);
-                metrics_counter_add(im.written_bytes, PG_BLCKSZ);
-            } else {
-                char kb[96], lb[LSN_FMT_LEN];
-                log_warn("image generation: cannot store the image of %s at %s: %s",
-                         pg_key_format(&d->k, kb, sizeof kb), lsn_format(d->at, lb), err);
-                atomic_fetch_add(&g->failures, 1);
-                metrics_counter_inc(im.failures);
-            }
+        if (d->result == DONE_IMAGE && store_image(g, d, false)) {
+            ok = true;
+            stored++;
         }
         free(d->page);
         d->page = NULL;
