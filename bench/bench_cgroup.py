@@ -1,16 +1,16 @@
-"""cgroup v1 groups for the benchmarks: a memory limit, block-IO throttles.
+"""cgroup v1 groups for the benchmarks: a memory limit.
 
 For: creating one cgroup under each cgroup v1 controller a benchmark names
-(memory, blkio), as a child of the cgroup this program runs in (so the
-limits of a surrounding container still hold); setting its limits; an argv
-prefix that moves the command into the group before exec'ing it, so a server
-and every process it forks later are inside; reading its counters (the
-IOs the throttle layer serviced, the peak memory charged); and removing it
-once its tasks have gone.  The block device that holds a directory (the
-whole disk when the directory sits on a partition).  A controller that is
+(memory), as a child of the cgroup this program runs in (so the limits of a
+surrounding container still hold); setting its limit; an argv prefix that
+moves the command into the group before exec'ing it, so a server and every
+process it forks later are inside; reading its counters (the peak memory
+charged); and removing it once its tasks have gone.  A controller that is
 not mounted is a BenchError that names it.
 
-Not for: cgroup v2, or knowing what the processes inside are.
+Not for: cgroup v2, disk limits (blkio throttling caps rates but adds no
+per-IO latency, so it does not model a network disk: bench_netdisk.py
+does), or knowing what the processes inside are.
 """
 
 import contextlib
@@ -22,23 +22,6 @@ from bench_cli import log
 from bench_proc import BenchError
 
 CGROUP_ROOT = "/sys/fs/cgroup"
-THROTTLE_FILES = ("read_iops_device", "write_iops_device", "read_bps_device", "write_bps_device")
-
-
-def block_device_of(path):
-    """"MAJ:MIN" of the disk holding path (its parent disk if path is on a
-    partition).  Raises BenchError when path is on no block device (tmpfs,
-    overlay): a blkio throttle would then throttle nothing."""
-    st = os.stat(path)
-    dev = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
-    sysdir = f"/sys/dev/block/{dev}"
-    if os.major(st.st_dev) == 0 or not os.path.exists(sysdir):
-        raise BenchError(f"{path} is on device {dev}, which is no block device (tmpfs, overlay?): "
-                         "a blkio throttle needs the disk; choose --workdir on a disk")
-    if os.path.exists(os.path.join(sysdir, "partition")):
-        with open(os.path.join(os.path.realpath(sysdir), "..", "dev"), encoding="utf-8") as f:
-            dev = f.read().strip()
-    return dev
 
 
 def _own_cgroup(controller):
@@ -115,33 +98,6 @@ class Cgroup:
             except OSError:
                 pass
         return sorted(pids)
-
-    # -- blkio ---------------------------------------------------------------------
-
-    def throttle(self, device, iops, bytes_per_s):
-        """Sets the four blkio.throttle limits of device; 0, 0 removes them."""
-        for name, value in zip(THROTTLE_FILES, (iops, iops, bytes_per_s, bytes_per_s)):
-            self.write("blkio", "blkio.throttle." + name, f"{device} {int(value)}")
-
-    def throttle_limits(self, device):
-        """{file: value} of the throttle limits set on device (read back)."""
-        out = {}
-        for name in THROTTLE_FILES:
-            for line in self.read("blkio", "blkio.throttle." + name).splitlines():
-                if line.split()[:1] == [device]:
-                    out[name] = int(line.split()[1])
-        return out
-
-    def io_counters(self, device):
-        """{"read_ios", "write_ios", "read_bytes", "write_bytes"} of device
-        from blkio.throttle.io_serviced and io_service_bytes."""
-        out = {"read_ios": 0, "write_ios": 0, "read_bytes": 0, "write_bytes": 0}
-        for fname, suffix in (("io_serviced", "ios"), ("io_service_bytes", "bytes")):
-            for line in self.read("blkio", "blkio.throttle." + fname).splitlines():
-                parts = line.split()
-                if len(parts) == 3 and parts[0] == device and parts[1] in ("Read", "Write"):
-                    out[f"{parts[1].lower()}_{suffix}"] += int(parts[2])
-        return out
 
     # -- memory --------------------------------------------------------------------
 

@@ -3,20 +3,21 @@
 
 For: measuring, in one run on one machine, side by side, two modes.
 
-network (a disk with a cloud volume's limits):
+network (a disk with a cloud volume's latency and limits):
   (a) stock PG 15 on the local disk;
-  (n) the same stock server with its postmaster (and so every postgres
-      process) in a cgroup v1 blkio group throttled to --iops read and write
-      IOPS and --mbps MB/s read and write on the disk holding its data
-      directory and WAL;
-  (c) Strata (`strata up` of the release build) with the compute's processes
-      in the same kind of group (its local disk holds only temporary files
-      and the file cache), safekeepers and pageserver unthrottled;
+  (n) the same stock server with its data directory and WAL on a simulated
+      network volume: strata-netdisk (tests/tools/netdisk.c), a FUSE
+      passthrough to the local disk under the kernel's page cache, where
+      every IO that reaches the "device" (a read the page cache misses, a
+      page written back, an fsync) waits --latency-us of round trip, a slot
+      under --iops and its transfer time under --mbps;
+  (c) Strata (`strata up` of the release build) with the compute's directory
+      on the same kind of volume (it holds only the compute's data directory
+      with its temporary files), safekeepers and pageserver on the local disk;
   each with pgbench TPC-B (--scale, --clients, --duration) and the built-in
   TPROC-C driver of bench/tprocc.py (--warehouses scaled down by
-  --scale-down, --vus); the throttle is on only while a workload is measured
-  (loading runs unthrottled), and the IOs it serviced are read from the
-  group's blkio.throttle.io_serviced before and after.
+  --scale-down, --vus); the IOs the volume served in each measured window
+  are read from its counters before and after.
 
 memory (data larger than memory):
   (a) stock PG 15 in a cgroup v1 memory group (memory.limit_in_bytes =
@@ -60,9 +61,10 @@ sys.path.insert(0, HERE)
 import psycopg  # noqa: E402
 
 import tprocc  # noqa: E402
-from bench_cgroup import block_device_of, cgroup, check_controllers  # noqa: E402
+from bench_cgroup import cgroup, check_controllers  # noqa: E402
 from bench_cli import (add_common_options, interrupt_on_sigterm, log, new_results,  # noqa: E402
                        print_table, report_from_json, run_setups, run_timed)
+from bench_netdisk import netdisk  # noqa: E402
 from bench_pg import make_pg_dir, psql, read_settings, stock_servers  # noqa: E402
 from bench_pgbench import pgbench_init, prepare_run  # noqa: E402
 from bench_proc import BenchError, pg_workdir, run  # noqa: E402
@@ -79,15 +81,15 @@ SECTION_END = "<!-- END constrained -->"
 SETUPS = {
     "net-a": ("(a) stock PG 15, local disk",
               "stock PostgreSQL 15 (Debian binaries) on the local disk, no limits."),
-    "net-n": ("(n) stock PG 15, throttled disk",
-              "the same stock server with its postmaster in a cgroup v1 blkio group: "
-              "blkio.throttle read/write IOPS and bytes/s limits on the disk holding its data "
-              "directory and WAL, like a baseline cloud volume."),
-    "net-c": ("(c) Strata, compute throttled",
+    "net-n": ("(n) stock PG 15, network disk",
+              "the same stock server with its data directory and WAL on a simulated network "
+              "volume (strata-netdisk: the latency, IOPS and bandwidth of a baseline cloud "
+              "volume under the kernel's page cache)."),
+    "net-c": ("(c) Strata, compute on network disk",
               "`strata up` of the release build (three safekeepers, the pageserver, a "
-              "stateless compute); the compute's processes in a blkio group with the same "
-              "limits (its local disk holds only temporary files and the file cache), "
-              "safekeepers and pageserver unthrottled on the local disk."),
+              "stateless compute); the compute's directory on the same kind of simulated "
+              "volume (it holds the compute's data directory and temporary files), "
+              "safekeepers and pageserver on the local disk."),
     "mem-a": ("(a) stock PG 15, memory limit",
               "stock PostgreSQL 15 with its postmaster in a cgroup v1 memory group "
               "(memory.limit_in_bytes): its processes and the page cache they fault in."),
@@ -100,15 +102,18 @@ MODES = {"network": ("net-a", "net-n", "net-c"), "memory": ("mem-a", "mem-c")}
 COLORS = {"net-a": "#1f77b4", "net-n": "#ff7f0e", "net-c": "#2ca02c",
           "mem-a": "#1f77b4", "mem-c": "#2ca02c"}
 MB = 1024 * 1024
-# GetPage wait percentiles of strata_smgr_stats(), when the build reports them.
-GETPAGE_WAIT_PREFIX = "getpage_wait_"
+# strata_smgr_stats()'s histogram of GetPage waits (compute/extension/pagestore.c):
+# getpage_wait_lt_<N>us counts waits below N us (and at least the previous
+# bucket's N), getpage_wait_ge_<N>us the rest.
+WAIT_BUCKET_PREFIX = "getpage_wait_lt_"
+WAIT_OVERFLOW_PREFIX = "getpage_wait_ge_"
 
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(
         prog="constrained",
-        description="Strata vs stock PG 15 on a throttled (network-like) disk and under a "
-                    "memory limit, with cgroup v1.")
+        description="Strata vs stock PG 15 on a simulated network disk (FUSE) and under a "
+                    "memory limit (cgroup v1).")
     ap.add_argument("--modes", default="network,memory",
                     help="comma-separated from network,memory (default both)")
     ap.add_argument("--setups", default=None,
@@ -127,10 +132,14 @@ def parse_args(argv):
                     help="TPROC-C virtual users (default 8; 2 with --quick)")
     ap.add_argument("--rampup", type=int, default=None,
                     help="TPROC-C ramp-up seconds (default 15; 1 with --quick)")
+    ap.add_argument("--latency-us", type=int, default=1000,
+                    help="(n), (c) network: round trip of every IO of the simulated volume in "
+                         "microseconds (default 1000)")
     ap.add_argument("--iops", type=int, default=3000,
-                    help="(n), (c) network: read and write IOPS limit each (default 3000)")
+                    help="(n), (c) network: IOPS limit of the volume, reads and writes together "
+                         "(default 3000)")
     ap.add_argument("--mbps", type=int, default=125,
-                    help="(n), (c) network: read and write MB/s limit each (default 125)")
+                    help="(n), (c) network: MB/s limit of the volume (default 125)")
     ap.add_argument("--mem-scale", type=int, default=None,
                     help="pgbench scale of the memory mode (default 100, about 1.5 GB; 2 quick)")
     ap.add_argument("--memory-limit-mb", type=int, default=None,
@@ -143,7 +152,7 @@ def parse_args(argv):
                          "32MB with --quick)")
     ap.add_argument("--wal-sync-method", default="fdatasync",
                     help="wal_sync_method of the stock servers (default fdatasync, PG's own on "
-                         "Linux; both it and open_datasync sync from the writing process)")
+                         "Linux)")
     ap.add_argument("--quick", action="store_true",
                     help="tiny sizes and seconds of running: tests this program; no docs")
     add_common_options(ap, "constrained")
@@ -169,7 +178,7 @@ def parse_args(argv):
         args.modes = [m for m in MODES if any(k in args.setups for k in MODES[m])]
     if min(args.duration, args.clients, args.scale, args.warehouses, args.scale_down, args.vus,
            args.iops, args.mbps, args.mem_scale, args.memory_limit_mb) < 1 \
-            or args.rampup < 0 or args.file_cache_mb < 0:
+            or args.rampup < 0 or args.file_cache_mb < 0 or args.latency_us < 0:
         ap.error("sizes, limits and durations must be positive")
     if args.scale_down > 100:
         ap.error("--scale-down at most 100")
@@ -195,33 +204,35 @@ def pgbench_entry(conninfo, args, work, key, duration):
 
 
 @contextlib.contextmanager
-def throttled(cg, device, args, into):
-    """The blkio limits on for the block; into["io"] gets the IOs and bytes
-    the group's throttle layer serviced meanwhile (and the achieved rates)."""
-    if cg is None or "blkio" not in cg.dirs:
+def on_volume(nd, into):
+    """into["io"] gets the IOs the simulated volume nd served during the
+    block (nothing when nd is None): counts, bytes, the achieved rates and
+    the mean time an IO took on the volume (latency and queueing).  An IO
+    is a read or a write; fsyncs are counted apart (they cost no IO)."""
+    if nd is None:
         yield
         return
-    cg.throttle(device, args.iops, args.mbps * 1000 * 1000)
-    limits = cg.throttle_limits(device)
-    before, t0 = cg.io_counters(device), time.monotonic()
+    before, t0 = nd.stats(), time.monotonic()
     try:
         yield
     finally:
-        after, secs = cg.io_counters(device), time.monotonic() - t0
-        cg.throttle(device, 0, 0)
+        after, secs = nd.stats(), time.monotonic() - t0
         io = {k: after[k] - before[k] for k in after}
-        io.update(device=device, limits=limits, seconds=round(secs, 1),
-                  iops=round((io["read_ios"] + io["write_ios"]) / max(secs, 1e-3), 1),
-                  mb_per_s=round((io["read_bytes"] + io["write_bytes"]) / max(secs, 1e-3)
-                                 / 1e6, 2))
+        ios = io["reads"] + io["writes"]
+        io.update(limits=nd.limits(), seconds=round(secs, 1),
+                  iops=round(ios / max(secs, 1e-3), 1),
+                  mb_per_s=round((io["read_bytes"] + io["write_bytes"]) / max(secs, 1e-3) / 1e6,
+                                 2),
+                  mean_io_ms=round(io["wait_us"] / ios / 1000, 2) if ios else None)
         into["io"] = io
-        log(f"  throttle {device}: {io['read_ios']} read + {io['write_ios']} write IOs "
-            f"serviced in {io['seconds']} s ({io['iops']} IOPS, {io['mb_per_s']} MB/s)")
+        log(f"  volume: {io['reads']} reads, {io['writes']} writes, {io['fsyncs']} fsyncs in "
+            f"{io['seconds']} s ({io['iops']} IOPS, {io['mb_per_s']} MB/s, mean "
+            f"{io['mean_io_ms']} ms per IO)")
 
 
-def tprocc_entry(info, args, key, cg, device):
-    """TPROC-C through bench/tprocc.py: create and load (unthrottled), then
-    the measured run with the throttle on, then the consistency checks."""
+def tprocc_entry(info, args, key, nd):
+    """TPROC-C through bench/tprocc.py: create and load, then the measured
+    run (the volume's IOs counted), then the consistency checks."""
     tprocc.create_database(info)
     conninfo = tprocc.conninfo_str(info)
     scale = tprocc.Scale(args.warehouses, args.scale_down)
@@ -230,7 +241,7 @@ def tprocc_entry(info, args, key, cg, device):
                                   report_every=max(2.0, args.duration / 6), seed=args.seed,
                                   kill_compute_at=None)
     holder = {}
-    with throttled(cg, device, args, holder):
+    with on_volume(nd, holder):
         res, _wl = tprocc.run_workload(conninfo, scale, targs)
     res["load_s"] = round(load_s, 1)
     res.update(holder)
@@ -253,6 +264,28 @@ def smgr_stats(conninfo):
     return out
 
 
+def wait_percentiles(delta):
+    """GetPage wait p50 and p99 in ms from the histogram counters' growth
+    (delta: name -> count): the upper bound of the bucket each percentile's
+    wait fell in ("> N" in the overflow bucket); None when nothing waited."""
+    buckets = sorted((int(k[len(WAIT_BUCKET_PREFIX):-2]), v) for k, v in delta.items()
+                     if k.startswith(WAIT_BUCKET_PREFIX))
+    over = [(k, v) for k, v in delta.items() if k.startswith(WAIT_OVERFLOW_PREFIX)]
+    total = sum(v for _, v in buckets) + sum(v for _, v in over)
+    if not buckets or total <= 0:
+        return None
+    out = {"waits": total, "mean_ms": round(delta.get("getpage_wait_us", 0) / total / 1000, 3)}
+    for name, pct in (("p50_ms", 0.50), ("p99_ms", 0.99)):
+        seen, cell = 0, None
+        for bound_us, count in buckets:
+            seen += count
+            if seen >= pct * total:
+                cell = f"< {bound_us / 1000:g}"
+                break
+        out[name] = cell or f"> {buckets[-1][0] / 1000:g}"
+    return out
+
+
 def smgr_figures(before, after, txns):
     """GetPage per transaction and hit rates from two strata_smgr_stats() reads."""
     d = {k: after.get(k, 0) - before.get(k, 0) for k in after}
@@ -267,19 +300,13 @@ def smgr_figures(before, after, txns):
                                 if d.get("prefetch_sent") else None),
            "file_cache_hit_pct": rate("file_cache_hit", "file_cache_miss"),
            "delta": d}
-    # PLACEHOLDER (issue #14 part 3): GetPage wait percentiles.  This build's
-    # strata_smgr_stats() has no getpage_wait_* rows; a branch adds them.  Until
-    # their meaning is known here, every getpage_wait_* value after the run is
-    # shown as it is (read as a percentile already computed by the compute);
-    # if they turn out to be histogram buckets, compute p50/p99 from the
-    # bucket deltas (d) instead.
-    fig["getpage_wait"] = {k[len(GETPAGE_WAIT_PREFIX):]: v for k, v in after.items()
-                           if k.startswith(GETPAGE_WAIT_PREFIX)} or None
+    fig["getpage_wait"] = wait_percentiles(d)
     return fig
 
 
-def measure(args, key, info, work, cg, device, stateless):
-    """Loads and runs the workloads of key's mode on the server at info;
+def measure(args, key, info, work, cg, nd, stateless):
+    """Loads and runs the workloads of key's mode on the server at info
+    (data on the simulated volume nd, or None);
     returns (settings, pgbench entry, TPROC-C entry or None, cgroup figures,
     smgr figures or None)."""
     mem_mode = key.startswith("mem-")
@@ -297,14 +324,14 @@ def measure(args, key, info, work, cg, device, stateless):
     before = smgr_stats(info) if stateless else None
     holder = {}
     log(f"({key}) pgbench TPC-B -c{args.clients} -T{args.duration} (database {size})")
-    with throttled(cg, device, args, holder):
+    with on_volume(nd, holder):
         entry = pgbench_entry(info, args, work, key, args.duration)
     entry.update(holder)
     smgr = smgr_figures(before, smgr_stats(info), entry["txns"]) if stateless else None
     if smgr:
         log(f"({key}) GetPage/txn {smgr['getpage_per_txn']}, prefetch hit "
             f"{smgr['prefetch_hit_pct']} %, file cache hit {smgr['file_cache_hit_pct']} %")
-    tpcc = None if mem_mode else tprocc_entry(info, args, key, cg, device)
+    tpcc = None if mem_mode else tprocc_entry(info, args, key, nd)
     groups = {}
     if cg is not None:
         groups["pids_in_group"] = len(cg.pids())
@@ -322,8 +349,8 @@ def _group_name(work, key):
 
 
 def _controllers(key):
-    return {"net-a": (), "net-n": ("blkio",), "net-c": ("blkio",),
-            "mem-a": ("memory",), "mem-c": ("memory",)}[key]
+    return {"net-a": (), "net-n": (), "net-c": (), "mem-a": ("memory",),
+            "mem-c": ("memory",)}[key]
 
 
 def _check_inside(cg, pid, what):
@@ -331,18 +358,31 @@ def _check_inside(cg, pid, what):
         raise BenchError(f"{what} (pid {pid}) is not in cgroup {cg.name}")
 
 
+def _volume(args, work, key, where):
+    """The simulated network volume of key mounted at where (its files in
+    work/volume-<key> on the local disk), or a null context outside the
+    network mode's (n) and (c)."""
+    if key not in ("net-n", "net-c"):
+        return contextlib.nullcontext(None)
+    return netdisk(args.strata_build, where, os.path.join(work, f"volume-{key}"),
+                   args.latency_us, args.iops, args.mbps)
+
+
 def run_stock(args, work, sock, key):
-    device = block_device_of(work)
+    """Stock PG 15 (its data directory on the volume for (n), in the memory
+    group for mem-a)."""
     with cgroup(_group_name(work, key), _controllers(key),
-                args.memory_limit_mb * MB if key.startswith("mem-") else None) as cg:
-        with stock_servers(work, sock, key, key, args.shared_buffers,
+                args.memory_limit_mb * MB if key.startswith("mem-") else None) as cg, \
+            _volume(args, work, key, os.path.join(work, f"disk-{key}")) as nd:
+        with stock_servers(nd.mountpoint if nd else work, sock, key, key, args.shared_buffers,
                            settings={"wal_sync_method": args.wal_sync_method},
                            launch_prefix=cg.launch_prefix() if cg else ()) as (srv, _):
             _check_inside(cg, srv.pid, "the postmaster")
             log(f"({key}) stock PG 15 pid {srv.pid} port {srv.port}"
-                + (f", in cgroup {cg.name}" if cg else ""))
-            settings, entry, tpcc, groups, _ = measure(args, key, srv.conninfo(), work, cg,
-                                                       device, False)
+                + (f", in cgroup {cg.name}" if cg else "")
+                + (f", data directory {srv.datadir} on the simulated volume" if nd else ""))
+            settings, entry, tpcc, groups, _ = measure(args, key, srv.conninfo(), work, cg, nd,
+                                                       False)
             return settings, entry, tpcc, groups, None
 
 
@@ -367,8 +407,8 @@ def _environ(**values):
 
 def run_strata(args, work, key):
     """`strata up`; then the compute is stopped and started again inside the
-    group (the launcher's children, postgres among them, stay inside)."""
-    device = block_device_of(work)
+    memory group (the launcher's children, postgres among them, stay
+    inside), or with its directory moved onto the simulated volume."""
     mem_mode = key.startswith("mem-")
     env = {"STRATA_COMPUTE_SETTINGS": f"shared_buffers={args.shared_buffers}",
            "STRATA_COMPUTE_FILE_CACHE_MB": str(args.file_cache_mb) if mem_mode else None}
@@ -376,15 +416,26 @@ def run_strata(args, work, key):
                                  args.memory_limit_mb * MB if mem_mode else None) as cg, \
             strata_setup(args.strata_build, os.path.join(work, f"strata-{key}"), key,
                          compute_mode="stateless") as (cluster, status):
-        run([cluster.cli, "stop", "compute", "--dir", cluster.cluster_dir], timeout=120)
-        run(cg.launch_prefix() + [cluster.cli, "start", "compute", "--dir",
-                                  cluster.cluster_dir], timeout=300)
-        status = cluster.status()
-        pid = status["compute"]["pid"]
-        _check_inside(cg, pid, "the compute")
-        log(f"({key}) compute pid {pid} restarted in cgroup {cg.name}")
-        settings, entry, tpcc, groups, smgr = measure(args, key, cluster.conninfo(status), work,
-                                                      cg, device, True)
+        stop = [cluster.cli, "stop", "compute", "--dir", cluster.cluster_dir]
+        run(stop, timeout=120)
+        compute_dir = os.path.join(cluster.cluster_dir, "compute")
+        with contextlib.ExitStack() as stack:
+            nd = None
+            if key == "net-c":
+                # The compute's directory becomes the volume's content.
+                os.rename(compute_dir, os.path.join(work, f"volume-{key}"))
+                nd = stack.enter_context(_volume(args, work, key, compute_dir))
+                stack.callback(run, stop, timeout=120)
+            run((cg.launch_prefix() if cg else []) + [cluster.cli, "start", "compute", "--dir",
+                                                      cluster.cluster_dir], timeout=300)
+            status = cluster.status()
+            pid = status["compute"]["pid"]
+            _check_inside(cg, pid, "the compute")
+            log(f"({key}) compute pid {pid} restarted"
+                + (f" in cgroup {cg.name}" if cg else "")
+                + (f", {compute_dir} on the simulated volume" if nd else ""))
+            settings, entry, tpcc, groups, smgr = measure(args, key, cluster.conninfo(status),
+                                                          work, cg, nd, True)
         settings["processes (strata status)"] = " ".join(
             ["compute", "pageserver"] + [sk.get("name", "?") for sk in status["safekeepers"]
                                          if sk.get("pid") is not None])
@@ -453,14 +504,15 @@ _fmt = fmt_value
 def _io_cell(io):
     if not io:
         return "-"
-    return f"{io['read_ios']}/{io['write_ios']} ({io['iops']:.0f}/s, {io['mb_per_s']:.1f} MB/s)"
+    return (f"{io['reads']}/{io['writes']}/{io['fsyncs']} ({io['iops']:.0f}/s, "
+            f"{io['mb_per_s']:.1f} MB/s, {_fmt(io['mean_io_ms'])} ms)")
 
 
 NET_HEADER = ["setup", "status", "TPC-B TPS", "p50 ms", "p99 ms",
-              "throttled IOs r/w TPC-B", "NOPM", "TPM", "new-order p50 ms", "p99 ms",
-              "throttled IOs r/w TPROC-C", "checks"]
+              "volume IOs r/w/fsync TPC-B", "NOPM", "TPM", "new-order p50 ms", "p99 ms",
+              "volume IOs r/w/fsync TPROC-C", "GetPage wait p50/p99 ms", "checks"]
 MEM_HEADER = ["setup", "status", "TPS", "p50 ms", "p99 ms", "limit MB", "peak MB", "failcnt",
-              "GetPage/txn", "prefetch hit %", "file cache hit %", "GetPage wait p50/p99"]
+              "GetPage/txn", "prefetch hit %", "file cache hit %", "GetPage wait p50/p99 ms"]
 
 
 def net_rows(results):
@@ -475,21 +527,20 @@ def net_rows(results):
         rows.append([s["title"], s["status"], _fmt(r.get("tps"), 1), _fmt(lat.get("p50")),
                      _fmt(lat.get("p99")), _io_cell(r.get("io")), _fmt(t.get("nopm")),
                      _fmt(t.get("tpm")), _fmt(nlat.get("p50")), _fmt(nlat.get("p99")),
-                     _io_cell(t.get("io")),
+                     _io_cell(t.get("io")), _wait_cell(s.get("smgr")),
                      "-" if checks is None else
                      ("pass" if all(c["ok"] for c in checks) else "FAIL")])
     return rows
 
 
-def _wait_cell(wait):
-    """GetPage wait p50/p99 from the getpage_wait_* values (names after the
-    prefix, e.g. "p50_us"), or what is missing."""
+def _wait_cell(smgr):
+    """GetPage wait p50/p99 of a Strata setup's pgbench run ("-" elsewhere)."""
+    wait = (smgr or {}).get("getpage_wait")
+    if not smgr:
+        return "-"
     if not wait:
-        return "not reported by this build"
-    def pick(pct):
-        names = sorted(k for k in wait if pct in k)
-        return f"{wait[names[0]]} ({names[0]})" if names else "-"
-    return f"{pick('p50')} / {pick('p99')}"
+        return "no waits"
+    return f"{wait['p50_ms']} / {wait['p99_ms']}"
 
 
 def mem_rows(results):
@@ -501,33 +552,14 @@ def mem_rows(results):
         lat = r.get("lat_ms") or {}
         m = (s.get("cgroup") or {}).get("memory") or {}
         sm = s.get("smgr") or {}
-        wait = sm.get("getpage_wait")
         rows.append([s["title"], s["status"], _fmt(r.get("tps"), 1), _fmt(lat.get("p50")),
                      _fmt(lat.get("p99")),
                      _fmt(m["limit_bytes"] // MB) if m else "-",
                      _fmt(m["max_usage_bytes"] // MB) if m else "-", _fmt(m.get("failcnt")),
                      _fmt(sm.get("getpage_per_txn")), _fmt(sm.get("prefetch_hit_pct"), 1),
                      _fmt(sm.get("file_cache_hit_pct"), 1),
-                     _wait_cell(wait) if s["key"] == "mem-c" and sm else "-"])
+                     _wait_cell(s.get("smgr"))])
     return rows
-
-
-def throttle_notes(results):
-    """A line per throttled phase whose IO stayed under 80% of both limits:
-    there the throttle never bound, and the setup ran as on the local disk
-    (blkio throttling caps rates; it adds no per-IO latency)."""
-    p = results["params"]
-    notes = []
-    for s in results["setups"]:
-        for phase in ("pgbench", "tprocc"):
-            io = (s.get(phase) or {}).get("io")
-            if io and io["iops"] < 0.8 * p["iops"] and io["mb_per_s"] < 0.8 * p["mbps"]:
-                notes.append(f"{s['title']}, {'TPC-B' if phase == 'pgbench' else 'TPROC-C'}: "
-                             f"the limits never bound ({io['iops']:.0f} IOPS of {p['iops']}, "
-                             f"{io['mb_per_s']:.1f} MB/s of {p['mbps']}): blkio throttling caps "
-                             "rates and adds no per-IO latency, so this ran as on the local "
-                             "disk")
-    return notes
 
 
 def console_table(results):
@@ -539,35 +571,38 @@ def console_table(results):
     for s in results["setups"]:
         if s["status"] != "ok":
             lines.append(f"{s['title']}: {s['status']}: {s['reason']}")
-    lines += [f"note: {n}" for n in throttle_notes(results)]
     for t in targets(results):
         lines.append(f"target {t['name']}: {t['value'] or '-'} (want {t['target']}): {_met(t)}")
     return "\n".join(lines)
 
 
 HOW = (
-    "How: the (n) and (c) blkio groups are cgroup v1 groups with "
-    "`blkio.throttle.{read,write}_iops_device` and `{read,write}_bps_device` set on the disk "
-    "holding the data directory (its MAJ:MIN from `os.stat(dir).st_dev`) while a workload "
-    "is measured; loading runs unthrottled. cgroup v1 throttles the IO the group's tasks "
-    "submit themselves: reads, the writes an `fsync`/`fdatasync` or an `O_DSYNC` write "
-    "pushes out (every WAL flush of a commit: both `fdatasync` and `open_datasync` are "
-    "issued by the backend or walwriter) and O_DIRECT; it does not throttle background "
-    "writeback by the kernel's flusher threads (data pages the checkpointer wrote without "
-    "syncing yet), so (n) is a lenient model of a network volume. The \"throttled IOs\" "
-    "columns are the group's `blkio.throttle.io_serviced` (and `io_service_bytes`) after "
-    "minus before the measured window: proof the throttle layer saw the group's IO, and the "
-    "rate it let through. Data that fits the OS page cache is read from memory in (a) and "
-    "(n) alike. The memory groups set `memory.limit_in_bytes` before the server starts (a "
-    "shell moves itself into the group and execs `pg_ctl start` or `strata start compute`, "
-    "so every process forked later is inside); in cgroup v1 the page cache the group's "
-    "tasks fault in is charged to it, so stock's OS cache is capped at the same limit as "
-    "the compute's processes plus its file cache, while the pageserver, outside the group, "
-    "caches as it likes: that is the architecture being compared. GetPage/txn and the hit "
-    "rates are strata_smgr_stats() after minus before the pgbench run (the whole compute). "
-    "TPS and latency come from pgbench's per-transaction log; TPROC-C from "
-    "bench/tprocc.py's built-in driver (scaled-down warehouses: NOPM is not comparable with "
-    "a full-size HammerDB run).")
+    "How: the simulated network volume is strata-netdisk (tests/tools/netdisk.c), a FUSE "
+    "passthrough to a directory on the local disk, mounted with the kernel's page cache "
+    "above it (kernel_cache, writeback_cache) as a block device's filesystem has: reads the "
+    "page cache holds and buffered writes never reach it, as they never reach a cloud "
+    "volume. What does reach it is one IO each: a read the page cache missed, a dirty page "
+    "range written back (by the kernel's flusher or pushed out by fsync), and the fsync or "
+    "fdatasync itself (every WAL flush of a commit). Each IO waits the round-trip latency, "
+    "a slot under the IOPS limit and its transfer time under the bandwidth limit, the two "
+    "limits kept as device clocks with no credit for idle time (no bursts); IOs run on a "
+    "pool of threads, so concurrent ones overlap as in a volume's queue. Metadata "
+    "operations cost nothing. The volume IOs columns are its counters after minus before "
+    "the measured window: reads/writes/fsyncs, the rate achieved and the mean time an IO "
+    "took there (latency plus queueing). The compute's directory on the volume in (c) holds "
+    "its data directory, where it writes only temporary files, its log and its control "
+    "files; its pages come from the pageserver and its WAL goes to the safekeepers, both on "
+    "the local disk. The memory groups set `memory.limit_in_bytes` before the server "
+    "starts (a shell moves itself into the group and execs `pg_ctl start` or `strata start "
+    "compute`, so every process forked later is inside); in cgroup v1 the page cache the "
+    "group's tasks fault in is charged to it, so stock's OS cache is capped at the same "
+    "limit as the compute's processes plus its file cache, while the pageserver, outside "
+    "the group, caches as it likes: that is the architecture being compared. GetPage/txn, "
+    "the hit rates and the GetPage wait percentiles are strata_smgr_stats() after minus "
+    "before the pgbench run (the whole compute; the percentiles are the upper bounds of the "
+    "histogram buckets the 50th and 99th percentile waits fell in). TPS and latency come "
+    "from pgbench's per-transaction log; TPROC-C from bench/tprocc.py's built-in driver "
+    "(scaled-down warehouses: NOPM is not comparable with a full-size HammerDB run).")
 
 
 def _shown_argv(argv):
@@ -599,21 +634,18 @@ def markdown_section(results, image_paths):
         out += [f"**The machine was busy (load average up to {busy:.0f} on {m['nproc']} CPUs): "
                 "every figure is disturbed and only indicative.**", ""]
     if any(s["key"] in MODES["network"] for s in results["setups"]):
-        out += [f"Network disk: {p['iops']} IOPS and {p['mbps']} MB/s read and write each; "
+        out += [f"Network disk: {p['latency_us']} µs per IO, {p['iops']} IOPS and "
+                f"{p['mbps']} MB/s (reads and writes together); "
                 f"pgbench TPC-B scale {p['scale']}, -c{p['clients']}, {p['duration_s']} s; "
                 f"TPROC-C {p['warehouses']} warehouse(s) scaled down by {p['scale_down']}, "
                 f"{p['vus']} virtual users, {p['rampup_s']} s ramp-up, {p['duration_s']} s "
                 f"measured; shared_buffers {p['shared_buffers']}.", ""]
         out += md_table(NET_HEADER, net_rows(results)) + [""]
-        notes = throttle_notes(results)
-        if notes:
-            out += ["**The throttle did not bind:**", ""] + [f"- {n}" for n in notes] + [""]
     if any(s["key"] in MODES["memory"] for s in results["setups"]):
         out += [f"Larger than memory: memory.limit_in_bytes {p['memory_limit_mb']} MB, "
                 f"shared_buffers {p['shared_buffers']}, compute file cache "
                 f"{p['file_cache_mb']} MB; pgbench TPC-B scale {p['mem_scale']}, "
-                f"-c{p['clients']}, {p['duration_s']} s. GetPage wait percentiles: shown "
-                "when strata_smgr_stats() reports `getpage_wait_*`.", ""]
+                f"-c{p['clients']}, {p['duration_s']} s.", ""]
         out += md_table(MEM_HEADER, mem_rows(results)) + [""]
     out += ["Targets of the issue:", "", "| target | measured | want | verdict |",
             "|---|---|---|---|"]
@@ -674,7 +706,8 @@ def main(argv):
         "modes": args.modes, "setups": args.setups, "duration_s": args.duration,
         "clients": args.clients, "scale": args.scale, "warehouses": args.warehouses,
         "scale_down": args.scale_down, "vus": args.vus, "rampup_s": args.rampup,
-        "iops": args.iops, "mbps": args.mbps, "mem_scale": args.mem_scale,
+        "latency_us": args.latency_us, "iops": args.iops, "mbps": args.mbps,
+        "mem_scale": args.mem_scale,
         "memory_limit_mb": args.memory_limit_mb, "file_cache_mb": args.file_cache_mb,
         "shared_buffers": args.shared_buffers, "wal_sync_method": args.wal_sync_method})
     interrupted = run_timed(lambda: run_all(args, work, results), args, work, results)

@@ -2,10 +2,10 @@
 
 The verdicts and the docs section on hand-made results (a missed target says
 so, a setup that did not run says NOT MEASURED), and one real --quick run of
-all five setups at tiny sizes that checks every setup ran, the (n) and (c)
-groups' IO went through the blkio throttle, the memory groups' peak stayed
-under their limit, the tables were printed, and nothing it started is left
-running nor any cgroup it created left behind.
+all five setups at tiny sizes that checks every setup ran, (n)'s commits and
+(c)'s compute went through the simulated network volume, the memory groups'
+peak stayed under their limit, the tables were printed, and nothing it
+started is left running, mounted, or any cgroup it created left behind.
 """
 
 import os
@@ -20,8 +20,8 @@ sys.path.insert(0, HERE)
 import constrained  # noqa: E402
 from bench_cgroup import CGROUP_ROOT  # noqa: E402
 from bench_proc import pids_mentioning  # noqa: E402
-from bench_testlib import (check_section_replaced_once, need_strata_build,  # noqa: E402
-                           needs_stock_pg15, quick_run)
+from bench_testlib import (STRATA_NEEDS, check_section_replaced_once,  # noqa: E402
+                           need_strata_build, needs_stock_pg15, quick_run)
 
 
 def _setup(key, tps, nopm=None, status="ok"):
@@ -37,7 +37,8 @@ def _setup(key, tps, nopm=None, status="ok"):
 
 def _results(setups):
     return {"date": "today", "quick": False, "setups": setups,
-            "params": {"argv": [], "scale": 50, "clients": 16, "duration_s": 60, "iops": 3000,
+            "params": {"argv": [], "scale": 50, "clients": 16, "duration_s": 60,
+                       "latency_us": 1000, "iops": 3000,
                        "mbps": 125, "warehouses": 4, "scale_down": 10, "vus": 8, "rampup_s": 15,
                        "memory_limit_mb": 512, "file_cache_mb": 128, "mem_scale": 100,
                        "shared_buffers": "128MB"},
@@ -56,14 +57,32 @@ def test_targets_met_and_missed():
     assert t["memory: TPC-B TPS (c) / (a)"]["met"] is False
     text = constrained.console_table(res)
     assert "NOT met" in text and "network disk:" in text and "larger than memory:" in text
-    # A throttle the workload never reached is called out; one it hit is not.
-    io = {"read_ios": 0, "write_ios": 100, "read_bytes": 0, "write_bytes": 10 ** 6,
-          "iops": 1200.0, "mb_per_s": 14.0, "limits": {}, "seconds": 60.0, "device": "1:0"}
+    # The volume's counters and the GetPage waits are shown in the table.
+    io = {"reads": 3, "writes": 100, "fsyncs": 50, "read_bytes": 0, "write_bytes": 10 ** 6,
+          "wait_us": 153000, "iops": 2.5, "mb_per_s": 0.02, "mean_io_ms": 1.0, "limits": {},
+          "seconds": 60.0}
     res["setups"][1]["pgbench"]["io"] = io
-    res["setups"][2]["pgbench"]["io"] = dict(io, iops=2990.0)
-    notes = constrained.throttle_notes(res)
-    assert len(notes) == 1 and notes[0].startswith("(n) stock PG 15, throttled disk, TPC-B")
-    assert "did not bind" in constrained.markdown_section(res, None)
+    res["setups"][2]["smgr"] = {"getpage_wait": {"waits": 10, "mean_ms": 0.3, "p50_ms": "< 0.256",
+                                                 "p99_ms": "< 2.048"}}
+    md = constrained.markdown_section(res, None)
+    assert "| 3/100/50 (2/s, 0.0 MB/s, 1.00 ms) |" in md
+    assert "| < 0.256 / < 2.048 |" in md
+
+
+def test_getpage_wait_percentiles_from_the_histogram():
+    def delta(counts, over=0):
+        d = {f"getpage_wait_lt_{16 << i}us": c for i, c in enumerate(counts)}
+        d["getpage_wait_ge_1048576us"] = over
+        d["getpage_wait_us"] = 1000 * (sum(counts) + over)
+        return d
+    # 100 waits: 60 below 16 us, 39 in [16, 32), 1 in [32, 64).
+    w = constrained.wait_percentiles(delta([60, 39, 1] + [0] * 14))
+    assert w == {"waits": 100, "mean_ms": 1.0, "p50_ms": "< 0.016", "p99_ms": "< 0.032"}
+    # The slowest percent past the last bound.
+    w = constrained.wait_percentiles(delta([98] + [0] * 16, over=2))
+    assert w["p50_ms"] == "< 0.016" and w["p99_ms"] == "> 1048.58"
+    assert constrained.wait_percentiles(delta([0] * 17)) is None
+    assert constrained.wait_percentiles({}) is None
 
 
 def test_not_measured_is_said():
@@ -90,35 +109,37 @@ def test_bad_options_are_refused():
     assert args.modes == ["memory"] and args.setups == ["mem-c"]
 
 
-@pytest.mark.skipif(not os.path.exists(os.path.join(CGROUP_ROOT, "blkio", "cgroup.procs"))
-                    or not os.path.exists(os.path.join(CGROUP_ROOT, "memory", "cgroup.procs"))
-                    or os.geteuid() != 0, reason="needs root and cgroup v1 blkio and memory")
+@pytest.mark.skipif(not os.path.exists(os.path.join(CGROUP_ROOT, "memory", "cgroup.procs"))
+                    or os.geteuid() != 0 or not os.path.exists("/dev/fuse"),
+                    reason="needs root, /dev/fuse and the cgroup v1 memory controller")
 @needs_stock_pg15("pgbench")
 def test_quick_run_of_every_setup(tmp_path):
-    build = need_strata_build()
+    build = need_strata_build(STRATA_NEEDS + ("bin/strata-netdisk",))
     out = tmp_path / "out"
-    # 150 IOPS: low enough that (n)'s commits reach it, so the run shows the
-    # throttle holding the group to its limit, not only counting its IO.
-    with quick_run("constrained", ["--iops", "150", "--strata-build", build], out,
-                   timeout=600) as (cp, work, res):
+    # 150 IOPS and 2 ms: a volume slow enough that (n)'s commits queue on it.
+    with quick_run("constrained", ["--iops", "150", "--latency-us", "2000", "--strata-build",
+                                   build], out, timeout=600) as (cp, work, res):
         assert [s["key"] for s in res["setups"]] == list(constrained.SETUPS)
         for s in res["setups"]:
             assert s["status"] == "ok", s
             r = s["pgbench"]
             assert r["txns"] > 0 and r["failed"] == 0 and r["tps"] > 0
         by_key = {s["key"]: s for s in res["setups"]}
-        # The stock server on the throttled disk: its WAL flushes went through
-        # the throttle layer of its group, with the limits asked for.
+        # The stock server on the volume: every commit's WAL flush was an
+        # fsync there, whose write waited at least the 2 ms round trip.
         for phase in ("pgbench", "tprocc"):
             io = by_key["net-n"][phase]["io"]
-            assert io["read_ios"] + io["write_ios"] > 0, io
-            assert io["limits"] == {"read_iops_device": 150, "write_iops_device": 150,
-                                    "read_bps_device": 125000000,
-                                    "write_bps_device": 125000000}, io
-            # Held to the limit (blk-throttle allows a slice's burst: 20% slack).
-            for d in ("read", "write"):
-                assert io[f"{d}_ios"] / io["seconds"] <= 1.2 * 150, io
-        assert by_key["net-c"]["pgbench"]["io"]["limits"]["write_iops_device"] == 150
+            assert io["limits"] == {"latency_us": 2000, "iops": 150, "mbps": 125}, io
+            assert io["fsyncs"] > 0 and io["writes"] > 0, io
+            assert io["mean_io_ms"] >= 2.0, io
+            # Held to the IOPS limit (the counters are read up to 0.25 s late).
+            assert (io["reads"] + io["writes"]) / io["seconds"] <= 1.1 * 150, io
+        assert by_key["net-n"]["pgbench"]["io"]["fsyncs"] >= by_key["net-n"]["pgbench"]["txns"] / 4
+        # The compute's directory was on the volume, and its commits were not
+        # fsyncs there (its WAL went to the safekeepers).
+        io = by_key["net-c"]["pgbench"]["io"]
+        assert io["limits"]["latency_us"] == 2000
+        assert io["fsyncs"] < by_key["net-c"]["pgbench"]["txns"], io
         assert "io" not in by_key["net-a"]["pgbench"]
         for key in ("net-a", "net-n", "net-c"):
             t = by_key[key]["tprocc"]
@@ -136,7 +157,9 @@ def test_quick_run_of_every_setup(tmp_path):
         assert "target memory: TPC-B TPS (c) / (a)" in cp.stdout
         assert (out / "results.md").exists()
         assert pids_mentioning(work) == []
+        with open("/proc/mounts", encoding="utf-8") as f:
+            assert work not in f.read()
         assert os.listdir(work) == []
         groups = [p for s in res["setups"] for p in (s["cgroup"] or {}).get("paths", [])]
-        assert len(groups) == 4 and all(p.startswith(CGROUP_ROOT) for p in groups)
+        assert len(groups) == 2 and all(p.startswith(CGROUP_ROOT) for p in groups)
         assert [p for p in groups if os.path.exists(p)] == []

@@ -6,7 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake pkg-config clang clang-format libfuzzer-14-dev libclang-rt-14-dev
   libpq-dev libuv1-dev liburing-dev liblmdb-dev libzstd-dev libmicrohttpd-dev
-  libcjson-dev libarchive-dev libseccomp-dev libcmocka-dev libcurl4-openssl-dev libssl-dev
+  libcjson-dev libarchive-dev libseccomp-dev libfuse3-dev libcmocka-dev libcurl4-openssl-dev libssl-dev
   python3 python3-pytest python3-pytest-xdist python3-psycopg
   postgresql-15 postgresql-server-dev-15 postgresql-client-15
   gnuplot-nox procps iproute2 util-linux binutils strace
