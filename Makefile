@@ -98,6 +98,7 @@ test: deps format-check build build-san
 		bench/test_stateless_tpcb.py bench/test_remote_recovery.py bench/test_replica_lag.py \
 		bench/test_branch_create.py bench/test_tprocc_hammerdb.py bench/test_image_sweep.py \
 		bench/test_pageserver_bench.py bench/test_proc_groups.py bench/test_bench.py \
+		bench/test_netdisk.py \
 		tests/integration $(HAMMERDB_DESELECT) $(S3_DESELECT)
 
 demo: deps build
