@@ -187,8 +187,8 @@ static void *nd_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 
 static int nd_getattr(const char *path, struct stat *st, struct fuse_file_info *fi)
 {
-    int rc = fi != NULL ? fstat(fd_of(fi), st)
-                        : fstatat(backing_fd, rel(path), st, AT_SYMLINK_NOFOLLOW);
+    int rc =
+        fi != NULL ? fstat(fd_of(fi), st) : fstatat(backing_fd, rel(path), st, AT_SYMLINK_NOFOLLOW);
     return rc == 0 ? 0 : -errno;
 }
 
@@ -344,8 +344,7 @@ static int nd_open(const char *path, struct fuse_file_info *fi)
     return 0;
 }
 
-static int nd_read(const char *path, char *buf, size_t size, off_t off,
-                   struct fuse_file_info *fi)
+static int nd_read(const char *path, char *buf, size_t size, off_t off, struct fuse_file_info *fi)
 {
     (void)path;
     int64_t t0 = now_ns();
@@ -415,8 +414,7 @@ static int nd_fsyncdir(const char *path, int datasync, struct fuse_file_info *fi
     return sync_one(dirfd((DIR *)(uintptr_t)fi->fh), datasync);
 }
 
-static int nd_fallocate(const char *path, int mode, off_t off, off_t len,
-                        struct fuse_file_info *fi)
+static int nd_fallocate(const char *path, int mode, off_t off, off_t len, struct fuse_file_info *fi)
 {
     (void)path;
     return fallocate(fd_of(fi), mode, off, len) == 0 ? 0 : -errno;
@@ -468,8 +466,7 @@ static long positive(const char *name, const char *s, long min)
     errno = 0;
     long v = strtol(s, &end, 10);
     if (errno != 0 || *end != '\0' || v < min) {
-        fprintf(stderr, "strata-netdisk: %s must be an integer >= %ld, not \"%s\"\n", name, min,
-                s);
+        fprintf(stderr, "strata-netdisk: %s must be an integer >= %ld, not \"%s\"\n", name, min, s);
         exit(2);
     }
     return v;
@@ -477,21 +474,36 @@ static long positive(const char *name, const char *s, long min)
 
 static void parse_args(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"backing", required_argument, NULL, 'b'}, {"latency-us", required_argument, NULL, 'l'},
-        {"iops", required_argument, NULL, 'i'},    {"mbps", required_argument, NULL, 'm'},
-        {"stats", required_argument, NULL, 's'},   {"user", required_argument, NULL, 'u'},
-        {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {{"backing", required_argument, NULL, 'b'},
+                                             {"latency-us", required_argument, NULL, 'l'},
+                                             {"iops", required_argument, NULL, 'i'},
+                                             {"mbps", required_argument, NULL, 'm'},
+                                             {"stats", required_argument, NULL, 's'},
+                                             {"user", required_argument, NULL, 'u'},
+                                             {NULL, 0, NULL, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         switch (c) {
-        case 'b': opts.backing = optarg; break;
-        case 'l': opts.latency_us = positive("--latency-us", optarg, 0); break;
-        case 'i': opts.iops = positive("--iops", optarg, 1); break;
-        case 'm': opts.mbps = positive("--mbps", optarg, 1); break;
-        case 's': opts.stats_path = optarg; break;
-        case 'u': opts.user = optarg; break;
-        default: usage();
+        case 'b':
+            opts.backing = optarg;
+            break;
+        case 'l':
+            opts.latency_us = positive("--latency-us", optarg, 0);
+            break;
+        case 'i':
+            opts.iops = positive("--iops", optarg, 1);
+            break;
+        case 'm':
+            opts.mbps = positive("--mbps", optarg, 1);
+            break;
+        case 's':
+            opts.stats_path = optarg;
+            break;
+        case 'u':
+            opts.user = optarg;
+            break;
+        default:
+            usage();
         }
     }
     if (opts.backing == NULL || optind != argc - 1)
@@ -524,8 +536,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "strata-netdisk: %s: %s\n", opts.backing, strerror(errno));
         return 1;
     }
-    char *fargv[] = {argv[0], "-o", "allow_other,default_permissions,fsname=strata-netdisk",
-                     NULL};
+    char *fargv[] = {argv[0], "-o", "allow_other,default_permissions,fsname=strata-netdisk", NULL};
     struct fuse_args fargs = FUSE_ARGS_INIT(3, fargv);
     struct fuse *fuse = fuse_new(&fargs, &netdisk_ops, sizeof netdisk_ops, NULL);
     if (fuse == NULL)
@@ -539,9 +550,8 @@ int main(int argc, char **argv)
         pthread_t th;
         if (opts.stats_path != NULL)
             pthread_create(&th, NULL, stats_thread, NULL);
-        fprintf(stderr,
-                "strata-netdisk: %s on %s: latency %ld us, %ld IOPS, %ld MB/s\n", opts.backing,
-                opts.mountpoint, opts.latency_us, opts.iops, opts.mbps);
+        fprintf(stderr, "strata-netdisk: %s on %s: latency %ld us, %ld IOPS, %ld MB/s\n",
+                opts.backing, opts.mountpoint, opts.latency_us, opts.iops, opts.mbps);
         /* Up to 64 IOs in flight, like a volume's queue depth. */
         struct fuse_loop_config *cfg = fuse_loop_cfg_create();
         fuse_loop_cfg_set_max_threads(cfg, 64);
