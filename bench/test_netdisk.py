@@ -72,6 +72,18 @@ def test_writes_land_in_the_backing_directory_and_fsync_waits_the_latency(work):
         os.mkdir(os.path.join(nd.mountpoint, "d"))
         os.rename(path, os.path.join(nd.mountpoint, "d", "g"))
         assert os.listdir(os.path.join(nd.backing, "d")) == ["g"]
+        # A file unlinked while open (a relation another backend dropped)
+        # stays readable through its descriptor, and closing it succeeds:
+        # PostgreSQL PANICs on a failed close of a data file.
+        fd = os.open(os.path.join(nd.mountpoint, "d", "g"), os.O_RDWR)
+        try:
+            os.unlink(os.path.join(nd.mountpoint, "d", "g"))
+            assert not os.path.exists(os.path.join(nd.mountpoint, "d", "g"))
+            assert os.pread(fd, 65536, 0) == b"x" * 65536
+            os.pwrite(fd, b"z", 0)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     assert not os.path.ismount(os.path.join(work, "mnt"))
     assert nd.proc.returncode == 0
 

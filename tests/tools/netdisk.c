@@ -156,17 +156,50 @@ static void *stats_thread(void *arg)
 /* -- paths --------------------------------------------------------------- */
 
 /* FUSE paths start with '/'; under the backing directory they are relative
- * ("." for the root). */
+ * ("." for the root).  Operations on an open handle may get no path (NULL,
+ * nullpath_ok) and use the handle; were one to reach here, "" fails with
+ * ENOENT in every *at call. */
 static const char *rel(const char *path)
 {
+    if (path == NULL)
+        return "";
     while (*path == '/')
         path++;
     return *path ? path : ".";
 }
 
+/* What fi->fh points to: the backing descriptor of an open file or
+ * directory (and the directory's stream). */
+typedef struct nd_handle {
+    int fd;
+    DIR *dir;
+} nd_handle;
+
+static nd_handle *handle_of(struct fuse_file_info *fi)
+{
+    return (nd_handle *)(uintptr_t)fi->fh;
+}
+
 static int fd_of(struct fuse_file_info *fi)
 {
-    return (int)fi->fh;
+    return handle_of(fi)->fd;
+}
+
+/* Takes fd (and dir, whose descriptor it is) into a new handle in fi. */
+static int set_handle(struct fuse_file_info *fi, int fd, DIR *dir)
+{
+    nd_handle *h = malloc(sizeof *h);
+    if (h == NULL) {
+        if (dir != NULL)
+            closedir(dir);
+        else
+            close(fd);
+        return -ENOMEM;
+    }
+    h->fd = fd;
+    h->dir = dir;
+    fi->fh = (uint64_t)(uintptr_t)h;
+    return 0;
 }
 
 /* -- operations ---------------------------------------------------------- */
@@ -177,6 +210,12 @@ static void *nd_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
      * and attributes as a block device's filesystem would. */
     cfg->use_ino = 1;
     cfg->kernel_cache = 1;
+    /* libfuse's default for a file unlinked while open: it is renamed to
+     * .fuse_hidden* until closed (so a directory holding one cannot be
+     * removed meanwhile).  hard_remove would drop it at once, but then the
+     * kernel's time update at its close has no path and close fails with
+     * EIO, which PostgreSQL turns into a PANIC.  Handles need no path. */
+    cfg->nullpath_ok = 1;
     cfg->entry_timeout = 60;
     cfg->attr_timeout = 60;
     cfg->negative_timeout = 0;
@@ -217,8 +256,7 @@ static int nd_opendir(const char *path, struct fuse_file_info *fi)
         close(fd);
         return -e;
     }
-    fi->fh = (uint64_t)(uintptr_t)d;
-    return 0;
+    return set_handle(fi, fd, d);
 }
 
 static int nd_readdir(const char *path, void *buf, fuse_fill_dir_t fill, off_t off,
@@ -226,7 +264,7 @@ static int nd_readdir(const char *path, void *buf, fuse_fill_dir_t fill, off_t o
 {
     (void)path;
     (void)flags;
-    DIR *d = (DIR *)(uintptr_t)fi->fh;
+    DIR *d = handle_of(fi)->dir;
     if (off == 0)
         rewinddir(d);
     else
@@ -244,7 +282,8 @@ static int nd_readdir(const char *path, void *buf, fuse_fill_dir_t fill, off_t o
 static int nd_releasedir(const char *path, struct fuse_file_info *fi)
 {
     (void)path;
-    closedir((DIR *)(uintptr_t)fi->fh);
+    closedir(handle_of(fi)->dir);
+    free(handle_of(fi));
     return 0;
 }
 
@@ -330,8 +369,7 @@ static int nd_create(const char *path, mode_t mode, struct fuse_file_info *fi)
     int fd = openat(backing_fd, rel(path), open_flags(fi->flags) | O_CREAT, mode);
     if (fd < 0)
         return -errno;
-    fi->fh = (uint64_t)fd;
-    return 0;
+    return set_handle(fi, fd, NULL);
 }
 
 static int nd_open(const char *path, struct fuse_file_info *fi)
@@ -339,9 +377,8 @@ static int nd_open(const char *path, struct fuse_file_info *fi)
     int fd = openat(backing_fd, rel(path), open_flags(fi->flags));
     if (fd < 0)
         return -errno;
-    fi->fh = (uint64_t)fd;
     fi->keep_cache = 1;
-    return 0;
+    return set_handle(fi, fd, NULL);
 }
 
 static int nd_read(const char *path, char *buf, size_t size, off_t off, struct fuse_file_info *fi)
@@ -388,6 +425,7 @@ static int nd_release(const char *path, struct fuse_file_info *fi)
 {
     (void)path;
     close(fd_of(fi));
+    free(handle_of(fi));
     return 0;
 }
 
@@ -411,7 +449,7 @@ static int nd_fsync(const char *path, int datasync, struct fuse_file_info *fi)
 static int nd_fsyncdir(const char *path, int datasync, struct fuse_file_info *fi)
 {
     (void)path;
-    return sync_one(dirfd((DIR *)(uintptr_t)fi->fh), datasync);
+    return sync_one(fd_of(fi), datasync);
 }
 
 static int nd_fallocate(const char *path, int mode, off_t off, off_t len, struct fuse_file_info *fi)
