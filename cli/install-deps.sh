@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake pkg-config clang clang-format libfuzzer-14-dev libclang-rt-14-dev
+  build-essential cmake ccache pkg-config clang clang-format libfuzzer-14-dev libclang-rt-14-dev
   libpq-dev libuv1-dev liburing-dev liblmdb-dev libzstd-dev libmicrohttpd-dev
   libcjson-dev libarchive-dev libseccomp-dev libfuse3-dev libcmocka-dev libcurl4-openssl-dev libssl-dev
   python3 python3-pytest python3-pytest-xdist python3-psycopg
