@@ -9,8 +9,9 @@ network (a disk with a cloud volume's latency and limits):
       network volume: strata-netdisk (tests/tools/netdisk.c), a FUSE
       passthrough to the local disk under the kernel's page cache, where
       every IO that reaches the "device" (a read the page cache misses, a
-      page written back, an fsync) waits --latency-us of round trip, a slot
-      under --iops and its transfer time under --mbps;
+      range of dirty pages written back) waits --latency-us of round trip, a
+      slot under --iops and its transfer time under --mbps; an fsync costs
+      only the writes it pushes out;
   (c) Strata (`strata up` of the release build) with the compute's directory
       on the same kind of volume (it holds only the compute's data directory
       with its temporary files), safekeepers and pageserver on the local disk;
@@ -582,8 +583,9 @@ HOW = (
     "above it (kernel_cache, writeback_cache) as a block device's filesystem has: reads the "
     "page cache holds and buffered writes never reach it, as they never reach a cloud "
     "volume. What does reach it is one IO each: a read the page cache missed, a dirty page "
-    "range written back (by the kernel's flusher or pushed out by fsync), and the fsync or "
-    "fdatasync itself (every WAL flush of a commit). Each IO waits the round-trip latency, "
+    "range written back (by the kernel's flusher, or pushed out by an fsync: every WAL flush "
+    "of a stock commit is one such write). An fsync costs nothing more, as a cloud volume "
+    "acknowledges a write once it is durable. Each IO waits the round-trip latency, "
     "a slot under the IOPS limit and its transfer time under the bandwidth limit, the two "
     "limits kept as device clocks with no credit for idle time (no bursts); IOs run on a "
     "pool of threads, so concurrent ones overlap as in a volume's queue. Metadata "

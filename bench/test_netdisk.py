@@ -1,9 +1,10 @@
 """Tests of the simulated network disk (tests/tools/netdisk.c through bench/bench_netdisk.py).
 
 Real FUSE mounts of a scratch directory: what is written through the mount
-lands in the backing directory with the postgres user's ownership; an fsync
-and a read that misses the page cache each wait at least the volume's
-latency, a read the page cache holds does not reach the volume at all; the
+lands in the backing directory with the postgres user's ownership; the
+write an fsync pushes out and a read that misses the page cache each wait at
+least the volume's latency, a read the page cache holds does not reach the
+volume at all; a file unlinked while open still works and closes; the
 IOPS limit spaces IOs out; the counters say what the volume served; bad
 options get a clear usage error.  The time checks are lower bounds the
 program guarantees by sleeping (never upper bounds: the machine is shared).
