@@ -723,9 +723,18 @@ class OracleCluster:
         # pg_receivewal starts at the segment of the position IDENTIFY_SYSTEM
         # reports: wait until sk1 holds WAL, or it would start at 0/0, fail,
         # and retry from a later segment, leaving a hole in the archive.
+        # The commits went through on two safekeepers: sk1 may not even have
+        # the timeline yet (HTTP 404) while the walproposer connects to it.
         flush = lsn_to_int(self.primary.sql("select pg_current_wal_flush_lsn()::text")[0][0])
-        wait_until(lambda: lsn_to_int(self.safekeepers[0].status(self.timeline)["flush_lsn"])
-                   >= flush, 60, "sk1 to hold WAL up to %s" % int_to_lsn(flush))
+
+        def sk1_holds_it():
+            try:
+                return lsn_to_int(self.safekeepers[0].status(self.timeline)["flush_lsn"]) >= flush
+            except AssertionError as e:
+                if "HTTP 404" not in str(e):
+                    raise
+                return False
+        wait_until(sk1_holds_it, 60, "sk1 to hold WAL up to %s" % int_to_lsn(flush))
         log = os.path.join(self.root, "receivewal.log")
         conninfo = ("host=127.0.0.1 port=%d user=postgres options='-c tenant_id=%s "
                     "-c timeline_id=%s'" % (self.safekeepers[0].pg_port, TENANT, self.timeline))
