@@ -56,6 +56,7 @@ enum {
     OPT_IMAGE_THRESHOLD,
     OPT_IMAGE_READ_THRESHOLD,
     OPT_IMAGE_WORKERS,
+    OPT_PAGE_WARM_QUIET,
     OPT_REMOTE,
     OPT_CONFIG,
     OPT_COUNT
@@ -75,8 +76,9 @@ static const daemon_opt option_table[OPT_COUNT] = {
                           "redo helper processes in the pool"},
     [OPT_WAIT_LSN_TIMEOUT] = {"wait-lsn-timeout", "PAGESERVER_WAIT_LSN_TIMEOUT", "60s",
                               "longest wait for WAL a request needs (e.g. 60s, 500ms)"},
-    [OPT_PAGE_CACHE_MB] = {"page-cache-mb", "PAGESERVER_PAGE_CACHE_MB", "256",
-                           "materialised page cache size in MB"},
+    [OPT_PAGE_CACHE_MB] = {"page-cache-mb", "PAGESERVER_PAGE_CACHE_MB", "auto",
+                           "materialised page cache size in MB (auto: an eighth of the RAM or "
+                           "of the memory cgroup's limit, whichever is smaller; 0: off)"},
     [OPT_WORKERS] = {"workers", "PAGESERVER_WORKERS", "4", "page service worker threads"},
     [OPT_LOG_LEVEL] = {"log-level", "PAGESERVER_LOG_LEVEL", "info", "debug, info, warn or error"},
     [OPT_AUTH_FILE] = {"auth-file", "PAGESERVER_AUTH_FILE", "",
@@ -114,6 +116,10 @@ static const daemon_opt option_table[OPT_COUNT] = {
                                   "rebuilt as an image, so the next read starts there (0: off)"},
     [OPT_IMAGE_WORKERS] = {"image-workers", "PAGESERVER_IMAGE_WORKERS", "2",
                            "image generation threads per timeline"},
+    [OPT_PAGE_WARM_QUIET] = {"page-warm-quiet", "PAGESERVER_PAGE_WARM_QUIET", "0",
+                             "rebuild a cached page this long after ingest last changed it, so "
+                             "its next read is a cache hit (e.g. 50ms; 0: off, the default: it "
+                             "costs a redo per change, see docs/benchmarks.md)"},
     [OPT_REMOTE] = {"remote", "PAGESERVER_REMOTE", "",
                     "object store every timeline uploads its data files and manifests to, and "
                     "where WAL the safekeepers removed is read from their WAL backup: "
@@ -148,7 +154,8 @@ typedef struct ps_config {
     int32_t image_threshold;
     int32_t image_read_threshold;
     int image_workers;
-    const char *remote; /* "": no object store */
+    uint32_t page_warm_quiet_ms; /* 0: off */
+    const char *remote;          /* "": no object store */
 } ps_config;
 
 typedef struct daemon_state {
@@ -220,7 +227,9 @@ static void check_options(const daemon_opts *o, ps_config *c)
     opt_hostport(o, OPT_LISTEN_PG, c->pg_host, sizeof c->pg_host, &c->pg_port);
     opt_hostport(o, OPT_LISTEN_HTTP, c->http_host, sizeof c->http_host, &c->http_port);
     c->redo_helpers = (int)opt_uint(o, OPT_REDO_HELPERS, 1, 64);
-    c->page_cache_mb = opt_uint(o, OPT_PAGE_CACHE_MB, 0, 1024 * 1024);
+    c->page_cache_mb = strcmp(v[OPT_PAGE_CACHE_MB], "auto") == 0
+                           ? (uint64_t)(pagecache_auto_bytes() >> 20)
+                           : opt_uint(o, OPT_PAGE_CACHE_MB, 0, 1024 * 1024);
     c->workers = (int)opt_uint(o, OPT_WORKERS, 1, 256);
     c->wait_lsn_timeout_ms = opt_duration_ms(o, OPT_WAIT_LSN_TIMEOUT, false);
     c->pg_bindir = v[OPT_PG_BINDIR];
@@ -235,6 +244,7 @@ static void check_options(const daemon_opts *o, ps_config *c)
     c->image_threshold = (int32_t)opt_uint(o, OPT_IMAGE_THRESHOLD, 0, 1000000);
     c->image_read_threshold = (int32_t)opt_uint(o, OPT_IMAGE_READ_THRESHOLD, 0, 1000000);
     c->image_workers = (int)opt_uint(o, OPT_IMAGE_WORKERS, 1, 64);
+    c->page_warm_quiet_ms = opt_duration_ms(o, OPT_PAGE_WARM_QUIET, true);
     c->remote = o->values[OPT_REMOTE];
     if (c->walredo_lib[0] != '\0' && c->walredo_lib[0] != '/') {
         char err[PATH_MAX + 64];
@@ -306,6 +316,7 @@ static void open_tenants(daemon_state *d, const ps_config *c)
     to.svc.image_threshold = c->image_threshold > 0 ? c->image_threshold : -1; /* 0: off */
     to.svc.image_read_threshold = c->image_read_threshold > 0 ? c->image_read_threshold : -1;
     to.svc.image_workers = c->image_workers;
+    to.svc.warm_quiet_ms = c->page_warm_quiet_ms > 0 ? (int32_t)c->page_warm_quiet_ms : -1;
     /* Every value is in a data file (small ones inline in LMDB too, tag 3
      * in docs/storage.md), so the uploaded data files hold everything a
      * restore needs. */

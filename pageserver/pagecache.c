@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define NO_SLOT (-1)
 
@@ -54,13 +55,13 @@ static uint64_t mix64(uint64_t h)
     return h;
 }
 
-static uint64_t entry_hash(uint64_t owner, const pg_key *k, lsn_t lsn)
+/* By page, not version: a page's one entry is found whatever its LSN. */
+static uint64_t entry_hash(uint64_t owner, const pg_key *k)
 {
     uint64_t h = mix64(owner ^ 0x9e3779b97f4a7c15ULL);
     h = mix64(h ^ ((uint64_t)k->kind << 40 | (uint64_t)k->fork << 32 | k->spc));
     h = mix64(h ^ ((uint64_t)k->db << 32 | k->rel));
-    h = mix64(h ^ k->blk);
-    return mix64(h ^ lsn);
+    return mix64(h ^ k->blk);
 }
 
 static bool key_equal(const pg_key *a, const pg_key *b)
@@ -106,6 +107,70 @@ int pagecache_create(size_t capacity_bytes, pagecache **out, char *err, size_t e
     return 0;
 }
 
+/* The number in file path, or 0 when it is missing, "max" or not a number. */
+static uint64_t read_limit(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    unsigned long long v = 0;
+    int n = fscanf(f, "%llu", &v);
+    fclose(f);
+    return n == 1 ? (uint64_t)v : 0;
+}
+
+uint64_t pagecache_cgroup_limit_bytes(void)
+{
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (f == NULL)
+        return 0;
+    uint64_t limit = 0;
+    char line[4096], path[4200];
+    while (fgets(line, sizeof line, f) != NULL) {
+        line[strcspn(line, "\n")] = '\0';
+        /* "ID:CONTROLLERS:PATH": v1 names memory among the controllers, v2
+         * has ID 0 and none. */
+        char *c1 = strchr(line, ':');
+        char *c2 = c1 != NULL ? strchr(c1 + 1, ':') : NULL;
+        if (c2 == NULL)
+            continue;
+        *c1 = '\0';
+        *c2 = '\0';
+        const char *controllers = c1 + 1, *cg = c2 + 1;
+        if (strcmp(cg, "/") == 0)
+            cg = "";
+        uint64_t v = 0;
+        if (strcmp(controllers, "memory") == 0 || strstr(controllers, "memory,") != NULL ||
+            strstr(controllers, ",memory") != NULL) {
+            snprintf(path, sizeof path, "/sys/fs/cgroup/memory%s/memory.limit_in_bytes", cg);
+            v = read_limit(path);
+        } else if (strcmp(line, "0") == 0 && controllers[0] == '\0') {
+            snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max", cg);
+            v = read_limit(path);
+        }
+        /* v1 reports "no limit" as a huge page-aligned number. */
+        if (v > 0 && v < ((uint64_t)1 << 60) && (limit == 0 || v < limit))
+            limit = v;
+    }
+    fclose(f);
+    return limit;
+}
+
+size_t pagecache_auto_bytes(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    uint64_t mem = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize : 0;
+    uint64_t cg = pagecache_cgroup_limit_bytes();
+    if (cg > 0 && (mem == 0 || cg < mem))
+        mem = cg;
+    uint64_t share = mem / PAGECACHE_AUTO_SHARE;
+    if (share < PAGECACHE_AUTO_MIN_BYTES)
+        share = PAGECACHE_AUTO_MIN_BYTES;
+    if (share > SIZE_MAX / 2)
+        share = SIZE_MAX / 2;
+    return (size_t)share;
+}
+
 void pagecache_destroy(pagecache *pc)
 {
     if (pc == NULL)
@@ -120,37 +185,76 @@ void pagecache_destroy(pagecache *pc)
     free(pc);
 }
 
-/* The slot holding (owner, key, lsn) in bucket b, or NO_SLOT.  Shard locked. */
-static int32_t find(const shard *s, uint32_t b, uint64_t owner, const pg_key *key, lsn_t lsn)
+/* The slot holding page (owner, key), whatever its version, in bucket b, or
+ * NO_SLOT.  Shard locked. */
+static int32_t find(const shard *s, uint32_t b, uint64_t owner, const pg_key *key)
 {
     for (int32_t i = s->buckets[b]; i != NO_SLOT; i = s->slots[i].next) {
         const slot *e = &s->slots[i];
         assert(e->used && e->bucket == b);
-        if (e->owner == owner && e->lsn == lsn && key_equal(&e->key, key))
+        if (e->owner == owner && key_equal(&e->key, key))
             return i;
     }
     return NO_SLOT;
 }
 
+/* The shard and bucket of page (owner, k). */
+static shard *locate(pagecache *pc, uint64_t owner, const pg_key *k, uint32_t *b)
+{
+    uint64_t h = entry_hash(owner, k);
+    shard *s = &pc->shards[h % PAGECACHE_SHARDS];
+    *b = (uint32_t)(h >> 8) & s->bucket_mask;
+    return s;
+}
+
+/* The lookups: the cached version of (owner, k) if its LSN is exactly
+ * version_lsn (exact) or at most it (!exact), copied into out when out is
+ * not NULL; a probe (count = false) leaves the statistics and the
+ * reference bit alone. */
+static bool lookup(pagecache *pc, uint64_t owner, const pg_key *k, lsn_t version_lsn, bool exact,
+                   bool count, lsn_t *found, uint8_t *out)
+{
+    uint32_t b;
+    shard *s = locate(pc, owner, k, &b);
+    bool hit = false;
+    if (pc->enabled) {
+        pthread_mutex_lock(&s->mu);
+        int32_t i = find(s, b, owner, k);
+        if (i != NO_SLOT) {
+            slot *e = &s->slots[i];
+            hit = exact ? e->lsn == version_lsn : e->lsn <= version_lsn;
+            if (hit) {
+                *found = e->lsn;
+                if (count)
+                    e->referenced = true;
+                if (out != NULL)
+                    memcpy(out, s->pages + (size_t)i * PG_BLCKSZ, PG_BLCKSZ);
+            }
+        }
+        pthread_mutex_unlock(&s->mu);
+    }
+    if (count)
+        atomic_fetch_add_explicit(hit ? &s->hits : &s->misses, 1, memory_order_relaxed);
+    return hit;
+}
+
 bool pagecache_lookup(pagecache *pc, uint64_t owner, const pg_key *k, lsn_t version_lsn,
                       uint8_t out[PG_BLCKSZ])
 {
-    uint64_t h = entry_hash(owner, k, version_lsn);
-    shard *s = &pc->shards[h % PAGECACHE_SHARDS];
-    if (!pc->enabled) {
-        atomic_fetch_add_explicit(&s->misses, 1, memory_order_relaxed);
-        return false;
-    }
-    uint32_t b = (uint32_t)(h >> 8) & s->bucket_mask;
-    pthread_mutex_lock(&s->mu);
-    int32_t i = find(s, b, owner, k, version_lsn);
-    if (i != NO_SLOT) {
-        s->slots[i].referenced = true;
-        memcpy(out, s->pages + (size_t)i * PG_BLCKSZ, PG_BLCKSZ);
-    }
-    pthread_mutex_unlock(&s->mu);
-    atomic_fetch_add_explicit(i != NO_SLOT ? &s->hits : &s->misses, 1, memory_order_relaxed);
-    return i != NO_SLOT;
+    lsn_t found;
+    return lookup(pc, owner, k, version_lsn, true, true, &found, out);
+}
+
+bool pagecache_lookup_older(pagecache *pc, uint64_t owner, const pg_key *k, lsn_t below,
+                            lsn_t *found, uint8_t out[PG_BLCKSZ])
+{
+    return below > 0 && lookup(pc, owner, k, below - 1, false, true, found, out);
+}
+
+bool pagecache_holds(pagecache *pc, uint64_t owner, const pg_key *k, lsn_t below)
+{
+    lsn_t found;
+    return below > 0 && lookup(pc, owner, k, below - 1, false, false, &found, NULL);
 }
 
 static void unlink_slot(shard *s, int32_t victim)
@@ -194,16 +298,18 @@ void pagecache_insert(pagecache *pc, uint64_t owner, const pg_key *k, lsn_t vers
 {
     if (!pc->enabled)
         return;
-    uint64_t h = entry_hash(owner, k, version_lsn);
-    shard *s = &pc->shards[h % PAGECACHE_SHARDS];
-    uint32_t b = (uint32_t)(h >> 8) & s->bucket_mask;
+    uint32_t b;
+    shard *s = locate(pc, owner, k, &b);
     pthread_mutex_lock(&s->mu);
-    int32_t i = find(s, b, owner, k, version_lsn);
+    int32_t i = find(s, b, owner, k);
+    if (i != NO_SLOT && s->slots[i].lsn > version_lsn) {
+        pthread_mutex_unlock(&s->mu); /* a newer version is cached: keep it */
+        return;
+    }
     if (i == NO_SLOT) {
         i = take_slot(s);
         slot *e = &s->slots[i];
         e->owner = owner;
-        e->lsn = version_lsn;
         e->key = *k;
         e->used = true;
         e->bucket = b;
@@ -213,6 +319,7 @@ void pagecache_insert(pagecache *pc, uint64_t owner, const pg_key *k, lsn_t vers
         assert(s->nused <= s->nslots);
     }
     /* Start unreferenced: a page read once should not outlive hot ones. */
+    s->slots[i].lsn = version_lsn;
     s->slots[i].referenced = false;
     memcpy(s->pages + (size_t)i * PG_BLCKSZ, page, PG_BLCKSZ);
     pthread_mutex_unlock(&s->mu);

@@ -5,7 +5,12 @@
  * For: skipping redo for hot pages.  The page service asks the store for the
  * newest version of a key at or below the read LSN; that version's LSN
  * names an immutable page, so (owner, key, version_lsn) -> 8 KB is never
- * stale and needs no invalidation.  owner is a number unique to one timeline
+ * stale and needs no invalidation.  A page has at most one entry, its
+ * newest version cached: an insert replaces an older version of the same
+ * page and is dropped when a newer one is there (reads at old LSNs, rare,
+ * replay).  An older version is still useful as the base of a replay
+ * (pagecache_lookup_older), and pagewarm.h keeps the entry of a page that
+ * ingest changed current.  owner is a number unique to one timeline
  * instance for the life of the process (a deleted and re-created timeline
  * gets a new one), so entries of a deleted timeline simply age out.
  * Not for: deciding which version to read (store.h) or producing pages
@@ -38,6 +43,18 @@ typedef struct pagecache pagecache;
 /* A cache of at most capacity_bytes of pages.  0 or -1 with err (out of
  * memory). */
 int pagecache_create(size_t capacity_bytes, pagecache **out, char *err, size_t errlen);
+/* The default size ("auto"): an eighth of the memory this process may use,
+ * the smaller of the machine's RAM and its memory cgroup's limit (v1
+ * memory.limit_in_bytes or v2 memory.max, read through /proc/self/cgroup),
+ * at least PAGECACHE_AUTO_MIN_BYTES.  The slots are allocated but only the
+ * pages the cache fills are ever touched, so an idle cache costs little. */
+#define PAGECACHE_AUTO_MIN_BYTES ((size_t)64 << 20)
+#define PAGECACHE_AUTO_SHARE 8
+size_t pagecache_auto_bytes(void);
+/* The memory limit of this process's memory cgroup in bytes, or 0 when it
+ * has none (or it cannot be read).  For pagecache_auto_bytes and tests. */
+uint64_t pagecache_cgroup_limit_bytes(void);
+
 /* Frees everything.  No other call may race this. */
 void pagecache_destroy(pagecache *pc);
 
@@ -46,8 +63,20 @@ void pagecache_destroy(pagecache *pc);
 bool pagecache_lookup(pagecache *pc, uint64_t owner, const pg_key *k, lsn_t version_lsn,
                       uint8_t out[PG_BLCKSZ]);
 
-/* Caches a copy of page for (owner, k, version_lsn), evicting another page
- * if the shard is full.  Re-inserting an existing entry refreshes it. */
+/* The cached version of (owner, k) if its LSN is below `below`: copies it
+ * into out, sets *found to its LSN and returns true (counted as a hit);
+ * else false (a miss). */
+bool pagecache_lookup_older(pagecache *pc, uint64_t owner, const pg_key *k, lsn_t below,
+                            lsn_t *found, uint8_t out[PG_BLCKSZ]);
+
+/* Whether a version of (owner, k) below `below` is cached: a probe that
+ * copies nothing and counts nothing. */
+bool pagecache_holds(pagecache *pc, uint64_t owner, const pg_key *k, lsn_t below);
+
+/* Caches a copy of page for (owner, k, version_lsn), replacing an older
+ * version of that page or evicting another page if the shard is full;
+ * dropped when a newer version of the page is cached.  Re-inserting an
+ * existing entry refreshes it. */
 void pagecache_insert(pagecache *pc, uint64_t owner, const pg_key *k, lsn_t version_lsn,
                       const uint8_t page[PG_BLCKSZ]);
 

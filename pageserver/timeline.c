@@ -56,6 +56,7 @@ static const double chain_bounds[] = {0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 1024,
 static struct {
     pthread_once_t once;
     metrics_counter *cache_hits, *cache_misses, *images, *redo_reads, *zero_pages, *pages;
+    metrics_counter *cached_bases, *warm_rebuilds, *warm_dropped;
     metrics_histogram *chain;
     metrics_gauge *chain_max;
     atomic_uint_fast64_t max_chain;
@@ -80,6 +81,16 @@ static void read_metrics_init(void)
     rm.redo_reads =
         metrics_counter_register(r, "pageserver_page_redo_reads_total",
                                  "Page reads built by applying WAL (redo)", 0, NULL, NULL);
+    rm.cached_bases = metrics_counter_register(
+        r, "pageserver_redo_cached_base_total",
+        "Page reads whose replay started from an older version in the page cache", 0, NULL, NULL);
+    rm.warm_rebuilds = metrics_counter_register(
+        r, "pageserver_page_warm_rebuilds_total",
+        "Pages ingest changed that were rebuilt into the page cache in the background", 0, NULL,
+        NULL);
+    rm.warm_dropped = metrics_counter_register(
+        r, "pageserver_page_warm_dropped_total",
+        "Changed cached pages not warmed because the set of waiting pages was full", 0, NULL, NULL);
     rm.zero_pages = metrics_counter_register(
         r, "pageserver_zero_pages_read_total",
         "Page reads of blocks with no version or past the relation size (all-zero pages)", 0, NULL,
@@ -136,6 +147,7 @@ void timeline_get_read_stats(timeline_read_stats *out)
     out->redo_reads = metrics_counter_value(rm.redo_reads);
     out->zero_pages = metrics_counter_value(rm.zero_pages);
     out->max_chain = atomic_load(&rm.max_chain);
+    out->cached_bases = metrics_counter_value(rm.cached_bases);
 }
 
 /* ---- timeline.json ---- */
@@ -503,9 +515,17 @@ static int image_put(void *arg, const pg_key *k, lsn_t lsn, const uint8_t page[P
     return 0;
 }
 
-static void image_note(void *arg, const pg_key *k, lsn_t lsn, bool complete)
+/* Writer thread: ingest put a value of page k at lsn. */
+static void page_changed(void *arg, const pg_key *k, lsn_t lsn, bool complete)
 {
-    imagegen_note(arg, k, lsn, complete);
+    timeline *tl = arg;
+    if (tl->ig != NULL)
+        imagegen_note(tl->ig, k, lsn, complete);
+    /* A page the compute read (an older version is cached) will likely be
+     * read again once the compute evicts it: have its new version ready. */
+    if (tl->warm != NULL && pagecache_holds(tl->svc.cache, tl->owner, k, lsn) &&
+        !pagewarm_note(tl->warm, k, lsn))
+        metrics_counter_inc(rm.warm_dropped);
 }
 
 static void image_drain(void *arg)
@@ -538,19 +558,67 @@ static int start_imagegen(timeline *tl, char *err, size_t errlen)
         o.workers = tl->svc.image_workers;
     if (tl->svc.image_queue > 0)
         o.queue_cap = tl->svc.image_queue;
-    if (imagegen_create(&o, image_rebuild, image_put, tl, &tl->ig, err, errlen) != 0)
+    return imagegen_create(&o, image_rebuild, image_put, tl, &tl->ig, err, errlen);
+}
+
+/* The warming thread: page k as of the newest readable LSN (>= lsn) into
+ * the page cache, the way a reader there would build it. */
+static int warm_page(void *arg, const pg_key *k, lsn_t lsn, char *err, size_t errlen)
+{
+    timeline *tl = arg;
+    if (timeline_is_deleted(tl) || atomic_load(&tl->closing))
+        return 1;
+    lsn_t at = store_last_record_lsn(tl->st);
+    if (at < lsn)
+        return 0; /* ingest has not made it readable yet */
+    uint32_t nblocks = 0;
+    pg_key sk = k->kind == KEY_REL_BLOCK
+                    ? pg_key_rel_size(k->spc, k->db, k->rel, k->fork)
+                    : (pg_key){.kind = KEY_SLRU_SIZE, .fork = k->fork, .rel = k->rel};
+    int rc = read_size(tl, &sk, at, &nblocks, err, errlen);
+    if (rc <= 0 || k->blk >= nblocks)
+        return rc < 0 ? -1 : 1; /* gone: nobody reads it */
+    uint8_t page[PG_BLCKSZ];
+    int chain = 0;
+    bool newest_complete = false;
+    if (read_page(tl, k, at, page, &chain, &newest_complete, err, errlen) < 0)
         return -1;
+    if (chain > 0)
+        metrics_counter_inc(rm.warm_rebuilds);
+    return 1;
+}
+
+static int start_warm(timeline *tl, char *err, size_t errlen)
+{
+    if (tl->svc.warm_quiet_ms < 0 || tl->svc.redo == NULL || tl->svc.cache == NULL)
+        return 0;
+    pagewarm_options o;
+    pagewarm_options_default(&o);
+    if (tl->svc.warm_quiet_ms > 0)
+        o.quiet_ms = (uint32_t)tl->svc.warm_quiet_ms;
+    return pagewarm_create(&o, warm_page, tl, &tl->warm, err, errlen);
+}
+
+/* Image generation and warming, and the ingest hooks that feed them. */
+static int start_page_services(timeline *tl, char *err, size_t errlen)
+{
+    if (start_imagegen(tl, err, errlen) != 0 || start_warm(tl, err, errlen) != 0)
+        return -1;
+    if (tl->ig == NULL && tl->warm == NULL)
+        return 0;
     ingest_options io;
     ingest_options_default(&io);
+    io.page_hook = page_changed;
+    io.page_hook_arg = tl;
     /* The safety net stays as the backstop (see ingest.h). */
     io.image_threshold = INGEST_IMAGE_THRESHOLD;
-    io.page_hook = image_note;
-    io.page_hook_arg = tl->ig;
-    io.record_hook = image_drain;
-    io.record_hook_arg = tl->ig;
-    io.pressure_pending = image_pressure_pending;
-    io.pressure_wait = image_pressure_wait;
-    io.pressure_hook_arg = tl->ig;
+    if (tl->ig != NULL) {
+        io.record_hook = image_drain;
+        io.record_hook_arg = tl->ig;
+        io.pressure_pending = image_pressure_pending;
+        io.pressure_wait = image_pressure_wait;
+        io.pressure_hook_arg = tl->ig;
+    }
     ingest_set_options(tl->ing, &io);
     return 0;
 }
@@ -627,7 +695,7 @@ int timeline_open(const char *dir, const timeline_services *svc, uint64_t owner,
         snprintf(err, errlen, "out of memory creating the ingest state");
         goto fail;
     }
-    if (start_imagegen(tl, err, errlen) != 0 || start_uploader(tl, err, errlen) != 0)
+    if (start_page_services(tl, err, errlen) != 0 || start_uploader(tl, err, errlen) != 0)
         goto fail;
     if (start_walreceiver(tl, err, errlen) != 0)
         goto fail;
@@ -635,6 +703,7 @@ int timeline_open(const char *dir, const timeline_services *svc, uint64_t owner,
     return 0;
 fail:
     uploader_stop(tl->up);
+    pagewarm_destroy(tl->warm);
     imagegen_destroy(tl->ig);
     if (tl->ing != NULL)
         ingest_destroy(tl->ing);
@@ -678,6 +747,8 @@ void timeline_unref(timeline *tl)
     bool deleted = atomic_load(&tl->deleted);
     stop_walreceiver(tl);
     atomic_store(&tl->closing, true);
+    pagewarm_destroy(tl->warm);
+    tl->warm = NULL;
     imagegen_destroy(tl->ig);
     tl->ig = NULL;
     if (!deleted) {
@@ -1075,6 +1146,41 @@ static int with_ancestor_base(timeline *tl, const pg_key *k, lsn_t lsn, const ve
 }
 
 /*
+ * When the page cache holds an older version of the chain vl (newest
+ * first), makes it the chain's base: the value at its index i becomes an
+ * image of the cached page (the value it replaced goes to *saved), the
+ * chain ends there and is complete.  Returns i, or -1 when nothing is
+ * cached (or out of memory) and vl is untouched.  The caller puts *saved
+ * back and frees the image before version_list_free.  Replaying the
+ * versions above i from that image builds the same page as the whole chain
+ * would: the cached page is what a read at lsn[i] returned.
+ */
+static int cached_base(timeline *tl, const pg_key *k, version_list *vl, value_ref *saved)
+{
+    if (tl->svc.cache == NULL || vl->n < 2)
+        return -1;
+    uint8_t *page = malloc(PG_BLCKSZ);
+    lsn_t at;
+    if (page == NULL ||
+        !pagecache_lookup_older(tl->svc.cache, tl->owner, k, vl->lsn[0], &at, page)) {
+        free(page);
+        return -1;
+    }
+    for (int i = 1; i < vl->n; i++) {
+        if (vl->lsn[i] != at)
+            continue;
+        *saved = vl->value[i];
+        vl->value[i] = (value_ref){.kind = VAL_IMAGE, .len = PG_BLCKSZ, .payload = page};
+        vl->n = i + 1;
+        vl->complete = true;
+        metrics_counter_inc(rm.cached_bases);
+        return i;
+    }
+    free(page); /* cached at an LSN the chain does not hold (a branch's ancestor) */
+    return -1;
+}
+
+/*
  * The page of k at lsn into out: 1 built, 0 no version at or below lsn, -1
  * error.  *chain is the number of versions replayed.  On a branch, a key
  * without own versions at lsn reads as the ancestor's at the branch point.
@@ -1132,6 +1238,9 @@ static int read_page(timeline *tl, const pg_key *k, lsn_t lsn, uint8_t out[PG_BL
     }
     uint8_t *base_page = NULL;
     version_list merged;
+    version_list full = *vl; /* what to give back to version_list_free */
+    value_ref cut_value;
+    int cut = cached_base(tl, k, vl, &cut_value);
     if (!vl->complete && tl->ancestor != NULL &&
         with_ancestor_base(tl, k, lsn, vl, &merged, &base_page, err, errlen) != 0) {
         version_list_free(vl);
@@ -1161,6 +1270,11 @@ static int read_page(timeline *tl, const pg_key *k, lsn_t lsn, uint8_t out[PG_BL
         metrics_counter_inc(rm.redo_reads);
         if (tl->svc.cache != NULL)
             pagecache_insert(tl->svc.cache, tl->owner, k, vl->lsn[0], out);
+    }
+    if (cut >= 0) {
+        free((void *)vl->value[cut].payload);
+        vl->value[cut] = cut_value;
+        *vl = full;
     }
     version_list_free(vl);
     return rc == 0 ? 1 : -1;

@@ -109,6 +109,11 @@ typedef struct timeline_services {
     int32_t image_read_threshold;
     int image_workers;
     uint32_t image_queue;
+    /* Warming (pagewarm.h): a page ingest changes while the page cache
+     * holds an older version of it is rebuilt into the cache once it was
+     * quiet this long.  0: PAGEWARM_DEFAULT_QUIET_MS; < 0 off.  Off without
+     * a redo pool or a cache. */
+    int32_t warm_quiet_ms;
     /* Object storage (issue #13, pageserver/remote/uploader.h): NULL, no
      * upload and remote_consistent_lsn = disk_consistent_lsn (the local
      * disk is the only copy).  Else every timeline uploads its data files
@@ -393,10 +398,11 @@ typedef struct timeline_read_stats {
     uint64_t pages_read;
     uint64_t cache_hits;
     uint64_t cache_misses;
-    uint64_t images_read; /* newest version was complete: no redo */
-    uint64_t redo_reads;  /* pages built by redo */
-    uint64_t zero_pages;  /* blocks with no version, or past the size */
-    uint64_t max_chain;   /* longest chain replayed */
+    uint64_t images_read;  /* newest version was complete: no redo */
+    uint64_t redo_reads;   /* pages built by redo */
+    uint64_t zero_pages;   /* blocks with no version, or past the size */
+    uint64_t max_chain;    /* longest chain replayed */
+    uint64_t cached_bases; /* replays that started from an older cached version */
 } timeline_read_stats;
 void timeline_get_read_stats(timeline_read_stats *out);
 

@@ -12,6 +12,7 @@
 
 #include "pageserver/ingest/ingest.h"
 #include "pageserver/ingest/walreceiver.h"
+#include "pageserver/pagewarm.h"
 #include "pageserver/remote/uploader.h"
 #include "pageserver/timeline.h"
 
@@ -25,6 +26,7 @@ struct timeline {
     store *st;
     ingest_state *ing;
     imagegen *ig;          /* NULL: background image generation off */
+    pagewarm *warm;        /* NULL: warming off */
     atomic_bool closing;   /* the last reference is going: image workers stop waiting */
     pthread_mutex_t wr_mu; /* guards wr against stop racing status */
     walreceiver *wr;

@@ -226,7 +226,8 @@ def test_help_lists_every_flag_with_env_and_default():
                                ("pg-bindir", "PAGESERVER_PG_BINDIR", "(empty)"),
                                ("redo-helpers", "PAGESERVER_REDO_HELPERS", "2"),
                                ("wait-lsn-timeout", "PAGESERVER_WAIT_LSN_TIMEOUT", "60s"),
-                               ("page-cache-mb", "PAGESERVER_PAGE_CACHE_MB", "256"),
+                               ("page-cache-mb", "PAGESERVER_PAGE_CACHE_MB", "auto"),
+                               ("page-warm-quiet", "PAGESERVER_PAGE_WARM_QUIET", "0"),
                                ("log-level", "PAGESERVER_LOG_LEVEL", "info"),
                                ("walredo-lib", "PAGESERVER_WALREDO_LIB", "(empty)"),
                                ("pitr-window-bytes", "PAGESERVER_PITR_WINDOW_BYTES", "64MB"),
@@ -244,7 +245,8 @@ def test_help_lists_every_flag_with_env_and_default():
     assert bad.returncode == 2 and "wait-lsn-timeout" in bad.stderr
     for flag, value in [("pitr-window-bytes", "lots"), ("pitr-window-bytes", "-5"),
                         ("gc-interval", "often"), ("walredo-lib", "relative/strata_walredo.so"),
-                        ("walreceiver-switch-lag", "0")]:
+                        ("walreceiver-switch-lag", "0"), ("page-cache-mb", "much"),
+                        ("page-warm-quiet", "later")]:
         bad = subprocess.run([PS_BIN, "--datadir", "/tmp/x", "--" + flag, value],
                              capture_output=True, text=True, timeout=30)
         assert bad.returncode == 2 and flag in bad.stderr, (flag, value, bad.stderr)
