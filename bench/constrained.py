@@ -317,8 +317,9 @@ def pageserver_metrics(port):
 
 def pageserver_figures(before, after):
     """What the pageserver did for the GetPage requests between two /metrics
-    texts: mean service time, and the share of pages served from its cache
-    and rebuilt by redo on the read, plus pages warmed in the background."""
+    texts: mean service time, the shares of the pages read that its cache
+    answered and that were replayed on the read, and pages warmed in the
+    background."""
     def delta(name):
         a, b = prometheus_counter(after, name), prometheus_counter(before, name)
         return None if a is None or b is None else a - b
@@ -326,13 +327,20 @@ def pageserver_figures(before, after):
     count, secs = delta("pageserver_getpage_seconds_count"), delta("pageserver_getpage_seconds_sum")
     pages = delta("pageserver_pages_read_total")
 
-    def share(name):
-        d = delta(name)
+    hits, images, zeros = (delta("pageserver_page_cache_hits_total"),
+                           delta("pageserver_page_images_read_total"),
+                           delta("pageserver_zero_pages_read_total"))
+
+    def share(d):
         return round(100.0 * d / pages, 1) if d is not None and pages else None
-    return {"getpages": count,
+    # pageserver_page_redo_reads_total also counts image generation's and
+    # warming's reads: the reads that replayed are what the others left.
+    replayed = (pages - hits - images - zeros
+                if None not in (pages, hits, images, zeros) else None)
+    return {"getpages": count, "pages": pages, "cache_hits": hits, "images": images,
+            "zero_pages": zeros,
             "service_ms": round(1000.0 * secs / count, 3) if count and secs is not None else None,
-            "cache_hit_pct": share("pageserver_page_cache_hits_total"),
-            "redo_pct": share("pageserver_page_redo_reads_total"),
+            "cache_hit_pct": share(hits), "redo_pct": share(replayed),
             "warmed": delta("pageserver_page_warm_rebuilds_total")}
 
 
@@ -644,7 +652,12 @@ HOW = (
     "the group, caches as it likes: that is the architecture being compared. GetPage/txn, "
     "the hit rates and the GetPage wait percentiles are strata_smgr_stats() after minus "
     "before the pgbench run (the whole compute; the percentiles are the upper bounds of the "
-    "histogram buckets the 50th and 99th percentile waits fell in). TPS and latency come "
+    "histogram buckets the 50th and 99th percentile waits fell in). The pageserver columns "
+    "are its /metrics after minus before the same run: the mean of "
+    "pageserver_getpage_seconds, and of the pages it read, the shares its page cache "
+    "answered and that replayed WAL on the read (pages read minus cache hits, images and "
+    "zero pages; the counters include image generation's reads, rare here). TPS and "
+    "latency come "
     "from pgbench's per-transaction log; TPROC-C from bench/tprocc.py's built-in driver "
     "(scaled-down warehouses: NOPM is not comparable with a full-size HammerDB run).")
 
