@@ -23,6 +23,7 @@ replays only the records newer than that version
 standby's.
 """
 
+import contextlib
 import re
 import time
 import urllib.request
@@ -77,8 +78,12 @@ def update_every_page(cluster):
                             % (t, t))
 
 
-def test_changed_cached_pages_are_rebuilt_before_they_are_read(monkeypatch):
-    monkeypatch.setenv("PAGESERVER_PAGE_WARM_QUIET", "50ms")  # off by default
+@contextlib.contextmanager
+def loaded_cluster():
+    """An oracle cluster with both tables loaded and every page of warm_read
+    read once at the load's LSN, so the page cache holds them; yields
+    (cluster, reader, read_pages, unread_pages) and stops everything after
+    (printing the logs if the test failed)."""
     cluster = OracleCluster(fpw=False)
     reader = None
     try:
@@ -93,12 +98,38 @@ def test_changed_cached_pages_are_rebuilt_before_they_are_read(monkeypatch):
         assert len(read_pages) > 20 and len(unread_pages) > 20
         reader = PageReader(cluster.pageserver, cluster.timeline)
         read_all(reader, read_pages, loaded)
+        yield cluster, reader, read_pages, unread_pages
+    except BaseException:
+        print(cluster.diagnostics())
+        raise
+    finally:
+        if reader is not None:
+            reader.close()
+        cluster.stop()
 
+
+def end_updates(cluster):
+    """Ends the workload after the updates; the point, ingested."""
+    point = cluster.end_phase("updates")
+    cluster.finish_workload()
+    cluster.wait_ingested(point.lsn)
+    return point
+
+
+def assert_standby_agrees(cluster, reader, point, min_blocks):
+    cluster.standby.stop_at(point)
+    cmp = compare_at(point, cluster.standby.datadir, cluster.pageserver, cluster.timeline, reader)
+    print(cmp.summary())
+    assert cmp.blocks >= min_blocks, cmp.summary()
+    assert cmp.nmismatch == 0, cmp.summary()
+
+
+def test_changed_cached_pages_are_rebuilt_before_they_are_read(monkeypatch):
+    monkeypatch.setenv("PAGESERVER_PAGE_WARM_QUIET", "50ms")  # off by default
+    with loaded_cluster() as (cluster, reader, read_pages, unread_pages):
         warmed_before = metric(cluster, "pageserver_page_warm_rebuilds_total")
         update_every_page(cluster)
-        point = cluster.end_phase("updates")
-        cluster.finish_workload()
-        cluster.wait_ingested(point.lsn)
+        point = end_updates(cluster)
         # Every page of warm_read changed while cached: each is rebuilt once
         # it has been quiet for 50 ms.
         wait_until(lambda: metric(cluster, "pageserver_page_warm_rebuilds_total") - warmed_before
@@ -121,20 +152,7 @@ def test_changed_cached_pages_are_rebuilt_before_they_are_read(monkeypatch):
         redo_cold = metric(cluster, "pageserver_page_redo_reads_total") - redo_before
         print("warm_unread: %d pages, %d redo reads" % (len(unread_pages), redo_cold))
         assert redo_cold >= len(unread_pages), "pages nobody read were warmed"
-
-        cluster.standby.stop_at(point)
-        cmp = compare_at(point, cluster.standby.datadir, cluster.pageserver, cluster.timeline,
-                         reader)
-        print(cmp.summary())
-        assert cmp.blocks > len(read_pages) + len(unread_pages), cmp.summary()
-        assert cmp.nmismatch == 0, cmp.summary()
-    except BaseException:
-        print(cluster.diagnostics())
-        raise
-    finally:
-        if reader is not None:
-            reader.close()
-        cluster.stop()
+        assert_standby_agrees(cluster, reader, point, len(read_pages) + len(unread_pages) + 1)
 
 
 def test_a_read_replays_only_what_is_newer_than_its_cached_version(monkeypatch):
@@ -143,24 +161,10 @@ def test_a_read_replays_only_what_is_newer_than_its_cached_version(monkeypatch):
     # on, it would store an image at the read's LSN, which then is the
     # chain's base (newer than the cached version, so the better one).
     monkeypatch.setenv("PAGESERVER_IMAGE_READ_THRESHOLD", "0")
-    cluster = OracleCluster(fpw=False)
-    reader = None
-    try:
-        cluster.start()
-        cluster.begin_phase()
-        load(cluster)
-        cluster.primary.sql("checkpoint")
-        loaded = flush_lsn(cluster)
-        cluster.wait_ingested(loaded)
-        read_pages = table_pages(cluster, "warm_read")
-        reader = PageReader(cluster.pageserver, cluster.timeline)
-        read_all(reader, read_pages, loaded)
-
+    with loaded_cluster() as (cluster, reader, read_pages, _):
         update_every_page(cluster)
         update_every_page(cluster)
-        point = cluster.end_phase("updates")
-        cluster.finish_workload()
-        cluster.wait_ingested(point.lsn)
+        point = end_updates(cluster)
         time.sleep(0.3)
         assert metric(cluster, "pageserver_page_warm_rebuilds_total") == 0
         bases_before = metric(cluster, "pageserver_redo_cached_base_total")
@@ -168,16 +172,4 @@ def test_a_read_replays_only_what_is_newer_than_its_cached_version(monkeypatch):
         bases = metric(cluster, "pageserver_redo_cached_base_total") - bases_before
         print("warm_read: %d pages, %d replays from a cached version" % (len(read_pages), bases))
         assert bases >= len(read_pages)
-
-        cluster.standby.stop_at(point)
-        cmp = compare_at(point, cluster.standby.datadir, cluster.pageserver, cluster.timeline,
-                         reader)
-        print(cmp.summary())
-        assert cmp.nmismatch == 0, cmp.summary()
-    except BaseException:
-        print(cluster.diagnostics())
-        raise
-    finally:
-        if reader is not None:
-            reader.close()
-        cluster.stop()
+        assert_standby_agrees(cluster, reader, point, len(read_pages))
