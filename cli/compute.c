@@ -33,6 +33,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/sysmem.h"
 #include "cli/basebackup_fetch.h"
 #include "cli/compute_settings.h"
 #include "cli/locate.h"
@@ -257,7 +258,8 @@ typedef enum compute_kind {
  * pages shared_buffers evicted, kept on the compute's own disk so that a
  * re-read is a local pread instead of a GetPage round trip.  It plays the
  * part the kernel's page cache plays for stock Postgres.  Default: 1/8 of
- * this machine's memory, between 64 MB and 16 GB; STRATA_COMPUTE_FILE_CACHE_MB
+ * the memory it may use (the RAM, or its memory cgroup's limit when smaller:
+ * sysmem.h), between 64 MB and 16 GB; STRATA_COMPUTE_FILE_CACHE_MB
  * overrides (0 turns the cache off, so every miss goes to the pageserver).
  */
 static int compute_file_cache_mb(long *out, cli_err *err)
@@ -275,9 +277,8 @@ static int compute_file_cache_mb(long *out, cli_err *err)
         *out = v;
         return 0;
     }
-    long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
-    long mb =
-        pages > 0 && page_size > 0 ? (long)((double)pages * (double)page_size / 8 / (1 << 20)) : 64;
+    uint64_t usable = sysmem_usable_bytes();
+    long mb = usable > 0 ? (long)(usable / 8 / (1 << 20)) : 64;
     *out = mb < 64 ? 64 : mb > 16384 ? 16384 : mb;
     return 0;
 }

@@ -43,17 +43,14 @@ typedef struct pagecache pagecache;
 /* A cache of at most capacity_bytes of pages.  0 or -1 with err (out of
  * memory). */
 int pagecache_create(size_t capacity_bytes, pagecache **out, char *err, size_t errlen);
-/* The default size ("auto"): an eighth of the memory this process may use,
- * the smaller of the machine's RAM and its memory cgroup's limit (v1
- * memory.limit_in_bytes or v2 memory.max, read through /proc/self/cgroup),
- * at least PAGECACHE_AUTO_MIN_BYTES.  The slots are allocated but only the
- * pages the cache fills are ever touched, so an idle cache costs little. */
+/* The default size ("auto"): an eighth of the memory this process may use
+ * (sysmem_usable_bytes: the smaller of the RAM and the memory cgroup's
+ * limit), at least PAGECACHE_AUTO_MIN_BYTES.  The slots are allocated but
+ * only the pages the cache fills are ever touched, so an idle cache costs
+ * little. */
 #define PAGECACHE_AUTO_MIN_BYTES ((size_t)64 << 20)
 #define PAGECACHE_AUTO_SHARE 8
 size_t pagecache_auto_bytes(void);
-/* The memory limit of this process's memory cgroup in bytes, or 0 when it
- * has none (or it cannot be read).  For pagecache_auto_bytes and tests. */
-uint64_t pagecache_cgroup_limit_bytes(void);
 
 /* Frees everything.  No other call may race this. */
 void pagecache_destroy(pagecache *pc);
@@ -63,9 +60,10 @@ void pagecache_destroy(pagecache *pc);
 bool pagecache_lookup(pagecache *pc, uint64_t owner, const pg_key *k, lsn_t version_lsn,
                       uint8_t out[PG_BLCKSZ]);
 
-/* The cached version of (owner, k) if its LSN is below `below`: copies it
- * into out, sets *found to its LSN and returns true (counted as a hit);
- * else false (a miss). */
+/* The cached version of (owner, k) if its LSN is below `below` (the base
+ * of a replay): copies it into out, sets *found to its LSN and returns
+ * true; else false.  Counted in neither hits nor misses, which stay one
+ * per read. */
 bool pagecache_lookup_older(pagecache *pc, uint64_t owner, const pg_key *k, lsn_t below,
                             lsn_t *found, uint8_t out[PG_BLCKSZ]);
 

@@ -460,6 +460,22 @@ static int read_size(timeline *tl, const pg_key *k, lsn_t lsn, uint32_t *nblocks
 static int read_page(timeline *tl, const pg_key *k, lsn_t lsn, uint8_t out[PG_BLCKSZ], int *chain,
                      bool *newest_complete, char *err, size_t errlen);
 
+/* Whether page k (a relation or SLRU block) lies within its relation's or
+ * SLRU's size at lsn: 1 yes, 0 no (or another kind of key), -1 error. */
+static int page_exists(timeline *tl, const pg_key *k, lsn_t lsn, char *err, size_t errlen)
+{
+    pg_key sk;
+    if (k->kind == KEY_REL_BLOCK)
+        sk = pg_key_rel_size(k->spc, k->db, k->rel, k->fork);
+    else if (k->kind == KEY_SLRU_BLOCK)
+        sk = (pg_key){.kind = KEY_SLRU_SIZE, .fork = k->fork, .rel = k->rel};
+    else
+        return 0;
+    uint32_t nblocks = 0;
+    int rc = read_size(tl, &sk, lsn, &nblocks, err, errlen);
+    return rc < 0 ? -1 : rc > 0 && k->blk < nblocks;
+}
+
 /* Worker threads: the page at the latest ingested LSN (>= min_lsn), read
  * the way a reader at that LSN would read it. */
 static int image_rebuild(void *arg, const pg_key *k, lsn_t min_lsn, uint8_t out[PG_BLCKSZ],
@@ -483,17 +499,9 @@ static int image_rebuild(void *arg, const pg_key *k, lsn_t min_lsn, uint8_t out[
     if (timeline_is_deleted(tl))
         return 0;
     lsn_t lsn = store_last_record_lsn(tl->st);
-    pg_key sk;
-    if (k->kind == KEY_REL_BLOCK)
-        sk = pg_key_rel_size(k->spc, k->db, k->rel, k->fork);
-    else if (k->kind == KEY_SLRU_BLOCK)
-        sk = (pg_key){.kind = KEY_SLRU_SIZE, .fork = k->fork, .rel = k->rel};
-    else
-        return 0;
-    uint32_t nblocks = 0;
-    int rc = read_size(tl, &sk, lsn, &nblocks, err, errlen);
-    if (rc <= 0 || k->blk >= nblocks)
-        return rc < 0 ? -1 : 0; /* gone at lsn: reads do not need the page */
+    int rc = page_exists(tl, k, lsn, err, errlen);
+    if (rc <= 0)
+        return rc; /* gone at lsn: reads do not need the page */
     int chain = 0;
     bool newest_complete = false;
     rc = read_page(tl, k, lsn, out, &chain, &newest_complete, err, errlen);
@@ -571,12 +579,8 @@ static int warm_page(void *arg, const pg_key *k, lsn_t lsn, char *err, size_t er
     lsn_t at = store_last_record_lsn(tl->st);
     if (at < lsn)
         return 0; /* ingest has not made it readable yet */
-    uint32_t nblocks = 0;
-    pg_key sk = k->kind == KEY_REL_BLOCK
-                    ? pg_key_rel_size(k->spc, k->db, k->rel, k->fork)
-                    : (pg_key){.kind = KEY_SLRU_SIZE, .fork = k->fork, .rel = k->rel};
-    int rc = read_size(tl, &sk, at, &nblocks, err, errlen);
-    if (rc <= 0 || k->blk >= nblocks)
+    int rc = page_exists(tl, k, at, err, errlen);
+    if (rc <= 0)
         return rc < 0 ? -1 : 1; /* gone: nobody reads it */
     uint8_t page[PG_BLCKSZ];
     int chain = 0;
@@ -1147,37 +1151,32 @@ static int with_ancestor_base(timeline *tl, const pg_key *k, lsn_t lsn, const ve
 
 /*
  * When the page cache holds an older version of the chain vl (newest
- * first), makes it the chain's base: the value at its index i becomes an
- * image of the cached page (the value it replaced goes to *saved), the
- * chain ends there and is complete.  Returns i, or -1 when nothing is
- * cached (or out of memory) and vl is untouched.  The caller puts *saved
- * back and frees the image before version_list_free.  Replaying the
- * versions above i from that image builds the same page as the whole chain
- * would: the cached page is what a read at lsn[i] returned.
+ * first), makes it the chain's base: it is copied into base, the value at
+ * its index i becomes an image pointing there (the value it replaced goes
+ * to *saved), and the chain ends there, complete.  Returns i, or -1 when no
+ * version of the chain is cached and vl is untouched.  The caller puts
+ * *saved back and restores n and complete before version_list_free.
+ * Replaying the versions above i from that image builds the same page as
+ * the whole chain would: the cached page is what a read at lsn[i] returned.
  */
-static int cached_base(timeline *tl, const pg_key *k, version_list *vl, value_ref *saved)
+static int cached_base(timeline *tl, const pg_key *k, version_list *vl, uint8_t base[PG_BLCKSZ],
+                       value_ref *saved)
 {
-    if (tl->svc.cache == NULL || vl->n < 2)
-        return -1;
-    uint8_t *page = malloc(PG_BLCKSZ);
     lsn_t at;
-    if (page == NULL ||
-        !pagecache_lookup_older(tl->svc.cache, tl->owner, k, vl->lsn[0], &at, page)) {
-        free(page);
+    if (tl->svc.cache == NULL || vl->n < 2 ||
+        !pagecache_lookup_older(tl->svc.cache, tl->owner, k, vl->lsn[0], &at, base))
         return -1;
-    }
     for (int i = 1; i < vl->n; i++) {
         if (vl->lsn[i] != at)
             continue;
         *saved = vl->value[i];
-        vl->value[i] = (value_ref){.kind = VAL_IMAGE, .len = PG_BLCKSZ, .payload = page};
+        vl->value[i] = (value_ref){.kind = VAL_IMAGE, .len = PG_BLCKSZ, .payload = base};
         vl->n = i + 1;
         vl->complete = true;
         metrics_counter_inc(rm.cached_bases);
         return i;
     }
-    free(page); /* cached at an LSN the chain does not hold (a branch's ancestor) */
-    return -1;
+    return -1; /* cached at an LSN the chain does not hold (a branch's ancestor) */
 }
 
 /*
@@ -1240,7 +1239,8 @@ static int read_page(timeline *tl, const pg_key *k, lsn_t lsn, uint8_t out[PG_BL
     version_list merged;
     version_list full = *vl; /* what to give back to version_list_free */
     value_ref cut_value;
-    int cut = cached_base(tl, k, vl, &cut_value);
+    uint8_t cached[PG_BLCKSZ];
+    int cut = cached_base(tl, k, vl, cached, &cut_value);
     if (!vl->complete && tl->ancestor != NULL &&
         with_ancestor_base(tl, k, lsn, vl, &merged, &base_page, err, errlen) != 0) {
         version_list_free(vl);
@@ -1272,7 +1272,6 @@ static int read_page(timeline *tl, const pg_key *k, lsn_t lsn, uint8_t out[PG_BL
             pagecache_insert(tl->svc.cache, tl->owner, k, vl->lsn[0], out);
     }
     if (cut >= 0) {
-        free((void *)vl->value[cut].payload);
         vl->value[cut] = cut_value;
         *vl = full;
     }
