@@ -8,9 +8,17 @@ compute (whose counters start at zero).  And the report tables made of
 those: CPU per unit of work per group, one column per setup, and the
 compute's GetPage figures.
 
+With enable_perf(out directory), each probe also records a perf profile of
+its window (bench_perf.py) into perf-<setup key>.data there, attributed to
+the same process groups.
+
 Not for: the benchmark's own figures (TPS, NOPM, latency) or its windows.
 """
 
+import os
+import sys
+
+import bench_perf
 from bench_proc import BenchError
 from bench_strata import (create_smgr_stats_function, getpage_rows, getpage_summary,
                           smgr_stats, stats_delta)
@@ -22,11 +30,13 @@ class WindowProbe:
     -> {"cpu": CpuWindow.end(), "smgr": counter deltas or None}.
     query(sql) -> rows runs SQL on the compute (None for stock servers)."""
 
-    def __init__(self, roots, query=None):
+    def __init__(self, roots, query=None, key=None):
         self.cpu = CpuWindow(roots)
         self.query = query
         self.smgr = None
         self.base = None
+        self.perf = (bench_perf.PerfWindow(os.path.join(PERF_DIR, f"perf-{key or 'x'}.data"))
+                     if PERF_DIR else None)
         if query is not None:
             create_smgr_stats_function(query)
 
@@ -35,6 +45,8 @@ class WindowProbe:
             self.smgr = {}
             self.base = smgr_stats(self.query)
         self.cpu.begin()
+        if self.perf is not None:
+            self.perf.begin()
 
     def pause(self):
         self.cpu.sample()
@@ -51,20 +63,61 @@ class WindowProbe:
         self.base = None
 
     def end(self):
+        if self.perf is not None:
+            self.perf.stop()
         cpu = self.cpu.end()
         if self.query is not None:
             if self.base is None:
                 raise BenchError("window ended while paused (no resume())")
             self._add(smgr_stats(self.query))
-        return {"cpu": cpu, "smgr": self.smgr}
+        out = {"cpu": cpu, "smgr": self.smgr}
+        if self.perf is not None:
+            out["perf"] = self.perf.end(self.cpu.thread_groups())
+        return out
 
 
-def stock_probe(primary, standbys=()):
-    return WindowProbe(stock_roots(primary.pid, [s.pid for s in standbys]))
+def add_perf_option(ap):
+    """--perf for the programs whose windows a probe measures."""
+    ap.add_argument("--perf", action="store_true",
+                    help="also profile each measured window with `perf record -a` (needs "
+                         "root): samples per process group and function in the report, the "
+                         "recordings in --out as perf-<setup>.data")
 
 
-def strata_probe(cluster, query):
-    return WindowProbe(strata_roots(cluster.status), query)
+# Where --perf puts its recordings (enable_perf); None: no profiles.
+PERF_DIR = None
+
+
+def perf_if_asked(args, prog):
+    """enable_perf(args.out) when --perf was given.  Returns 2 (the exit
+    code) after saying why perf cannot record here, else None."""
+    if not args.perf:
+        return None
+    try:
+        enable_perf(args.out)
+    except BenchError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 2
+    return None
+
+
+def enable_perf(out_dir):
+    """Makes every probe created from now on record a perf profile into
+    out_dir; raises BenchError when perf cannot record here."""
+    global PERF_DIR  # pylint: disable=global-statement
+    why = bench_perf.available()
+    if why:
+        raise BenchError(f"--perf: {why}")
+    os.makedirs(out_dir, exist_ok=True)
+    PERF_DIR = out_dir
+
+
+def stock_probe(primary, standbys=(), key=None):
+    return WindowProbe(stock_roots(primary.pid, [s.pid for s in standbys]), key=key)
+
+
+def strata_probe(cluster, query, key=None):
+    return WindowProbe(strata_roots(cluster.status), query, key=key)
 
 
 def psql_query(conninfo):
@@ -138,6 +191,13 @@ def probe_report(setups, unit, cpu_title, markdown):
         lines += ([f"GetPage from the compute's side (per {unit}):", ""] if markdown
                   else [f"GetPage from the compute's side (per {unit}):"])
         lines += table(*gp) + [""]
+    pt = bench_perf.perf_table([(t, (p or {}).get("perf")) for _k, t, p, _u in setups])
+    if pt:
+        lines += (["Where the samples went (perf), measured window:", ""] if markdown
+                  else ["Where the samples went (perf), measured window:"])
+        lines += table(*pt) + [""]
     if markdown and (cpu or gp):
         lines += [HOW, ""]
+    if markdown and pt:
+        lines += [bench_perf.HOW, ""]
     return lines

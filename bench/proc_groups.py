@@ -197,6 +197,11 @@ class CpuWindow:
         assert self.first is not None, "sample() before begin()"
         self.last.update(sample(self.roots()))
 
+    def thread_groups(self):
+        """{tid: group} of every thread sampled in the window."""
+        return {key[1]: group for key, (group, _ticks) in self.last.items()
+                if key[0] != "reaped"}
+
     def end(self):
         """{"window_s", "groups_s": {group: CPU seconds}, "machine_busy_s",
         "machine_s" (CPUs x window), "threads": seen, "threads_gone": exited

@@ -48,7 +48,8 @@ from bench_cli import (add_common_options, interrupt_on_sigterm, log, new_result
                        print_table, report_from_json, run_setups, run_timed)
 from bench_pg import make_pg_dir, pg_tool, psql, read_settings, stock_servers
 from bench_pgbench import pgbench_init, pgbench_run, prepare_run, threads_for
-from bench_probe import probe_report, psql_query, stock_probe, strata_probe
+from bench_probe import (add_perf_option, perf_if_asked, probe_report, psql_query, stock_probe,
+                         strata_probe)
 from bench_proc import BenchError, pg_workdir, run
 from bench_report import (busy_load, fmt_value, md_images, md_machine, md_setup_list, md_table,
                           run_gnuplot, target_verdict, text_table, write_reports_and_docs)
@@ -102,6 +103,7 @@ def parse_args(argv):
     ap.add_argument("--quick", action="store_true",
                     help="scale 1, 5 s runs, one start sample: tests this program; no docs")
     add_common_options(ap, "stateless_tpcb")
+    add_perf_option(ap)
     ap.add_argument("--add-to", metavar="RESULTS_JSON",
                     help="merge into an earlier results.json: the setups measured now replace "
                          "the ones with the same letter there (the others are kept, with their "
@@ -230,7 +232,7 @@ def run_stock(args, work, sock, with_standbys):
                        ("s1", "s2") if with_standbys else ()) as (primary, standbys):
         log(f"({key}) primary pid {primary.pid} port {primary.port}")
         settings, entry = measure(args, key, primary.conninfo(), work,
-                                  stock_probe(primary, standbys))
+                                  stock_probe(primary, standbys, key))
         return settings, entry, None
 
 
@@ -269,7 +271,7 @@ def run_strata(args, work, key):
         psql(conninfo, "SELECT pg_reload_conf()")
         time.sleep(0.5)
         settings, entry = measure(args, key, conninfo, work,
-                                  strata_probe(cluster, psql_query(conninfo)))
+                                  strata_probe(cluster, psql_query(conninfo), key))
         check_stateless(settings)
         if settings.get("full_page_writes") != fpw:
             raise BenchError(f"full_page_writes is {settings.get('full_page_writes')}, not {fpw}")
@@ -498,6 +500,8 @@ def main(argv):
     args = parse_args(argv)
     if args.from_json:
         return report_from_json(args, console_table, write_reports)
+    if perf_if_asked(args, "stateless_tpcb"):
+        return 2
     interrupt_on_sigterm()
     work = pg_workdir(args.workdir, "strata-tpcb-")
     results = new_results("stateless_tpcb", args, argv, work, {

@@ -3,7 +3,8 @@
 The verdicts and the docs section on hand-made results (a target that is
 missed must say so; a setup that did not run must say NOT MEASURED), and one
 real --quick run of a stock setup (a) and a Strata setup (c) that checks
-the figures it wrote and that nothing it started is left running.
+the figures it wrote and that nothing it started is left running; --perf's
+attribution on canned `perf script` lines and in one real run of (c).
 """
 
 import json
@@ -16,6 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 # pylint: disable=wrong-import-position
+import bench_perf  # noqa: E402
 import stateless_tpcb as tpcb  # noqa: E402
 from bench_proc import pids_mentioning  # noqa: E402
 from bench_testlib import (check_probe, check_section_replaced_once,  # noqa: E402
@@ -126,3 +128,47 @@ def test_merge_replaces_setups_of_the_same_letter(tmp_path):
     new["params"]["scale"] = 1
     with pytest.raises(SystemExit):
         tpcb.merge_results(str(path), new)
+
+
+def test_perf_samples_go_to_the_groups_of_their_threads():
+    text = ("  101  55d0c3a1b2c0 hash_search_with_hash_value (/usr/lib/postgresql/bin/postgres)\n"
+            "  101  ffffffff815d3b1b tcp_sendmsg ([kernel.kallsyms])\n"
+            "  202  7f00aa [unknown] (/memfd:sealed-1 (deleted))\n"
+            "    0  ffffffff822613eb pv_native_safe_halt ([kernel.kallsyms])\n"
+            "  303  7f00bb fsync_round (/build/bin/strata-safekeeper)\n"
+            "not a sample line\n")
+    samples = bench_perf.parse_script(text)
+    assert samples[0] == (101, "hash_search_with_hash_value", "postgres")
+    assert samples[2] == (202, "[unknown]", "memfd:sealed-1 (deleted)")
+    got = bench_perf.attribute(samples, {101: "backends", 303: "safekeepers"}, 499)
+    g = got["groups"]
+    assert got["samples"] == 5 and sum(x["samples"] for x in g.values()) == 5
+    assert g["backends"]["samples"] == 2 and g["backends"]["kernel_pct"] == 50.0
+    assert g["safekeepers"]["top"] == [["fsync_round", "strata-safekeeper", 1]]
+    assert g["other"]["samples"] == 1 and g["idle"]["samples"] == 1
+    header, rows = bench_perf.perf_table([("(c) Strata", got)])
+    assert header[1] == "group" and rows[0][1] == "backends" and rows[0][2] == "40.0"
+
+
+@needs_stock_pg15("pgbench")
+def test_quick_perf_profile_of_c(tmp_path):
+    why = bench_perf.available()
+    if why:
+        pytest.skip(why)
+    build = need_strata_build()
+    out = tmp_path / "out"
+    options = ["--setups", "c", "--duration", "3", "--perf", "--strata-build", build]
+    with quick_run("stateless_tpcb", options, out, timeout=600) as (cp, work, res):
+        (c,) = res["setups"]
+        assert c["status"] == "ok", c
+        perf = c["run"]["probe"]["perf"]
+        groups = perf["groups"]
+        assert perf["samples"] == sum(g["samples"] for g in groups.values()) > 0
+        # The threads that carry every commit were sampled, each in its group.
+        for group in ("backends", "safekeepers", "walproposer"):
+            assert groups.get(group, {}).get("samples", 0) > 0, (group, sorted(groups))
+        assert all(g["top"] and 0 <= g["kernel_pct"] <= 100 for g in groups.values())
+        assert "Where the samples went (perf), measured window:" in cp.stdout
+        assert (out / "perf-c.data").stat().st_size > 0
+        assert pids_mentioning(work) == []
+    assert pids_mentioning(str(out)) == [], "perf record still runs"

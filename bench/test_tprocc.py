@@ -211,8 +211,8 @@ def _kill9_compute_mid_run(build, work):
         with psycopg.connect(tprocc.conninfo_str(info), autocommit=True) as conn:
             conn.execute("DELETE FROM new_order WHERE no_w_id = 1 AND no_d_id = 2")
         cp = subprocess.run(check_cmd, capture_output=True, text=True, timeout=60, env=env)
-        assert cp.returncode == 1 and "FAIL  3.3.2.2" in cp.stdout and "(first: 1/2)" in cp.stdout, \
-            cp.stdout + cp.stderr
+        assert (cp.returncode == 1 and "FAIL  3.3.2.2" in cp.stdout
+                and "(first: 1/2)" in cp.stdout), cp.stdout + cp.stderr
         with psycopg.connect(tprocc.conninfo_str(info), autocommit=True) as conn:
             conn.execute("UPDATE orders SET o_carrier_id = 1 "
                          "WHERE o_w_id = 1 AND o_d_id = 2 AND o_carrier_id IS NULL")

@@ -62,8 +62,8 @@ import psycopg  # noqa: E402
 from bench_cli import (add_common_options, interrupt_on_sigterm, load_average, log,  # noqa: E402
                        new_results, print_table, report_from_json, run_setups, run_timed)
 from bench_pg import make_pg_dir, read_settings, stock_servers  # noqa: E402
-from bench_probe import (probe_report, psycopg_query, stock_probe,  # noqa: E402
-                         strata_probe)
+from bench_probe import (add_perf_option, perf_if_asked, probe_report,  # noqa: E402
+                         psycopg_query, stock_probe, strata_probe)
 from bench_proc import BenchError, pg_workdir, run  # noqa: E402
 from bench_report import (busy_load, md_images, md_machine, md_setup_list,  # noqa: E402
                           md_table, run_gnuplot, text_table, write_reports_and_docs)
@@ -152,6 +152,7 @@ def parse_args(argv):
                     help="libpq connection string for --check-only (default $STRATA_CONNSTR, "
                          f"dbname {DBNAME})")
     add_common_options(ap, "tprocc")
+    add_perf_option(ap)
     ap.add_argument("--seed", type=int, default=None, help="random seed (default: time)")
     args = ap.parse_args(argv)
     quick = args.quick
@@ -861,7 +862,7 @@ def run_stock(args, work, sock, key="a", standbys=()):
         log(f"({key}) stock PG 15 pid {server.pid} port {server.port}"
             + (f", {len(standbys)} synchronous standbys" if standbys else ""))
         return measure(args, key, server.conninfo(),
-                       make_probe=lambda _conninfo: stock_probe(server, standby_servers))
+                       make_probe=lambda _conninfo: stock_probe(server, standby_servers, key))
 
 
 def run_strata(args, work):
@@ -874,8 +875,9 @@ def run_strata(args, work):
                      cluster.cluster_dir], timeout=60)
                 run([cluster.cli, "start", "compute", "--dir", cluster.cluster_dir],
                     timeout=120)
-        settings, res = measure(args, "c", cluster.conninfo(status), restart,
-                                lambda conninfo: strata_probe(cluster, psycopg_query(conninfo)))
+        settings, res = measure(
+            args, "c", cluster.conninfo(status), restart,
+            lambda conninfo: strata_probe(cluster, psycopg_query(conninfo), "c"))
         cluster.status()  # remember the new compute's pid for down()
         check_stateless(settings)
         return settings, res
@@ -1297,6 +1299,8 @@ def main(argv):
         log(f"--driver hammerdb: {args.hammerdb_kit.describe()}")
         extra_params["hammerdb"] = "tclsh8.6, " + os.path.basename(
             os.path.dirname(args.hammerdb_kit.home))
+    if perf_if_asked(args, "tprocc"):
+        return 2
     interrupt_on_sigterm()
     work = pg_workdir(args.workdir, "strata-tprocc-")
     results = new_results("tprocc", args, argv, work, {

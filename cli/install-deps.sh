@@ -10,6 +10,8 @@ PACKAGES=(
   python3 python3-pytest python3-pytest-xdist python3-psycopg
   postgresql-15 postgresql-server-dev-15 postgresql-client-15
   gnuplot-nox procps iproute2 util-linux binutils strace
+  # perf for the benchmarks' --perf profiles (bench/bench_perf.py).
+  linux-perf
   dpkg-dev bison flex libreadline-dev zlib1g-dev
   # HammerDB's CLI on Debian's Tcl 8.6 (bench/tprocc.py --driver hammerdb; the
   # HammerDB kit itself is a tool the user names with HAMMERDB_KIT).
