@@ -60,6 +60,7 @@ listens on 127.0.0.1 on free ports; every process started here is stopped by
 pid (SIGKILL after a bounded wait) in OracleCluster.stop().
 """
 
+import contextlib
 import json
 import os
 import re
@@ -669,6 +670,7 @@ class OracleCluster:
         self.import_lsn = None
         self.failed = False  # set by a test that fails: keeps the directory if asked
         self.feedback_history = []  # (time, disk_consistent_lsn) seen by the watcher
+        self._readers = []  # page_reader()'s, closed by stop()
         self._watch_stop = threading.Event()
         self._watcher = None
 
@@ -814,7 +816,16 @@ class OracleCluster:
                 out.append("---- %s ----\n%s" % (name, tail(path)))
         return "\n".join(out)
 
+    def page_reader(self):
+        """A PageReader of this cluster's timeline, closed by stop()."""
+        reader = PageReader(self.pageserver, self.timeline)
+        self._readers.append(reader)
+        return reader
+
     def stop(self):
+        for reader in self._readers:
+            reader.close()
+        self._readers = []
         self._watch_stop.set()
         if self._watcher is not None:
             self._watcher.join(5)
@@ -831,6 +842,21 @@ class OracleCluster:
             print("kept %s" % self.root)
         else:
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def running_oracle(fpw, with_pageserver=True):
+    """An OracleCluster, started; when the block raises, the daemons' logs
+    are printed first; on leaving, everything it started is stopped."""
+    cluster = OracleCluster(fpw, with_pageserver)
+    try:
+        cluster.start()
+        yield cluster
+    except BaseException:
+        print(cluster.diagnostics())
+        raise
+    finally:
+        cluster.stop()
 
 
 # -- the comparison -------------------------------------------------------------

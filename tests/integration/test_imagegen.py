@@ -25,7 +25,7 @@ import time
 import urllib.request
 
 from conftest import int_to_lsn, lsn_to_int
-from oracle_harness import OracleCluster, PageReader, compare_at, stock
+from oracle_harness import compare_at, running_oracle, stock
 
 THRESHOLD = 16
 SLACK = 16  # the hard cap is 2 x threshold (pageserver/redo/imagegen.h): ingest waits there
@@ -81,10 +81,7 @@ def pgbench_pages(cluster):
 
 def test_image_generation_bounds_chains_and_matches_a_standby(monkeypatch):
     monkeypatch.setenv("PAGESERVER_IMAGE_THRESHOLD", str(THRESHOLD))
-    cluster = OracleCluster(fpw=False)
-    reader = None
-    try:
-        cluster.start()
+    with running_oracle(fpw=False) as cluster:
         cluster.begin_phase()
         pgbench(cluster, "-i", "-s", "1", "-q")
         cluster.primary.sql("checkpoint")
@@ -111,7 +108,7 @@ def test_image_generation_bounds_chains_and_matches_a_standby(monkeypatch):
             "last_record_lsn"])
         pages = pgbench_pages(cluster)
         assert len(pages) > 20, pages
-        reader = PageReader(cluster.pageserver, cluster.timeline)
+        reader = cluster.page_reader()
         got = reader.get_pages(pages, latest)
         errors = [(p, g) for p, g in zip(pages, got) if not isinstance(g, bytes)]
         assert not errors, errors[:5]
@@ -134,13 +131,6 @@ def test_image_generation_bounds_chains_and_matches_a_standby(monkeypatch):
         print(cmp.summary())
         assert cmp.blocks > 100, cmp.summary()
         assert cmp.nmismatch == 0, cmp.summary()
-    except BaseException:
-        print(cluster.diagnostics())
-        raise
-    finally:
-        if reader is not None:
-            reader.close()
-        cluster.stop()
 
 
 READ_THRESHOLD = 13  # reads replaying 13 or more: the histogram's bucket le="12" splits them
@@ -164,9 +154,7 @@ def test_reads_that_replay_a_long_chain_store_images(monkeypatch):
     monkeypatch.setenv("PAGESERVER_IMAGE_THRESHOLD", "500")
     monkeypatch.setenv("PAGESERVER_IMAGE_READ_THRESHOLD", str(READ_THRESHOLD))
     monkeypatch.setenv("PAGESERVER_PAGE_CACHE_MB", "0")  # every read replays its chain
-    cluster = OracleCluster(fpw=False)
-    try:
-        cluster.start()
+    with running_oracle(fpw=False) as cluster:
         pgbench(cluster, "-i", "-s", "1", "-q")
         for t in ("accounts", "branches", "tellers", "history"):
             cluster.primary.sql("alter table pgbench_%s set (autovacuum_enabled = off)" % t)
@@ -177,13 +165,7 @@ def test_reads_that_replay_a_long_chain_store_images(monkeypatch):
         text = metrics(cluster)
         assert (metric(text, "pageserver_image_from_reads_total") or 0) == 0, text
 
-        with PageReader(cluster.pageserver, cluster.timeline) as reader:
-            reads_leave_images(cluster, reader, pgbench_pages(cluster))
-    except BaseException:
-        print(cluster.diagnostics())
-        raise
-    finally:
-        cluster.stop()
+        reads_leave_images(cluster, cluster.page_reader(), pgbench_pages(cluster))
 
 
 def reads_leave_images(cluster, reader, pages):

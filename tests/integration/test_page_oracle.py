@@ -27,7 +27,7 @@ import time
 import pytest
 
 from conftest import int_to_lsn
-from oracle_harness import OracleCluster, PageReader, compare_at
+from oracle_harness import compare_at, running_oracle
 from oracle_workload import PHASES, run_phase
 
 ALL_AMS = ("heap", "btree", "hash", "gist", "spgist", "gin", "brin", "sequence", "vm")
@@ -71,24 +71,14 @@ def assert_oracle_holds(results, timings):
 @pytest.mark.parametrize("fpw", [False, True], ids=["fpw_off", "fpw_on"])
 def test_pageserver_pages_equal_a_stock_standby_at_every_point(fpw):
     started = time.monotonic()
-    cluster = OracleCluster(fpw=fpw)
-    reader = None
-    try:
-        cluster.start()
+    with running_oracle(fpw=fpw) as cluster:
         for name, fn in PHASES:
             run_phase(cluster, name, fn)
         end = cluster.finish_workload()
         workload_done = time.monotonic()
-        reader = PageReader(cluster.pageserver, cluster.timeline)
+        reader = cluster.page_reader()
         timings = []
         results = check_points(cluster, reader, timings)
         print("workload up to %s: %.1f s; ingest waits and checks %.1f s" % (
             int_to_lsn(end), workload_done - started, time.monotonic() - workload_done))
         assert_oracle_holds(results, timings)
-    except BaseException:
-        print(cluster.diagnostics())
-        raise
-    finally:
-        if reader is not None:
-            reader.close()
-        cluster.stop()

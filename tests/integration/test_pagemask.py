@@ -20,7 +20,7 @@ import struct
 
 import pagemask
 from conftest import int_to_lsn, wait_until
-from oracle_harness import (BLCKSZ, OracleCluster, read_block, standby_clog_segments,
+from oracle_harness import (BLCKSZ, read_block, running_oracle, standby_clog_segments,
                             standby_relation_forks)
 from oracle_workload import PHASES, run_phase
 
@@ -234,9 +234,7 @@ def known_primary_divergence(standby_page, primary_page, am, blkno):
 
 
 def test_standby_stops_at_each_point_and_matches_the_primary_after_masking():
-    cluster = OracleCluster(fpw=False, with_pageserver=False)
-    try:
-        cluster.start()
+    with running_oracle(fpw=False, with_pageserver=False) as cluster:
         for name, fn in PHASES:
             run_phase(cluster, name, fn)
         last = cluster.points[-1]
@@ -297,8 +295,3 @@ def test_standby_stops_at_each_point_and_matches_the_primary_after_masking():
         for am in ("heap", "btree", "hash", "gist", "spgist", "gin", "brin", "sequence", "vm"):
             assert by_am.get(am, 0) > 0, "no %s page compared: %s" % (am, by_am)
         assert masked_only > 0, "masking made no difference: the test would not see it"
-    except BaseException:
-        print(cluster.diagnostics())
-        raise
-    finally:
-        cluster.stop()

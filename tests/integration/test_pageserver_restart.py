@@ -19,7 +19,7 @@ import threading
 import time
 
 from conftest import int_to_lsn, lsn_to_int, wait_until
-from oracle_harness import OracleCluster, PageReader
+from oracle_harness import running_oracle
 from oracle_workload import PHASES, run_phase
 from test_page_oracle import assert_oracle_holds, check_points
 
@@ -52,10 +52,7 @@ def check_no_wal_removed_beyond(cluster, persisted, when):
 
 
 def test_pageserver_killed_during_ingest_restarts_and_the_oracle_holds():
-    cluster = OracleCluster(fpw=False)
-    reader = None
-    try:
-        cluster.start()
+    with running_oracle(fpw=False) as cluster:
         for name, fn in PHASES[:2]:
             run_phase(cluster, name, fn)
 
@@ -100,13 +97,6 @@ def test_pageserver_killed_during_ingest_restarts_and_the_oracle_holds():
               "oldest segments at the end %s" % (int_to_lsn(before), int_to_lsn(promised),
                                                   int_to_lsn(persisted), removed))
 
-        reader = PageReader(cluster.pageserver, cluster.timeline)
+        reader = cluster.page_reader()
         timings = []
         assert_oracle_holds(check_points(cluster, reader, timings), timings)
-    except BaseException:
-        print(cluster.diagnostics())
-        raise
-    finally:
-        if reader is not None:
-            reader.close()
-        cluster.stop()

@@ -152,15 +152,12 @@ def lost_volume_restored(c, url):
 # ---- (b) the page oracle ----
 
 def test_page_oracle_holds_across_a_restore_from_remote(monkeypatch, remote_root):
-    from oracle_harness import OracleCluster, PageReader
+    from oracle_harness import running_oracle
     from oracle_workload import PHASES, run_phase
     from test_page_oracle import assert_oracle_holds, check_points
 
     monkeypatch.setenv("PAGESERVER_REMOTE", "file://" + remote_root)
-    cluster = OracleCluster(fpw=False)
-    reader = None
-    try:
-        cluster.start()
+    with running_oracle(fpw=False) as cluster:
         for name, fn in PHASES[:2]:
             run_phase(cluster, name, fn)
         before = cluster.points[-1].lsn
@@ -205,16 +202,9 @@ def test_page_oracle_holds_across_a_restore_from_remote(monkeypatch, remote_root
         assert len(older) >= 2, "points older than the deletion: %s" % [p.name for p in older]
         print("deleted after %s; restored at %s; %d points, %d of them older" % (
             int_to_lsn(before), int_to_lsn(restored_at), len(cluster.points), len(older)))
-        reader = PageReader(cluster.pageserver, cluster.timeline)
+        reader = cluster.page_reader()
         timings = []
         assert_oracle_holds(check_points(cluster, reader, timings), timings)
-    except BaseException:
-        print(cluster.diagnostics())
-        raise
-    finally:
-        if reader is not None:
-            reader.close()
-        cluster.stop()
 
 
 # ---- (c) a deleted timeline is not restored ----

@@ -29,7 +29,7 @@ import time
 import urllib.request
 
 from conftest import lsn_to_int, wait_until
-from oracle_harness import OracleCluster, PageReader, compare_at
+from oracle_harness import compare_at, running_oracle
 
 ROWS = 3000
 
@@ -84,10 +84,7 @@ def loaded_cluster():
     read once at the load's LSN, so the page cache holds them; yields
     (cluster, reader, read_pages, unread_pages) and stops everything after
     (printing the logs if the test failed)."""
-    cluster = OracleCluster(fpw=False)
-    reader = None
-    try:
-        cluster.start()
+    with running_oracle(fpw=False) as cluster:
         cluster.begin_phase()
         load(cluster)
         cluster.primary.sql("checkpoint")
@@ -96,16 +93,9 @@ def loaded_cluster():
         read_pages = table_pages(cluster, "warm_read")
         unread_pages = table_pages(cluster, "warm_unread")
         assert len(read_pages) > 20 and len(unread_pages) > 20
-        reader = PageReader(cluster.pageserver, cluster.timeline)
+        reader = cluster.page_reader()
         read_all(reader, read_pages, loaded)
         yield cluster, reader, read_pages, unread_pages
-    except BaseException:
-        print(cluster.diagnostics())
-        raise
-    finally:
-        if reader is not None:
-            reader.close()
-        cluster.stop()
 
 
 def end_updates(cluster):
