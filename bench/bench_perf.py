@@ -5,9 +5,11 @@ For: the --perf option of bench/tprocc.py and bench/stateless_tpcb.py.
 graphs, so the cost stays small and equal for every setup); afterwards each
 sample is given to the process group of its thread -- the groups of
 proc_groups.py, taken from the very thread samples the CPU table is made
-of -- and each group's functions are counted.  A sample of a thread no group
-holds goes to "other" (kernel workers, other work on the machine); the idle
-task's to "idle".  The report shows, per group, its share of all samples,
+of, or of its process for a thread born and gone inside the window -- and
+each group's functions are counted.  A sample of a process no group holds
+goes to "other" (kernel workers, other work on the machine); the idle
+task's to "idle".  Unlike per-thread CPU times, a sample taken in an
+interrupt counts for the thread it interrupted.  The report shows, per group, its share of all samples,
 how much of it ran in the kernel, and its busiest functions.
 
 Not for: call graphs or a flame graph (run `perf report -i` on the kept
@@ -93,7 +95,7 @@ class PerfWindow:
 
     def end(self, thread_groups):
         self.stop()
-        cp = subprocess.run(["perf", "script", "-i", self.path, "-F", "tid,ip,sym,dso"],
+        cp = subprocess.run(["perf", "script", "-i", self.path, "-F", "pid,tid,ip,sym,dso"],
                             capture_output=True, text=True, timeout=600, check=False)
         if cp.returncode != 0:
             raise BenchError(f"perf script failed: {cp.stderr.strip()[-800:]}")
@@ -101,29 +103,38 @@ class PerfWindow:
 
 
 def parse_script(text):
-    """[(tid, symbol, dso)] of `perf script -F tid,ip,sym,dso` lines such as
-    `  1234  55d0c3a1b2c0 hash_search_with_hash_value (/usr/lib/.../postgres)`
-    (perf prints the symbol only with the address)."""
+    """[(pid, tid, symbol, dso)] of `perf script -F pid,tid,ip,sym,dso` lines
+    such as `  1234/1240  55d0c3a1b2c0 hash_search_with_hash_value
+    (/usr/lib/.../postgres)` (perf prints the symbol only with the address)."""
     out = []
     for line in text.splitlines():
         parts = line.split(None, 2)
-        if len(parts) < 3 or not parts[0].isdigit():
+        if len(parts) < 3:
+            continue
+        pid, _slash, tid = parts[0].partition("/")
+        if not (pid.isdigit() and tid.isdigit()):
             continue
         m = SAMPLE_RE.match(parts[2].strip())
         sym, dso = (m.group(1), m.group(2)) if m else (parts[2].strip(), "?")
-        out.append((int(parts[0]), sym or "[unknown]", os.path.basename(dso) or "?"))
+        out.append((int(pid), int(tid), sym or "[unknown]", os.path.basename(dso) or "?"))
     return out
 
 
 def attribute(samples, thread_groups, freq):
     """{"freq", "samples", "groups": {group: {"samples", "kernel_pct",
-    "top": [[function, dso, samples], ...]}}} of samples [(tid, sym, dso)]
-    given {tid: group}; tid 0 is "idle", a tid no group holds "other"."""
+    "top": [[function, dso, samples], ...]}}} of samples [(pid, tid, sym,
+    dso)] given {tid: group}.  A thread the map lacks (an io_uring worker
+    that came and went inside the window) counts in its process's group,
+    the group of the thread whose tid is the pid; pid 0 is "idle"; a process
+    no group holds is "other"."""
     count = collections.Counter()
     kernel = collections.Counter()
     funcs = collections.defaultdict(collections.Counter)
-    for tid, sym, dso in samples:
-        group = "idle" if tid == 0 else thread_groups.get(tid, "other")
+    for pid, tid, sym, dso in samples:
+        if pid == 0:
+            group = "idle"
+        else:
+            group = thread_groups.get(tid) or thread_groups.get(pid) or "other"
         count[group] += 1
         if dso.startswith("[kernel"):
             kernel[group] += 1

@@ -11,7 +11,11 @@ thread name, its child processes (redo helpers), and the benchmark client
 (this Python process, its live children -- pgbench, HammerDB's tclsh -- and
 the children it reaped inside the window, through cutime + cstime).  The
 machine's busy CPU from /proc/stat over the same window is kept beside, so
-what no group explains (other work on a shared machine) shows.
+what no group explains shows: other work on a shared machine, and interrupt
+time, which the kernel charges to no thread (with loopback networking the
+receive path runs in softirq: a busy network's cost lands there).  Time
+the hypervisor stole from this machine's CPUs is reported on its own and
+left out of busy: nobody here used it.
 
 A thread counts from its value at the window's start, or from zero when it
 was born inside the window; a thread that exits inside the window counts up
@@ -149,12 +153,18 @@ def _process_groups(roots, kids):
 
 
 def machine_busy_ticks():
-    """(busy, total) clock ticks of all CPUs since boot (/proc/stat): busy
-    leaves out idle and iowait."""
+    """(busy, total, steal, irq) clock ticks of all CPUs since boot
+    (/proc/stat): busy leaves out idle, iowait and steal (time the
+    hypervisor gave this virtual machine's CPUs to someone else: nobody
+    here used it); irq is hard + soft interrupt time, which is busy but is
+    charged to no thread (the loopback network's receive path and block IO
+    completions run there)."""
     with open("/proc/stat", encoding="utf-8") as f:
         fields = [int(x) for x in f.readline().split()[1:]]
+    fields += [0] * (8 - len(fields))
     total = sum(fields[:8])  # guest time is inside user already
-    return total - fields[3] - fields[4], total
+    steal = fields[7]
+    return total - fields[3] - fields[4] - steal, total, steal, fields[5] + fields[6]
 
 
 def sample(roots):
@@ -209,7 +219,7 @@ class CpuWindow:
         assert self.first is not None, "end() before begin()"
         now = sample(self.roots())
         self.last.update(now)
-        busy1, total1 = machine_busy_ticks()
+        busy1, total1, steal1, irq1 = machine_busy_ticks()
         groups = {}
         for key, (group, ticks) in self.last.items():
             base = self.first[key][1] if key in self.first else 0
@@ -218,6 +228,8 @@ class CpuWindow:
                 "groups_s": {g: round(t / CLK_TCK, 3) for g, t in groups.items()},
                 "machine_busy_s": round((busy1 - self.machine0[0]) / CLK_TCK, 3),
                 "machine_s": round((total1 - self.machine0[1]) / CLK_TCK, 3),
+                "machine_steal_s": round((steal1 - self.machine0[2]) / CLK_TCK, 3),
+                "machine_irq_s": round((irq1 - self.machine0[3]) / CLK_TCK, 3),
                 "threads": len(self.last),
                 "threads_gone": sum(1 for k in self.last if k not in now)}
 
@@ -262,6 +274,11 @@ def per_unit(cpu, units):
     out["all groups"] = sum(s for g, s in out.items() if g in GROUP_KEYS)
     out["machine busy"] = cpu["machine_busy_s"] * scale
     out["unattributed"] = out["machine busy"] - out["all groups"]
+    # Results written before these were kept have neither.
+    if "machine_irq_s" in cpu:
+        out["irq"] = cpu["machine_irq_s"] * scale
+    if "machine_steal_s" in cpu:
+        out["steal"] = cpu["machine_steal_s"] * scale
     return out
 
 
@@ -269,8 +286,10 @@ DERIVED_ROWS = (
     ("own", "own: backends+aux (+walproposer+walsender)"),
     ("own / (a)", "own / (a)'s own (issue 14: compute <= 0.80)"),
     ("all groups", "all groups above"),
-    ("machine busy", "machine busy (/proc/stat)"),
+    ("machine busy", "machine busy (/proc/stat, steal left out)"),
     ("unattributed", "machine busy - all groups"),
+    ("irq", "  of which interrupts (irq + softirq, no thread's)"),
+    ("steal", "stolen by the hypervisor (steal, not in busy)"),
 )
 
 
@@ -293,6 +312,8 @@ def cpu_table(setups, base_key="a"):
             rows.append([label] + [f"{n['own'] / base['own']:.2f}" if n else "-"
                                    for _k, _t, n in norm])
             continue
+        if key in ("irq", "steal") and not any(n and key in n for _k, _t, n in norm):
+            continue  # results kept before these were measured
         rows.append([label] + [_num(n.get(key)) if n else "-" for _k, _t, n in norm])
     return header, rows
 

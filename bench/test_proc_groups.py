@@ -87,8 +87,11 @@ def test_window_counts_a_live_child_and_its_threads():
     assert res["groups_s"].get("client", 0) < res["groups_s"]["safekeepers"], res
 
 
-def _cpu(groups, busy):
-    return {"window_s": 10, "groups_s": groups, "machine_busy_s": busy, "machine_s": 20}
+def _cpu(groups, busy, irq=None, steal=None):
+    out = {"window_s": 10, "groups_s": groups, "machine_busy_s": busy, "machine_s": 20}
+    if irq is not None:
+        out.update(machine_irq_s=irq, machine_steal_s=steal)
+    return out
 
 
 def test_cpu_table_per_unit_and_ratio():
@@ -107,7 +110,25 @@ def test_cpu_table_per_unit_and_ratio():
     assert by["own / (a)'s own (issue 14: compute <= 0.80)"] == ["1.00", "0.67"]
     assert by["machine busy - all groups"] == ["200", "350"]
     assert "standbys (whole trees)" not in by  # no setup had one
+    assert not any(k.startswith("stolen") for k in by)  # results from before steal was kept
     assert pg.per_unit(a, 0) is None
+    # Steal and interrupt time, where the window measured them.
+    c2 = _cpu({"backends": 0.3}, 1.2, irq=0.25, steal=0.5)
+    _header, rows = pg.cpu_table([("a", "(a)", a, 1000), ("c", "(c)", c2, 1000)])
+    by = {r[0]: r[1:] for r in rows}
+    assert by["  of which interrupts (irq + softirq, no thread's)"] == ["-", "250"]
+    assert by["stolen by the hypervisor (steal, not in busy)"] == ["-", "500"]
+
+
+def test_machine_ticks_leave_steal_out_of_busy():
+    busy, total, steal, irq = pg.machine_busy_ticks()
+    with open("/proc/stat", encoding="utf-8") as f:
+        fields = [int(x) for x in f.readline().split()[1:9]]
+    # Read a moment apart: equal within what the CPUs did in between.
+    assert abs(total - sum(fields)) < 1000
+    assert abs(steal - fields[7]) < 1000 and abs(irq - fields[5] - fields[6]) < 1000
+    assert abs(busy - (sum(fields) - fields[3] - fields[4] - fields[7])) < 1000
+    assert busy <= total - steal
 
 
 def test_wait_percentiles_interpolate_in_the_bucket():
