@@ -19,14 +19,16 @@ left out of busy: nobody here used it.
 
 A thread counts from its value at the window's start, or from zero when it
 was born inside the window; a thread that exits inside the window counts up
-to the last sample that saw it (CPU spent after that is lost, and then shows
-only as unattributed machine CPU).
+to the last sample that saw it (samples are taken every second in between;
+CPU spent after the last is lost, and then shows only as unattributed
+machine CPU).
 
 Not for: starting or stopping anything, or the compute's own counters
 (bench_strata.smgr_stats).  The report's arithmetic is cpu_table here.
 """
 
 import os
+import threading
 import time
 
 from bench_proc import CLK_TCK, read_stat, thread_cpu_ticks
@@ -187,25 +189,54 @@ def sample(roots):
 class CpuWindow:
     """The CPU per group over one window: begin(), then any number of
     sample() (take one before a process of the setup is replaced), then
-    end() -> result dict.  roots() -> [(pid, kind)] is called at every
-    sample, so a replaced process is found again."""
+    end() -> result dict.  roots() -> [(pid, kind)] is called at begin(),
+    every sample() and end(), so a replaced process is found again.  In
+    between, a thread samples the processes found last every interval
+    seconds: a process that exits inside the window (a virtual user's
+    backend that ends with the run) then loses at most that much CPU, not
+    all it spent since begin()."""
 
-    def __init__(self, roots):
+    def __init__(self, roots, interval=1.0):
         self.roots = roots
+        self.interval = interval
         self.first = None
         self.last = {}
         self.t0 = None
         self.machine0 = None
+        self._roots = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = None
 
     def begin(self):
         self.t0 = time.monotonic()
         self.machine0 = machine_busy_ticks()
-        self.first = sample(self.roots())
+        self._roots = self.roots()
+        self.first = sample(self._roots)
         self.last = dict(self.first)
+        if self.interval:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._every_interval, name="cpu-window",
+                                            daemon=True)
+            self._thread.start()
+
+    def _every_interval(self):
+        while not self._stop.wait(self.interval):
+            self._merge(sample(self._roots))
+
+    def _merge(self, got):
+        # A periodic sample may land after a newer explicit one: keep the
+        # larger count (a thread's CPU only grows).
+        with self._lock:
+            for key, (group, ticks) in got.items():
+                old = self.last.get(key)
+                if old is None or ticks >= old[1]:
+                    self.last[key] = (group, ticks)
 
     def sample(self):
         assert self.first is not None, "sample() before begin()"
-        self.last.update(sample(self.roots()))
+        self._roots = self.roots()
+        self._merge(sample(self._roots))
 
     def thread_groups(self):
         """{tid: group} of every thread sampled in the window."""
@@ -217,8 +248,12 @@ class CpuWindow:
         "machine_s" (CPUs x window), "threads": seen, "threads_gone": exited
         inside the window}."""
         assert self.first is not None, "end() before begin()"
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
         now = sample(self.roots())
-        self.last.update(now)
+        self._merge(now)
         busy1, total1, steal1, irq1 = machine_busy_ticks()
         groups = {}
         for key, (group, ticks) in self.last.items():

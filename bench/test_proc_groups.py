@@ -87,6 +87,26 @@ def test_window_counts_a_live_child_and_its_threads():
     assert res["groups_s"].get("client", 0) < res["groups_s"]["safekeepers"], res
 
 
+def test_window_keeps_the_cpu_of_a_process_that_exits_inside_it():
+    # A "safekeeper" that spins for about 1.2 s of CPU and exits before the
+    # window ends: the samples taken in between keep most of it (with only
+    # begin() and end() it would count nothing).
+    spin = ("import time\ntime.sleep(0.2)\nt = time.process_time()\n"
+            "while time.process_time() - t < 1.2: pass\n")
+    child = subprocess.Popen([sys.executable, "-c", spin])  # pylint: disable=consider-using-with
+    try:
+        win = pg.CpuWindow(lambda: [(child.pid, "safekeeper")], interval=0.2)
+        win.begin()
+        child.wait(60)
+        time.sleep(0.3)
+        res = win.end()
+    finally:
+        child.kill()
+        child.wait(10)
+    assert res["threads_gone"] >= 1, res
+    assert res["groups_s"].get("safekeepers", 0) >= 0.7, res
+
+
 def _cpu(groups, busy, irq=None, steal=None):
     out = {"window_s": 10, "groups_s": groups, "machine_busy_s": busy, "machine_s": 20}
     if irq is not None:
