@@ -8,8 +8,8 @@ proc_groups.py, taken from the very thread samples the CPU table is made
 of, or of its process for a thread born and gone inside the window -- and
 each group's functions are counted.  A sample of a process no group holds
 goes to "other" (kernel workers, other work on the machine); the idle
-task's to "idle".  Unlike per-thread CPU times, a sample taken in an
-interrupt counts for the thread it interrupted.  The report shows, per group, its share of all samples,
+task's to "idle".  A sample taken in an interrupt counts for the thread it
+interrupted.  The report shows, per group, its share of all samples,
 how much of it ran in the kernel, and its busiest functions.
 
 Not for: call graphs or a flame graph (run `perf report -i` on the kept

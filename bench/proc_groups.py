@@ -11,11 +11,12 @@ thread name, its child processes (redo helpers), and the benchmark client
 (this Python process, its live children -- pgbench, HammerDB's tclsh -- and
 the children it reaped inside the window, through cutime + cstime).  The
 machine's busy CPU from /proc/stat over the same window is kept beside, so
-what no group explains shows: other work on a shared machine, and interrupt
-time, which the kernel charges to no thread (with loopback networking the
-receive path runs in softirq: a busy network's cost lands there).  Time
-the hypervisor stole from this machine's CPUs is reported on its own and
-left out of busy: nobody here used it.
+what no group explains shows (other work on a shared machine), with the
+machine's interrupt time beside it (loopback networking receives in
+softirq; a kernel without IRQ_TIME_ACCOUNTING, like this project's
+machines, charges that to the thread it interrupted, so it is inside the
+groups' figures too).  Time the hypervisor stole from this machine's CPUs
+is reported on its own and left out of busy: nobody here used it.
 
 A thread counts from its value at the window's start, or from zero when it
 was born inside the window; a thread that exits inside the window counts up
@@ -158,9 +159,9 @@ def machine_busy_ticks():
     """(busy, total, steal, irq) clock ticks of all CPUs since boot
     (/proc/stat): busy leaves out idle, iowait and steal (time the
     hypervisor gave this virtual machine's CPUs to someone else: nobody
-    here used it); irq is hard + soft interrupt time, which is busy but is
-    charged to no thread (the loopback network's receive path and block IO
-    completions run there)."""
+    here used it); irq is hard + soft interrupt time (the loopback
+    network's receive path and block IO completions run there), part of
+    busy."""
     with open("/proc/stat", encoding="utf-8") as f:
         fields = [int(x) for x in f.readline().split()[1:]]
     fields += [0] * (8 - len(fields))
@@ -323,7 +324,7 @@ DERIVED_ROWS = (
     ("all groups", "all groups above"),
     ("machine busy", "machine busy (/proc/stat, steal left out)"),
     ("unattributed", "machine busy - all groups"),
-    ("irq", "  of which interrupts (irq + softirq, no thread's)"),
+    ("irq", "interrupt time (irq + softirq), part of busy"),
     ("steal", "stolen by the hypervisor (steal, not in busy)"),
 )
 

@@ -136,7 +136,7 @@ def test_cpu_table_per_unit_and_ratio():
     c2 = _cpu({"backends": 0.3}, 1.2, irq=0.25, steal=0.5)
     _header, rows = pg.cpu_table([("a", "(a)", a, 1000), ("c", "(c)", c2, 1000)])
     by = {r[0]: r[1:] for r in rows}
-    assert by["  of which interrupts (irq + softirq, no thread's)"] == ["-", "250"]
+    assert by["interrupt time (irq + softirq), part of busy"] == ["-", "250"]
     assert by["stolen by the hypervisor (steal, not in busy)"] == ["-", "500"]
 
 
