@@ -58,9 +58,6 @@ class PerfWindow:
         self.log = path + ".log"
 
     def begin(self):
-        why = available()
-        if why:
-            raise BenchError(f"--perf: {why}")
         with open(self.log, "w", encoding="utf-8") as log:
             self.proc = subprocess.Popen(  # pylint: disable=consider-using-with
                 ["perf", "record", "-a", "-F", str(self.freq), "-o", self.path],
@@ -167,7 +164,9 @@ def perf_table(setups):
 
 HOW = ("How the profile is taken (--perf, bench/bench_perf.py): `perf record -a -F "
        f"{FREQ_HZ}` over the measured window, no call graphs; each sample goes to the process "
-       "group of its thread (the CPU table's groups), \"other\" when no group holds the "
-       "thread (kernel workers, other work on the machine), \"idle\" for the idle task. "
+       "group of its thread (the CPU table's groups; a thread born and gone inside the window, "
+       "such as an io_uring worker, that of its process), \"other\" when no group holds the "
+       "process (kernel workers, other work on the machine), \"idle\" for the idle task; a "
+       "sample taken in an interrupt counts for the thread it interrupted. "
        "Groups under 0.5% of the samples are left out. The raw data stays in the output "
        "directory as perf-<setup>.data for `perf report -i`.")

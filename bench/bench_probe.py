@@ -8,7 +8,7 @@ compute (whose counters start at zero).  And the report tables made of
 those: CPU per unit of work per group, one column per setup, and the
 compute's GetPage figures.
 
-With enable_perf(out directory), each probe also records a perf profile of
+With --perf (perf_if_asked), each probe also records a perf profile of
 its window (bench_perf.py) into perf-<setup key>.data there, attributed to
 the same process groups.
 
@@ -84,32 +84,24 @@ def add_perf_option(ap):
                          "recordings in --out as perf-<setup>.data")
 
 
-# Where --perf puts its recordings (enable_perf); None: no profiles.
+# Where --perf puts its recordings (perf_if_asked); None: no profiles.
 PERF_DIR = None
 
 
 def perf_if_asked(args, prog):
-    """enable_perf(args.out) when --perf was given.  Returns 2 (the exit
-    code) after saying why perf cannot record here, else None."""
+    """When --perf was given, makes every probe created from now on record a
+    perf profile into args.out.  Returns 2 (the exit code) after saying why
+    perf cannot record here, else None."""
+    global PERF_DIR  # pylint: disable=global-statement
     if not args.perf:
         return None
-    try:
-        enable_perf(args.out)
-    except BenchError as e:
-        print(f"{prog}: {e}", file=sys.stderr)
-        return 2
-    return None
-
-
-def enable_perf(out_dir):
-    """Makes every probe created from now on record a perf profile into
-    out_dir; raises BenchError when perf cannot record here."""
-    global PERF_DIR  # pylint: disable=global-statement
     why = bench_perf.available()
     if why:
-        raise BenchError(f"--perf: {why}")
-    os.makedirs(out_dir, exist_ok=True)
-    PERF_DIR = out_dir
+        print(f"{prog}: --perf: {why}", file=sys.stderr)
+        return 2
+    os.makedirs(args.out, exist_ok=True)
+    PERF_DIR = args.out
+    return None
 
 
 def stock_probe(primary, standbys=(), key=None):
@@ -169,11 +161,12 @@ HOW = ("How the CPU table is measured (bench/proc_groups.py): utime + stime of e
        "the groups explains. The interrupt row is the machine's irq + softirq time (loopback "
        "networking receives in softirq, so the more messages a setup passes the more it has); "
        "a kernel without IRQ_TIME_ACCOUNTING, like this machine's, charges it to the thread it "
-       "interrupted, so it is inside the groups' figures as well. Steal is time the hypervisor gave this machine's CPUs to others: shown, not "
-       "counted as busy. The threads are also sampled every second in between, and one that "
-       "exits inside the window counts up to the last sample that saw it. The "
-       "kernel counts CPU in clock ticks (10 ms): in a short window a small group's figure is "
-       "a few ticks, so only the large groups mean much there. "
+       "interrupted, so it is inside the groups' figures as well. Steal is time the "
+       "hypervisor gave this machine's CPUs to others: shown, not counted as busy. The "
+       "threads are also sampled every second in between, and one that exits inside the "
+       "window counts up to the last sample that saw it. The kernel counts CPU in clock "
+       "ticks (10 ms): in a short window a small group's figure is a few ticks, so only the "
+       "large groups mean much there. "
        "GetPage figures come from the compute's strata_smgr_stats() read before and after the "
        "window: requests sent (prefetches included), page reads that waited for an answer, "
        "the share of those a prefetch answered, and the wait of each read (from the request, "

@@ -164,7 +164,6 @@ def machine_busy_ticks():
     busy."""
     with open("/proc/stat", encoding="utf-8") as f:
         fields = [int(x) for x in f.readline().split()[1:]]
-    fields += [0] * (8 - len(fields))
     total = sum(fields[:8])  # guest time is inside user already
     steal = fields[7]
     return total - fields[3] - fields[4] - steal, total, steal, fields[5] + fields[6]
