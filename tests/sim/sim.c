@@ -1479,7 +1479,10 @@ static void step_once(void)
                   !S.conns[1][1].blocked, !S.conns[1][2].blocked);
         }
     } else if (r < 940) {
-        acc_crash((int)rnd_below(N_ACC), chance(500) ? CRASH_POWER : CRASH_KILL);
+        /* Two draws, in this order: as call arguments their order would be
+         * the compiler's, and a seed would replay differently per build. */
+        int a = (int)rnd_below(N_ACC);
+        acc_crash(a, chance(500) ? CRASH_POWER : CRASH_KILL);
     } else if (r < 970) {
         int a = (int)rnd_below(N_ACC);
         if (!S.acc[a].up)
