@@ -638,23 +638,12 @@ int compute_wait_ready(const cluster *c, int timeout_ms, cli_err *err)
     }
 }
 
-/* SIGKILLs the postmaster and every child it had, then waits for all. */
+/* SIGKILLs the postmaster and everything it started, then waits for all. */
 static int compute_kill(pid_t pid, cli_err *err)
 {
-    pid_t children[PROC_MAX_CHILDREN];
-    int n = proc_children(pid, children, PROC_MAX_CHILDREN);
-    kill(pid, SIGKILL);
-    for (int i = 0; i < n; i++)
-        kill(children[i], SIGKILL);
-    /* Children forked between the listing and the kill see the postmaster
-     * die and exit on their own; list again to be sure. */
-    n = proc_children(pid, children, PROC_MAX_CHILDREN);
-    for (int i = 0; i < n; i++)
-        kill(children[i], SIGKILL);
-    if (!proc_wait_gone(pid, COMPUTE_KILL_TIMEOUT_MS))
-        return cli_err_set(err, "compute (pid %d) survived SIGKILL", (int)pid);
-    for (int i = 0; i < n; i++)
-        proc_wait_gone(children[i], COMPUTE_KILL_TIMEOUT_MS);
+    if (!proc_kill_tree(pid, COMPUTE_KILL_TIMEOUT_MS))
+        return cli_err_set(err, "compute (pid %d) or one of its processes survived SIGKILL",
+                           (int)pid);
     return 0;
 }
 

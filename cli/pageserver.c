@@ -187,8 +187,11 @@ int pageserver_stop(const cluster *c, bool immediate, cli_err *err)
         log_warn("pageserver (pid %d) did not exit within %d s of SIGTERM; sending SIGKILL",
                  (int)pid, PAGESERVER_STOP_TIMEOUT_MS / 1000);
     }
-    if (!proc_signal_and_wait(pid, SIGKILL, PAGESERVER_KILL_TIMEOUT_MS))
-        return cli_err_set(err, "pageserver (pid %d) survived SIGKILL", (int)pid);
+    /* Its redo helpers too: they die with it anyway, but asynchronously, and
+     * whoever stopped it may remove its directory next. */
+    if (!proc_kill_tree(pid, PAGESERVER_KILL_TIMEOUT_MS))
+        return cli_err_set(err, "pageserver (pid %d) or one of its redo helpers survived SIGKILL",
+                           (int)pid);
     return 0;
 }
 

@@ -343,25 +343,70 @@ bool proc_matches(pid_t pid, const char *exe, const char *marker)
     return false;
 }
 
-int proc_children(pid_t pid, pid_t *out, int max)
+/* Adds to tree[*n] every process whose parent is in tree and that is not
+ * yet in it; returns how many it added. */
+static int add_descendants(pid_t *tree, int *n, int max)
 {
     DIR *d = opendir("/proc");
     if (d == NULL)
         return 0;
-    int count = 0;
+    int added = 0;
     struct dirent *e;
-    while ((e = readdir(d)) != NULL && count < max) {
+    while ((e = readdir(d)) != NULL && *n < max) {
         char *end;
         long v = strtol(e->d_name, &end, 10);
         if (*end != '\0' || v <= 0)
             continue;
         char state;
         pid_t ppid;
-        if (proc_stat((pid_t)v, &state, &ppid) && ppid == pid)
-            out[count++] = (pid_t)v;
+        if (!proc_stat((pid_t)v, &state, &ppid))
+            continue;
+        bool parent_in = false, self_in = false;
+        for (int i = 0; i < *n; i++) {
+            parent_in |= tree[i] == ppid;
+            self_in |= tree[i] == (pid_t)v;
+        }
+        if (parent_in && !self_in) {
+            tree[(*n)++] = (pid_t)v;
+            added++;
+        }
     }
     closedir(d);
-    return count;
+    return added;
+}
+
+/* Waits (bounded) until pid has stopped, or is gone or a zombie. */
+static void wait_stopped(pid_t pid, long long deadline)
+{
+    char state;
+    pid_t ppid;
+    while (proc_stat(pid, &state, &ppid) && state != 'T' && state != 't' && state != 'Z' &&
+           state != 'X' && proc_now_ms() < deadline)
+        proc_sleep_ms(1);
+}
+
+bool proc_kill_tree(pid_t pid, int timeout_ms)
+{
+    long long deadline = proc_now_ms() + timeout_ms;
+    pid_t tree[PROC_MAX_TREE];
+    int n = 1, frozen = 0;
+    tree[0] = pid;
+    /* Freeze first, so that no one forks between the listing and the kill,
+     * and list again until a listing finds no one new. */
+    do {
+        for (; frozen < n; frozen++)
+            kill(tree[frozen], SIGSTOP);
+        for (int i = 0; i < n; i++)
+            wait_stopped(tree[i], deadline);
+    } while (add_descendants(tree, &n, PROC_MAX_TREE) > 0 && proc_now_ms() < deadline);
+    for (int i = 0; i < n; i++)
+        kill(tree[i], SIGKILL);
+    bool gone = true;
+    for (int i = 0; i < n; i++) {
+        long long left = deadline - proc_now_ms();
+        gone &= proc_wait_gone(tree[i], left > 0 ? (int)left : 0);
+    }
+    return gone;
 }
 
 bool proc_wait_gone(pid_t pid, int timeout_ms)

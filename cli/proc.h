@@ -28,8 +28,8 @@ typedef struct proc_user {
     char name[64];
 } proc_user;
 
-/* Most children proc_children reports. */
-#define PROC_MAX_CHILDREN 256
+/* Most processes proc_kill_tree finds under one. */
+#define PROC_MAX_TREE 256
 
 /*
  * The identity postgres processes run as: `name` when we are root (which
@@ -68,8 +68,13 @@ bool proc_matches(pid_t pid, const char *exe, const char *marker);
 /* True when pid exists and is not a zombie. */
 bool proc_alive(pid_t pid);
 
-/* Fills out with the pids whose parent is pid; returns how many (bounded). */
-int proc_children(pid_t pid, pid_t *out, int max);
+/*
+ * SIGKILLs pid and every process descended from it (a pageserver's redo
+ * helpers and an initdb's postgres among them: they may have left pid's
+ * process group), and waits up to timeout_ms for all of them to be gone.
+ * True when they are.
+ */
+bool proc_kill_tree(pid_t pid, int timeout_ms);
 
 /*
  * Sends sig to pid and waits up to timeout_ms for it to be gone.

@@ -19,7 +19,8 @@
  * else of $STRATA_WALREDO_LIB if set, else <directory of this
  * executable>/../lib, where the build puts it.  When we
  * run as root the helper drops to run_as_user (setgid, setgroups, setuid)
- * before exec; it gets PR_SET_PDEATHSIG so it dies with us, no core dumps,
+ * before exec; helpers are forked by one long-lived thread and so die with
+ * us (redo_spawn.h); no core dumps,
  * and its stderr goes to work_dir/walredo/helper-<i>.log, whose tail names
  * the cause when a helper dies.
  *
@@ -50,7 +51,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <poll.h>
@@ -62,8 +62,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -75,6 +73,7 @@
 #include "base/log.h"
 #include "base/strata_assert.h"
 #include "pageserver/redo/redo_plan.h"
+#include "pageserver/redo/redo_spawn.h"
 #include "pageserver/redo/redo_synthetic.h"
 #include "proto/walredo.h"
 
@@ -134,6 +133,7 @@ struct redo_pool {
     bool template_ready;
     bool warming; /* warm_thread was started and not yet joined */
     pthread_t warm_thread;
+    redo_spawner *spawner; /* forks the helpers (redo_spawn.h) */
 
     redo_stats stats; /* updated with __atomic builtins */
 };
@@ -216,23 +216,20 @@ static int run_program(const redo_pool *p, char *const argv[], const char *stdin
         close(in[1]);
         return -1;
     }
-    pid_t pid = fork();
+    redo_spawn_args sa = {.argv = argv,
+                          .stdin_fd = in[0],
+                          .stdout_fd = logfd,
+                          .stderr_fd = logfd,
+                          .drop_privileges = p->drop_privileges,
+                          .uid = p->uid,
+                          .gid = p->gid};
+    pid_t pid = redo_spawn(p->spawner, &sa);
     if (pid < 0) {
         set_err(err, errlen, "fork: %s", strerror(errno));
         close(in[0]);
         close(in[1]);
         close(logfd);
         return -1;
-    }
-    if (pid == 0) {
-        dup2(in[0], 0);
-        dup2(logfd, 1);
-        dup2(logfd, 2);
-        if (p->drop_privileges &&
-            (setgid(p->gid) != 0 || setgroups(1, &p->gid) != 0 || setuid(p->uid) != 0))
-            _exit(126);
-        execv(argv[0], argv);
-        _exit(127);
     }
     close(in[0]);
     close(logfd);
@@ -566,8 +563,14 @@ static int helper_start(redo_pool *p, helper *h, char *err, size_t errlen)
         close(out[1]);
         return -1;
     }
-    pid_t parent = getpid();
-    pid_t pid = fork();
+    redo_spawn_args sa = {.argv = argv,
+                          .stdin_fd = in[0],
+                          .stdout_fd = out[1],
+                          .stderr_fd = logfd,
+                          .drop_privileges = p->drop_privileges,
+                          .uid = p->uid,
+                          .gid = p->gid};
+    pid_t pid = redo_spawn(p->spawner, &sa);
     if (pid < 0) {
         set_err(err, errlen, "fork: %s", strerror(errno));
         close(in[0]);
@@ -576,23 +579,6 @@ static int helper_start(redo_pool *p, helper *h, char *err, size_t errlen)
         close(out[1]);
         close(logfd);
         return -1;
-    }
-    if (pid == 0) {
-        /* Async-signal-safe calls only: the parent has threads. */
-        dup2(in[0], 0);
-        dup2(out[1], 1);
-        dup2(logfd, 2);
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(1);
-        struct rlimit nocore = {0, 0};
-        setrlimit(RLIMIT_CORE, &nocore);
-        setsid();
-        if (p->drop_privileges &&
-            (setgid(p->gid) != 0 || setgroups(1, &p->gid) != 0 || setuid(p->uid) != 0))
-            _exit(126);
-        execv(prog, argv);
-        _exit(127);
     }
     close(in[0]);
     close(out[1]);
@@ -1088,6 +1074,8 @@ int redo_pool_create(const redo_pool_options *o, redo_pool **out, char *err, siz
         goto fail;
     }
     snprintf(p->template_dir, tlen, "%s/template-%016" PRIx64, p->dir, fnv1a(p->pg_bindir));
+    if (redo_spawner_start(&p->spawner, err, errlen) != 0)
+        goto fail;
     pthread_mutex_init(&p->mu, NULL);
     init_monotonic_cond(&p->cv);
     p->helpers = calloc((size_t)p->nhelpers, sizeof *p->helpers);
@@ -1117,6 +1105,7 @@ int redo_pool_create(const redo_pool_options *o, redo_pool **out, char *err, siz
     *out = p;
     return 0;
 fail:
+    redo_spawner_stop(p->spawner);
     free(p->pg_bindir);
     free(p->walredo_lib);
     free(p->dir);
@@ -1173,6 +1162,7 @@ void redo_pool_destroy(redo_pool *p)
         pthread_mutex_destroy(&h->mu);
         pthread_cond_destroy(&h->cv);
     }
+    redo_spawner_stop(p->spawner);
     free(p->helpers);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);

@@ -18,8 +18,8 @@ import threading
 import pytest
 
 from conftest import (LSN_RE, SAN_BUILD, int_to_lsn, lsn_to_int, make_shared_dir,
-                      pageserver_bin, pageserver_built, pid_alive, strata_bin, wait_until,
-                      walredo_lib_path)
+                      pageserver_bin, pageserver_built, pid_alive, processes_using, strata_bin,
+                      wait_until, walredo_lib_path)
 
 pytestmark = [
     pytest.mark.skipif(not pageserver_built(),
@@ -262,9 +262,12 @@ def test_stop_start_pageserver(cluster):
     wait_ingested(cluster, committed_past(cluster, at))
     assert_same_page(cluster.page_get(rel_path(cluster, "during"), 0).stdout, theirs)
 
-    # A crash (SIGKILL) loses nothing it had made durable; it resumes.
+    # A crash (SIGKILL) loses nothing it had made durable; it resumes.  The
+    # stop returns once its redo helpers are gone too: whoever stopped it
+    # may remove its directory next.
     cluster.stop("pageserver", immediate=True)
     assert not pid_alive(new)
+    assert processes_using(os.path.join(cluster.dir, "pageserver")) == []
     cluster.sql("insert into during select generate_series(5001, 6000)")
     end = flush_lsn(cluster)
     cluster.start("pageserver")

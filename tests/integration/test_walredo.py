@@ -17,6 +17,8 @@ and helpers running compute/walredo in the patched postgres.
   the LSN, and the pool carries on.
 - A helper killed with SIGKILL mid-run, or stopped with SIGSTOP, is replaced
   and the requests in flight are retried: no request fails.
+- Helpers outlive the thread that started them, and die (even a stopped one)
+  when the process that runs the pool is killed.
 - Once sandboxed, a forbidden system call kills the helper (SIGSYS).
 
 Skipped unless the patched build, strata_walredo.so and strata-redo-tool
@@ -344,6 +346,41 @@ def test_stopped_helpers_time_out_and_are_replaced(wal_db):
     # The stopped helpers were killed, not left behind.
     assert not any(pid_alive(v) for v in victims)
     assert sysv_segments_created_by(victims) == []
+
+
+def test_helpers_outlive_the_thread_that_started_them(wal_db):
+    # The tool starts its helpers from a warm-up thread that ends before the
+    # timed run.  A parent-death signal tied to that thread would kill them
+    # there, and each would be restarted.
+    res, _ = tool(wal_db, "bench", "--helpers", "2", "--threads", "2", "--seconds", "3")
+    requests, errors, restarts, timeouts = parse_bench(res.stdout)
+    assert res.returncode == 0 and errors == 0, res.stdout + res.stderr
+    assert requests > 100 and restarts == 0 and timeouts == 0, res.stdout
+
+
+def test_helpers_die_with_the_process_that_runs_the_pool(wal_db):
+    # A stopped helper cannot see its stdin end: only the parent-death signal
+    # removes it when the pool's process is killed.
+    proc, _ = tool(wal_db, "bench", "--helpers", "2", "--threads", "2", "--seconds", "60",
+                   popen=True)
+    helpers = []
+    try:
+        def both_started():
+            found = helper_pids(proc.pid, min_age=0.5)
+            return found if len(found) == 2 else None
+
+        helpers = wait_until(both_started, 60, "two helpers that finished starting",
+                             interval=0.1)
+        os.kill(helpers[0], signal.SIGSTOP)
+        proc.kill()
+        proc.communicate(timeout=30)
+        wait_until(lambda: not any(pid_alive(h) for h in helpers), 10,
+                   "the helpers to die with the tool", interval=0.1)
+        assert sysv_segments_created_by(helpers) == []
+    finally:
+        if proc.poll() is None:
+            kill_hard([proc.pid])
+        kill_hard([h for h in helpers if pid_alive(h)])
 
 
 def test_forbidden_syscall_kills_the_sandboxed_helper(wal_db):

@@ -437,6 +437,47 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+typedef struct prepare_args {
+    bench_shared *s;
+    int helpers;
+    bool failed;
+} prepare_args;
+
+/* Makes each request's base image, then sends a few requests more. */
+static void *prepare_main(void *arg)
+{
+    prepare_args *w = arg;
+    bench_shared *s = w->s;
+    uint8_t page[PG_BLCKSZ];
+    char err[1024];
+    /* Each request: push the page as of the image record, then K records. */
+    for (int i = 0; i < s->nlists; i++) {
+        block *x = s->blocks[i];
+        version_list *init = make_versions(x, 1);
+        pg_key k = pg_key_rel_block(x->spc, x->db, x->rel, x->fork, x->blk);
+        uint8_t *image = xrealloc(NULL, PG_BLCKSZ);
+        if (redo_apply(s->pool, &k, init, image, err, sizeof err) != 0) {
+            fprintf(stderr, "bench: base image: %s\n", err);
+            w->failed = true;
+            return NULL;
+        }
+        version_list *vl = make_versions(x, 1 + s->records);
+        vl->value[s->records] = (value_ref){.kind = VAL_IMAGE, .len = PG_BLCKSZ, .payload = image};
+        s->lists[i] = vl;
+        free_versions(init);
+    }
+    for (int i = 0; i < w->helpers * 2; i++) {
+        block *x = s->blocks[i % s->nlists];
+        pg_key k = pg_key_rel_block(x->spc, x->db, x->rel, x->fork, x->blk);
+        if (redo_apply(s->pool, &k, s->lists[i % s->nlists], page, err, sizeof err) != 0) {
+            fprintf(stderr, "bench warm-up: %s\n", err);
+            w->failed = true;
+            return NULL;
+        }
+    }
+    return NULL;
+}
+
 static int do_bench(const opts *o)
 {
     int n;
@@ -448,33 +489,14 @@ static int do_bench(const opts *o)
     bench_shared s = {
         .pool = make_pool(o), .blocks = pick, .nlists = n, .records = o->bench_records};
     s.lists = xrealloc(NULL, sizeof *s.lists * (size_t)n);
-    uint8_t page[PG_BLCKSZ];
-    char err[1024];
-    /* Each request: push the page as of the image record, then K records. */
-    for (int i = 0; i < n; i++) {
-        version_list *init = make_versions(pick[i], 1);
-        pg_key k =
-            pg_key_rel_block(pick[i]->spc, pick[i]->db, pick[i]->rel, pick[i]->fork, pick[i]->blk);
-        uint8_t *image = xrealloc(NULL, PG_BLCKSZ);
-        if (redo_apply(s.pool, &k, init, image, err, sizeof err) != 0) {
-            fprintf(stderr, "bench: base image: %s\n", err);
-            return 1;
-        }
-        version_list *vl = make_versions(pick[i], 1 + o->bench_records);
-        vl->value[o->bench_records] =
-            (value_ref){.kind = VAL_IMAGE, .len = PG_BLCKSZ, .payload = image};
-        s.lists[i] = vl;
-        free_versions(init);
-    }
-    /* Warm up: start every helper. */
-    for (int i = 0; i < o->helpers * 2; i++) {
-        block *x = pick[i % n];
-        pg_key k = pg_key_rel_block(x->spc, x->db, x->rel, x->fork, x->blk);
-        if (redo_apply(s.pool, &k, s.lists[i % n], page, err, sizeof err) != 0) {
-            fprintf(stderr, "bench warm-up: %s\n", err);
-            return 1;
-        }
-    }
+    /* Prepared on a thread that then ends, as a pageserver's basebackup job
+     * is: the helpers it started must outlive it. */
+    prepare_args w = {.s = &s, .helpers = o->helpers};
+    pthread_t prep;
+    pthread_create(&prep, NULL, prepare_main, &w);
+    pthread_join(prep, NULL);
+    if (w.failed)
+        return 1;
     bench_thread *th = calloc((size_t)o->threads, sizeof *th);
     pthread_t *tid = calloc((size_t)o->threads, sizeof *tid);
     uint64_t start = now_ns();
