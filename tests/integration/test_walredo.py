@@ -296,7 +296,10 @@ def helper_pids(tool_pid, min_age=0.0):
 
 
 def bench_with_fault(wal_db, fault, extra):
-    proc, work = tool(wal_db, "bench", "--helpers", "2", "--threads", "4", "--seconds", "10",
+    # Three faults a second or more apart, each found only once its helper has
+    # run 0.7 s, then a timeout and a restart: on a loaded machine ten
+    # seconds were not always enough for the third restart.
+    proc, work = tool(wal_db, "bench", "--helpers", "2", "--threads", "4", "--seconds", "16",
                       "--records", "2", *extra, popen=True)
     victims = []
     try:
