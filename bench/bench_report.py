@@ -343,13 +343,16 @@ def md_machine(m):
 
 
 def busy_load(m):
-    """The higher load average of a run (start or end) when it exceeded the
-    machine's CPUs (the figures are disturbed), else None."""
+    """The load average at the start of a run when it exceeded the machine's
+    CPUs (other work was running: the figures are disturbed), else None.
+    The load at the end is the benchmark's own and says nothing about
+    others; what no process group explains during the run is the CPU
+    table's "machine busy - all groups" row."""
     try:
-        busy = max(float((m.get(k) or "0").split()[0]) for k in ("loadavg_start", "loadavg_end"))
+        start = float((m.get("loadavg_start") or "0").split()[0])
     except ValueError:
         return None
-    return busy if busy > (m.get("nproc") or 1) else None
+    return start if start > (m.get("nproc") or 1) else None
 
 
 def md_setup_list(setups, note=None, ok_note=None, with_status=True):

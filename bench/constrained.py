@@ -688,7 +688,8 @@ def markdown_section(results, image_paths):
             f"{results['date']}, one run each, same machine {md_machine(m)}.", ""]
     busy = busy_load(m)
     if busy:
-        out += [f"**The machine was busy (load average up to {busy:.0f} on {m['nproc']} CPUs): "
+        out += [f"**The machine was busy (load average {busy:.1f} on {m['nproc']} CPUs before "
+                "the run started): "
                 "every figure is disturbed and only indicative.**", ""]
     if any(s["key"] in MODES["network"] for s in results["setups"]):
         out += [f"Network disk: {p['latency_us']} µs per IO, {p['iops']} IOPS and "

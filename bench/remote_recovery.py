@@ -502,8 +502,8 @@ def markdown_section(results, images):
         out += [f"> {p['note']}", ""]
     busy = busy_load(m)
     if busy:
-        out += [f"> The machine was busy (load average up to {busy}, {m['nproc']} CPUs; it is "
-                "shared with other work), so these figures are disturbed.", ""]
+        out += [f"> The machine was busy (load average {busy} before the run, {m['nproc']} "
+                "CPUs; it is shared with other work), so these figures are disturbed.", ""]
     out += [f"Measured {results['date']} by `{command_line(p['argv'])}`; the whole run took "
             f"{results.get('elapsed_s', 0) / 60:.1f} min.", "",
             f"Machine: {md_machine(m)}.", "",

@@ -402,7 +402,8 @@ def markdown_section(results, image_paths):
             f"{md_machine(m)}.", ""]
     busy = busy_load(m)
     if busy:
-        out += [f"**The machine was busy (load average up to {busy:.0f} on {m['nproc']} CPUs, "
+        out += [f"**The machine was busy (load average {busy:.1f} on {m['nproc']} CPUs before "
+                "the run started, "
                 "other work running beside the benchmark): every figure is disturbed and "
                 "only indicative; rerun on a quiet machine.**", ""]
     out += md_table(HEADER, table_rows(results))

@@ -21,7 +21,7 @@ sys.path.insert(0, HERE)
 # pylint: disable=wrong-import-position
 from bench_physical import measure_loopback_rtt, parse_pg_test_fsync
 from bench_proc import BenchError, pids_mentioning
-from bench_report import (SECTION_BEGIN, SECTION_END, compute_ratios, markdown_section,
+from bench_report import (SECTION_BEGIN, SECTION_END, busy_load, compute_ratios, markdown_section,
                           replace_doc_section)
 from bench_stats import Txn, parse_log_lines, percentile, summarize, tps_over_time
 from bench_strata import parse_connstr
@@ -109,6 +109,15 @@ def _results(b_p50, c_p50, b_tps, c_tps):
     if c_p50 is not None:
         setups.append(setup("c", c_p50, c_tps))
     return {"setups": setups}
+
+
+def test_busy_banner_reads_the_load_before_the_run_only():
+    # The load at the end is the benchmark's own: it must not call the
+    # machine busy.
+    m = {"nproc": 2, "loadavg_start": "0.09 3.01 4.87", "loadavg_end": "9.54 7.51 6.23"}
+    assert busy_load(m) is None
+    assert busy_load(dict(m, loadavg_start="5.20 4.00 3.00")) == 5.2
+    assert busy_load(dict(m, loadavg_start=None)) is None
 
 
 def test_ratios_verdicts():

@@ -1150,7 +1150,8 @@ def markdown_section(results, image_paths):
             f"0, delivery in the foreground), same machine {md_machine(m)}.", ""]
     busy = busy_load(m)
     if busy:
-        out += [f"**The machine was busy (load average up to {busy:.0f} on {m['nproc']} CPUs): "
+        out += [f"**The machine was busy (load average {busy:.1f} on {m['nproc']} CPUs before "
+                "the run started): "
                 "the figures are disturbed and only indicative.**", ""]
     out += md_table(HEADER, table_rows(results))
     out += ["", "Per transaction type (measured window):", ""]
