@@ -38,6 +38,7 @@ int strata_safekeeper_reconnect_delay = 100;
 int strata_safekeeper_reconnect_max_delay = 5000;
 int strata_safekeeper_heartbeat_interval = 1000;
 int strata_safekeeper_timeout = 10000;
+int strata_commit_notice_delay = 1;
 int strata_wal_buffer_size = 16 * 1024;
 char *strata_local_user = NULL;
 char *strata_pageserver = NULL;
@@ -163,6 +164,12 @@ static void define_gucs(void)
         "strata.safekeeper_timeout", "Drop and reconnect a safekeeper that stays silent this long.",
         "Must exceed strata.safekeeper_heartbeat_interval.", &strata_safekeeper_timeout, 10000, 100,
         3600 * 1000, PGC_POSTMASTER, GUC_UNIT_MS, NULL, NULL, NULL);
+    DefineCustomIntVariable(
+        "strata.commit_notice_delay",
+        "How long a new commit LSN waits to ride on the next WAL append to a safekeeper.",
+        "After that it goes alone, in an empty append.  0: at once.  Safekeepers serve WAL to "
+        "the pageserver only up to the commit LSN they know.",
+        &strata_commit_notice_delay, 1, 0, 1000, PGC_POSTMASTER, GUC_UNIT_MS, NULL, NULL, NULL);
     DefineCustomIntVariable(
         "strata.wal_buffer_size", "WAL the walproposer keeps in memory for lagging safekeepers.",
         "Older WAL is read back from pg_wal.", &strata_wal_buffer_size, 16 * 1024, 256, 1024 * 1024,

@@ -33,6 +33,10 @@ extern int strata_safekeeper_reconnect_max_delay;
  * safekeeper silent this long is dropped and reconnected. */
 extern int strata_safekeeper_heartbeat_interval;
 extern int strata_safekeeper_timeout;
+/* strata.commit_notice_delay (ms): a new commit LSN (or pageserver feedback)
+ * for a safekeeper with no WAL to send waits this long for a WAL append to
+ * carry it before it goes alone; 0: at once. */
+extern int strata_commit_notice_delay;
 /* strata.wal_buffer_size (kB): WAL kept in memory for lagging acceptors. */
 extern int strata_wal_buffer_size;
 /* strata.local_user: role for the replication connection to the own

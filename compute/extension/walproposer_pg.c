@@ -121,9 +121,10 @@ static struct {
     /* The proposer core and the effects of the current call into it. */
     proposer core;
     proposer_output out;
-    uint32 failed;      /* acceptors to drop once the effects ran */
-    bool busy;          /* a receive budget ran out: poll again at once */
-    int fence_acceptor; /* sender and term of the message being handled */
+    uint32 failed;          /* acceptors to drop once the effects ran */
+    bool busy;              /* a receive budget ran out: poll again at once */
+    TimestampTz news_since; /* when news first waited for a WAL append; 0: none */
+    int fence_acceptor;     /* sender and term of the message being handled */
     uint64 fence_term;
 
     /* Commit acknowledgement. */
@@ -803,6 +804,27 @@ static void core_wal_available(lsn_t end, TimestampTz now)
     run_effects(now);
 }
 
+/*
+ * A new commit LSN (or pageserver feedback) for safekeepers with no WAL to
+ * send waits up to strata.commit_notice_delay for the next WAL append to
+ * carry it.  Under load that append comes first: without the wait every
+ * commit cost each safekeeper one more message and one more answer.
+ */
+static void core_news(TimestampTz now)
+{
+    if (!proposer_news_pending(&wp.core)) {
+        wp.news_since = 0;
+        return;
+    }
+    if (wp.news_since == 0)
+        wp.news_since = now;
+    if (!TimestampDifferenceExceeds(wp.news_since, now, strata_commit_notice_delay))
+        return;
+    wp.news_since = 0;
+    proposer_send_news(&wp.core, &wp.out);
+    run_effects(now);
+}
+
 /* ---- event handling ------------------------------------------------------ */
 
 static void handle_sk(int i, TimestampTz now)
@@ -944,6 +966,10 @@ static long next_timeout(TimestampTz now)
         wp.busy = false;
         return 0;
     }
+    if (wp.news_since != 0) {
+        TimestampTz due = TimestampTzPlusMilliseconds(wp.news_since, strata_commit_notice_delay);
+        timeout = due <= now ? 0 : Min(timeout, (long)((due - now + 999) / 1000));
+    }
     for (int i = 0; i < wp.n_sk; i++) {
         sk_slot *sk = &wp.sk[i];
         if (sk->stream.state == PQSTREAM_IDLE) {
@@ -1011,6 +1037,7 @@ static void start_core(void)
     XLogRecPtr insert = GetXLogInsertRecPtr();
 
     proposer_config_defaults(&cfg);
+    cfg.defer_news = strata_commit_notice_delay > 0;
     cfg.n_acceptors = wp.n_sk;
     cfg.mconf = wp.mconf;
     cfg.tenant_id = wp.tenant;
@@ -1106,6 +1133,7 @@ void strata_walproposer_main(Datum arg)
         for (int i = 0; i < wp.n_sk; i++)
             handle_sk(i, now);
         handle_local(now);
+        core_news(now);
         if (TimestampDifferenceExceeds(last_tick, now, WP_TICK_MS)) {
             core_tick(now);
             last_tick = now;

@@ -147,6 +147,7 @@ void proposer_config_defaults(proposer_config *cfg)
     cfg->timeout_ms = 10000;
     cfg->max_inflight_bytes = 2u << 20;
     cfg->sync_linger_ms = 1000;
+    cfg->defer_news = false;
 }
 
 int proposer_init(proposer *p, const proposer_config *cfg, uint64_t now_ms, const char **why)
@@ -252,6 +253,18 @@ static bool ps_feedback_news(const proposer *p, const proposer_peer *peer)
            peer->told_ps.remote_consistent_lsn < p->ps_feedback.remote_consistent_lsn;
 }
 
+static bool peer_has_news(const proposer *p, const proposer_peer *peer)
+{
+    return peer->told_commit < p->commit_lsn || ps_feedback_news(p, peer);
+}
+
+/* News goes out at once, unless the edge defers it (cfg.defer_news) and
+ * this is neither a tick nor proposer_send_news. */
+static bool news_may_go(const proposer *p)
+{
+    return !p->cfg.defer_news || p->news_now;
+}
+
 /* Tops up acceptor i's pipeline; a heartbeat if there is nothing to send
  * and it is due (or commit moved, or streaming just started). */
 static void pump(proposer *p, int i, bool force_heartbeat, proposer_output *out)
@@ -278,9 +291,8 @@ static void pump(proposer *p, int i, bool force_heartbeat, proposer_output *out)
         emit_append(p, i, peer->sent_lsn, end, out);
         sent_any = true;
     }
-    if (!sent_any &&
-        (force_heartbeat || peer->told_commit < p->commit_lsn || ps_feedback_news(p, peer) ||
-         p->now_ms - peer->last_send_ms >= p->cfg.heartbeat_ms))
+    if (!sent_any && (force_heartbeat || (peer_has_news(p, peer) && news_may_go(p)) ||
+                      p->now_ms - peer->last_send_ms >= p->cfg.heartbeat_ms))
         emit_append(p, i, peer->sent_lsn, peer->sent_lsn, out);
 }
 
@@ -653,7 +665,9 @@ void proposer_tick(proposer *p, uint64_t now_ms, proposer_output *out)
         if (waiting_on_it && p->now_ms - peer->last_recv_ms > p->cfg.timeout_ms)
             disconnect(p, i, out);
     }
+    p->news_now = true;
     pump_all(p, false, out);
+    p->news_now = false;
     check_sync_done(p, out);
 }
 
@@ -665,6 +679,28 @@ void proposer_wal_available(proposer *p, lsn_t end_lsn, proposer_output *out)
     if (finished(p))
         return;
     pump_all(p, false, out);
+}
+
+bool proposer_news_pending(const proposer *p)
+{
+    if (finished(p) || p->phase != PROPOSER_ELECTED)
+        return false;
+    for (int i = 0; i < p->cfg.n_acceptors; i++) {
+        const proposer_peer *peer = &p->peers[i];
+        if (peer->state == PEER_STREAMING && peer_has_news(p, peer))
+            return true;
+    }
+    return false;
+}
+
+void proposer_send_news(proposer *p, proposer_output *out)
+{
+    out_reset(out);
+    if (finished(p))
+        return;
+    p->news_now = true;
+    pump_all(p, false, out);
+    p->news_now = false;
 }
 
 proposer_phase proposer_get_phase(const proposer *p)

@@ -93,10 +93,16 @@ typedef struct proposer_config {
      * too before SYNC_DONE, so that a pageserver reading from any of them
      * finds the WAL committed there (it serves only committed WAL). */
     uint32_t sync_linger_ms;
+    /* News-only appends (a new commit_lsn or pageserver feedback for an
+     * acceptor with no WAL to send) wait for proposer_send_news() or the
+     * next tick instead of going out at once, so that they can ride on the
+     * next WAL append.  An edge that sets this calls proposer_send_news()
+     * once news has waited as long as it allows. */
+    bool defer_news;
 } proposer_config;
 
 /* Fills defaults: heartbeat 1 s, timeout 10 s, in-flight 2 MB, sync linger
- * 1 s. */
+ * 1 s, news at once. */
 void proposer_config_defaults(proposer_config *cfg);
 
 typedef enum proposer_effect_kind {
@@ -198,6 +204,7 @@ typedef struct proposer {
      * relayed in every AppendRequest so that feedback one safekeeper heard
      * from the pageserver reaches the others (their WAL removal). */
     pageserver_feedback ps_feedback;
+    bool news_now;           /* cfg.defer_news: inside a tick or proposer_send_news */
     uint64_t sync_quorum_ms; /* sync mode: when a majority was synced; 0 before */
     /* Per slot: the node id it must be (0 in generation 0), and whether it
      * counts in members / new_members. */
@@ -233,6 +240,12 @@ void proposer_tick(proposer *p, uint64_t now_ms, proposer_output *out);
 
 /* The WAL source now holds WAL up to end_lsn (monotonic). */
 void proposer_wal_available(proposer *p, lsn_t end_lsn, proposer_output *out);
+
+/* cfg.defer_news: whether a streaming acceptor has news not yet sent. */
+bool proposer_news_pending(const proposer *p);
+
+/* cfg.defer_news: sends the news that waits (an empty append each). */
+void proposer_send_news(proposer *p, proposer_output *out);
 
 /* Read-only views. */
 proposer_phase proposer_get_phase(const proposer *p);

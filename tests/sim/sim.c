@@ -1080,6 +1080,10 @@ static bool prop_init_core(int pi, bool sync_mode)
     cfg.heartbeat_ms = 500;
     cfg.timeout_ms = 5000;
     cfg.max_inflight_bytes = 512u << 10;
+    /* Odd seeds defer news to the next append or tick, as the compute's
+     * walproposer does (by the seed, not a draw: other seeds keep their
+     * runs). */
+    cfg.defer_news = (S.seed & 1) != 0;
     const char *why = NULL;
     if (proposer_init(&pn->core, &cfg, S.now_ms, &why) != 0) {
         violate("proposer_init: %s", why);
@@ -1366,9 +1370,10 @@ static void run_setup(uint64_t seed, bool trace_on)
         S.drop_odds = rnd_below(10);
         S.partition_odds /= 4;
     }
-    trace("seed %llu: partition odds %u, drop odds %u, mid-output crash odds %u, %s%s",
+    trace("seed %llu: partition odds %u, drop odds %u, mid-output crash odds %u, %s%s%s",
           (unsigned long long)seed, S.partition_odds, S.drop_odds, S.mid_output_crash_odds,
-          S.calm ? "calm" : "stormy", S.ps_uploads ? ", pageserver uploads" : "");
+          S.calm ? "calm" : "stormy", S.ps_uploads ? ", pageserver uploads" : "",
+          seed & 1 ? ", news deferred" : "");
 
     strata_id tenant = {{0x11}}, timeline = {{0x22}};
     for (int a = 0; a < N_ACC; a++) {

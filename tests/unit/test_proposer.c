@@ -20,6 +20,7 @@
 
 static proposer prop;
 static proposer_output out;
+static bool defer_news; /* cfg.defer_news of the next start() */
 
 static void start(int n, bool sync)
 {
@@ -32,6 +33,7 @@ static void start(int n, bool sync)
     cfg.wal_seg_size = SEG;
     cfg.bootstrap_lsn = BOOT;
     cfg.sync_safekeepers = sync;
+    cfg.defer_news = defer_news;
     const char *why = NULL;
     assert_int_equal(proposer_init(&prop, &cfg, 0, &why), 0);
 }
@@ -339,6 +341,54 @@ static void test_commit_counts_only_current_term(void **state)
     assert_non_null(find(PROP_DISCONNECT, 0));
 }
 
+/* With cfg.defer_news a new commit waits for the next WAL append to carry
+ * it; proposer_send_news sends what still waits. */
+static void test_deferred_news_rides_on_the_next_append(void **state)
+{
+    (void)state;
+    defer_news = true;
+    lsn_t s = elect_simple();
+    defer_news = false;
+    proposer_wal_available(&prop, s + 0x400, &out);
+    respond(0, 5, s + 0x400, 0);
+    respond(1, 5, s + 0x400, 0);
+    assert_non_null(find(PROP_COMMIT_ADVANCED, -1));
+    assert_int_equal(count(PROP_APPEND), 0);
+    assert_true(proposer_news_pending(&prop));
+    /* New WAL: its appends carry the commit, and nothing waits any more. */
+    proposer_wal_available(&prop, s + 0x500, &out);
+    assert_int_equal(count(PROP_APPEND), 2);
+    for (int i = 0; i < 2; i++) {
+        const proposer_effect *a = find(PROP_APPEND, i);
+        assert_non_null(a);
+        assert_true(a->u.append.begin_lsn == s + 0x400 && a->u.append.end_lsn == s + 0x500);
+        assert_true(a->u.append.commit_lsn == s + 0x400);
+    }
+    assert_false(proposer_news_pending(&prop));
+    /* Committed again with no WAL to follow: it goes when the edge says. */
+    respond(0, 5, s + 0x500, 0);
+    respond(1, 5, s + 0x500, 0);
+    assert_int_equal(count(PROP_APPEND), 0);
+    assert_true(proposer_news_pending(&prop));
+    proposer_send_news(&prop, &out);
+    assert_int_equal(count(PROP_APPEND), 2);
+    for (int i = 0; i < 2; i++) {
+        const proposer_effect *a = find(PROP_APPEND, i);
+        assert_non_null(a);
+        assert_true(a->u.append.begin_lsn == s + 0x500 && a->u.append.end_lsn == s + 0x500);
+        assert_true(a->u.append.commit_lsn == s + 0x500);
+    }
+    assert_false(proposer_news_pending(&prop));
+    /* A tick sends waiting news too (the edge's bound if it never asks). */
+    proposer_wal_available(&prop, s + 0x600, &out);
+    respond(0, 5, s + 0x600, 0);
+    respond(1, 5, s + 0x600, 0);
+    assert_true(proposer_news_pending(&prop));
+    proposer_tick(&prop, 1, &out);
+    assert_int_equal(count(PROP_APPEND), 2);
+    assert_false(proposer_news_pending(&prop));
+}
+
 static void test_streaming_is_bounded(void **state)
 {
     (void)state;
@@ -505,6 +555,7 @@ int main(void)
         cmocka_unit_test(test_sync_lingers_for_streaming_acceptors),
         cmocka_unit_test(test_bootstrap_when_all_empty),
         cmocka_unit_test(test_commit_counts_only_current_term),
+        cmocka_unit_test(test_deferred_news_rides_on_the_next_append),
         cmocka_unit_test(test_streaming_is_bounded),
         cmocka_unit_test(test_fencing),
         cmocka_unit_test(test_heartbeat_and_timeout),
