@@ -258,16 +258,10 @@ static bool peer_has_news(const proposer *p, const proposer_peer *peer)
     return peer->told_commit < p->commit_lsn || ps_feedback_news(p, peer);
 }
 
-/* News goes out at once, unless the edge defers it (cfg.defer_news) and
- * this is neither a tick nor proposer_send_news. */
-static bool news_may_go(const proposer *p)
-{
-    return !p->cfg.defer_news || p->news_now;
-}
-
 /* Tops up acceptor i's pipeline; a heartbeat if there is nothing to send
- * and it is due (or commit moved, or streaming just started). */
-static void pump(proposer *p, int i, bool force_heartbeat, proposer_output *out)
+ * and it is due (or streaming just started, or there is news and `news`
+ * lets it go alone). */
+static void pump(proposer *p, int i, bool force_heartbeat, bool news, proposer_output *out)
 {
     proposer_peer *peer = &p->peers[i];
     if (p->phase != PROPOSER_ELECTED || peer->state != PEER_STREAMING)
@@ -291,15 +285,22 @@ static void pump(proposer *p, int i, bool force_heartbeat, proposer_output *out)
         emit_append(p, i, peer->sent_lsn, end, out);
         sent_any = true;
     }
-    if (!sent_any && (force_heartbeat || (peer_has_news(p, peer) && news_may_go(p)) ||
+    if (!sent_any && (force_heartbeat || (news && peer_has_news(p, peer)) ||
                       p->now_ms - peer->last_send_ms >= p->cfg.heartbeat_ms))
         emit_append(p, i, peer->sent_lsn, peer->sent_lsn, out);
 }
 
-static void pump_all(proposer *p, bool force_heartbeat, proposer_output *out)
+static void pump_all(proposer *p, bool news, proposer_output *out)
 {
     for (int i = 0; i < p->cfg.n_acceptors; i++)
-        pump(p, i, force_heartbeat, out);
+        pump(p, i, false, news, out);
+}
+
+/* Whether news may go alone from where input arrives (not a tick or
+ * proposer_send_news, which always let it). */
+static bool news_at_once(const proposer *p)
+{
+    return !p->cfg.defer_news;
 }
 
 static void start_streaming(proposer *p, int i, proposer_output *out)
@@ -319,7 +320,7 @@ static void start_streaming(proposer *p, int i, proposer_output *out)
     peer->msg.u.elected.start_streaming_at = start;
     peer->msg.u.elected.history = p->history;
     send_msg(p, i, out);
-    pump(p, i, true, out);
+    pump(p, i, true, news_at_once(p), out);
 }
 
 /* ---- Commit ------------------------------------------------------------ */
@@ -379,7 +380,7 @@ static void recompute_commit(proposer *p, proposer_output *out)
         p->truncate_lsn = horizon;
     check_sync_done(p, out);
     if (advanced)
-        pump_all(p, false, out);
+        pump_all(p, news_at_once(p), out);
 }
 
 /* ---- Election ---------------------------------------------------------- */
@@ -590,10 +591,12 @@ static int handle_append_response(proposer *p, int i, const append_response *r,
         peer->ack_base = base;
     peer->sent_at_last_response = peer->sent_lsn;
     recompute_commit(p, out);
+    /* Feedback news: the others hear it now (with cfg.defer_news, soon), not
+     * at their next heartbeat. */
     if (ps_news)
-        pump_all(p, false, out); /* the others hear it now, not at their next heartbeat */
+        pump_all(p, news_at_once(p), out);
     else
-        pump(p, i, false, out);
+        pump(p, i, false, news_at_once(p), out);
     return 0;
 }
 
@@ -665,9 +668,7 @@ void proposer_tick(proposer *p, uint64_t now_ms, proposer_output *out)
         if (waiting_on_it && p->now_ms - peer->last_recv_ms > p->cfg.timeout_ms)
             disconnect(p, i, out);
     }
-    p->news_now = true;
-    pump_all(p, false, out);
-    p->news_now = false;
+    pump_all(p, true, out);
     check_sync_done(p, out);
 }
 
@@ -678,7 +679,7 @@ void proposer_wal_available(proposer *p, lsn_t end_lsn, proposer_output *out)
         p->wal_end = end_lsn;
     if (finished(p))
         return;
-    pump_all(p, false, out);
+    pump_all(p, news_at_once(p), out);
 }
 
 bool proposer_news_pending(const proposer *p)
@@ -698,9 +699,7 @@ void proposer_send_news(proposer *p, proposer_output *out)
     out_reset(out);
     if (finished(p))
         return;
-    p->news_now = true;
-    pump_all(p, false, out);
-    p->news_now = false;
+    pump_all(p, true, out);
 }
 
 proposer_phase proposer_get_phase(const proposer *p)

@@ -204,7 +204,6 @@ typedef struct proposer {
      * relayed in every AppendRequest so that feedback one safekeeper heard
      * from the pageserver reaches the others (their WAL removal). */
     pageserver_feedback ps_feedback;
-    bool news_now;           /* cfg.defer_news: inside a tick or proposer_send_news */
     uint64_t sync_quorum_ms; /* sync mode: when a majority was synced; 0 before */
     /* Per slot: the node id it must be (0 in generation 0), and whether it
      * counts in members / new_members. */

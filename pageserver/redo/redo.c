@@ -199,8 +199,22 @@ static uint64_t fnv1a(const char *s)
     return h;
 }
 
-/* Runs argv (a program path) as the pool's user, stdin from /dev/null, output
- * to log_path; waits.  0 if it exited 0, else -1 with err. */
+/* Starts argv (a program path) as the pool's user, through the spawner
+ * thread (redo_spawn.h).  The pid, or -1 with errno. */
+static pid_t spawn_as_pool_user(const redo_pool *p, char *const argv[], int in, int out, int errfd)
+{
+    redo_spawn_args sa = {.argv = argv,
+                          .stdin_fd = in,
+                          .stdout_fd = out,
+                          .stderr_fd = errfd,
+                          .drop_privileges = p->drop_privileges,
+                          .uid = p->uid,
+                          .gid = p->gid};
+    return redo_spawn(p->spawner, &sa);
+}
+
+/* Runs argv (a program path) as the pool's user, stdin_text on its stdin,
+ * output to log_path; waits.  0 if it exited 0, else -1 with err. */
 static int run_program(const redo_pool *p, char *const argv[], const char *stdin_text,
                        const char *log_path, char *err, size_t errlen)
 {
@@ -216,14 +230,7 @@ static int run_program(const redo_pool *p, char *const argv[], const char *stdin
         close(in[1]);
         return -1;
     }
-    redo_spawn_args sa = {.argv = argv,
-                          .stdin_fd = in[0],
-                          .stdout_fd = logfd,
-                          .stderr_fd = logfd,
-                          .drop_privileges = p->drop_privileges,
-                          .uid = p->uid,
-                          .gid = p->gid};
-    pid_t pid = redo_spawn(p->spawner, &sa);
+    pid_t pid = spawn_as_pool_user(p, argv, in[0], logfd, logfd);
     if (pid < 0) {
         set_err(err, errlen, "fork: %s", strerror(errno));
         close(in[0]);
@@ -563,14 +570,7 @@ static int helper_start(redo_pool *p, helper *h, char *err, size_t errlen)
         close(out[1]);
         return -1;
     }
-    redo_spawn_args sa = {.argv = argv,
-                          .stdin_fd = in[0],
-                          .stdout_fd = out[1],
-                          .stderr_fd = logfd,
-                          .drop_privileges = p->drop_privileges,
-                          .uid = p->uid,
-                          .gid = p->gid};
-    pid_t pid = redo_spawn(p->spawner, &sa);
+    pid_t pid = spawn_as_pool_user(p, argv, in[0], out[1], logfd);
     if (pid < 0) {
         set_err(err, errlen, "fork: %s", strerror(errno));
         close(in[0]);

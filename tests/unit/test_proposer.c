@@ -341,6 +341,19 @@ static void test_commit_counts_only_current_term(void **state)
     assert_non_null(find(PROP_DISCONNECT, 0));
 }
 
+/* out holds exactly one append to each of acceptors 0 and 1, both
+ * [begin, end) with commit_lsn commit. */
+static void assert_appends_to_both(lsn_t begin, lsn_t end, lsn_t commit)
+{
+    assert_int_equal(count(PROP_APPEND), 2);
+    for (int i = 0; i < 2; i++) {
+        const proposer_effect *a = find(PROP_APPEND, i);
+        assert_non_null(a);
+        assert_true(a->u.append.begin_lsn == begin && a->u.append.end_lsn == end);
+        assert_true(a->u.append.commit_lsn == commit);
+    }
+}
+
 /* With cfg.defer_news a new commit waits for the next WAL append to carry
  * it; proposer_send_news sends what still waits. */
 static void test_deferred_news_rides_on_the_next_append(void **state)
@@ -357,13 +370,7 @@ static void test_deferred_news_rides_on_the_next_append(void **state)
     assert_true(proposer_news_pending(&prop));
     /* New WAL: its appends carry the commit, and nothing waits any more. */
     proposer_wal_available(&prop, s + 0x500, &out);
-    assert_int_equal(count(PROP_APPEND), 2);
-    for (int i = 0; i < 2; i++) {
-        const proposer_effect *a = find(PROP_APPEND, i);
-        assert_non_null(a);
-        assert_true(a->u.append.begin_lsn == s + 0x400 && a->u.append.end_lsn == s + 0x500);
-        assert_true(a->u.append.commit_lsn == s + 0x400);
-    }
+    assert_appends_to_both(s + 0x400, s + 0x500, s + 0x400);
     assert_false(proposer_news_pending(&prop));
     /* Committed again with no WAL to follow: it goes when the edge says. */
     respond(0, 5, s + 0x500, 0);
@@ -371,13 +378,7 @@ static void test_deferred_news_rides_on_the_next_append(void **state)
     assert_int_equal(count(PROP_APPEND), 0);
     assert_true(proposer_news_pending(&prop));
     proposer_send_news(&prop, &out);
-    assert_int_equal(count(PROP_APPEND), 2);
-    for (int i = 0; i < 2; i++) {
-        const proposer_effect *a = find(PROP_APPEND, i);
-        assert_non_null(a);
-        assert_true(a->u.append.begin_lsn == s + 0x500 && a->u.append.end_lsn == s + 0x500);
-        assert_true(a->u.append.commit_lsn == s + 0x500);
-    }
+    assert_appends_to_both(s + 0x500, s + 0x500, s + 0x500);
     assert_false(proposer_news_pending(&prop));
     /* A tick sends waiting news too (the edge's bound if it never asks). */
     proposer_wal_available(&prop, s + 0x600, &out);
