@@ -124,9 +124,9 @@ def scratch_workdir(prefix):
 def check_probe(setup, strata, need_getpage=True):
     """A setup's CPU figures (run.probe, bench_probe) show the groups that
     must have burned CPU in its window: the backends always; for Strata the
-    safekeepers and the pageserver's ingest too, and (need_getpage) GetPage
-    requests with p50 <= p99 of their wait, the histogram summing to the
-    waits.  Returns the GetPage summary (None for stock)."""
+    safekeepers and the pageserver too (its ingest thread seen by name),
+    and (need_getpage) GetPage requests with p50 <= p99 of their wait, the
+    histogram summing to the waits.  Returns the GetPage summary (None for stock)."""
     from bench_strata import getpage_summary  # pylint: disable=import-outside-toplevel
     run = setup["run"]
     probe, units = run.get("probe"), run.get("probe_units")
@@ -137,8 +137,15 @@ def check_probe(setup, strata, need_getpage=True):
     if not strata:
         assert probe["smgr"] is None
         return None
-    for group in ("safekeepers", "ps_ingest"):
-        assert groups.get(group, 0) > 0, (group, groups)
+    # Every commit is fsynced by the safekeepers: they always burn CPU.  The
+    # pageserver's ingest thread must have been found and named, but CPU
+    # comes in 10 ms clock ticks and a few seconds of a scale-1 run may
+    # ingest in less than one; the pageserver as a whole (ingest, image
+    # generation, its redo helpers) must have worked.
+    assert groups.get("safekeepers", 0) > 0, groups
+    assert "ps_ingest" in groups, groups
+    assert sum(s for g, s in groups.items() if g.startswith("ps_") or g == "redo_helpers") > 0, \
+        groups
     summary = getpage_summary(probe["smgr"], units)
     assert summary is not None, probe["smgr"]
     assert summary["hist_sum"] == summary["waits"], summary
