@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """constrained: Strata vs stock PG 15 on a network-like disk and under a memory limit (issue #14).
 
-For: measuring, in one run on one machine, side by side, two modes.
+For: measuring, in one run on one machine, side by side, three modes.
 
 network (a disk with a cloud volume's latency and limits):
   (a) stock PG 15 on the local disk;
@@ -32,11 +32,22 @@ memory (data larger than memory):
   cache hit rates (strata_smgr_stats()), the peak memory the group was
   charged (memory.max_usage_in_bytes).
 
+cloud (both: a network volume and data larger than memory, where a cloud
+Postgres whose data does not fit in memory lives):
+  (n) the memory mode's stock server, in the same memory group, with its
+      data directory and WAL on the simulated volume: every page its cache
+      cannot hold is read back from the volume;
+  (c) the memory mode's Strata with the compute's data directory on the
+      volume; its file cache, a cache lost with the machine, on the local
+      disk (instance storage), safekeepers and pageserver on the local disk;
+  both with the memory mode's pgbench TPC-B, the volume's IOs counted, beside
+  the memory mode's (a) when that ran too.
+
 Prints tables; writes JSON, markdown and gnuplot PNGs (TPS over time per
 mode) to --out; a full run replaces its own section of docs/benchmarks.md
 (--quick never does).  Issue targets reported as met / NOT met / NOT
-MEASURED: (c)/(n) >= 3 for TPC-B TPS and TPROC-C NOPM; (c)/(a) >= 1.0 under
-the memory limit.
+MEASURED: (c)/(n) >= 3 for TPC-B TPS and TPROC-C NOPM, and for TPC-B TPS in
+the cloud mode; (c)/(a) >= 1.0 under the memory limit.
 
 Not for: a timed test (the exit code says only whether every setup ran), or
 a cgroup v2 host: the program stops with a message naming the v1 controller
@@ -45,7 +56,7 @@ that is not mounted.  Every server runs on 127.0.0.1 on free ports as the
 if need be) and the cgroups removed after their tasks have left, on failure
 and Ctrl-C too.
 
-Run: python3 bench/constrained.py [--quick] [--modes network,memory] ...
+Run: python3 bench/constrained.py [--quick] [--modes network,memory,cloud] ...
 """
 
 import argparse
@@ -99,10 +110,22 @@ SETUPS = {
               "Strata with the compute's processes in a memory group with the same limit and "
               "a local file cache smaller than the data; the pageserver (outside the group) "
               "keeps its own cache."),
+    "cloud-n": ("(n) stock PG 15, network disk, memory limit",
+                "the memory mode's stock server and group with its data directory and WAL on "
+                "the simulated network volume: the pages its memory cannot hold are read back "
+                "from the volume."),
+    "cloud-c": ("(c) Strata, compute on network disk, memory limit",
+                "the memory mode's Strata with the compute's data directory on the simulated "
+                "volume and its file cache on the local disk (a cache, lost with the machine: "
+                "instance storage); safekeepers and pageserver on the local disk."),
 }
-MODES = {"network": ("net-a", "net-n", "net-c"), "memory": ("mem-a", "mem-c")}
+MODES = {"network": ("net-a", "net-n", "net-c"), "memory": ("mem-a", "mem-c"),
+         "cloud": ("cloud-n", "cloud-c")}
 COLORS = {"net-a": "#1f77b4", "net-n": "#ff7f0e", "net-c": "#2ca02c",
-          "mem-a": "#1f77b4", "mem-c": "#2ca02c"}
+          "mem-a": "#1f77b4", "mem-c": "#2ca02c", "cloud-n": "#ff7f0e", "cloud-c": "#2ca02c"}
+# Setups with their data on the simulated volume, and those in a memory group.
+ON_VOLUME = ("net-n", "net-c", "cloud-n", "cloud-c")
+MEMORY_LIMITED = ("mem-a", "mem-c", "cloud-n", "cloud-c")
 MB = 1024 * 1024
 # strata_smgr_stats()'s histogram of GetPage waits (compute/extension/pagestore.c):
 # getpage_wait_lt_<N>us counts waits below N us (and at least the previous
@@ -116,8 +139,8 @@ def parse_args(argv):
         prog="constrained",
         description="Strata vs stock PG 15 on a simulated network disk (FUSE) and under a "
                     "memory limit (cgroup v1).")
-    ap.add_argument("--modes", default="network,memory",
-                    help="comma-separated from network,memory (default both)")
+    ap.add_argument("--modes", default="network,memory,cloud",
+                    help="comma-separated from network,memory,cloud (default all three)")
     ap.add_argument("--setups", default=None,
                     help="comma-separated from " + ",".join(SETUPS) + " (default: every setup "
                          "of --modes)")
@@ -170,7 +193,7 @@ def parse_args(argv):
             setattr(args, name, small if q else full)
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not args.modes or any(m not in MODES for m in args.modes):
-        ap.error("--modes takes network and/or memory")
+        ap.error("--modes takes network, memory and/or cloud")
     if args.setups is None:
         args.setups = [k for m in args.modes for k in MODES[m]]
     else:
@@ -348,8 +371,9 @@ def measure(args, key, info, work, cg, nd, stateless, ps_port=None):
     """Loads and runs the workloads of key's mode on the server at info
     (data on the simulated volume nd, or None);
     returns (settings, pgbench entry, TPROC-C entry or None, cgroup figures,
-    smgr figures or None)."""
-    mem_mode = key.startswith("mem-")
+    smgr figures or None).  Memory-limited setups run TPC-B at --mem-scale
+    and no TPROC-C."""
+    mem_mode = key in MEMORY_LIMITED
     scale = args.mem_scale if mem_mode else args.scale
     log(f"({key}) pgbench -i -s {scale}")
     pgbench_init(info, scale, timeout=7200)
@@ -395,8 +419,7 @@ def _group_name(work, key):
 
 
 def _controllers(key):
-    return {"net-a": (), "net-n": (), "net-c": (), "mem-a": ("memory",),
-            "mem-c": ("memory",)}[key]
+    return ("memory",) if key in MEMORY_LIMITED else ()
 
 
 def _check_inside(cg, pid, what):
@@ -406,9 +429,9 @@ def _check_inside(cg, pid, what):
 
 def _volume(args, work, key, where):
     """The simulated network volume of key mounted at where (its files in
-    work/volume-<key> on the local disk), or a null context outside the
-    network mode's (n) and (c)."""
-    if key not in ("net-n", "net-c"):
+    work/volume-<key> on the local disk), or a null context for a setup on
+    the local disk."""
+    if key not in ON_VOLUME:
         return contextlib.nullcontext(None)
     return netdisk(args.strata_build, where, os.path.join(work, f"volume-{key}"),
                    args.latency_us, args.iops, args.mbps)
@@ -416,9 +439,9 @@ def _volume(args, work, key, where):
 
 def run_stock(args, work, sock, key):
     """Stock PG 15 (its data directory on the volume for (n), in the memory
-    group for mem-a)."""
+    group for mem-a and cloud-n)."""
     with cgroup(_group_name(work, key), _controllers(key),
-                args.memory_limit_mb * MB if key.startswith("mem-") else None) as cg, \
+                args.memory_limit_mb * MB if key in MEMORY_LIMITED else None) as cg, \
             _volume(args, work, key, os.path.join(work, f"disk-{key}")) as nd:
         with stock_servers(nd.mountpoint if nd else work, sock, key, key, args.shared_buffers,
                            settings={"wal_sync_method": args.wal_sync_method},
@@ -454,9 +477,15 @@ def _environ(**values):
 def run_strata(args, work, key):
     """`strata up`; then the compute is stopped and started again inside the
     memory group (the launcher's children, postgres among them, stay
-    inside), or with its directory moved onto the simulated volume."""
-    mem_mode = key.startswith("mem-")
-    env = {"STRATA_COMPUTE_SETTINGS": f"shared_buffers={args.shared_buffers}",
+    inside), and/or with its directory moved onto the simulated volume (in
+    the cloud mode its file cache stays on the local disk)."""
+    mem_mode = key in MEMORY_LIMITED
+    compute_settings = [f"shared_buffers={args.shared_buffers}"]
+    if key == "cloud-c":
+        local = os.path.join(work, f"local-{key}")
+        make_pg_dir(local)
+        compute_settings.append(f"strata.file_cache_path={local}/strata_file_cache")
+    env = {"STRATA_COMPUTE_SETTINGS": "\n".join(compute_settings),
            "STRATA_COMPUTE_FILE_CACHE_MB": str(args.file_cache_mb) if mem_mode else None}
     with _environ(**env), cgroup(_group_name(work, key), _controllers(key),
                                  args.memory_limit_mb * MB if mem_mode else None) as cg, \
@@ -467,7 +496,7 @@ def run_strata(args, work, key):
         compute_dir = os.path.join(cluster.cluster_dir, "compute")
         with contextlib.ExitStack() as stack:
             nd = None
-            if key == "net-c":
+            if key in ON_VOLUME:
                 # The compute's directory becomes the volume's content.
                 os.rename(compute_dir, os.path.join(work, f"volume-{key}"))
                 nd = stack.enter_context(_volume(args, work, key, compute_dir))
@@ -492,9 +521,10 @@ def run_strata(args, work, key):
 def run_all(args, work, results):
     sock = os.path.join(work, "sock")
     make_pg_dir(sock)
-    runners = {k: (lambda k=k: run_stock(args, work, sock, k)) for k in ("net-a", "net-n",
-                                                                        "mem-a")}
-    runners.update({k: (lambda k=k: run_strata(args, work, k)) for k in ("net-c", "mem-c")})
+    runners = {k: (lambda k=k: run_stock(args, work, sock, k))
+               for k in ("net-a", "net-n", "mem-a", "cloud-n")}
+    runners.update({k: (lambda k=k: run_strata(args, work, k))
+                    for k in ("net-c", "mem-c", "cloud-c")})
     run_setups(args, results, SETUPS, runners,
                {"pgbench": None, "tprocc": None, "cgroup": None, "smgr": None},
                failures=(BenchError, psycopg.Error))
@@ -541,6 +571,12 @@ def targets(results):
     if keys & set(MODES["memory"]):
         out.append(_ratio(results, "mem-c", "mem-a", tps, "memory: TPC-B TPS (c) / (a)",
                           ">= 1.0"))
+    if keys & set(MODES["cloud"]):
+        out += [_ratio(results, "cloud-c", "cloud-n", tps, "cloud: TPC-B TPS (c) / (n)", ">= 3"),
+                _ratio(results, "cloud-c", "mem-a", tps,
+                       "cloud: TPC-B TPS (c) / (a) of the memory mode", None),
+                _ratio(results, "cloud-n", "mem-a", tps,
+                       "cloud: TPC-B TPS (n) / (a) of the memory mode", None)]
     return out
 
 
@@ -561,6 +597,7 @@ NET_HEADER = ["setup", "status", "TPC-B TPS", "p50 ms", "p99 ms",
 MEM_HEADER = ["setup", "status", "TPS", "p50 ms", "p99 ms", "limit MB", "peak MB", "failcnt",
               "GetPage/txn", "prefetch hit %", "file cache hit %", "GetPage wait p50/p99 ms",
               "pageserver ms/GetPage", "pageserver cache hit / redo %"]
+CLOUD_HEADER = MEM_HEADER[:5] + ["volume IOs r/w/fsync"] + MEM_HEADER[5:]
 
 
 def net_rows(results):
@@ -591,18 +628,21 @@ def _wait_cell(smgr):
     return f"{wait['p50_ms']} / {wait['p99_ms']}"
 
 
-def mem_rows(results):
+def mem_rows(results, mode="memory"):
+    """Rows of the memory mode's table, or (mode "cloud") of the cloud
+    mode's, its volume's IOs after the latencies."""
     rows = []
     for s in results["setups"]:
-        if s["key"] not in MODES["memory"]:
+        if s["key"] not in MODES[mode]:
             continue
         r = s.get("pgbench") or {}
         lat = r.get("lat_ms") or {}
         m = (s.get("cgroup") or {}).get("memory") or {}
         sm = s.get("smgr") or {}
         ps = sm.get("pageserver") or {}
+        io = [_io_cell(r.get("io"))] if mode == "cloud" else []
         rows.append([s["title"], s["status"], _fmt(r.get("tps"), 1), _fmt(lat.get("p50")),
-                     _fmt(lat.get("p99")),
+                     _fmt(lat.get("p99"))] + io + [
                      _fmt(m["limit_bytes"] // MB) if m else "-",
                      _fmt(m["max_usage_bytes"] // MB) if m else "-", _fmt(m.get("failcnt")),
                      _fmt(sm.get("getpage_per_txn")), _fmt(sm.get("prefetch_hit_pct"), 1),
@@ -619,6 +659,9 @@ def console_table(results):
         lines += ["network disk:"] + text_table(NET_HEADER, net_rows(results)) + [""]
     if any(s["key"] in MODES["memory"] for s in results["setups"]):
         lines += ["larger than memory:"] + text_table(MEM_HEADER, mem_rows(results)) + [""]
+    if any(s["key"] in MODES["cloud"] for s in results["setups"]):
+        lines += ["network disk and larger than memory:"] + text_table(
+            CLOUD_HEADER, mem_rows(results, "cloud")) + [""]
     for s in results["setups"]:
         if s["status"] != "ok":
             lines.append(f"{s['title']}: {s['status']}: {s['reason']}")
@@ -705,6 +748,13 @@ def markdown_section(results, image_paths):
                 f"{p['file_cache_mb']} MB; pgbench TPC-B scale {p['mem_scale']}, "
                 f"-c{p['clients']}, {p['duration_s']} s.", ""]
         out += md_table(MEM_HEADER, mem_rows(results)) + [""]
+    if any(s["key"] in MODES["cloud"] for s in results["setups"]):
+        out += [f"Network disk and larger than memory: the memory mode's limit, sizes and "
+                f"pgbench run with the network mode's volume ({p['latency_us']} µs per IO, "
+                f"{p['iops']} IOPS, {p['mbps']} MB/s) under stock's data directory and WAL, "
+                "and under the compute's data directory (its file cache on the local disk).",
+                ""]
+        out += md_table(CLOUD_HEADER, mem_rows(results, "cloud")) + [""]
     out += ["Targets of the issue:", "", "| target | measured | want | verdict |",
             "|---|---|---|---|"]
     for t in targets(results):
@@ -713,7 +763,9 @@ def markdown_section(results, image_paths):
     out += ["", HOW, ""]
     out += md_images(image_paths, tuple(
         (k, c) for k, c in (("network", "Network disk: TPC-B TPS over time"),
-                            ("memory", "Larger than memory: TPC-B TPS over time"))
+                            ("memory", "Larger than memory: TPC-B TPS over time"),
+                            ("cloud", "Network disk and larger than memory: TPC-B TPS over "
+                                      "time"))
         if k in (image_paths or {})))
     out.append(SECTION_END)
     return "\n".join(out) + "\n"

@@ -2,9 +2,10 @@
 
 The verdicts and the docs section on hand-made results (a missed target says
 so, a setup that did not run says NOT MEASURED), and one real --quick run of
-all five setups at tiny sizes that checks every setup ran, (n)'s commits and
-(c)'s compute went through the simulated network volume, the memory groups'
-peak stayed under their limit, the tables were printed, and nothing it
+all seven setups at tiny sizes that checks every setup ran, (n)'s commits and
+(c)'s compute went through the simulated network volume (in the cloud mode
+with the compute's file cache off it), the memory groups' peak stayed under
+their limit, the tables were printed, and nothing it
 started is left running, mounted, or any cgroup it created left behind.
 """
 
@@ -48,15 +49,20 @@ def _results(setups):
 
 def test_targets_met_and_missed():
     res = _results([_setup("net-a", 100, 1000), _setup("net-n", 20, 300),
-                    _setup("net-c", 70, 600), _setup("mem-a", 50), _setup("mem-c", 40)])
+                    _setup("net-c", 70, 600), _setup("mem-a", 50), _setup("mem-c", 40),
+                    _setup("cloud-n", 10), _setup("cloud-c", 45)])
     t = {x["name"]: x for x in constrained.targets(res)}
     assert t["network: TPC-B TPS (c) / (n)"]["met"] is True
     assert t["network: TPC-B TPS (c) / (n)"]["value"] == "3.500"
     assert t["network: TPROC-C NOPM (c) / (n)"]["met"] is False
     assert t["network: TPC-B TPS (c) / (a)"]["info"] is True
     assert t["memory: TPC-B TPS (c) / (a)"]["met"] is False
+    assert t["cloud: TPC-B TPS (c) / (n)"]["met"] is True
+    assert t["cloud: TPC-B TPS (c) / (n)"]["value"] == "4.500"
+    assert t["cloud: TPC-B TPS (n) / (a) of the memory mode"]["value"] == "0.200"
     text = constrained.console_table(res)
     assert "NOT met" in text and "network disk:" in text and "larger than memory:" in text
+    assert "network disk and larger than memory:" in text
     # The volume's counters and the GetPage waits are shown in the table.
     io = {"reads": 3, "writes": 100, "fsyncs": 50, "read_bytes": 0, "write_bytes": 10 ** 6,
           "wait_us": 153000, "iops": 2.5, "mb_per_s": 0.02, "mean_io_ms": 1.0, "limits": {},
@@ -67,6 +73,11 @@ def test_targets_met_and_missed():
     md = constrained.markdown_section(res, None)
     assert "| 3/100/50 (2/s, 0.0 MB/s, 1.00 ms) |" in md
     assert "| < 0.256 / < 2.048 |" in md
+    # The cloud mode's table shows its volume's IOs too.
+    res["setups"][5]["pgbench"]["io"] = io
+    md = constrained.markdown_section(res, None)
+    assert md.count("| 3/100/50 (2/s, 0.0 MB/s, 1.00 ms) |") == 2
+    assert "Network disk and larger than memory:" in md
 
 
 def test_getpage_wait_percentiles_from_the_histogram():
@@ -145,7 +156,17 @@ def test_quick_run_of_every_setup(tmp_path):
             t = by_key[key]["tprocc"]
             assert t["new_orders"] > 0, (key, t["new_orders"], t["error_messages"])
             assert [c for c in t["checks"] if not c["ok"]] == [], key
-        for key in ("mem-a", "mem-c"):
+        # The cloud mode: stock's commits on the volume, the compute's
+        # directory there without its commits, its file cache elsewhere.
+        io = by_key["cloud-n"]["pgbench"]["io"]
+        assert io["fsyncs"] > 0 and io["mean_io_ms"] >= 2.0, io
+        io = by_key["cloud-c"]["pgbench"]["io"]
+        assert io["limits"]["latency_us"] == 2000
+        assert io["fsyncs"] < by_key["cloud-c"]["pgbench"]["txns"], io
+        fc = by_key["cloud-c"]["settings"]["strata.file_cache_path"]
+        assert fc.startswith(work + "/") and "/local-cloud-c/" in fc, fc
+        assert by_key["net-c"]["settings"]["strata.file_cache_path"] == "strata_file_cache"
+        for key in ("mem-a", "mem-c", "cloud-n", "cloud-c"):
             m = by_key[key]["cgroup"]["memory"]
             assert m["limit_bytes"] == 256 * constrained.MB
             # cgroup v1 charges first and reclaims after: the peak may pass the
@@ -154,12 +175,14 @@ def test_quick_run_of_every_setup(tmp_path):
         sm = by_key["mem-c"]["smgr"]
         assert sm["getpage_per_txn"] >= 0 and sm["delta"]["getpage"] >= 0
         assert "network disk:" in cp.stdout and "larger than memory:" in cp.stdout
+        assert "network disk and larger than memory:" in cp.stdout
         assert "target memory: TPC-B TPS (c) / (a)" in cp.stdout
+        assert "target cloud: TPC-B TPS (c) / (n)" in cp.stdout
         assert (out / "results.md").exists()
         assert pids_mentioning(work) == []
         with open("/proc/mounts", encoding="utf-8") as f:
             assert work not in f.read()
         assert os.listdir(work) == []
         groups = [p for s in res["setups"] for p in (s["cgroup"] or {}).get("paths", [])]
-        assert len(groups) == 2 and all(p.startswith(CGROUP_ROOT) for p in groups)
+        assert len(groups) == 4 and all(p.startswith(CGROUP_ROOT) for p in groups)
         assert [p for p in groups if os.path.exists(p)] == []
