@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/strata_assert.h"
 
@@ -51,13 +52,6 @@ struct pagewarm {
     uint64_t waiting;
     pagewarm_stats st;
 };
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static uint32_t key_bucket(const pagewarm *w, const pg_key *k)
 {
@@ -151,7 +145,7 @@ static bool note_locked(pagewarm *w, const pg_key *k, lsn_t lsn, uint64_t now)
 
 bool pagewarm_note(pagewarm *w, const pg_key *k, lsn_t lsn)
 {
-    uint64_t now = now_ns();
+    uint64_t now = clock_mono_ns();
     pthread_mutex_lock(&w->mu);
     bool taken = note_locked(w, k, lsn, now);
     pthread_mutex_unlock(&w->mu);
@@ -177,7 +171,7 @@ static void *worker_main(void *arg)
             continue;
         }
         entry *e = &w->entries[w->head];
-        uint64_t now = now_ns();
+        uint64_t now = clock_mono_ns();
         if (now < e->last_ns + quiet) {
             if (e->last_ns > e->queued_ns) { /* changed while it waited: to the back */
                 int32_t i = fifo_pop(w);
@@ -205,7 +199,7 @@ static void *worker_main(void *arg)
             w->st.rebuilt++;
         } else if (rc == 0) {
             w->st.retried++;
-            (void)note_locked(w, &k, lsn, now_ns());
+            (void)note_locked(w, &k, lsn, clock_mono_ns());
             w->st.noted--; /* a retry, not a change */
         } else {
             w->st.failures++;

@@ -30,6 +30,7 @@
 #include <cjson/cJSON.h>
 
 #include "base/byteorder.h"
+#include "base/clock.h"
 #include "base/durable.h"
 #include "base/log.h"
 #include "base/metrics.h"
@@ -52,12 +53,14 @@
 /* ---- process-wide read metrics ---- */
 
 static const double chain_bounds[] = {0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096};
+static const double redo_bounds[] = {50e-6, 100e-6, 250e-6, 500e-6, 1e-3,   2.5e-3, 5e-3,
+                                     10e-3, 25e-3,  50e-3,  100e-3, 250e-3, 1,      10};
 
 static struct {
     pthread_once_t once;
     metrics_counter *cache_hits, *cache_misses, *images, *redo_reads, *zero_pages, *pages;
     metrics_counter *cached_bases, *warm_rebuilds, *warm_dropped;
-    metrics_histogram *chain;
+    metrics_histogram *chain, *redo_seconds;
     metrics_gauge *chain_max;
     atomic_uint_fast64_t max_chain;
     metrics_counter *gc_runs, *gc_removed, *gc_failures, *gc_refused;
@@ -98,6 +101,10 @@ static void read_metrics_init(void)
     rm.chain = metrics_histogram_register(
         r, "pageserver_chain_length", "Versions replayed to build one page (0: image or cache)",
         chain_bounds, (int)(sizeof chain_bounds / sizeof chain_bounds[0]), 0, NULL, NULL);
+    rm.redo_seconds = metrics_histogram_register(
+        r, "pageserver_read_redo_seconds",
+        "Time a page read spent in WAL redo (waiting for a helper and replaying)", redo_bounds,
+        (int)(sizeof redo_bounds / sizeof redo_bounds[0]), 0, NULL, NULL);
     rm.chain_max =
         metrics_gauge_register(r, "pageserver_chain_length_max",
                                "Longest version chain replayed since start", 0, NULL, NULL);
@@ -1246,7 +1253,9 @@ static int read_page(timeline *tl, const pg_key *k, lsn_t lsn, uint8_t out[PG_BL
         version_list_free(vl);
         return -1;
     }
+    uint64_t redo_start = clock_mono_ns();
     rc = redo_apply(tl->svc.redo, k, base_page != NULL ? &merged : vl, out, err, errlen);
+    metrics_histogram_observe(rm.redo_seconds, (double)(clock_mono_ns() - redo_start) / 1e9);
     if (base_page != NULL) {
         /* The ancestor's page was the base: every own version was replayed. */
         if (rc == 0)

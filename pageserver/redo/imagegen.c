@@ -38,6 +38,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/metrics.h"
 
@@ -722,13 +723,6 @@ int imagegen_drain(imagegen *g)
 
 /* ---- backpressure (writer thread) ---- */
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 bool imagegen_pressure_pending(const imagegen *g)
 {
     return g->npressed != 0 || g->rescan || g->want_readable;
@@ -851,7 +845,7 @@ int imagegen_backpressure(imagegen *g, lsn_t readable, int timeout_ms)
     if (g->npressed == 0 && !g->rescan)
         return 0; /* only made the queued jobs' LSNs readable early */
     assert(timeout_ms >= 0);
-    uint64_t t0 = now_ns();
+    uint64_t t0 = clock_mono_ns();
     uint64_t deadline = t0 + (uint64_t)timeout_ms * 1000000u;
     bool waited = false;
     int rc = 0;
@@ -875,7 +869,7 @@ int imagegen_backpressure(imagegen *g, lsn_t readable, int timeout_ms)
         waited = true;
         for (size_t i = 0; i < g->npressed; i++)
             prioritise(g, table_slot(g->table, g->table_cap, &g->pressed[i]), readable);
-        uint64_t now = now_ns();
+        uint64_t now = clock_mono_ns();
         if (now >= deadline) {
             char kb[96];
             bool in_flight;
@@ -901,7 +895,7 @@ int imagegen_backpressure(imagegen *g, lsn_t readable, int timeout_ms)
         pthread_mutex_unlock(&g->mu);
     }
     if (waited) {
-        uint64_t ns = now_ns() - t0;
+        uint64_t ns = clock_mono_ns() - t0;
         atomic_fetch_add(&g->bp_waits, 1);
         atomic_fetch_add(&g->bp_wait_ns, ns);
         metrics_counter_inc(im.bp_waits);

@@ -120,6 +120,13 @@ def test_image_generation_bounds_chains_and_matches_a_standby(monkeypatch):
             len(pages), int_to_lsn(latest), longest, THRESHOLD,
             metric(text, "pageserver_read_chain_length_sum")))
         assert count is not None and count >= len(pages), text
+        # Every read that replayed WAL was timed.
+        redone = metric(text, "pageserver_page_redo_reads_total") or 0
+        timed = metric(text, "pageserver_read_redo_seconds_count") or 0
+        print("reads that replayed WAL: %d, timed: %d, seconds in redo: %s" % (
+            redone, timed, metric(text, "pageserver_read_redo_seconds_sum")))
+        assert redone > 0 and timed >= redone, text
+        assert metric(text, "pageserver_read_redo_seconds_sum") > 0, text
         assert longest is not None and longest <= THRESHOLD + SLACK, (
             "a read replayed %s records, more than threshold %d + slack %d" % (
                 longest, THRESHOLD, SLACK))
