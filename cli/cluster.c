@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -104,14 +105,54 @@ void cluster_assign_ports(cluster *c, int port_base)
     c->pageserver_http_port = port_base + 8;
 }
 
-/* Binds n sockets to 127.0.0.1:0 at once so the ports are distinct, then
- * releases them.  A later bind by the daemon may race another program; the
- * ports are stored so that this happens at most once per cluster. */
+/* Binds fd to 127.0.0.1:port (0: any); the port bound, or -1. */
+static int bind_loopback(int fd, int port)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                             .sin_port = htons((uint16_t)port)};
+    socklen_t sl = sizeof sa;
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+        getsockname(fd, (struct sockaddr *)&sa, &sl) != 0)
+        return -1;
+    return ntohs(sa.sin_port);
+}
+
+/* The first port of the kernel's ephemeral range (ip_local_port_range), or 0
+ * when it cannot be read. */
+static int ephemeral_low(void)
+{
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    int lo = 0, hi = 0;
+    if (f == NULL)
+        return 0;
+    if (fscanf(f, "%d %d", &lo, &hi) != 2 || lo < 1 || lo > hi)
+        lo = 0;
+    fclose(f);
+    return lo;
+}
+
+/*
+ * Picks n distinct free ports on 127.0.0.1.  They come from below the
+ * kernel's ephemeral range (from PICK_PORT_MIN up), at a random place: the
+ * daemons bind them seconds later (the compute after initdb and the import),
+ * and a port from the ephemeral range can meanwhile become the source port of
+ * any outgoing connection on the machine (CI saw the compute's port taken so).
+ * Each port is held bound until all are picked, so they are distinct; a
+ * later bind by the daemon can still race another program choosing ports the
+ * same way, which is rare.  Without a usable range below the ephemeral one the
+ * kernel chooses (bind to port 0).
+ */
+#define PICK_PORT_MIN 10000
 static int cluster_pick_free_ports(int *ports, int n, cli_err *err)
 {
     int fds[CLUSTER_PORT_SPAN];
     assert(n <= CLUSTER_PORT_SPAN);
-    int rc = 0, opened = 0;
+    int lo = PICK_PORT_MIN, span = ephemeral_low() - PICK_PORT_MIN;
+    uint32_t start = 0;
+    if (span < 16 * CLUSTER_PORT_SPAN || getrandom(&start, sizeof start, 0) != sizeof start)
+        span = 0;
+    int rc = 0, opened = 0, next = 0;
     for (; opened < n; opened++) {
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0) {
@@ -119,15 +160,17 @@ static int cluster_pick_free_ports(int *ports, int n, cli_err *err)
             break;
         }
         fds[opened] = fd;
-        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        socklen_t sl = sizeof sa;
-        if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
-            getsockname(fd, (struct sockaddr *)&sa, &sl) != 0) {
+        int port = -1;
+        while (span > 0 && next < span && port < 0)
+            port = bind_loopback(fd, lo + (int)((start + (uint32_t)next++) % (uint32_t)span));
+        if (port < 0)
+            port = bind_loopback(fd, 0);
+        if (port < 0) {
             rc = cli_err_set(err, "picking a free port: %s", strerror(errno));
             opened++;
             break;
         }
-        ports[opened] = ntohs(sa.sin_port);
+        ports[opened] = port;
     }
     for (int i = 0; i < opened; i++)
         close(fds[i]);

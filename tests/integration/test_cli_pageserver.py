@@ -130,6 +130,16 @@ def test_up_imports_and_status_follows_the_workload(cluster):
     assert ps["http_port"] == state["pageserver"]["http_port"]
     with open(os.path.join(cluster.dir, "pageserver", "pageserver.ports")) as f:
         assert f.read().split() == ["pg=%d" % ps["pg_port"], "http=%d" % ps["http_port"]]
+    # The ports `strata up` picked are distinct and below the kernel's
+    # ephemeral range: no outgoing connection can take one before its daemon
+    # binds it (cli/cluster.c).
+    ports = [st["compute"]["port"], ps["pg_port"], ps["http_port"]] + [
+        sk[k] for sk in st["safekeepers"] for k in ("pg_port", "http_port")]
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        ephemeral_low = int(f.read().split()[0])
+    assert len(set(ports)) == len(ports) == 9, ports
+    if ephemeral_low > 10000 + 16 * 9:
+        assert all(10000 <= p < ephemeral_low for p in ports), (ports, ephemeral_low)
 
     # Imported at the end of initdb's WAL, before the compute wrote any.
     imported = import_lsn(cluster)
