@@ -21,9 +21,11 @@ import atexit
 import collections
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
+import tempfile
 
 from bench_proc import BenchError
 
@@ -48,23 +50,47 @@ def available():
 
 
 class PerfWindow:
-    """begin() starts `perf record -a` into path; end(thread_groups) stops it
-    and returns attribute()'s dict for {tid: group}."""
+    """begin() starts `perf record -a` into path and returns once it samples;
+    end(thread_groups) stops it and returns attribute()'s dict for {tid:
+    group}."""
 
     def __init__(self, path, freq=FREQ_HZ):
         self.path = path
         self.freq = freq
         self.proc = None
         self.log = path + ".log"
+        self.fifos = None
 
-    def begin(self):
+    def begin(self, timeout=120):
+        """perf starts disabled (-D -1) and is enabled through its control
+        fifo; the answer on the ack fifo comes once it has finished starting
+        (listing every process of the machine can take seconds under load),
+        so the window's samples start here, not somewhere inside it (a CI
+        run of a 3-second window once got 4 samples)."""
+        self.fifos = tempfile.mkdtemp(prefix="strata-perf-")
+        ctl, ack = os.path.join(self.fifos, "ctl"), os.path.join(self.fifos, "ack")
+        os.mkfifo(ctl)
+        os.mkfifo(ack)
         with open(self.log, "w", encoding="utf-8") as log:
             self.proc = subprocess.Popen(  # pylint: disable=consider-using-with
-                ["perf", "record", "-a", "-F", str(self.freq), "-o", self.path],
+                ["perf", "record", "-a", "-F", str(self.freq), "-D", "-1", "--control",
+                 f"fifo:{ctl},{ack}", "-o", self.path],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         # A run that fails inside its window never calls end(): perf must not
         # go on recording the machine after the program is gone.
         atexit.register(self._stop_quietly)
+        # O_RDWR: opening a fifo so does not wait for the other side.
+        cfd, afd = os.open(ctl, os.O_RDWR), os.open(ack, os.O_RDWR)
+        try:
+            os.write(cfd, b"enable\n")
+            ready, _, _ = select.select([afd], [], [], timeout)
+            if not ready or not os.read(afd, 64).startswith(b"ack"):
+                self.stop()
+                raise BenchError(f"perf record did not start sampling within {timeout} s "
+                                 f"(log {self.log})")
+        finally:
+            os.close(cfd)
+            os.close(afd)
 
     def _stop_quietly(self):
         try:
@@ -74,6 +100,9 @@ class PerfWindow:
 
     def stop(self):
         """Stops the recording (perf writes its file on SIGINT); idempotent."""
+        if self.fifos is not None:
+            shutil.rmtree(self.fifos, ignore_errors=True)
+            self.fifos = None
         if self.proc is None:
             return
         proc, self.proc = self.proc, None
