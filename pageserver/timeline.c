@@ -36,6 +36,7 @@
 #include "base/metrics.h"
 #include "base/sqlstate.h"
 #include "base/strata_assert.h"
+#include "base/walformat.h"
 #include "pageserver/ingest/import.h"
 #include "pageserver/ingest/ingest.h"
 #include "pageserver/ingest/walreceiver.h"
@@ -861,7 +862,8 @@ int timeline_wait_lsn(timeline *tl, lsn_t lsn, uint32_t timeout_ms)
     if (tl->ancestor != NULL && timeline_last_record_lsn(tl->ancestor) < tl->meta.ancestor_lsn &&
         timeline_wait_lsn(tl->ancestor, tl->meta.ancestor_lsn, timeout_ms) != 0)
         return -1;
-    return store_wait_lsn(tl->st, lsn, timeout_ms);
+    return store_wait_lsn(tl->st, wal_lsn_before_page_header(lsn, WAL_SEG_SIZE_DEFAULT),
+                          timeout_ms);
 }
 
 void timeline_get_status(timeline *tl, timeline_status *out)

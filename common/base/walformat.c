@@ -22,6 +22,17 @@ bool wal_seg_size_valid(uint32_t seg_size)
            (seg_size & (seg_size - 1)) == 0;
 }
 
+lsn_t wal_lsn_before_page_header(lsn_t lsn, uint32_t seg_size)
+{
+    assert(wal_seg_size_valid(seg_size));
+    uint64_t in_page = lsn % WAL_BLCKSZ;
+    if (in_page == WAL_SHORT_PHD_SIZE)
+        return lsn - WAL_SHORT_PHD_SIZE; /* at a segment start, inside the long header */
+    if (in_page == WAL_LONG_PHD_SIZE && (lsn - WAL_LONG_PHD_SIZE) % seg_size == 0)
+        return lsn - WAL_LONG_PHD_SIZE;
+    return lsn;
+}
+
 size_t wal_page_header_parse(const uint8_t *buf, size_t len, wal_page_header *out)
 {
     if (len < WAL_SHORT_PHD_SIZE)

@@ -112,6 +112,24 @@
 /* True if seg_size is a segment size Postgres accepts. */
 bool wal_seg_size_valid(uint32_t seg_size);
 
+/*
+ * The segment size Strata's WAL readers assume (initdb's default).  The
+ * pageserver's walreceiver reads segments of this size.
+ */
+#define WAL_SEG_SIZE_DEFAULT (16u << 20)
+
+/*
+ * The same point of the record stream as lsn, in the record-end convention
+ * (top of file).  Postgres names the insert position at the start of a page
+ * by the byte after the page header: GetXLogInsertRecPtr returns P + 24, or
+ * P + 40 at a segment start, where the last record ended at P.  No record
+ * ends in between, so WAL received up to P covers such an LSN.  Returns P
+ * for an LSN just past a page header, lsn for every other LSN.  A record
+ * that ends on a page after its continuation bytes is not mistaken for
+ * one: only a long header is 40 bytes, and only at a segment start.
+ */
+lsn_t wal_lsn_before_page_header(lsn_t lsn, uint32_t seg_size);
+
 /* ---- Page and record headers ------------------------------------------ */
 
 typedef struct wal_page_header {

@@ -95,7 +95,7 @@ void walreceiver_options_default(walreceiver_options *o)
 {
     memset(o, 0, sizeof *o);
     o->user = "strata";
-    o->wal_seg_size = 16u << 20;
+    o->wal_seg_size = WAL_SEG_SIZE_DEFAULT;
     o->status_interval_ms = 1000;
     o->reconnect_min_ms = 100;
     o->reconnect_max_ms = 5000;

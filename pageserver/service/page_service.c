@@ -44,6 +44,7 @@
 #include "net/pgwire.h"
 #include "base/sqlstate.h"
 #include "base/strata_assert.h"
+#include "base/walformat.h"
 #include "pageserver/service/basebackup_service.h"
 #include "proto/pagestream.h"
 
@@ -489,6 +490,10 @@ static void on_copy_data(pgwire_conn *c, const uint8_t *data, size_t n, void *ar
     }
     metrics_counter_inc(ps->requests[j->req.tag]);
     const pagestream_request *q = &j->req;
+    /* A compute whose insert position is a page start asks with the LSN
+     * after the page header; WAL up to the page start has every record
+     * before that LSN, and a quiet compute may send no more. */
+    lsn_t need = wal_lsn_before_page_header(q->not_modified_since, WAL_SEG_SIZE_DEFAULT);
     if (q->request_lsn == LSN_INVALID) {
         set_error(j, SQLSTATE_INVALID_PARAMETER_VALUE, "request_lsn 0/0 is not a valid LSN");
         j->done = true;
@@ -497,8 +502,8 @@ static void on_copy_data(pgwire_conn *c, const uint8_t *data, size_t n, void *ar
                   "request_lsn %s is older than not_modified_since %s",
                   lsn_format(q->request_lsn, lb), lsn_format(q->not_modified_since, lb2));
         j->done = true;
-    } else if (q->not_modified_since > timeline_last_record_lsn(pc->tl)) {
-        j->wait_lsn = q->not_modified_since;
+    } else if (need > timeline_last_record_lsn(pc->tl)) {
+        j->wait_lsn = need;
         j->deadline_ns = j->start_ns + (uint64_t)ps->opt.wait_lsn_timeout_ms * 1000000u;
         park(ps, j);
     } else {

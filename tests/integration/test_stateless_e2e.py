@@ -200,6 +200,64 @@ def test_kill9_compute_mid_pgbench_new_compute_has_every_commit(stateless):
     check_balances(cluster)
 
 
+def end_wal_at_page_boundary(conn):
+    """Emits non-transactional logical messages until the last record ends
+    exactly at a WAL page boundary P (the insert position then reads P + 24,
+    after the next page's header); returns P, or None when a background
+    record got in the way."""
+    def insert():
+        return lsn_to_int(conn.execute("select pg_current_wal_insert_lsn()").fetchone()[0])
+
+    def emit(n):
+        conn.execute("select pg_logical_emit_message(false, 'strata-test', repeat('x', %s))",
+                     (n,))
+
+    before = insert()
+    emit(600)  # a long data header (payload > 255): record size = overhead + payload, aligned
+    after = insert()
+    if after // 8192 != before // 8192:
+        return None
+    overhead = after - before - 600
+    for _ in range(20):
+        pos = insert()
+        if pos % 8192 == 24:
+            return pos - 24
+        left = 8192 - pos % 8192
+        emit(left - overhead if 300 <= left - overhead <= 4000 else 2000)
+    return None
+
+
+def test_compute_restarts_when_its_wal_ends_at_a_page_boundary(stateless):
+    """A compute whose WAL ends exactly at a page boundary P starts at P;
+    Postgres names its insert position P + 24, after the page header, and
+    pages requested not modified since P + 24 must not wait for WAL that a
+    quiet compute never writes (they waited out the 60 s timeout, and so did
+    the walproposer's own walsender, until this was fixed)."""
+    cluster = stateless
+    for attempt in range(3):
+        with psycopg.connect(cluster.connstr, autocommit=True) as conn:
+            p = end_wal_at_page_boundary(conn)
+            if p is None:
+                continue
+            wait_until(lambda: lsn_to_int(conn.execute(
+                "select coalesce(max(flush_lsn), '0/0') from pg_stat_replication "
+                "where application_name = 'walproposer'").fetchone()[0]) >= p, 30,
+                "the safekeepers to commit the WAL up to the page boundary")
+        cluster.stop("compute", immediate=True)
+        t0 = time.monotonic()
+        out = cluster.start("compute").stdout
+        start = re.search(r"sync-safekeepers: start at (\S+)", out).group(1)
+        assert cluster.sql("select 1") == [(1,)]
+        elapsed = time.monotonic() - t0
+        if lsn_to_int(start) != p:
+            continue  # a background record came after P: try again
+        assert elapsed < 55, "the compute at %s took %.1f s to answer" % (start, elapsed)
+        cluster.sql("create table after_boundary as select generate_series(1, 100) x")
+        assert cluster.sql("select count(*) from after_boundary") == [(100,)]
+        return
+    pytest.fail("the WAL did not end at a page boundary in 3 attempts")
+
+
 def test_kill9_pageserver_under_load_reads_wait_and_succeed(stateless):
     cluster = stateless
     create_ledger(cluster)
