@@ -60,6 +60,10 @@ typedef struct job {
     lsn_t wait_lsn;       /* parked until last_record_lsn reaches it */
     uint64_t deadline_ns; /* parked until then at most */
     uint64_t start_ns;
+    /* The stages of a GetPage (pageserver_getpage_stage_seconds): parked
+     * for WAL until dispatched, queued until a worker took it (0 when
+     * answered inline), read until read_ns, then the reply until sent. */
+    uint64_t dispatch_ns, picked_ns, read_ns;
     bool done;
     bool close_after; /* a decode error: close once this is sent */
     char fatal_message[PAGESTREAM_MAX_ERROR_MESSAGE + 1];
@@ -119,6 +123,7 @@ struct page_service {
     metrics_counter *protocol_errors;
     metrics_counter *wait_timeouts;
     metrics_histogram *getpage_seconds;
+    metrics_histogram *stage_seconds[4]; /* park, queue, read, reply */
     metrics_gauge *connections;
     metrics_gauge *parked_gauge;
 };
@@ -319,8 +324,10 @@ static void *worker_main(void *arg)
 
         /* Read at min(last ingested, request_lsn), decided now: the WAL the
          * request waited for (if any) is in. */
+        j->picked_ns = now_ns();
         lsn_t last = timeline_last_record_lsn(j->conn->tl);
         execute(j, j->req.request_lsn < last ? j->req.request_lsn : last);
+        j->read_ns = now_ns();
 
         pthread_mutex_lock(&ps->mu);
         j->next = ps->done_head;
@@ -348,10 +355,14 @@ static void enqueue(page_service *ps, job *j)
 static void dispatch(page_service *ps, job *j)
 {
     lsn_t last = timeline_last_record_lsn(j->conn->tl);
-    if (!ps->opt.no_inline && try_inline(j, j->req.request_lsn < last ? j->req.request_lsn : last))
+    j->dispatch_ns = j->picked_ns = now_ns();
+    if (!ps->opt.no_inline &&
+        try_inline(j, j->req.request_lsn < last ? j->req.request_lsn : last)) {
+        j->read_ns = now_ns();
         j->done = true;
-    else
+    } else {
         enqueue(ps, j);
+    }
 }
 
 /* ---- connections (loop thread) ---- */
@@ -395,6 +406,22 @@ static void conn_update_pause(ps_conn *pc)
     }
 }
 
+/* A GetPage's latency and its stages.  A request answered before it was
+ * dispatched (an error) has only the total. */
+static void observe_getpage(page_service *ps, const job *j)
+{
+    uint64_t now = now_ns();
+    metrics_histogram_observe(ps->getpage_seconds, (double)(now - j->start_ns) / 1e9);
+    if (j->read_ns == 0)
+        return;
+    STRATA_ASSERT(j->start_ns <= j->dispatch_ns && j->dispatch_ns <= j->picked_ns &&
+                  j->picked_ns <= j->read_ns && j->read_ns <= now);
+    const uint64_t stage[4] = {j->dispatch_ns - j->start_ns, j->picked_ns - j->dispatch_ns,
+                               j->read_ns - j->picked_ns, now - j->read_ns};
+    for (int i = 0; i < 4; i++)
+        metrics_histogram_observe(ps->stage_seconds[i], (double)stage[i] / 1e9);
+}
+
 /* Sends every finished response at the head of the ring. */
 static void conn_flush(ps_conn *pc)
 {
@@ -419,8 +446,7 @@ static void conn_flush(ps_conn *pc)
             }
         }
         if (j->req.tag == PS_REQ_GETPAGE)
-            metrics_histogram_observe(pc->ps->getpage_seconds,
-                                      (double)(now_ns() - j->start_ns) / 1e9);
+            observe_getpage(pc->ps, j);
         job_free(j);
         conn_unref(pc);
     }
@@ -820,6 +846,16 @@ static void register_metrics(page_service *ps)
         r, "pageserver_getpage_seconds",
         "GetPage latency from request received to response queued, including waits", bounds,
         (int)(sizeof bounds / sizeof bounds[0]), 0, NULL, NULL);
+    static const char *const stage_label[] = {"stage"};
+    static const char *const stages[4] = {"park", "queue", "read", "reply"};
+    for (int i = 0; i < 4; i++) {
+        const char *v[] = {stages[i]};
+        ps->stage_seconds[i] = metrics_histogram_register(
+            r, "pageserver_getpage_stage_seconds",
+            "GetPage latency by stage: parked waiting for WAL, queued for a worker (0 when "
+            "answered inline), reading the page, waiting to be sent after earlier responses",
+            bounds, (int)(sizeof bounds / sizeof bounds[0]), 1, stage_label, v);
+    }
     ps->connections = metrics_gauge_register(r, "pageserver_pagestream_connections",
                                              "Open page service connections", 0, NULL, NULL);
     ps->parked_gauge = metrics_gauge_register(

@@ -127,6 +127,20 @@ def test_image_generation_bounds_chains_and_matches_a_standby(monkeypatch):
             redone, timed, metric(text, "pageserver_read_redo_seconds_sum")))
         assert redone > 0 and timed >= redone, text
         assert metric(text, "pageserver_read_redo_seconds_sum") > 0, text
+        # The four stages of each GetPage add up to its latency.  (The redo
+        # seconds above include image generation's reads: no bound here.)
+        stage = {}
+        for name in ("park", "queue", "read", "reply"):
+            sc = [re.search(r'^pageserver_getpage_stage_seconds_%s\{stage="%s"\} (\S+)$' % (
+                part, name), text, re.M) for part in ("sum", "count")]
+            assert all(sc), name + "\n" + text
+            stage[name] = (float(sc[0].group(1)), float(sc[1].group(1)))
+        total = metric(text, "pageserver_getpage_seconds_sum")
+        count = metric(text, "pageserver_getpage_seconds_count")
+        print("GetPage %d in %.4f s: %s" % (count, total, stage))
+        assert all(c == count for _s, c in stage.values()), (count, stage)
+        assert abs(sum(s for s, _c in stage.values()) - total) <= 1e-9 * count, (total, stage)
+        assert stage["read"][0] > 0, stage
         assert longest is not None and longest <= THRESHOLD + SLACK, (
             "a read replayed %s records, more than threshold %d + slack %d" % (
                 longest, THRESHOLD, SLACK))
