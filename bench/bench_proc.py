@@ -11,6 +11,7 @@ bench_strata.py) or about measurements.
 
 import os
 import pwd
+import random
 import shutil
 import socket
 import subprocess
@@ -79,11 +80,49 @@ def run(argv, timeout, pg_user=False, cwd=None, env=None, check=True):
     return cp
 
 
-def free_port():
-    """A TCP port on 127.0.0.1 that was free a moment ago (the kernel's pick)."""
+_handed_out = set()
+
+
+def _ephemeral_low():
+    """The start of the kernel's ephemeral port range (32768 if unknown)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _bindable(port):
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port_block(count=1):
+    """The first of count consecutive TCP ports on 127.0.0.1, free a moment
+    ago and not handed out before by this process.  They come from below the
+    kernel's ephemeral range, as `strata up` picks its ports: a server that
+    binds its port seconds later (after an initdb) cannot lose it to the
+    source port of some outgoing connection meanwhile."""
+    low, high = 10000, _ephemeral_low() - count
+    if high - low < 1000:
+        low, high = 20000, 60000 - count
+    rng = random.Random()
+    for _ in range(500):
+        base = rng.randrange(low, high)
+        block = range(base, base + count)
+        if not _handed_out.intersection(block) and all(_bindable(p) for p in block):
+            _handed_out.update(block)
+            return base
+    raise BenchError("no free block of %d ports between %d and %d" % (count, low, high + count))
+
+
+def free_port():
+    """One port, as free_port_block picks them."""
+    return free_port_block(1)
 
 
 def pid_alive(pid):

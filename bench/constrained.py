@@ -338,6 +338,15 @@ def pageserver_metrics(port):
         return ""
 
 
+def labeled_value(text, name, label, value):
+    """The value of name{label="value"} in Prometheus text, or None."""
+    prefix = '%s{%s="%s"} ' % (name, label, value)
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            return float(line[len(prefix):].split()[0])
+    return None
+
+
 def pageserver_figures(before, after):
     """What the pageserver did for the GetPage requests between two /metrics
     texts: mean service time, the shares of the pages read that its cache
@@ -360,7 +369,15 @@ def pageserver_figures(before, after):
     # warming's reads: the reads that replayed are what the others left.
     replayed = (pages - hits - images - zeros
                 if None not in (pages, hits, images, zeros) else None)
+    # The mean GetPage in its four stages (pageserver_getpage_stage_seconds).
+    stage_ms = {}
+    for stage in ("park", "queue", "read", "reply"):
+        sums = [labeled_value(t, "pageserver_getpage_stage_seconds_sum", "stage", stage)
+                for t in (before, after)]
+        stage_ms[stage] = (round(1000.0 * (sums[1] - sums[0]) / count, 3)
+                           if None not in sums and count else None)
     return {"getpages": count, "pages": pages, "cache_hits": hits, "images": images,
+            "stage_ms": stage_ms,
             "zero_pages": zeros,
             "service_ms": round(1000.0 * secs / count, 3) if count and secs is not None else None,
             "cache_hit_pct": share(hits), "redo_pct": share(replayed),
@@ -400,7 +417,7 @@ def measure(args, key, info, work, cg, nd, stateless, ps_port=None):
         ps = smgr["pageserver"] = pageserver_figures(ps_before, pageserver_metrics(ps_port))
         log(f"({key}) pageserver: {ps['getpages']} GetPage, {ps['service_ms']} ms each, "
             f"cache hit {ps['cache_hit_pct']} %, redo {ps['redo_pct']} %, "
-            f"{ps['warmed']} pages warmed")
+            f"{ps['warmed']} pages warmed; ms per GetPage by stage {ps['stage_ms']}")
     tpcc = None if mem_mode else tprocc_entry(info, args, key, nd)
     groups = {}
     if cg is not None:

@@ -28,6 +28,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
@@ -36,6 +37,9 @@ import psycopg
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Ports for test servers: one picker for tests and benchmarks (bench_proc).
+sys.path.insert(0, os.path.join(REPO, "bench"))
+from bench_proc import free_port, free_port_block  # noqa: E402,F401
 SAN_BUILD = os.environ.get("STRATA_SAN_BUILD", os.path.join(REPO, "build-san"))
 BUILD = os.environ.get("STRATA_BUILD", os.path.join(REPO, "build"))
 PG_BINDIR = os.environ.get("STRATA_PG_BINDIR", "/usr/lib/postgresql/15/bin")

@@ -66,7 +66,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import threading
@@ -78,6 +77,7 @@ import psycopg
 import pytest
 
 import pagemask
+from conftest import free_port
 from conftest import (BUILD, SAN_BUILD, as_pg_user_kwargs, chown_to_pg_user,
                       int_to_lsn, kill_hard, lsn_to_int, make_shared_dir, pid_alive, wait_until)
 
@@ -131,12 +131,6 @@ def require(*paths):
     for path in paths:
         if not os.path.exists(path):
             pytest.skip("not built yet: %s" % path)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_pg(args, timeout=120, check=True):

@@ -3,17 +3,11 @@ command as bytes (any mode), through its pgwire port with the admin token,
 and a free port on 127.0.0.1.
 """
 import io
-import socket
 
 import psycopg
 
+from conftest import free_port
 from conftest import pg_user
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def pageserver_conn(cluster):

@@ -17,16 +17,10 @@ import urllib.request
 import psycopg
 import pytest
 
+from conftest import free_port
 from conftest import STOCK_PG_BINDIR, lsn_to_int, pageserver_built, pg_user, wait_until
 
 pytestmark = pytest.mark.skipif(not pageserver_built(), reason="pageserver not built")
-
-
-def free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def patched_bindir():

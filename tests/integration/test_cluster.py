@@ -9,12 +9,12 @@ here it is only a component that starts and stops with the others.
 import os
 import re
 import shutil
-import socket
 import subprocess
 import time
 
 import pytest
 
+from conftest import free_port_block
 from conftest import (LSN_RE, SAN_BUILD, lsn_to_int, make_shared_dir, pageserver_built, pid_alive,
                       processes_using, strata_bin, wait_until)
 
@@ -173,25 +173,8 @@ def test_stop_start_each_component(cluster):
     cluster.stop("compute")
 
 
-def free_port_base(span=9):
-    for base in range(21000, 60000, 97):
-        socks = []
-        try:
-            for port in range(base, base + span):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise AssertionError("no free port range")
-
-
 def test_port_base(cluster_dir):
-    base = free_port_base()
+    base = free_port_block(9)
     cluster_dir.up("--port-base", str(base))
     st = cluster_dir.status()
     assert st["compute"]["port"] == base

@@ -24,25 +24,19 @@ What it shows, against a real local cluster whose own compute is stopped:
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 
 import psycopg
 import pytest
 
+from conftest import free_port
 from conftest import make_shared_dir, pg_user, wait_until
 from test_auth import ADMIN, TENANT_B, TOKEN_A, TOKEN_B, write_auth
 
 # The subject is the compute: the release build's daemons (conftest.py,
 # release_daemons).
 pytestmark = pytest.mark.release_daemons
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def remote_env(cluster, port, **extra):

@@ -20,12 +20,12 @@ pageserver/ingest/ingest_misc.c and the report).
 import os
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 
 import psycopg
 import pytest
+from conftest import free_port
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PGBIN = "/usr/lib/postgresql/15/bin"
@@ -40,12 +40,6 @@ def tool_binary():
         if c and os.access(c, os.X_OK):
             return c
     pytest.skip("strata-ingest-tool not built")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def as_postgres(*args, **kw):

@@ -26,13 +26,13 @@ import pwd
 import re
 import signal
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 
 import psycopg
 import pytest
+from conftest import free_port
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD_SH = os.path.join(REPO, "compute", "postgres", "build.sh")
@@ -84,12 +84,6 @@ def as_postgres():
         return {}
     pw = pwd.getpwnam("postgres")
     return {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def pid_alive(pid):

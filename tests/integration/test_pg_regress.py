@@ -37,6 +37,7 @@ import time
 import psycopg
 import pytest
 
+from conftest import free_port
 from conftest import (REPO, as_pg_user_kwargs, chown_to_pg_user, kill_hard, make_shared_dir,
                       pg_user, pid_alive)
 
@@ -68,13 +69,6 @@ PREFIX = patched_prefix()
 pytestmark = [pytest.mark.release_daemons, pytest.mark.skipif(
     PREFIX is None or not os.path.exists(os.path.join(PREFIX or "/nonexistent", "bin", "postgres")),
     reason="patched PostgreSQL not built (compute/postgres/build.sh --prefix-only)")]
-
-
-def free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_regress(host, port, *extra, timeout=1500):

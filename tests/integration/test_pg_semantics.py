@@ -21,12 +21,12 @@ root; everything listens on 127.0.0.1 (stock server: a unix socket too).
 import os
 import re
 import shutil
-import socket
 import subprocess
 
 import psycopg
 import pytest
 
+from conftest import free_port
 from conftest import (STOCK_PG_BINDIR, as_pg_user_kwargs, chown_to_pg_user, lsn_to_int,
                       make_shared_dir, wait_until)
 from smgr_harness import running_cluster
@@ -46,12 +46,6 @@ PGBENCH_RELATIONS = ["pgbench_accounts", "pgbench_branches", "pgbench_tellers",
 def stateless(request):
     with running_cluster(request) as c:
         yield c
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_as_pg(cmd, timeout=120, check=True):

@@ -21,14 +21,13 @@ import hashlib
 import http.server
 import os
 import random
-import socket
 import subprocess
 import threading
 import time
 
 import pytest
 
-from conftest import require_binaries, strata_bin
+from conftest import free_port_block, require_binaries, strata_bin
 
 ODD_KEY = "sp ace/p+lus/\u00e9t\u00e9 \u20ac.bin"
 BIG = 40 * 1024 * 1024
@@ -238,25 +237,6 @@ def test_remote_s3_retry_policy(tmp_path):
         assert ("after %d attempts" % want in cp.stderr) == (want > 1), cp.stderr
 
 
-def port_block_free(base, count):
-    for port in range(base, base + count):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                return False
-    return True
-
-
-def free_port_block(count=21):
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(20000, 60000 - count)
-        if port_block_free(base, count):
-            return base
-    raise AssertionError("no free block of %d ports" % count)
-
-
 @pytest.fixture
 def radosgw(tmp_path):
     """A running radosgw: yields the environment of its endpoint and keys."""
@@ -270,7 +250,7 @@ def radosgw(tmp_path):
     state = tmp_path / "s3"
     started = None
     for _ in range(3):  # a port taken between the check and the start
-        port = free_port_block()
+        port = free_port_block(21)
         cp = subprocess.run(["bash", script, "start", str(state), str(port)],
                             capture_output=True, text=True, timeout=180, check=False)
         if cp.returncode == 0:

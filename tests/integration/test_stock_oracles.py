@@ -17,12 +17,12 @@ import difflib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 
 import psycopg
 import pytest
 
+from conftest import free_port
 from conftest import (STOCK_PG_BINDIR, as_pg_user_kwargs, chown_to_pg_user, int_to_lsn,
                       kill_hard, lsn_to_int, make_shared_dir, pid_alive, wait_until)
 from test_durability import pgbench, pgbench_init
@@ -104,12 +104,6 @@ def test_pg_receivewal_matches_primary_pg_wal(cluster):
         assert compared > SEG_SIZE, "compared only %d bytes" % compared
     finally:
         shutil.rmtree(target, ignore_errors=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Standby:

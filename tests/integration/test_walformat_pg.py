@@ -14,11 +14,11 @@ strata-waldump is found in $STRATA_SAN_BUILD/bin (default <repo>/build-san).
 import os
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 
 import pytest
+from conftest import free_port
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # A stock oracle: always Debian's PostgreSQL (docs/design.md §1.5).
@@ -58,12 +58,6 @@ insert into items select g, g % 100, 'after switch' from generate_series(20001, 
 def lsn_int(text):
     hi, lo = text.split("/")
     return int(hi, 16) << 32 | int(lo, 16)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def as_postgres(*args, **kw):

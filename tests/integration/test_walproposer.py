@@ -22,7 +22,6 @@ import pwd
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -32,6 +31,7 @@ import urllib.request
 
 import psycopg
 import pytest
+from conftest import free_port
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SAN_BUILD = os.environ.get("STRATA_SAN_BUILD", os.path.join(REPO, "build-san"))
@@ -69,12 +69,6 @@ def run_as_postgres(args, **kwargs):
         uid, gid = pg_ids()
         kwargs.update(user=uid, group=gid, extra_groups=[])
     return subprocess.run(args, capture_output=True, text=True, **kwargs)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_until(predicate, timeout, what):

@@ -28,7 +28,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import threading
@@ -36,6 +35,7 @@ import time
 
 import pytest
 
+from conftest import free_port
 from conftest import (BUILD, as_pg_user_kwargs, children_of, chown_to_pg_user, kill_hard,
                       make_shared_dir, pid_alive, sysv_segments_created_by, wait_until)
 
@@ -57,12 +57,6 @@ BINDIR = patched_bindir()
 pytestmark = pytest.mark.skipif(
     BINDIR is None or not os.access(REDO_TOOL, os.X_OK) or not os.access(WALREDO_SO, os.R_OK),
     reason="needs the patched PostgreSQL build, %s and %s" % (WALREDO_SO, REDO_TOOL))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_pg(args, **kw):
