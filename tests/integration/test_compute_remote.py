@@ -75,9 +75,13 @@ class RemoteCompute:
         self.proc = None
 
     def run_to_exit(self, timeout=90):
-        """For a start that must fail: (exit status, output)."""
-        p = subprocess.run(self.cmd, env=self.env, capture_output=True, text=True,
-                           timeout=timeout)
+        """For a start that must fail: (exit status, output).  The directory
+        goes with it."""
+        try:
+            p = subprocess.run(self.cmd, env=self.env, capture_output=True, text=True,
+                               timeout=timeout)
+        finally:
+            subprocess.run(["rm", "-rf", self.dir])
         return p.returncode, p.stdout + p.stderr
 
     def start(self):
