@@ -49,8 +49,11 @@ def parse_connstr(connstr):
     return {k: info[k] for k in ("host", "port", "user", "dbname")}
 
 
-def prometheus_counter(text, name):
-    """The sum over all label sets of metric name in Prometheus text, or None if absent."""
+def prometheus_counter(text, name, labels=None):
+    """The sum over all label sets of metric name in Prometheus text (only
+    those holding every label="value" of the dict labels, when given), or
+    None if absent."""
+    want = ['%s="%s"' % kv for kv in (labels or {}).items()]
     total = None
     for line in text.splitlines():
         if line.startswith("#") or not line.startswith(name):
@@ -58,6 +61,8 @@ def prometheus_counter(text, name):
         rest = line[len(name):]
         if rest[:1] not in ("{", " "):
             continue  # a longer metric name sharing the prefix
+        if want and not all(w in rest.split("}", 1)[0] for w in want):
+            continue
         try:
             value = float(rest.rsplit(None, 1)[-1] if "}" not in rest
                           else rest.rsplit("}", 1)[1].split()[0])

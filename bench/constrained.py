@@ -338,15 +338,6 @@ def pageserver_metrics(port):
         return ""
 
 
-def labeled_value(text, name, label, value):
-    """The value of name{label="value"} in Prometheus text, or None."""
-    prefix = '%s{%s="%s"} ' % (name, label, value)
-    for line in text.splitlines():
-        if line.startswith(prefix):
-            return float(line[len(prefix):].split()[0])
-    return None
-
-
 def pageserver_figures(before, after):
     """What the pageserver did for the GetPage requests between two /metrics
     texts: mean service time, the shares of the pages read that its cache
@@ -372,7 +363,7 @@ def pageserver_figures(before, after):
     # The mean GetPage in its four stages (pageserver_getpage_stage_seconds).
     stage_ms = {}
     for stage in ("park", "queue", "read", "reply"):
-        sums = [labeled_value(t, "pageserver_getpage_stage_seconds_sum", "stage", stage)
+        sums = [prometheus_counter(t, "pageserver_getpage_stage_seconds_sum", {"stage": stage})
                 for t in (before, after)]
         stage_ms[stage] = (round(1000.0 * (sums[1] - sums[0]) / count, 3)
                            if None not in sums and count else None)

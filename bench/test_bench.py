@@ -217,6 +217,10 @@ def test_prometheus_counter():
     assert prometheus_counter(text, "safekeeper_fdatasync_total") == 42
     assert prometheus_counter('x{a="1"} 2\nx{a="2"} 3\n', "x") == 5
     assert prometheus_counter(text, "missing_total") is None
+    staged = 's_sum{stage="park",x="1"} 1.5\ns_sum{stage="read"} 2\ns_sum{stage="reader"} 7\n'
+    assert prometheus_counter(staged, "s_sum", {"stage": "read"}) == 2
+    assert prometheus_counter(staged, "s_sum", {"stage": "park", "x": "1"}) == 1.5
+    assert prometheus_counter(staged, "s_sum", {"stage": "none"}) is None
 
 
 def test_strata_down_kills_what_status_reported_when_up_failed(tmp_path):

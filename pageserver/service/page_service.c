@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/metrics.h"
 #include "net/pgwire.h"
@@ -127,11 +128,6 @@ struct page_service {
     metrics_gauge *connections;
     metrics_gauge *parked_gauge;
 };
-
-static uint64_t now_ns(void)
-{
-    return uv_hrtime();
-}
 
 /* ---- responses ---- */
 
@@ -324,10 +320,10 @@ static void *worker_main(void *arg)
 
         /* Read at min(last ingested, request_lsn), decided now: the WAL the
          * request waited for (if any) is in. */
-        j->picked_ns = now_ns();
+        j->picked_ns = clock_mono_ns();
         lsn_t last = timeline_last_record_lsn(j->conn->tl);
         execute(j, j->req.request_lsn < last ? j->req.request_lsn : last);
-        j->read_ns = now_ns();
+        j->read_ns = clock_mono_ns();
 
         pthread_mutex_lock(&ps->mu);
         j->next = ps->done_head;
@@ -355,10 +351,10 @@ static void enqueue(page_service *ps, job *j)
 static void dispatch(page_service *ps, job *j)
 {
     lsn_t last = timeline_last_record_lsn(j->conn->tl);
-    j->dispatch_ns = j->picked_ns = now_ns();
+    j->dispatch_ns = j->picked_ns = clock_mono_ns();
     if (!ps->opt.no_inline &&
         try_inline(j, j->req.request_lsn < last ? j->req.request_lsn : last)) {
-        j->read_ns = now_ns();
+        j->read_ns = clock_mono_ns();
         j->done = true;
     } else {
         enqueue(ps, j);
@@ -410,7 +406,7 @@ static void conn_update_pause(ps_conn *pc)
  * dispatched (an error) has only the total. */
 static void observe_getpage(page_service *ps, const job *j)
 {
-    uint64_t now = now_ns();
+    uint64_t now = clock_mono_ns();
     metrics_histogram_observe(ps->getpage_seconds, (double)(now - j->start_ns) / 1e9);
     if (j->read_ns == 0)
         return;
@@ -464,7 +460,7 @@ static job *job_new(ps_conn *pc)
     STRATA_ASSERT(pc->inflight < depth);
     j->conn = pc;
     j->seq = pc->next_seq++;
-    j->start_ns = now_ns();
+    j->start_ns = clock_mono_ns();
     STRATA_ASSERT(pc->ring[j->seq % (uint64_t)depth] == NULL);
     pc->ring[j->seq % (uint64_t)depth] = j;
     pc->inflight++;
@@ -545,7 +541,7 @@ static void on_copy_data(pgwire_conn *c, const uint8_t *data, size_t n, void *ar
 static void on_park_timer(uv_timer_t *t)
 {
     page_service *ps = t->data;
-    uint64_t now = now_ns();
+    uint64_t now = clock_mono_ns();
     job **link = &ps->parked;
     while (*link != NULL) {
         job *j = *link;
@@ -683,7 +679,7 @@ static void on_restore_timer(uv_timer_t *tm)
     tenants_restore_info info;
     bool pending =
         tenants_restore_pending(ps->tenants, &pc->restore_tenant, &pc->restore_tl, &info);
-    if (pending && now_ns() < pc->restore_deadline_ns)
+    if (pending && clock_mono_ns() < pc->restore_deadline_ns)
         return;
     uv_timer_stop(tm);
     char *sql = pc->restore_sql;
@@ -736,7 +732,7 @@ static bool defer_while_restoring(page_service *ps, pgwire_conn *c, ps_conn *pc,
     pc->restore_sql = copy;
     pc->restore_tenant = tenant;
     pc->restore_tl = tl;
-    pc->restore_deadline_ns = now_ns() + (uint64_t)ps->opt.wait_lsn_timeout_ms * 1000000u;
+    pc->restore_deadline_ns = clock_mono_ns() + (uint64_t)ps->opt.wait_lsn_timeout_ms * 1000000u;
     uv_timer_start(&pc->restore_timer, on_restore_timer, RESTORE_POLL_MS, RESTORE_POLL_MS);
     log_info("%s: %s waits for the restore of its timeline", pgwire_conn_peer(c), w[0]);
     (void)c;

@@ -77,9 +77,8 @@ import psycopg
 import pytest
 
 import pagemask
-from conftest import free_port
-from conftest import (BUILD, SAN_BUILD, as_pg_user_kwargs, chown_to_pg_user,
-                      int_to_lsn, kill_hard, lsn_to_int, make_shared_dir, pid_alive, wait_until)
+from conftest import (BUILD, SAN_BUILD, as_pg_user_kwargs, chown_to_pg_user, free_port, int_to_lsn,
+                      kill_hard, lsn_to_int, make_shared_dir, pid_alive, wait_until)
 
 BLCKSZ = 8192
 RELSEG_BLOCKS = (1024 * 1024 * 1024) // BLCKSZ

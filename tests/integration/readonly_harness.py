@@ -6,7 +6,6 @@ import io
 
 import psycopg
 
-from conftest import free_port
 from conftest import pg_user
 
 

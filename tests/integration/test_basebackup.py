@@ -17,8 +17,7 @@ import urllib.request
 import psycopg
 import pytest
 
-from conftest import free_port
-from conftest import STOCK_PG_BINDIR, lsn_to_int, pageserver_built, pg_user, wait_until
+from conftest import STOCK_PG_BINDIR, free_port, lsn_to_int, pageserver_built, pg_user, wait_until
 
 pytestmark = pytest.mark.skipif(not pageserver_built(), reason="pageserver not built")
 

@@ -30,8 +30,7 @@ import time
 import psycopg
 import pytest
 
-from conftest import free_port
-from conftest import make_shared_dir, pg_user, wait_until
+from conftest import free_port, make_shared_dir, pg_user, wait_until
 from test_auth import ADMIN, TENANT_B, TOKEN_A, TOKEN_B, write_auth
 
 # The subject is the compute: the release build's daemons (conftest.py,

@@ -37,9 +37,8 @@ import time
 import psycopg
 import pytest
 
-from conftest import free_port
-from conftest import (REPO, as_pg_user_kwargs, chown_to_pg_user, kill_hard, make_shared_dir,
-                      pg_user, pid_alive)
+from conftest import (REPO, as_pg_user_kwargs, chown_to_pg_user, free_port, kill_hard,
+                      make_shared_dir, pg_user, pid_alive)
 
 RUNNER = os.path.join(REPO, "tests", "regress", "run_pg_regress.sh")
 EXPECTED = os.path.join(REPO, "tests", "regress", "expected_diffs.txt")

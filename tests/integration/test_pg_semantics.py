@@ -26,8 +26,7 @@ import subprocess
 import psycopg
 import pytest
 
-from conftest import free_port
-from conftest import (STOCK_PG_BINDIR, as_pg_user_kwargs, chown_to_pg_user, lsn_to_int,
+from conftest import (STOCK_PG_BINDIR, as_pg_user_kwargs, chown_to_pg_user, free_port, lsn_to_int,
                       make_shared_dir, wait_until)
 from smgr_harness import running_cluster
 from test_durability import pgbench

@@ -32,10 +32,10 @@ import urllib.request
 import psycopg
 import pytest
 
-from conftest import (STOCK_PG_BINDIR, as_pg_user_kwargs, chown_to_pg_user, int_to_lsn,
-                      kill_hard, lsn_to_int, make_shared_dir, pageserver_built, pid_alive,
-                      pg_user, wait_until)
-from readonly_harness import basebackup, free_port
+from conftest import (STOCK_PG_BINDIR, as_pg_user_kwargs, chown_to_pg_user, free_port,
+                      int_to_lsn, kill_hard, lsn_to_int, make_shared_dir, pageserver_built,
+                      pid_alive, pg_user, wait_until)
+from readonly_harness import basebackup
 from test_durability import pgbench_init, pgbench_start, pgbench_finish
 
 pytestmark = [pytest.mark.release_daemons,

@@ -22,8 +22,7 @@ import subprocess
 import psycopg
 import pytest
 
-from conftest import free_port
-from conftest import (STOCK_PG_BINDIR, as_pg_user_kwargs, chown_to_pg_user, int_to_lsn,
+from conftest import (STOCK_PG_BINDIR, as_pg_user_kwargs, chown_to_pg_user, free_port, int_to_lsn,
                       kill_hard, lsn_to_int, make_shared_dir, pid_alive, wait_until)
 from test_durability import pgbench, pgbench_init
 

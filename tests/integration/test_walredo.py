@@ -35,8 +35,7 @@ import time
 
 import pytest
 
-from conftest import free_port
-from conftest import (BUILD, as_pg_user_kwargs, children_of, chown_to_pg_user, kill_hard,
+from conftest import (BUILD, as_pg_user_kwargs, children_of, chown_to_pg_user, free_port, kill_hard,
                       make_shared_dir, pid_alive, sysv_segments_created_by, wait_until)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
