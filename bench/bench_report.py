@@ -10,7 +10,7 @@ met or a setup did not run; it never fills a gap with a guess.
 Not for: measuring anything.
 
 The results dict: {"benchmark", "date", "quick", "params", "machine",
-"physical": {"fdatasync", "loopback_rtt"}, "setups": [{"key", "title",
+"physical": {"fdatasync", "fdatasync_cpu", "loopback_rtt"}, "setups": [{"key", "title",
 "status": ok|failed|skipped, "reason", "settings", "runs": [{"clients",
 "threads", "tps", "txns", "failed", "lat_ms": {...}, "pgbench_tps",
 "tps_series", "latency_curve"}]}], "ratios": [...]}.
@@ -196,6 +196,12 @@ def console_table(results):
     lines.append("fdatasync 8 kB (pg_test_fsync): "
                  + (f"{fs['usec_per_op']} us/op ({fs['ops_per_sec']:.0f} ops/s)"
                     if "usec_per_op" in fs else f"not measured: {fs.get('error', '?')}"))
+    fcpu = phys.get("fdatasync_cpu") or {}
+    if "cpu_us_per_op" in fcpu:
+        lines.append(f"CPU of one 8 kB write + fdatasync: {fcpu['cpu_us_per_op']} us")
+    if "cpu_us" in rtt:
+        lines.append(f"loopback round trip: p50 {rtt['p50_us']} us, CPU of both ends "
+                     f"{rtt['cpu_us']} us")
     if results.get("elapsed_s"):
         lines.append(f"whole run: {results['elapsed_s'] / 60:.1f} min")
     for d in unfair_settings(results):
@@ -283,16 +289,23 @@ def markdown_section(results, image_paths):
     phys = results["physical"]
     fs = phys.get("fdatasync") or {}
     rtt = phys.get("loopback_rtt") or {}
+    fcpu = phys.get("fdatasync_cpu")
     out += ["", "Physical limits, measured in the same run:", "",
             "| what | value |", "|---|---|",
             "| one 8 kB write + fdatasync (`pg_test_fsync -s %s`, same filesystem) | %s |" % (
                 fs.get("seconds_per_test", "?"),
                 f"{fs['usec_per_op']} us/op ({fs['ops_per_sec']:.0f} ops/s)"
-                if "usec_per_op" in fs else "not measured: " + fs.get("error", "?")),
-            "| loopback TCP round trip, %s-byte ping-pong (Python, TCP_NODELAY) | %s |" % (
-                rtt.get("message_bytes", "?"),
-                f"p50 {rtt['p50_us']} us, p99 {rtt['p99_us']} us, {rtt['round_trips']} round trips"
-                if "p50_us" in rtt else "not measured: " + rtt.get("error", "?"))]
+                if "usec_per_op" in fs else "not measured: " + fs.get("error", "?"))]
+    if fcpu is not None:  # absent from results of runs before it was measured
+        out.append("| CPU of one 8 kB write + fdatasync, the calling thread's (same filesystem) "
+                   "| %s |" % (f"{fcpu['cpu_us_per_op']} us ({fcpu['wall_us_per_op']} us wall, "
+                               f"{fcpu['ops']} ops)" if "cpu_us_per_op" in fcpu
+                               else "not measured: " + fcpu.get("error", "?")))
+    out.append("| loopback TCP round trip, %s-byte ping-pong (Python, TCP_NODELAY) | %s |" % (
+        rtt.get("message_bytes", "?"),
+        f"p50 {rtt['p50_us']} us, p99 {rtt['p99_us']} us, {rtt['round_trips']} round trips"
+        + (f"; CPU of both ends {rtt['cpu_us']} us per round trip" if "cpu_us" in rtt else "")
+        if "p50_us" in rtt else "not measured: " + rtt.get("error", "?")))
     out += ["", "Settings of each setup (read back from the running server with `SHOW`):", ""]
     keys = [s["key"] for s in results["setups"]]
     out.append("| setting | " + " | ".join(f"({k})" for k in keys) + " |")

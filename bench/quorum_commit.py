@@ -37,7 +37,7 @@ from bench_cli import (add_common_options, interrupt_on_sigterm, log, new_result
                        print_table, report_from_json, run_setups, run_timed)
 from bench_pg import make_pg_dir, psql, read_settings, stock_servers
 from bench_pgbench import pgbench_init, pgbench_run, prepare_run, threads_for
-from bench_physical import measure_fdatasync, measure_loopback_rtt
+from bench_physical import measure_fdatasync, measure_fdatasync_cpu, measure_loopback_rtt
 from bench_proc import BenchError, pg_workdir
 from bench_report import (SECTION_BEGIN, SECTION_END, compute_ratios, console_table,
                           markdown_section, write_plots, write_reports_and_docs)
@@ -202,6 +202,12 @@ def run_all(args, work, results):
     except BenchError as e:
         phys["fdatasync"] = {"error": str(e).splitlines()[0]}
         log(f"fdatasync not measured: {e}")
+    try:
+        phys["fdatasync_cpu"] = measure_fdatasync_cpu(work, 500 if args.quick else 3000)
+        log(f"CPU of one 8 kB write + fdatasync: {phys['fdatasync_cpu']['cpu_us_per_op']} us")
+    except OSError as e:
+        phys["fdatasync_cpu"] = {"error": str(e).splitlines()[0]}
+        log(f"fdatasync CPU not measured: {e}")
     try:
         phys["loopback_rtt"] = measure_loopback_rtt(5000 if args.quick else 20000)
         log(f"loopback RTT: p50 {phys['loopback_rtt']['p50_us']} us, "

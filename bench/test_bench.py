@@ -19,7 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 # pylint: disable=wrong-import-position
-from bench_physical import measure_loopback_rtt, parse_pg_test_fsync
+from bench_physical import measure_fdatasync_cpu, measure_loopback_rtt, parse_pg_test_fsync
 from bench_proc import BenchError, pids_mentioning
 from bench_report import (SECTION_BEGIN, SECTION_END, busy_load, compute_ratios, markdown_section,
                           replace_doc_section)
@@ -156,6 +156,16 @@ def test_loopback_rtt_is_measured():
     r = measure_loopback_rtt(round_trips=300, warmup=20)
     assert 0 < r["p50_us"] <= r["p99_us"]
     assert r["round_trips"] == 300
+    assert r["cpu_us"] > 0
+
+
+def test_fdatasync_cpu_is_measured_and_leaves_nothing(tmp_path):
+    r = measure_fdatasync_cpu(str(tmp_path), ops=50)
+    assert r["ops"] == 50 and r["block_bytes"] == 8192
+    # A system call is never free, and a thread cannot spend more CPU than
+    # the time that passed.
+    assert 0 < r["cpu_us_per_op"] <= r["wall_us_per_op"]
+    assert os.listdir(tmp_path) == []
 
 
 @needs_stock_pg15("pgbench")
@@ -178,6 +188,8 @@ def _check_quick_run_of_setup_a(work, out, res):
     assert setup["settings"]["fsync"] == "on"
     assert setup["settings"]["full_page_writes"] == "on"
     assert res["physical"]["fdatasync"]["usec_per_op"] > 0
+    assert res["physical"]["fdatasync_cpu"]["cpu_us_per_op"] > 0
+    assert "CPU of one 8 kB write + fdatasync" in (out / "results.md").read_text()
     assert (out / "results.md").exists()
     assert pids_mentioning(work) == []
     assert os.listdir(work) == []  # the temporary data directory was removed
