@@ -4,14 +4,14 @@ For: one 8 kB fdatasync on the data directories' filesystem (pg_test_fsync's
 "one 8kB write" fdatasync line), the CPU one 8 kB write + fdatasync costs
 the thread that makes it, and a loopback TCP round trip (a ping-pong between
 two processes over 127.0.0.1 with TCP_NODELAY, p50/p99 in us, and the CPU
-both processes spent per round trip).  The CPU figures are the floor under a
-commit path's CPU: every copy of a commit on disk costs at least one such
-fdatasync, every hop at least one such message.
+both processes spent per round trip).  The fdatasync's CPU is a floor under a
+commit path's CPU: every copy of a commit on disk costs at least one.
 
 Not for: anything about Postgres servers.  The round trip is measured from
 Python, so it includes a few microseconds of interpreter overhead per side;
 it is an upper bound on the kernel's loopback RTT, which is what a report
 should compare commit latency with anyway (a commit pays at least one).
+Its CPU per round trip is likewise an upper bound on the kernel's per hop.
 """
 
 import os
