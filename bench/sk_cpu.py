@@ -10,6 +10,8 @@ the whole thread group, io-wq workers included) and the safekeepers'
 safekeeper_appends_total / safekeeper_fdatasync_total (/metrics).  Prints one
 table row per build and repeat: TPS, CPU us per transaction (sum of the
 three) and per append (each safekeeper), appends and fdatasyncs per txn.
+With --wal-io sync,uring each build also runs once per safekeeper WAL I/O
+mode (SAFEKEEPER_WAL_IO; the safekeepers' /v1/status must confirm it).
 Builds run back to back, repeated --repeat times (interleaved), because the
 machine is shared and noisy: compare ratios, not absolute numbers.
 
@@ -18,6 +20,7 @@ docs/ (stateless_tpcb.py and quorum_commit.py own those).
 
 Run: python3 bench/sk_cpu.py --builds /work/main/build-sk [--duration 30]
      [--scale 10] [--clients 16] [--repeat 1] [--no-pageserver] [--keep]
+     [--wal-io sync,uring]
 """
 
 import argparse
@@ -48,6 +51,11 @@ def sk_counters(port):
     }
 
 
+def sk_wal_io(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/status", timeout=5) as r:
+        return json.loads(r.read().decode("utf-8")).get("wal_io")
+
+
 def sample(sks):
     out = {}
     for sk in sks:
@@ -55,22 +63,32 @@ def sample(sks):
     return out
 
 
-def one_run(build, scale, clients, duration, with_pageserver, workdir, keep):
+def one_run(build, scale, clients, duration, with_pageserver, workdir, keep, wal_io=None):
     cluster_dir = tempfile.mkdtemp(prefix="skcpu-", dir=workdir)
     os.chmod(cluster_dir, 0o755)
+    saved = os.environ.get("SAFEKEEPER_WAL_IO")
+    if wal_io:
+        os.environ["SAFEKEEPER_WAL_IO"] = wal_io
     try:
-        return measure(build, scale, clients, duration, with_pageserver, cluster_dir)
+        return measure(build, scale, clients, duration, with_pageserver, cluster_dir, wal_io)
     finally:
+        if saved is None:
+            os.environ.pop("SAFEKEEPER_WAL_IO", None)
+        else:
+            os.environ["SAFEKEEPER_WAL_IO"] = saved
         if not keep:
             shutil.rmtree(cluster_dir, ignore_errors=True)
 
 
-def measure(build, scale, clients, duration, with_pageserver, cluster_dir):
+def measure(build, scale, clients, duration, with_pageserver, cluster_dir, wal_io=None):
     with strata_setup(build, os.path.join(cluster_dir, "c"), "sk_cpu",
                       with_pageserver=with_pageserver) as (cluster, status):
         status = cluster.status()
         conn = cluster.conninfo(status)
         sks = [sk for sk in status["safekeepers"] if sk.get("pid")]
+        modes = {sk_wal_io(sk["http_port"]) for sk in sks}
+        if wal_io and modes != {wal_io}:
+            raise BenchError(f"asked for --wal-io {wal_io}, the safekeepers report {modes}")
         args = ["-h", conn["host"], "-p", conn["port"], "-U", conn["user"], conn["dbname"]]
         run([pg_tool("pgbench"), "-i", "-q", "-s", str(scale)] + args, timeout=900)
         before = sample(sks)
@@ -98,7 +116,8 @@ def measure(build, scale, clients, duration, with_pageserver, cluster_dir):
             "appends_per_txn": appends / txns,
             "fsyncs_per_txn": (a["fsyncs"] - b["fsyncs"]) / txns,
         }
-    return {"build": build, "tps": float(t.group(1)), "txns": txns, "elapsed": elapsed,
+    return {"build": build, "wal_io": "/".join(sorted(str(m) for m in modes)),
+            "tps": float(t.group(1)), "txns": txns, "elapsed": elapsed,
             "safekeepers": per_sk,
             "sk_us_per_txn": sum(s["us_per_txn"] for s in per_sk.values())}
 
@@ -110,7 +129,8 @@ def fmt_row(r):
     per_txn = " ".join(f"{s['us_per_txn']:.1f}" for s in sks.values())
     app = sum(s["appends_per_txn"] for s in sks.values()) / len(sks)
     fs = sum(s["fsyncs_per_txn"] for s in sks.values()) / len(sks)
-    return (f"{os.path.basename(r['build'].rstrip('/')):<16} {r['tps']:>8.1f} "
+    name = f"{os.path.basename(r['build'].rstrip('/'))} {r.get('wal_io', '')}"
+    return (f"{name:<16} {r['tps']:>8.1f} "
             f"{r['sk_us_per_txn']:>9.1f}  {per_txn:<20} {per_append:<20} {app:>6.2f} {fs:>6.2f}")
 
 
@@ -125,16 +145,20 @@ def main():
     ap.add_argument("--workdir", default="/tmp")
     ap.add_argument("--keep", action="store_true", help="keep the cluster directories")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--wal-io", default="",
+                    help="comma-separated safekeeper --wal-io modes to run each build with "
+                         "(default: the safekeeper's own default)")
     opts = ap.parse_args()
     builds = [os.path.abspath(b) for b in opts.builds.split(",") if b]
     results = []
     header = (f"{'build':<16} {'tps':>8} {'sk us/txn':>9}  {'us/txn each':<20} "
               f"{'us/append each':<20} {'app/tx':>6} {'fs/tx':>6}")
+    modes = [m for m in opts.wal_io.split(",") if m] or [None]
     for rep in range(opts.repeat):
-        for build in builds:
-            print(f"run {rep + 1}/{opts.repeat}: {build}", flush=True)
+        for build, mode in [(b, m) for b in builds for m in modes]:
+            print(f"run {rep + 1}/{opts.repeat}: {build} {mode or ''}", flush=True)
             r = one_run(build, opts.scale, opts.clients, opts.duration,
-                        not opts.no_pageserver, opts.workdir, opts.keep)
+                        not opts.no_pageserver, opts.workdir, opts.keep, mode)
             results.append(r)
             print(header + "\n" + fmt_row(r), flush=True)
     print("\n" + header)

@@ -80,6 +80,8 @@ static void on_status(const http_request *req, http_response *resp, void *arg)
     /* Set before the HTTP server starts, never changed. */
     cJSON_AddNumberToObject(o, "max_wal_bytes", (double)node->max_wal_bytes);
     /* Set before the HTTP server starts, never changed. */
+    cJSON_AddStringToObject(o, "wal_io", node->wal_io != NULL ? node->wal_io : "uring");
+    /* Set before the HTTP server starts, never changed. */
     if (node->backup != NULL)
         cJSON_AddStringToObject(o, "remote", wal_backup_describe(node->backup));
     else

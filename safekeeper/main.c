@@ -45,6 +45,7 @@ enum {
     OPT_MAX_WAL_BYTES,
     OPT_REMOTE,
     OPT_WAL_BACKUP_DELAY_MS,
+    OPT_WAL_IO,
     OPT_COUNT
 };
 
@@ -77,6 +78,10 @@ static const daemon_opt option_table[OPT_COUNT] = {
                                  "stagger step of the WAL backup: the Kth member of a timeline's "
                                  "configuration (from 0; without one, node id - 1 mod 3) waits K "
                                  "steps after a segment closes before uploading it, 0..600000"},
+    [OPT_WAL_IO] = {"wal-io", "SAFEKEEPER_WAL_IO", "sync",
+                    "how WAL is written and fdatasynced: sync (on the event loop's own thread: "
+                    "fewest wake-ups per commit, for local disks) or uring (io_uring workers, "
+                    "the loop keeps serving while a slow disk syncs)"},
 };
 
 /* The options, checked and typed. */
@@ -95,6 +100,7 @@ typedef struct sk_config {
     uint64_t max_wal_bytes; /* 0: no bound */
     const char *remote;     /* "": no WAL backup */
     uint32_t wal_backup_delay_ms;
+    const char *wal_io; /* "sync" or "uring" */
 } sk_config;
 
 typedef struct daemon_state {
@@ -139,6 +145,11 @@ static void check_options(const daemon_opts *o, sk_config *c)
         !daemon_opt_uint("wal-backup-delay-ms", v[OPT_WAL_BACKUP_DELAY_MS], 0, 600000, &delay_ms,
                          err, sizeof err))
         daemon_opts_exit(o, err, false);
+    c->wal_io = v[OPT_WAL_IO];
+    if (strcmp(c->wal_io, "sync") != 0 && strcmp(c->wal_io, "uring") != 0) {
+        snprintf(err, sizeof err, "--wal-io: \"%s\" is neither sync nor uring", c->wal_io);
+        daemon_opts_exit(o, err, false);
+    }
     c->wal_backup_delay_ms = (uint32_t)delay_ms;
     c->remote = v[OPT_REMOTE] != NULL ? v[OPT_REMOTE] : "";
     c->housekeeping_ms = (unsigned)housekeeping_ms;
@@ -152,7 +163,8 @@ static void check_options(const daemon_opts *o, sk_config *c)
 /* io_uring and every timeline on disk. */
 static void open_node(daemon_state *d, const sk_config *c)
 {
-    int rc = uring_open(d->loop, URING_DEPTH, &d->ring);
+    bool sync = strcmp(c->wal_io, "sync") == 0;
+    int rc = uring_open_ex(d->loop, URING_DEPTH, sync ? URING_OPEN_BLOCKING : 0, &d->ring);
     if (rc != 0)
         log_fatal("cannot set up io_uring: %s", strerror(-rc));
     char err[512];
@@ -160,6 +172,7 @@ static void open_node(daemon_state *d, const sk_config *c)
                      sizeof err) != 0)
         log_fatal("cannot load timelines: %s", err);
     d->node.max_wal_bytes = c->max_wal_bytes;
+    d->node.wal_io = c->wal_io;
 }
 
 /* --remote: opens the object store and starts the WAL backup; exits with

@@ -99,6 +99,9 @@ typedef struct sk_node {
     /* --max-wal-bytes: a timeline whose segment files would pass this many
      * bytes refuses appends (0: no limit).  Set after sk_node_init. */
     uint64_t max_wal_bytes;
+    /* --wal-io: "sync" or "uring" (common/net/uring.h).  Set after
+     * sk_node_init; NULL reads as "uring". */
+    const char *wal_io;
     /* --remote: the WAL backup (NULL: none).  Set by sk_node_set_backup. */
     wal_backup *backup;
 

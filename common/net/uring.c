@@ -6,6 +6,13 @@
  * becomes readable (it is, while its completion queue is not empty).
  * Linked chains: see uring.h.  A short write is continued from where it stopped with a new
  * SQE on the same slot, so callers never see partial writes.
+ *
+ * URING_OPEN_BLOCKING: each queued operation gets a NOP SQE instead, and
+ * the submission first runs the queued operations itself, in queue order,
+ * with pwrite and fdatasync; the NOP's completion then carries the result
+ * (op->blocking_res) through the same reaping, chain and callback code.
+ * A chain member after one that failed does not run: -ECANCELED, as the
+ * kernel would report.  CQE skipping is off so every NOP posts.
  */
 #include "net/uring.h"
 
@@ -43,6 +50,7 @@ typedef struct uring_op {
     bool skipped;     /* its current SQE posts no CQE on success */
     bool parked;      /* cancelled by the kernel; runs again after its predecessor */
     bool pred_failed; /* its predecessor failed: it ends with -ECANCELED */
+    int blocking_res; /* URING_OPEN_BLOCKING: the result the submission got */
 } uring_op;
 
 struct uring {
@@ -54,6 +62,9 @@ struct uring {
     unsigned deferred; /* SQEs queued, not yet submitted */
     uint64_t sub_gen;  /* bumped by every submission that went through */
     bool can_skip;     /* IORING_FEAT_CQE_SKIP */
+    bool blocking;     /* URING_OPEN_BLOCKING */
+    unsigned nqueued;  /* blocking: ops queued since the last submission */
+    uring_op **queued; /* blocking: those ops, in queue order */
     bool closing;
     bool reaping;
     uring_op *link_tail; /* the last op queued with URING_LINK, unsubmitted */
@@ -63,8 +74,37 @@ struct uring {
     uring_op ops[];
 };
 
+/* URING_OPEN_BLOCKING: op's whole operation, now, on this thread. */
+static int run_blocking(const uring_op *op)
+{
+    if (op->link_prev != NULL && op->link_prev->blocking_res < 0)
+        return -ECANCELED; /* its chain broke before it */
+    if (op->kind == OP_FSYNC) {
+        while (fdatasync(op->fd) != 0) {
+            if (errno != EINTR)
+                return -errno;
+        }
+        return 0;
+    }
+    size_t done = op->done_bytes;
+    while (done < op->len) {
+        ssize_t n = pwrite(op->fd, op->buf + done, op->len - done, (off_t)(op->offset + done));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        if (n == 0)
+            return -EIO; /* no progress: would loop forever */
+        done += (size_t)n;
+    }
+    return (int)(op->len - op->done_bytes);
+}
+
 static int enter(uring *u)
 {
+    for (unsigned i = 0; i < u->nqueued; i++)
+        u->queued[i]->blocking_res = run_blocking(u->queued[i]);
+    u->nqueued = 0;
     int rc;
     do {
         rc = io_uring_submit(&u->ring);
@@ -99,11 +139,15 @@ static int queue_op(uring *u, uring_op *op, unsigned flags)
     struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
     if (sqe == NULL)
         return -EBUSY; /* cannot happen while in_flight <= depth == SQ size */
-    if (op->kind == OP_WRITE)
+    if (u->blocking) {
+        io_uring_prep_nop(sqe);
+        u->queued[u->nqueued++] = op;
+    } else if (op->kind == OP_WRITE) {
         io_uring_prep_write(sqe, op->fd, op->buf + op->done_bytes,
                             (unsigned)(op->len - op->done_bytes), op->offset + op->done_bytes);
-    else
+    } else {
         io_uring_prep_fsync(sqe, op->fd, IORING_FSYNC_DATASYNC);
+    }
     io_uring_sqe_set_data(sqe, op);
     op->sqe = sqe;
     op->sub_gen = u->sub_gen;
@@ -263,6 +307,8 @@ static void complete_one(uring *u, struct io_uring_cqe *cqe)
     if (op == NULL)
         return; /* a NOP left by a failed submission */
     STRATA_ASSERT(op->kind != OP_FREE && !op->parked);
+    if (u->blocking)
+        res = res < 0 ? res : op->blocking_res;
     if (res == -ECANCELED && op->was_linked) {
         /* Its predecessor did not complete in full (yet). */
         if (op->link_prev != NULL) {
@@ -324,32 +370,41 @@ static void on_ring_readable(uv_poll_t *handle, int status, int events)
 
 static void on_poll_closed(uv_handle_t *handle)
 {
-    free(handle->data);
+    uring *u = handle->data;
+    free(u->queued);
+    free(u);
 }
 
-int uring_open(uv_loop_t *loop, unsigned depth, uring **out)
+int uring_open_ex(uv_loop_t *loop, unsigned depth, unsigned flags, uring **out)
 {
     *out = NULL;
-    if (depth == 0 || depth > URING_MAX_DEPTH)
+    if (depth == 0 || depth > URING_MAX_DEPTH || (flags & ~URING_OPEN_BLOCKING) != 0)
         return -EINVAL;
     uring *u = calloc(1, sizeof *u + depth * sizeof(uring_op));
     if (u == NULL)
         return -ENOMEM;
     u->depth = depth;
+    u->blocking = (flags & URING_OPEN_BLOCKING) != 0;
+    if (u->blocking && (u->queued = calloc(depth, sizeof *u->queued)) == NULL) {
+        free(u);
+        return -ENOMEM;
+    }
     struct io_uring_params params = {.flags = IORING_SETUP_SUBMIT_ALL};
     int rc = io_uring_queue_init_params(depth, &u->ring, &params);
     if (rc == -EINVAL) {
         memset(&params, 0, sizeof params); /* a kernel before 5.18 */
         rc = io_uring_queue_init_params(depth, &u->ring, &params);
     }
-    u->can_skip = (params.features & IORING_FEAT_CQE_SKIP) != 0;
+    u->can_skip = !u->blocking && (params.features & IORING_FEAT_CQE_SKIP) != 0;
     if (rc < 0) {
+        free(u->queued);
         free(u);
         return rc;
     }
     rc = uv_poll_init(loop, &u->poll, u->ring.ring_fd);
     if (rc != 0) {
         io_uring_queue_exit(&u->ring);
+        free(u->queued);
         free(u);
         return rc;
     }
@@ -370,6 +425,11 @@ int uring_open(uv_loop_t *loop, unsigned depth, uring **out)
     return 0;
 }
 
+int uring_open(uv_loop_t *loop, unsigned depth, uring **out)
+{
+    return uring_open_ex(loop, depth, 0, out);
+}
+
 /* Turns the unsubmitted SQEs into NOPs (a failed submission) and
  * releases their ops: their callbacks never run. */
 static void drop_deferred(uring *u)
@@ -386,6 +446,7 @@ static void drop_deferred(uring *u)
         release_op(u, op);
     }
     u->deferred = 0;
+    u->nqueued = 0;
     u->link_tail = NULL;
 }
 

@@ -30,6 +30,18 @@ typedef void (*uring_done_fn)(void *arg, int res);
  * negative errno (e.g. -ENOSYS/-EPERM where io_uring is unavailable). */
 int uring_open(uv_loop_t *loop, unsigned depth, uring **out);
 
+/*
+ * URING_OPEN_BLOCKING: the submission itself runs the queued writes and
+ * fdatasyncs, on the calling (loop) thread, before it returns; their
+ * callbacks still run later from the loop, with the same rules (order,
+ * chains, exactly once).  The loop then waits for the disk while it syncs,
+ * but no worker thread has to be woken and no completion has to wake the
+ * loop: on a fast local disk that is most of a commit's CPU
+ * (docs/benchmarks.md, "What a commit's storage path costs").
+ */
+#define URING_OPEN_BLOCKING 1u
+int uring_open_ex(uv_loop_t *loop, unsigned depth, unsigned flags, uring **out);
+
 /* Writes len bytes of buf at offset of fd.  buf must stay valid until done
  * runs.  Returns 0 (done will run exactly once, later, never inside this
  * call) or -EBUSY when depth operations are in flight, -EINVAL for len 0 or
@@ -37,7 +49,8 @@ int uring_open(uv_loop_t *loop, unsigned depth, uring **out);
 int uring_write(uring *u, int fd, const void *buf, size_t len, uint64_t offset, uring_done_fn done,
                 void *arg);
 
-/* fdatasync(fd) without blocking the loop; same return rules as uring_write. */
+/* fdatasync(fd) without blocking the loop (unless URING_OPEN_BLOCKING);
+ * same return rules as uring_write. */
 int uring_fdatasync(uring *u, int fd, uring_done_fn done, void *arg);
 
 /*

@@ -5,7 +5,9 @@
  * length; a chain whose write fails or is cut short never reports its
  * fdatasync as a success (the kernel posts nothing for the rest of a chain
  * whose skipped-on-success write fails: this must not hang either).
- * Real files, a real libuv loop and io_uring.
+ * Real files, a real libuv loop and io_uring.  Every test runs twice: with
+ * the kernel doing the I/O, and with URING_OPEN_BLOCKING (the submission
+ * does it on the calling thread), whose contract is the same.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -25,12 +27,21 @@
 #include "net/uring.h"
 
 static char tmpdir[256];
+static unsigned open_flags; /* uring_open_ex flags of the running test */
 
 static int setup(void **state)
 {
     (void)state;
+    open_flags = 0;
     strcpy(tmpdir, "/tmp/strata-uringlink-XXXXXX");
     return mkdtemp(tmpdir) == NULL ? -1 : 0;
+}
+
+static int setup_blocking(void **state)
+{
+    int rc = setup(state);
+    open_flags = URING_OPEN_BLOCKING;
+    return rc;
 }
 
 static int teardown(void **state)
@@ -73,7 +84,7 @@ static void env_open(env *e, const char *name, int flags)
 {
     memset(e, 0, sizeof *e);
     assert_int_equal(uv_loop_init(&e->loop), 0);
-    assert_int_equal(uring_open(&e->loop, 8, &e->u), 0);
+    assert_int_equal(uring_open_ex(&e->loop, 8, open_flags, &e->u), 0);
     char path[300];
     snprintf(path, sizeof path, "%s/%s", tmpdir, name);
     e->fd = open(path, flags, 0600);
@@ -232,6 +243,17 @@ static void test_close_with_deferred(void **state)
     close(e.fd);
 }
 
+static void test_blocking_open_rejects_unknown_flags(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    uring *u = (uring *)&loop; /* must be reset to NULL */
+    assert_int_equal(uv_loop_init(&loop), 0);
+    assert_int_equal(uring_open_ex(&loop, 8, 2u, &u), -EINVAL);
+    assert_null(u);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -239,6 +261,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_failed_write_cancels_sync, setup, teardown),
         cmocka_unit_test_setup_teardown(test_short_write_in_chain, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_with_deferred, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_chain_in_order, setup_blocking, teardown),
+        cmocka_unit_test_setup_teardown(test_failed_write_cancels_sync, setup_blocking, teardown),
+        cmocka_unit_test_setup_teardown(test_short_write_in_chain, setup_blocking, teardown),
+        cmocka_unit_test_setup_teardown(test_close_with_deferred, setup_blocking, teardown),
+        cmocka_unit_test_setup_teardown(test_blocking_open_rejects_unknown_flags, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -62,17 +62,33 @@ static void open_store(fixture *f)
     assert_int_equal(wal_store_open(&cfg, &f->ws), 0);
 }
 
+/* uring_open_ex flags of the running test: every test runs with the kernel
+ * doing the I/O and with URING_OPEN_BLOCKING (the safekeeper's default). */
+static unsigned ring_flags;
+
 static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof *f);
     strcpy(f->dir, "/tmp/strata-walstore-XXXXXX");
     if (mkdtemp(f->dir) == NULL)
         return -1;
-    if (uv_loop_init(&f->loop) != 0 || uring_open(&f->loop, 8, &f->ring) != 0)
+    if (uv_loop_init(&f->loop) != 0 || uring_open_ex(&f->loop, 8, ring_flags, &f->ring) != 0)
         return -1;
     open_store(f);
     *state = f;
     return 0;
+}
+
+static int setup_plain(void **state)
+{
+    ring_flags = 0;
+    return setup(state);
+}
+
+static int setup_blocking(void **state)
+{
+    ring_flags = URING_OPEN_BLOCKING;
+    return setup(state);
 }
 
 static int teardown(void **state)
@@ -437,7 +453,7 @@ static void test_shared_ring_full(void **state)
      * for a freed slot and go out then, for both stores; nothing stalls. */
     fixture *f = *state;
     uring *small;
-    assert_int_equal(uring_open(&f->loop, 2, &small), 0);
+    assert_int_equal(uring_open_ex(&f->loop, 2, ring_flags, &small), 0);
     char dir2[300];
     snprintf(dir2, sizeof dir2, "%s/second", f->dir);
     assert_int_equal(mkdir(dir2, 0700), 0);
@@ -775,19 +791,36 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_segment_names),
-        cmocka_unit_test_setup_teardown(test_append_creates_partial_zero_filled, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_crossing_segments_renames_complete_ones, setup,
+        cmocka_unit_test_setup_teardown(test_append_creates_partial_zero_filled, setup_plain,
                                         teardown),
-        cmocka_unit_test_setup_teardown(test_group_commit, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_caller_driven_sync, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_truncate, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_remove_below, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_shared_ring_full, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_reopen_tidies_names, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_linked_rounds, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_vote_flush_waits_for_the_rounds_fdatasync, setup,
+        cmocka_unit_test_setup_teardown(test_crossing_segments_renames_complete_ones, setup_plain,
                                         teardown),
-        cmocka_unit_test_setup_teardown(test_linked_write_failure_reports_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_group_commit, setup_plain, teardown),
+        cmocka_unit_test_setup_teardown(test_caller_driven_sync, setup_plain, teardown),
+        cmocka_unit_test_setup_teardown(test_truncate, setup_plain, teardown),
+        cmocka_unit_test_setup_teardown(test_remove_below, setup_plain, teardown),
+        cmocka_unit_test_setup_teardown(test_shared_ring_full, setup_plain, teardown),
+        cmocka_unit_test_setup_teardown(test_reopen_tidies_names, setup_plain, teardown),
+        cmocka_unit_test_setup_teardown(test_linked_rounds, setup_plain, teardown),
+        cmocka_unit_test_setup_teardown(test_vote_flush_waits_for_the_rounds_fdatasync, setup_plain,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_linked_write_failure_reports_nothing, setup_plain,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_append_creates_partial_zero_filled, setup_blocking,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_crossing_segments_renames_complete_ones,
+                                        setup_blocking, teardown),
+        cmocka_unit_test_setup_teardown(test_group_commit, setup_blocking, teardown),
+        cmocka_unit_test_setup_teardown(test_caller_driven_sync, setup_blocking, teardown),
+        cmocka_unit_test_setup_teardown(test_truncate, setup_blocking, teardown),
+        cmocka_unit_test_setup_teardown(test_remove_below, setup_blocking, teardown),
+        cmocka_unit_test_setup_teardown(test_shared_ring_full, setup_blocking, teardown),
+        cmocka_unit_test_setup_teardown(test_reopen_tidies_names, setup_blocking, teardown),
+        cmocka_unit_test_setup_teardown(test_linked_rounds, setup_blocking, teardown),
+        cmocka_unit_test_setup_teardown(test_vote_flush_waits_for_the_rounds_fdatasync,
+                                        setup_blocking, teardown),
+        cmocka_unit_test_setup_teardown(test_linked_write_failure_reports_nothing, setup_blocking,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
