@@ -138,6 +138,8 @@ static struct {
     unsigned long wes_gen[WP_MAX_SAFEKEEPERS + 1];
     uint32 wes_events[WP_MAX_SAFEKEEPERS + 1];
     int wes_pos[WP_MAX_SAFEKEEPERS + 1];
+    /* The last wait saw stream i's socket readable (stream_recv reads it). */
+    bool readable[WP_MAX_SAFEKEEPERS + 1];
 } wp;
 
 static void wp_stop(const char *reason) pg_attribute_noreturn();
@@ -490,8 +492,37 @@ static void wait_for_work(long timeout_ms)
             wp.wes_events[i] = want;
         }
     }
-    (void)WaitEventSetWait(wp.wes, timeout_ms, events, lengthof(events), PG_WAIT_EXTENSION);
+    int nev = WaitEventSetWait(wp.wes, timeout_ms, events, lengthof(events), PG_WAIT_EXTENSION);
+    for (int e = 0; e < nev; e++) {
+        if (!(events[e].events & WL_SOCKET_READABLE))
+            continue;
+        for (int i = 0; i < n; i++) {
+            if (wp.wes_pos[i] == events[e].pos)
+                wp.readable[i] = true;
+        }
+    }
     ResetLatch(MyLatch);
+}
+
+/*
+ * The next message of streaming stream i (as pqstream_recv): what libpq has
+ * buffered, and the socket's bytes only when the last wait saw it readable,
+ * once per wait.  Every wake-up thus costs one recv per ready socket, not
+ * one per stream plus one more per ready one.  Nothing is missed: the loop
+ * drains libpq's buffer every iteration (or sets busy), and bytes still in
+ * a socket keep it readable for the next wait.
+ */
+static int stream_recv(int i, char **msg, int *len)
+{
+    pqstream *s = stream_at(i);
+    int r = pqstream_recv_buffered(s, msg, len);
+
+    if (r != 0 || !wp.readable[i])
+        return r;
+    wp.readable[i] = false;
+    if (pqstream_consume(s) != 0)
+        return -1;
+    return pqstream_recv_buffered(s, msg, len);
 }
 
 /* ---- driving the proposer core ----------------------------------------- */
@@ -869,7 +900,7 @@ static void handle_sk(int i, TimestampTz now)
             wp.busy = true; /* libpq may hold more than the socket shows */
             break;
         }
-        r = pqstream_recv(&sk->stream, &msg, &len);
+        r = stream_recv(i, &msg, &len);
         if (r <= 0)
             break;
         core_message(i, (const uint8 *)msg, (size_t)len, now);
@@ -921,7 +952,7 @@ static void handle_local(TimestampTz now)
             wp.busy = true;
             break;
         }
-        r = pqstream_recv(&wp.local, &raw, &len);
+        r = stream_recv(wp.n_sk, &raw, &len);
         if (r <= 0)
             break;
         if (replication_decode_server_msg((const uint8 *)raw, (size_t)len, &msg, &why) != 0) {

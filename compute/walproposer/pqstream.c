@@ -159,17 +159,31 @@ pqstream_result pqstream_advance(pqstream *s)
 
 int pqstream_recv(pqstream *s, char **msg, int *len)
 {
+    int r = pqstream_recv_buffered(s, msg, len);
+
+    if (r != 0)
+        return r;
+    if (pqstream_consume(s) != 0)
+        return -1;
+    return pqstream_recv_buffered(s, msg, len);
+}
+
+int pqstream_consume(pqstream *s)
+{
+    assert(s->state == PQSTREAM_STREAMING);
+    if (!PQconsumeInput(s->conn)) {
+        fail(s, "connection lost");
+        return -1;
+    }
+    return 0;
+}
+
+int pqstream_recv_buffered(pqstream *s, char **msg, int *len)
+{
     int n;
 
     assert(s->state == PQSTREAM_STREAMING);
     n = PQgetCopyData(s->conn, msg, 1);
-    if (n == 0) {
-        if (!PQconsumeInput(s->conn)) {
-            fail(s, "connection lost");
-            return -1;
-        }
-        n = PQgetCopyData(s->conn, msg, 1);
-    }
     if (n > 0) {
         *len = n;
         return 1;

@@ -81,6 +81,16 @@ pqstream_result pqstream_advance(pqstream *s);
 int pqstream_recv(pqstream *s, char **msg, int *len);
 
 /*
+ * The two halves of pqstream_recv, for a caller that knows from its poll
+ * which sockets are readable: pqstream_recv_buffered returns as
+ * pqstream_recv does but only from what libpq has already read (no system
+ * call); pqstream_consume reads what the socket holds into libpq (one
+ * recv, -1 when the stream failed; closed, reason in pqstream_error()).
+ */
+int pqstream_recv_buffered(pqstream *s, char **msg, int *len);
+int pqstream_consume(pqstream *s);
+
+/*
  * Queues one CopyData message and tries to flush it.  Returns 0 on success
  * (some bytes may still wait: the stream then asks for WRITE), -1 on failure
  * (closed; reason in pqstream_error()).
