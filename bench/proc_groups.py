@@ -101,7 +101,7 @@ def pageserver_thread_group(pid, tid, comm):
     return "ps_other"
 
 
-def _title(pid):
+def process_title(pid):
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             raw = f.read()
@@ -110,7 +110,7 @@ def _title(pid):
     return raw.replace(b"\0", b" ").decode(errors="replace").strip()
 
 
-def _children_map():
+def children_map():
     """{parent pid: [child pids]} of every process now."""
     kids = {}
     for name in os.listdir("/proc"):
@@ -143,7 +143,7 @@ def _process_groups(roots, kids):
             if p in assign:
                 continue
             if kind == "postgres":
-                assign[p] = postgres_group(_title(p))
+                assign[p] = postgres_group(process_title(p))
             elif kind == "standby":
                 assign[p] = "standbys"
             elif kind == "safekeeper":
@@ -173,7 +173,7 @@ def sample(roots):
     """{(pid, tid, start time): (group, ticks)} of every thread under the
     roots now, plus the client's reaped children (key ("reaped",))."""
     out = {}
-    assign = _process_groups(roots, _children_map())
+    assign = _process_groups(roots, children_map())
     for pid, group in assign.items():
         for tid, comm, ticks, started in thread_cpu_ticks(pid):
             g = group(pid, tid, comm) if callable(group) else group

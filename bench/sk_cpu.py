@@ -9,7 +9,10 @@ utime+stime of every strata-safekeeper pid (/proc/PID/stat fields 14+15:
 the whole thread group, io-wq workers included) and the safekeepers'
 safekeeper_appends_total / safekeeper_fdatasync_total (/metrics).  Prints one
 table row per build and repeat: TPS, CPU us per transaction (sum of the
-three) and per append (each safekeeper), appends and fdatasyncs per txn.
+three) and per append (each safekeeper), appends and fdatasyncs per txn,
+and the CPU per transaction of the compute's walproposer and walsenders
+(its child processes by title, bench/proc_groups.py), the other end of
+the commit path.
 With --wal-io sync,uring each build also runs once per safekeeper WAL I/O
 mode (SAFEKEEPER_WAL_IO; the safekeepers' /v1/status must confirm it).
 Builds run back to back, repeated --repeat times (interleaved), because the
@@ -40,6 +43,7 @@ sys.path.insert(0, HERE)
 from bench_pg import pg_tool
 from bench_proc import BenchError, proc_cpu_seconds, run
 from bench_strata import prometheus_counter, strata_setup
+from proc_groups import children_map, postgres_group, process_title
 
 
 def sk_counters(port):
@@ -54,6 +58,25 @@ def sk_counters(port):
 def sk_wal_io(port):
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/status", timeout=5) as r:
         return json.loads(r.read().decode("utf-8")).get("wal_io")
+
+
+def compute_cpu(postmaster):
+    """{pid: (group, CPU seconds)} of the compute's walproposer and
+    walsenders."""
+    out = {}
+    for pid in children_map().get(postmaster, []):
+        group = postgres_group(process_title(pid))
+        cpu = proc_cpu_seconds(pid) if group in ("walproposer", "walsender") else None
+        if cpu is not None:
+            out[pid] = (group, cpu)
+    return out
+
+
+def compute_delta(before, after, group):
+    """CPU seconds group's processes spent between two compute_cpu samples
+    (a process alive at both)."""
+    return sum(a[1] - before[pid][1] for pid, a in after.items()
+               if a[0] == group and pid in before)
 
 
 def sample(sks):
@@ -91,12 +114,15 @@ def measure(build, scale, clients, duration, with_pageserver, cluster_dir, wal_i
             raise BenchError(f"asked for --wal-io {wal_io}, the safekeepers report {modes}")
         args = ["-h", conn["host"], "-p", conn["port"], "-U", conn["user"], conn["dbname"]]
         run([pg_tool("pgbench"), "-i", "-q", "-s", str(scale)] + args, timeout=900)
-        before = sample(sks)
+        postmaster = status["compute"]["pid"]
+        before, cbefore = sample(sks), compute_cpu(postmaster)
         t0 = time.monotonic()
         cp = run([pg_tool("pgbench"), "-c", str(clients), "-j", "2", "-T", str(duration), "-n"]
                  + args, timeout=duration + 180)
         elapsed = time.monotonic() - t0
-        after = sample(sks)
+        after, cafter = sample(sks), compute_cpu(postmaster)
+    if not any(g == "walproposer" for g, _ in cafter.values()):
+        raise BenchError("no walproposer among the compute's processes")
     m = re.search(r"number of transactions actually processed: (\d+)", cp.stdout)
     t = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", cp.stdout)
     if not m or not t:
@@ -119,7 +145,9 @@ def measure(build, scale, clients, duration, with_pageserver, cluster_dir, wal_i
     return {"build": build, "wal_io": "/".join(sorted(str(m) for m in modes)),
             "tps": float(t.group(1)), "txns": txns, "elapsed": elapsed,
             "safekeepers": per_sk,
-            "sk_us_per_txn": sum(s["us_per_txn"] for s in per_sk.values())}
+            "sk_us_per_txn": sum(s["us_per_txn"] for s in per_sk.values()),
+            "wp_us_per_txn": compute_delta(cbefore, cafter, "walproposer") * 1e6 / txns,
+            "ws_us_per_txn": compute_delta(cbefore, cafter, "walsender") * 1e6 / txns}
 
 
 def fmt_row(r):
@@ -131,7 +159,8 @@ def fmt_row(r):
     fs = sum(s["fsyncs_per_txn"] for s in sks.values()) / len(sks)
     name = f"{os.path.basename(r['build'].rstrip('/'))} {r.get('wal_io', '')}"
     return (f"{name:<16} {r['tps']:>8.1f} "
-            f"{r['sk_us_per_txn']:>9.1f}  {per_txn:<20} {per_append:<20} {app:>6.2f} {fs:>6.2f}")
+            f"{r['sk_us_per_txn']:>9.1f}  {per_txn:<20} {per_append:<20} {app:>6.2f} {fs:>6.2f} "
+            f"{r['wp_us_per_txn']:>9.1f} {r['ws_us_per_txn']:>9.1f}")
 
 
 def main():
@@ -152,7 +181,8 @@ def main():
     builds = [os.path.abspath(b) for b in opts.builds.split(",") if b]
     results = []
     header = (f"{'build':<16} {'tps':>8} {'sk us/txn':>9}  {'us/txn each':<20} "
-              f"{'us/append each':<20} {'app/tx':>6} {'fs/tx':>6}")
+              f"{'us/append each':<20} {'app/tx':>6} {'fs/tx':>6} {'wp us/txn':>9} "
+              f"{'ws us/txn':>9}")
     modes = [m for m in opts.wal_io.split(",") if m] or [None]
     for rep in range(opts.repeat):
         for build, mode in [(b, m) for b in builds for m in modes]:
