@@ -23,6 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/durable.h"
 #include "base/strata_assert.h"
 
 #define URING_MAX_DEPTH 4096
@@ -79,25 +80,12 @@ static int run_blocking(const uring_op *op)
 {
     if (op->link_prev != NULL && op->link_prev->blocking_res < 0)
         return -ECANCELED; /* its chain broke before it */
-    if (op->kind == OP_FSYNC) {
-        while (fdatasync(op->fd) != 0) {
-            if (errno != EINTR)
-                return -errno;
-        }
-        return 0;
-    }
-    size_t done = op->done_bytes;
-    while (done < op->len) {
-        ssize_t n = pwrite(op->fd, op->buf + done, op->len - done, (off_t)(op->offset + done));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return -errno;
-        if (n == 0)
-            return -EIO; /* no progress: would loop forever */
-        done += (size_t)n;
-    }
-    return (int)(op->len - op->done_bytes);
+    if (op->kind == OP_FSYNC)
+        return durable_fdatasync_fd(op->fd);
+    size_t rest = op->len - op->done_bytes;
+    int rc =
+        durable_pwrite_all(op->fd, op->buf + op->done_bytes, rest, op->offset + op->done_bytes);
+    return rc < 0 ? rc : (int)rest;
 }
 
 static int enter(uring *u)

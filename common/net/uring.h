@@ -36,8 +36,9 @@ int uring_open(uv_loop_t *loop, unsigned depth, uring **out);
  * callbacks still run later from the loop, with the same rules (order,
  * chains, exactly once).  The loop then waits for the disk while it syncs,
  * but no worker thread has to be woken and no completion has to wake the
- * loop: on a fast local disk that is most of a commit's CPU
- * (docs/benchmarks.md, "What a commit's storage path costs").
+ * loop: on a fast local disk that saved a safekeeper about a fifth of its
+ * CPU per commit (docs/benchmarks.md, "What a commit's storage path
+ * costs").
  */
 #define URING_OPEN_BLOCKING 1u
 int uring_open_ex(uv_loop_t *loop, unsigned depth, unsigned flags, uring **out);
