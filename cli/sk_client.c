@@ -119,8 +119,9 @@ static int parse_state(const PGresult *r, sk_state *s, const char **why)
         !parse_u64(col(r, "system_id"), &s->system_id) ||
         !parse_u64(col(r, "wal_seg_size"), &seg) || seg > UINT32_MAX ||
         !parse_lsn_col(r, "wal_start", &s->wal_start) ||
-        !parse_lsn_col(r, "ps_disk_consistent_lsn", &s->ps_disk_consistent_lsn) || mem == NULL ||
-        nmem == NULL || hist == NULL) {
+        !parse_lsn_col(r, "ps_disk_consistent_lsn", &s->ps_disk_consistent_lsn) ||
+        !parse_lsn_col(r, "ps_remote_consistent_lsn", &s->ps_remote_consistent_lsn) ||
+        mem == NULL || nmem == NULL || hist == NULL) {
         *why = "TIMELINE_STATUS: a column is missing or malformed (an older safekeeper?)";
         return -1;
     }
@@ -374,6 +375,9 @@ static int copy_attempt(const sk_target *donor, const char *datadir, uint64_t no
     st.commit_lsn = to;
     st.truncate_lsn = s.truncate_lsn < to ? s.truncate_lsn : to;
     st.ps_feedback.disk_consistent_lsn = s.ps_disk_consistent_lsn;
+    /* Without it the new node's housekeeping would take "not reported" and
+     * could remove WAL above the pageserver's newest manifest. */
+    st.ps_feedback.remote_consistent_lsn = s.ps_remote_consistent_lsn;
     st.mconf = s.mconf;
     if (rc == 0) {
         int wrc = control_file_write(tdir, &st);

@@ -39,6 +39,7 @@ typedef struct sk_state {
     uint32_t wal_seg_size;
     lsn_t wal_start; /* first LSN of the oldest segment it holds; 0: none */
     lsn_t ps_disk_consistent_lsn;
+    lsn_t ps_remote_consistent_lsn; /* the pageserver's newest manifest */
 } sk_state;
 
 /* 0, or -1 with err (unreachable, no such timeline, malformed reply). */

@@ -349,25 +349,36 @@ static void cmd_timeline_status(sk_conn *sc)
             break;
         hl += (size_t)w;
     }
-    char pgv[16], sysid[24], segsz[16], walstart[LSN_FMT_LEN], dc[LSN_FMT_LEN];
+    char pgv[16], sysid[24], segsz[16], walstart[LSN_FMT_LEN], dc[LSN_FMT_LEN], rc[LSN_FMT_LEN];
     snprintf(pgv, sizeof pgv, "%u", st->pg_version);
     snprintf(sysid, sizeof sysid, "%" PRIu64, st->system_id);
     snprintf(segsz, sizeof segsz, "%u", st->wal_seg_size);
     wal_store *ws = sk_timeline_store(tl);
     lsn_format(ws != NULL ? wal_store_oldest_lsn(ws) : LSN_INVALID, walstart);
     lsn_format(st->ps_feedback.disk_consistent_lsn, dc);
-    const char *names[] = {"term",         "flush_lsn",
-                           "commit_lsn",   "timeline_start_lsn",
-                           "truncate_lsn", "generation",
-                           "members",      "new_members",
-                           "history",      "pg_version",
-                           "system_id",    "wal_seg_size",
-                           "wal_start",    "ps_disk_consistent_lsn"};
-    const uint32_t oids[] = {20, 25, 25, 25, 25, 23, 25, 25, 25, 23, 25, 23, 25, 25};
-    const char *values[] = {term, flush, commit, start, trunc, gen,      mem,
-                            nmem, hist,  pgv,    sysid, segsz, walstart, dc};
-    pgwire_send_row_description(sc->c, 14, names, oids);
-    pgwire_send_data_row(sc->c, 14, values);
+    /* A copy must not forget it: without it the copy's housekeeping could
+     * remove WAL the pageserver's newest manifest does not cover. */
+    lsn_format(st->ps_feedback.remote_consistent_lsn, rc);
+    const char *names[] = {"term",
+                           "flush_lsn",
+                           "commit_lsn",
+                           "timeline_start_lsn",
+                           "truncate_lsn",
+                           "generation",
+                           "members",
+                           "new_members",
+                           "history",
+                           "pg_version",
+                           "system_id",
+                           "wal_seg_size",
+                           "wal_start",
+                           "ps_disk_consistent_lsn",
+                           "ps_remote_consistent_lsn"};
+    const uint32_t oids[] = {20, 25, 25, 25, 25, 23, 25, 25, 25, 23, 25, 23, 25, 25, 25};
+    const char *values[] = {term, flush, commit, start, trunc,    gen, mem, nmem,
+                            hist, pgv,   sysid,  segsz, walstart, dc,  rc};
+    pgwire_send_row_description(sc->c, 15, names, oids);
+    pgwire_send_data_row(sc->c, 15, values);
     pgwire_send_command_complete(sc->c, "TIMELINE_STATUS");
     pgwire_send_ready(sc->c);
 }

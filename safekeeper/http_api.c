@@ -54,6 +54,7 @@ static cJSON *timeline_json(const sk_timeline_status *s)
         add_lsn(b, "backup_lsn", s->backup.backup_lsn);
         cJSON_AddNumberToObject(b, "segments_uploaded", (double)s->backup.uploaded);
         cJSON_AddNumberToObject(b, "segments_skipped", (double)s->backup.skipped);
+        cJSON_AddNumberToObject(b, "segments_deleted", (double)s->backup.deleted);
         cJSON_AddNumberToObject(b, "errors", (double)s->backup.errors);
         cJSON_AddBoolToObject(b, "failing", s->backup.failing);
         cJSON_AddStringToObject(b, "last_error", s->backup.last_error);

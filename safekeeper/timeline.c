@@ -26,6 +26,7 @@
 #include "base/walformat.h"
 #include "proto/walpush.h"
 #include "safekeeper/control_file.h"
+#include "safekeeper/wal_horizon.h"
 #include "safekeeper/walsender.h"
 
 #define SK_MAX_SENDERS 64
@@ -685,18 +686,6 @@ static sk_timeline *tl_create(sk_node *node, const strata_id *tenant, const stra
 }
 
 /*
- * Where a restart starts decoding: a record boundary known to be durable.
- * commit_lsn may run ahead of this safekeeper's own WAL (a quorum committed
- * what it never received), so min(commit_lsn, flush_lsn) as stored; both are
- * record ends and flush_lsn was durable when stored.
- */
-static lsn_t restart_scan_start(const acceptor_persistent_state *st)
-{
-    lsn_t start = st->commit_lsn < st->flush_lsn ? st->commit_lsn : st->flush_lsn;
-    return start < st->timeline_start_lsn ? st->timeline_start_lsn : start;
-}
-
-/*
  * Finds the end of the last complete, CRC-valid record from start on by
  * decoding what is on disk (a torn tail, zeros or garbage end it).
  * Returns 0 with *end set, or a negative errno.
@@ -774,7 +763,7 @@ static int tl_load(sk_node *node, const strata_id *tenant, const strata_id *time
         }
         /* A truncation never cuts below the scan start (the core refuses
          * to cut committed WAL, and removal keeps the start's segment). */
-        lsn_t start = restart_scan_start(&st);
+        lsn_t start = wal_horizon_scan_start(&st);
         if (start != LSN_INVALID) {
             rc = find_end_of_wal(tl->ws, st.wal_seg_size, start, &end);
             if (rc == -ENOENT) {
@@ -883,8 +872,12 @@ static void backup_tick(sk_timeline *tl)
 {
     if (tl->backup == NULL)
         return;
-    wal_backup_update(tl->backup, acceptor_state(&tl->acc)->wal_seg_size,
-                      acceptor_commit_lsn(&tl->acc), oldest_segment(tl), backup_rank(tl));
+    wal_backup_position pos = {.seg_size = acceptor_state(&tl->acc)->wal_seg_size,
+                               .committed = acceptor_commit_lsn(&tl->acc),
+                               .oldest_local = oldest_segment(tl),
+                               .unneeded = wal_horizon_backup_unneeded(&tl->persisted),
+                               .rank = backup_rank(tl)};
+    wal_backup_update(tl->backup, &pos);
     wal_backup_status bs;
     wal_backup_get(tl->backup, &bs);
     acceptor_set_backup_lsn(&tl->acc, bs.backup_lsn);
@@ -909,29 +902,13 @@ static void housekeep_timeline(sk_timeline *tl)
         tl->persisted = *st;
     }
     tl->wal_bytes = wal_bytes_on_disk(tl);
-    /* WAL removal horizon (docs/design.md §5.5), from persisted values only. */
-    const acceptor_persistent_state *p = &tl->persisted;
-    lsn_t horizon = p->ps_feedback.disk_consistent_lsn;
-    if (horizon == LSN_INVALID || tl->ws == NULL || !wal_store_idle(tl->ws))
-        return; /* no pageserver has reported: keep everything */
-    if (p->ps_feedback.remote_consistent_lsn != LSN_INVALID &&
-        p->ps_feedback.remote_consistent_lsn < horizon)
-        horizon = p->ps_feedback.remote_consistent_lsn;
-    if (p->commit_lsn < horizon)
-        horizon = p->commit_lsn;
-    if (p->truncate_lsn < horizon)
-        horizon = p->truncate_lsn;
-    /* With --remote, WAL stays until the object store has it too (0: none
-     * of it yet, keep everything). */
-    if (tl->backup != NULL && p->backup_lsn < horizon)
-        horizon = p->backup_lsn;
-    /* A restart scans from the stored min(commit_lsn, flush_lsn): the
-     * segment holding it must outlive the control file that names it. */
-    lsn_t scan_start = restart_scan_start(p);
-    if (scan_start < horizon)
-        horizon = scan_start;
-    if (horizon == LSN_INVALID)
+    /* WAL removal horizon (docs/design.md §5.5), from persisted values only;
+     * only while no write or sync round runs. */
+    if (tl->ws == NULL || !wal_store_idle(tl->ws))
         return;
+    lsn_t horizon = wal_horizon_removal(&tl->persisted, tl->backup != NULL);
+    if (horizon == LSN_INVALID)
+        return; /* keep everything */
     int removed = wal_store_remove_below(tl->ws, horizon);
     if (removed != 0) {
         tl->oldest_cached = LSN_INVALID; /* looked up again */
@@ -999,11 +976,16 @@ int sk_node_init(sk_node *node, uv_loop_t *loop, uring *ring, const char *datadi
         "WAL segments this safekeeper PUT into the object store", 0, NULL, NULL);
     m->backup.skipped = metrics_counter_register(
         r, "safekeeper_wal_backup_segments_skipped_total",
-        "WAL segments found whole in the object store already (another safekeeper put them)", 0,
-        NULL, NULL);
+        "WAL segments not PUT: found whole in the object store (another safekeeper put them) "
+        "or needed by no one any more",
+        0, NULL, NULL);
     m->backup.bytes =
         metrics_counter_register(r, "safekeeper_wal_backup_bytes_total",
                                  "WAL bytes PUT into the object store", 0, NULL, NULL);
+    m->backup.deleted = metrics_counter_register(
+        r, "safekeeper_wal_backup_segments_deleted_total",
+        "WAL segments this safekeeper deleted from the object store (no one needs them)", 0, NULL,
+        NULL);
     m->backup.errors = metrics_counter_register(
         r, "safekeeper_wal_backup_errors_total",
         "Failed WAL backup attempts (HEAD or PUT), each retried with backoff", 0, NULL, NULL);

@@ -29,6 +29,7 @@
 #define BACKOFF_FIRST_MS 1000u
 #define BACKOFF_MAX_MS 30000u
 #define IDLE_WAIT_MS 1000u
+#define PRUNE_RETRY_MS 30000u
 
 struct wal_backup_tl {
     wal_backup *b;
@@ -41,6 +42,7 @@ struct wal_backup_tl {
     uint32_t seg_size;
     lsn_t committed;
     lsn_t oldest_local;
+    lsn_t unneeded;
     uint32_t rank;
     wal_backup_status st;
 
@@ -50,6 +52,8 @@ struct wal_backup_tl {
     uint64_t retry_at_ms; /* after a failure: no attempt before */
     uint32_t backoff_ms;
     bool gap_logged;
+    lsn_t pruned_below; /* wal/ objects below it were deleted (0: none yet) */
+    uint64_t prune_retry_at_ms;
 };
 
 struct wal_backup {
@@ -133,7 +137,8 @@ static int back_up_segment(wal_backup_tl *t, uint32_t seg_size, uint64_t segno, 
     return 0;
 }
 
-/* The outcome of one attempt, into the status and the log. */
+/* The outcome of one attempt, into the status and the log: 0 uploaded,
+ * 1 found in the store, 2 not needed, negative failed. */
 static void record(wal_backup_tl *t, int rc, lsn_t end, uint32_t seg, const remote_err *err)
 {
     wal_backup *b = t->b;
@@ -146,7 +151,7 @@ static void record(wal_backup_tl *t, int rc, lsn_t end, uint32_t seg, const remo
         if (rc == 0)
             t->st.uploaded++;
         else
-            t->st.skipped++;
+            t->st.skipped++; /* found in the store, or not needed */
     } else {
         t->st.errors++;
         t->st.failing = true;
@@ -157,9 +162,9 @@ static void record(wal_backup_tl *t, int rc, lsn_t end, uint32_t seg, const remo
     if (rc == 0) {
         metrics_counter_inc(b->m.uploaded);
         metrics_counter_add(b->m.bytes, seg);
-    } else if (rc == 1) {
+    } else if (rc >= 1) {
         metrics_counter_inc(b->m.skipped);
-    } else {
+    } else if (rc < 0) {
         metrics_counter_inc(b->m.errors);
     }
     if (rc < 0 && !was_failing)
@@ -183,6 +188,7 @@ static uint32_t step(wal_backup_tl *t)
     pthread_mutex_lock(&b->mu);
     uint32_t seg = t->seg_size;
     lsn_t committed = t->committed, oldest = t->oldest_local, backup = t->st.backup_lsn;
+    lsn_t unneeded = t->unneeded;
     uint32_t rank = t->rank;
     pthread_mutex_unlock(&b->mu);
     if (seg == 0 || oldest == LSN_INVALID)
@@ -205,6 +211,13 @@ static uint32_t step(wal_backup_tl *t)
     if (start + seg > committed) {
         t->waiting = false; /* caught up */
         return IDLE_WAIT_MS;
+    }
+    if (start + seg <= unneeded) {
+        /* No one needs it from the store, and rank 0 may have deleted it
+         * already: do not put it back. */
+        remote_err none = {{0}};
+        record(t, 2, start + seg, seg, &none);
+        return 0;
     }
     uint64_t now = now_ms();
     if (!t->waiting) {
@@ -231,6 +244,81 @@ static uint32_t step(wal_backup_tl *t)
     return t->backoff_ms;
 }
 
+/* Whether key is prefix followed by a 24-hex segment name: only those are
+ * the backup's (fixed width: comparing names orders them by LSN). */
+static bool is_segment_key(const char *key, const char *prefix, size_t plen)
+{
+    return strncmp(key, prefix, plen) == 0 && strlen(key + plen) == 24 &&
+           strspn(key + plen, "0123456789ABCDEF") == 24;
+}
+
+/* Deletes the keys of l that name segments below limit.  0, or -1 with err. */
+static int delete_below(wal_backup_tl *t, const remote_listing *l, const char *prefix,
+                        const char *limit, size_t *n_deleted, remote_err *err)
+{
+    const char **keys = calloc(l->n > 0 ? l->n : 1, sizeof *keys);
+    if (keys == NULL) {
+        snprintf(err->msg, sizeof err->msg, "out of memory");
+        return -1;
+    }
+    size_t n = 0, plen = strlen(prefix);
+    for (size_t i = 0; i < l->n; i++)
+        if (is_segment_key(l->entries[i].key, prefix, plen) && strcmp(l->entries[i].key, limit) < 0)
+            keys[n++] = l->entries[i].key;
+    int rc = n > 0 ? remote_delete_many(t->b->rs, keys, n, err) : 0;
+    free(keys);
+    *n_deleted = rc == 0 ? n : 0;
+    return rc == 0 ? 0 : -1;
+}
+
+/*
+ * Rank 0 only: deletes the timeline's wal/ objects wholly below
+ * min(what no one needs, the backup LSN), once each time that passes a
+ * segment boundary.  Below the backup LSN every segment was in the store
+ * or not needed, so nothing this safekeeper still has to upload goes.
+ */
+static void prune(wal_backup_tl *t)
+{
+    wal_backup *b = t->b;
+    pthread_mutex_lock(&b->mu);
+    uint32_t seg = t->seg_size, rank = t->rank;
+    lsn_t below = t->unneeded < t->st.backup_lsn ? t->unneeded : t->st.backup_lsn;
+    pthread_mutex_unlock(&b->mu);
+    if (rank != 0 || seg == 0 || below / seg * seg <= t->pruned_below ||
+        now_ms() < t->prune_retry_at_ms)
+        return;
+    below = below / seg * seg;
+    char first[REMOTE_MAX_KEY], limit[REMOTE_MAX_KEY];
+    wal_backup_key(&t->tenant, &t->timeline, seg, 0, first, sizeof first);
+    wal_backup_key(&t->tenant, &t->timeline, seg, below / seg, limit, sizeof limit);
+    first[strlen(first) - 24] = '\0'; /* the wal/ prefix */
+    remote_listing l;
+    remote_err err = {{0}};
+    size_t n = 0;
+    int rc = remote_list(b->rs, first, &l, &err);
+    if (rc == 0) {
+        rc = delete_below(t, &l, first, limit, &n, &err);
+        remote_listing_free(&l);
+    }
+    if (rc != 0) {
+        log_warn("WAL backup of %s: cannot delete segments below %s (retrying in %u s): %s",
+                 t->name, limit, PRUNE_RETRY_MS / 1000, err.msg);
+        metrics_counter_inc(b->m.errors);
+        t->prune_retry_at_ms = now_ms() + PRUNE_RETRY_MS;
+        return;
+    }
+    t->pruned_below = below;
+    if (n == 0)
+        return;
+    pthread_mutex_lock(&b->mu);
+    t->st.deleted += n;
+    pthread_mutex_unlock(&b->mu);
+    metrics_counter_add(b->m.deleted, n);
+    char e[LSN_FMT_LEN];
+    log_info("WAL backup of %s: deleted %zu segments below %s, which no one needs any more",
+             t->name, n, lsn_format(below, e));
+}
+
 static void *run(void *arg)
 {
     wal_backup *b = arg;
@@ -249,6 +337,7 @@ static void *run(void *arg)
             uint32_t w = step(t);
             if (w < wait)
                 wait = w;
+            prune(t);
         }
         pthread_mutex_lock(&b->mu);
         if (wait > 0 && !b->kicked && !b->stop) {
@@ -342,17 +431,18 @@ wal_backup_tl *wal_backup_add(wal_backup *b, const strata_id *tenant, const stra
     return t;
 }
 
-void wal_backup_update(wal_backup_tl *t, uint32_t seg_size, lsn_t committed, lsn_t oldest_local,
-                       uint32_t rank)
+void wal_backup_update(wal_backup_tl *t, const wal_backup_position *pos)
 {
     wal_backup *b = t->b;
+    uint32_t seg_size = pos->seg_size;
     pthread_mutex_lock(&b->mu);
-    bool closed_more = seg_size != 0 &&
-                       (t->seg_size != seg_size || committed / seg_size > t->committed / seg_size);
+    bool closed_more = seg_size != 0 && (t->seg_size != seg_size ||
+                                         pos->committed / seg_size > t->committed / seg_size);
     t->seg_size = seg_size;
-    t->committed = committed;
-    t->oldest_local = oldest_local;
-    t->rank = rank;
+    t->committed = pos->committed;
+    t->oldest_local = pos->oldest_local;
+    t->unneeded = pos->unneeded;
+    t->rank = pos->rank;
     if (closed_more) {
         b->kicked = true;
         pthread_cond_signal(&b->cv);

@@ -25,6 +25,17 @@
  * common case the first uploads and the others find it there.  Two PUTs of the same segment are
  * harmless: the bytes are the same and a PUT replaces atomically.
  *
+ * What no one needs any more (the caller's horizon, wal_horizon.h
+ * wal_horizon_backup_unneeded: the pageserver's manifests cover it and
+ * every safekeeper holds it) is neither uploaded (a segment wholly below it
+ * counts as backed up: a safekeeper that lags behind in its backup does not
+ * put back what was deleted) nor kept: the timeline's rank-0 safekeeper
+ * deletes the wal/ objects wholly below min(that horizon, its backup LSN),
+ * listing wal/ each time the horizon passes a segment boundary (a failure
+ * is logged and retried 30 s later).  So the store holds the WAL from
+ * about the pageserver's remote_consistent_lsn on, not every segment ever
+ * written.
+ *
  * Failures: a failed HEAD or PUT is retried with backoff (1 s doubling to
  * 30 s) for as long as it fails; the first failure and the recovery are
  * logged, not every attempt.  The error is kept for the status.
@@ -58,9 +69,10 @@ typedef struct wal_backup_tl wal_backup_tl;
 /* Counters the worker adds to (atomic; shared by every timeline). */
 typedef struct wal_backup_metrics {
     metrics_counter *uploaded; /* segments PUT */
-    metrics_counter *skipped;  /* segments found in the store already */
+    metrics_counter *skipped;  /* segments found in the store already, or not needed */
     metrics_counter *bytes;    /* bytes PUT */
     metrics_counter *errors;   /* failed HEADs and PUTs */
+    metrics_counter *deleted;  /* objects deleted below the horizon */
 } wal_backup_metrics;
 
 /* What the status shows of one timeline's backup. */
@@ -69,6 +81,7 @@ typedef struct wal_backup_status {
     uint64_t uploaded;
     uint64_t skipped;
     uint64_t errors;
+    uint64_t deleted;     /* objects this safekeeper deleted (rank 0 only) */
     bool failing;         /* the last attempt failed; retrying */
     char last_error[512]; /* "" if there never was one */
 } wal_backup_status;
@@ -91,12 +104,18 @@ const char *wal_backup_describe(const wal_backup *b);
 wal_backup_tl *wal_backup_add(wal_backup *b, const strata_id *tenant, const strata_id *timeline,
                               const char *dir, lsn_t backup_lsn);
 
-/* Tells the worker how far the timeline's WAL is committed, where its
- * oldest local segment starts (0: none) and this safekeeper's rank for
- * the timeline (it waits rank * delay_ms), and wakes it when a segment
- * closed. */
-void wal_backup_update(wal_backup_tl *t, uint32_t seg_size, lsn_t committed, lsn_t oldest_local,
-                       uint32_t rank);
+/* What the loop tells the worker of one timeline. */
+typedef struct wal_backup_position {
+    uint32_t seg_size;
+    lsn_t committed;    /* min(commit_lsn, flush_lsn) */
+    lsn_t oldest_local; /* start of the oldest local segment (0: none) */
+    lsn_t unneeded;     /* no one needs WAL below it from the store (0: unknown) */
+    uint32_t rank;      /* this safekeeper's place: it waits rank * delay_ms */
+} wal_backup_position;
+
+/* Tells the worker where the timeline's WAL stands, and wakes it when a
+ * segment closed. */
+void wal_backup_update(wal_backup_tl *t, const wal_backup_position *pos);
 
 /* Copies the timeline's backup status. */
 void wal_backup_get(wal_backup_tl *t, wal_backup_status *out);

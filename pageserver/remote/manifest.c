@@ -383,6 +383,11 @@ void manifest_data_prefix(const strata_id *tenant, const strata_id *timeline, ch
     timeline_prefix(tenant, timeline, "data", out, len);
 }
 
+void manifest_wal_prefix(const strata_id *tenant, const strata_id *timeline, char *out, size_t len)
+{
+    timeline_prefix(tenant, timeline, "wal", out, len);
+}
+
 void manifest_key(const strata_id *tenant, const strata_id *timeline, uint64_t seq, char *out,
                   size_t len)
 {

@@ -109,6 +109,10 @@ void manifest_data_key(const strata_id *tenant, const strata_id *timeline, uint6
 void manifest_prefix(const strata_id *tenant, const strata_id *timeline, char *out, size_t len);
 void manifest_data_prefix(const strata_id *tenant, const strata_id *timeline, char *out,
                           size_t len);
+/* "tenants/<t>/timelines/<tl>/wal/": the safekeepers' WAL backup
+ * (safekeeper/wal_backup.h), which the pageserver reads and, when the
+ * timeline is deleted, deletes. */
+void manifest_wal_prefix(const strata_id *tenant, const strata_id *timeline, char *out, size_t len);
 
 /* The seq of a key "<prefix><16 hex>.json" / the file id of a key
  * "<prefix><16 hex>.dat" (prefix from the functions above): true and *out,

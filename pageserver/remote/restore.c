@@ -233,5 +233,8 @@ int restore_forget_timeline(remote_storage *rs, const strata_id *tenant, const s
     if (delete_prefix(rs, prefix, err, errlen) != 0)
         return -1;
     manifest_data_prefix(tenant, timeline, prefix, sizeof prefix);
+    if (delete_prefix(rs, prefix, err, errlen) != 0)
+        return -1;
+    manifest_wal_prefix(tenant, timeline, prefix, sizeof prefix);
     return delete_prefix(rs, prefix, err, errlen);
 }

@@ -70,8 +70,12 @@ STRATA_MUST_CHECK int restore_timeline(remote_storage *rs, const strata_id *tena
 /*
  * Deletes a deleted timeline's pageserver objects from the store: every
  * manifest first (from then on the timeline does not exist remotely, so no
- * later start restores it), then every data object.  The safekeepers'
- * wal/ objects are not the pageserver's and stay.  Called once the
+ * later start restores it), then every data object, then the safekeepers'
+ * WAL backup (wal/): with the timeline gone no one reads it, and the
+ * safekeepers delete only below the pageserver's positions, so it would
+ * stay for ever.  (A safekeeper that still serves the timeline may put a
+ * segment after this; deleting the timeline on the safekeepers too ends
+ * that.)  Called once the
  * timeline's uploader has stopped (timeline.c, last unref of a deleted
  * timeline).  0, or -1 with err (the caller logs it; a timeline whose
  * manifests remain comes back at the next start).

@@ -739,9 +739,10 @@ static void acc_lazy_save(int a)
 }
 
 /*
- * safekeeper/timeline.c housekeep_timeline: the lazy save, then WAL removal
- * below min(pageserver feedback, commit_lsn, truncate_lsn, the restart scan
- * start) as the control file holds them, only while the store is idle, never
+ * safekeeper/timeline.c housekeep_timeline (wal_horizon_removal without the
+ * WAL backup): the lazy save, then WAL removal below min(pageserver feedback,
+ * commit_lsn, truncate_lsn, the restart scan start; nothing while the remote
+ * position is 0) as the control file holds them, only while the store is idle, never
  * past the store's flush position (wal_store_remove_below).
  */
 static void acc_housekeep(int a)
@@ -753,9 +754,9 @@ static void acc_housekeep(int a)
     const acceptor_persistent_state *p = &n->durable_control;
     lsn_t horizon = p->ps_feedback.disk_consistent_lsn;
     bool idle = !n->fsync_running && n->dirty_from == LSN_MAX;
-    if (horizon == 0 || !idle || p->wal_seg_size == 0)
+    if (horizon == 0 || !idle || p->wal_seg_size == 0 || p->ps_feedback.remote_consistent_lsn == 0)
         return;
-    if (p->ps_feedback.remote_consistent_lsn != 0 && p->ps_feedback.remote_consistent_lsn < horizon)
+    if (p->ps_feedback.remote_consistent_lsn < horizon)
         horizon = p->ps_feedback.remote_consistent_lsn;
     if (p->commit_lsn < horizon)
         horizon = p->commit_lsn;
@@ -805,9 +806,11 @@ static void ps_step(int a)
         S.ps_disk = S.ps_received;
     if (S.ps_uploads && chance(300))
         S.ps_remote = S.ps_disk;
+    /* As the real WAL receiver: without uploads the remote position is the
+     * disk position (a 0 there keeps every safekeeper's WAL). */
     pageserver_feedback fb = {.last_received_lsn = S.ps_received,
                               .disk_consistent_lsn = S.ps_disk,
-                              .remote_consistent_lsn = S.ps_remote};
+                              .remote_consistent_lsn = S.ps_uploads ? S.ps_remote : S.ps_disk};
     acceptor_set_pageserver_feedback(&n->core, &fb);
 }
 
