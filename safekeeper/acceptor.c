@@ -475,6 +475,43 @@ int acceptor_handle_message(acceptor *acc, const proposer_msg *msg, acceptor_out
     return fail(out, "unknown message kind");
 }
 
+/* Queues a written range for the next flush (coalescing when full: its
+ * flush may then be noticed one round later, never earlier). */
+static void push_pending(acceptor *acc, lsn_t write_end, lsn_t record_end)
+{
+    int i = acc->n_pending == ACCEPTOR_PENDING_MAX ? acc->n_pending - 1 : acc->n_pending++;
+    acc->pending[i].write_end = write_end;
+    acc->pending[i].record_end = record_end;
+}
+
+int acceptor_append_recovered(acceptor *acc, lsn_t begin, const uint8_t *wal, uint32_t len,
+                              acceptor_output *out)
+{
+    out_reset(out);
+    if (!initialised(acc) || !streaming_current_term(acc) || acc->write_lsn == 0)
+        return fail(out, "recovered WAL before the current term's ProposerElected");
+    if (begin != acc->write_lsn)
+        return fail(out, "recovered WAL is not contiguous with the WAL written");
+    if (len == 0)
+        return 0;
+    STRATA_ASSERT(acc->tracker_valid);
+    wal_tracker copy = acc->tracker;
+    const char *why = NULL;
+    if (wal_tracker_feed(&copy, begin, wal, len, &why) != 0)
+        return fail(out, why ? why : "recovered WAL is not valid WAL");
+    acc->tracker = copy;
+    acceptor_effect *w = out_push(out, ACC_WRITE_WAL);
+    w->lsn = begin;
+    w->data = wal;
+    w->len = len;
+    acc->write_lsn = begin + len;
+    lsn_t rec_end = wal_tracker_last_record_end(&acc->tracker);
+    push_pending(acc, acc->write_lsn, rec_end);
+    if (rec_end > acc->st.commit_lsn)
+        acc->st.commit_lsn = rec_end;
+    return 0;
+}
+
 /* ---- Group commit ------------------------------------------------------ */
 
 bool acceptor_flush_wanted(const acceptor *acc)

@@ -187,6 +187,19 @@ int acceptor_restore(acceptor *acc, const acceptor_persistent_state *st, lsn_t t
 int acceptor_handle_message(acceptor *acc, const proposer_msg *msg, acceptor_output *out);
 
 /*
+ * Committed WAL the edge fetched for this acceptor from another source (the
+ * WAL backup, docs/design.md §5.7) to close the gap after the current
+ * term's ProposerElected: len bytes at begin, which must be the end of WAL
+ * written.  Checked like an append (contiguous, valid WAL page headers and
+ * records), written with a WRITE_WAL, made durable by the next group-commit
+ * flush, for which nobody is answered.  commit_lsn moves to the end of the
+ * last complete record in it: the source holds committed WAL only.  Returns
+ * 0 with the effects, or -1 with out->error and no effects.
+ */
+int acceptor_append_recovered(acceptor *acc, lsn_t begin, const uint8_t *wal, uint32_t len,
+                              acceptor_output *out);
+
+/*
  * Switches the timeline to configuration m (the membership-change command).
  * m must be valid and have a higher generation than ours, or be equal to
  * ours (then nothing happens).  Returns 0 with a PERSIST_CONTROL in out when

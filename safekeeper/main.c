@@ -238,7 +238,7 @@ static void start_listeners(daemon_state *d, const sk_config *c)
 static void on_drain(uv_timer_t *t)
 {
     daemon_state *d = t->data;
-    if (d->node.open_connections > 0)
+    if (d->node.open_connections > 0 || sk_node_fetching(&d->node))
         return;
     uv_timer_stop(&d->drain);
     uv_close((uv_handle_t *)&d->drain, NULL);
@@ -259,6 +259,7 @@ static void on_stop(void *arg, int signum)
     }
     pgwire_server_stop(d->pg);
     d->pg = NULL;
+    sk_node_begin_stop(&d->node);
     uv_timer_init(d->loop, &d->drain);
     d->drain.data = d;
     uv_timer_start(&d->drain, on_drain, 0, 10);

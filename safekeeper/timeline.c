@@ -82,6 +82,19 @@ struct sk_timeline {
     metrics_gauge *g_term;
     metrics_gauge *g_backup; /* NULL without --remote */
     wal_backup_tl *backup;   /* NULL without --remote */
+
+    /* Catch-up from the WAL backup after a ProposerElected (design §5.7).
+     * While recovering, proposer messages wait in the queue. */
+    bool recovering;
+    bool recover_fetching;  /* a fetch runs on the thread pool */
+    bool recovered_any;     /* some WAL came from the store */
+    sk_pusher *recover_for; /* whose ProposerElected started it (NULL: gone) */
+    uint64_t recover_segno; /* the segment fetched or being fed */
+    uint8_t *recover_buf;   /* its bytes (seg_size), NULL when none */
+    uint32_t recover_off;   /* the next byte of it to feed */
+    int recover_rc;         /* wal_backup_fetch's result */
+    char recover_err[256];
+    uv_work_t recover_req;
 };
 
 static void tl_kick(sk_timeline *tl);
@@ -89,6 +102,8 @@ static void run_effects(sk_timeline *tl);
 
 static void publish_timeline(sk_timeline *tl);
 static int attach_backup(sk_timeline *tl);
+static void recover_start(sk_timeline *tl, sk_pusher *p);
+static bool recover_feed(sk_timeline *tl);
 
 /* ---- helpers ---------------------------------------------------------- */
 
@@ -472,7 +487,17 @@ static void run_effects(sk_timeline *tl)
             fatal_to(tl->exec->conn, SQLSTATE_IO_ERROR, "safekeeper WAL storage failed", NULL);
         tl->out.append_accepted = false;
     }
+    /* A ProposerElected this acceptor took: the proposer streams from its
+     * end, which the compute may no longer hold; fetch what the WAL backup
+     * has first. */
+    sk_pusher *p = tl->exec;
+    bool elected = !tl->failed && p != NULL && !tl->out_from_flush &&
+                   tl->msg.kind == PMSG_ELECTED &&
+                   tl->msg.u.elected.term == acceptor_term(&tl->acc);
+    bool live = p != NULL && p->conn != NULL;
     finish_output(tl);
+    if (elected)
+        recover_start(tl, live ? p : NULL);
     tl_kick(tl);
 }
 
@@ -544,6 +569,14 @@ static void tl_kick(sk_timeline *tl)
             acceptor_flush_done(&tl->acc, &tl->out);
             start_output(tl, NULL, true);
             continue;
+        }
+        if (tl->recovering) {
+            if (recover_feed(tl))
+                continue;
+            if (!tl->sync_in_flight && !tl->flush_done_pending && tl->ws != NULL &&
+                acceptor_flush_wanted(&tl->acc))
+                sync_due(tl);
+            break;
         }
         sk_pusher *p = dequeue(tl);
         if (p == NULL) {
@@ -843,6 +876,185 @@ int sk_node_set_backup(sk_node *node, wal_backup *b, char *err, size_t errlen)
     return 0;
 }
 
+/* ---- catch-up from the WAL backup (docs/design.md §5.7) --------------- */
+
+/*
+ * A safekeeper that was down while its peers removed WAL cannot be streamed
+ * its gap by a compute that no longer holds it (a new compute starts at its
+ * basebackup; pg_wal keeps wal_keep_size).  After each ProposerElected it
+ * takes, with --remote, the safekeeper reads the segments from its end of
+ * WAL on from the store, one at a time, while the store holds them whole:
+ * committed WAL, byte-identical on every safekeeper.  The bytes before its
+ * end in the first segment must equal its own (else it is another history
+ * and nothing is taken).  They go through the acceptor core like appends
+ * (acceptor_append_recovered) and the usual group commit.  Proposer
+ * messages wait meanwhile; once something was taken, the proposer's
+ * connection is closed so that it reconnects and streams from the new end.
+ */
+
+static void recover_work(uv_work_t *req)
+{
+    sk_timeline *tl = req->data;
+    uint32_t seg = acceptor_state(&tl->acc)->wal_seg_size;
+    tl->recover_buf = NULL;
+    tl->recover_rc =
+        wal_backup_fetch(tl->node->backup, &tl->tenant_id, &tl->timeline_id, seg, tl->recover_segno,
+                         &tl->recover_buf, tl->recover_err, sizeof tl->recover_err);
+}
+
+static void recover_end(sk_timeline *tl)
+{
+    STRATA_ASSERT(!tl->recover_fetching);
+    free(tl->recover_buf);
+    tl->recover_buf = NULL;
+    tl->recovering = false;
+    sk_pusher *p = tl->recover_for;
+    tl->recover_for = NULL;
+    if (!tl->recovered_any || tl->failed)
+        return;
+    char name[80], e[LSN_FMT_LEN];
+    log_info("timeline %s: caught up from the WAL backup to %s", tl_name(tl, name, sizeof name),
+             lsn_format(acceptor_write_lsn(&tl->acc), e));
+    if (p == NULL || p->conn == NULL)
+        return;
+    /* Its appends (queued or coming) start at the old end. */
+    if (p->queued) {
+        sk_pusher **pp = &tl->queue_head, *prev = NULL;
+        while (*pp != p) {
+            prev = *pp;
+            pp = &(*pp)->next_queued;
+        }
+        *pp = p->next_queued;
+        if (tl->queue_tail == p)
+            tl->queue_tail = prev;
+        p->queued = false;
+        p->next_queued = NULL;
+        free_pusher_message(p);
+    }
+    fatal_to(p->conn, SQLSTATE_ADMIN_SHUTDOWN,
+             "this safekeeper caught up from the WAL backup: reconnect to stream from its new end",
+             NULL);
+}
+
+/* Whether the WAL this safekeeper holds in the fetched segment, below its
+ * end, is the same as the store's. */
+static bool recover_prefix_matches(sk_timeline *tl)
+{
+    uint32_t seg = acceptor_state(&tl->acc)->wal_seg_size;
+    lsn_t seg_start = tl->recover_segno * seg;
+    lsn_t end = acceptor_write_lsn(&tl->acc);
+    lsn_t from = acceptor_state(&tl->acc)->timeline_start_lsn;
+    STRATA_ASSERT(end >= seg_start && end - seg_start < seg);
+    if (from < seg_start)
+        from = seg_start;
+    uint8_t buf[64 * 1024];
+    while (from < end) {
+        size_t want = end - from < sizeof buf ? (size_t)(end - from) : sizeof buf;
+        ssize_t n = wal_store_read(tl->ws, from, buf, want);
+        if (n <= 0 || memcmp(buf, tl->recover_buf + (from - seg_start), (size_t)n) != 0)
+            return false;
+        from += (lsn_t)n;
+    }
+    return true;
+}
+
+static void recover_fetch(sk_timeline *tl);
+
+static void recover_after(uv_work_t *req, int status)
+{
+    sk_timeline *tl = req->data;
+    sk_node *node = tl->node;
+    tl->recover_fetching = false;
+    node->fetches_in_flight--;
+    char name[80];
+    if (node->stopping || tl->failed || status != 0 || tl->recover_rc != 0) {
+        if (tl->recover_rc < 0)
+            log_warn("timeline %s: cannot read segment %llu from the WAL backup: %s",
+                     tl_name(tl, name, sizeof name), (unsigned long long)tl->recover_segno,
+                     tl->recover_err);
+        recover_end(tl);
+        if (!node->stopping)
+            tl_kick(tl);
+        return;
+    }
+    if (!recover_prefix_matches(tl)) {
+        log_warn("timeline %s: the WAL backup's segment %llu differs from this safekeeper's WAL "
+                 "before its end; not taking it",
+                 tl_name(tl, name, sizeof name), (unsigned long long)tl->recover_segno);
+        recover_end(tl);
+        tl_kick(tl);
+        return;
+    }
+    uint32_t seg = acceptor_state(&tl->acc)->wal_seg_size;
+    tl->recover_off = (uint32_t)(acceptor_write_lsn(&tl->acc) - tl->recover_segno * seg);
+    tl_kick(tl);
+}
+
+static void recover_fetch(sk_timeline *tl)
+{
+    STRATA_ASSERT(tl->recovering && !tl->recover_fetching && tl->recover_buf == NULL);
+    tl->recover_req.data = tl;
+    if (uv_queue_work(tl->node->loop, &tl->recover_req, recover_work, recover_after) != 0) {
+        recover_end(tl);
+        return;
+    }
+    tl->recover_fetching = true;
+    tl->node->fetches_in_flight++;
+}
+
+static void recover_start(sk_timeline *tl, sk_pusher *p)
+{
+    lsn_t end = acceptor_write_lsn(&tl->acc);
+    uint32_t seg = acceptor_state(&tl->acc)->wal_seg_size;
+    if (tl->backup == NULL || tl->recovering || tl->ws == NULL || end == LSN_INVALID || seg == 0 ||
+        tl->node->stopping)
+        return;
+    tl->recovering = true;
+    tl->recovered_any = false;
+    tl->recover_for = p;
+    tl->recover_segno = end / seg;
+    recover_fetch(tl);
+}
+
+/*
+ * Gives the core the next piece of the fetched segment (an output to run:
+ * true), or, when it is all given, asks for the next segment (false: wait
+ * for it).  Called from tl_kick while recovering.
+ */
+static bool recover_feed(sk_timeline *tl)
+{
+    if (tl->recover_fetching || !tl->recovering)
+        return false;
+    uint32_t seg = acceptor_state(&tl->acc)->wal_seg_size;
+    if (tl->recover_buf == NULL) {
+        recover_end(tl); /* a fetch ended without a segment */
+        return false;
+    }
+    if (tl->recover_off == seg) {
+        free(tl->recover_buf);
+        tl->recover_buf = NULL;
+        tl->recover_segno++;
+        recover_fetch(tl);
+        return false;
+    }
+    uint32_t len = seg - tl->recover_off;
+    if (len > WALPUSH_MAX_APPEND)
+        len = WALPUSH_MAX_APPEND;
+    lsn_t at = tl->recover_segno * seg + tl->recover_off;
+    if (acceptor_append_recovered(&tl->acc, at, tl->recover_buf + tl->recover_off, len, &tl->out) !=
+        0) {
+        char name[80], e[LSN_FMT_LEN];
+        log_warn("timeline %s: WAL from the backup at %s not taken: %s",
+                 tl_name(tl, name, sizeof name), lsn_format(at, e), tl->out.error);
+        recover_end(tl);
+        return false;
+    }
+    tl->recover_off += len;
+    tl->recovered_any = true;
+    start_output(tl, NULL, false);
+    return true;
+}
+
 /* ---- housekeeping: lazy saves and WAL removal ------------------------- */
 
 static bool lazy_fields_changed(const acceptor_persistent_state *a,
@@ -1031,8 +1243,19 @@ int sk_node_init(sk_node *node, uv_loop_t *loop, uring *ring, const char *datadi
     return 0;
 }
 
+void sk_node_begin_stop(sk_node *node)
+{
+    node->stopping = true;
+}
+
+bool sk_node_fetching(const sk_node *node)
+{
+    return node->fetches_in_flight > 0;
+}
+
 void sk_node_shutdown(sk_node *node)
 {
+    STRATA_ASSERT(node->fetches_in_flight == 0);
     uv_timer_stop(&node->housekeeping);
     uv_close((uv_handle_t *)&node->housekeeping, NULL);
     uv_prepare_stop(&node->before_poll);
@@ -1222,6 +1445,8 @@ void sk_pusher_closed(sk_node *node, sk_pusher *p)
     tl->connections--;
     if (tl->streaming == p)
         tl->streaming = NULL;
+    if (tl->recover_for == p)
+        tl->recover_for = NULL;
     if (tl->exec == p && tl->executing)
         return; /* finish_output frees it */
     if (p->queued) {

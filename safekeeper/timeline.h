@@ -104,6 +104,10 @@ typedef struct sk_node {
     const char *wal_io;
     /* --remote: the WAL backup (NULL: none).  Set by sk_node_set_backup. */
     wal_backup *backup;
+    /* Catch-up fetches from the WAL backup running on libuv's thread pool
+     * (they use backup: shutdown waits for them), and the stop began. */
+    int fetches_in_flight;
+    bool stopping;
 
     /* Published for other threads (HTTP). */
     pthread_mutex_t snap_lock;
@@ -141,8 +145,16 @@ int sk_node_init(sk_node *node, uv_loop_t *loop, uring *ring, const char *datadi
  * after sk_node_init.  0, or -1 with err. */
 int sk_node_set_backup(sk_node *node, wal_backup *b, char *err, size_t errlen);
 
+/* The daemon is stopping: no catch-up starts or goes on from now. */
+void sk_node_begin_stop(sk_node *node);
+
+/* Whether catch-up fetches still run on the thread pool (sk_node_shutdown
+ * must wait until none does). */
+bool sk_node_fetching(const sk_node *node);
+
 /* Saves lazily-kept state, stops timers, closes stores.  Call after the
- * ring was closed (nothing in flight) and connections are gone. */
+ * ring was closed (nothing in flight), connections are gone and nothing is
+ * fetching. */
 void sk_node_shutdown(sk_node *node);
 
 /* The timeline, or NULL if this safekeeper does not have it. */

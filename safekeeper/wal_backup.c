@@ -456,3 +456,31 @@ void wal_backup_get(wal_backup_tl *t, wal_backup_status *out)
     *out = t->st;
     pthread_mutex_unlock(&t->b->mu);
 }
+
+int wal_backup_fetch(wal_backup *b, const strata_id *tenant, const strata_id *timeline,
+                     uint32_t seg_size, uint64_t segno, uint8_t **out, char *err, size_t errlen)
+{
+    char key[REMOTE_MAX_KEY];
+    wal_backup_key(tenant, timeline, seg_size, segno, key, sizeof key);
+    remote_err re = {{0}};
+    bool exists = false;
+    uint64_t size = 0;
+    void *buf = NULL;
+    size_t len = 0;
+    if (remote_head(b->rs, key, &exists, &size, &re) != 0) {
+        snprintf(err, errlen, "%s", re.msg);
+        return -1;
+    }
+    if (!exists || size != seg_size)
+        return 1;
+    if (remote_get_buf(b->rs, key, seg_size, &buf, &len, &re) != 0) {
+        snprintf(err, errlen, "%s", re.msg);
+        return -1;
+    }
+    if (len != seg_size) {
+        free(buf);
+        return 1; /* replaced meanwhile by a shorter one: not whole */
+    }
+    *out = buf;
+    return 0;
+}

@@ -472,6 +472,46 @@ static void test_restore(void **state)
     assert_non_null(why);
 }
 
+/* WAL fetched from the backup after ProposerElected: taken only then and
+ * contiguously, checked like an append, flushed silently, and committed. */
+static void test_recovered_wal(void **state)
+{
+    (void)state;
+    lsn_t ends[100];
+    gen_records(ends, 100, 3000, BOOT + 100000);
+    acceptor_init(&acc, 1, &tenant, &timeline);
+    greet();
+    assert_int_equal(acceptor_append_recovered(&acc, BOOT, walmem, 100, &out), -1);
+    assert_int_equal(vote(2), 0);
+    /* Voted but not yet elected-to: not the current term's stream. */
+    assert_int_equal(acceptor_append_recovered(&acc, BOOT, walmem, 100, &out), -1);
+    term_history h;
+    set_history(&h, 1, (uint64_t[]){2}, (lsn_t[]){BOOT});
+    assert_int_equal(elected(2, BOOT, &h), 0);
+    assert_int_equal(acceptor_append_recovered(&acc, ends[0], walmem, 100, &out), -1);
+    assert_int_equal(out.n, 0);
+    lsn_t mid = ends[5] + 100;
+    assert_int_equal(acceptor_append_recovered(&acc, BOOT, walmem, (uint32_t)(mid - BOOT), &out),
+                     0);
+    assert_int_equal(out.n, 1);
+    assert_int_equal(out.effects[0].kind, ACC_WRITE_WAL);
+    assert_true(acceptor_write_lsn(&acc) == mid);
+    assert_true(acceptor_state(&acc)->commit_lsn == ends[5]); /* a record end */
+    flush_all();
+    assert_int_equal(out.n, 0); /* nobody to answer */
+    assert_true(acceptor_flush_lsn(&acc) == ends[5]);
+    assert_true(acceptor_commit_lsn(&acc) == ends[5]);
+    /* Garbage is refused and nothing moves. */
+    memset(walmem + (ends[9] - BOOT), 0x5a, 64);
+    assert_int_equal(acceptor_append_recovered(&acc, mid, walmem + (mid - BOOT),
+                                               (uint32_t)(ends[9] + 64 - mid), &out),
+                     -1);
+    assert_true(acceptor_write_lsn(&acc) == mid);
+    /* The proposer streams on from where the recovery ended. */
+    assert_int_equal(append(2, mid, ends[8], ends[8]), 0);
+    assert_int_equal(out.n, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -485,6 +525,7 @@ int main(void)
         cmocka_unit_test(test_restore),
         cmocka_unit_test(test_relayed_pageserver_feedback),
         cmocka_unit_test(test_configuration_generation),
+        cmocka_unit_test(test_recovered_wal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
