@@ -90,6 +90,8 @@ struct sk_timeline {
     bool recovered_any;     /* some WAL came from the store */
     sk_pusher *recover_for; /* whose ProposerElected started it (NULL: gone) */
     uint64_t recover_segno; /* the segment fetched or being fed */
+    lsn_t recover_from;     /* the end of WAL it started at */
+    lsn_t recover_stuck_at; /* one started there gained no complete record */
     uint8_t *recover_buf;   /* its bytes (seg_size), NULL when none */
     uint32_t recover_off;   /* the next byte of it to feed */
     int recover_rc;         /* wal_backup_fetch's result */
@@ -897,9 +899,12 @@ static void recover_work(uv_work_t *req)
     sk_timeline *tl = req->data;
     uint32_t seg = acceptor_state(&tl->acc)->wal_seg_size;
     tl->recover_buf = NULL;
+    /* The first one only if the store also has the next: its end of WAL
+     * then moves at least to the next segment (else the proposer streams). */
+    bool first = tl->recover_segno == tl->recover_from / seg;
     tl->recover_rc =
         wal_backup_fetch(tl->node->backup, &tl->tenant_id, &tl->timeline_id, seg, tl->recover_segno,
-                         &tl->recover_buf, tl->recover_err, sizeof tl->recover_err);
+                         first, &tl->recover_buf, tl->recover_err, sizeof tl->recover_err);
 }
 
 static void recover_end(sk_timeline *tl)
@@ -912,6 +917,11 @@ static void recover_end(sk_timeline *tl)
     tl->recover_for = NULL;
     if (!tl->recovered_any || tl->failed)
         return;
+    /* A record longer than what was fetched: the proposer truncates the
+     * partial tail at its next ProposerElected, which must not fetch the
+     * same again. */
+    if (acceptor_written_record_end(&tl->acc) <= tl->recover_from)
+        tl->recover_stuck_at = tl->recover_from;
     char name[80], e[LSN_FMT_LEN];
     log_info("timeline %s: caught up from the WAL backup to %s", tl_name(tl, name, sizeof name),
              lsn_format(acceptor_write_lsn(&tl->acc), e));
@@ -1007,11 +1017,12 @@ static void recover_start(sk_timeline *tl, sk_pusher *p)
     lsn_t end = acceptor_write_lsn(&tl->acc);
     uint32_t seg = acceptor_state(&tl->acc)->wal_seg_size;
     if (tl->backup == NULL || tl->recovering || tl->ws == NULL || end == LSN_INVALID || seg == 0 ||
-        tl->node->stopping)
+        tl->node->stopping || end == tl->recover_stuck_at)
         return;
     tl->recovering = true;
     tl->recovered_any = false;
     tl->recover_for = p;
+    tl->recover_from = end;
     tl->recover_segno = end / seg;
     recover_fetch(tl);
 }

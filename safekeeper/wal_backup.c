@@ -457,22 +457,38 @@ void wal_backup_get(wal_backup_tl *t, wal_backup_status *out)
     pthread_mutex_unlock(&t->b->mu);
 }
 
-int wal_backup_fetch(wal_backup *b, const strata_id *tenant, const strata_id *timeline,
-                     uint32_t seg_size, uint64_t segno, uint8_t **out, char *err, size_t errlen)
+/* Whether the store holds a whole copy of key: 1 yes, 0 no, -1 error. */
+static int whole_in_store(wal_backup *b, const char *key, uint32_t seg_size, char *err,
+                          size_t errlen)
 {
-    char key[REMOTE_MAX_KEY];
-    wal_backup_key(tenant, timeline, seg_size, segno, key, sizeof key);
     remote_err re = {{0}};
     bool exists = false;
     uint64_t size = 0;
-    void *buf = NULL;
-    size_t len = 0;
     if (remote_head(b->rs, key, &exists, &size, &re) != 0) {
         snprintf(err, errlen, "%s", re.msg);
         return -1;
     }
-    if (!exists || size != seg_size)
-        return 1;
+    return exists && size == seg_size;
+}
+
+int wal_backup_fetch(wal_backup *b, const strata_id *tenant, const strata_id *timeline,
+                     uint32_t seg_size, uint64_t segno, bool need_next, uint8_t **out, char *err,
+                     size_t errlen)
+{
+    char key[REMOTE_MAX_KEY];
+    remote_err re = {{0}};
+    void *buf = NULL;
+    size_t len = 0;
+    int whole = 1;
+    if (need_next) {
+        wal_backup_key(tenant, timeline, seg_size, segno + 1, key, sizeof key);
+        whole = whole_in_store(b, key, seg_size, err, errlen);
+    }
+    wal_backup_key(tenant, timeline, seg_size, segno, key, sizeof key);
+    if (whole == 1)
+        whole = whole_in_store(b, key, seg_size, err, errlen);
+    if (whole != 1)
+        return whole < 0 ? -1 : 1;
     if (remote_get_buf(b->rs, key, seg_size, &buf, &len, &re) != 0) {
         snprintf(err, errlen, "%s", re.msg);
         return -1;

@@ -123,13 +123,14 @@ void wal_backup_get(wal_backup_tl *t, wal_backup_status *out);
 /*
  * Reads segment segno of a timeline from the store for a safekeeper that
  * lags behind (timeline.c, catch-up): 0 with *out (seg_size bytes, malloc'd,
- * the caller frees), 1 when the store holds no whole copy of it, or -1
- * with err.  Blocking: for a worker thread (the loop's thread pool); any
- * number may run beside the backup's own worker, but none may outlive
+ * the caller frees), 1 when the store holds no whole copy of it (with
+ * need_next: of it or of the segment after it), or -1 with err.  Blocking: for a worker thread (the
+ * loop's thread pool); any number may run beside the backup's own worker, but none may outlive
  * wal_backup_stop.
  */
 int wal_backup_fetch(wal_backup *b, const strata_id *tenant, const strata_id *timeline,
-                     uint32_t seg_size, uint64_t segno, uint8_t **out, char *err, size_t errlen);
+                     uint32_t seg_size, uint64_t segno, bool need_next, uint8_t **out, char *err,
+                     size_t errlen);
 
 /* The object key of a segment: tenants/<t>/timelines/<tl>/wal/<name>. */
 void wal_backup_key(const strata_id *tenant, const strata_id *timeline, uint32_t seg_size,

@@ -215,8 +215,6 @@ def test_replaced_safekeeper_keeps_wal_above_the_remote_consistent_lsn(store):
         shutil.rmtree(cluster.safekeeper_datadir("sk2"))
         proc = cluster.run("safekeeper", "replace", "sk2", timeout=300)
         assert "caught up" in proc.stdout, proc.stdout
-        st = sk_tl(cluster, "sk2")
-        assert lsn_to_int(st["pageserver_feedback"]["remote_consistent_lsn"]) >= remote, st
         # Several housekeeping rounds, and more WAL.
         cluster.sql("INSERT INTO t SELECT g, repeat('c', 1000) FROM generate_series(1, 10000) g")
         time.sleep(5)
@@ -225,6 +223,8 @@ def test_replaced_safekeeper_keeps_wal_above_the_remote_consistent_lsn(store):
         assert seg_lsn(first) <= remote, (
             "the new safekeeper removed WAL above the pageserver's remote_consistent_lsn %X: its "
             "oldest segment is %s" % (remote, first))
+        st = sk_tl(cluster, "sk2")
+        assert lsn_to_int(st["pageserver_feedback"]["remote_consistent_lsn"]) >= remote, st
     finally:
         unblock()
     # Uploads again: the new node removes its WAL as the others do.
@@ -254,7 +254,11 @@ def test_wal_backup_objects_stay_bounded(store):
         counts.append(len(store_segments(root, cluster)))
         return counts[-1] <= 4
 
-    wait_until(bounded, 60, "the WAL backup to delete what no one needs")
+    try:
+        wait_until(bounded, 60, "the WAL backup to delete what no one needs")
+    except AssertionError as e:
+        raise AssertionError("%s: %d segments written, wal/ objects seen: %s"
+                             % (e, written, counts[:8] + counts[-1:]))
     remote = ps_positions(cluster)[1]
     stored = store_segments(root, cluster)
     print("%d segments written, wal/ objects seen: %s" % (written, counts))
@@ -266,3 +270,62 @@ def test_wal_backup_objects_stay_bounded(store):
     # The first member deletes; the others do not.
     assert sk_tl(cluster, "sk2")["wal_backup"]["segments_deleted"] == 0
     assert sk_tl(cluster, "sk3")["wal_backup"]["segments_deleted"] == 0
+
+
+def test_returning_safekeeper_catches_up_from_the_backup(store):
+    """sk3 is down while its peers remove the WAL it lacks (it is in the
+    backup) and the compute is replaced (the new one holds WAL from its
+    basebackup on only): started again, sk3 reads the gap from the store
+    after the walproposer elects it, then takes the stream, with no
+    `replace`.  Its segments equal the others' and the store's."""
+    cluster, root = store
+    cluster.env["SAFEKEEPER_WAL_BACKUP_DELAY_MS"] = "500"
+    cluster.up("--remote", "file://" + root)
+    cluster.sql("CREATE TABLE ledger (id int PRIMARY KEY, pad text)")
+    ledger = []
+
+    def write(n):
+        for _ in range(n):
+            base = len(ledger)
+            cluster.sql("INSERT INTO ledger SELECT g, repeat('x', 1000) "
+                        "FROM generate_series(%d, %d) g" % (base, base + 9999))
+            ledger.extend(range(base, base + 10000))
+
+    write(1)
+    cluster.stop("sk3", immediate=True)
+    sk3_end = lsn_to_int(sk_tl(cluster, "sk1")["commit_lsn"])
+    write(6)
+
+    def peers_removed():
+        return all(seg_lsn(local_segments(cluster, n)[0]) > sk3_end + SEG for n in ("sk1", "sk2"))
+
+    wait_until(peers_removed, 180, "sk1 and sk2 to remove WAL sk3 never had")
+    cluster.stop("compute")
+    cluster.start("compute")
+    write(3)  # the new compute's own WAL passes the store's end
+    cluster.start("sk3")
+    target = max(lsn_to_int(sk_tl(cluster, n)["commit_lsn"]) for n in ("sk1", "sk2"))
+    wait_until(lambda: flush_lsn(cluster, "sk3") >= target, 180,
+               "sk3 to catch up (from %X to %X)" % (sk3_end, target))
+    with open(os.path.join(cluster.dir, "sk3.log"), errors="replace") as f:
+        assert "caught up from the WAL backup" in f.read()
+    write(1)  # and it takes part in commits
+    target = max(lsn_to_int(sk_tl(cluster, n)["commit_lsn"]) for n in ("sk1", "sk2"))
+    wait_until(lambda: flush_lsn(cluster, "sk3") >= target, 60, "sk3 to follow the stream")
+    mine = [s for s in closed_segments(cluster, "sk3") if seg_lsn(s) + SEG <= target]
+    stored = set(store_segments(root, cluster))
+    from_store = [s for s in mine if seg_lsn(s) > sk3_end and s in stored]
+    assert len(from_store) >= 3, (mine, sorted(stored))
+    for s in from_store:
+        assert read(os.path.join(store_dir(root, cluster), s)) == \
+            read(os.path.join(local_dir(cluster, "sk3"), s)), s
+    compared = 0
+    for s in mine:
+        for n in ("sk1", "sk2"):
+            p = os.path.join(local_dir(cluster, n), s)
+            if os.path.exists(p) and not p.endswith(".partial"):
+                assert read(p) == read(os.path.join(local_dir(cluster, "sk3"), s)), (s, n)
+                compared += 1
+    assert compared >= 2, (mine, closed_segments(cluster, "sk1"))
+    print("sk3: %d segments from the store, %d compared with a peer" % (len(from_store), compared))
+    assert cluster.sql("SELECT count(*) FROM ledger")[0][0] == len(ledger)
