@@ -91,6 +91,7 @@ struct sk_timeline {
     sk_pusher *recover_for; /* whose ProposerElected started it (NULL: gone) */
     uint64_t recover_segno; /* the segment fetched or being fed */
     lsn_t recover_from;     /* the end of WAL it started at */
+    uint32_t recover_seg;   /* the segment size (read by the fetch's thread) */
     lsn_t recover_stuck_at; /* one started there gained no complete record */
     uint8_t *recover_buf;   /* its bytes (seg_size), NULL when none */
     uint32_t recover_off;   /* the next byte of it to feed */
@@ -897,7 +898,7 @@ int sk_node_set_backup(sk_node *node, wal_backup *b, char *err, size_t errlen)
 static void recover_work(uv_work_t *req)
 {
     sk_timeline *tl = req->data;
-    uint32_t seg = acceptor_state(&tl->acc)->wal_seg_size;
+    uint32_t seg = tl->recover_seg; /* not the core: the loop owns it */
     tl->recover_buf = NULL;
     /* The first one only if the store also has the next: its end of WAL
      * then moves at least to the next segment (else the proposer streams). */
@@ -1023,6 +1024,7 @@ static void recover_start(sk_timeline *tl, sk_pusher *p)
     tl->recovered_any = false;
     tl->recover_for = p;
     tl->recover_from = end;
+    tl->recover_seg = seg;
     tl->recover_segno = end / seg;
     recover_fetch(tl);
 }

@@ -711,7 +711,13 @@ def test_wal_removal_follows_pageserver_feedback(sk):
              application_name="strata_pageserver")
     c.start_copy_both(f"START_REPLICATION PHYSICAL {lsn_str(3 * mb)}")
     persisted = 3 * mb + 100
+    # A disk position without a remote one (a seeded control file that did
+    # not learn it) keeps everything: WAL above the newest manifest.
     c.copy_data(b"z" + struct.pack("!QQQ", end, persisted, 0))
+    time.sleep(2.5)
+    assert os.path.exists(seg(1)), "removed WAL without the pageserver's remote position"
+    # A pageserver without uploads reports its disk position as remote.
+    c.copy_data(b"z" + struct.pack("!QQQ", end, persisted, persisted))
     deadline = time.time() + 10
     while time.time() < deadline and os.path.exists(seg(2)):
         time.sleep(0.2)
