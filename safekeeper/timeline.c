@@ -1201,9 +1201,8 @@ int sk_node_init(sk_node *node, uv_loop_t *loop, uring *ring, const char *datadi
         "WAL segments this safekeeper PUT into the object store", 0, NULL, NULL);
     m->backup.skipped = metrics_counter_register(
         r, "safekeeper_wal_backup_segments_skipped_total",
-        "WAL segments not PUT: found whole in the object store (another safekeeper put them) "
-        "or needed by no one any more",
-        0, NULL, NULL);
+        "WAL segments found whole in the object store already (another safekeeper put them)", 0,
+        NULL, NULL);
     m->backup.bytes =
         metrics_counter_register(r, "safekeeper_wal_backup_bytes_total",
                                  "WAL bytes PUT into the object store", 0, NULL, NULL);

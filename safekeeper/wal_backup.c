@@ -138,7 +138,7 @@ static int back_up_segment(wal_backup_tl *t, uint32_t seg_size, uint64_t segno, 
 }
 
 /* The outcome of one attempt, into the status and the log: 0 uploaded,
- * 1 found in the store, 2 not needed, negative failed. */
+ * 1 found in the store, negative failed. */
 static void record(wal_backup_tl *t, int rc, lsn_t end, uint32_t seg, const remote_err *err)
 {
     wal_backup *b = t->b;
@@ -151,7 +151,7 @@ static void record(wal_backup_tl *t, int rc, lsn_t end, uint32_t seg, const remo
         if (rc == 0)
             t->st.uploaded++;
         else
-            t->st.skipped++; /* found in the store, or not needed */
+            t->st.skipped++;
     } else {
         t->st.errors++;
         t->st.failing = true;
@@ -162,7 +162,7 @@ static void record(wal_backup_tl *t, int rc, lsn_t end, uint32_t seg, const remo
     if (rc == 0) {
         metrics_counter_inc(b->m.uploaded);
         metrics_counter_add(b->m.bytes, seg);
-    } else if (rc >= 1) {
+    } else if (rc == 1) {
         metrics_counter_inc(b->m.skipped);
     } else if (rc < 0) {
         metrics_counter_inc(b->m.errors);
@@ -188,7 +188,6 @@ static uint32_t step(wal_backup_tl *t)
     pthread_mutex_lock(&b->mu);
     uint32_t seg = t->seg_size;
     lsn_t committed = t->committed, oldest = t->oldest_local, backup = t->st.backup_lsn;
-    lsn_t unneeded = t->unneeded;
     uint32_t rank = t->rank;
     pthread_mutex_unlock(&b->mu);
     if (seg == 0 || oldest == LSN_INVALID)
@@ -211,13 +210,6 @@ static uint32_t step(wal_backup_tl *t)
     if (start + seg > committed) {
         t->waiting = false; /* caught up */
         return IDLE_WAIT_MS;
-    }
-    if (start + seg <= unneeded) {
-        /* No one needs it from the store, and rank 0 may have deleted it
-         * already: do not put it back. */
-        remote_err none = {{0}};
-        record(t, 2, start + seg, seg, &none);
-        return 0;
     }
     uint64_t now = now_ms();
     if (!t->waiting) {
@@ -273,9 +265,10 @@ static int delete_below(wal_backup_tl *t, const remote_listing *l, const char *p
 
 /*
  * Rank 0 only: deletes the timeline's wal/ objects wholly below
- * min(what no one needs, the backup LSN), once each time that passes a
- * segment boundary.  Below the backup LSN every segment was in the store
- * or not needed, so nothing this safekeeper still has to upload goes.
+ * min(what no one needs, the backup LSN), each time that passes a segment
+ * boundary.  It lists and deletes every old name, not only the new ones:
+ * a safekeeper whose backup lags behind may have put a deleted segment
+ * back, and it goes again with the next pass.
  */
 static void prune(wal_backup_tl *t)
 {

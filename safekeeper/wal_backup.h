@@ -25,16 +25,16 @@
  * common case the first uploads and the others find it there.  Two PUTs of the same segment are
  * harmless: the bytes are the same and a PUT replaces atomically.
  *
- * What no one needs any more (the caller's horizon, wal_horizon.h
- * wal_horizon_backup_unneeded: the pageserver's manifests cover it and
- * every safekeeper holds it) is neither uploaded (a segment wholly below it
- * counts as backed up: a safekeeper that lags behind in its backup does not
- * put back what was deleted) nor kept: the timeline's rank-0 safekeeper
- * deletes the wal/ objects wholly below min(that horizon, its backup LSN),
- * listing wal/ each time the horizon passes a segment boundary (a failure
- * is logged and retried 30 s later).  So the store holds the WAL from
- * about the pageserver's remote_consistent_lsn on, not every segment ever
- * written.
+ * Deletion: what no one needs any more (the caller's horizon, wal_horizon.h
+ * wal_horizon_backup_unneeded: the pageserver's newest manifest covers it
+ * and every safekeeper holds it) is not kept: the timeline's rank-0
+ * safekeeper deletes the wal/ objects wholly below min(that horizon, its
+ * backup LSN), listing wal/ each time the horizon passes a segment
+ * boundary and deleting every older name (a safekeeper whose backup lags
+ * may put a deleted segment back; the next pass deletes it again).  A
+ * failure is logged and retried 30 s later.  So the store holds the WAL
+ * from about the pageserver's remote_consistent_lsn on, not every segment
+ * ever written.
  *
  * Failures: a failed HEAD or PUT is retried with backoff (1 s doubling to
  * 30 s) for as long as it fails; the first failure and the recovery are
@@ -69,7 +69,7 @@ typedef struct wal_backup_tl wal_backup_tl;
 /* Counters the worker adds to (atomic; shared by every timeline). */
 typedef struct wal_backup_metrics {
     metrics_counter *uploaded; /* segments PUT */
-    metrics_counter *skipped;  /* segments found in the store already, or not needed */
+    metrics_counter *skipped;  /* segments found in the store already */
     metrics_counter *bytes;    /* bytes PUT */
     metrics_counter *errors;   /* failed HEADs and PUTs */
     metrics_counter *deleted;  /* objects deleted below the horizon */

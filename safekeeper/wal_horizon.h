@@ -47,7 +47,7 @@ lsn_t wal_horizon_removal(const acceptor_persistent_state *st, bool backup);
  * safekeeper catches up from its flush position on, which truncate_lsn
  * (the lowest flush of every configured acceptor, frozen while one has not
  * reported) never passes.  The backup deletes whole segments below it (and
- * below its own backup LSN) and need not upload a segment below it.
+ * below its own backup LSN).
  * Nothing until every input was reported.
  */
 lsn_t wal_horizon_backup_unneeded(const acceptor_persistent_state *st);
