@@ -142,6 +142,16 @@ static void mark_all_durable(acceptor *acc)
     acc->st.flush_lsn = acc->flush_lsn;
 }
 
+/* Queues a written range for the next flush.  When the queue is full it
+ * coalesces into the newest entry: its response may come one flush later,
+ * never earlier than it should. */
+static void push_pending(acceptor *acc, lsn_t write_end, lsn_t record_end)
+{
+    int i = acc->n_pending == ACCEPTOR_PENDING_MAX ? acc->n_pending - 1 : acc->n_pending++;
+    acc->pending[i].write_end = write_end;
+    acc->pending[i].record_end = record_end;
+}
+
 /* ---- Construction ------------------------------------------------------ */
 
 void acceptor_init(acceptor *acc, uint64_t node_id, const strata_id *tenant_id,
@@ -427,17 +437,7 @@ static int handle_append(acceptor *acc, const append_request *a, acceptor_output
         w->data = a->wal;
         w->len = a->wal_len;
         acc->write_lsn = a->end_lsn;
-        lsn_t rec_end = wal_tracker_last_record_end(&acc->tracker);
-        if (acc->n_pending == ACCEPTOR_PENDING_MAX) {
-            /* Coalesce into the newest entry: its response may come one
-             * flush later, never earlier than it should. */
-            acc->pending[acc->n_pending - 1].write_end = a->end_lsn;
-            acc->pending[acc->n_pending - 1].record_end = rec_end;
-        } else {
-            acc->pending[acc->n_pending].write_end = a->end_lsn;
-            acc->pending[acc->n_pending].record_end = rec_end;
-            acc->n_pending++;
-        }
+        push_pending(acc, a->end_lsn, wal_tracker_last_record_end(&acc->tracker));
         acc->reply_pending = true;
     }
     if (a->commit_lsn > acc->st.commit_lsn)
@@ -473,15 +473,6 @@ int acceptor_handle_message(acceptor *acc, const proposer_msg *msg, acceptor_out
         return handle_append(acc, &msg->u.append, out);
     }
     return fail(out, "unknown message kind");
-}
-
-/* Queues a written range for the next flush (coalescing when full: its
- * flush may then be noticed one round later, never earlier). */
-static void push_pending(acceptor *acc, lsn_t write_end, lsn_t record_end)
-{
-    int i = acc->n_pending == ACCEPTOR_PENDING_MAX ? acc->n_pending - 1 : acc->n_pending++;
-    acc->pending[i].write_end = write_end;
-    acc->pending[i].record_end = record_end;
 }
 
 int acceptor_append_recovered(acceptor *acc, lsn_t begin, const uint8_t *wal, uint32_t len,

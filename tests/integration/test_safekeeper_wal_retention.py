@@ -12,11 +12,13 @@ findings 5, 7 and 10; docs/design.md §5.5).  Real clusters (`strata up
     others' and the store's byte for byte;
   - a safekeeper seeded by `strata safekeeper replace` keeps the WAL above
     the pageserver's remote_consistent_lsn while the pageserver's uploads
-    are blocked (its disk_consistent_lsn moves on): the seed copies the
-    remote position (TIMELINE_STATUS) instead of leaving 0;
+    are blocked (its disk_consistent_lsn moves on) and the safekeepers run
+    without a backup of their own: the seed copies the remote position
+    (TIMELINE_STATUS) instead of leaving 0;
   - the WAL backup's wal/ objects stay bounded as remote_consistent_lsn
     advances: the first member deletes what no one needs any more.
 """
+import json
 import os
 import shutil
 import subprocess
@@ -203,10 +205,26 @@ def ps_positions(cluster):
             lsn_to_int(st["remote_consistent_lsn"] or "0/0"))
 
 
+def safekeepers_without_backup(cluster):
+    """Restarts the safekeepers without --remote (the pageserver keeps its
+    own): each daemon's --remote is separate, and without the backup only
+    the pageserver's positions hold their WAL."""
+    path = os.path.join(cluster.dir, "cluster.json")
+    with open(path) as f:
+        state = json.load(f)
+    state.pop("remote", None)
+    with open(path, "w") as f:
+        json.dump(state, f)
+    for n in NAMES:
+        cluster.stop(n)
+        cluster.start(n)
+        assert sk_tl(cluster, n)["wal_backup"] is None
+
+
 def test_replaced_safekeeper_keeps_wal_above_the_remote_consistent_lsn(store):
     cluster, root = store
-    cluster.env["SAFEKEEPER_WAL_BACKUP_DELAY_MS"] = "500"
     cluster.up("--remote", "file://" + root)
+    safekeepers_without_backup(cluster)
     cluster.sql("CREATE TABLE t (id int, pad text)")
     cluster.sql("INSERT INTO t SELECT g, repeat('a', 1000) FROM generate_series(1, 10000) g")
     wait_until(lambda: ps_positions(cluster)[1] > 0, 120, "a first upload")
@@ -314,29 +332,46 @@ def test_returning_safekeeper_catches_up_from_the_backup(store):
     cluster.stop("compute")
     cluster.start("compute")
     write(3)  # the new compute's own WAL passes the store's end
+    # What the store holds past sk3's end now (sk3's return lets the first
+    # member delete it soon after).
+    stored = {}
+    for name in store_segments(root, cluster):
+        if seg_lsn(name) > sk3_end:
+            stored[name] = read(os.path.join(store_dir(root, cluster), name))
+    # The pageserver stops: nobody removes WAL (or deletes it from the
+    # store) while sk3 catches up, so what sk3 gets is on a peer too.
+    cluster.stop("pageserver")
     cluster.start("sk3")
     target = max(lsn_to_int(sk_tl(cluster, n)["commit_lsn"]) for n in ("sk1", "sk2"))
     wait_until(lambda: flush_lsn(cluster, "sk3") >= target, 180,
                "sk3 to catch up (from %X to %X)" % (sk3_end, target))
+    # Its closed segments now (it removes old ones as the others do).
+    mine = {}
+    for name in closed_segments(cluster, "sk3"):
+        try:
+            mine[name] = read(os.path.join(local_dir(cluster, "sk3"), name))
+        except FileNotFoundError:
+            pass
     with open(os.path.join(cluster.dir, "sk3.log"), errors="replace") as f:
         assert "caught up from the WAL backup" in f.read()
+    from_store = sorted(s for s in mine if s in stored)
+    assert len(from_store) >= 3, (sorted(mine), sorted(stored))
+    for s in from_store:
+        assert stored[s] == mine[s], s
+    compared = 0
+    for s in sorted(mine):
+        for n in ("sk1", "sk2"):
+            try:
+                theirs = read(os.path.join(local_dir(cluster, n), s))
+            except FileNotFoundError:
+                continue
+            assert theirs == mine[s], (s, n)
+            compared += 1
+    assert compared >= 2, (sorted(mine), closed_segments(cluster, "sk1"))
+    print("sk3: %d segments equal to the store's, %d comparisons with a peer"
+          % (len(from_store), compared))
+    cluster.start("pageserver")
     write(1)  # and it takes part in commits
     target = max(lsn_to_int(sk_tl(cluster, n)["commit_lsn"]) for n in ("sk1", "sk2"))
     wait_until(lambda: flush_lsn(cluster, "sk3") >= target, 60, "sk3 to follow the stream")
-    mine = [s for s in closed_segments(cluster, "sk3") if seg_lsn(s) + SEG <= target]
-    stored = set(store_segments(root, cluster))
-    from_store = [s for s in mine if seg_lsn(s) > sk3_end and s in stored]
-    assert len(from_store) >= 3, (mine, sorted(stored))
-    for s in from_store:
-        assert read(os.path.join(store_dir(root, cluster), s)) == \
-            read(os.path.join(local_dir(cluster, "sk3"), s)), s
-    compared = 0
-    for s in mine:
-        for n in ("sk1", "sk2"):
-            p = os.path.join(local_dir(cluster, n), s)
-            if os.path.exists(p) and not p.endswith(".partial"):
-                assert read(p) == read(os.path.join(local_dir(cluster, "sk3"), s)), (s, n)
-                compared += 1
-    assert compared >= 2, (mine, closed_segments(cluster, "sk1"))
-    print("sk3: %d segments from the store, %d compared with a peer" % (len(from_store), compared))
     assert cluster.sql("SELECT count(*) FROM ledger")[0][0] == len(ledger)
