@@ -496,11 +496,17 @@ int acceptor_append_recovered(acceptor *acc, lsn_t begin, const uint8_t *wal, ui
     w->data = wal;
     w->len = len;
     acc->write_lsn = begin + len;
-    lsn_t rec_end = wal_tracker_last_record_end(&acc->tracker);
-    push_pending(acc, acc->write_lsn, rec_end);
-    if (rec_end > acc->st.commit_lsn)
-        acc->st.commit_lsn = rec_end;
+    push_pending(acc, acc->write_lsn, wal_tracker_last_record_end(&acc->tracker));
     return 0;
+}
+
+void acceptor_note_refused_append(acceptor *acc, const append_request *a)
+{
+    if (a->term != acc->st.term || !streaming_current_term(acc))
+        return;
+    if (a->commit_lsn > acc->st.commit_lsn)
+        acc->st.commit_lsn = a->commit_lsn;
+    acceptor_set_pageserver_feedback(acc, &a->ps_feedback);
 }
 
 /* ---- Group commit ------------------------------------------------------ */

@@ -192,12 +192,22 @@ int acceptor_handle_message(acceptor *acc, const proposer_msg *msg, acceptor_out
  * term's ProposerElected: len bytes at begin, which must be the end of WAL
  * written.  Checked like an append (contiguous, valid WAL page headers and
  * records), written with a WRITE_WAL, made durable by the next group-commit
- * flush, for which nobody is answered.  commit_lsn moves to the end of the
- * last complete record in it: the source holds committed WAL only.  Returns
- * 0 with the effects, or -1 with out->error and no effects.
+ * flush, for which nobody is answered.  commit_lsn does not move: the
+ * proposer tells it, and a newer proposer must stay free to truncate bytes
+ * an older one's history labels.  Returns 0 with the effects, or -1 with
+ * out->error and no effects.
  */
 int acceptor_append_recovered(acceptor *acc, lsn_t begin, const uint8_t *wal, uint32_t len,
                               acceptor_output *out);
+
+/*
+ * An AppendRequest the edge refused without handing it to the core (the
+ * timeline is at --max-wal-bytes).  If it is of the current term, after its
+ * ProposerElected, its commit_lsn and relayed pageserver feedback are taken
+ * as an accepted one's would be (stored lazily): they are what lets WAL
+ * removal make room.  No effects.
+ */
+void acceptor_note_refused_append(acceptor *acc, const append_request *a);
 
 /*
  * Switches the timeline to configuration m (the membership-change command).

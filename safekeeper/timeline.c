@@ -607,14 +607,16 @@ static void tl_kick(sk_timeline *tl)
                          detail);
             }
             tl->wal_limited = true;
-            /* The feedback it relays is still taken (from the current
-             * term's proposer): after a reconnect the proposer's first
-             * message is this WAL, not a heartbeat, and without the
-             * pageserver's position this safekeeper could never remove WAL
-             * and make room -- while the one the pageserver streams from
-             * would, alone, short of a quorum. */
-            if (tl->msg.u.append.term == acceptor_term(&tl->acc))
-                acceptor_set_pageserver_feedback(&tl->acc, &tl->msg.u.append.ps_feedback);
+            /* The feedback it relays and its commit position are still
+             * taken (from the current term's proposer): after a reconnect
+             * the proposer's first message is this WAL, not a heartbeat,
+             * and without the pageserver's position this safekeeper could
+             * never remove WAL and make room -- while the one the
+             * pageserver streams from would, alone, short of a quorum.  The
+             * commit position matters after a catch-up from the WAL backup,
+             * which writes past the bound and leaves commit_lsn (and with
+             * it the restart scan start) behind. */
+            acceptor_note_refused_append(&tl->acc, &tl->msg.u.append);
             /* FATAL: the stream cannot skip a message, so the proposer
              * reconnects and resends from this safekeeper's flush_lsn. */
             fatal_to(p->conn, SQLSTATE_DISK_FULL, "safekeeper WAL limit reached for this timeline",

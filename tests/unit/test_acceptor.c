@@ -473,7 +473,8 @@ static void test_restore(void **state)
 }
 
 /* WAL fetched from the backup after ProposerElected: taken only then and
- * contiguously, checked like an append, flushed silently, and committed. */
+ * contiguously, checked like an append, flushed silently; commit comes from
+ * the proposer (also in an append refused for space). */
 static void test_recovered_wal(void **state)
 {
     (void)state;
@@ -496,11 +497,21 @@ static void test_recovered_wal(void **state)
     assert_int_equal(out.n, 1);
     assert_int_equal(out.effects[0].kind, ACC_WRITE_WAL);
     assert_true(acceptor_write_lsn(&acc) == mid);
-    assert_true(acceptor_state(&acc)->commit_lsn == ends[5]); /* a record end */
+    assert_true(acceptor_state(&acc)->commit_lsn == 0); /* the proposer's to say */
     flush_all();
     assert_int_equal(out.n, 0); /* nobody to answer */
     assert_true(acceptor_flush_lsn(&acc) == ends[5]);
-    assert_true(acceptor_commit_lsn(&acc) == ends[5]);
+    /* An append refused for space still brings its commit and feedback,
+     * from the current term only. */
+    append_request r = {.term = 1, .commit_lsn = ends[7]};
+    r.ps_feedback.disk_consistent_lsn = ends[3];
+    acceptor_note_refused_append(&acc, &r);
+    assert_true(acceptor_state(&acc)->commit_lsn == 0);
+    r.term = 2;
+    acceptor_note_refused_append(&acc, &r);
+    assert_true(acceptor_state(&acc)->commit_lsn == ends[7]);
+    assert_true(acceptor_state(&acc)->ps_feedback.disk_consistent_lsn == ends[3]);
+    assert_true(acceptor_commit_lsn(&acc) == ends[5]); /* capped by flush */
     /* Garbage is refused and nothing moves. */
     memset(walmem + (ends[9] - BOOT), 0x5a, 64);
     assert_int_equal(acceptor_append_recovered(&acc, mid, walmem + (mid - BOOT),
