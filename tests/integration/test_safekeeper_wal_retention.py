@@ -150,10 +150,13 @@ def test_dead_safekeeper_does_not_stop_commits_at_the_wal_bound(store):
         st = sk_tl(cluster, n)
         assert st["wal_bytes"] <= LIMIT and not st["failed"], st
 
-    # Four more segments with the pageserver stopped: nobody removes them,
-    # so the closed segments sk3 gets are on sk1 and sk2 too.
+    # Three more segments with the pageserver stopped: nobody removes them,
+    # so the closed segments sk3 gets are on sk1 and sk2 too.  First the
+    # live ones make room (the pageserver catches up, uploads, they remove).
+    wait_until(lambda: all(sk_tl(cluster, n)["wal_bytes"] <= 3 * SEG for n in ("sk1", "sk2")),
+               180, "sk1 and sk2 to remove WAL down to three segments")
     cluster.stop("pageserver")
-    more = Ledger(cluster, 4 * SEG // PAD, first=ledger.count)
+    more = Ledger(cluster, 3 * SEG // PAD, first=ledger.count)
     more.start()
     more.wait(STALL_S, 300)
     # sk3 comes back and catches up (from the compute's pg_wal here: it
