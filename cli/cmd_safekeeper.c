@@ -1,22 +1,30 @@
 /*
  * cmd_safekeeper.c: `strata safekeeper replace NAME` -- a safekeeper whose
  * disk is lost is replaced by an empty one with a new node id, in the same
- * place (name, ports), through a configuration change:
+ * place (name, ports), through a configuration change (docs/design.md
+ * §4.10, the rules in sk_change.h):
  *
- *   1. the survivors' state: the newest configuration and a donor (the one
- *      holding the most committed WAL);
+ *   1. the survivors' state: the newest configuration and a donor, the
+ *      survivor with the highest (last_log_term, flush_lsn);
  *   2. the new safekeeper's data directory gets a copy of the donor's WAL
- *      up to its committed position (sk_client_copy_timeline) and starts;
+ *      up to its flush (sk_client_copy_timeline) and starts;
  *   3. joint configuration, generation g+1: old members, and the new set
  *      (the old one without NAME's node, with the new node); a majority of
  *      the old members must take it -- from then on a proposer needs a
  *      majority of both sets, so the new node gets streamed what it lacks;
- *   4. the new node catches up to the commit position seen after the
- *      switch;
+ *   4. the sync position is read from a majority of the old members, and
+ *      the command waits until a majority of the new set holds it;
  *   5. generation g+2: the new set alone (a majority of it must take it).
  *
  * Commits go on throughout: the walproposer is told to reconnect at each
  * switch, learns the configuration in its greeting and is elected again.
+ *
+ * A replace that was interrupted (the CLI died, a switch lacked a majority,
+ * the wait timed out) is taken up by running it again: a joint
+ * configuration that is this very change is finished (its new node started
+ * again if need be), any other joint one -- or one whose new node's copy is
+ * gone -- is rolled back to its old set, and a new node recorded but never
+ * switched in is discarded and seeded again.
  *
  * `strata safekeeper recover --from NAME --confirm` is for two lost at once,
  * when no majority of the old members exists (see recover() below).
@@ -35,8 +43,10 @@
 #include "cli/cluster.h"
 #include "cli/proc.h"
 #include "cli/safekeepers.h"
+#include "cli/sk_change.h"
 #include "cli/sk_client.h"
 #include "base/durable.h"
+#include "base/failpoint.h"
 #include "base/log.h"
 #include "base/strata_assert.h"
 
@@ -54,8 +64,8 @@ static sk_target target_of(const cluster *c, const cluster_safekeeper *sk)
     return t;
 }
 
-/* TIMELINE_STATUS of every running safekeeper but the one at index skip;
- * up[i] says whether st[i] holds an answer. */
+/* TIMELINE_STATUS of every running safekeeper but the one at index skip
+ * (-1: none); up[i] says whether st[i] holds an answer. */
 static void query_survivors(const cluster *c, int skip, sk_state *st, bool *up)
 {
     for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
@@ -68,6 +78,19 @@ static void query_survivors(const cluster *c, int skip, sk_state *st, bool *up)
             log_warn("%s: %s", c->sk[i].name, e.msg);
         else
             up[i] = true;
+    }
+}
+
+/* The positions sk_change decides by, one per safekeeper of the cluster. */
+static void positions(const cluster *c, const sk_state *st, const bool *up, sk_change_pos *pos)
+{
+    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
+        pos[i] = (sk_change_pos){.up = up[i], .node_id = (uint64_t)c->sk[i].id};
+        if (!up[i])
+            continue;
+        pos[i].flush_lsn = st[i].flush_lsn;
+        pos[i].commit_lsn = st[i].commit_lsn;
+        pos[i].last_log_term = term_history_last_log_term(&st[i].history, st[i].flush_lsn);
     }
 }
 
@@ -108,20 +131,31 @@ static int switch_all(const cluster *c, const membership *m, const member *count
     return took;
 }
 
-/* What a replacement works from: the cluster, the safekeeper being replaced
- * (its index), the survivors' newest configuration, the donor and the new
- * node id. */
+/* The configuration of a cluster that never changed one: its three. */
+static void implicit_configuration(const cluster *c, membership *m)
+{
+    m->n_members = CLUSTER_SAFEKEEPERS;
+    m->n_new_members = 0;
+    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
+        m->members[i].node_id = (uint64_t)c->sk[i].id;
+        snprintf(m->members[i].addr, sizeof m->members[i].addr, "%s:%d", c->sk[i].host,
+                 c->sk[i].pg_port);
+    }
+}
+
+/* What a replacement works from: the cluster, the slot being replaced (its
+ * index and address), the newest configuration any safekeeper holds, the
+ * node leaving, the node coming and the donor. */
 typedef struct replace_plan {
     cluster c;
     int idx;
-    int donor;
-    membership old;
+    char addr[MEMBER_ADDR_MAX + 1];
+    membership newest;
     uint64_t dead, new_id;
-    bool to_flush; /* copy the donor's WAL up to its flush, not its commit */
+    int donor;
 } replace_plan;
 
-/* Step 0: the named safekeeper exists and is not running. */
-static int load_target(const char *dir_opt, const char *name, replace_plan *p, cli_err *err)
+static int load_slot(const char *dir_opt, const char *name, replace_plan *p, cli_err *err)
 {
     char dir[PATH_MAX];
     if (cluster_resolve_dir(dir_opt, dir, err) != 0)
@@ -137,140 +171,111 @@ static int load_target(const char *dir_opt, const char *name, replace_plan *p, c
         return -1;
     }
     p->idx = (int)(found - p->c.sk);
-    pid_t pid = safekeepers_pid(&p->c, found);
-    if (pid != 0) {
-        cli_err_set(err,
-                    "%s is running (pid %d): replace is for a safekeeper that is gone; "
-                    "stop it first (strata stop %s --immediate)",
-                    name, (int)pid, name);
-        return -1;
-    }
-    p->dead = (uint64_t)found->id;
+    snprintf(p->addr, sizeof p->addr, "%s:%d", found->host, found->pg_port);
     return 0;
 }
 
-/* Step 1: the survivors' newest configuration and the donor (most committed
- * WAL); the configuration must be settled and hold the node being replaced. */
-static int survey(replace_plan *p, const char *name, cli_err *err)
+/* The newest configuration any running safekeeper holds (the slot's own
+ * process too: a new node of an interrupted change may hold it). */
+static int survey_newest(replace_plan *p, cli_err *err)
 {
-    const cluster *c = &p->c;
     sk_state st[CLUSTER_SAFEKEEPERS];
     bool up[CLUSTER_SAFEKEEPERS];
-    query_survivors(c, p->idx, st, up);
+    query_survivors(&p->c, -1, st, up);
     int conf = -1;
-    p->donor = -1;
-    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
-        if (!up[i])
-            continue;
-        if (conf < 0 || st[i].mconf.generation > st[conf].mconf.generation)
-            conf = i;
-        /* commit_lsn is what it may serve: min(commit, flush). */
-        if (p->donor < 0 || st[i].commit_lsn > st[p->donor].commit_lsn)
-            p->donor = i;
-    }
-    if (p->donor < 0) {
-        cli_err_set(err, "no other safekeeper of the cluster answers: nothing to copy from");
-        return -1;
-    }
-    membership *old = &p->old;
-    *old = st[conf].mconf;
-    if (old->generation == 0) {
-        /* Never changed: the configuration is the cluster's three. */
-        old->n_members = CLUSTER_SAFEKEEPERS;
-        for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
-            old->members[i].node_id = (uint64_t)c->sk[i].id;
-            snprintf(old->members[i].addr, sizeof old->members[i].addr, "%s:%d", c->sk[i].host,
-                     c->sk[i].pg_port);
-        }
-    }
-    char t[MEMBERSHIP_TEXT_MAX];
-    if (old->n_new_members > 0) {
-        cli_err_set(err,
-                    "generation %u is a joint configuration (a change to %s did not finish); "
-                    "finish or undo it before replacing another safekeeper",
-                    old->generation, set_text(old->new_members, old->n_new_members, t, sizeof t));
-        return -1;
-    }
-    if (!in_set(old->members, old->n_members, p->dead)) {
-        cli_err_set(err, "%s (node %" PRIu64 ") is not a member of generation %u (%s)", name,
-                    p->dead, old->generation, set_text(old->members, old->n_members, t, sizeof t));
-        return -1;
-    }
-    /* A node id never used before, by the cluster or the configuration. */
-    p->new_id = 0;
     for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
-        if ((uint64_t)c->sk[i].id > p->new_id)
-            p->new_id = (uint64_t)c->sk[i].id;
-    for (uint32_t i = 0; i < old->n_members; i++)
-        if (old->members[i].node_id > p->new_id)
-            p->new_id = old->members[i].node_id;
-    p->new_id++;
+        if (up[i] && (conf < 0 || st[i].mconf.generation > st[conf].mconf.generation))
+            conf = i;
+    if (conf < 0)
+        return cli_err_set(err, "no safekeeper of the cluster answers: nothing to copy from");
+    p->newest = st[conf].mconf;
+    if (p->newest.generation == 0)
+        implicit_configuration(&p->c, &p->newest);
+    return 0;
+}
+
+/* A node id never used before, by the cluster or the configuration. */
+static uint64_t unused_node_id(const replace_plan *p)
+{
+    uint64_t id = 0;
+    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
+        if ((uint64_t)p->c.sk[i].id > id)
+            id = (uint64_t)p->c.sk[i].id;
+    for (uint32_t i = 0; i < p->newest.n_members; i++)
+        if (p->newest.members[i].node_id > id)
+            id = p->newest.members[i].node_id;
+    for (uint32_t i = 0; i < p->newest.n_new_members; i++)
+        if (p->newest.new_members[i].node_id > id)
+            id = p->newest.new_members[i].node_id;
+    return id + 1;
+}
+
+/* The donor among the other running members of the newest configuration:
+ * the highest (last_log_term, flush_lsn), as an election would pick. */
+static int pick_donor(replace_plan *p, cli_err *err)
+{
+    sk_state st[CLUSTER_SAFEKEEPERS];
+    bool up[CLUSTER_SAFEKEEPERS];
+    sk_change_pos pos[CLUSTER_SAFEKEEPERS];
+    query_survivors(&p->c, p->idx, st, up);
+    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
+        if (!in_set(p->newest.members, p->newest.n_members, (uint64_t)p->c.sk[i].id))
+            up[i] = false;
+    positions(&p->c, st, up, pos);
+    p->donor = sk_change_donor(pos, CLUSTER_SAFEKEEPERS);
+    if (p->donor < 0)
+        return cli_err_set(err, "no other member of generation %u answers: nothing to copy from",
+                           p->newest.generation);
     return 0;
 }
 
 /* Step 2: an empty data directory (the old one moved aside) with a copy of
- * the donor's WAL; the new node starts in the old one's place. */
-static int seed_new_node(replace_plan *p, const char *name, cli_err *err)
+ * donor's WAL; the node starts in slot idx with id new_id. */
+static int seed_new_node(cluster *c, int idx, int donor, uint64_t dead, uint64_t new_id,
+                         cli_err *err)
 {
-    cluster_safekeeper *sk = &p->c.sk[p->idx];
+    cluster_safekeeper *sk = &c->sk[idx];
     char datadir[PATH_MAX], aside[PATH_MAX + 64];
-    if (cluster_path(&p->c, name, datadir, err) != 0)
+    if (cluster_path(c, sk->name, datadir, err) != 0)
         return -1;
     struct stat sb;
     if (stat(datadir, &sb) == 0) {
-        snprintf(aside, sizeof aside, "%s.replaced-node%" PRIu64 "-%ld", datadir, p->dead,
+        snprintf(aside, sizeof aside, "%s.replaced-node%" PRIu64 "-%ld", datadir, dead,
                  (long)time(NULL));
         int rc = durable_rename(datadir, aside);
-        if (rc != 0) {
-            cli_err_set(err, "move %s aside: %s", datadir, strerror(-rc));
-            return -1;
-        }
+        if (rc != 0)
+            return cli_err_set(err, "move %s aside: %s", datadir, strerror(-rc));
         printf("moved the old data directory to %s\n", aside);
     }
-    if (mkdir(datadir, 0750) != 0) {
-        cli_err_set(err, "mkdir %s: %s", datadir, strerror(errno));
-        return -1;
-    }
-    sk_target dt = target_of(&p->c, &p->c.sk[p->donor]);
+    if (mkdir(datadir, 0750) != 0)
+        return cli_err_set(err, "mkdir %s: %s", datadir, strerror(errno));
+    sk_target dt = target_of(c, &c->sk[donor]);
     lsn_t copied = 0;
-    if (sk_client_copy_timeline(&dt, datadir, p->new_id, p->to_flush, &copied, err) != 0)
+    if (sk_client_copy_timeline(&dt, datadir, new_id, &copied, err) != 0)
         return -1;
-    sk->id = (int)p->new_id;
-    if (cluster_save(&p->c, err) != 0)
+    sk->id = (int)new_id;
+    if (cluster_save(c, err) != 0)
         return -1;
-    if (safekeepers_start(&p->c, sk, err) != 0 ||
-        safekeepers_wait_ready(&p->c, sk, START_TIMEOUT_MS, err) != 0)
+    if (safekeepers_start(c, sk, err) != 0 ||
+        safekeepers_wait_ready(c, sk, START_TIMEOUT_MS, err) != 0)
         return -1;
     char l[LSN_FMT_LEN];
-    printf("%s started as node %" PRIu64 " with WAL up to %s\n", name, p->new_id,
+    printf("%s started as node %" PRIu64 " with WAL up to %s\n", sk->name, new_id,
            lsn_format(copied, l));
     return 0;
 }
 
 /* Step 3: generation g+1, the old members and the new set, taken by a
- * majority of the old members. */
-static int switch_joint(const replace_plan *p, membership *joint, cli_err *err)
+ * majority of the old members (again, on a re-run: taking the same joint
+ * configuration twice is a no-op). */
+static int switch_joint(const replace_plan *p, const membership *joint, cli_err *err)
 {
-    const cluster_safekeeper *sk = &p->c.sk[p->idx];
-    *joint = p->old;
-    joint->generation = p->old.generation + 1;
-    joint->n_new_members = 0;
-    for (uint32_t i = 0; i < p->old.n_members; i++) {
-        member m = p->old.members[i];
-        if (m.node_id == p->dead) {
-            m.node_id = p->new_id;
-            snprintf(m.addr, sizeof m.addr, "%s:%d", sk->host, sk->pg_port);
-        }
-        joint->new_members[joint->n_new_members++] = m;
-    }
-    int took = switch_all(&p->c, joint, p->old.members, p->old.n_members);
-    if (took < (int)p->old.n_members / 2 + 1) {
-        cli_err_set(err,
-                    "only %d of the %u old members took joint generation %u: no majority; the "
-                    "cluster keeps generation %u where it was not taken",
-                    took, p->old.n_members, joint->generation, p->old.generation);
-        return -1;
-    }
+    int took = switch_all(&p->c, joint, joint->members, joint->n_members);
+    if (took < (int)joint->n_members / 2 + 1)
+        return cli_err_set(err,
+                           "only %d of the %u old members took joint generation %u: no majority; "
+                           "run the command again once they answer",
+                           took, joint->n_members, joint->generation);
     char a[MEMBERSHIP_TEXT_MAX], b[MEMBERSHIP_TEXT_MAX];
     printf("generation %u: joint %s -> %s\n", joint->generation,
            set_text(joint->members, joint->n_members, a, sizeof a),
@@ -278,80 +283,187 @@ static int switch_joint(const replace_plan *p, membership *joint, cli_err *err)
     return 0;
 }
 
-/* Step 4: the new member catches up to what the survivors have committed
- * now, with progress every second. */
-static int wait_caught_up(const replace_plan *p, const char *name, uint32_t joint_generation,
-                          cli_err *err)
+/* Step 4: the sync position, read from a majority of the old members once
+ * the joint configuration is in place, and then a majority of the new set
+ * at or past it, with progress every second. */
+static int wait_synced(const replace_plan *p, const char *name, const membership *joint,
+                       cli_err *err)
 {
-    sk_state st[CLUSTER_SAFEKEEPERS];
-    bool up[CLUSTER_SAFEKEEPERS];
-    lsn_t target = 0;
-    query_survivors(&p->c, p->idx, st, up);
-    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
-        if (up[i] && st[i].commit_lsn > target)
-            target = st[i].commit_lsn;
-    sk_target nt = target_of(&p->c, &p->c.sk[p->idx]);
     long long deadline = proc_now_ms() + CATCH_UP_TIMEOUT_MS, next_print = 0;
-    char h[LSN_FMT_LEN], t[LSN_FMT_LEN];
+    sk_change_pos target = {.up = false};
+    char h[LSN_FMT_LEN];
     for (;;) {
-        sk_state s;
-        cli_err e = {{0}};
-        lsn_t have = sk_client_status(&nt, &s, &e) == 0 ? s.flush_lsn : 0;
-        if (have >= target)
+        sk_state st[CLUSTER_SAFEKEEPERS];
+        bool up[CLUSTER_SAFEKEEPERS];
+        sk_change_pos pos[CLUSTER_SAFEKEEPERS];
+        query_survivors(&p->c, -1, st, up);
+        positions(&p->c, st, up, pos);
+        if (!target.up && sk_change_sync_position(joint->members, joint->n_members, pos,
+                                                  CLUSTER_SAFEKEEPERS, &target))
+            printf("sync position %s (term %" PRIu64 "), from a majority of the old members\n",
+                   lsn_format(target.flush_lsn, h), target.last_log_term);
+        uint32_t synced = target.up
+                              ? sk_change_count_synced(joint->new_members, joint->n_new_members,
+                                                       pos, CLUSTER_SAFEKEEPERS, &target)
+                              : 0;
+        if (synced >= joint->n_new_members / 2 + 1)
             break;
         long long now = proc_now_ms();
-        if (now >= deadline) {
-            cli_err_set(err,
-                        "%s did not catch up within %d s (has %s of %s); is a compute running? "
-                        "generation %u stays joint",
-                        name, CATCH_UP_TIMEOUT_MS / 1000, lsn_format(have, h),
-                        lsn_format(target, t), joint_generation);
-            return -1;
-        }
+        if (now >= deadline)
+            return cli_err_set(err,
+                               "%s: %s within %d s; generation %u stays joint (is a compute "
+                               "running? run the command again to resume)",
+                               name,
+                               target.up ? "no majority of the new set reached the sync position"
+                                         : "no majority of the old members answered",
+                               CATCH_UP_TIMEOUT_MS / 1000, joint->generation);
         if (now >= next_print) {
-            printf("  %s at %s, catching up to %s\n", name, lsn_format(have, h),
-                   lsn_format(target, t));
+            if (target.up)
+                printf("  %u of %u new members at %s\n", synced, joint->n_new_members,
+                       lsn_format(target.flush_lsn, h));
+            else
+                printf("  waiting for a majority of the old members to answer\n");
             fflush(stdout);
             next_print = now + 1000;
         }
         proc_sleep_ms(100);
     }
-    printf("%s caught up to %s\n", name, lsn_format(target, t));
+    printf("%s caught up: a majority of the new set holds %s\n", name,
+           lsn_format(target.flush_lsn, h));
     return 0;
 }
 
-/* Step 5: generation g+2, the new set alone, taken by a majority of it. */
-static int switch_final(const replace_plan *p, const membership *joint, cli_err *err)
+/* Step 5 (finish) or a roll back: generation g+2, one set of the joint
+ * configuration alone, taken by a majority of that set. */
+static int switch_settled(const replace_plan *p, const membership *joint, bool finish, cli_err *err)
 {
-    membership final = {.generation = joint->generation + 1, .n_members = joint->n_new_members};
-    memcpy(final.members, joint->new_members, sizeof final.members);
-    int took = switch_all(&p->c, &final, final.members, final.n_members);
-    if (took < (int) final.n_members / 2 + 1) {
-        cli_err_set(err, "only %d of the %u new members took generation %u", took, final.n_members,
-                    final.generation);
-        return -1;
-    }
+    membership m;
+    sk_change_settle(joint, finish, &m);
+    int took = switch_all(&p->c, &m, m.members, m.n_members);
+    if (took < (int)m.n_members / 2 + 1)
+        return cli_err_set(err, "only %d of the %u members took generation %u", took, m.n_members,
+                           m.generation);
     char a[MEMBERSHIP_TEXT_MAX];
-    printf("generation %u: members %s\n", final.generation,
-           set_text(final.members, final.n_members, a, sizeof a));
+    printf("generation %u: members %s%s\n", m.generation,
+           set_text(m.members, m.n_members, a, sizeof a),
+           finish ? "" : " (the unfinished change rolled back)");
     return 0;
+}
+
+/* Steps 4 and 5 of the change in p->newest (joint). */
+static int finish_joint(const replace_plan *p, const char *name, cli_err *err)
+{
+    if (wait_synced(p, name, &p->newest, err) != 0)
+        return -1;
+    return switch_settled(p, &p->newest, true, err);
+}
+
+/* A joint configuration of this change can be finished if its new node
+ * runs, or can be started from the copy it was seeded with. */
+static bool new_node_available(replace_plan *p)
+{
+    const cluster_safekeeper *sk = &p->c.sk[p->idx];
+    if (safekeepers_pid(&p->c, sk) != 0)
+        return true;
+    char datadir[PATH_MAX], control[PATH_MAX + 200], a[STRATA_ID_HEX_LEN], b[STRATA_ID_HEX_LEN];
+    cli_err e = {{0}};
+    if (cluster_path(&p->c, sk->name, datadir, &e) != 0)
+        return false;
+    snprintf(control, sizeof control, "%s/%s/%s/safekeeper.control", datadir,
+             strata_id_format(&p->c.tenant_id, a), strata_id_format(&p->c.timeline_id, b));
+    struct stat sb;
+    if (stat(control, &sb) != 0)
+        return false;
+    printf("starting %s (node %d) again from the copy it was seeded with\n", sk->name, sk->id);
+    if (safekeepers_start(&p->c, sk, &e) != 0 ||
+        safekeepers_wait_ready(&p->c, sk, START_TIMEOUT_MS, &e) != 0) {
+        log_warn("%s", e.msg);
+        return false;
+    }
+    return true;
+}
+
+/* A replace from a settled configuration: steps 1-5. */
+static int replace_fresh(replace_plan *p, const char *name, sk_change_stage stage, cli_err *err)
+{
+    const cluster_safekeeper *sk = &p->c.sk[p->idx];
+    char t[MEMBERSHIP_TEXT_MAX];
+    if (p->dead == 0)
+        return cli_err_set(err, "no member of generation %u is at %s's address %s (%s)",
+                           p->newest.generation, name, p->addr,
+                           set_text(p->newest.members, p->newest.n_members, t, sizeof t));
+    pid_t pid = safekeepers_pid(&p->c, sk);
+    if (pid != 0 && stage == SK_CHANGE_FRESH)
+        return cli_err_set(err,
+                           "%s is running (pid %d): replace is for a safekeeper that is gone; "
+                           "stop it first (strata stop %s --immediate)",
+                           name, (int)pid, name);
+    if (pid != 0) {
+        printf("%s runs node %d, which an earlier replace seeded but never switched in: "
+               "discarding it\n",
+               name, sk->id);
+        if (safekeepers_stop(&p->c, sk, true, err) != 0)
+            return -1;
+    }
+    p->new_id = unused_node_id(p);
+    if (pick_donor(p, err) != 0)
+        return -1;
+    printf("replacing %s (node %" PRIu64 ") by node %" PRIu64 "; donor %s; configuration "
+           "generation %u\n",
+           name, p->dead, p->new_id, p->c.sk[p->donor].name, p->newest.generation);
+    membership joint;
+    if (sk_change_joint(&p->newest, p->dead, p->new_id, p->addr, &joint) != 0)
+        return cli_err_set(err, "node %" PRIu64 " cannot replace node %" PRIu64 " in %s", p->new_id,
+                           p->dead, set_text(p->newest.members, p->newest.n_members, t, sizeof t));
+    if (seed_new_node(&p->c, p->idx, p->donor, p->dead, p->new_id, err) != 0)
+        return -1;
+    /* Where a test interrupts the change (tests: test_membership_safety). */
+    failpoint_hit("replace.after_seed");
+    if (switch_joint(p, &joint, err) != 0)
+        return -1;
+    failpoint_hit("replace.after_joint");
+    p->newest = joint;
+    return finish_joint(p, name, err);
 }
 
 static int replace(const char *dir_opt, const char *name)
 {
     cli_err err = {{0}};
-    replace_plan p = {.to_flush = false};
-    membership joint;
-    if (load_target(dir_opt, name, &p, &err) != 0 || survey(&p, name, &err) != 0)
+    replace_plan p;
+    if (load_slot(dir_opt, name, &p, &err) != 0)
         return cli_fail(&err);
-    printf("replacing %s (node %" PRIu64 ") by node %" PRIu64 "; donor %s; configuration "
-           "generation %u\n",
-           name, p.dead, p.new_id, p.c.sk[p.donor].name, p.old.generation);
-    if (seed_new_node(&p, name, &err) != 0 || switch_joint(&p, &joint, &err) != 0 ||
-        wait_caught_up(&p, name, joint.generation, &err) != 0 ||
-        switch_final(&p, &joint, &err) != 0)
-        return cli_fail(&err);
-    return CLI_OK;
+    /* At most one roll back, then a change from the settled result. */
+    for (int round = 0; round < 2; round++) {
+        if (survey_newest(&p, &err) != 0)
+            return cli_fail(&err);
+        sk_change_stage stage =
+            sk_change_classify(&p.newest, p.addr, (uint64_t)p.c.sk[p.idx].id, &p.dead);
+        char a[MEMBERSHIP_TEXT_MAX];
+        if (stage == SK_CHANGE_RESUME_JOINT && new_node_available(&p)) {
+            p.new_id = (uint64_t)p.c.sk[p.idx].id;
+            printf("resuming the change to %s (node %" PRIu64 " replacing node %" PRIu64
+                   "), joint generation %u\n",
+                   set_text(p.newest.new_members, p.newest.n_new_members, a, sizeof a), p.new_id,
+                   p.dead, p.newest.generation);
+            /* The joint switch again, for members that missed it. */
+            if (switch_joint(&p, &p.newest, &err) != 0 || finish_joint(&p, name, &err) != 0)
+                return cli_fail(&err);
+            return CLI_OK;
+        }
+        if (stage == SK_CHANGE_FRESH || stage == SK_CHANGE_SEEDED) {
+            if (replace_fresh(&p, name, stage, &err) != 0)
+                return cli_fail(&err);
+            return CLI_OK;
+        }
+        printf("generation %u is a joint configuration to %s that this command cannot "
+               "finish: rolling it back\n",
+               p.newest.generation,
+               set_text(p.newest.new_members, p.newest.n_new_members, a, sizeof a));
+        if (switch_settled(&p, &p.newest, false, &err) != 0)
+            return cli_fail(&err);
+    }
+    cli_err_set(&err, "the configuration is still joint after a roll back");
+    return cli_fail(&err);
 }
 
 /* ---- recover: quorum lost, one survivor ------------------------------- */
@@ -478,24 +590,16 @@ static void recover_caveat(const recover_plan *p)
 }
 
 /* Seeds and starts each lost member from the survivor, as replace does,
- * but with all of the survivor's WAL: an acknowledged commit may lie beyond
- * the commit LSN the survivor heard, and once every member holds that tail,
+ * with all of the survivor's WAL: an acknowledged commit may lie beyond the
+ * commit LSN the survivor heard, and once every member holds that tail,
  * whichever majority elects the next proposer keeps it. */
 static int recover_seed(recover_plan *p, cli_err *err)
 {
     for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
         if (i == p->survivor)
             continue;
-        replace_plan rp = {.c = p->c,
-                           .idx = i,
-                           .donor = p->survivor,
-                           .old = p->old,
-                           .dead = (uint64_t)p->c.sk[i].id,
-                           .new_id = p->new_id[i],
-                           .to_flush = true};
-        if (seed_new_node(&rp, p->c.sk[i].name, err) != 0)
+        if (seed_new_node(&p->c, i, p->survivor, (uint64_t)p->c.sk[i].id, p->new_id[i], err) != 0)
             return -1;
-        p->c.sk[i].id = rp.c.sk[i].id;
         STRATA_ASSERT((uint64_t)p->c.sk[i].id == p->new_id[i]);
     }
     return 0;

@@ -51,14 +51,15 @@ int sk_client_switch(const sk_target *t, const membership *m, cli_err *err);
 /*
  * Copies the timeline from donor into <datadir>/<tenant>/<timeline>/ for a
  * safekeeper with node id node_id that is not running: every WAL segment
- * the donor holds up to its committed position (to_flush: up to its flush
- * position, read under its current term, for `recover`, where the donor's
- * WAL is all there is), and a control file that says what that WAL is (the
- * donor's history up to it, term, server info, configuration; commit at its
- * end).  Nothing is left behind on failure.  *copied_to is the end of the
- * copied WAL.  0, or -1 with err.
+ * the donor holds up to its flush position (sk_change_copy_end), read under
+ * its current term (a term change ends the copy with an error), and a
+ * control file that says what that WAL is (the donor's history up to it,
+ * term, server info, configuration; flush at its end, commit where the
+ * donor had it).  Nothing is left
+ * behind on failure.  *copied_to is the end of the copied WAL.  0, or -1
+ * with err.
  */
 int sk_client_copy_timeline(const sk_target *donor, const char *datadir, uint64_t node_id,
-                            bool to_flush, lsn_t *copied_to, cli_err *err);
+                            lsn_t *copied_to, cli_err *err);
 
 #endif

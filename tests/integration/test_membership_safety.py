@@ -1,0 +1,197 @@
+"""
+Membership changes as safe as the commit path (issue 27; review of 4470d5a,
+findings 1 and 6).
+
+test_replace_keeps_a_commit_only_one_survivor_flushed: the compute and sk2
+are lost together right after a commit that sk1 and sk2 fsynced while sk3
+was stopped, before sk1 heard that it was committed.  `replace sk2` must
+give the new node that commit (the donor is the survivor with the highest
+(last_log_term, flush), and the copy ends at its flush), so that the next
+election by sk3 and the new node alone keeps it.  On 4470d5a the copy ended
+at sk1's commit position and the row was gone.
+
+test_replace_resumes_*: a replace that stopped half-way is taken up by
+running it again -- a joint configuration taken by too few members, the
+CLI killed after the joint switch or after the seeding, a new node lost in
+a joint configuration -- and every acknowledged row is there at the end.
+"""
+import os
+import shutil
+import signal
+import subprocess
+
+import psycopg
+
+from conftest import children_of, kill_hard, lsn_to_int, wait_until
+from test_membership import timeline_status
+
+
+def compute_pids(cluster):
+    pid = cluster.status()["compute"]["pid"]
+    assert pid, "the compute does not run"
+    return [pid] + children_of(pid)
+
+
+def insert_rows(conn, ledger, n):
+    for _ in range(n):
+        (k,) = conn.execute("INSERT INTO ledger (note) VALUES ('x') RETURNING k").fetchone()
+        ledger.append(k)
+
+
+def rows_present(cluster, ledger):
+    rows = {k for (k,) in cluster.sql("SELECT k FROM ledger")}
+    missing = sorted(set(ledger) - rows)
+    assert not missing, "acknowledged rows lost: %s" % missing[:20]
+
+
+def generation(cluster):
+    return cluster.status()["configuration"]
+
+
+def replace(cluster, name, failpoint=None, check=True, timeout=300):
+    env = dict(cluster.env)
+    if failpoint:
+        env["STRATA_FAILPOINTS"] = failpoint
+    cmd = [cluster.strata, "safekeeper", "replace", name, "--dir", cluster.dir]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    print(proc.stdout, proc.stderr)
+    if check:
+        assert proc.returncode == 0, "%s: %d\n%s\n%s\n%s" % (
+            " ".join(cmd), proc.returncode, proc.stdout, proc.stderr, cluster.log_tails())
+    return proc
+
+
+def test_replace_keeps_a_commit_only_one_survivor_flushed(cluster):
+    # The walproposer tells the safekeepers of a new commit position with its
+    # next WAL, or after strata.commit_notice_delay: at its longest, a kill
+    # right after the acknowledgement leaves sk1 without the news.
+    cluster.stop("compute")
+    cluster.run("start", "compute", "--set", "strata.commit_notice_delay=1000")
+    conn = cluster.connect()
+    conn.execute("CREATE TABLE ledger (k bigserial PRIMARY KEY, note text)")
+    ledger = []
+    insert_rows(conn, ledger, 10)
+
+    # sk3 is down (a stopped one would read the WAL still in its socket
+    # once it runs again): X is on sk1 and sk2 only.
+    cluster.stop("sk3", immediate=True)
+    pids = compute_pids(cluster)
+    (k,) = conn.execute("INSERT INTO ledger (note) VALUES ('X') RETURNING k").fetchone()
+    (end,) = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+    kill_hard(pids)
+    ledger.append(k)
+    conn.close()
+    x = lsn_to_int(end)
+    st1 = timeline_status(cluster, "sk1")
+    # The precondition of the scenario, so that the test cannot pass by
+    # luck: sk1 holds X but does not know it is committed.
+    assert lsn_to_int(st1["flush_lsn"]) >= x, (st1, end)
+    assert lsn_to_int(st1["commit_lsn"]) < x, (st1, end)
+    os.kill(cluster.safekeeper("sk2")["pid"], signal.SIGKILL)
+    shutil.rmtree(cluster.safekeeper_datadir("sk2"))
+    cluster.stop("compute", immediate=True)
+    cluster.start("sk3")
+    assert lsn_to_int(timeline_status(cluster, "sk3")["flush_lsn"]) < x
+
+    proc = replace(cluster, "sk2")
+    assert "donor sk1" in proc.stdout, proc.stdout
+
+    # The next election without sk1: sk3 and the new node decide alone.
+    sk1 = cluster.safekeeper("sk1")["pid"]
+    os.kill(sk1, signal.SIGSTOP)
+    try:
+        cluster.start("compute")
+    finally:
+        os.kill(sk1, signal.SIGCONT)
+    rows_present(cluster, ledger)
+
+
+def start_ledger_compute(cluster):
+    conn = cluster.connect()
+    conn.execute("CREATE TABLE ledger (k bigserial PRIMARY KEY, note text)")
+    ledger = []
+    insert_rows(conn, ledger, 10)
+    return conn, ledger
+
+
+def lose(cluster, name):
+    os.kill(cluster.safekeeper(name)["pid"], signal.SIGKILL)
+    shutil.rmtree(cluster.safekeeper_datadir(name))
+
+
+def finished(cluster, members):
+    conf = generation(cluster)
+    assert conf["new_members"] == [], conf
+    assert sorted(m["node_id"] for m in conf["members"]) == members, conf
+    return conf["generation"]
+
+
+def test_replace_resumes_a_joint_switch_without_majority(cluster):
+    """sk3 does not answer while sk2 is replaced: only sk1 takes the joint
+    generation and the command fails.  On 4470d5a a re-run then refused for
+    good ("finish or undo it"); now it takes the joint configuration up."""
+    conn, ledger = start_ledger_compute(cluster)
+    lose(cluster, "sk2")
+    insert_rows(conn, ledger, 5)
+    sk3 = cluster.safekeeper("sk3")["pid"]
+    os.kill(sk3, signal.SIGSTOP)
+    try:
+        proc = replace(cluster, "sk2", check=False)
+        assert proc.returncode != 0, proc.stdout
+        assert "no majority" in proc.stderr, proc.stderr
+    finally:
+        os.kill(sk3, signal.SIGCONT)
+    assert timeline_status(cluster, "sk1")["new_members"] != ""
+    proc = replace(cluster, "sk2")
+    assert "resuming" in proc.stdout, proc.stdout
+    assert finished(cluster, [1, 3, 4]) == 2
+    insert_rows(conn, ledger, 5)
+    conn.close()
+    rows_present(cluster, ledger)
+
+
+def test_replace_resumes_after_the_cli_died(cluster):
+    """The CLI dies right after the joint switch, then (a second change)
+    right after seeding the new node: each re-run finishes the change."""
+    conn, ledger = start_ledger_compute(cluster)
+    lose(cluster, "sk2")
+    proc = replace(cluster, "sk2", failpoint="replace.after_joint=exit", check=False)
+    assert proc.returncode == 137, (proc.returncode, proc.stdout, proc.stderr)
+    conf = generation(cluster)
+    assert conf["generation"] == 1 and conf["new_members"], conf
+    insert_rows(conn, ledger, 5)
+    proc = replace(cluster, "sk2")
+    assert "resuming" in proc.stdout, proc.stdout
+    assert finished(cluster, [1, 3, 4]) == 2
+    insert_rows(conn, ledger, 5)
+
+    lose(cluster, "sk3")
+    proc = replace(cluster, "sk3", failpoint="replace.after_seed=exit", check=False)
+    assert proc.returncode == 137, (proc.returncode, proc.stdout, proc.stderr)
+    assert cluster.safekeeper("sk3")["node_id"] == 5
+    assert generation(cluster)["generation"] == 2
+    insert_rows(conn, ledger, 5)
+    proc = replace(cluster, "sk3")
+    assert "never switched in" in proc.stdout, proc.stdout
+    assert finished(cluster, [1, 4, 6]) == 4
+    insert_rows(conn, ledger, 5)
+    conn.close()
+    rows_present(cluster, ledger)
+
+
+def test_replace_rolls_back_a_joint_whose_new_node_is_lost(cluster):
+    """The CLI dies after the joint switch and the new node's disk is lost
+    too: the re-run cannot finish that change, so it rolls it back to the
+    old set and replaces sk2 afresh."""
+    conn, ledger = start_ledger_compute(cluster)
+    lose(cluster, "sk2")
+    proc = replace(cluster, "sk2", failpoint="replace.after_joint=exit", check=False)
+    assert proc.returncode == 137, (proc.returncode, proc.stdout, proc.stderr)
+    insert_rows(conn, ledger, 5)
+    lose(cluster, "sk2")
+    proc = replace(cluster, "sk2")
+    assert "rolled back" in proc.stdout, proc.stdout
+    assert finished(cluster, [1, 3, 5]) == 4
+    insert_rows(conn, ledger, 5)
+    conn.close()
+    rows_present(cluster, ledger)
