@@ -194,20 +194,20 @@ static int survey_newest(replace_plan *p, cli_err *err)
     return 0;
 }
 
-/* A node id never used before, by the cluster or the configuration. */
-static uint64_t unused_node_id(const replace_plan *p)
+/* The highest node id the cluster or configuration m knows: the ids above
+ * it were never used. */
+static uint64_t highest_node_id(const cluster *c, const membership *m)
 {
     uint64_t id = 0;
     for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
-        if ((uint64_t)p->c.sk[i].id > id)
-            id = (uint64_t)p->c.sk[i].id;
-    for (uint32_t i = 0; i < p->newest.n_members; i++)
-        if (p->newest.members[i].node_id > id)
-            id = p->newest.members[i].node_id;
-    for (uint32_t i = 0; i < p->newest.n_new_members; i++)
-        if (p->newest.new_members[i].node_id > id)
-            id = p->newest.new_members[i].node_id;
-    return id + 1;
+        if ((uint64_t)c->sk[i].id > id)
+            id = (uint64_t)c->sk[i].id;
+    member all[2 * MEMBERSHIP_MAX];
+    int n = membership_union(m, all);
+    for (int i = 0; i < n; i++)
+        if (all[i].node_id > id)
+            id = all[i].node_id;
+    return id;
 }
 
 /* The donor among the other running members of the newest configuration:
@@ -405,7 +405,7 @@ static int replace_fresh(replace_plan *p, const char *name, sk_change_stage stag
         if (safekeepers_stop(&p->c, sk, true, err) != 0)
             return -1;
     }
-    p->new_id = unused_node_id(p);
+    p->new_id = highest_node_id(&p->c, &p->newest) + 1;
     if (pick_donor(p, err) != 0)
         return -1;
     printf("replacing %s (node %" PRIu64 ") by node %" PRIu64 "; donor %s; configuration "
@@ -554,16 +554,7 @@ static int recover_plan_ids(recover_plan *p, const char *from, cli_err *err)
                     from);
         return -1;
     }
-    uint64_t next = 0;
-    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
-        if ((uint64_t)c->sk[i].id > next)
-            next = (uint64_t)c->sk[i].id;
-    for (uint32_t i = 0; i < p->old.n_members; i++)
-        if (p->old.members[i].node_id > next)
-            next = p->old.members[i].node_id;
-    for (uint32_t i = 0; i < p->old.n_new_members; i++)
-        if (p->old.new_members[i].node_id > next)
-            next = p->old.new_members[i].node_id;
+    uint64_t next = highest_node_id(c, &p->old);
     for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
         p->new_id[i] = i == p->survivor ? 0 : ++next;
     return 0;

@@ -106,6 +106,19 @@ def test_replace_keeps_a_commit_only_one_survivor_flushed(cluster):
     rows_present(cluster, ledger)
 
 
+def interrupted(cluster, name, failpoint):
+    proc = replace(cluster, name, failpoint=failpoint + "=exit", check=False)
+    assert proc.returncode == 137, (proc.returncode, proc.stdout, proc.stderr)
+
+
+def rerun(cluster, name, expect, members):
+    """Runs replace again: it says `expect` and ends settled on members;
+    returns the generation."""
+    proc = replace(cluster, name)
+    assert expect in proc.stdout, proc.stdout
+    return finished(cluster, members)
+
+
 def start_ledger_compute(cluster):
     conn = cluster.connect()
     conn.execute("CREATE TABLE ledger (k bigserial PRIMARY KEY, note text)")
@@ -142,9 +155,7 @@ def test_replace_resumes_a_joint_switch_without_majority(cluster):
     finally:
         os.kill(sk3, signal.SIGCONT)
     assert timeline_status(cluster, "sk1")["new_members"] != ""
-    proc = replace(cluster, "sk2")
-    assert "resuming" in proc.stdout, proc.stdout
-    assert finished(cluster, [1, 3, 4]) == 2
+    assert rerun(cluster, "sk2", "resuming", [1, 3, 4]) == 2
     insert_rows(conn, ledger, 5)
     conn.close()
     rows_present(cluster, ledger)
@@ -155,25 +166,19 @@ def test_replace_resumes_after_the_cli_died(cluster):
     right after seeding the new node: each re-run finishes the change."""
     conn, ledger = start_ledger_compute(cluster)
     lose(cluster, "sk2")
-    proc = replace(cluster, "sk2", failpoint="replace.after_joint=exit", check=False)
-    assert proc.returncode == 137, (proc.returncode, proc.stdout, proc.stderr)
+    interrupted(cluster, "sk2", "replace.after_joint")
     conf = generation(cluster)
     assert conf["generation"] == 1 and conf["new_members"], conf
     insert_rows(conn, ledger, 5)
-    proc = replace(cluster, "sk2")
-    assert "resuming" in proc.stdout, proc.stdout
-    assert finished(cluster, [1, 3, 4]) == 2
+    assert rerun(cluster, "sk2", "resuming", [1, 3, 4]) == 2
     insert_rows(conn, ledger, 5)
 
     lose(cluster, "sk3")
-    proc = replace(cluster, "sk3", failpoint="replace.after_seed=exit", check=False)
-    assert proc.returncode == 137, (proc.returncode, proc.stdout, proc.stderr)
+    interrupted(cluster, "sk3", "replace.after_seed")
     assert cluster.safekeeper("sk3")["node_id"] == 5
     assert generation(cluster)["generation"] == 2
     insert_rows(conn, ledger, 5)
-    proc = replace(cluster, "sk3")
-    assert "never switched in" in proc.stdout, proc.stdout
-    assert finished(cluster, [1, 4, 6]) == 4
+    assert rerun(cluster, "sk3", "never switched in", [1, 4, 6]) == 4
     insert_rows(conn, ledger, 5)
     conn.close()
     rows_present(cluster, ledger)
@@ -185,13 +190,10 @@ def test_replace_rolls_back_a_joint_whose_new_node_is_lost(cluster):
     old set and replaces sk2 afresh."""
     conn, ledger = start_ledger_compute(cluster)
     lose(cluster, "sk2")
-    proc = replace(cluster, "sk2", failpoint="replace.after_joint=exit", check=False)
-    assert proc.returncode == 137, (proc.returncode, proc.stdout, proc.stderr)
+    interrupted(cluster, "sk2", "replace.after_joint")
     insert_rows(conn, ledger, 5)
     lose(cluster, "sk2")
-    proc = replace(cluster, "sk2")
-    assert "rolled back" in proc.stdout, proc.stdout
-    assert finished(cluster, [1, 3, 5]) == 4
+    assert rerun(cluster, "sk2", "rolled back", [1, 3, 5]) == 4
     insert_rows(conn, ledger, 5)
     conn.close()
     rows_present(cluster, ledger)
