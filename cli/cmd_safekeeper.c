@@ -44,6 +44,7 @@
 #include "cli/proc.h"
 #include "cli/safekeepers.h"
 #include "cli/sk_change.h"
+#include "cli/sk_fleet.h"
 #include "cli/sk_client.h"
 #include "base/durable.h"
 #include "base/failpoint.h"
@@ -64,42 +65,7 @@ static sk_target target_of(const cluster *c, const cluster_safekeeper *sk)
     return t;
 }
 
-/* TIMELINE_STATUS of every running safekeeper but the one at index skip
- * (-1: none); up[i] says whether st[i] holds an answer. */
-static void query_survivors(const cluster *c, int skip, sk_state *st, bool *up)
-{
-    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
-        up[i] = false;
-        if (i == skip || safekeepers_pid(c, &c->sk[i]) == 0)
-            continue;
-        sk_target t = target_of(c, &c->sk[i]);
-        cli_err e = {{0}};
-        if (sk_client_status(&t, &st[i], &e) != 0)
-            log_warn("%s: %s", c->sk[i].name, e.msg);
-        else
-            up[i] = true;
-    }
-}
-
-/* The positions sk_change decides by, one per safekeeper of the cluster. */
-static void positions(const cluster *c, const sk_state *st, const bool *up, sk_change_pos *pos)
-{
-    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
-        pos[i] = (sk_change_pos){.up = up[i], .node_id = (uint64_t)c->sk[i].id};
-        if (!up[i])
-            continue;
-        pos[i].flush_lsn = st[i].flush_lsn;
-        pos[i].commit_lsn = st[i].commit_lsn;
-        pos[i].last_log_term = term_history_last_log_term(&st[i].history, st[i].flush_lsn);
-    }
-}
-
-/* The text of one set, for messages. */
-static const char *set_text(const member *set, uint32_t n, char *buf, size_t cap)
-{
-    membership_format_set(set, n, buf, cap);
-    return buf;
-}
+#define set_text sk_fleet_set_text
 
 static bool in_set(const member *set, uint32_t n, uint64_t id)
 {
@@ -107,28 +73,6 @@ static bool in_set(const member *set, uint32_t n, uint64_t id)
         if (set[i].node_id == id)
             return true;
     return false;
-}
-
-/* Switches every reachable safekeeper of the cluster to m; returns how many
- * of the nodes in `count_in` took it. */
-static int switch_all(const cluster *c, const membership *m, const member *count_in,
-                      uint32_t n_count)
-{
-    int took = 0;
-    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
-        const cluster_safekeeper *sk = &c->sk[i];
-        if (safekeepers_pid(c, sk) == 0)
-            continue;
-        sk_target t = target_of(c, sk);
-        cli_err err = {{0}};
-        if (sk_client_switch(&t, m, &err) != 0) {
-            log_warn("%s did not take generation %u: %s", sk->name, m->generation, err.msg);
-            continue;
-        }
-        if (in_set(count_in, n_count, (uint64_t)sk->id))
-            took++;
-    }
-    return took;
 }
 
 /* The configuration of a cluster that never changed one: its three. */
@@ -155,6 +99,14 @@ typedef struct replace_plan {
     int donor;
 } replace_plan;
 
+/* The safekeepers as they run now. */
+static sk_fleet fleet_of(const replace_plan *p)
+{
+    sk_fleet f;
+    sk_fleet_of_cluster(&p->c, &f);
+    return f;
+}
+
 static int load_slot(const char *dir_opt, const char *name, replace_plan *p, cli_err *err)
 {
     char dir[PATH_MAX];
@@ -171,7 +123,10 @@ static int load_slot(const char *dir_opt, const char *name, replace_plan *p, cli
         return -1;
     }
     p->idx = (int)(found - p->c.sk);
-    snprintf(p->addr, sizeof p->addr, "%s:%d", found->host, found->pg_port);
+    int w = snprintf(p->addr, sizeof p->addr, "%s:%d", found->host, found->pg_port);
+    if (w < 0 || (size_t)w >= sizeof p->addr)
+        return cli_err_set(err, "%s's address %s:%d is too long for a configuration", name,
+                           found->host, found->pg_port);
     return 0;
 }
 
@@ -181,7 +136,8 @@ static int survey_newest(replace_plan *p, cli_err *err)
 {
     sk_state st[CLUSTER_SAFEKEEPERS];
     bool up[CLUSTER_SAFEKEEPERS];
-    query_survivors(&p->c, -1, st, up);
+    sk_fleet f = fleet_of(p);
+    sk_fleet_query(&f, -1, st, up);
     int conf = -1;
     for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
         if (up[i] && (conf < 0 || st[i].mconf.generation > st[conf].mconf.generation))
@@ -217,11 +173,12 @@ static int pick_donor(replace_plan *p, cli_err *err)
     sk_state st[CLUSTER_SAFEKEEPERS];
     bool up[CLUSTER_SAFEKEEPERS];
     sk_change_pos pos[CLUSTER_SAFEKEEPERS];
-    query_survivors(&p->c, p->idx, st, up);
+    sk_fleet f = fleet_of(p);
+    sk_fleet_query(&f, p->idx, st, up);
     for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
         if (!in_set(p->newest.members, p->newest.n_members, (uint64_t)p->c.sk[i].id))
             up[i] = false;
-    positions(&p->c, st, up, pos);
+    sk_fleet_positions(&f, st, up, pos);
     p->donor = sk_change_donor(pos, CLUSTER_SAFEKEEPERS);
     if (p->donor < 0)
         return cli_err_set(err, "no other member of generation %u answers: nothing to copy from",
@@ -265,97 +222,13 @@ static int seed_new_node(cluster *c, int idx, int donor, uint64_t dead, uint64_t
     return 0;
 }
 
-/* Step 3: generation g+1, the old members and the new set, taken by a
- * majority of the old members (again, on a re-run: taking the same joint
- * configuration twice is a no-op). */
-static int switch_joint(const replace_plan *p, const membership *joint, cli_err *err)
-{
-    int took = switch_all(&p->c, joint, joint->members, joint->n_members);
-    if (took < (int)joint->n_members / 2 + 1)
-        return cli_err_set(err,
-                           "only %d of the %u old members took joint generation %u: no majority; "
-                           "run the command again once they answer",
-                           took, joint->n_members, joint->generation);
-    char a[MEMBERSHIP_TEXT_MAX], b[MEMBERSHIP_TEXT_MAX];
-    printf("generation %u: joint %s -> %s\n", joint->generation,
-           set_text(joint->members, joint->n_members, a, sizeof a),
-           set_text(joint->new_members, joint->n_new_members, b, sizeof b));
-    return 0;
-}
-
-/* Step 4: the sync position, read from a majority of the old members once
- * the joint configuration is in place, and then a majority of the new set
- * at or past it, with progress every second. */
-static int wait_synced(const replace_plan *p, const char *name, const membership *joint,
-                       cli_err *err)
-{
-    long long deadline = proc_now_ms() + CATCH_UP_TIMEOUT_MS, next_print = 0;
-    sk_change_pos target = {.up = false};
-    char h[LSN_FMT_LEN];
-    for (;;) {
-        sk_state st[CLUSTER_SAFEKEEPERS];
-        bool up[CLUSTER_SAFEKEEPERS];
-        sk_change_pos pos[CLUSTER_SAFEKEEPERS];
-        query_survivors(&p->c, -1, st, up);
-        positions(&p->c, st, up, pos);
-        if (!target.up && sk_change_sync_position(joint->members, joint->n_members, pos,
-                                                  CLUSTER_SAFEKEEPERS, &target))
-            printf("sync position %s (term %" PRIu64 "), from a majority of the old members\n",
-                   lsn_format(target.flush_lsn, h), target.last_log_term);
-        uint32_t synced = target.up
-                              ? sk_change_count_synced(joint->new_members, joint->n_new_members,
-                                                       pos, CLUSTER_SAFEKEEPERS, &target)
-                              : 0;
-        if (synced >= joint->n_new_members / 2 + 1)
-            break;
-        long long now = proc_now_ms();
-        if (now >= deadline)
-            return cli_err_set(err,
-                               "%s: %s within %d s; generation %u stays joint (is a compute "
-                               "running? run the command again to resume)",
-                               name,
-                               target.up ? "no majority of the new set reached the sync position"
-                                         : "no majority of the old members answered",
-                               CATCH_UP_TIMEOUT_MS / 1000, joint->generation);
-        if (now >= next_print) {
-            if (target.up)
-                printf("  %u of %u new members at %s\n", synced, joint->n_new_members,
-                       lsn_format(target.flush_lsn, h));
-            else
-                printf("  waiting for a majority of the old members to answer\n");
-            fflush(stdout);
-            next_print = now + 1000;
-        }
-        proc_sleep_ms(100);
-    }
-    printf("%s caught up: a majority of the new set holds %s\n", name,
-           lsn_format(target.flush_lsn, h));
-    return 0;
-}
-
-/* Step 5 (finish) or a roll back: generation g+2, one set of the joint
- * configuration alone, taken by a majority of that set. */
-static int switch_settled(const replace_plan *p, const membership *joint, bool finish, cli_err *err)
-{
-    membership m;
-    sk_change_settle(joint, finish, &m);
-    int took = switch_all(&p->c, &m, m.members, m.n_members);
-    if (took < (int)m.n_members / 2 + 1)
-        return cli_err_set(err, "only %d of the %u members took generation %u", took, m.n_members,
-                           m.generation);
-    char a[MEMBERSHIP_TEXT_MAX];
-    printf("generation %u: members %s%s\n", m.generation,
-           set_text(m.members, m.n_members, a, sizeof a),
-           finish ? "" : " (the unfinished change rolled back)");
-    return 0;
-}
-
 /* Steps 4 and 5 of the change in p->newest (joint). */
 static int finish_joint(const replace_plan *p, const char *name, cli_err *err)
 {
-    if (wait_synced(p, name, &p->newest, err) != 0)
+    sk_fleet f = fleet_of(p);
+    if (sk_fleet_wait_synced(&f, name, &p->newest, CATCH_UP_TIMEOUT_MS, err) != 0)
         return -1;
-    return switch_settled(p, &p->newest, true, err);
+    return sk_fleet_settle(&f, &p->newest, true, err);
 }
 
 /* A joint configuration of this change can be finished if its new node
@@ -419,7 +292,8 @@ static int replace_fresh(replace_plan *p, const char *name, sk_change_stage stag
         return -1;
     /* Where a test interrupts the change (tests: test_membership_safety). */
     failpoint_hit("replace.after_seed");
-    if (switch_joint(p, &joint, err) != 0)
+    sk_fleet f = fleet_of(p);
+    if (sk_fleet_switch_joint(&f, &joint, err) != 0)
         return -1;
     failpoint_hit("replace.after_joint");
     p->newest = joint;
@@ -446,7 +320,9 @@ static int replace(const char *dir_opt, const char *name)
                    set_text(p.newest.new_members, p.newest.n_new_members, a, sizeof a), p.new_id,
                    p.dead, p.newest.generation);
             /* The joint switch again, for members that missed it. */
-            if (switch_joint(&p, &p.newest, &err) != 0 || finish_joint(&p, name, &err) != 0)
+            sk_fleet f = fleet_of(&p);
+            if (sk_fleet_switch_joint(&f, &p.newest, &err) != 0 ||
+                finish_joint(&p, name, &err) != 0)
                 return cli_fail(&err);
             return CLI_OK;
         }
@@ -459,7 +335,8 @@ static int replace(const char *dir_opt, const char *name)
                "finish: rolling it back\n",
                p.newest.generation,
                set_text(p.newest.new_members, p.newest.n_new_members, a, sizeof a));
-        if (switch_settled(&p, &p.newest, false, &err) != 0)
+        sk_fleet f = fleet_of(&p);
+        if (sk_fleet_settle(&f, &p.newest, false, &err) != 0)
             return cli_fail(&err);
     }
     cli_err_set(&err, "the configuration is still joint after a roll back");
@@ -673,7 +550,9 @@ static int recover(const char *dir_opt, const char *from, bool confirm)
 
 #define SAFEKEEPER_USAGE                                                                           \
     "usage: strata safekeeper replace NAME [--dir D]\n"                                            \
-    "       strata safekeeper recover --from NAME [--confirm] [--dir D]\n"
+    "       strata safekeeper recover --from NAME [--confirm] [--dir D]\n"                         \
+    "       strata safekeeper seed | join   (a stack without cluster.json: the environment\n"      \
+    "                                        names the node, docs/operations.md)\n"
 
 int cmd_safekeeper(const cli_opts *o)
 {
@@ -710,6 +589,9 @@ int cmd_safekeeper(const cli_opts *o)
         return replace(dir, name);
     if (sub != NULL && strcmp(sub, "recover") == 0 && name == NULL && from != NULL)
         return recover(dir, from, confirm);
+    if (sub != NULL && (strcmp(sub, "seed") == 0 || strcmp(sub, "join") == 0) && name == NULL &&
+        from == NULL && !confirm)
+        return cmd_safekeeper_stack(sub);
     fprintf(stderr, SAFEKEEPER_USAGE);
     return CLI_USAGE;
 }

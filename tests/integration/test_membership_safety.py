@@ -15,6 +15,7 @@ running it again -- a joint configuration taken by too few members, the
 CLI killed after the joint switch or after the seeding, a new node lost in
 a joint configuration -- and every acknowledged row is there at the end.
 """
+import json
 import os
 import shutil
 import signal
@@ -194,6 +195,72 @@ def test_replace_rolls_back_a_joint_whose_new_node_is_lost(cluster):
     insert_rows(conn, ledger, 5)
     lose(cluster, "sk2")
     assert rerun(cluster, "sk2", "rolled back", [1, 3, 5]) == 4
+    insert_rows(conn, ledger, 5)
+    conn.close()
+    rows_present(cluster, ledger)
+
+
+def stack_env(cluster, name, node_id):
+    """The environment the Compose stack gives a safekeeper's entrypoint
+    (docker/docker-compose.yml), for this local cluster."""
+    tenant, timeline = cluster.ids()
+    admin, _tenant_token = cluster.tokens()
+    addrs = ["127.0.0.1:%d" % cluster.safekeeper(n)["pg_port"] for n in ("sk1", "sk2", "sk3")]
+    env = dict(cluster.env)
+    env.update(SAFEKEEPER_DATADIR=cluster.safekeeper_datadir(name), SAFEKEEPER_ID=str(node_id),
+               STRATA_SK_ADDRESS="127.0.0.1:%d" % cluster.safekeeper(name)["pg_port"],
+               STRATA_SAFEKEEPERS=",".join(addrs), STRATA_TENANT_ID=tenant,
+               STRATA_TIMELINE_ID=timeline, STRATA_ADMIN_TOKEN=admin or "")
+    return env
+
+
+def stack_cmd(cluster, sub, env, check=True):
+    proc = subprocess.run([cluster.strata, "safekeeper", sub], env=env, capture_output=True,
+                          text=True, timeout=300)
+    print(proc.stdout, proc.stderr)
+    if check:
+        assert proc.returncode == 0, (sub, proc.stdout, proc.stderr, cluster.log_tails())
+    return proc
+
+
+def set_node_id(cluster, name, node_id):
+    """What STRATA_SK2_ID does in the Compose stack: the slot's node id."""
+    path = os.path.join(cluster.dir, "cluster.json")
+    with open(path) as f:
+        state = json.load(f)
+    for sk in state["safekeepers"]:
+        if sk["name"] == name:
+            sk["id"] = node_id
+    with open(path, "w") as f:
+        json.dump(state, f)
+
+
+def test_stack_seed_and_join(cluster):
+    """The Compose path without cluster.json (cmd_sk_join.c), on a local
+    cluster: sk2's disk is lost; started again under its old id it refuses
+    to seed; under a new id `seed` copies the timeline before the daemon
+    starts and `join` switches it in while a compute commits; a second
+    `join` is a no-op."""
+    conn, ledger = start_ledger_compute(cluster)
+    lose(cluster, "sk2")
+    os.makedirs(cluster.safekeeper_datadir("sk2"))
+    proc = stack_cmd(cluster, "seed", stack_env(cluster, "sk2", 2), check=False)
+    assert proc.returncode != 0 and "its disk was lost" in proc.stderr, proc.stderr
+    insert_rows(conn, ledger, 5)
+
+    env = stack_env(cluster, "sk2", 4)
+    assert "seeded with WAL up to" in stack_cmd(cluster, "seed", env).stdout
+    set_node_id(cluster, "sk2", 4)
+    cluster.start("sk2")
+    out = stack_cmd(cluster, "join", env).stdout
+    assert "node 4 replaces node 2" in out and "caught up" in out, out
+    assert finished(cluster, [1, 3, 4]) == 2
+    insert_rows(conn, ledger, 5)
+    assert "node 4 is a member of generation 2" in stack_cmd(cluster, "join", env).stdout
+    assert "nothing to seed" in stack_cmd(cluster, "seed", env).stdout
+
+    # sk2 (node 4) alone with sk1 after sk3 dies: the new member counts.
+    os.kill(cluster.safekeeper("sk3")["pid"], signal.SIGKILL)
     insert_rows(conn, ledger, 5)
     conn.close()
     rows_present(cluster, ledger)
