@@ -764,6 +764,18 @@ static int tl_load(sk_node *node, const strata_id *tenant, const strata_id *time
         free(tl);
         return -1;
     }
+    /* A node's votes and WAL are its own: a directory written as another
+     * node (a replaced one moved back from skN.replaced-node*) would answer
+     * for a node it is not. */
+    if (st.node_id != node->node_id) {
+        snprintf(err, errlen,
+                 "%s: the control file belongs to safekeeper node %llu but this safekeeper runs "
+                 "as node %llu (--id); refusing to serve another node's timeline (a replaced "
+                 "node's data directory moved back?)",
+                 tl->dir, (unsigned long long)st.node_id, (unsigned long long)node->node_id);
+        free(tl);
+        return -1;
+    }
     lsn_t end = LSN_INVALID;
     if (st.wal_seg_size != 0) {
         rc = open_store(tl, st.wal_seg_size);

@@ -331,8 +331,9 @@ def opts(tenant, timeline):
 
 
 class Safekeeper:
-    def __init__(self, datadir, extra_args=(), wrapper=()):
+    def __init__(self, datadir, extra_args=(), wrapper=(), node_id=1):
         self.datadir = datadir
+        self.node_id = node_id
         self.proc = None
         self.extra_args = list(extra_args)
         self.wrapper = list(wrapper)  # e.g. strace and its options
@@ -343,7 +344,7 @@ class Safekeeper:
             os.unlink(ports_file)
         self.log = open(os.path.join(os.path.dirname(self.datadir), "sk.log"), "ab")
         self.proc = subprocess.Popen(
-            self.wrapper + [SK_BIN, "--id", "1", "--datadir", self.datadir, "--listen-pg",
+            self.wrapper + [SK_BIN, "--id", str(self.node_id), "--datadir", self.datadir, "--listen-pg",
                             "127.0.0.1:0", "--listen-http", "127.0.0.1:0"] + self.extra_args,
             stdout=self.log, stderr=self.log)
         deadline = time.time() + 20
@@ -810,3 +811,24 @@ def test_pg_receivewal_gets_pushed_bytes(sk):
             proc.terminate()
             proc.wait(timeout=10)
         shutil.rmtree(out, ignore_errors=True)
+
+
+def test_data_of_another_node_is_refused(sk):
+    """Finding 11: a control file written as node 1 (a replaced node's
+    directory moved back into another node's place) must not be served by a
+    safekeeper started with --id 2; the error names both ids."""
+    tenant, timeline = new_ids()
+    p = Proposer(sk, tenant, timeline)
+    p.push(3, 100)
+    p.c.close()
+    assert sk.stop() == 0
+    other = Safekeeper(sk.datadir, node_id=2)
+    try:
+        with pytest.raises(RuntimeError) as e:
+            other.start()
+        msg = str(e.value)
+        assert "node 1" in msg and "node 2" in msg and timeline in msg, msg
+    finally:
+        if other.proc is not None:
+            other.stop()
+    sk.start()  # its own node id still loads it (the fixture stops it)
