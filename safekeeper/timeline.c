@@ -591,7 +591,7 @@ static void tl_kick(sk_timeline *tl)
                      tl_name(tl, name, sizeof name));
             tl->wal_limited = false;
         }
-        if (acceptor_handle_message(&tl->acc, &tl->msg, &tl->out) != 0) {
+        if (acceptor_handle_message(&tl->acc, &tl->msg, p->authority, &tl->out) != 0) {
             metrics_counter_inc(tl->node->metrics.errors);
             fatal_to(p->conn, SQLSTATE_PROTOCOL_VIOLATION, "WAL-push protocol violation",
                      tl->out.error);
@@ -1274,7 +1274,8 @@ void sk_pusher_closed(sk_node *node, sk_pusher *p)
 
 /* ---- configuration ---------------------------------------------------- */
 
-int sk_timeline_switch_membership(sk_timeline *tl, const membership *m, char *err, size_t errlen)
+int sk_timeline_switch_membership(sk_timeline *tl, const membership *m, acceptor_authority auth,
+                                  char *err, size_t errlen)
 {
     if (tl->failed) {
         snprintf(err, errlen, "the timeline's WAL storage failed");
@@ -1285,7 +1286,7 @@ int sk_timeline_switch_membership(sk_timeline *tl, const membership *m, char *er
         return -1;
     }
     uint32_t before = acceptor_state(&tl->acc)->mconf.generation;
-    if (acceptor_switch_membership(&tl->acc, m, &tl->out) != 0) {
+    if (acceptor_switch_membership(&tl->acc, m, auth, &tl->out) != 0) {
         snprintf(err, errlen, "%s", tl->out.error);
         return -1;
     }
