@@ -79,6 +79,7 @@ struct sk_timeline {
     metrics_gauge *g_flush;
     metrics_gauge *g_commit;
     metrics_gauge *g_term;
+    metrics_gauge *g_failed; /* 1 once the WAL storage failed, until a restart */
     metrics_gauge *g_backup; /* NULL without --remote */
     wal_backup_tl *backup;   /* NULL without --remote */
 };
@@ -640,6 +641,11 @@ static void tl_register(sk_node *node, sk_timeline *tl)
         r, "safekeeper_commit_lsn", "Committed end of WAL served to consumers", 2, names, values);
     tl->g_term =
         metrics_gauge_register(r, "safekeeper_term", "Highest term voted for", 2, names, values);
+    tl->g_failed = metrics_gauge_register(
+        r, "safekeeper_timeline_failed",
+        "1 when a WAL write, fdatasync or control-file write failed: the timeline serves no "
+        "proposer until the safekeeper restarts",
+        2, names, values);
     if (node->backup != NULL && attach_backup(tl) != 0)
         log_warn("timeline %s/%s: no memory for its WAL backup; its WAL is kept", t, l);
     tl->index = node->n_timelines;
@@ -1131,6 +1137,7 @@ static void publish_timeline(sk_timeline *tl)
     metrics_gauge_set(tl->g_flush, (double)s.flush_lsn);
     metrics_gauge_set(tl->g_commit, (double)s.commit_lsn);
     metrics_gauge_set(tl->g_term, (double)s.term);
+    metrics_gauge_set(tl->g_failed, s.failed ? 1.0 : 0.0);
     if (tl->g_backup != NULL)
         metrics_gauge_set(tl->g_backup, (double)s.backup.backup_lsn);
     metrics_gauge_set(node->metrics.connections, node->open_connections);
