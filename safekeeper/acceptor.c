@@ -215,9 +215,10 @@ static int handle_greeting(acceptor *acc, const proposer_greeting *g, acceptor_a
     if (!strata_id_equal(&g->tenant_id, &acc->st.tenant_id) ||
         !strata_id_equal(&g->timeline_id, &acc->st.timeline_id))
         return fail(out, "ProposerGreeting: tenant or timeline does not match");
-    /* Refused before anything changes: a forged generation (say 0xFFFFFFFF
-     * with no members) would otherwise be stored and make the timeline
-     * unwritable for good, since no newer one could ever follow it. */
+    /* Refused before anything changes: a forged configuration (say
+     * generation 0xFFFFFFFF naming none of the safekeepers) would otherwise
+     * be stored and make the timeline unwritable for good, since no newer
+     * generation could ever follow it. */
     bool newer = g->mconf.generation > acc->st.mconf.generation;
     if (newer && !may_change_membership(auth))
         return fail(out, "ProposerGreeting: the proposer's configuration generation is newer "

@@ -198,7 +198,7 @@ static void test_configuration_generation(void **state)
 
 /* Finding 8: a connection without the admin's authority can never install
  * or change a configuration.  A greeting that brings a newer one (here the
- * forged generation 0xFFFFFFFF with no members, which would leave no
+ * forged generation 0xFFFFFFFF naming another node, which would leave no
  * configuration to move to) is refused with no effect and the state is
  * unchanged; the same greeting from the admin is adopted.  A switch needs
  * the admin too. */
@@ -214,7 +214,7 @@ static void test_configuration_needs_admin(void **state)
     const membership before = acceptor_state(&acc)->mconf;
     assert_int_equal(before.generation, 0);
 
-    membership forged = {.generation = 0xFFFFFFFFu};
+    membership forged = conf(0xFFFFFFFFu, (uint64_t[]){99}, 1);
     membership g1 = conf(1, (uint64_t[]){1, 2, 3}, 3);
     const membership *tries[] = {&forged, &g1};
     for (int i = 0; i < 2; i++) {
