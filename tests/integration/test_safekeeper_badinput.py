@@ -832,3 +832,71 @@ def test_data_of_another_node_is_refused(sk):
         if other.proc is not None:
             other.stop()
     sk.start()  # its own node id still loads it (the fixture stops it)
+
+
+def greet_with(port, tenant, timeline, payload, password=None):
+    """One greeting on a fresh WAL-push connection: ("greeting", generation)
+    or ("error", text)."""
+    c = Conn(port, opts(tenant, timeline), password=password)
+    try:
+        c.start_copy_both("START_WAL_PUSH (proto_version '3')")
+        c.copy_data(payload)
+        try:
+            g = c.recv_copy()
+        except PgError as e:
+            return ("error", e.text)
+        # node_id u64, term u64, then the configuration's generation
+        return ("greeting", struct.unpack("!I", g[17:21])[0])
+    finally:
+        c.close()
+
+
+def timeline_generation(port, tenant, timeline, password=None):
+    """The configuration generation TIMELINE_STATUS reports (its sixth
+    column, conn.c cmd_timeline_status)."""
+    c = Conn(port, opts(tenant, timeline), password=password)
+    try:
+        return int(c.query("TIMELINE_STATUS")[0][5])
+    finally:
+        c.close()
+
+
+def test_configuration_in_a_greeting_needs_the_admin(tmp_path):
+    """Finding 8 at the daemon: with an auth file, a greeting bringing a newer
+    configuration is refused on a tenant's token (nothing stored; WAL still
+    flows on that token) and adopted on the admin token.  Without an auth
+    file the network is trusted and any greeting may bring one."""
+    if not os.path.exists(SK_BIN):
+        pytest.skip(f"{SK_BIN} not built")
+    tenant, timeline = new_ids()
+    admin, tenant_token = "admin-" + os.urandom(8).hex(), "tenant-" + os.urandom(8).hex()
+    auth = tmp_path / "auth.json"
+    auth.write_text(json.dumps({"admin_token": admin, "tenants": {tenant: tenant_token}}))
+    os.chmod(auth, 0o600)
+    s = Safekeeper(str(tmp_path / "data"), ["--auth-file", str(auth)])
+    s.start()
+    try:
+        p = Proposer(s, tenant, timeline, password=tenant_token)
+        p.push(3, 100)
+        newer = greeting(tenant, timeline, generation=1, members=[(1, "127.0.0.1:%d" % s.pg_port)])
+        kind, what = greet_with(s.pg_port, tenant, timeline, newer, tenant_token)
+        assert kind == "error" and "only the admin may install" in what, (kind, what)
+        assert timeline_generation(s.pg_port, tenant, timeline, tenant_token) == 0
+        p.push(2, 100)  # the tenant's proposer goes on
+        assert greet_with(s.pg_port, tenant, timeline, newer, admin) == ("greeting", 1)
+        assert timeline_generation(s.pg_port, tenant, timeline, admin) == 1
+        p.c.close()
+    finally:
+        assert s.stop() == 0, s.read_log()
+
+    # No auth file: trusted, adopted from anyone.
+    s = Safekeeper(str(tmp_path / "data2"))
+    s.start()
+    try:
+        p = Proposer(s, tenant, timeline)
+        p.push(2, 100)
+        assert greet_with(s.pg_port, tenant, timeline, newer) == ("greeting", 1)
+        assert timeline_generation(s.pg_port, tenant, timeline) == 1
+        p.c.close()
+    finally:
+        assert s.stop() == 0, s.read_log()
