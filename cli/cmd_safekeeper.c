@@ -355,8 +355,9 @@ static int replace(const char *dir_opt, const char *name)
  * by fiat.  That is safe only if the lost members can never vote again with
  * the old view, hence the checks: neither runs nor answers on its port, and
  * their data directories are moved aside.  A member that came back anyway
- * would meet generation g+1 at any proposer that reaches the survivor or a
- * new node, adopt it and, not being a member, refuse to vote.
+ * keeps generation g, which every proposer of g+1 is refused by (a tenant
+ * token may not install g+1 on it); with its data moved back into a new
+ * node's place it does not even start (its control file names its old id).
  */
 typedef struct recover_plan {
     cluster c;

@@ -820,7 +820,9 @@ static void acc_deliver(msg *m)
         violate("proposer message failed to decode: %s", why);
         return;
     }
-    if (acceptor_handle_message(&n->core, &pm, &n->out) != 0) {
+    /* The proposers are computes: a tenant's authority, as in production
+     * with token authentication. */
+    if (acceptor_handle_message(&n->core, &pm, ACCEPTOR_STREAM, &n->out) != 0) {
         S.protocol_errors++;
         trace("a%d protocol error from p%d: %s", m->a, m->p, n->out.error);
         conn_close(m->p, m->a, n->out.error);
