@@ -7,44 +7,31 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "cli/safekeepers.h"
 #include "cli/sk_client.h"
+#include "cli/sk_fleet.h"
 #include "base/strata_assert.h"
-
-/* Configurations are the admin's: the admin token when auth is on. */
-static sk_target admin_target(const cluster *c, const cluster_safekeeper *sk)
-{
-    sk_target t = {.host = sk->host,
-                   .port = sk->pg_port,
-                   .tenant = c->tenant_id,
-                   .timeline = c->timeline_id,
-                   .password = cluster_admin_token(c)};
-    return t;
-}
 
 int sk_config_catch_up(const cluster *c, int only, cli_err *err)
 {
     STRATA_ASSERT(only >= -1 && only < CLUSTER_SAFEKEEPERS);
+    /* Configurations are the admin's: the fleet asks with the admin token. */
+    sk_fleet f;
+    sk_fleet_of_cluster(c, &f);
+    f.quiet = true;
     sk_state st[CLUSTER_SAFEKEEPERS];
     bool up[CLUSTER_SAFEKEEPERS];
+    sk_fleet_query(&f, -1, st, up);
     int newest = -1;
-    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
-        up[i] = false;
-        if (safekeepers_pid(c, &c->sk[i]) == 0)
-            continue;
-        sk_target t = admin_target(c, &c->sk[i]);
-        cli_err ignored = {{0}};
-        up[i] = sk_client_status(&t, &st[i], &ignored) == 0;
+    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
         if (up[i] && (newest < 0 || st[i].mconf.generation > st[newest].mconf.generation))
             newest = i;
-    }
     int rc = 0;
     for (int i = 0; newest >= 0 && i < CLUSTER_SAFEKEEPERS; i++) {
         if (!up[i] || (only >= 0 && i != only) ||
             st[i].mconf.generation >= st[newest].mconf.generation)
             continue;
         const membership *m = &st[newest].mconf;
-        sk_target t = admin_target(c, &c->sk[i]);
+        sk_target t = sk_fleet_target(&f, i);
         cli_err e = {{0}};
         if (sk_client_switch(&t, m, &e) != 0) {
             if (rc == 0)

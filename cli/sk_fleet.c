@@ -53,10 +53,9 @@ void sk_fleet_query(const sk_fleet *f, int skip, sk_state *st, bool *up)
             continue;
         sk_target t = sk_fleet_target(f, i);
         cli_err e = {{0}};
-        if (sk_client_status(&t, &st[i], &e) != 0)
+        up[i] = sk_client_status(&t, &st[i], &e) == 0;
+        if (!up[i] && !f->quiet)
             log_warn("%s: %s", f->node[i].name, e.msg);
-        else
-            up[i] = true;
     }
 }
 

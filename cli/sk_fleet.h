@@ -33,6 +33,7 @@ typedef struct sk_fleet {
     strata_id tenant;
     strata_id timeline;
     const char *password; /* the admin token, or NULL */
+    bool quiet;           /* a node that does not answer is not worth a warning */
 } sk_fleet;
 
 /* The fleet of a local cluster: its three, live where a process runs. */
