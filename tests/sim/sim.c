@@ -14,15 +14,23 @@
  * control-file saves and WAL removal driven by a simulated pageserver's
  * feedback, records up to 1.5 segments, proposers that die and are replaced
  * by new computes, walproposers that restart keeping their compute's local
- * WAL (and follow walproposer_pg.c's rules for it), sync-safekeepers runs --
- * and checking the invariants after every step:
- *   - election safety: one proposer per term;
+ * WAL (and follow walproposer_pg.c's rules for it), sync-safekeepers runs,
+ * membership changes (sim_replace.c: a node's disk is lost and `strata
+ * safekeeper replace` runs, with its own crashes and lost switches; the
+ * proposers learn each configuration from the greetings and restart with
+ * its members, as walproposer_pg.c does on PROP_RECONFIGURE) -- and
+ * checking the invariants after every step:
+ *   - election safety: one proposer per term of a configuration generation;
  *   - log safety: every acceptor's usable commit prefix equals the committed
  *     WAL, and no two proposers commit different bytes;
  *   - committed WAL is never truncated (once a restarted compute re-labelled
- *     its WAL under a new term: only while a majority of the other acceptors
- *     keep it), and stays durable on a majority (which covers every commit
- *     acknowledged to a client); the committed WAL is what any majority
+ *     its WAL under a new term: only while it stays on a node of every
+ *     quorum), and stays durable on a node of every quorum of every
+ *     configuration that can still form one -- generation 0's three
+ *     addresses, or a majority of each set of a newer one, of nodes whose
+ *     own generation is not past it; a lost node is in none -- which covers
+ *     every commit a proposer reported, so every commit acknowledged to a
+ *     client; the committed WAL is what any such quorum of running nodes
  *     would elect as donor; removed WAL was committed and the pageserver
  *     holds it; an acceptor can always restart;
  *   - an acceptor's flush_lsn never moves backwards within a term except by
@@ -39,6 +47,12 @@
  *                                   its local WAL reaches the term start
  *   STRATA_BUG_PERSIST_BEFORE_TRUNCATE  the edge runs a PERSIST_CONTROL
  *                                   before the TRUNCATE_WAL ahead of it
+ * and of replace (sim_replace.c, cli/sk_change.c):
+ *   STRATA_BUG_REPLACE_COPY_TO_COMMIT  the copy ends at the donor's commit
+ *                                   and the sync position is a commit position
+ *   STRATA_BUG_REPLACE_DONOR_STATE  the copy takes the donor's configuration
+ *                                   and term (as cli/sk_client.c does), and
+ *                                   generation 0 is not made explicit first
  *
  * Not for: performance, real IO, threads, real time.  Everything derives
  * from the seed, so `strata-sim --seed S` replays a schedule exactly.
@@ -998,7 +1012,7 @@ static void prop_on_elected(int pi, const proposer_effect *e)
      * works while the donor is still in our term. */
     if (ts > BOOT) {
         if (!donor->up || acceptor_term(&donor->core) != e->u.elected.term ||
-            donor->core.st.node_id != S.conns[pi][ds].node_id) {
+            acceptor_state(&donor->core)->node_id != S.conns[pi][ds].node_id) {
             prop_kill(pi, "donor moved to another term before its WAL was fetched");
             return;
         }
@@ -1244,7 +1258,7 @@ static void prop_connect(int pi, int s)
     int a = S.prop[pi].slot_acc[s];
     c->up = true;
     c->id++;
-    c->node_id = S.acc[a].core.st.node_id;
+    c->node_id = acceptor_state(&S.acc[a].core)->node_id;
     trace("conn p%d.%d-a%d up (#%llu)", pi, s, a, (unsigned long long)c->id);
     proposer_connected(&S.prop[pi].core, s, &S.prop[pi].out);
     prop_process(pi, &S.prop[pi].out);
@@ -1464,7 +1478,8 @@ void sim_acc_lose(int a)
     n->lost = true;
 }
 
-bool sim_acc_seed(int a, int donor, uint64_t new_id, lsn_t end, uint64_t term)
+bool sim_acc_seed(int a, int donor, uint64_t new_id, lsn_t end, uint64_t term,
+                  const membership *mconf)
 {
     acc_node *n = &S.acc[a], *d = &S.acc[donor];
     if (!d->up || a == donor || n->up)
@@ -1504,7 +1519,7 @@ bool sim_acc_seed(int a, int donor, uint64_t new_id, lsn_t end, uint64_t term)
     lsn_t trunc = acceptor_truncate_lsn(&d->core);
     st->truncate_lsn = trunc < end ? trunc : end;
     st->ps_feedback.disk_consistent_lsn = ds->ps_feedback.disk_consistent_lsn;
-    st->mconf = ds->mconf;
+    st->mconf = mconf != NULL ? *mconf : ds->mconf;
     /* A new node: the core is made at its first start. */
     acceptor_init(&n->core, new_id, &ds->tenant_id, &ds->timeline_id);
     n->lost = false;

@@ -71,10 +71,12 @@ void sim_acc_lose(int a);
  * Step 2 of a replace: the data directory at a (the old one moved aside)
  * gets the donor's WAL below end and a control file as cli/sk_client.c
  * copy_attempt writes it, for node new_id, with the donor's term or term
- * if that is higher; the node does not run yet.  False (nothing changed)
- * if the donor does not run or holds no WAL.
+ * if that is higher, and configuration mconf (NULL: the donor's); the node
+ * does not run yet.  False (nothing changed) if the donor does not run or
+ * holds no WAL.
  */
-bool sim_acc_seed(int a, int donor, uint64_t new_id, lsn_t end, uint64_t term);
+bool sim_acc_seed(int a, int donor, uint64_t new_id, lsn_t end, uint64_t term,
+                  const membership *mconf);
 
 /* Whether the node at a holds the committed WAL durably. */
 bool sim_acc_holds_committed(int a);

@@ -44,12 +44,12 @@
 #define MAX_LATE 16
 
 typedef enum run_stage {
-    RUN_NONE,     /* no run in progress */
-    RUN_SURVEY,   /* step 1, and the choice between resume, roll back, fresh */
-    RUN_START,    /* step 2's end: the seeded node starts */
-    RUN_JOINT,    /* step 3 */
-    RUN_WAIT,     /* step 4 */
-    RUN_FINISH,   /* step 5 */
+    RUN_NONE,   /* no run in progress */
+    RUN_SURVEY, /* step 1, and the choice between resume, roll back, fresh */
+    RUN_START,  /* step 2's end: the seeded node starts */
+    RUN_JOINT,  /* step 3 */
+    RUN_WAIT,   /* step 4 */
+    RUN_FINISH, /* step 5 */
 } run_stage;
 
 static struct {
@@ -64,6 +64,11 @@ static struct {
     /* Odds (per mille) of this seed: the actor dying before a stage, a
      * switch request lost, its reply lost, the request arriving late. */
     uint32_t die_odds, switch_lost_odds, reply_lost_odds, late_odds;
+    /* Odds (per mille per step) that the new node's disk is lost too while
+     * the change is under way: a re-run must then roll the joint
+     * configuration back. */
+    uint32_t new_lost_odds;
+    bool new_lost;
     /* The run in progress. */
     run_stage stage;
     int next_run; /* a run starts at this step */
@@ -80,7 +85,7 @@ static struct {
 
 static struct {
     long losses, props_lost, runs, deaths, failures, seeds, joints, finished, rolled_back,
-        discarded, late_switches;
+        discarded, late_switches, new_lost;
 } stats;
 
 /* ---- What the CLI reads ------------------------------------------------ */
@@ -210,21 +215,26 @@ static uint64_t unused_node_id(const membership *m)
 }
 
 /*
- * Step 0 in a cluster that never changed its configuration: generation 1,
- * the implicit configuration made explicit, taken by a majority of the
- * three, before anything is seeded.  In generation 0 a node is its address:
- * a new node seeded with the donor's generation 0 would vote and take WAL
- * at the lost node's address at once, with the copy of a donor that may
- * have been the only survivor answering (without the commit the other one
- * holds) and with a term below the lost node's promises.  A majority of
- * the three holds both survivors, so the donor has generation 1, and so
- * does the copy, whose node is not a member of it.
+ * What the copy carries besides the WAL follows two rules that
+ * cmd_safekeeper.c and cli/sk_client.c copy_attempt lack (the simulator
+ * built with STRATA_BUG_REPLACE_DONOR_STATE does as they do, taking the
+ * donor's configuration and term, and loses acknowledged commits):
  *
- * cmd_safekeeper.c does not do this yet (the simulator built with
- * STRATA_BUG_REPLACE_SEED_IN_GEN0 runs it without step 0 and loses
- * acknowledged commits).
+ *   - the configuration is the one this run works from, of generation 1
+ *     at least, in which the new node is not a member: it neither votes
+ *     nor takes WAL before the joint switch.  The donor's may be older, or
+ *     generation 0, where a node is its address, so the copy would vote at
+ *     once as a second copy of its donor's votes;
+ *   - the term is the highest of a majority of the members.  The replaced
+ *     node's promises go with its disk; each was made with a majority, so a
+ *     majority knows the highest, and a new node granting a lower term
+ *     would let a quorum of the new set elect that term again: a second
+ *     proposer of one term takes the first one's WAL for its own.
  */
-#ifndef STRATA_BUG_REPLACE_SEED_IN_GEN0
+
+#ifndef STRATA_BUG_REPLACE_DONOR_STATE
+/* Step 0 in a cluster that never changed its configuration: generation 1,
+ * the implicit configuration made explicit, taken by a majority. */
 static void make_explicit(const membership *implicit)
 {
     membership m = *implicit;
@@ -237,6 +247,44 @@ static void make_explicit(const membership *implicit)
     A.stage = RUN_SURVEY;
 }
 #endif
+
+/* The copy's term: the highest of the answering members, which must be a
+ * majority (false otherwise). */
+static bool copy_term(const membership *newest, const sim_status *st, const sk_change_pos *pos,
+                      uint64_t *term)
+{
+    uint32_t answered = 0;
+    *term = 0;
+#ifndef STRATA_BUG_REPLACE_DONOR_STATE
+    for (int a = 0; a < N_ACC; a++) {
+        if (!pos[a].up)
+            continue;
+        answered++;
+        if (st[a].term > *term)
+            *term = st[a].term;
+    }
+#else
+    (void)st;
+    (void)pos;
+    answered = newest->n_members;
+#endif
+    return answered >= newest->n_members / 2 + 1;
+}
+
+/* Step 2: the copy of the donor's WAL and its control file in slot s. */
+static bool seed(const membership *newest, int donor, uint64_t new_id, uint64_t term)
+{
+    /* copy_attempt reads the donor's state again when it copies. */
+    sim_status ds;
+    if (!sim_acc_status(donor, &ds))
+        return false;
+    lsn_t end = sk_change_copy_end(ds.flush_lsn, ds.commit_lsn);
+    const membership *mconf = newest;
+#ifdef STRATA_BUG_REPLACE_DONOR_STATE
+    mconf = NULL;
+#endif
+    return sim_acc_seed(A.slot, donor, new_id, end, ds.term > term ? ds.term : term, mconf);
+}
 
 /* Steps 1-2 from a settled configuration (cmd_safekeeper.c replace_fresh). */
 static void run_fresh(const membership *newest, sk_change_stage stage, uint64_t dead)
@@ -256,13 +304,13 @@ static void run_fresh(const membership *newest, sk_change_stage stage, uint64_t 
         sim_acc_stop(s);
         stats.discarded++;
     }
-#ifndef STRATA_BUG_REPLACE_SEED_IN_GEN0
+#ifndef STRATA_BUG_REPLACE_DONOR_STATE
     if (newest->generation == 0) {
         make_explicit(newest);
         return;
     }
 #endif
-    uint64_t new_id = unused_node_id(newest);
+    uint64_t new_id = unused_node_id(newest), term;
     /* The donor among the other running members of the newest
      * configuration. */
     sim_status st[N_ACC];
@@ -272,47 +320,16 @@ static void run_fresh(const membership *newest, sk_change_stage stage, uint64_t 
         if (!in_set(newest->members, newest->n_members, A.slot_id[a]))
             pos[a].up = false;
     int donor = sk_change_donor(pos, N_ACC);
-    if (donor < 0) {
-        run_fail("no other member answers: nothing to copy from");
-        return;
-    }
-    /* The copy's term: the donor's, or (the fix) the highest of a majority
-     * of the members.  The replaced node's promises go with it; each was
-     * made with a majority of the members, so a majority of them knows the
-     * highest, and the new node must not grant a term below it: a quorum
-     * of the new set without the node that knows it would elect that term
-     * again, and a second proposer of one term takes the first one's WAL
-     * for its own. */
-    uint64_t term = 0;
-#ifndef STRATA_BUG_REPLACE_DONOR_TERM
-    uint32_t answered = 0;
-    for (int a = 0; a < N_ACC; a++) {
-        if (!pos[a].up)
-            continue;
-        answered++;
-        if (st[a].term > term)
-            term = st[a].term;
-    }
-    if (answered < newest->n_members / 2 + 1) {
-        run_fail("no majority of the members answers");
-        return;
-    }
-#endif
     membership joint;
+    if (donor < 0 || !copy_term(newest, st, pos, &term)) {
+        run_fail("no majority of the other members answers");
+        return;
+    }
     if (sk_change_joint(newest, dead, new_id, sim_addr(s), &joint) != 0) {
         run_fail("the new node cannot replace the dead one");
         return;
     }
-    /* copy_attempt reads the donor's state again when it copies. */
-    sim_status ds;
-    if (!sim_acc_status(donor, &ds)) {
-        run_fail("the donor stopped answering");
-        return;
-    }
-    lsn_t end = sk_change_copy_end(ds.flush_lsn, ds.commit_lsn);
-    if (ds.term > term)
-        term = ds.term;
-    if (!sim_acc_seed(s, donor, new_id, end, term)) {
+    if (!seed(newest, donor, new_id, term)) {
         run_fail("the copy failed");
         return;
     }
@@ -381,8 +398,7 @@ static void run_wait(void)
     sim_status st[N_ACC];
     sk_change_pos pos[N_ACC];
     survey(-1, st, pos);
-    if (!A.target.up &&
-        sk_change_sync_position(j->members, j->n_members, pos, N_ACC, &A.target))
+    if (!A.target.up && sk_change_sync_position(j->members, j->n_members, pos, N_ACC, &A.target))
         sim_trace("replace: sync position %llu/%llx", (unsigned long long)A.target.last_log_term,
                   (unsigned long long)A.target.flush_lsn);
     if (A.target.up && sk_change_synced(j->new_members, j->n_new_members, pos, N_ACC, &A.target)) {
@@ -429,8 +445,8 @@ static void maybe_lose(void)
     for (int a = 0; a < N_ACC; a++)
         if (sim_acc_has_disk(a) && sim_acc_holds_committed(a))
             holders[n++] = a;
-    int s = n > 0 && sim_chance(750) ? holders[sim_rnd_below((uint32_t)n)]
-                                     : (int)sim_rnd_below(N_ACC);
+    int s =
+        n > 0 && sim_chance(750) ? holders[sim_rnd_below((uint32_t)n)] : (int)sim_rnd_below(N_ACC);
     if (!sim_acc_has_disk(s))
         return;
     sim_acc_lose(s);
@@ -446,6 +462,8 @@ static void maybe_lose(void)
     A.changing = true;
     A.slot = s;
     A.rollbacks = 0;
+    A.new_lost = false;
+    memset(&A.joint, 0, sizeof A.joint);
     A.next_run = sim_step() + (int)sim_rnd_below(80);
 }
 
@@ -467,6 +485,7 @@ void replace_setup(void)
     A.switch_lost_odds = sim_rnd_below(150);
     A.reply_lost_odds = sim_rnd_below(100);
     A.late_odds = sim_rnd_below(150);
+    A.new_lost_odds = sim_chance(200) ? 1 + sim_rnd_below(10) : 0;
 }
 
 void replace_step(void)
@@ -477,6 +496,14 @@ void replace_step(void)
         return;
     }
     (void)sim_take_new_commit();
+    if (!A.new_lost && A.stage != RUN_START && sim_acc_has_disk(A.slot) &&
+        sim_acc_node_id(A.slot) == A.slot_id[A.slot] && A.joint.generation > 0 &&
+        sim_chance(A.new_lost_odds)) {
+        sim_trace("replace: the new node's disk is lost too");
+        sim_acc_lose(A.slot);
+        A.new_lost = true;
+        stats.new_lost++;
+    }
     if (A.stage == RUN_NONE) {
         if (sim_step() < A.next_run)
             return;
@@ -521,7 +548,8 @@ void replace_print_stats(void)
 {
     printf("replace: %ld seeds with losses, %ld nodes lost (%ld with their compute), %ld runs "
            "(%ld died, %ld failed), %ld joint switches, %ld finished, %ld rolled back, %ld seeded "
-           "nodes discarded, %ld late switches\n",
+           "nodes discarded, %ld new nodes lost, %ld late switches\n",
            stats.seeds, stats.losses, stats.props_lost, stats.runs, stats.deaths, stats.failures,
-           stats.joints, stats.finished, stats.rolled_back, stats.discarded, stats.late_switches);
+           stats.joints, stats.finished, stats.rolled_back, stats.discarded, stats.new_lost,
+           stats.late_switches);
 }
