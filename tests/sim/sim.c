@@ -20,7 +20,7 @@
  * proposers learn each configuration from the greetings and restart with
  * its members, as walproposer_pg.c does on PROP_RECONFIGURE) -- and
  * checking the invariants after every step:
- *   - election safety: one proposer per term of a configuration generation;
+ *   - election safety: one proposer per term, across configurations too;
  *   - log safety: every acceptor's usable commit prefix equals the committed
  *     WAL, and no two proposers commit different bytes;
  *   - committed WAL is never truncated (once a restarted compute re-labelled
@@ -871,21 +871,20 @@ static void acc_deliver(msg *m)
 /* ---- Proposer edge ----------------------------------------------------- */
 
 /*
- * Election safety: one proposer per term within a configuration generation.
- * Across generations a term may be won twice: a replaced node's promises are
- * lost with its disk, so a quorum of the new set may never have heard of a
- * term the old set elected.  That older proposer can no longer write (a
- * majority of its members took the joint configuration and refuse its
- * generation), and whatever it wrote before is on the old members that
- * the sync position was read from; the log checks see it if not.
+ * Election safety: one proposer per term, across configurations too.  A
+ * replaced node's promises go with its disk, so replace gives the new node
+ * the highest term of a majority of the members (sim_replace.c): a quorum of
+ * the new set never elects a term again that the old set elected.
  */
 static void record_term(uint64_t term, uint32_t generation, int uid)
 {
     for (int i = 0; i < S.n_terms; i++) {
-        if (S.terms[i].term == term && S.terms[i].generation == generation) {
+        if (S.terms[i].term == term) {
             if (S.terms[i].uid != uid)
-                violate("election safety: term %llu of generation %u won by proposers %d and %d",
-                        (unsigned long long)term, generation, S.terms[i].uid, uid);
+                violate("election safety: term %llu won by proposers %d (generation %u) and "
+                        "%d (generation %u)",
+                        (unsigned long long)term, S.terms[i].uid, S.terms[i].generation, uid,
+                        generation);
             return;
         }
     }
@@ -1610,11 +1609,15 @@ static bool is_quorum(const membership *c, uint32_t mask)
            (c->n_new_members == 0 || in_n >= c->n_new_members / 2 + 1);
 }
 
+/* "a0,a2": the acceptors in mask, for messages. */
 static const char *mask_text(uint32_t mask)
 {
-    static char buf[16];
-    snprintf(buf, sizeof buf, "%s%s%s", mask & 1 ? "a0 " : "", mask & 2 ? "a1 " : "",
-             mask & 4 ? "a2 " : "");
+    static char buf[4 * N_ACC];
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int a = 0; a < N_ACC; a++)
+        if (mask & (1u << a))
+            n += (size_t)snprintf(buf + n, sizeof buf - n, "%sa%d", n > 0 ? "," : "", a);
     return buf;
 }
 
@@ -1705,7 +1708,7 @@ static void check_quorum_donors(void)
             extend_match(d->cache, &d->cache_match,
                          d->cache_end < S.R_end ? d->cache_end : S.R_end);
             if (best_flush < S.R_end || d->cache_match < S.R_end) {
-                violate("committed WAL up to %s is not chosen: acceptors %sof generation %u "
+                violate("committed WAL up to %s is not chosen: acceptors %s of generation %u "
                         "would elect donor a%d (last_log_term %llu, flush %s) holding it only "
                         "to %s",
                         fmt_lsn(S.R_end), mask_text(mask), c->generation, donor,
