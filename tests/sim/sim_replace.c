@@ -9,11 +9,15 @@
  * disk is lost, often with the compute that committed.  Then replace runs
  * as the CLI does:
  *
- *   1. TIMELINE_STATUS of the running nodes: the newest configuration
- *      (generation 0: the cluster's three), classified by
- *      sk_change_classify; the donor by sk_change_donor;
+ *   0. in generation 0, generation 1 first: the cluster's three, explicit;
+ *   1. TIMELINE_STATUS of the running nodes: the newest configuration,
+ *      classified by sk_change_classify; the donor by sk_change_donor
+ *      among a majority of the members;
  *   2. the lost node's address gets a copy of the donor's WAL up to
- *      sk_change_copy_end and a new node id (sim_acc_seed), then starts;
+ *      sk_change_copy_end and a new node id (sim_acc_seed), with the
+ *      newest configuration and the highest term of that majority, then
+ *      starts (steps 0 and 2's configuration and term are rules the CLI
+ *      lacks: see "What the copy carries" below);
  *   3. the joint configuration of sk_change_joint, switched on every
  *      running node, taken by a majority of the old members;
  *   4. across steps, while the proposers run on: the sync position
@@ -29,7 +33,9 @@
  * joint configuration, rolls it back, or discards a seeded node that was
  * never switched in.  SWITCH_MEMBERSHIP requests are lost, lose their reply,
  * or arrive late (after a later switch, which the acceptor then refuses).
- * After a finished replace the seed may lose another node.
+ * Sometimes the new node's disk is lost too during the change (a re-run
+ * then rolls back).  After a finished replace the seed may lose another
+ * node.
  *
  * Not for: checking anything -- sim.c's invariants see the cluster after
  * every step, whatever the actor did.
