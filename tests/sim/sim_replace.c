@@ -232,10 +232,11 @@ static uint64_t unused_node_id(const membership *m)
  *     generation 0, where a node is its address, so the copy would vote at
  *     once as a second copy of its donor's votes;
  *   - the term is the highest of a majority of the members.  The replaced
- *     node's promises go with its disk; each was made with a majority, so a
- *     majority knows the highest, and a new node granting a lower term
- *     would let a quorum of the new set elect that term again: a second
- *     proposer of one term takes the first one's WAL for its own.
+ *     node's promises go with its disk; every term a proposer won was
+ *     granted by a majority, so any majority knows the highest, and a new
+ *     node granting a lower term would let a quorum of the new set elect
+ *     that term again: a second proposer of one term takes the first one's
+ *     WAL for its own.
  */
 
 #ifndef STRATA_BUG_REPLACE_DONOR_STATE
