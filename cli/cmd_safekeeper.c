@@ -97,6 +97,7 @@ typedef struct replace_plan {
     membership newest;
     uint64_t dead, new_id;
     int donor;
+    uint64_t copy_term; /* sk_change_copy_term */
 } replace_plan;
 
 /* The safekeepers as they run now. */
@@ -180,8 +181,11 @@ static int pick_donor(replace_plan *p, cli_err *err)
             up[i] = false;
     sk_fleet_positions(&f, st, up, pos);
     p->donor = sk_change_donor(pos, CLUSTER_SAFEKEEPERS);
-    if (p->donor < 0)
-        return cli_err_set(err, "no other member of generation %u answers: nothing to copy from",
+    if (p->donor < 0 || !sk_change_copy_term(p->newest.members, p->newest.n_members, pos,
+                                             CLUSTER_SAFEKEEPERS, &p->copy_term))
+        return cli_err_set(err,
+                           "no majority of the members of generation %u answers: the copy "
+                           "could hold less than a commit, or promise less than a vote",
                            p->newest.generation);
     return 0;
 }
@@ -189,7 +193,7 @@ static int pick_donor(replace_plan *p, cli_err *err)
 /* Step 2: an empty data directory (the old one moved aside) with a copy of
  * donor's WAL; the node starts in slot idx with id new_id. */
 static int seed_new_node(cluster *c, int idx, int donor, uint64_t dead, uint64_t new_id,
-                         cli_err *err)
+                         const sk_copy_state *cs, cli_err *err)
 {
     cluster_safekeeper *sk = &c->sk[idx];
     char datadir[PATH_MAX], aside[PATH_MAX + 64];
@@ -208,7 +212,7 @@ static int seed_new_node(cluster *c, int idx, int donor, uint64_t dead, uint64_t
         return cli_err_set(err, "mkdir %s: %s", datadir, strerror(errno));
     sk_target dt = target_of(c, &c->sk[donor]);
     lsn_t copied = 0;
-    if (sk_client_copy_timeline(&dt, datadir, new_id, &copied, err) != 0)
+    if (sk_client_copy_timeline(&dt, datadir, new_id, cs, &copied, err) != 0)
         return -1;
     sk->id = (int)new_id;
     if (cluster_save(c, err) != 0)
@@ -219,6 +223,7 @@ static int seed_new_node(cluster *c, int idx, int donor, uint64_t dead, uint64_t
     char l[LSN_FMT_LEN];
     printf("%s started as node %" PRIu64 " with WAL up to %s\n", sk->name, new_id,
            lsn_format(copied, l));
+    fflush(stdout);
     return 0;
 }
 
@@ -278,6 +283,11 @@ static int replace_fresh(replace_plan *p, const char *name, sk_change_stage stag
         if (safekeepers_stop(&p->c, sk, true, err) != 0)
             return -1;
     }
+    if (p->newest.generation == 0) {
+        sk_fleet f = fleet_of(p);
+        if (sk_fleet_make_explicit(&f, &p->newest, err) != 0)
+            return -1;
+    }
     p->new_id = highest_node_id(&p->c, &p->newest) + 1;
     if (pick_donor(p, err) != 0)
         return -1;
@@ -288,7 +298,8 @@ static int replace_fresh(replace_plan *p, const char *name, sk_change_stage stag
     if (sk_change_joint(&p->newest, p->dead, p->new_id, p->addr, &joint) != 0)
         return cli_err_set(err, "node %" PRIu64 " cannot replace node %" PRIu64 " in %s", p->new_id,
                            p->dead, set_text(p->newest.members, p->newest.n_members, t, sizeof t));
-    if (seed_new_node(&p->c, p->idx, p->donor, p->dead, p->new_id, err) != 0)
+    sk_copy_state cs = {.mconf = &p->newest, .term = p->copy_term};
+    if (seed_new_node(&p->c, p->idx, p->donor, p->dead, p->new_id, &cs, err) != 0)
         return -1;
     /* Where a test interrupts the change (tests: test_membership_safety). */
     failpoint_hit("replace.after_seed");
@@ -467,7 +478,8 @@ static int recover_seed(recover_plan *p, cli_err *err)
     for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
         if (i == p->survivor)
             continue;
-        if (seed_new_node(&p->c, i, p->survivor, (uint64_t)p->c.sk[i].id, p->new_id[i], err) != 0)
+        if (seed_new_node(&p->c, i, p->survivor, (uint64_t)p->c.sk[i].id, p->new_id[i], NULL,
+                          err) != 0)
             return -1;
         STRATA_ASSERT((uint64_t)p->c.sk[i].id == p->new_id[i]);
     }

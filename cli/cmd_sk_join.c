@@ -144,6 +144,14 @@ static int survey(join_ctx *j, int skip, sk_state *st, bool *up, cli_err *err)
     return 0;
 }
 
+static bool in_members(const membership *m, uint64_t id)
+{
+    for (uint32_t i = 0; i < m->n_members; i++)
+        if (m->members[i].node_id == id)
+            return true;
+    return false;
+}
+
 static bool has_copy(const join_ctx *j)
 {
     char path[PATH_MAX], a[STRATA_ID_HEX_LEN], b[STRATA_ID_HEX_LEN];
@@ -177,21 +185,29 @@ static int seed(join_ctx *j, cli_err *err)
                                "%s holds no copy of the timeline: its disk was lost; start it "
                                "with a node id never used before to replace it",
                                id, j->newest.generation, j->datadir);
+    /* This node does not run yet: no switch goes to it. */
+    j->f.node[j->self].live = false;
+    if (j->newest.generation == 0 && sk_fleet_make_explicit(&j->f, &j->newest, err) != 0)
+        return -1;
     sk_change_pos pos[CLUSTER_SAFEKEEPERS];
     sk_fleet_positions(&j->f, st, up, pos);
     for (int i = 0; i < j->f.n; i++)
-        if (!membership_contains(&j->newest, pos[i].node_id))
+        if (!in_members(&j->newest, pos[i].node_id))
             pos[i].up = false;
     int donor = sk_change_donor(pos, j->f.n);
-    if (donor < 0)
-        return cli_err_set(err, "no member of generation %u answers: nothing to copy from",
+    sk_copy_state cs = {.mconf = &j->newest};
+    if (donor < 0 ||
+        !sk_change_copy_term(j->newest.members, j->newest.n_members, pos, j->f.n, &cs.term))
+        return cli_err_set(err,
+                           "no majority of the members of generation %u answers: the copy "
+                           "could hold less than a commit, or promise less than a vote",
                            j->newest.generation);
     printf("seeding node %" PRIu64 " from %s\n", id, j->f.node[donor].name);
     sk_target dt = sk_fleet_target(&j->f, donor);
     lsn_t copied;
     if (mkdir(j->datadir, 0750) != 0 && errno != EEXIST)
         return cli_err_set(err, "mkdir %s: %s", j->datadir, strerror(errno));
-    if (sk_client_copy_timeline(&dt, j->datadir, id, &copied, err) != 0)
+    if (sk_client_copy_timeline(&dt, j->datadir, id, &cs, &copied, err) != 0)
         return -1;
     char l[LSN_FMT_LEN];
     printf("node %" PRIu64 " seeded with WAL up to %s\n", id, lsn_format(copied, l));

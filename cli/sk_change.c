@@ -2,6 +2,9 @@
  * sk_change.c: the rules of a safekeeper membership change.  See
  * sk_change.h; pure, libc only, shared by the CLI and the simulator.
  *
+ * STRATA_BUG_REPLACE_DONOR_STATE (simulator builds only) lets the copy take
+ * the donor's term alone (sk_change_copy_term), as the CLI did before.
+ *
  * STRATA_BUG_REPLACE_COPY_TO_COMMIT (simulator builds only) plants the bug
  * this module exists to prevent, as `replace` had it before: the copy ends
  * at the donor's commit position and the change completes once the new set
@@ -49,6 +52,30 @@ static const sk_change_pos *find_pos(const sk_change_pos *pos, int n, uint64_t n
         if (pos[i].up && pos[i].node_id == node_id)
             return &pos[i];
     return NULL;
+}
+
+bool sk_change_copy_term(const member *set, uint32_t n_set, const sk_change_pos *pos, int n,
+                         uint64_t *term)
+{
+    uint32_t answered = 0;
+    uint64_t highest = 0;
+    for (uint32_t i = 0; i < n_set; i++) {
+        const sk_change_pos *p = find_pos(pos, n, set[i].node_id);
+        if (p == NULL)
+            continue;
+        answered++;
+        if (p->term > highest)
+            highest = p->term;
+    }
+#ifdef STRATA_BUG_REPLACE_DONOR_STATE
+    /* As the CLI had it: the donor's term alone, from any one answer. */
+    highest = 0;
+    answered = n_set;
+#endif
+    if (answered < n_set / 2 + 1)
+        return false;
+    *term = highest;
+    return true;
 }
 
 bool sk_change_sync_position(const member *set, uint32_t n_set, const sk_change_pos *pos, int n,

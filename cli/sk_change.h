@@ -39,6 +39,7 @@ typedef struct sk_change_pos {
     uint64_t last_log_term; /* term_history_last_log_term(history, flush) */
     lsn_t flush_lsn;
     lsn_t commit_lsn; /* min(commit, flush): what it knows is committed */
+    uint64_t term;    /* the highest term it promised */
 } sk_change_pos;
 
 /* <0, 0, >0 as a's (last_log_term, flush_lsn) is below, equal to or above
@@ -53,6 +54,17 @@ int sk_change_donor(const sk_change_pos *pos, int n);
  * commit is the donor's own min(commit, flush), which may trail an
  * acknowledged commit it holds. */
 lsn_t sk_change_copy_end(lsn_t donor_flush, lsn_t donor_commit);
+
+/*
+ * The term the new member's copy promises: the highest term among the
+ * answering members of set, which must be a majority of it (false, *term
+ * untouched, otherwise).  The replaced node's promises went with its disk;
+ * every term a proposer won was granted by a majority, so any majority
+ * knows the highest, and a copy promising less would let a quorum of the
+ * new set elect a term a second time.
+ */
+bool sk_change_copy_term(const member *set, uint32_t n_set, const sk_change_pos *pos, int n,
+                         uint64_t *term);
 
 /*
  * The sync position of a change away from set[0..n_set): the highest

@@ -317,7 +317,7 @@ static int stream_wal(const sk_target *donor, seg_writer *w, lsn_t from, lsn_t t
 
 /* One copy (sk_client_copy_timeline); *from is where it started. */
 static int copy_attempt(const sk_target *donor, const char *datadir, uint64_t node_id,
-                        lsn_t *from_out, lsn_t *copied_to, cli_err *err)
+                        const sk_copy_state *cs, lsn_t *from_out, lsn_t *copied_to, cli_err *err)
 {
     sk_state s;
     *from_out = LSN_INVALID;
@@ -370,7 +370,7 @@ static int copy_attempt(const sk_target *donor, const char *datadir, uint64_t no
     st.system_id = s.system_id;
     st.wal_seg_size = s.wal_seg_size;
     st.node_id = node_id;
-    st.term = s.term;
+    st.term = cs != NULL && cs->term > s.term ? cs->term : s.term;
     for (uint32_t i = 0; i < s.history.n && s.history.entries[i].lsn <= to; i++)
         st.history.entries[st.history.n++] = s.history.entries[i];
     st.timeline_start_lsn = s.timeline_start_lsn;
@@ -378,7 +378,7 @@ static int copy_attempt(const sk_target *donor, const char *datadir, uint64_t no
     st.commit_lsn = s.commit_lsn;
     st.truncate_lsn = s.truncate_lsn < to ? s.truncate_lsn : to;
     st.ps_feedback.disk_consistent_lsn = s.ps_disk_consistent_lsn;
-    st.mconf = s.mconf;
+    st.mconf = cs != NULL && cs->mconf != NULL ? *cs->mconf : s.mconf;
     if (rc == 0) {
         int wrc = control_file_write(tdir, &st);
         if (wrc == 0)
@@ -414,11 +414,11 @@ static int copy_attempt(const sk_target *donor, const char *datadir, uint64_t no
  * its new start, a bounded number of times.
  */
 int sk_client_copy_timeline(const sk_target *donor, const char *datadir, uint64_t node_id,
-                            lsn_t *copied_to, cli_err *err)
+                            const sk_copy_state *cs, lsn_t *copied_to, cli_err *err)
 {
     for (int attempt = 1;; attempt++) {
         lsn_t from;
-        if (copy_attempt(donor, datadir, node_id, &from, copied_to, err) == 0)
+        if (copy_attempt(donor, datadir, node_id, cs, &from, copied_to, err) == 0)
             return 0;
         sk_state s;
         cli_err ignored = {{0}};

@@ -11,6 +11,7 @@
 #include "cli/proc.h"
 #include "cli/safekeepers.h"
 #include "base/log.h"
+#include "base/strata_assert.h"
 
 void sk_fleet_of_cluster(const cluster *c, sk_fleet *f)
 {
@@ -68,6 +69,7 @@ void sk_fleet_positions(const sk_fleet *f, const sk_state *st, const bool *up, s
         pos[i].flush_lsn = st[i].flush_lsn;
         pos[i].commit_lsn = st[i].commit_lsn;
         pos[i].last_log_term = term_history_last_log_term(&st[i].history, st[i].flush_lsn);
+        pos[i].term = st[i].term;
     }
 }
 
@@ -102,6 +104,22 @@ int sk_fleet_switch(const sk_fleet *f, const membership *m, const member *count_
             took++;
     }
     return took;
+}
+
+int sk_fleet_make_explicit(const sk_fleet *f, membership *m, cli_err *err)
+{
+    STRATA_ASSERT(m->generation == 0 && m->n_new_members == 0);
+    membership one = *m;
+    one.generation = 1;
+    int took = sk_fleet_switch(f, &one, one.members, one.n_members);
+    if (took < (int)one.n_members / 2 + 1)
+        return cli_err_set(err, "only %d of the %u members took generation 1", took, one.n_members);
+    char a[MEMBERSHIP_TEXT_MAX];
+    printf("generation 1: members %s (the first configuration, written down)\n",
+           sk_fleet_set_text(one.members, one.n_members, a, sizeof a));
+    fflush(stdout);
+    *m = one;
+    return 0;
 }
 
 int sk_fleet_switch_joint(const sk_fleet *f, const membership *joint, cli_err *err)

@@ -57,6 +57,12 @@ void sk_fleet_positions(const sk_fleet *f, const sk_state *st, const bool *up, s
 int sk_fleet_switch(const sk_fleet *f, const membership *m, const member *count_in,
                     uint32_t n_count);
 
+/* A cluster that never changed its configuration (generation 0, where a
+ * node is its address and the copy of one would vote at once as its
+ * donor's twin) first gets generation 1, the same members written down,
+ * taken by a majority of them; *m becomes it.  0, or -1 with err. */
+int sk_fleet_make_explicit(const sk_fleet *f, membership *m, cli_err *err);
+
 /* The joint configuration, taken by a majority of its old members (again,
  * on a re-run: the same joint configuration twice is a no-op).  0, or -1
  * with err. */

@@ -34,7 +34,7 @@
 #   7. sk3 started again catches up with the others;
 #   7b. under pgbench, sk2's container and volume are deleted and it is started again as
 #      node 4 (STRATA_SK2_ID): its entrypoint seeds and switches it in, sk1 and sk3 hold
-#      generation 2 {1,4,3}, and every transaction pgbench acknowledged is in the history;
+#      generation 3 {1,4,3} (1 writes the first configuration down, 2 is joint), and every transaction pgbench acknowledged is in the history;
 #   8. `docker-compose rm -sf compute && docker-compose up -d compute`: the new container
 #      answers its first query (every acknowledged row counted) within 2 s of being
 #      started (printed, with the time `up -d` itself took), and is stateless again;
@@ -412,20 +412,20 @@ timeout 120 "${DC[@]}" up -d --no-deps sk2 >"$CTR_WORK/up-sk2.log" 2>&1 || {
   fail "docker-compose up -d sk2 (node 4) failed"
 }
 deadline=$((SECONDS + 240))
-until [ "$(sk_conf sk1 2>/dev/null)" = "2 1,4,3" ]; do
+until [ "$(sk_conf sk1 2>/dev/null)" = "3 1,4,3" ]; do
   [ "$SECONDS" -lt "$deadline" ] || {
     dc logs --no-color --tail 30 sk2 >&2
     fail "sk2 (node 4) not switched in within 240 s (sk1 has: $(sk_conf sk1 2>&1))"
   }
   sleep 2
 done
-progress "sk2 replaced by node 4 in $((SECONDS - t_replace)) s: $(dc logs --no-color sk2 | grep -E 'seeded|caught up|generation 2' | sed 's/^[^|]*| //' | tr '\n' ';')"
+progress "sk2 replaced by node 4 in $((SECONDS - t_replace)) s: $(dc logs --no-color sk2 | grep -E 'seeded|caught up|generation 3' | sed 's/^[^|]*| //' | tr '\n' ';')"
 wait "$bench3" || { cat "$CTR_WORK/bench3.log" >&2; fail "pgbench during the replacement failed"; }
 tx3=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$CTR_WORK/bench3.log")
 [ -n "$tx3" ] && [ "$tx3" -gt 0 ] || fail "pgbench during the replacement committed nothing"
 h1=$(psql_host 'select count(*) from pgbench_history')
 [ "$h1" -eq $((h0 + tx3)) ] || fail "history grew from $h0 to $h1 rows, pgbench acknowledged $tx3"
-[ "$(sk_conf sk3)" = "2 1,4,3" ] || fail "sk3 holds configuration $(sk_conf sk3)"
+[ "$(sk_conf sk3)" = "3 1,4,3" ] || fail "sk3 holds configuration $(sk_conf sk3)"
 progress "pgbench during the replacement: $tx3 transactions acknowledged, every one in pgbench_history ($h0 -> $h1)"
 
 # --- 8. a new compute container: every acknowledged commit, at once -------------------

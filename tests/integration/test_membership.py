@@ -180,9 +180,10 @@ def test_replace_dead_safekeeper_under_pgbench(cluster):
         proc = cluster.run("safekeeper", "replace", "sk2", timeout=300)
         out = proc.stdout
         print(out)
-        assert "caught up" in out and "generation 2: members" in out, out
+        # Generation 1 writes the first configuration down, 2 is joint.
+        assert "caught up" in out and "generation 3: members" in out, out
         st = cluster.status()
-        assert st["configuration"]["generation"] == 2, st["configuration"]
+        assert st["configuration"]["generation"] == 3, st["configuration"]
         members = sorted(m["node_id"] for m in st["configuration"]["members"])
         assert members == [1, 3, 4], st["configuration"]
         assert cluster.safekeeper("sk2")["node_id"] == 4
@@ -197,7 +198,7 @@ def test_replace_dead_safekeeper_under_pgbench(cluster):
         proc = cluster.run("safekeeper", "replace", "sk1", timeout=300)
         print(proc.stdout)
         st = cluster.status()
-        assert st["configuration"]["generation"] == 4, st["configuration"]
+        assert st["configuration"]["generation"] == 5, st["configuration"]
         assert sorted(m["node_id"] for m in st["configuration"]["members"]) == [3, 4, 5]
         before = len(ledger.acked)
         wait_until(lambda: len(ledger.acked) >= before + 20, 90, "commits after two changes")
@@ -212,12 +213,12 @@ def test_replace_dead_safekeeper_under_pgbench(cluster):
 
     # down and up: the new node ids come back from cluster.json, and the
     # compute's sync-safekeepers and walproposer, configured with the three
-    # addresses, learn generation 4 from the safekeepers.
+    # addresses, learn generation 5 from the safekeepers.
     cluster.down()
     cluster.up()
     st = cluster.status()
     assert [sk["node_id"] for sk in st["safekeepers"]] == [5, 4, 3], st["safekeepers"]
-    assert st["configuration"]["generation"] == 4
+    assert st["configuration"]["generation"] == 5
     n = cluster.sql("insert into ledger (payload) values ('after up') returning id")[0][0]
     rows = {r for (r,) in cluster.sql("select id from ledger")}
     assert n in rows

@@ -141,22 +141,33 @@ def finished(cluster, members):
 
 
 def test_replace_resumes_a_joint_switch_without_majority(cluster):
-    """sk3 does not answer while sk2 is replaced: only sk1 takes the joint
-    generation and the command fails.  On 4470d5a a re-run then refused for
-    good ("finish or undo it"); now it takes the joint configuration up."""
+    """sk3 stops answering between the seeding and the joint switch of sk2's
+    replacement: only sk1 takes the joint generation and the command fails.
+    On 4470d5a a re-run then refused for good ("finish or undo it"); now it
+    takes the joint configuration up."""
     conn, ledger = start_ledger_compute(cluster)
     lose(cluster, "sk2")
     insert_rows(conn, ledger, 5)
     sk3 = cluster.safekeeper("sk3")["pid"]
-    os.kill(sk3, signal.SIGSTOP)
+    env = dict(cluster.env, STRATA_FAILPOINTS="replace.after_seed=sleep:3000")
+    proc = subprocess.Popen([cluster.strata, "safekeeper", "replace", "sk2", "--dir", cluster.dir],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        proc = replace(cluster, "sk2", check=False)
-        assert proc.returncode != 0, proc.stdout
-        assert "no majority" in proc.stderr, proc.stderr
+        for line in proc.stdout:
+            print(line, end="")
+            if "started as node" in line:
+                break
+        os.kill(sk3, signal.SIGSTOP)
+        out, err = proc.communicate(timeout=120)
     finally:
         os.kill(sk3, signal.SIGCONT)
+        if proc.poll() is None:
+            proc.kill()
+    print(out, err)
+    assert proc.returncode != 0, out
+    assert "no majority" in err, err
     assert timeline_status(cluster, "sk1")["new_members"] != ""
-    assert rerun(cluster, "sk2", "resuming", [1, 3, 4]) == 2
+    assert rerun(cluster, "sk2", "resuming", [1, 3, 4]) == 3
     insert_rows(conn, ledger, 5)
     conn.close()
     rows_present(cluster, ledger)
@@ -169,17 +180,18 @@ def test_replace_resumes_after_the_cli_died(cluster):
     lose(cluster, "sk2")
     interrupted(cluster, "sk2", "replace.after_joint")
     conf = generation(cluster)
-    assert conf["generation"] == 1 and conf["new_members"], conf
+    # Generation 1 wrote the first configuration down; 2 is the joint one.
+    assert conf["generation"] == 2 and conf["new_members"], conf
     insert_rows(conn, ledger, 5)
-    assert rerun(cluster, "sk2", "resuming", [1, 3, 4]) == 2
+    assert rerun(cluster, "sk2", "resuming", [1, 3, 4]) == 3
     insert_rows(conn, ledger, 5)
 
     lose(cluster, "sk3")
     interrupted(cluster, "sk3", "replace.after_seed")
     assert cluster.safekeeper("sk3")["node_id"] == 5
-    assert generation(cluster)["generation"] == 2
+    assert generation(cluster)["generation"] == 3
     insert_rows(conn, ledger, 5)
-    assert rerun(cluster, "sk3", "never switched in", [1, 4, 6]) == 4
+    assert rerun(cluster, "sk3", "never switched in", [1, 4, 6]) == 5
     insert_rows(conn, ledger, 5)
     conn.close()
     rows_present(cluster, ledger)
@@ -194,7 +206,7 @@ def test_replace_rolls_back_a_joint_whose_new_node_is_lost(cluster):
     interrupted(cluster, "sk2", "replace.after_joint")
     insert_rows(conn, ledger, 5)
     lose(cluster, "sk2")
-    assert rerun(cluster, "sk2", "rolled back", [1, 3, 5]) == 4
+    assert rerun(cluster, "sk2", "rolled back", [1, 3, 5]) == 5
     insert_rows(conn, ledger, 5)
     conn.close()
     rows_present(cluster, ledger)
@@ -254,9 +266,9 @@ def test_stack_seed_and_join(cluster):
     cluster.start("sk2")
     out = stack_cmd(cluster, "join", env).stdout
     assert "node 4 replaces node 2" in out and "caught up" in out, out
-    assert finished(cluster, [1, 3, 4]) == 2
+    assert finished(cluster, [1, 3, 4]) == 3
     insert_rows(conn, ledger, 5)
-    assert "node 4 is a member of generation 2" in stack_cmd(cluster, "join", env).stdout
+    assert "node 4 is a member of generation 3" in stack_cmd(cluster, "join", env).stdout
     assert "nothing to seed" in stack_cmd(cluster, "seed", env).stdout
 
     # sk2 (node 4) alone with sk1 after sk3 dies: the new member counts.

@@ -1403,7 +1403,7 @@ int sim_acc_switch(int a, const membership *m)
     acc_node *n = &S.acc[a];
     if (!n->up)
         return -1;
-    if (acceptor_switch_membership(&n->core, m, &n->out) != 0) {
+    if (acceptor_switch_membership(&n->core, m, ACCEPTOR_ADMIN, &n->out) != 0) {
         trace("a%d refuses generation %u: %s", a, m->generation, n->out.error);
         return -1;
     }

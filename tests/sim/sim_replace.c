@@ -98,7 +98,7 @@ static struct {
 
 /* TIMELINE_STATUS of every running node but the one at skip (-1: none), as
  * the positions sk_change decides by; node ids from the cluster file, as
- * cmd_safekeeper.c positions() takes them. */
+ * sk_fleet_positions takes them. */
 static void survey(int skip, sim_status *st, sk_change_pos *pos)
 {
     for (int a = 0; a < N_ACC; a++) {
@@ -109,6 +109,7 @@ static void survey(int skip, sim_status *st, sk_change_pos *pos)
         pos[a].flush_lsn = st[a].flush_lsn;
         pos[a].commit_lsn = st[a].commit_lsn;
         pos[a].last_log_term = st[a].last_log_term;
+        pos[a].term = st[a].term;
     }
 }
 
@@ -255,29 +256,6 @@ static void make_explicit(const membership *implicit)
 }
 #endif
 
-/* The copy's term: the highest of the answering members, which must be a
- * majority (false otherwise). */
-static bool copy_term(const membership *newest, const sim_status *st, const sk_change_pos *pos,
-                      uint64_t *term)
-{
-    uint32_t answered = 0;
-    *term = 0;
-#ifndef STRATA_BUG_REPLACE_DONOR_STATE
-    for (int a = 0; a < N_ACC; a++) {
-        if (!pos[a].up)
-            continue;
-        answered++;
-        if (st[a].term > *term)
-            *term = st[a].term;
-    }
-#else
-    (void)st;
-    (void)pos;
-    answered = newest->n_members;
-#endif
-    return answered >= newest->n_members / 2 + 1;
-}
-
 /* Step 2: the copy of the donor's WAL and its control file in slot s. */
 static bool seed(const membership *newest, int donor, uint64_t new_id, uint64_t term)
 {
@@ -328,7 +306,7 @@ static void run_fresh(const membership *newest, sk_change_stage stage, uint64_t 
             pos[a].up = false;
     int donor = sk_change_donor(pos, N_ACC);
     membership joint;
-    if (donor < 0 || !copy_term(newest, st, pos, &term)) {
+    if (donor < 0 || !sk_change_copy_term(newest->members, newest->n_members, pos, N_ACC, &term)) {
         run_fail("no majority of the other members answers");
         return;
     }
