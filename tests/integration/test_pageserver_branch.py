@@ -286,3 +286,122 @@ def test_branches_read_through_keep_gc_and_resolve_times(cluster_dir):
     # Released: the horizon rises to the next branch point (the time branch).
     wait_until(lambda: t.info(main)["gc"]["horizon"] == bt["start_lsn"], 30,
                "the horizon to rise to the remaining branch point %s" % bt["start_lsn"])
+
+
+def newest_manifest(root, tenant, tl):
+    mdir = os.path.join(root, "tenants", tenant, "timelines", tl, "manifest")
+    names = sorted(n for n in os.listdir(mdir) if n.endswith(".json"))
+    with open(os.path.join(mdir, names[-1])) as f:
+        return json.load(f)
+
+
+def ps_metric(cluster, name):
+    port = cluster.status()["pageserver"]["http_port"]
+    req = urllib.request.Request("http://127.0.0.1:%d/metrics" % port, headers=cluster.bearer())
+    with urllib.request.urlopen(req, timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_failed_restore_of_the_ancestor_keeps_the_branch(cluster_dir):
+    """Finding 3 of reviews/reliability-4470d5a: the volume is lost and the
+    parent's restore fails (a damaged data object) while its branch's
+    succeeds.  Once the object is repaired and GC runs with a small window,
+    the parent's horizon must stay at the branch point, so that after one
+    more restart the branch opens and reads at its branch point what it
+    read before the loss.  Before the fix the branch was left on disk,
+    unloaded, GC moved past its branch point and the next start refused it
+    ("below the GC horizon")."""
+    cluster = cluster_dir
+    cluster.env["PAGESERVER_GC_INTERVAL"] = "0"
+    cluster.up()
+    t = Timelines(cluster)
+    main = t.main
+    remote = os.path.join(cluster.dir, "remote")
+    cluster.sql("CREATE TABLE kb (id int PRIMARY KEY, v int, pad text)")
+    cluster.sql("INSERT INTO kb SELECT g, 1, repeat('k', 100) FROM generate_series(1, 300) g")
+    (rfn, db), = cluster.sql("SELECT pg_relation_filenode('kb'), (SELECT oid FROM pg_database "
+                             "WHERE datname = current_database())")
+    b = current_lsn(cluster)
+    cluster.sql("UPDATE kb SET v = 2")
+    t.wait_ingested(current_lsn(cluster))
+    child = t.branch(main, ancestor_lsn=int_to_lsn(b))["timeline_id"]
+    start = b & ~7
+    cc = t.connect(child)
+    try:
+        before = read_rel(cc, db, rfn, start)
+    finally:
+        cc.close()
+    assert len(before) > 3
+    wait_until(lambda: t.info(child)["remote"]["manifests_uploaded"] >= 1, 60,
+               "a manifest of the branch")
+    wait_until(lambda: lsn_to_int(t.info(main)["remote"]["remote_consistent_lsn"]) >= start, 90,
+               "the parent's upload to reach the branch point")
+
+    # The volume is lost, and one data object of the parent is damaged
+    # (same size: the restore's block CRCs catch it).
+    cluster.stop("pageserver", immediate=True)
+    shutil.rmtree(os.path.join(cluster.dir, "pageserver", "tenants"))
+    files = newest_manifest(remote, t.tenant, main)["files"]
+    victim = os.path.join(remote, "tenants", t.tenant, "timelines", main, "data",
+                          "%016x.dat" % max(files, key=lambda f: f["size"])["id"])
+    with open(victim, "rb") as f:
+        good = f.read()
+    bad = bytearray(good)
+    for i in range(len(bad) // 4, len(bad) * 3 // 4, 512):
+        bad[i] ^= 0xFF
+    with open(victim, "wb") as f:
+        f.write(bytes(bad))
+    cluster.start("pageserver")
+    wait_until(lambda: ps_metric(cluster, "pageserver_remote_restores_failed_total") or 0, 120,
+               "the parent's restore to fail")
+    wait_until(lambda: ps_metric(cluster, "pageserver_remote_restore_timelines_pending") == 0, 120,
+               "the restores to end")
+    check_not_loaded(cluster, t, main)
+
+    # Repaired; GC on with a small window.
+    with open(victim, "wb") as f:
+        f.write(good)
+    cluster.stop("pageserver")
+    cluster.env["PAGESERVER_GC_INTERVAL"] = "1s"
+    cluster.env["PAGESERVER_PITR_WINDOW_BYTES"] = str(WINDOW)
+    cluster.start("pageserver")
+    wait_until(lambda: http(cluster, "GET", t.path(main))[0] == 200, 120, "the parent back")
+    cluster.sql("INSERT INTO kb SELECT g, 3, repeat('z', 200) FROM generate_series(1000, 4000) g")
+    end = current_lsn(cluster)
+    assert end - WINDOW > start, "the window must end above the branch point"
+    t.wait_ingested(end)
+    # GC passes run (every second) with the window's target above the
+    # branch point: the horizon must stay at it.
+    wait_until(lambda: lsn_to_int(t.info(main)["disk_consistent_lsn"]) - WINDOW > start, 120,
+               "the parent to flush past the branch point plus the window")
+    time.sleep(5)
+    horizon = lsn_to_int(t.info(main)["gc"]["horizon"] or "0/0")
+    print("parent's GC horizon %s, branch point %s" % (int_to_lsn(horizon), int_to_lsn(start)))
+
+    cluster.stop("pageserver")
+    cluster.start("pageserver")
+    status, body = wait_until(lambda: (lambda r: r[0] != 503 and r)(http(cluster, "GET",
+                                                                         t.path(child))),
+                              120, "the branch to load")
+    assert status == 200, (status, body, horizon)
+    cc = t.connect(child)
+    try:
+        assert read_rel(cc, db, rfn, start) == before
+    finally:
+        cc.close()
+    assert lsn_to_int(t.info(main)["gc"]["horizon"]) <= start
+
+
+def check_not_loaded(cluster, t, main):
+    """While the parent is missing, the status names what is not loaded and
+    that GC of the tenant stops."""
+    status, body = http(cluster, "GET", "/v1/status")
+    assert status == 200, body
+    ids = {u["timeline_id"]: u for u in body["not_loaded"]}
+    assert main in ids and ids[main]["reason"], body["not_loaded"]
+    assert ps_metric(cluster, "pageserver_timelines_not_loaded") >= 1
+    with open(os.path.join(cluster.dir, "pageserver.log"), errors="replace") as f:
+        assert "GC of tenant %s stops" % t.tenant in f.read()
