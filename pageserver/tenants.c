@@ -1066,43 +1066,12 @@ int tenants_list_restores(tenants *t, tenants_restore_info *out, int cap)
     return n;
 }
 
-int tenants_open(const tenants_options *o, tenants **out, char *err, size_t errlen)
+/* Loads every tenant directory under root.  0, or -1 with err. */
+static int load_tenants(tenants *t, const char *root, char *err, size_t errlen)
 {
-    *out = NULL;
-    tenants *t = calloc(1, sizeof *t);
-    if (t == NULL)
-        return fail(NULL, 500, err, errlen, "out of memory");
-    snprintf(t->datadir, sizeof t->datadir, "%s", o->datadir);
-    snprintf(t->pg_bindir, sizeof t->pg_bindir, "%s", o->pg_bindir ? o->pg_bindir : "");
-    snprintf(t->run_as_user, sizeof t->run_as_user, "%s",
-             o->run_as_user ? o->run_as_user : "postgres");
-    t->initdb_timeout_s = o->initdb_timeout_s ? o->initdb_timeout_s : 120;
-    t->svc = o->svc;
-    atomic_init(&t->next_owner, 1);
-    pthread_mutex_init(&t->mu, NULL);
-    pthread_once(&nlmet_once, nlmet_init);
-
-    char root[PATH_MAX];
-    if (!path_fmt(root, sizeof root, "%s/tenants", t->datadir)) {
-        errno = ENAMETOOLONG;
-        fail(NULL, 500, err, errlen, "data directory path too long: %s", t->datadir);
-        pthread_mutex_destroy(&t->mu);
-        free(t);
-        return -1;
-    }
-    if (mkdir_p(root, 0755) != 0) {
-        fail(NULL, 500, err, errlen, "cannot create %s: %s", root, strerror(errno));
-        pthread_mutex_destroy(&t->mu);
-        free(t);
-        return -1;
-    }
     DIR *d = opendir(root);
-    if (d == NULL) {
-        fail(NULL, 500, err, errlen, "cannot read %s: %s", root, strerror(errno));
-        pthread_mutex_destroy(&t->mu);
-        free(t);
-        return -1;
-    }
+    if (d == NULL)
+        return fail(NULL, 500, err, errlen, "cannot read %s: %s", root, strerror(errno));
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
         strata_id tenant;
@@ -1127,6 +1096,45 @@ int tenants_open(const tenants_options *o, tenants **out, char *err, size_t errl
         load_tenant(t, path, &tenant);
     }
     closedir(d);
+    return 0;
+}
+
+int tenants_open(const tenants_options *o, tenants **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    tenants *t = calloc(1, sizeof *t);
+    if (t == NULL)
+        return fail(NULL, 500, err, errlen, "out of memory");
+    snprintf(t->datadir, sizeof t->datadir, "%s", o->datadir);
+    snprintf(t->pg_bindir, sizeof t->pg_bindir, "%s", o->pg_bindir ? o->pg_bindir : "");
+    snprintf(t->run_as_user, sizeof t->run_as_user, "%s",
+             o->run_as_user ? o->run_as_user : "postgres");
+    t->initdb_timeout_s = o->initdb_timeout_s ? o->initdb_timeout_s : 120;
+    t->svc = o->svc;
+    atomic_init(&t->next_owner, 1);
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_once(&nlmet_once, nlmet_init);
+    char root[PATH_MAX];
+    int rc = 0;
+    if (!path_fmt(root, sizeof root, "%s/tenants", t->datadir))
+        rc = fail(NULL, 500, err, errlen, "data directory path too long: %s", t->datadir);
+    else if (mkdir_p(root, 0755) != 0)
+        rc = fail(NULL, 500, err, errlen, "cannot create %s: %s", root, strerror(errno));
+    /* The last reference of a timeline is often dropped on an event loop:
+     * its teardown runs on the reaper's thread instead (timeline.h). */
+    if (rc == 0)
+        rc = timeline_reaper_start(&t->svc.reaper, err, errlen);
+    if (rc == 0)
+        rc = load_tenants(t, root, err, errlen);
+    if (rc != 0) {
+        STRATA_ASSERT(t->n == 0); /* load_tenants fails before loading anything */
+        timeline_reaper_stop(t->svc.reaper);
+        pthread_mutex_destroy(&t->mu);
+        free(t);
+        return -1;
+    }
+    /* GC only now: every timeline that did not load has its branch point
+     * held by its loaded ancestor (load_tenant). */
     t->gc_interval_ms = o->gc_interval_ms;
     if (gc_start(t, err, errlen) != 0 || restore_start(t, err, errlen) != 0) {
         tenants_close(t);
@@ -1146,6 +1154,8 @@ void tenants_close(tenants *t)
         if (t->entries[i].tl != NULL)
             timeline_unref(t->entries[i].tl);
     }
+    /* Returns once every store is flushed and closed. */
+    timeline_reaper_stop(t->svc.reaper);
     pthread_mutex_destroy(&t->mu);
     free(t->absent);
     free(t);
