@@ -1,7 +1,7 @@
 /*
  * timeline_priv.h: the timeline handle's fields, shared by timeline.c (open,
- * close, reads, GC) and timeline_branch.c (branches, the commit-time
- * index).  Not for anything outside those two files.
+ * close, reads, GC), timeline_branch.c (branches, the commit-time index)
+ * and timeline_reaper.c (teardown).  Not for anything outside those files.
  */
 #ifndef STRATA_PAGESERVER_TIMELINE_PRIV_H
 #define STRATA_PAGESERVER_TIMELINE_PRIV_H

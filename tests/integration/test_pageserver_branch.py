@@ -21,7 +21,13 @@ What it shows:
     restored before their branches); then, with GC on and a small window, the parent's GC horizon stops at the lowest branch point
     (it would rise far above it without the cap), the branch still reads
     the same pages; DELETE of the parent is 409 naming its branches;
-    deleting the branches releases the horizon.
+    deleting the branches releases the horizon;
+  - when the volume is lost and the parent's restore fails (a damaged data
+    object), the branch is not left half-restored: the status lists both as
+    not loaded and GC of the tenant stops; once the object is repaired, both
+    come back, GC with a small window keeps the parent's horizon at the
+    branch point, and after another restart the branch reads at its branch
+    point what it read before the loss (review finding 3).
 """
 import io
 import json
