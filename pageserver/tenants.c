@@ -1534,8 +1534,9 @@ static void list_append(char *out, size_t len, size_t *used, bool *any, const st
 }
 
 /* Lists the branches of (tenant, tl), loaded or not (tenants.h: one not
- * loaded still needs its branch point), into out ("C1, C2"); true when
- * there is one.  t->mu held. */
+ * loaded still needs its branch point), and the timelines of the tenant not
+ * loaded whose ancestry is unknown, into out ("C1, C2"); true when there is
+ * one.  t->mu held. */
 static bool branches_of(tenants *t, const strata_id *tenant, const strata_id *tl, char *out,
                         size_t len)
 {
@@ -1549,10 +1550,11 @@ static bool branches_of(tenants *t, const strata_id *tenant, const strata_id *tl
         if (m->has_ancestor && strata_id_equal(&m->ancestor_timeline, tl))
             list_append(out, len, &used, &any, &e->timeline);
     }
+    /* One whose ancestry is unknown may be a branch of tl too. */
     for (int k = 0; k < t->nabsent; k++) {
         const tenants_not_loaded *n = &t->absent[k];
-        if (n->has_ancestor && strata_id_equal(&n->tenant, tenant) &&
-            strata_id_equal(&n->ancestor, tl))
+        if (strata_id_equal(&n->tenant, tenant) &&
+            (!n->ancestry_known || (n->has_ancestor && strata_id_equal(&n->ancestor, tl))))
             list_append(out, len, &used, &any, &n->timeline);
     }
     return any;
@@ -1575,8 +1577,10 @@ int tenants_delete_timeline(tenants *t, const strata_id *tenant, const strata_id
     char children[1024] = "";
     if (i >= 0 && !t->entries[i].busy && branches_of(t, tenant, tlid, children, sizeof children)) {
         pthread_mutex_unlock(&t->mu);
-        return fail(status, 409, err, errlen, "timeline %s has branches: %s (delete them first)", b,
-                    children);
+        return fail(status, 409, err, errlen,
+                    "timeline %s has branches: %s (delete them first; "
+                    "/v1/status lists those not loaded)",
+                    b, children);
     }
     if (i >= 0) {
         busy = t->entries[i].busy;

@@ -116,8 +116,9 @@ int tenants_delete_tenant(tenants *t, const strata_id *tenant, int *status, char
                           size_t errlen);
 
 /* Removes the timeline from the set, stops its WAL receiver and deletes its
- * directory once the last reader lets go.  409 while it has branches
- * ("timeline P has branches: C1, C2 (delete them first)"). */
+ * directory once the last reader lets go.  409 while it has branches,
+ * loaded or not, or the tenant has a timeline not loaded whose ancestry is
+ * unknown ("timeline P has branches: C1, C2 (delete them first; ...)"). */
 int tenants_delete_timeline(tenants *t, const strata_id *tenant, const strata_id *tl, int *status,
                             char *err, size_t errlen);
 

@@ -311,103 +311,157 @@ def ps_metric(cluster, name):
     return None
 
 
-def test_failed_restore_of_the_ancestor_keeps_the_branch(cluster_dir):
-    """Finding 3 of reviews/reliability-4470d5a: the volume is lost and the
-    parent's restore fails (a damaged data object) while its branch's
-    succeeds.  Once the object is repaired and GC runs with a small window,
-    the parent's horizon must stay at the branch point, so that after one
-    more restart the branch opens and reads at its branch point what it
-    read before the loss.  Before the fix the branch was left on disk,
-    unloaded, GC moved past its branch point and the next start refused it
-    ("below the GC horizon")."""
-    cluster = cluster_dir
-    cluster.env["PAGESERVER_GC_INTERVAL"] = "0"
-    cluster.up()
-    t = Timelines(cluster)
-    main = t.main
-    remote = os.path.join(cluster.dir, "remote")
-    cluster.sql("CREATE TABLE kb (id int PRIMARY KEY, v int, pad text)")
-    cluster.sql("INSERT INTO kb SELECT g, 1, repeat('k', 100) FROM generate_series(1, 300) g")
-    (rfn, db), = cluster.sql("SELECT pg_relation_filenode('kb'), (SELECT oid FROM pg_database "
-                             "WHERE datname = current_database())")
-    b = current_lsn(cluster)
-    cluster.sql("UPDATE kb SET v = 2")
-    t.wait_ingested(current_lsn(cluster))
-    child = t.branch(main, ancestor_lsn=int_to_lsn(b))["timeline_id"]
-    start = b & ~7
-    cc = t.connect(child)
-    try:
-        before = read_rel(cc, db, rfn, start)
-    finally:
-        cc.close()
-    assert len(before) > 3
-    wait_until(lambda: t.info(child)["remote"]["manifests_uploaded"] >= 1, 60,
-               "a manifest of the branch")
-    wait_until(lambda: lsn_to_int(t.info(main)["remote"]["remote_consistent_lsn"]) >= start, 90,
-               "the parent's upload to reach the branch point")
+class LostVolume:
+    """A parent with a branch at B, both uploaded; the pageserver killed and
+    its tenants directory deleted (GC off until then)."""
 
-    # The volume is lost, and one data object of the parent is damaged
-    # (same size: the restore's block CRCs catch it).
-    cluster.stop("pageserver", immediate=True)
-    shutil.rmtree(os.path.join(cluster.dir, "pageserver", "tenants"))
-    files = newest_manifest(remote, t.tenant, main)["files"]
-    victim = os.path.join(remote, "tenants", t.tenant, "timelines", main, "data",
-                          "%016x.dat" % max(files, key=lambda f: f["size"])["id"])
-    with open(victim, "rb") as f:
-        good = f.read()
-    bad = bytearray(good)
-    for i in range(len(bad) // 4, len(bad) * 3 // 4, 512):
-        bad[i] ^= 0xFF
-    with open(victim, "wb") as f:
-        f.write(bytes(bad))
-    cluster.start("pageserver")
-    wait_until(lambda: ps_metric(cluster, "pageserver_remote_restores_failed_total") or 0, 120,
-               "the parent's restore to fail")
-    wait_until(lambda: ps_metric(cluster, "pageserver_remote_restore_timelines_pending") == 0, 120,
-               "the restores to end")
-    check_not_loaded(cluster, t, main)
+    def __init__(self, cluster):
+        self.cluster = cluster
+        cluster.env["PAGESERVER_GC_INTERVAL"] = "0"
+        cluster.up()
+        self.t = t = Timelines(cluster)
+        self.remote = os.path.join(cluster.dir, "remote")
+        cluster.sql("CREATE TABLE kb (id int PRIMARY KEY, v int, pad text)")
+        cluster.sql("INSERT INTO kb SELECT g, 1, repeat('k', 100) FROM generate_series(1, 300) g")
+        (self.rfn, self.db), = cluster.sql(
+            "SELECT pg_relation_filenode('kb'), (SELECT oid FROM pg_database "
+            "WHERE datname = current_database())")
+        b = current_lsn(cluster)
+        cluster.sql("UPDATE kb SET v = 2")
+        t.wait_ingested(current_lsn(cluster))
+        self.child = t.branch(t.main, ancestor_lsn=int_to_lsn(b))["timeline_id"]
+        self.start = b & ~7
+        self.before = self.branch_pages()
+        assert len(self.before) > 3
+        wait_until(lambda: t.info(self.child)["remote"]["manifests_uploaded"] >= 1, 60,
+                   "a manifest of the branch")
+        wait_until(lambda: lsn_to_int(t.info(t.main)["remote"]["remote_consistent_lsn"]) >=
+                   self.start, 90, "the parent's upload to reach the branch point")
+        cluster.stop("pageserver", immediate=True)
+        shutil.rmtree(os.path.join(cluster.dir, "pageserver", "tenants"))
 
-    # Repaired; GC on with a small window.
-    with open(victim, "wb") as f:
-        f.write(good)
-    cluster.stop("pageserver")
+    def branch_pages(self):
+        cc = self.t.connect(self.child)
+        try:
+            return read_rel(cc, self.db, self.rfn, self.start)
+        finally:
+            cc.close()
+
+    def damage(self, tl, kind):
+        """Flips bytes (same size) in tl's biggest data object of its newest
+        manifest, or in that manifest; returns a function that repairs it."""
+        mdir = os.path.join(self.remote, "tenants", self.t.tenant, "timelines", tl, "manifest")
+        victim = os.path.join(mdir, sorted(os.listdir(mdir))[-1])
+        if kind == "data":
+            files = newest_manifest(self.remote, self.t.tenant, tl)["files"]
+            victim = os.path.join(os.path.dirname(mdir), "data", "%016x.dat" %
+                                  max(files, key=lambda f: f["size"])["id"])
+        with open(victim, "rb") as f:
+            good = f.read()
+        bad = bytearray(good)
+        for i in range(len(bad) // 4, len(bad) * 3 // 4, 512 if kind == "data" else 7):
+            bad[i] ^= 0xFF
+        with open(victim, "wb") as f:
+            f.write(bytes(bad))
+
+        def repair():
+            with open(victim, "wb") as f:
+                f.write(good)
+        return repair
+
+    def restores_ended(self):
+        c = self.cluster
+        wait_until(lambda: ps_metric(c, "pageserver_remote_restores_failed_total") or 0, 120,
+                   "a restore to fail")
+        wait_until(lambda: ps_metric(c, "pageserver_remote_restore_timelines_pending") == 0, 120,
+                   "the restores to end")
+
+    def write_past_the_window(self):
+        """More than the GC window on the parent, flushed; then GC passes
+        (every second) have had their chance to move its horizon."""
+        t = self.t
+        self.cluster.sql("INSERT INTO kb SELECT g, 3, repeat('z', 200) "
+                         "FROM generate_series(1000, 4000) g")
+        end = current_lsn(self.cluster)
+        assert end - WINDOW > self.start, "the window must end above the branch point"
+        t.wait_ingested(end)
+        wait_until(lambda: lsn_to_int(t.info(t.main)["disk_consistent_lsn"]) - WINDOW >
+                   self.start, 120, "the parent to flush past the branch point plus the window")
+        time.sleep(5)
+        horizon = lsn_to_int(t.info(t.main)["gc"]["horizon"] or "0/0")
+        print("parent's GC horizon %s, branch point %s" % (int_to_lsn(horizon),
+                                                          int_to_lsn(self.start)))
+        return horizon
+
+    def branch_reads_as_before(self, horizon):
+        self.cluster.stop("pageserver")
+        self.cluster.start("pageserver")
+        status, body = wait_until(
+            lambda: (lambda r: r[0] != 503 and r)(http(self.cluster, "GET",
+                                                       self.t.path(self.child))),
+            120, "the branch to load")
+        assert status == 200, (status, body, int_to_lsn(horizon))
+        assert self.branch_pages() == self.before
+        assert lsn_to_int(self.t.info(self.t.main)["gc"]["horizon"]) <= self.start
+
+
+def small_gc_window(cluster):
     cluster.env["PAGESERVER_GC_INTERVAL"] = "1s"
     cluster.env["PAGESERVER_PITR_WINDOW_BYTES"] = str(WINDOW)
-    cluster.start("pageserver")
-    wait_until(lambda: http(cluster, "GET", t.path(main))[0] == 200, 120, "the parent back")
-    cluster.sql("INSERT INTO kb SELECT g, 3, repeat('z', 200) FROM generate_series(1000, 4000) g")
-    end = current_lsn(cluster)
-    assert end - WINDOW > start, "the window must end above the branch point"
-    t.wait_ingested(end)
-    # GC passes run (every second) with the window's target above the
-    # branch point: the horizon must stay at it.
-    wait_until(lambda: lsn_to_int(t.info(main)["disk_consistent_lsn"]) - WINDOW > start, 120,
-               "the parent to flush past the branch point plus the window")
-    time.sleep(5)
-    horizon = lsn_to_int(t.info(main)["gc"]["horizon"] or "0/0")
-    print("parent's GC horizon %s, branch point %s" % (int_to_lsn(horizon), int_to_lsn(start)))
 
+
+def test_failed_restore_of_the_ancestor_keeps_the_branch(cluster_dir):
+    """Finding 3 of reviews/reliability-4470d5a, scenario A: the volume is
+    lost and the parent's restore fails (a damaged data object).  Once the
+    object is repaired and GC runs with a small window, the parent's horizon
+    must stay at the branch point, so that after one more restart the branch
+    opens and reads at its branch point what it read before the loss.
+    Before the fix the branch was left on disk, unloaded, GC moved past its
+    branch point and the next start refused it (404; "below the GC
+    horizon" in the log)."""
+    lv = LostVolume(cluster_dir)
+    cluster, t = cluster_dir, lv.t
+    repair = lv.damage(t.main, "data")
+    cluster.start("pageserver")
+    lv.restores_ended()
+    check_not_loaded(cluster, t, t.main)
+    repair()
     cluster.stop("pageserver")
+    small_gc_window(cluster)
     cluster.start("pageserver")
-    status, body = wait_until(lambda: (lambda r: r[0] != 503 and r)(http(cluster, "GET",
-                                                                         t.path(child))),
-                              120, "the branch to load")
-    assert status == 200, (status, body, horizon)
-    cc = t.connect(child)
-    try:
-        assert read_rel(cc, db, rfn, start) == before
-    finally:
-        cc.close()
-    assert lsn_to_int(t.info(main)["gc"]["horizon"]) <= start
+    wait_until(lambda: http(cluster, "GET", t.path(t.main))[0] == 200, 120, "the parent back")
+    lv.branch_reads_as_before(lv.write_past_the_window())
 
 
-def check_not_loaded(cluster, t, main):
-    """While the parent is missing, the status names what is not loaded and
-    that GC of the tenant stops."""
+def test_failed_restore_of_the_branch_holds_its_branch_point(cluster_dir):
+    """Scenario B: the parent is restored but its branch's restore fails (a
+    damaged manifest).  GC of the tenant stops, so the parent's horizon stays
+    at or below the branch point however much it writes; its DELETE is
+    refused naming the branch; once repaired, the branch comes back and
+    reads as before."""
+    lv = LostVolume(cluster_dir)
+    cluster, t = cluster_dir, lv.t
+    repair = lv.damage(lv.child, "manifest")
+    small_gc_window(cluster)
+    cluster.start("pageserver")
+    lv.restores_ended()
+    check_not_loaded(cluster, t, lv.child)
+    assert lv.child in t.info(t.main)["gc"]["blocked"]
+    status, err = http(cluster, "DELETE", t.path(t.main))
+    assert status == 409 and lv.child in err["error"], err
+    horizon = lv.write_past_the_window()
+    assert horizon <= lv.start
+    repair()
+    lv.branch_reads_as_before(horizon)
+
+
+def check_not_loaded(cluster, t, tl):
+    """While tl is missing, the status names it with its reason, and the
+    log says GC of the tenant stops."""
     status, body = http(cluster, "GET", "/v1/status")
     assert status == 200, body
     ids = {u["timeline_id"]: u for u in body["not_loaded"]}
-    assert main in ids and ids[main]["reason"], body["not_loaded"]
+    assert tl in ids and ids[tl]["reason"], body["not_loaded"]
     assert ps_metric(cluster, "pageserver_timelines_not_loaded") >= 1
     with open(os.path.join(cluster.dir, "pageserver.log"), errors="replace") as f:
         assert "GC of tenant %s stops" % t.tenant in f.read()
