@@ -72,7 +72,7 @@ def http(cluster, method, path, body=None, timeout=30):
 
 
 class Timelines:
-    def __init__(self, cluster):
+    def __init__(self, cluster, only_parent=False):
         self.cluster = cluster
         self.tenant, self.main = cluster.ids()
 
@@ -313,9 +313,10 @@ def ps_metric(cluster, name):
 
 class LostVolume:
     """A parent with a branch at B, both uploaded; the pageserver killed and
-    its tenants directory deleted (GC off until then)."""
+    its tenants directory deleted, or only the parent's directory (GC off
+    until then)."""
 
-    def __init__(self, cluster):
+    def __init__(self, cluster, only_parent=False):
         self.cluster = cluster
         cluster.env["PAGESERVER_GC_INTERVAL"] = "0"
         cluster.up()
@@ -338,7 +339,10 @@ class LostVolume:
         wait_until(lambda: lsn_to_int(t.info(t.main)["remote"]["remote_consistent_lsn"]) >=
                    self.start, 90, "the parent's upload to reach the branch point")
         cluster.stop("pageserver", immediate=True)
-        shutil.rmtree(os.path.join(cluster.dir, "pageserver", "tenants"))
+        tenants = os.path.join(cluster.dir, "pageserver", "tenants")
+        if only_parent:
+            tenants = os.path.join(tenants, t.tenant, "timelines", t.main)
+        shutil.rmtree(tenants)
 
     def branch_pages(self):
         cc = self.t.connect(self.child)
@@ -465,3 +469,24 @@ def check_not_loaded(cluster, t, tl):
     assert ps_metric(cluster, "pageserver_timelines_not_loaded") >= 1
     with open(os.path.join(cluster.dir, "pageserver.log"), errors="replace") as f:
         assert "GC of tenant %s stops" % t.tenant in f.read()
+
+
+def test_branch_left_on_disk_loads_once_its_ancestor_is_restored(cluster_dir):
+    """Only the parent's directory is lost (what a start before the fix left
+    behind after a failed restore: the branch on disk, its ancestor absent).
+    The parent is restored, and the branch, which could not load before it,
+    loads right after, with its branch point held: GC keeps the parent's
+    horizon at it, and after a restart the branch reads as before.  Before,
+    the branch stayed unloaded until a restart, and GC took its pages."""
+    lv = LostVolume(cluster_dir, only_parent=True)
+    cluster, t = cluster_dir, lv.t
+    small_gc_window(cluster)
+    cluster.start("pageserver")
+    wait_until(lambda: http(cluster, "GET", t.path(lv.child))[0] == 200, 60,
+               "the branch to load once its parent is restored")
+    assert lv.branch_pages() == lv.before
+    assert http(cluster, "GET", "/v1/status")[1]["not_loaded"] == []
+    assert t.info(t.main)["gc"]["blocked"] is None
+    horizon = lv.write_past_the_window()
+    assert horizon == lv.start
+    lv.branch_reads_as_before(horizon)
