@@ -23,6 +23,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,7 +76,8 @@ struct tenants {
      * and restores every timeline it holds that is not on disk, in turn. */
     pthread_t restore_thread;
     bool restore_started;
-    bool restore_listing; /* the listing has not finished: any timeline may come */
+    bool restore_listing;  /* the listing has not finished: any timeline may come */
+    bool restore_unlisted; /* the listing failed: what the store holds is unknown */
     _Atomic bool restore_quit;
     restore_progress *restoring; /* the one being restored now (t->mu) */
 
@@ -102,11 +104,12 @@ static bool gc_should_quit(tenants *t)
 /* True while timelines may still come from object storage: GC waits, so
  * that a branch restored after its ancestor still finds its branch point
  * (issue #15; the ancestor's horizon is capped only once the branch is
- * open). */
+ * open).  Also after a failed listing, until a restart lists again: any
+ * timeline there may be a branch of one on disk. */
 static bool restores_pending(tenants *t)
 {
     pthread_mutex_lock(&t->mu);
-    bool pending = t->restore_listing;
+    bool pending = t->restore_listing || t->restore_unlisted;
     for (int i = 0; i < t->n && !pending; i++)
         pending = t->entries[i].restore != NULL;
     pthread_mutex_unlock(&t->mu);
@@ -372,6 +375,10 @@ static void note_absent(tenants *t, const tenants_not_loaded *n, bool error, con
 
 static void note_absent(tenants *t, const tenants_not_loaded *n, bool error, const char *fmt, ...)
 {
+    /* n is the caller's copy: the array below may move. */
+    uintptr_t at = (uintptr_t)n, lo = (uintptr_t)t->absent;
+    uintptr_t hi = lo + sizeof *t->absent * (size_t)t->absent_cap;
+    STRATA_ASSERT(at < lo || at >= hi);
     char reason[sizeof n->reason];
     va_list ap;
     va_start(ap, fmt);
@@ -971,9 +978,14 @@ static void *restore_main(void *arg)
     restore_timeline_id *ids = NULL;
     size_t n = 0;
     char err[1024];
-    if (restore_list_timelines(t->svc.remote, &ids, &n, err, sizeof err) != 0)
-        log_error("cannot list timelines in %s (none is restored; restart to retry): %s",
+    if (restore_list_timelines(t->svc.remote, &ids, &n, err, sizeof err) != 0) {
+        log_error("cannot list timelines in %s (none is restored, and no GC runs; restart to "
+                  "retry): %s",
                   remote_describe(t->svc.remote), err);
+        pthread_mutex_lock(&t->mu);
+        t->restore_unlisted = true;
+        pthread_mutex_unlock(&t->mu);
+    }
     size_t k = restore_claim(t, ids, n);
     order_restores(t, ids, k);
     if (k > 0)
@@ -1330,6 +1342,15 @@ static int build_import(tenants *t, const tenants_create_request *req, const cha
     return 0;
 }
 
+/* True while a deleted timeline of that id is being torn down (its
+ * .deleting directory is removed last). */
+static bool deleting_in_progress(const tenants *t, const strata_id *tenant, const strata_id *tl)
+{
+    char gone[PATH_MAX];
+    struct stat sb;
+    return timeline_path(t, tenant, tl, DELETING_SUFFIX, gone, sizeof gone) && stat(gone, &sb) == 0;
+}
+
 /* A branch's LSN from the request (rounded down to 8 bytes), checked
  * against the ancestor's readable window.  0, or -1 with *code. */
 static int branch_lsn(timeline *anc, const tenants_create_request *req, lsn_t *out, int *code,
@@ -1462,6 +1483,14 @@ int tenants_create_timeline(tenants *t, const strata_id *tenant, const strata_id
     if (stat(final, &sb) == 0) {
         code = 409;
         fail(NULL, 0, err, errlen, "%s exists on disk but is not loaded; remove it first", final);
+        goto out;
+    }
+    /* The reaper has not finished a deletion of the same id: its last step
+     * deletes the id's objects in the remote store, which would take the
+     * new timeline's uploads with them. */
+    if (deleting_in_progress(t, tenant, tlid)) {
+        code = 409;
+        fail(NULL, 0, err, errlen, "tenant %s timeline %s is still being deleted; try again", a, b);
         goto out;
     }
     if (mkdir_p(building, 0755) != 0) {
