@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/failpoint.h"
 #include "base/strata_assert.h"
 #include "pageserver/timeline_priv.h"
 
@@ -49,6 +50,8 @@ static void *reaper_main(void *arg)
         if (r->head == NULL)
             r->tail = NULL;
         pthread_mutex_unlock(&r->mu);
+        /* A slow teardown on demand, for tests (failpoint.h). */
+        failpoint_hit("reaper.before_teardown");
         timeline_destroy(tl);
         pthread_mutex_lock(&r->mu);
     }
