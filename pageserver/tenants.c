@@ -940,9 +940,14 @@ static void order_restores(tenants *t, restore_timeline_id *ids, size_t k)
             nl.ancestor_lsn = m.ancestor_lsn;
             manifest_free(&m);
         }
-        /* Its branch point is held from now on, whatever its restore does. */
+        /* Its branch point is held from now on, whatever its restore does:
+         * by an ancestor loaded from disk at once, by one still to come
+         * when it opens (hold_branch_points). */
         pthread_mutex_lock(&t->mu);
         note_absent(t, &nl, false, "queued for a restore from %s", remote_describe(t->svc.remote));
+        timeline *parent = nl.has_ancestor ? loaded(t, &nl.tenant, &nl.ancestor) : NULL;
+        if (parent != NULL)
+            hold_branch_points(t, parent);
         pthread_mutex_unlock(&t->mu);
     }
     size_t n = 0;
