@@ -29,6 +29,7 @@
  * `strata safekeeper recover --from NAME --confirm` is for two lost at once,
  * when no majority of the old members exists (see recover() below).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -484,6 +485,20 @@ static int recover_plan_seed(recover_plan *p, cli_err *err)
     "restore from an older one), or recreate the timeline and load the data again; then run "      \
     "recover again"
 
+/* A lost pageserver's directory: gone, or emptied for its restore. */
+static bool dir_missing_or_empty(const char *path)
+{
+    DIR *d = opendir(path);
+    if (d == NULL)
+        return errno == ENOENT;
+    struct dirent *de;
+    bool empty = true;
+    while (empty && (de = readdir(d)) != NULL)
+        empty = strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0;
+    closedir(d);
+    return empty;
+}
+
 /* The pageserver must not have ingested past the seed end: its store would
  * hold commits of the lost history, and its WAL receiver would ask for the
  * new history at an LSN inside it. */
@@ -492,14 +507,13 @@ static int recover_check_pageserver(const recover_plan *p, cli_err *err)
     const cluster *c = &p->c;
     char e[LSN_FMT_LEN], a[LSN_FMT_LEN], b[LSN_FMT_LEN], psdir[PATH_MAX];
     lsn_format(p->seed.end, e);
-    struct stat sb;
     if (!pageserver_built())
         return 0;
     pid_t pid = pageserver_pid(c);
     if (pid == 0) {
         if (cluster_path(c, "pageserver", psdir, err) != 0)
             return -1;
-        if (stat(psdir, &sb) != 0)
+        if (dir_missing_or_empty(psdir))
             return 0; /* lost too: it will restore from a manifest, checked next */
         return cli_err_set(err,
                            "the pageserver is not running but its directory %s remains: start "
@@ -569,6 +583,8 @@ static void recover_caveat(const recover_plan *p)
                c->sk[p->survivor].name, b, lsn_format(s->backup_end, d), lsn_format(s->end, e), e);
     else
         printf("\nseed: %s's WAL to %s (%s)\n", c->sk[p->survivor].name, b, s->note);
+    if (s->end > s->flush && s->note[0] != '\0')
+        printf("note: the seed ends early: %s\n", s->note);
     printf("caveat: commits acknowledged only by the two lost safekeepers past %s are gone: the "
            "newest, partial segment was never in the WAL backup, nor a record that crosses into "
            "it; every node gets the seed (%s's commit LSN is %s; the tail past it is kept too), "

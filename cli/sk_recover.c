@@ -53,8 +53,8 @@ static void timeline_prefix(const cluster *c, const char *dir, char *buf, size_t
              strata_id_format(&c->timeline_id, l), dir);
 }
 
-static void wal_key(const cluster *c, const char *dir, uint32_t seg_size, uint64_t segno,
-                    char *buf, size_t cap)
+static void wal_key(const cluster *c, const char *dir, uint32_t seg_size, uint64_t segno, char *buf,
+                    size_t cap)
 {
     char p[256], n[32];
     timeline_prefix(c, dir, p, sizeof p);
@@ -188,8 +188,8 @@ static int stage_segment(remote_storage *rs, const cluster *c, sk_recover_seed *
     size_t off = s->flush > start ? (size_t)(s->flush - start) : 0;
     const char *why = NULL;
     if (wal_tracker_feed(t, start + off, buf + off, s->seg_size - off, &why) != 0) {
-        snprintf(s->note, sizeof s->note, "the WAL backup's segment %s is not valid WAL (%s)",
-                 name, why);
+        snprintf(s->note, sizeof s->note, "the WAL backup's segment %s is not valid WAL (%s)", name,
+                 why);
         *broken = true;
     }
     return 0;
@@ -285,6 +285,9 @@ int sk_recover_stage(remote_storage *rs, const cluster *c, const char *tl_dir, u
         return -1;
     if (stage_run(rs, c, out, run_end, err) != 0)
         return -1;
+    if (out->end == out->flush && out->note[0] == '\0')
+        snprintf(out->note, sizeof out->note,
+                 "no record past the survivor's flush ends in the WAL backup's segments");
     if (out->end > out->flush && out->end % seg_size != 0 && trim_last(out, err) != 0)
         return -1;
     return 0;
@@ -398,7 +401,8 @@ int sk_recover_install(const sk_recover_seed *s, const char *tl_dir, cli_err *er
     int rc = control_file_write(tl_dir, &st);
     if (rc == 0)
         rc = durable_fsync_dir(tl_dir);
-    return rc == 0 ? 0 : cli_err_set(err, "write the control file in %s: %s", tl_dir, strerror(-rc));
+    return rc == 0 ? 0
+                   : cli_err_set(err, "write the control file in %s: %s", tl_dir, strerror(-rc));
 }
 
 /* ---- quarantine ------------------------------------------------------ */
