@@ -19,14 +19,19 @@ SIGCONTed and `strata safekeeper recover --from sk1 --confirm` runs.
     segments every wal/ object past the seed end is the new history's, byte
     for byte (the lost ones are under wal-lost-history/).
   - pageserver ahead: it streams on to the newest commit, past anything
-    the backup holds (the partial segment is never in it).  recover refuses,
+    the backup holds (the partial segment is never in it; the load stops a
+    moment before the loss, with the commit well inside a segment, so that
+    no segment closes in between).  recover refuses,
     naming the pageserver's position and the seed end, and changes nothing.
+  - pageserver lost: it uploads a manifest past every closed segment and is
+    killed with its directory deleted; recover refuses, naming the manifest.
 
 On the code before (4470d5a) the first test failed on the rows: recover
-copied sk1's WAL to its flush only, the new history started there, and every
-row acknowledged in the backed-up segments was gone; the second failed
-because recover went ahead.
+copied sk1's WAL to its flush only, the new history started there, and
+2548 of 2661 rows acknowledged in the backed-up segments were gone; the other
+two failed because recover went ahead.
 """
+import json
 import os
 import re
 import shutil
@@ -162,12 +167,33 @@ class Loss:
                    "the WAL backup to reach %s (%s)" % (int_to_lsn(want), what), interval=0.5)
         self.emitter.active.clear()
 
+    def quiesce(self):
+        """Stops the load once the commit lies well inside a segment, so
+        that no segment closes before the loss."""
+        def inside():
+            commit = lsn_of(self.c, "sk2", "commit_lsn")
+            return CROSSING < commit % SEG < SEG - 8 * CROSSING
+        wait_until(inside, 300, "the commit to lie well inside a segment", interval=0.1)
+        self.stop_load()
+
     def pageserver_caught_up(self):
-        """The pageserver has ingested what sk2 committed, which lies well
-        inside a segment: it is past every closed segment."""
+        """The pageserver has ingested what sk2 committed, inside a segment:
+        it is past every closed segment."""
         commit = lsn_of(self.c, "sk2", "commit_lsn")
-        return (lsn_of(self.c, "pageserver", "last_record_lsn") >= commit
-                and CROSSING < commit % SEG < SEG - 4 * CROSSING)
+        return lsn_of(self.c, "pageserver", "last_record_lsn") >= commit
+
+    def manifest_past_closed_segments(self):
+        commit = lsn_of(self.c, "sk2", "commit_lsn")
+        ps = status_of(self.c, "pageserver")
+        return lsn_to_int(ps.get("remote_consistent_lsn") or "0/0") > commit // SEG * SEG
+
+    def stop_load(self):
+        for t in self.threads:
+            t.stop_event.set()
+        self.bench.kill()
+        self.bench.wait()
+        for t in self.threads:
+            t.join(30)
 
     def lose_two(self):
         """kill -9 sk2, sk3 and the compute, delete the two directories;
@@ -178,17 +204,15 @@ class Loss:
             c.stop(name, immediate=True)
         for name in ("sk2", "sk3"):
             shutil.rmtree(os.path.join(c.dir, name))
-        for t in self.threads:
-            t.stop_event.set()
-        self.bench.kill()
-        self.bench.wait()
-        for t in self.threads:
-            t.join(30)
+        self.stop_load()
         return backup
 
 
-def run_loss(c, stop_pageserver):
+def run_loss(c, pageserver):
     """Up to the moment after the loss, with every process running again.
+    pageserver: "behind" (stopped past sk1's flush, the backup runs on),
+    "ahead" (caught up with the commits), "lost" (ahead, with a manifest past
+    every closed segment, then killed and its directory deleted).
     Returns (loss, sk1's flush before its stop, backup LSN at the loss)."""
     c.env["SAFEKEEPER_WAL_BACKUP_DELAY_MS"] = "300"
     c.up()
@@ -197,7 +221,7 @@ def run_loss(c, stop_pageserver):
         loss.start_load()
         flush = lsn_of(c, "sk1", "flush_lsn")
         loss.sigstop("sk1")
-        if stop_pageserver:
+        if pageserver == "behind":
             loss.emitter.active.set()
             wait_until(lambda: lsn_of(c, "pageserver", "last_record_lsn") > flush + SEG, 300,
                        "the pageserver to ingest past sk1's flush")
@@ -208,7 +232,13 @@ def run_loss(c, stop_pageserver):
             loss.backup_past(ingested + SEG // 2, "two segments past the pageserver")
         else:
             loss.backup_past(flush, "two segments past sk1's flush")
+            loss.quiesce()
             wait_until(loss.pageserver_caught_up, 300, "the pageserver to catch up")
+        if pageserver == "lost":
+            wait_until(loss.manifest_past_closed_segments, 300,
+                       "a manifest past every closed segment")
+            c.stop("pageserver", immediate=True)
+            shutil.rmtree(os.path.join(c.dir, "pageserver"))
         backup = loss.lose_two()
     finally:
         loss.resume_all()
@@ -217,7 +247,7 @@ def run_loss(c, stop_pageserver):
 
 def test_recover_seeds_from_the_wal_backup_and_quarantines_the_rest(cluster_dir):
     c = cluster_dir
-    loss, flush, backup = run_loss(c, stop_pageserver=True)
+    loss, flush, backup = run_loss(c, "behind")
     ps_lsn = lsn_of(c, "pageserver", "last_record_lsn")
     assert ps_lsn > flush and backup >= flush + 2 * SEG, (int_to_lsn(ps_lsn), int_to_lsn(backup))
 
@@ -279,7 +309,7 @@ def test_recover_seeds_from_the_wal_backup_and_quarantines_the_rest(cluster_dir)
 
 def test_recover_refuses_while_the_pageserver_is_past_the_seed(cluster_dir):
     c = cluster_dir
-    _loss, flush, backup = run_loss(c, stop_pageserver=False)
+    _loss, flush, backup = run_loss(c, "ahead")
     ps_lsn = lsn_of(c, "pageserver", "last_record_lsn")
     sk1_before = status_of(c, "sk1")
     before = objects(c)
@@ -297,3 +327,30 @@ def test_recover_refuses_while_the_pageserver_is_past_the_seed(cluster_dir):
     assert after["flush_lsn"] == sk1_before["flush_lsn"] and after["pid"] == sk1_before["pid"]
     assert objects(c) == before and not objects(c, "wal-lost-history")
     assert lsn_to_int(after["flush_lsn"]) < flush + SEG
+
+
+def newest_manifest_lsn(c):
+    tenant, timeline = c.ids()
+    d = os.path.join(c.dir, "remote", "tenants", tenant, "timelines", timeline, "manifest")
+    with open(os.path.join(d, max(n for n in os.listdir(d) if n.endswith(".json")))) as f:
+        return lsn_to_int(json.load(f)["consistent_lsn"])
+
+
+def test_recover_refuses_while_the_newest_manifest_is_past_the_seed(cluster_dir):
+    """The pageserver is lost too, after it uploaded a manifest past every
+    closed segment: a pageserver restored from it would be ahead."""
+    c = cluster_dir
+    _loss, flush, backup = run_loss(c, "lost")
+    closed = max(seg_end(n) for n in objects(c))
+    manifest = newest_manifest_lsn(c)
+    assert manifest > closed, (int_to_lsn(manifest), int_to_lsn(closed))
+    before = objects(c)
+
+    proc = c.run("safekeeper", "recover", "--from", "sk1", "--confirm", timeout=300, check=False)
+    print(proc.stdout, proc.stderr)
+    assert proc.returncode == 1, proc.stdout
+    assert "the newest manifest in the object store" in proc.stderr, proc.stderr
+    assert "past the end of the WAL recover can seed" in proc.stderr, proc.stderr
+    assert not os.path.exists(os.path.join(c.dir, "sk2"))
+    assert objects(c) == before and not objects(c, "wal-lost-history")
+    assert lsn_of(c, "sk1", "flush_lsn") < flush + SEG
