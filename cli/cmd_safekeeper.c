@@ -704,8 +704,10 @@ static int recover_run(recover_plan *p, const char *from, bool confirm, cli_err 
                            "majority of it; run again with --confirm once the lost safekeepers "
                            "can never come back with their old data",
                            p->old.generation);
-    if (recover_extend_survivor(p, err) != 0 || recover_quarantine(p, err) != 0 ||
-        recover_seed(p, err) != 0 || recover_switch(p, err) != 0)
+    /* Asked again once the survivor is extended: a pageserver may still
+     * have held WAL of the lost two in its socket when it was first asked. */
+    if (recover_extend_survivor(p, err) != 0 || recover_check_pageserver(p, err) != 0 ||
+        recover_quarantine(p, err) != 0 || recover_seed(p, err) != 0 || recover_switch(p, err) != 0)
         return -1;
     char a[LSN_FMT_LEN];
     printf("recovered from %s: the timeline's WAL is %s's, up to %s; start the compute to "
