@@ -18,7 +18,7 @@ import time
 
 from bench_proc import PG_OS_USER, BenchError, give_to_pg_user
 
-STATS_KEYS = ("reads", "read_bytes", "writes", "write_bytes", "fsyncs", "wait_us")
+STATS_KEYS = ("reads", "read_bytes", "writes", "write_bytes", "fsyncs", "wait_us", "failed")
 
 
 def netdisk_program(build):

@@ -80,6 +80,9 @@ int cmd_sync_safekeepers(const cli_opts *o);
 int cmd_bench(const cli_opts *o);
 int cmd_demo(const cli_opts *o);
 int cmd_safekeeper(const cli_opts *o);
+/* `strata safekeeper seed` and `join` (sub), for stacks without
+ * cluster.json: cmd_sk_join.c. */
+int cmd_safekeeper_stack(const char *sub);
 int cmd_page(const cli_opts *o);
 int cmd_remote(const cli_opts *o);  /* cmd_remote.c: the object store */
 int cmd_restore(const cli_opts *o); /* cmd_timeline.c: branch + compute */

@@ -39,6 +39,8 @@
 #include "cli/pageserver.h"
 #include "cli/proc.h"
 #include "cli/safekeepers.h"
+#include "cli/sk_config.h"
+#include "base/log.h"
 
 #define CMD_LOCK_TIMEOUT_MS 300000
 #define SAFEKEEPER_READY_TIMEOUT_MS 30000
@@ -168,12 +170,14 @@ static int update_compute_settings(const cluster *c, const cli_opts *o, cli_err 
     return rc;
 }
 
+/* `start skN`: running, it is brought to the newest configuration its
+ * peers hold (sk_config.h), which also mends one that missed a switch. */
 static int start_safekeeper(const cluster *c, const cluster_safekeeper *sk, cli_err *err)
 {
     pid_t pid = safekeepers_pid(c, sk);
     if (pid != 0) {
         printf("%s: already running (pid %d)\n", sk->name, (int)pid);
-        return 0;
+        return sk_config_catch_up(c, (int)(sk - c->sk), err);
     }
     printf("%s: starting on 127.0.0.1:%d (http %d)\n", sk->name, sk->pg_port, sk->http_port);
     fflush(stdout);
@@ -183,7 +187,7 @@ static int start_safekeeper(const cluster *c, const cluster_safekeeper *sk, cli_
         return -1;
     printf("%s: ready in %.1f s (pid %d)\n", sk->name, (double)(proc_now_ms() - t0) / 1000.0,
            (int)safekeepers_pid(c, sk));
-    return 0;
+    return sk_config_catch_up(c, (int)(sk - c->sk), err);
 }
 
 /* A compute on a new empty data directory from a basebackup (docs/design.md §7.7),
@@ -492,6 +496,13 @@ int cmd_up(const cli_opts *o)
         goto fail;
     if (start_daemons(&c, with_pageserver, &err) != 0)
         goto fail;
+    /* One that missed a switch while the cluster was down: a warning, the
+     * others are a majority and the compute starts anyway. */
+    {
+        cli_err behind = {{0}};
+        if (sk_config_catch_up(&c, -1, &behind) != 0)
+            log_warn("%s", behind.msg);
+    }
     if (!with_pageserver)
         printf("pageserver: not built (no %s beside strata); the cluster runs without it\n",
                PAGESERVER_PROGRAM);

@@ -1,26 +1,35 @@
 /*
  * cmd_safekeeper.c: `strata safekeeper replace NAME` -- a safekeeper whose
  * disk is lost is replaced by an empty one with a new node id, in the same
- * place (name, ports), through a configuration change:
+ * place (name, ports), through a configuration change (docs/design.md
+ * §4.10, the rules in sk_change.h):
  *
- *   1. the survivors' state: the newest configuration and a donor (the one
- *      holding the most committed WAL);
+ *   1. the survivors' state: the newest configuration and a donor, the
+ *      survivor with the highest (last_log_term, flush_lsn);
  *   2. the new safekeeper's data directory gets a copy of the donor's WAL
- *      up to its committed position (sk_client_copy_timeline) and starts;
+ *      up to its flush (sk_client_copy_timeline) and starts;
  *   3. joint configuration, generation g+1: old members, and the new set
  *      (the old one without NAME's node, with the new node); a majority of
  *      the old members must take it -- from then on a proposer needs a
  *      majority of both sets, so the new node gets streamed what it lacks;
- *   4. the new node catches up to the commit position seen after the
- *      switch;
+ *   4. the sync position is read from a majority of the old members, and
+ *      the command waits until a majority of the new set holds it;
  *   5. generation g+2: the new set alone (a majority of it must take it).
  *
  * Commits go on throughout: the walproposer is told to reconnect at each
  * switch, learns the configuration in its greeting and is elected again.
  *
+ * A replace that was interrupted (the CLI died, a switch lacked a majority,
+ * the wait timed out) is taken up by running it again: a joint
+ * configuration that is this very change is finished (its new node started
+ * again if need be), any other joint one -- or one whose new node's copy is
+ * gone -- is rolled back to its old set, and a new node recorded but never
+ * switched in is discarded and seeded again.
+ *
  * `strata safekeeper recover --from NAME --confirm` is for two lost at once,
  * when no majority of the old members exists (see recover() below).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -33,10 +42,16 @@
 
 #include "cli/cli.h"
 #include "cli/cluster.h"
+#include "cli/compute.h"
+#include "cli/pageserver.h"
 #include "cli/proc.h"
 #include "cli/safekeepers.h"
+#include "cli/sk_change.h"
+#include "cli/sk_fleet.h"
 #include "cli/sk_client.h"
+#include "cli/sk_recover.h"
 #include "base/durable.h"
+#include "base/failpoint.h"
 #include "base/log.h"
 #include "base/strata_assert.h"
 
@@ -54,29 +69,7 @@ static sk_target target_of(const cluster *c, const cluster_safekeeper *sk)
     return t;
 }
 
-/* TIMELINE_STATUS of every running safekeeper but the one at index skip;
- * up[i] says whether st[i] holds an answer. */
-static void query_survivors(const cluster *c, int skip, sk_state *st, bool *up)
-{
-    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
-        up[i] = false;
-        if (i == skip || safekeepers_pid(c, &c->sk[i]) == 0)
-            continue;
-        sk_target t = target_of(c, &c->sk[i]);
-        cli_err e = {{0}};
-        if (sk_client_status(&t, &st[i], &e) != 0)
-            log_warn("%s: %s", c->sk[i].name, e.msg);
-        else
-            up[i] = true;
-    }
-}
-
-/* The text of one set, for messages. */
-static const char *set_text(const member *set, uint32_t n, char *buf, size_t cap)
-{
-    membership_format_set(set, n, buf, cap);
-    return buf;
-}
+#define set_text sk_fleet_set_text
 
 static bool in_set(const member *set, uint32_t n, uint64_t id)
 {
@@ -86,42 +79,40 @@ static bool in_set(const member *set, uint32_t n, uint64_t id)
     return false;
 }
 
-/* Switches every reachable safekeeper of the cluster to m; returns how many
- * of the nodes in `count_in` took it. */
-static int switch_all(const cluster *c, const membership *m, const member *count_in,
-                      uint32_t n_count)
+/* The configuration of a cluster that never changed one: its three. */
+static void implicit_configuration(const cluster *c, membership *m)
 {
-    int took = 0;
+    m->n_members = CLUSTER_SAFEKEEPERS;
+    m->n_new_members = 0;
     for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
-        const cluster_safekeeper *sk = &c->sk[i];
-        if (safekeepers_pid(c, sk) == 0)
-            continue;
-        sk_target t = target_of(c, sk);
-        cli_err err = {{0}};
-        if (sk_client_switch(&t, m, &err) != 0) {
-            log_warn("%s did not take generation %u: %s", sk->name, m->generation, err.msg);
-            continue;
-        }
-        if (in_set(count_in, n_count, (uint64_t)sk->id))
-            took++;
+        m->members[i].node_id = (uint64_t)c->sk[i].id;
+        snprintf(m->members[i].addr, sizeof m->members[i].addr, "%s:%d", c->sk[i].host,
+                 c->sk[i].pg_port);
     }
-    return took;
 }
 
-/* What a replacement works from: the cluster, the safekeeper being replaced
- * (its index), the survivors' newest configuration, the donor and the new
- * node id. */
+/* What a replacement works from: the cluster, the slot being replaced (its
+ * index and address), the newest configuration any safekeeper holds, the
+ * node leaving, the node coming and the donor. */
 typedef struct replace_plan {
     cluster c;
     int idx;
-    int donor;
-    membership old;
+    char addr[MEMBER_ADDR_MAX + 1];
+    membership newest;
     uint64_t dead, new_id;
-    bool to_flush; /* copy the donor's WAL up to its flush, not its commit */
+    int donor;
+    uint64_t copy_term; /* sk_change_copy_term */
 } replace_plan;
 
-/* Step 0: the named safekeeper exists and is not running. */
-static int load_target(const char *dir_opt, const char *name, replace_plan *p, cli_err *err)
+/* The safekeepers as they run now. */
+static sk_fleet fleet_of(const replace_plan *p)
+{
+    sk_fleet f;
+    sk_fleet_of_cluster(&p->c, &f);
+    return f;
+}
+
+static int load_slot(const char *dir_opt, const char *name, replace_plan *p, cli_err *err)
 {
     char dir[PATH_MAX];
     if (cluster_resolve_dir(dir_opt, dir, err) != 0)
@@ -137,221 +128,234 @@ static int load_target(const char *dir_opt, const char *name, replace_plan *p, c
         return -1;
     }
     p->idx = (int)(found - p->c.sk);
-    pid_t pid = safekeepers_pid(&p->c, found);
-    if (pid != 0) {
-        cli_err_set(err,
-                    "%s is running (pid %d): replace is for a safekeeper that is gone; "
-                    "stop it first (strata stop %s --immediate)",
-                    name, (int)pid, name);
-        return -1;
-    }
-    p->dead = (uint64_t)found->id;
+    int w = snprintf(p->addr, sizeof p->addr, "%s:%d", found->host, found->pg_port);
+    if (w < 0 || (size_t)w >= sizeof p->addr)
+        return cli_err_set(err, "%s's address %s:%d is too long for a configuration", name,
+                           found->host, found->pg_port);
     return 0;
 }
 
-/* Step 1: the survivors' newest configuration and the donor (most committed
- * WAL); the configuration must be settled and hold the node being replaced. */
-static int survey(replace_plan *p, const char *name, cli_err *err)
+/* The newest configuration any running safekeeper holds (the slot's own
+ * process too: a new node of an interrupted change may hold it). */
+static int survey_newest(replace_plan *p, cli_err *err)
 {
-    const cluster *c = &p->c;
     sk_state st[CLUSTER_SAFEKEEPERS];
     bool up[CLUSTER_SAFEKEEPERS];
-    query_survivors(c, p->idx, st, up);
+    sk_fleet f = fleet_of(p);
+    sk_fleet_query(&f, -1, st, up);
     int conf = -1;
-    p->donor = -1;
-    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
-        if (!up[i])
-            continue;
-        if (conf < 0 || st[i].mconf.generation > st[conf].mconf.generation)
-            conf = i;
-        /* commit_lsn is what it may serve: min(commit, flush). */
-        if (p->donor < 0 || st[i].commit_lsn > st[p->donor].commit_lsn)
-            p->donor = i;
-    }
-    if (p->donor < 0) {
-        cli_err_set(err, "no other safekeeper of the cluster answers: nothing to copy from");
-        return -1;
-    }
-    membership *old = &p->old;
-    *old = st[conf].mconf;
-    if (old->generation == 0) {
-        /* Never changed: the configuration is the cluster's three. */
-        old->n_members = CLUSTER_SAFEKEEPERS;
-        for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
-            old->members[i].node_id = (uint64_t)c->sk[i].id;
-            snprintf(old->members[i].addr, sizeof old->members[i].addr, "%s:%d", c->sk[i].host,
-                     c->sk[i].pg_port);
-        }
-    }
-    char t[MEMBERSHIP_TEXT_MAX];
-    if (old->n_new_members > 0) {
-        cli_err_set(err,
-                    "generation %u is a joint configuration (a change to %s did not finish); "
-                    "finish or undo it before replacing another safekeeper",
-                    old->generation, set_text(old->new_members, old->n_new_members, t, sizeof t));
-        return -1;
-    }
-    if (!in_set(old->members, old->n_members, p->dead)) {
-        cli_err_set(err, "%s (node %" PRIu64 ") is not a member of generation %u (%s)", name,
-                    p->dead, old->generation, set_text(old->members, old->n_members, t, sizeof t));
-        return -1;
-    }
-    /* A node id never used before, by the cluster or the configuration. */
-    p->new_id = 0;
     for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
-        if ((uint64_t)c->sk[i].id > p->new_id)
-            p->new_id = (uint64_t)c->sk[i].id;
-    for (uint32_t i = 0; i < old->n_members; i++)
-        if (old->members[i].node_id > p->new_id)
-            p->new_id = old->members[i].node_id;
-    p->new_id++;
+        if (up[i] && (conf < 0 || st[i].mconf.generation > st[conf].mconf.generation))
+            conf = i;
+    if (conf < 0)
+        return cli_err_set(err, "no safekeeper of the cluster answers: nothing to copy from");
+    p->newest = st[conf].mconf;
+    if (p->newest.generation == 0)
+        implicit_configuration(&p->c, &p->newest);
+    return 0;
+}
+
+/* The highest node id the cluster or configuration m knows: the ids above
+ * it were never used. */
+static uint64_t highest_node_id(const cluster *c, const membership *m)
+{
+    uint64_t id = 0;
+    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
+        if ((uint64_t)c->sk[i].id > id)
+            id = (uint64_t)c->sk[i].id;
+    member all[2 * MEMBERSHIP_MAX];
+    int n = membership_union(m, all);
+    for (int i = 0; i < n; i++)
+        if (all[i].node_id > id)
+            id = all[i].node_id;
+    return id;
+}
+
+/* The donor among the other running members of the newest configuration:
+ * the highest (last_log_term, flush_lsn), as an election would pick. */
+static int pick_donor(replace_plan *p, cli_err *err)
+{
+    sk_state st[CLUSTER_SAFEKEEPERS];
+    bool up[CLUSTER_SAFEKEEPERS];
+    sk_change_pos pos[CLUSTER_SAFEKEEPERS];
+    sk_fleet f = fleet_of(p);
+    sk_fleet_query(&f, p->idx, st, up);
+    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
+        if (!in_set(p->newest.members, p->newest.n_members, (uint64_t)p->c.sk[i].id))
+            up[i] = false;
+    sk_fleet_positions(&f, st, up, pos);
+    p->donor = sk_change_donor(pos, CLUSTER_SAFEKEEPERS);
+    if (p->donor < 0 || !sk_change_copy_term(p->newest.members, p->newest.n_members, pos,
+                                             CLUSTER_SAFEKEEPERS, &p->copy_term))
+        return cli_err_set(err,
+                           "no majority of the members of generation %u answers: the copy "
+                           "could hold less than a commit, or promise less than a vote",
+                           p->newest.generation);
     return 0;
 }
 
 /* Step 2: an empty data directory (the old one moved aside) with a copy of
- * the donor's WAL; the new node starts in the old one's place. */
-static int seed_new_node(replace_plan *p, const char *name, cli_err *err)
+ * donor's WAL; the node starts in slot idx with id new_id. */
+static int seed_new_node(cluster *c, int idx, int donor, uint64_t dead, uint64_t new_id,
+                         const sk_copy_state *cs, cli_err *err)
 {
-    cluster_safekeeper *sk = &p->c.sk[p->idx];
+    cluster_safekeeper *sk = &c->sk[idx];
     char datadir[PATH_MAX], aside[PATH_MAX + 64];
-    if (cluster_path(&p->c, name, datadir, err) != 0)
+    if (cluster_path(c, sk->name, datadir, err) != 0)
         return -1;
     struct stat sb;
     if (stat(datadir, &sb) == 0) {
-        snprintf(aside, sizeof aside, "%s.replaced-node%" PRIu64 "-%ld", datadir, p->dead,
+        snprintf(aside, sizeof aside, "%s.replaced-node%" PRIu64 "-%ld", datadir, dead,
                  (long)time(NULL));
         int rc = durable_rename(datadir, aside);
-        if (rc != 0) {
-            cli_err_set(err, "move %s aside: %s", datadir, strerror(-rc));
-            return -1;
-        }
+        if (rc != 0)
+            return cli_err_set(err, "move %s aside: %s", datadir, strerror(-rc));
         printf("moved the old data directory to %s\n", aside);
     }
-    if (mkdir(datadir, 0750) != 0) {
-        cli_err_set(err, "mkdir %s: %s", datadir, strerror(errno));
-        return -1;
-    }
-    sk_target dt = target_of(&p->c, &p->c.sk[p->donor]);
+    if (mkdir(datadir, 0750) != 0)
+        return cli_err_set(err, "mkdir %s: %s", datadir, strerror(errno));
+    sk_target dt = target_of(c, &c->sk[donor]);
     lsn_t copied = 0;
-    if (sk_client_copy_timeline(&dt, datadir, p->new_id, p->to_flush, &copied, err) != 0)
+    if (sk_client_copy_timeline(&dt, datadir, new_id, cs, &copied, err) != 0)
         return -1;
-    sk->id = (int)p->new_id;
-    if (cluster_save(&p->c, err) != 0)
+    sk->id = (int)new_id;
+    if (cluster_save(c, err) != 0)
         return -1;
-    if (safekeepers_start(&p->c, sk, err) != 0 ||
-        safekeepers_wait_ready(&p->c, sk, START_TIMEOUT_MS, err) != 0)
+    if (safekeepers_start(c, sk, err) != 0 ||
+        safekeepers_wait_ready(c, sk, START_TIMEOUT_MS, err) != 0)
         return -1;
     char l[LSN_FMT_LEN];
-    printf("%s started as node %" PRIu64 " with WAL up to %s\n", name, p->new_id,
+    printf("%s started as node %" PRIu64 " with WAL up to %s\n", sk->name, new_id,
            lsn_format(copied, l));
+    fflush(stdout);
     return 0;
 }
 
-/* Step 3: generation g+1, the old members and the new set, taken by a
- * majority of the old members. */
-static int switch_joint(const replace_plan *p, membership *joint, cli_err *err)
+/* Steps 4 and 5 of the change in p->newest (joint). */
+static int finish_joint(const replace_plan *p, const char *name, cli_err *err)
+{
+    sk_fleet f = fleet_of(p);
+    if (sk_fleet_wait_synced(&f, name, &p->newest, CATCH_UP_TIMEOUT_MS, err) != 0)
+        return -1;
+    return sk_fleet_settle(&f, &p->newest, true, err);
+}
+
+/* A joint configuration of this change can be finished if its new node
+ * runs, or can be started from the copy it was seeded with. */
+static bool new_node_available(replace_plan *p)
 {
     const cluster_safekeeper *sk = &p->c.sk[p->idx];
-    *joint = p->old;
-    joint->generation = p->old.generation + 1;
-    joint->n_new_members = 0;
-    for (uint32_t i = 0; i < p->old.n_members; i++) {
-        member m = p->old.members[i];
-        if (m.node_id == p->dead) {
-            m.node_id = p->new_id;
-            snprintf(m.addr, sizeof m.addr, "%s:%d", sk->host, sk->pg_port);
-        }
-        joint->new_members[joint->n_new_members++] = m;
+    if (safekeepers_pid(&p->c, sk) != 0)
+        return true;
+    char datadir[PATH_MAX], control[PATH_MAX + 200], a[STRATA_ID_HEX_LEN], b[STRATA_ID_HEX_LEN];
+    cli_err e = {{0}};
+    if (cluster_path(&p->c, sk->name, datadir, &e) != 0)
+        return false;
+    snprintf(control, sizeof control, "%s/%s/%s/safekeeper.control", datadir,
+             strata_id_format(&p->c.tenant_id, a), strata_id_format(&p->c.timeline_id, b));
+    struct stat sb;
+    if (stat(control, &sb) != 0)
+        return false;
+    printf("starting %s (node %d) again from the copy it was seeded with\n", sk->name, sk->id);
+    if (safekeepers_start(&p->c, sk, &e) != 0 ||
+        safekeepers_wait_ready(&p->c, sk, START_TIMEOUT_MS, &e) != 0) {
+        log_warn("%s", e.msg);
+        return false;
     }
-    int took = switch_all(&p->c, joint, p->old.members, p->old.n_members);
-    if (took < (int)p->old.n_members / 2 + 1) {
-        cli_err_set(err,
-                    "only %d of the %u old members took joint generation %u: no majority; the "
-                    "cluster keeps generation %u where it was not taken",
-                    took, p->old.n_members, joint->generation, p->old.generation);
-        return -1;
-    }
-    char a[MEMBERSHIP_TEXT_MAX], b[MEMBERSHIP_TEXT_MAX];
-    printf("generation %u: joint %s -> %s\n", joint->generation,
-           set_text(joint->members, joint->n_members, a, sizeof a),
-           set_text(joint->new_members, joint->n_new_members, b, sizeof b));
-    return 0;
+    return true;
 }
 
-/* Step 4: the new member catches up to what the survivors have committed
- * now, with progress every second. */
-static int wait_caught_up(const replace_plan *p, const char *name, uint32_t joint_generation,
-                          cli_err *err)
+/* A replace from a settled configuration: steps 1-5. */
+static int replace_fresh(replace_plan *p, const char *name, sk_change_stage stage, cli_err *err)
 {
-    sk_state st[CLUSTER_SAFEKEEPERS];
-    bool up[CLUSTER_SAFEKEEPERS];
-    lsn_t target = 0;
-    query_survivors(&p->c, p->idx, st, up);
-    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
-        if (up[i] && st[i].commit_lsn > target)
-            target = st[i].commit_lsn;
-    sk_target nt = target_of(&p->c, &p->c.sk[p->idx]);
-    long long deadline = proc_now_ms() + CATCH_UP_TIMEOUT_MS, next_print = 0;
-    char h[LSN_FMT_LEN], t[LSN_FMT_LEN];
-    for (;;) {
-        sk_state s;
-        cli_err e = {{0}};
-        lsn_t have = sk_client_status(&nt, &s, &e) == 0 ? s.flush_lsn : 0;
-        if (have >= target)
-            break;
-        long long now = proc_now_ms();
-        if (now >= deadline) {
-            cli_err_set(err,
-                        "%s did not catch up within %d s (has %s of %s); is a compute running? "
-                        "generation %u stays joint",
-                        name, CATCH_UP_TIMEOUT_MS / 1000, lsn_format(have, h),
-                        lsn_format(target, t), joint_generation);
+    const cluster_safekeeper *sk = &p->c.sk[p->idx];
+    char t[MEMBERSHIP_TEXT_MAX];
+    if (p->dead == 0)
+        return cli_err_set(err, "no member of generation %u is at %s's address %s (%s)",
+                           p->newest.generation, name, p->addr,
+                           set_text(p->newest.members, p->newest.n_members, t, sizeof t));
+    pid_t pid = safekeepers_pid(&p->c, sk);
+    if (pid != 0 && stage == SK_CHANGE_FRESH)
+        return cli_err_set(err,
+                           "%s is running (pid %d): replace is for a safekeeper that is gone; "
+                           "stop it first (strata stop %s --immediate)",
+                           name, (int)pid, name);
+    if (pid != 0) {
+        printf("%s runs node %d, which an earlier replace seeded but never switched in: "
+               "discarding it\n",
+               name, sk->id);
+        if (safekeepers_stop(&p->c, sk, true, err) != 0)
             return -1;
-        }
-        if (now >= next_print) {
-            printf("  %s at %s, catching up to %s\n", name, lsn_format(have, h),
-                   lsn_format(target, t));
-            fflush(stdout);
-            next_print = now + 1000;
-        }
-        proc_sleep_ms(100);
     }
-    printf("%s caught up to %s\n", name, lsn_format(target, t));
-    return 0;
-}
-
-/* Step 5: generation g+2, the new set alone, taken by a majority of it. */
-static int switch_final(const replace_plan *p, const membership *joint, cli_err *err)
-{
-    membership final = {.generation = joint->generation + 1, .n_members = joint->n_new_members};
-    memcpy(final.members, joint->new_members, sizeof final.members);
-    int took = switch_all(&p->c, &final, final.members, final.n_members);
-    if (took < (int) final.n_members / 2 + 1) {
-        cli_err_set(err, "only %d of the %u new members took generation %u", took, final.n_members,
-                    final.generation);
+    if (p->newest.generation == 0) {
+        sk_fleet f = fleet_of(p);
+        if (sk_fleet_make_explicit(&f, &p->newest, err) != 0)
+            return -1;
+    }
+    p->new_id = highest_node_id(&p->c, &p->newest) + 1;
+    if (pick_donor(p, err) != 0)
         return -1;
-    }
-    char a[MEMBERSHIP_TEXT_MAX];
-    printf("generation %u: members %s\n", final.generation,
-           set_text(final.members, final.n_members, a, sizeof a));
-    return 0;
+    printf("replacing %s (node %" PRIu64 ") by node %" PRIu64 "; donor %s; configuration "
+           "generation %u\n",
+           name, p->dead, p->new_id, p->c.sk[p->donor].name, p->newest.generation);
+    membership joint;
+    if (sk_change_joint(&p->newest, p->dead, p->new_id, p->addr, &joint) != 0)
+        return cli_err_set(err, "node %" PRIu64 " cannot replace node %" PRIu64 " in %s", p->new_id,
+                           p->dead, set_text(p->newest.members, p->newest.n_members, t, sizeof t));
+    sk_copy_state cs = {.mconf = &p->newest, .term = p->copy_term};
+    if (seed_new_node(&p->c, p->idx, p->donor, p->dead, p->new_id, &cs, err) != 0)
+        return -1;
+    /* Where a test interrupts the change (tests: test_membership_safety). */
+    failpoint_hit("replace.after_seed");
+    sk_fleet f = fleet_of(p);
+    if (sk_fleet_switch_joint(&f, &joint, err) != 0)
+        return -1;
+    failpoint_hit("replace.after_joint");
+    p->newest = joint;
+    return finish_joint(p, name, err);
 }
 
 static int replace(const char *dir_opt, const char *name)
 {
     cli_err err = {{0}};
-    replace_plan p = {.to_flush = false};
-    membership joint;
-    if (load_target(dir_opt, name, &p, &err) != 0 || survey(&p, name, &err) != 0)
+    replace_plan p;
+    if (load_slot(dir_opt, name, &p, &err) != 0)
         return cli_fail(&err);
-    printf("replacing %s (node %" PRIu64 ") by node %" PRIu64 "; donor %s; configuration "
-           "generation %u\n",
-           name, p.dead, p.new_id, p.c.sk[p.donor].name, p.old.generation);
-    if (seed_new_node(&p, name, &err) != 0 || switch_joint(&p, &joint, &err) != 0 ||
-        wait_caught_up(&p, name, joint.generation, &err) != 0 ||
-        switch_final(&p, &joint, &err) != 0)
-        return cli_fail(&err);
-    return CLI_OK;
+    /* At most one roll back, then a change from the settled result. */
+    for (int round = 0; round < 2; round++) {
+        if (survey_newest(&p, &err) != 0)
+            return cli_fail(&err);
+        sk_change_stage stage =
+            sk_change_classify(&p.newest, p.addr, (uint64_t)p.c.sk[p.idx].id, &p.dead);
+        char a[MEMBERSHIP_TEXT_MAX];
+        if (stage == SK_CHANGE_RESUME_JOINT && new_node_available(&p)) {
+            p.new_id = (uint64_t)p.c.sk[p.idx].id;
+            printf("resuming the change to %s (node %" PRIu64 " replacing node %" PRIu64
+                   "), joint generation %u\n",
+                   set_text(p.newest.new_members, p.newest.n_new_members, a, sizeof a), p.new_id,
+                   p.dead, p.newest.generation);
+            /* The joint switch again, for members that missed it. */
+            sk_fleet f = fleet_of(&p);
+            if (sk_fleet_switch_joint(&f, &p.newest, &err) != 0 ||
+                finish_joint(&p, name, &err) != 0)
+                return cli_fail(&err);
+            return CLI_OK;
+        }
+        if (stage == SK_CHANGE_FRESH || stage == SK_CHANGE_SEEDED) {
+            if (replace_fresh(&p, name, stage, &err) != 0)
+                return cli_fail(&err);
+            return CLI_OK;
+        }
+        printf("generation %u is a joint configuration to %s that this command cannot "
+               "finish: rolling it back\n",
+               p.newest.generation,
+               set_text(p.newest.new_members, p.newest.n_new_members, a, sizeof a));
+        sk_fleet f = fleet_of(&p);
+        if (sk_fleet_settle(&f, &p.newest, false, &err) != 0)
+            return cli_fail(&err);
+    }
+    cli_err_set(&err, "the configuration is still joint after a roll back");
+    return cli_fail(&err);
 }
 
 /* ---- recover: quorum lost, one survivor ------------------------------- */
@@ -359,15 +363,24 @@ static int replace(const char *dir_opt, const char *name)
 /*
  * `strata safekeeper recover --from NAME --confirm`: the other two
  * safekeepers are lost at once, so no majority of the old configuration can
- * take a joint one and `replace` refuses.  The survivor's WAL is then all
- * that is left of the timeline (with the WAL backup below it): the lost
- * members are rebuilt from it, in their places with new node ids, and a new
- * configuration generation is installed on the survivor and the new nodes
- * by fiat.  That is safe only if the lost members can never vote again with
- * the old view, hence the checks: neither runs nor answers on its port, and
- * their data directories are moved aside.  A member that came back anyway
- * would meet generation g+1 at any proposer that reaches the survivor or a
- * new node, adopt it and, not being a member, refuse to vote.
+ * take a joint one and `replace` refuses.  What is left of the timeline's
+ * WAL is the survivor's, to its flush F, and the WAL backup's closed
+ * segments: those past F are committed WAL the survivor never received.
+ * The seed is both (sk_recover.h): the survivor is stopped, given those
+ * segments and restarted, and the lost members are rebuilt from it, in
+ * their places with new node ids; a new configuration generation is then
+ * installed on the three by fiat.  That is safe only if the lost members
+ * can never vote again with the old view, hence the checks: neither runs
+ * nor answers on its port, and their data directories are moved aside.  A
+ * member that came back anyway keeps generation g, which every proposer of
+ * g+1 is refused by (a tenant token may not install g+1 on it); with its
+ * data moved back into a new node's place it does not even start (its
+ * control file names its old id).
+ *
+ * The store must agree with the seed, so recover refuses while the
+ * pageserver or its newest manifest is past the seed end (their state holds
+ * lost commits the new history would contradict), and moves the backup's
+ * objects past the seed end to the quarantine before the new nodes start.
  */
 typedef struct recover_plan {
     cluster c;
@@ -375,6 +388,9 @@ typedef struct recover_plan {
     sk_state st;
     membership old;
     uint64_t new_id[CLUSTER_SAFEKEEPERS]; /* 0 for the survivor */
+    char tl_dir[PATH_MAX];                /* the survivor's timeline directory */
+    remote_storage *rs;                   /* NULL: no remote store */
+    sk_recover_seed seed;
 } recover_plan;
 
 /* The survivor answers and every other safekeeper is gone. */
@@ -417,6 +433,14 @@ static int recover_check_lost(recover_plan *p, const char *from, cli_err *err)
             return -1;
         }
     }
+    /* A running compute would elect itself on the survivor under the copy,
+     * and its own WAL past the survivor's flush may be the lost history's. */
+    pid_t cpid = compute_pid(c);
+    if (cpid != 0)
+        return cli_err_set(err,
+                           "the compute is running (pid %d): stop it first (strata stop compute "
+                           "--immediate); it cannot commit without a quorum anyway",
+                           (int)cpid);
     return 0;
 }
 
@@ -442,60 +466,198 @@ static int recover_plan_ids(recover_plan *p, const char *from, cli_err *err)
                     from);
         return -1;
     }
-    uint64_t next = 0;
-    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
-        if ((uint64_t)c->sk[i].id > next)
-            next = (uint64_t)c->sk[i].id;
-    for (uint32_t i = 0; i < p->old.n_members; i++)
-        if (p->old.members[i].node_id > next)
-            next = p->old.members[i].node_id;
-    for (uint32_t i = 0; i < p->old.n_new_members; i++)
-        if (p->old.new_members[i].node_id > next)
-            next = p->old.new_members[i].node_id;
+    uint64_t next = highest_node_id(c, &p->old);
     for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
         p->new_id[i] = i == p->survivor ? 0 : ++next;
     return 0;
+}
+
+/* The seed: the survivor's WAL plus the backup's closed segments past it. */
+static int recover_plan_seed(recover_plan *p, cli_err *err)
+{
+    const cluster *c = &p->c;
+    char datadir[PATH_MAX], t[STRATA_ID_HEX_LEN], l[STRATA_ID_HEX_LEN];
+    if (cluster_path(c, c->sk[p->survivor].name, datadir, err) != 0)
+        return -1;
+    int n = snprintf(p->tl_dir, sizeof p->tl_dir, "%s/%s/%s", datadir,
+                     strata_id_format(&c->tenant_id, t), strata_id_format(&c->timeline_id, l));
+    if (n < 0 || (size_t)n >= sizeof p->tl_dir)
+        return cli_err_set(err, "path too long under %s", datadir);
+    if (sk_recover_open_store(c, &p->rs, err) != 0)
+        return -1;
+    return sk_recover_stage(p->rs, c, p->tl_dir, p->st.wal_seg_size, p->st.flush_lsn, &p->seed,
+                            err);
+}
+
+/* What to do about a pageserver or manifest past the seed end. */
+#define RECOVER_PS_WAY                                                                             \
+    "restore the pageserver to a state at or below %s (stop it and put back a copy of its "        \
+    "directory from before, or delete it with the timeline's manifests past %s and let it "        \
+    "restore from an older one), or recreate the timeline and load the data again; then run "      \
+    "recover again"
+
+/* A lost pageserver's directory: gone, or emptied for its restore. */
+static bool dir_missing_or_empty(const char *path)
+{
+    DIR *d = opendir(path);
+    if (d == NULL)
+        return errno == ENOENT;
+    struct dirent *de;
+    bool empty = true;
+    while (empty && (de = readdir(d)) != NULL)
+        empty = strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0;
+    closedir(d);
+    return empty;
+}
+
+/* The pageserver must not have ingested past the seed end: its store would
+ * hold commits of the lost history, and its WAL receiver would ask for the
+ * new history at an LSN inside it. */
+static int recover_check_pageserver(const recover_plan *p, cli_err *err)
+{
+    const cluster *c = &p->c;
+    char e[LSN_FMT_LEN], a[LSN_FMT_LEN], b[LSN_FMT_LEN], psdir[PATH_MAX];
+    lsn_format(p->seed.end, e);
+    if (!pageserver_built())
+        return 0;
+    pid_t pid = pageserver_pid(c);
+    if (pid == 0) {
+        if (cluster_path(c, "pageserver", psdir, err) != 0)
+            return -1;
+        if (dir_missing_or_empty(psdir))
+            return 0; /* lost too: it will restore from a manifest, checked next */
+        return cli_err_set(err,
+                           "the pageserver is not running but its directory %s remains: start "
+                           "it (strata start pageserver) so that recover can check how far it "
+                           "ingested, or move the directory aside if it is lost too",
+                           psdir);
+    }
+    pageserver_timeline pt;
+    pageserver_query(c, &pt);
+    if (!pt.known)
+        return cli_err_set(err,
+                           "the pageserver runs (pid %d) but does not report the timeline (still "
+                           "restoring?): recover must know how far it ingested; run it again "
+                           "once `strata status` shows it",
+                           (int)pid);
+    if (pt.last_record_lsn <= p->seed.end && pt.disk_consistent_lsn <= p->seed.end)
+        return 0;
+    return cli_err_set(err,
+                       "the pageserver has ingested the timeline to %s (disk_consistent_lsn %s), "
+                       "past the end of the WAL recover can seed, %s (the survivor's flush and "
+                       "the WAL backup's closed segments): its store holds commits of the lost "
+                       "history, which the new history from %s would contradict. "
+                       "To go on: " RECOVER_PS_WAY,
+                       lsn_format(pt.last_record_lsn, a), lsn_format(pt.disk_consistent_lsn, b), e,
+                       e, e, e);
+}
+
+/* Nor may the newest manifest: a pageserver restored from it would. */
+static int recover_check_manifest(const recover_plan *p, cli_err *err)
+{
+    if (p->rs == NULL)
+        return 0;
+    bool found;
+    uint64_t seq = 0;
+    lsn_t consistent = 0;
+    if (sk_recover_newest_manifest(p->rs, &p->c, &found, &seq, &consistent, err) != 0)
+        return -1;
+    if (!found || consistent <= p->seed.end)
+        return 0;
+    char a[LSN_FMT_LEN], e[LSN_FMT_LEN];
+    lsn_format(p->seed.end, e);
+    return cli_err_set(
+        err,
+        "the newest manifest in the object store (seq %" PRIu64 ") is consistent "
+        "at %s, past the end of the WAL recover can seed, %s: a pageserver "
+        "restored from it would hold commits of the lost history. To go on: " RECOVER_PS_WAY,
+        seq, lsn_format(consistent, a), e, e, e);
 }
 
 /* What is lost whatever happens, said before and after. */
 static void recover_caveat(const recover_plan *p)
 {
     const cluster *c = &p->c;
+    const sk_recover_seed *s = &p->seed;
     safekeeper_timeline tl;
     safekeepers_query(c, &c->sk[p->survivor], &tl);
-    char a[LSN_FMT_LEN], b[LSN_FMT_LEN], d[LSN_FMT_LEN];
+    char a[LSN_FMT_LEN], b[LSN_FMT_LEN], d[LSN_FMT_LEN], e[LSN_FMT_LEN];
     printf("survivor %s: commit %s, flush %s", c->sk[p->survivor].name,
            lsn_format(p->st.commit_lsn, a), lsn_format(p->st.flush_lsn, b));
     if (tl.known && tl.wal_backup)
         printf(", WAL backup to %s", lsn_format(tl.backup_lsn, d));
     else
         printf(", no WAL backup");
-    printf("\ncaveat: commits acknowledged only by the two lost safekeepers are gone; what "
-           "survives is the survivor's WAL, up to its flush %s (its commit LSN is %s; every "
-           "new node gets the whole of it, so the next election keeps it all), and the WAL "
-           "backup below it (closed segments only, never the newest partial one)\n",
-           lsn_format(p->st.flush_lsn, b), lsn_format(p->st.commit_lsn, a));
+    if (s->end > s->flush)
+        printf("\nseed: %s's WAL to %s, then the WAL backup's closed segments to %s, whose last "
+               "complete record ends at %s: the timeline's WAL ends at %s\n",
+               c->sk[p->survivor].name, b, lsn_format(s->backup_end, d), lsn_format(s->end, e), e);
+    else
+        printf("\nseed: %s's WAL to %s (%s)\n", c->sk[p->survivor].name, b, s->note);
+    if (s->end > s->flush && s->note[0] != '\0')
+        printf("note: the seed ends early: %s\n", s->note);
+    printf("caveat: commits acknowledged only by the two lost safekeepers past %s are gone: the "
+           "newest, partial segment was never in the WAL backup, nor a record that crosses into "
+           "it; every node gets the seed (%s's commit LSN is %s; the tail past it is kept too), "
+           "and WAL backup objects past it are moved to %s/\n",
+           lsn_format(s->end, e), c->sk[p->survivor].name, a, SK_RECOVER_QUARANTINE_DIR);
+}
+
+/* The survivor gets the backup's segments past its flush: stopped (cleanly,
+ * so that its control file holds its flush), the segments installed, and
+ * started again; its restart scan must find the seed end. */
+static int recover_extend_survivor(recover_plan *p, cli_err *err)
+{
+    const cluster *c = &p->c;
+    const cluster_safekeeper *sk = &c->sk[p->survivor];
+    if (p->seed.end <= p->seed.flush)
+        return 0;
+    if (safekeepers_stop(c, sk, false, err) != 0 ||
+        sk_recover_install(&p->seed, p->tl_dir, err) != 0 || safekeepers_start(c, sk, err) != 0 ||
+        safekeepers_wait_ready(c, sk, START_TIMEOUT_MS, err) != 0)
+        return -1;
+    sk_target t = target_of(c, sk);
+    if (sk_client_status(&t, &p->st, err) != 0)
+        return -1;
+    char a[LSN_FMT_LEN], b[LSN_FMT_LEN];
+    if (p->st.flush_lsn != p->seed.end)
+        return cli_err_set(err,
+                           "%s restarted with WAL to %s, not to the seed end %s: a segment from "
+                           "the WAL backup did not decode (see %s.log); nothing else was changed",
+                           sk->name, lsn_format(p->st.flush_lsn, a), lsn_format(p->seed.end, b),
+                           sk->name);
+    printf("%s now holds WAL to %s (segments from the WAL backup added)\n", sk->name,
+           lsn_format(p->seed.end, a));
+    return 0;
+}
+
+/* The backup's objects past the seed end hold the lost history. */
+static int recover_quarantine(const recover_plan *p, cli_err *err)
+{
+    if (p->rs == NULL)
+        return 0;
+    int moved = 0;
+    int rc = sk_recover_quarantine(p->rs, &p->c, p->seed.seg_size, p->seed.end, &moved, err);
+    if (moved > 0 || rc == 0) {
+        char e[LSN_FMT_LEN];
+        printf("moved %d WAL backup object(s) past %s to %s/\n", moved, lsn_format(p->seed.end, e),
+               SK_RECOVER_QUARANTINE_DIR);
+    }
+    return rc;
 }
 
 /* Seeds and starts each lost member from the survivor, as replace does,
- * but with all of the survivor's WAL: an acknowledged commit may lie beyond
- * the commit LSN the survivor heard, and once every member holds that tail,
+ * with all of the survivor's WAL: an acknowledged commit may lie beyond the
+ * commit LSN the survivor heard, and once every member holds that tail,
  * whichever majority elects the next proposer keeps it. */
 static int recover_seed(recover_plan *p, cli_err *err)
 {
     for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
         if (i == p->survivor)
             continue;
-        replace_plan rp = {.c = p->c,
-                           .idx = i,
-                           .donor = p->survivor,
-                           .old = p->old,
-                           .dead = (uint64_t)p->c.sk[i].id,
-                           .new_id = p->new_id[i],
-                           .to_flush = true};
-        if (seed_new_node(&rp, p->c.sk[i].name, err) != 0)
+        if (seed_new_node(&p->c, i, p->survivor, (uint64_t)p->c.sk[i].id, p->new_id[i], NULL,
+                          err) != 0)
             return -1;
-        p->c.sk[i].id = rp.c.sk[i].id;
         STRATA_ASSERT((uint64_t)p->c.sk[i].id == p->new_id[i]);
     }
     return 0;
@@ -533,10 +695,44 @@ static int recover_switch(const recover_plan *p, cli_err *err)
     return 0;
 }
 
+/* Everything after the survivor was found: plan, checks, and with confirm
+ * the changes, in an order a re-run can take up after a crash (the
+ * survivor extended before the quarantine, so a re-run finds the seed on
+ * the survivor). */
+static int recover_run(recover_plan *p, const char *from, bool confirm, cli_err *err)
+{
+    if (recover_plan_ids(p, from, err) != 0 || recover_plan_seed(p, err) != 0 ||
+        recover_check_pageserver(p, err) != 0 || recover_check_manifest(p, err) != 0)
+        return -1;
+    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
+        if (i != p->survivor)
+            printf("%s (node %d) is lost: neither running nor answering; it becomes node "
+                   "%" PRIu64 ", seeded from %s\n",
+                   p->c.sk[i].name, p->c.sk[i].id, p->new_id[i], from);
+    recover_caveat(p);
+    if (!confirm)
+        return cli_err_set(err,
+                           "not confirmed: this overrides configuration generation %u without a "
+                           "majority of it; run again with --confirm once the lost safekeepers "
+                           "can never come back with their old data",
+                           p->old.generation);
+    /* Asked again once the survivor is extended: a pageserver may still
+     * have held WAL of the lost two in its socket when it was first asked. */
+    if (recover_extend_survivor(p, err) != 0 || recover_check_pageserver(p, err) != 0 ||
+        recover_quarantine(p, err) != 0 || recover_seed(p, err) != 0 || recover_switch(p, err) != 0)
+        return -1;
+    char a[LSN_FMT_LEN];
+    printf("recovered from %s: the timeline's WAL is %s's, up to %s; start the compute to "
+           "elect a proposer in the new configuration\n",
+           from, from, lsn_format(p->seed.end, a));
+    return 0;
+}
+
 static int recover(const char *dir_opt, const char *from, bool confirm)
 {
     cli_err err = {{0}};
     recover_plan p;
+    memset(&p, 0, sizeof p);
     char dir[PATH_MAX];
     if (cluster_resolve_dir(dir_opt, dir, &err) != 0)
         return cli_fail(&err);
@@ -551,34 +747,20 @@ static int recover(const char *dir_opt, const char *from, bool confirm)
         return cli_fail(&err);
     }
     p.survivor = (int)(s - p.c.sk);
-    if (recover_check_lost(&p, from, &err) != 0 || recover_plan_ids(&p, from, &err) != 0)
+    if (recover_check_lost(&p, from, &err) != 0)
         return cli_fail(&err);
-    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
-        if (i != p.survivor)
-            printf("%s (node %d) is lost: neither running nor answering; it becomes node "
-                   "%" PRIu64 ", seeded from %s\n",
-                   p.c.sk[i].name, p.c.sk[i].id, p.new_id[i], from);
-    recover_caveat(&p);
-    if (!confirm) {
-        cli_err_set(&err,
-                    "not confirmed: this overrides configuration generation %u without a "
-                    "majority of it; run again with --confirm once the lost safekeepers "
-                    "can never come back with their old data",
-                    p.old.generation);
-        return cli_fail(&err);
-    }
-    if (recover_seed(&p, &err) != 0 || recover_switch(&p, &err) != 0)
-        return cli_fail(&err);
-    char a[LSN_FMT_LEN];
-    printf("recovered from %s: the timeline's WAL is %s's, up to %s; start the compute to "
-           "elect a proposer in the new configuration\n",
-           from, from, lsn_format(p.st.flush_lsn, a));
-    return CLI_OK;
+    rc = recover_run(&p, from, confirm, &err);
+    sk_recover_unstage(&p.seed);
+    if (p.rs != NULL)
+        remote_close(p.rs);
+    return rc == 0 ? CLI_OK : cli_fail(&err);
 }
 
 #define SAFEKEEPER_USAGE                                                                           \
     "usage: strata safekeeper replace NAME [--dir D]\n"                                            \
-    "       strata safekeeper recover --from NAME [--confirm] [--dir D]\n"
+    "       strata safekeeper recover --from NAME [--confirm] [--dir D]\n"                         \
+    "       strata safekeeper seed | join   (a stack without cluster.json: the environment\n"      \
+    "                                        names the node, docs/operations.md)\n"
 
 int cmd_safekeeper(const cli_opts *o)
 {
@@ -615,6 +797,9 @@ int cmd_safekeeper(const cli_opts *o)
         return replace(dir, name);
     if (sub != NULL && strcmp(sub, "recover") == 0 && name == NULL && from != NULL)
         return recover(dir, from, confirm);
+    if (sub != NULL && (strcmp(sub, "seed") == 0 || strcmp(sub, "join") == 0) && name == NULL &&
+        from == NULL && !confirm)
+        return cmd_safekeeper_stack(sub);
     fprintf(stderr, SAFEKEEPER_USAGE);
     return CLI_USAGE;
 }

@@ -82,6 +82,14 @@ static const membership *newest_mconf(const status_snapshot *s)
     return best;
 }
 
+/* A running safekeeper that holds an older configuration than another one
+ * does: it missed a switch, refuses the compute and counts for nothing
+ * until `strata start NAME` brings it up to date (cli/sk_config.h). */
+static bool config_behind(const status_snapshot *s, int i)
+{
+    return s->sk_tl[i].known && s->sk_tl[i].mconf.generation < newest_mconf(s)->generation;
+}
+
 static cJSON *members_json(const member *set, uint32_t n)
 {
     cJSON *arr = cJSON_CreateArray();
@@ -164,6 +172,9 @@ static cJSON *status_json(const cluster *c, const status_snapshot *s)
                  tl->known ? cJSON_CreateNumber((double)tl->node_id) : cJSON_CreateNull()) &&
              add(sk, "generation",
                  tl->known ? cJSON_CreateNumber(tl->mconf.generation) : cJSON_CreateNull()) &&
+             add(sk, "config_behind",
+                 tl->known ? cJSON_CreateBool(config_behind(s, i)) : cJSON_CreateNull()) &&
+             add(sk, "failed", tl->known ? cJSON_CreateBool(tl->failed) : cJSON_CreateNull()) &&
              add(sk, "term",
                  tl->known ? cJSON_CreateNumber((double)tl->term) : cJSON_CreateNull()) &&
              add(sk, "flush_lsn", json_lsn(tl->known, tl->flush_lsn)) &&
@@ -243,6 +254,11 @@ static void status_print_human(const cluster *c, const status_snapshot *s)
                    (unsigned long long)(tl->wal_bytes >> 20));
             if (tl->max_wal_bytes > 0)
                 printf(" of %llu MB", (unsigned long long)(tl->max_wal_bytes >> 20));
+            if (tl->failed)
+                printf(" FAILED: WAL storage error, serves nobody until restarted (see its log)");
+            if (config_behind(s, i))
+                printf(" BEHIND: configuration generation %u of %u, run `strata start %s`",
+                       tl->mconf.generation, newest_mconf(s)->generation, c->sk[i].name);
             if (tl->wal_limited)
                 printf(" FULL: refusing appends until WAL is removed");
             if (tl->wal_backup) {

@@ -256,6 +256,7 @@ void safekeepers_query(const cluster *c, const cluster_safekeeper *sk, safekeepe
             if (cJSON_IsNumber(wb) && wb->valuedouble >= 0)
                 out->wal_bytes = (uint64_t)wb->valuedouble;
             out->wal_limited = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(tl, "wal_limited"));
+            out->failed = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(tl, "failed"));
             backup_from_json(cJSON_GetObjectItemCaseSensitive(tl, "wal_backup"), out);
             break;
         }

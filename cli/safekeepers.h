@@ -29,6 +29,7 @@ typedef struct safekeeper_timeline {
     uint64_t wal_bytes;     /* its segment files on disk */
     uint64_t max_wal_bytes; /* the safekeeper's --max-wal-bytes; 0: no bound */
     bool wal_limited;       /* refusing appends at that bound */
+    bool failed;            /* its WAL storage failed: it serves no proposer until restarted */
     bool wal_backup;        /* the safekeeper has --remote */
     lsn_t backup_lsn;       /* WAL below it is in the object store */
     bool backup_failing;    /* the last upload attempt failed */

@@ -17,6 +17,7 @@
 #include <libpq-fe.h>
 
 #include "cli/proc.h"
+#include "cli/sk_change.h"
 #include "base/byteorder.h"
 #include "base/durable.h"
 #include "base/log.h"
@@ -317,7 +318,7 @@ static int stream_wal(const sk_target *donor, seg_writer *w, lsn_t from, lsn_t t
 
 /* One copy (sk_client_copy_timeline); *from is where it started. */
 static int copy_attempt(const sk_target *donor, const char *datadir, uint64_t node_id,
-                        bool to_flush, lsn_t *from_out, lsn_t *copied_to, cli_err *err)
+                        const sk_copy_state *cs, lsn_t *from_out, lsn_t *copied_to, cli_err *err)
 {
     sk_state s;
     *from_out = LSN_INVALID;
@@ -326,9 +327,10 @@ static int copy_attempt(const sk_target *donor, const char *datadir, uint64_t no
     if (s.wal_seg_size == 0 || s.wal_start == LSN_INVALID || s.flush_lsn == LSN_INVALID)
         return cli_err_set(err, "safekeeper %s:%d holds no WAL for this timeline", donor->host,
                            donor->port);
-    /* Committed WAL never changes: copy everything held up to the commit
-     * (TIMELINE_STATUS's commit_lsn is already min(commit, flush)). */
-    lsn_t to = to_flush ? s.flush_lsn : s.commit_lsn;
+    /* Up to the donor's flush, not its commit: an acknowledged commit may
+     * lie beyond the commit position it heard (sk_change.h).
+     * TIMELINE_STATUS's commit_lsn is already min(commit, flush). */
+    lsn_t to = sk_change_copy_end(s.flush_lsn, s.commit_lsn);
     lsn_t from = s.wal_start;
     if (from < s.timeline_start_lsn)
         from = s.timeline_start_lsn - s.timeline_start_lsn % s.wal_seg_size;
@@ -350,7 +352,7 @@ static int copy_attempt(const sk_target *donor, const char *datadir, uint64_t no
     fflush(stdout);
     seg_writer w = {.seg_size = s.wal_seg_size, .fd = -1};
     snprintf(w.dir, sizeof w.dir, "%s", tdir);
-    int rc = to > from ? stream_wal(donor, &w, from, to, to_flush ? s.term : 0, err) : 0;
+    int rc = to > from ? stream_wal(donor, &w, from, to, s.term, err) : 0;
     if (rc == 0)
         rc = seg_close(&w, err);
     if (w.fd >= 0)
@@ -358,7 +360,9 @@ static int copy_attempt(const sk_target *donor, const char *datadir, uint64_t no
 
     /* The control file says what the copied WAL is: the donor's history up
      * to its end, the donor's term (a promise only more restrictive than
-     * none), server info and configuration; commit and flush at the end. */
+     * none), server info and configuration; flush at the end, commit where
+     * the donor knew it (the tail past it may still be truncated by the next
+     * election, and an acceptor refuses to truncate below its commit). */
     acceptor_persistent_state st;
     memset(&st, 0, sizeof st);
     st.tenant_id = donor->tenant;
@@ -367,18 +371,18 @@ static int copy_attempt(const sk_target *donor, const char *datadir, uint64_t no
     st.system_id = s.system_id;
     st.wal_seg_size = s.wal_seg_size;
     st.node_id = node_id;
-    st.term = s.term;
+    st.term = cs != NULL && cs->term > s.term ? cs->term : s.term;
     for (uint32_t i = 0; i < s.history.n && s.history.entries[i].lsn <= to; i++)
         st.history.entries[st.history.n++] = s.history.entries[i];
     st.timeline_start_lsn = s.timeline_start_lsn;
     st.flush_lsn = to;
-    st.commit_lsn = to;
+    st.commit_lsn = s.commit_lsn;
     st.truncate_lsn = s.truncate_lsn < to ? s.truncate_lsn : to;
     st.ps_feedback.disk_consistent_lsn = s.ps_disk_consistent_lsn;
     /* Without it the new node's housekeeping would take "not reported" and
      * could remove WAL above the pageserver's newest manifest. */
     st.ps_feedback.remote_consistent_lsn = s.ps_remote_consistent_lsn;
-    st.mconf = s.mconf;
+    st.mconf = cs != NULL && cs->mconf != NULL ? *cs->mconf : s.mconf;
     if (rc == 0) {
         int wrc = control_file_write(tdir, &st);
         if (wrc == 0)
@@ -414,11 +418,11 @@ static int copy_attempt(const sk_target *donor, const char *datadir, uint64_t no
  * its new start, a bounded number of times.
  */
 int sk_client_copy_timeline(const sk_target *donor, const char *datadir, uint64_t node_id,
-                            bool to_flush, lsn_t *copied_to, cli_err *err)
+                            const sk_copy_state *cs, lsn_t *copied_to, cli_err *err)
 {
     for (int attempt = 1;; attempt++) {
         lsn_t from;
-        if (copy_attempt(donor, datadir, node_id, to_flush, &from, copied_to, err) == 0)
+        if (copy_attempt(donor, datadir, node_id, cs, &from, copied_to, err) == 0)
             return 0;
         sk_state s;
         cli_err ignored = {{0}};

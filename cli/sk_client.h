@@ -49,17 +49,26 @@ int sk_client_status(const sk_target *t, sk_state *out, cli_err *err);
  * is busy, up to 10 s).  0, or -1 with err. */
 int sk_client_switch(const sk_target *t, const membership *m, cli_err *err);
 
+/* What a copy promises beyond the donor's state (sk_change.h): the
+ * configuration the change works from (NULL: the donor's), and a term at
+ * least this high (sk_change_copy_term; 0: the donor's). */
+typedef struct sk_copy_state {
+    const membership *mconf;
+    uint64_t term;
+} sk_copy_state;
+
 /*
  * Copies the timeline from donor into <datadir>/<tenant>/<timeline>/ for a
  * safekeeper with node id node_id that is not running: every WAL segment
- * the donor holds up to its committed position (to_flush: up to its flush
- * position, read under its current term, for `recover`, where the donor's
- * WAL is all there is), and a control file that says what that WAL is (the
- * donor's history up to it, term, server info, configuration; commit at its
- * end).  Nothing is left behind on failure.  *copied_to is the end of the
- * copied WAL.  0, or -1 with err.
+ * the donor holds up to its flush position (sk_change_copy_end), read under
+ * its current term (a term change ends the copy with an error), and a
+ * control file that says what that WAL is (the donor's history up to it,
+ * the higher of the donor's term and cs's, server info, cs's configuration
+ * or the donor's; flush at its end, commit where the donor had it).  cs may
+ * be NULL.  Nothing is left behind on failure.  *copied_to is the end of
+ * the copied WAL.  0, or -1 with err.
  */
 int sk_client_copy_timeline(const sk_target *donor, const char *datadir, uint64_t node_id,
-                            bool to_flush, lsn_t *copied_to, cli_err *err);
+                            const sk_copy_state *cs, lsn_t *copied_to, cli_err *err);
 
 #endif

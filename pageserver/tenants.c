@@ -23,6 +23,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,9 +76,14 @@ struct tenants {
      * and restores every timeline it holds that is not on disk, in turn. */
     pthread_t restore_thread;
     bool restore_started;
-    bool restore_listing; /* the listing has not finished: any timeline may come */
+    bool restore_listing;  /* the listing has not finished: any timeline may come */
+    bool restore_unlisted; /* the listing failed: what the store holds is unknown */
     _Atomic bool restore_quit;
     restore_progress *restoring; /* the one being restored now (t->mu) */
+
+    /* Timelines that exist but are not loaded (tenants.h), t->mu. */
+    tenants_not_loaded *absent;
+    int nabsent, absent_cap;
 };
 
 static int64_t mono_ms(void)
@@ -98,11 +104,12 @@ static bool gc_should_quit(tenants *t)
 /* True while timelines may still come from object storage: GC waits, so
  * that a branch restored after its ancestor still finds its branch point
  * (issue #15; the ancestor's horizon is capped only once the branch is
- * open). */
+ * open).  Also after a failed listing, until a restart lists again: any
+ * timeline there may be a branch of one on disk. */
 static bool restores_pending(tenants *t)
 {
     pthread_mutex_lock(&t->mu);
-    bool pending = t->restore_listing;
+    bool pending = t->restore_listing || t->restore_unlisted;
     for (int i = 0; i < t->n && !pending; i++)
         pending = t->entries[i].restore != NULL;
     pthread_mutex_unlock(&t->mu);
@@ -130,6 +137,10 @@ static void *gc_main(void *arg)
         if (now >= next_gc && !restores_pending(t)) {
             for (int i = 0; i < n && !gc_should_quit(t); i++) {
                 char err[512];
+                /* Fail-stop: a timeline of the tenant that is not loaded
+                 * may be a branch of this one (tenants.h). */
+                if (tenants_gc_blocked(t, &timeline_get_meta(list[i])->tenant, NULL, 0))
+                    continue;
                 /* Failures are logged and counted by timeline_gc; the next
                  * pass tries again. */
                 (void)timeline_gc(list[i], mono_ms(), err, sizeof err);
@@ -308,12 +319,177 @@ static timeline *loaded(tenants *t, const strata_id *tenant, const strata_id *id
     return i >= 0 ? t->entries[i].tl : NULL;
 }
 
+/* ---- timelines that exist but are not loaded (tenants.h) ---- */
+
+static struct {
+    metrics_gauge *not_loaded, *gc_blocked;
+} nlmet;
+static pthread_once_t nlmet_once = PTHREAD_ONCE_INIT;
+
+static void nlmet_init(void)
+{
+    metrics_registry *r = metrics_default_registry();
+    nlmet.not_loaded = metrics_gauge_register(
+        r, "pageserver_timelines_not_loaded",
+        "Timelines on disk or in object storage that are not loaded (GC of their tenant stops)", 0,
+        NULL, NULL);
+    nlmet.gc_blocked = metrics_gauge_register(
+        r, "pageserver_gc_blocked_tenants",
+        "Tenants whose GC is stopped because a timeline is not loaded", 0, NULL, NULL);
+}
+
+/* Index of (tenant, tl) in t->absent, or -1.  t->mu held. */
+static int find_absent(const tenants *t, const strata_id *tenant, const strata_id *tl)
+{
+    for (int i = 0; i < t->nabsent; i++)
+        if (strata_id_equal(&t->absent[i].tenant, tenant) &&
+            strata_id_equal(&t->absent[i].timeline, tl))
+            return i;
+    return -1;
+}
+
+/* Index of the first timeline of tenant not loaded, or -1.  t->mu held. */
+static int first_absent(const tenants *t, const strata_id *tenant)
+{
+    for (int i = 0; i < t->nabsent; i++)
+        if (strata_id_equal(&t->absent[i].tenant, tenant))
+            return i;
+    return -1;
+}
+
+static void absent_gauges_locked(const tenants *t)
+{
+    int blocked = 0;
+    for (int i = 0; i < t->nabsent; i++)
+        blocked += first_absent(t, &t->absent[i].tenant) == i;
+    metrics_gauge_set(nlmet.not_loaded, t->nabsent);
+    metrics_gauge_set(nlmet.gc_blocked, blocked);
+}
+
+/* Records (or updates) n as not loaded, with a reason from fmt; logged
+ * when the reason is new, as an error when error is set (a failure, not a
+ * restore that is merely queued).  Out of memory ends the process:
+ * forgetting one would let GC run without its branch point.  t->mu held. */
+static void note_absent(tenants *t, const tenants_not_loaded *n, bool error, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void note_absent(tenants *t, const tenants_not_loaded *n, bool error, const char *fmt, ...)
+{
+    /* n is the caller's copy: the array below may move. */
+    uintptr_t at = (uintptr_t)n, lo = (uintptr_t)t->absent;
+    uintptr_t hi = lo + sizeof *t->absent * (size_t)t->absent_cap;
+    STRATA_ASSERT(at < lo || at >= hi);
+    char reason[sizeof n->reason];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(reason, sizeof reason, fmt, ap);
+    va_end(ap);
+    int i = find_absent(t, &n->tenant, &n->timeline);
+    if (i < 0 && t->nabsent == t->absent_cap) {
+        int cap = t->absent_cap ? t->absent_cap * 2 : 8;
+        tenants_not_loaded *a = realloc(t->absent, sizeof *a * (size_t)cap);
+        if (a == NULL) {
+            /* Never forget one: GC would then run without its branch point. */
+            log_fatal("out of memory recording a timeline that is not loaded");
+        }
+        t->absent = a;
+        t->absent_cap = cap;
+    }
+    bool same = i >= 0 && strcmp(t->absent[i].reason, reason) == 0;
+    if (i < 0)
+        i = t->nabsent++;
+    t->absent[i] = *n;
+    snprintf(t->absent[i].reason, sizeof t->absent[i].reason, "%s", reason);
+    absent_gauges_locked(t);
+    if (same)
+        return;
+    char a[STRATA_ID_HEX_LEN], b[STRATA_ID_HEX_LEN];
+    strata_id_format(&n->tenant, a);
+    strata_id_format(&n->timeline, b);
+    if (error)
+        log_error("tenant %s timeline %s is not loaded: %s; GC of tenant %s stops until every "
+                  "timeline of it is loaded",
+                  a, b, reason, a);
+    else
+        log_info("tenant %s timeline %s is not loaded yet (%s); GC of tenant %s stops until it is",
+                 a, b, reason, a);
+}
+
+/* (tenant, tl) is loaded now.  t->mu held. */
+static void clear_absent(tenants *t, const strata_id *tenant, const strata_id *tl)
+{
+    int i = find_absent(t, tenant, tl);
+    if (i < 0)
+        return;
+    t->absent[i] = t->absent[--t->nabsent];
+    absent_gauges_locked(t);
+    if (first_absent(t, tenant) < 0) {
+        char a[STRATA_ID_HEX_LEN];
+        log_info("every timeline of tenant %s is loaded; its GC resumes",
+                 strata_id_format(tenant, a));
+    }
+}
+
+/* Registers with parent (opened, not yet visible to GC) the branch point
+ * of every timeline not loaded that names it as its ancestor, so that GC
+ * keeps what those branches will read once they load.  t->mu held. */
+static void hold_branch_points(tenants *t, timeline *parent)
+{
+    const timeline_meta *pm = timeline_get_meta(parent);
+    for (int i = 0; i < t->nabsent; i++) {
+        const tenants_not_loaded *n = &t->absent[i];
+        if (!n->ancestry_known || !n->has_ancestor || !strata_id_equal(&n->tenant, &pm->tenant) ||
+            !strata_id_equal(&n->ancestor, &pm->timeline))
+            continue;
+        char err[256], b[STRATA_ID_HEX_LEN];
+        if (timeline_add_branch(parent, &n->timeline, n->ancestor_lsn, err, sizeof err) != 0)
+            log_error("timeline %s: cannot hold the branch point of its branch %s, which is not "
+                      "loaded (its pages there are gone): %s",
+                      timeline_dir(parent), strata_id_format(&n->timeline, b), err);
+    }
+}
+
+int tenants_list_not_loaded(tenants *t, tenants_not_loaded *out, int cap)
+{
+    pthread_mutex_lock(&t->mu);
+    int n = t->nabsent < cap ? t->nabsent : cap;
+    for (int i = 0; i < n; i++)
+        out[i] = t->absent[i];
+    pthread_mutex_unlock(&t->mu);
+    return n;
+}
+
+bool tenants_gc_blocked(tenants *t, const strata_id *tenant, char *why, size_t len)
+{
+    pthread_mutex_lock(&t->mu);
+    int i = first_absent(t, tenant);
+    if (i >= 0 && why != NULL) {
+        char b[STRATA_ID_HEX_LEN];
+        snprintf(why, len, "timeline %s is not loaded: %s",
+                 strata_id_format(&t->absent[i].timeline, b), t->absent[i].reason);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return i >= 0;
+}
+
 typedef struct pending_tl {
     char path[PATH_MAX];
     strata_id id;
     timeline_meta meta;
     bool done;
 } pending_tl;
+
+/* What a timeline.json says about a timeline that is not loaded. */
+static tenants_not_loaded absent_from_meta(const timeline_meta *m, bool on_disk)
+{
+    return (tenants_not_loaded){.tenant = m->tenant,
+                                .timeline = m->timeline,
+                                .ancestry_known = true,
+                                .has_ancestor = m->has_ancestor,
+                                .ancestor = m->ancestor_timeline,
+                                .ancestor_lsn = m->ancestor_lsn,
+                                .on_disk = on_disk};
+}
 
 /* Opens one timeline directory (its ancestor, if any, loaded already). */
 static void load_one(tenants *t, pending_tl *p, const strata_id *tenant)
@@ -324,6 +500,8 @@ static void load_one(tenants *t, pending_tl *p, const strata_id *tenant)
     if (timeline_open(p->path, &t->svc, atomic_fetch_add(&t->next_owner, 1), anc, &tl, err,
                       sizeof err) != 0) {
         log_error("cannot open timeline %s: %s", p->path, err);
+        tenants_not_loaded n = absent_from_meta(&p->meta, true);
+        note_absent(t, &n, true, "%s does not open: %s", p->path, err);
         return;
     }
     char lb[LSN_FMT_LEN];
@@ -332,8 +510,17 @@ static void load_one(tenants *t, pending_tl *p, const strata_id *tenant)
     t->entries[t->n++] = (entry){.tenant = *tenant, .timeline = p->id, .tl = tl};
 }
 
+/* A timeline directory whose timeline.json cannot be trusted: its
+ * ancestry is unknown, so it stops GC of the whole tenant. */
+static void note_unreadable(tenants *t, const strata_id *tenant, const strata_id *id,
+                            const char *path, const char *why)
+{
+    tenants_not_loaded n = {.tenant = *tenant, .timeline = *id, .on_disk = true};
+    note_absent(t, &n, true, "%s: %s", path, why);
+}
+
 /* Reads the timeline directories of one tenant into *out (count returned). */
-static int list_tenant(const char *tls, const strata_id *tenant, pending_tl **out)
+static int list_tenant(tenants *t, const char *tls, const strata_id *tenant, pending_tl **out)
 {
     *out = NULL;
     DIR *d = opendir(tls);
@@ -360,11 +547,14 @@ static int list_tenant(const char *tls, const strata_id *tenant, pending_tl **ou
         char err[512];
         if (timeline_meta_read(path, &m, err, sizeof err) != 0) {
             log_error("cannot open timeline %s: %s", path, err);
+            note_unreadable(t, tenant, &id, path, err);
             continue;
         }
         if (!strata_id_equal(&m.tenant, tenant) || !strata_id_equal(&m.timeline, &id)) {
             log_error("ignoring %s: its %s names another tenant or timeline", path,
                       TIMELINE_META_FILE);
+            note_unreadable(t, tenant, &id, path,
+                            "its " TIMELINE_META_FILE " names another tenant or timeline");
             continue;
         }
         if (n == cap) {
@@ -394,7 +584,7 @@ static void load_tenant(tenants *t, const char *tenant_dir, const strata_id *ten
     if (!path_fmt(tls, sizeof tls, "%s/timelines", tenant_dir))
         return;
     pending_tl *list = NULL;
-    int n = list_tenant(tls, tenant, &list);
+    int n = list_tenant(t, tls, tenant, &list);
     for (bool progress = true; progress;) {
         progress = false;
         for (int i = 0; i < n; i++) {
@@ -418,8 +608,15 @@ static void load_tenant(tenants *t, const char *tenant_dir, const strata_id *ten
                   "missing or failed to open (left on disk)",
                   list[i].path, strata_id_format(&list[i].meta.ancestor_timeline, a),
                   lsn_format(list[i].meta.ancestor_lsn, lb));
+        tenants_not_loaded nl = absent_from_meta(&list[i].meta, true);
+        note_absent(t, &nl, true, "its ancestor %s is missing or failed to open", a);
     }
     free(list);
+    /* Before GC starts: every loaded timeline keeps what its branches that
+     * did not load will read. */
+    for (int i = 0; i < t->n; i++)
+        if (t->entries[i].tl != NULL && strata_id_equal(&t->entries[i].tenant, tenant))
+            hold_branch_points(t, t->entries[i].tl);
 }
 
 /* ---- restore from object storage (pageserver/remote/restore.h) ---- */
@@ -478,6 +675,106 @@ static void restore_on_progress(void *arg)
     pthread_mutex_unlock(&t->mu);
 }
 
+/* A branch is restored only once its ancestor is loaded (else it could
+ * not open, and nothing would be gained by downloading it): -1 with err
+ * when the ancestry the queue read from its manifest names one that is
+ * not.  t->mu held. */
+static int check_ancestor_loaded(tenants *t, const restore_timeline_id *id, char *err,
+                                 size_t errlen)
+{
+    int k = find_absent(t, &id->tenant, &id->timeline);
+    if (k < 0 || !t->absent[k].has_ancestor ||
+        loaded(t, &id->tenant, &t->absent[k].ancestor) != NULL)
+        return 0;
+    char a[STRATA_ID_HEX_LEN];
+    return fail(NULL, 0, err, errlen, "its ancestor timeline %s is not loaded",
+                strata_id_format(&t->absent[k].ancestor, a));
+}
+
+/* Downloads one claimed timeline into building, then renames it to final
+ * (durably).  0, or -1 with err (building may remain: the caller removes it). */
+static int restore_publish(tenants *t, const restore_timeline_id *id, restore_progress *p,
+                           const char *final, const char *building, lsn_t *lsn, char *err,
+                           size_t errlen)
+{
+    remove_tree(building);
+    if (mkdir_p(building, 0755) != 0)
+        return fail(NULL, 0, err, errlen, "cannot create %s: %s", building, strerror(errno));
+    if (restore_timeline(t->svc.remote, &id->tenant, &id->timeline, building, &t->svc.store, p, lsn,
+                         err, errlen) != 0)
+        return -1;
+    int r = durable_rename(building, final);
+    if (r == 0)
+        r = durable_fsync_parent(final);
+    if (r != 0)
+        return fail(NULL, 0, err, errlen, "cannot rename %s to %s: %s", building, final,
+                    strerror(-r));
+    return 0;
+}
+
+/* Opens the timeline just restored into final.  When it does not open it
+ * leaves its final place again (renamed back to building and removed), so
+ * that the next start restores it afresh rather than finding a directory
+ * nobody loads; *stays is set when even that rename failed.  0 or -1 with err. */
+static int restore_open(tenants *t, const restore_timeline_id *id, const char *final,
+                        const char *building, timeline **out, bool *stays, char *err, size_t errlen)
+{
+    timeline_meta meta;
+    timeline *anc = NULL;
+    int rc = timeline_meta_read(final, &meta, err, errlen);
+    if (rc == 0 && meta.has_ancestor)
+        anc = tenants_get(t, &id->tenant, &meta.ancestor_timeline);
+    if (rc == 0)
+        rc = timeline_open(final, &t->svc, atomic_fetch_add(&t->next_owner, 1), anc, out, err,
+                           errlen);
+    if (anc != NULL)
+        timeline_unref(anc);
+    if (rc == 0)
+        return 0;
+    int r = durable_rename(final, building);
+    if (r != 0) {
+        log_error("cannot move %s, which failed to open, back to %s: %s", final, building,
+                  strerror(-r));
+        *stays = true;
+    }
+    return -1;
+}
+
+/* The table after restore_one: the timeline serves reads (having first
+ * taken over the branch points of its branches not loaded yet), or it is
+ * recorded as not loaded with the reason. */
+static void restore_finish(tenants *t, const restore_timeline_id *id, timeline *tl, bool stays,
+                           const char *err)
+{
+    pthread_mutex_lock(&t->mu);
+    int i = find(t, &id->tenant, &id->timeline);
+    STRATA_ASSERT(i >= 0 && t->entries[i].restore != NULL);
+    if (tl != NULL && add_tenant(t, &id->tenant)) {
+        hold_branch_points(t, tl);
+        t->entries[i].tl = tl;
+        t->entries[i].busy = false;
+        t->entries[i].restore = NULL;
+        clear_absent(t, &id->tenant, &id->timeline);
+    } else {
+        if (tl != NULL) {
+            err = "restored, but the tenant table is full";
+            stays = true;
+            timeline_unref(tl);
+        }
+        remove_at(t, i);
+        int k = find_absent(t, &id->tenant, &id->timeline);
+        tenants_not_loaded nl =
+            k >= 0 ? t->absent[k]
+                   : (tenants_not_loaded){.tenant = id->tenant, .timeline = id->timeline};
+        nl.on_disk = stays;
+        note_absent(t, &nl, true, "its restore from %s failed: %s", remote_describe(t->svc.remote),
+                    err);
+    }
+    t->restoring = NULL;
+    restore_gauges_locked(t);
+    pthread_mutex_unlock(&t->mu);
+}
+
 /* Restores one claimed timeline into its .creating directory, renames it
  * into place and opens it; the entry then serves reads, or goes. */
 static void restore_one(tenants *t, const restore_timeline_id *id)
@@ -497,45 +794,22 @@ static void restore_one(tenants *t, const restore_timeline_id *id)
     p->on_progress = restore_on_progress;
     p->progress_arg = t;
     restore_gauges_locked(t);
+    int rc = paths ? check_ancestor_loaded(t, id, err, sizeof err)
+                   : fail(NULL, 0, err, sizeof err, "timeline path too long under %s", t->datadir);
     pthread_mutex_unlock(&t->mu);
 
     timeline *tl = NULL;
     lsn_t lsn = LSN_INVALID;
-    int rc = paths ? 0 : -1;
-    if (!paths)
-        fail(NULL, 0, err, sizeof err, "timeline path too long under %s", t->datadir);
-    if (rc == 0) {
-        remove_tree(building);
-        if ((rc = mkdir_p(building, 0755)) != 0)
-            fail(NULL, 0, err, sizeof err, "cannot create %s: %s", building, strerror(errno));
-    }
+    bool stays = false;
     if (rc == 0)
-        rc = restore_timeline(t->svc.remote, &id->tenant, &id->timeline, building, &t->svc.store, p,
-                              &lsn, err, sizeof err);
-    if (rc == 0) {
-        int r = durable_rename(building, final);
-        if (r == 0)
-            r = durable_fsync_parent(final);
-        if (r != 0) {
-            fail(NULL, 0, err, sizeof err, "cannot rename %s to %s: %s", building, final,
-                 strerror(-r));
-            rc = -1;
-        }
-    }
-    timeline_meta meta;
-    timeline *anc = NULL;
-    if (rc == 0 && (rc = timeline_meta_read(final, &meta, err, sizeof err)) == 0 &&
-        meta.has_ancestor)
-        anc = tenants_get(t, &id->tenant, &meta.ancestor_timeline);
+        rc = restore_publish(t, id, p, final, building, &lsn, err, sizeof err);
     if (rc == 0)
-        rc = timeline_open(final, &t->svc, atomic_fetch_add(&t->next_owner, 1), anc, &tl, err,
-                           sizeof err);
-    if (anc != NULL)
-        timeline_unref(anc);
+        rc = restore_open(t, id, final, building, &tl, &stays, err, sizeof err);
     if (rc != 0) {
         log_error("restore of tenant %s timeline %s from %s failed: %s", a, b,
                   remote_describe(t->svc.remote), err);
-        remove_tree(building);
+        if (paths)
+            remove_tree(building);
         metrics_counter_inc(rmet.failed);
     } else {
         char lb[LSN_FMT_LEN];
@@ -543,24 +817,70 @@ static void restore_one(tenants *t, const restore_timeline_id *id)
                  lsn_format(lsn, lb));
         metrics_counter_inc(rmet.completed);
     }
+    restore_finish(t, id, tl, stays, err);
+    free(p);
+}
+
+/* Opens one branch on disk that was waiting for its ancestor (n, a copy).
+ * True when it loaded. */
+static bool load_waiting_one(tenants *t, const tenants_not_loaded *n)
+{
+    char path[PATH_MAX], err[512];
+    if (!timeline_path(t, &n->tenant, &n->timeline, "", path, sizeof path))
+        return false;
     pthread_mutex_lock(&t->mu);
-    i = find(t, &id->tenant, &id->timeline);
-    STRATA_ASSERT(i >= 0);
-    if (tl != NULL && add_tenant(t, &id->tenant)) {
+    timeline *anc = loaded(t, &n->tenant, &n->ancestor);
+    bool go = anc != NULL && find(t, &n->tenant, &n->timeline) < 0 && t->n < TENANTS_MAX_TIMELINES;
+    if (go) {
+        timeline_ref(anc);
+        /* Busy meanwhile, as a timeline being created. */
+        t->entries[t->n++] = (entry){.tenant = n->tenant, .timeline = n->timeline, .busy = true};
+    }
+    pthread_mutex_unlock(&t->mu);
+    if (!go)
+        return false;
+    timeline *tl = NULL;
+    int rc = timeline_open(path, &t->svc, atomic_fetch_add(&t->next_owner, 1), anc, &tl, err,
+                           sizeof err);
+    timeline_unref(anc);
+    pthread_mutex_lock(&t->mu);
+    int i = find(t, &n->tenant, &n->timeline);
+    STRATA_ASSERT(i >= 0 && t->entries[i].busy && t->entries[i].tl == NULL);
+    if (rc == 0) {
+        hold_branch_points(t, tl);
         t->entries[i].tl = tl;
         t->entries[i].busy = false;
-        t->entries[i].restore = NULL;
+        clear_absent(t, &n->tenant, &n->timeline);
+        log_info("loaded timeline %s now that its ancestor is", path);
     } else {
-        if (tl != NULL) {
-            log_error("restored tenant %s timeline %s but the tenant table is full", a, b);
-            timeline_unref(tl);
-        }
         remove_at(t, i);
+        note_absent(t, n, true, "%s does not open: %s", path, err);
     }
-    t->restoring = NULL;
-    restore_gauges_locked(t);
     pthread_mutex_unlock(&t->mu);
-    free(p);
+    return rc == 0;
+}
+
+/* Loads the branches of tenant left on disk because their ancestor was
+ * missing, now that it may be loaded (after a restore); in rounds, so that
+ * a branch of such a branch follows. */
+static void load_waiting_branches(tenants *t, const strata_id *tenant)
+{
+    for (bool progress = true; progress;) {
+        progress = false;
+        pthread_mutex_lock(&t->mu);
+        int nc = 0;
+        tenants_not_loaded *cand = calloc(t->nabsent ? (size_t)t->nabsent : 1, sizeof *cand);
+        for (int i = 0; cand != NULL && i < t->nabsent; i++) {
+            const tenants_not_loaded *n = &t->absent[i];
+            if (n->on_disk && n->ancestry_known && n->has_ancestor &&
+                strata_id_equal(&n->tenant, tenant) && loaded(t, tenant, &n->ancestor) != NULL)
+                cand[nc++] = *n;
+        }
+        pthread_mutex_unlock(&t->mu);
+        for (int i = 0; i < nc; i++)
+            progress |= load_waiting_one(t, &cand[i]);
+        free(cand);
+    }
 }
 
 /* Claims (as busy entries) the listed timelines this pageserver does not
@@ -609,12 +929,26 @@ static void order_restores(tenants *t, restore_timeline_id *ids, size_t k)
     for (size_t i = 0; i < k; i++) {
         manifest m;
         char err[512];
+        tenants_not_loaded nl = {.tenant = ids[i].tenant, .timeline = ids[i].timeline};
         if (manifest_fetch_newest(t->svc.remote, &ids[i].tenant, &ids[i].timeline, &m, err,
                                   sizeof err) == 0) {
             has[i] = m.has_ancestor;
             anc[i] = m.ancestor_timeline;
+            nl.ancestry_known = true;
+            nl.has_ancestor = m.has_ancestor;
+            nl.ancestor = m.ancestor_timeline;
+            nl.ancestor_lsn = m.ancestor_lsn;
             manifest_free(&m);
         }
+        /* Its branch point is held from now on, whatever its restore does:
+         * by an ancestor loaded from disk at once, by one still to come
+         * when it opens (hold_branch_points). */
+        pthread_mutex_lock(&t->mu);
+        note_absent(t, &nl, false, "queued for a restore from %s", remote_describe(t->svc.remote));
+        timeline *parent = nl.has_ancestor ? loaded(t, &nl.tenant, &nl.ancestor) : NULL;
+        if (parent != NULL)
+            hold_branch_points(t, parent);
+        pthread_mutex_unlock(&t->mu);
     }
     size_t n = 0;
     for (bool progress = true; progress;) {
@@ -649,9 +983,14 @@ static void *restore_main(void *arg)
     restore_timeline_id *ids = NULL;
     size_t n = 0;
     char err[1024];
-    if (restore_list_timelines(t->svc.remote, &ids, &n, err, sizeof err) != 0)
-        log_error("cannot list timelines in %s (none is restored; restart to retry): %s",
+    if (restore_list_timelines(t->svc.remote, &ids, &n, err, sizeof err) != 0) {
+        log_error("cannot list timelines in %s (none is restored, and no GC runs; restart to "
+                  "retry): %s",
                   remote_describe(t->svc.remote), err);
+        pthread_mutex_lock(&t->mu);
+        t->restore_unlisted = true;
+        pthread_mutex_unlock(&t->mu);
+    }
     size_t k = restore_claim(t, ids, n);
     order_restores(t, ids, k);
     if (k > 0)
@@ -667,6 +1006,7 @@ static void *restore_main(void *arg)
             continue;
         }
         restore_one(t, &ids[i]);
+        load_waiting_branches(t, &ids[i].tenant);
     }
     free(ids);
     return NULL;
@@ -743,42 +1083,12 @@ int tenants_list_restores(tenants *t, tenants_restore_info *out, int cap)
     return n;
 }
 
-int tenants_open(const tenants_options *o, tenants **out, char *err, size_t errlen)
+/* Loads every tenant directory under root.  0, or -1 with err. */
+static int load_tenants(tenants *t, const char *root, char *err, size_t errlen)
 {
-    *out = NULL;
-    tenants *t = calloc(1, sizeof *t);
-    if (t == NULL)
-        return fail(NULL, 500, err, errlen, "out of memory");
-    snprintf(t->datadir, sizeof t->datadir, "%s", o->datadir);
-    snprintf(t->pg_bindir, sizeof t->pg_bindir, "%s", o->pg_bindir ? o->pg_bindir : "");
-    snprintf(t->run_as_user, sizeof t->run_as_user, "%s",
-             o->run_as_user ? o->run_as_user : "postgres");
-    t->initdb_timeout_s = o->initdb_timeout_s ? o->initdb_timeout_s : 120;
-    t->svc = o->svc;
-    atomic_init(&t->next_owner, 1);
-    pthread_mutex_init(&t->mu, NULL);
-
-    char root[PATH_MAX];
-    if (!path_fmt(root, sizeof root, "%s/tenants", t->datadir)) {
-        errno = ENAMETOOLONG;
-        fail(NULL, 500, err, errlen, "data directory path too long: %s", t->datadir);
-        pthread_mutex_destroy(&t->mu);
-        free(t);
-        return -1;
-    }
-    if (mkdir_p(root, 0755) != 0) {
-        fail(NULL, 500, err, errlen, "cannot create %s: %s", root, strerror(errno));
-        pthread_mutex_destroy(&t->mu);
-        free(t);
-        return -1;
-    }
     DIR *d = opendir(root);
-    if (d == NULL) {
-        fail(NULL, 500, err, errlen, "cannot read %s: %s", root, strerror(errno));
-        pthread_mutex_destroy(&t->mu);
-        free(t);
-        return -1;
-    }
+    if (d == NULL)
+        return fail(NULL, 500, err, errlen, "cannot read %s: %s", root, strerror(errno));
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
         strata_id tenant;
@@ -803,6 +1113,45 @@ int tenants_open(const tenants_options *o, tenants **out, char *err, size_t errl
         load_tenant(t, path, &tenant);
     }
     closedir(d);
+    return 0;
+}
+
+int tenants_open(const tenants_options *o, tenants **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    tenants *t = calloc(1, sizeof *t);
+    if (t == NULL)
+        return fail(NULL, 500, err, errlen, "out of memory");
+    snprintf(t->datadir, sizeof t->datadir, "%s", o->datadir);
+    snprintf(t->pg_bindir, sizeof t->pg_bindir, "%s", o->pg_bindir ? o->pg_bindir : "");
+    snprintf(t->run_as_user, sizeof t->run_as_user, "%s",
+             o->run_as_user ? o->run_as_user : "postgres");
+    t->initdb_timeout_s = o->initdb_timeout_s ? o->initdb_timeout_s : 120;
+    t->svc = o->svc;
+    atomic_init(&t->next_owner, 1);
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_once(&nlmet_once, nlmet_init);
+    char root[PATH_MAX];
+    int rc = 0;
+    if (!path_fmt(root, sizeof root, "%s/tenants", t->datadir))
+        rc = fail(NULL, 500, err, errlen, "data directory path too long: %s", t->datadir);
+    else if (mkdir_p(root, 0755) != 0)
+        rc = fail(NULL, 500, err, errlen, "cannot create %s: %s", root, strerror(errno));
+    /* The last reference of a timeline is often dropped on an event loop:
+     * its teardown runs on the reaper's thread instead (timeline.h). */
+    if (rc == 0)
+        rc = timeline_reaper_start(&t->svc.reaper, err, errlen);
+    if (rc == 0)
+        rc = load_tenants(t, root, err, errlen);
+    if (rc != 0) {
+        STRATA_ASSERT(t->n == 0); /* load_tenants fails before loading anything */
+        timeline_reaper_stop(t->svc.reaper);
+        pthread_mutex_destroy(&t->mu);
+        free(t);
+        return -1;
+    }
+    /* GC only now: every timeline that did not load has its branch point
+     * held by its loaded ancestor (load_tenant). */
     t->gc_interval_ms = o->gc_interval_ms;
     if (gc_start(t, err, errlen) != 0 || restore_start(t, err, errlen) != 0) {
         tenants_close(t);
@@ -822,7 +1171,10 @@ void tenants_close(tenants *t)
         if (t->entries[i].tl != NULL)
             timeline_unref(t->entries[i].tl);
     }
+    /* Returns once every store is flushed and closed. */
+    timeline_reaper_stop(t->svc.reaper);
     pthread_mutex_destroy(&t->mu);
+    free(t->absent);
     free(t);
 }
 
@@ -995,6 +1347,15 @@ static int build_import(tenants *t, const tenants_create_request *req, const cha
     return 0;
 }
 
+/* True while a deleted timeline of that id is being torn down (its
+ * .deleting directory is removed last). */
+static bool deleting_in_progress(const tenants *t, const strata_id *tenant, const strata_id *tl)
+{
+    char gone[PATH_MAX];
+    struct stat sb;
+    return timeline_path(t, tenant, tl, DELETING_SUFFIX, gone, sizeof gone) && stat(gone, &sb) == 0;
+}
+
 /* A branch's LSN from the request (rounded down to 8 bytes), checked
  * against the ancestor's readable window.  0, or -1 with *code. */
 static int branch_lsn(timeline *anc, const tenants_create_request *req, lsn_t *out, int *code,
@@ -1101,9 +1462,10 @@ int tenants_create_timeline(tenants *t, const strata_id *tenant, const strata_id
 
     pthread_mutex_lock(&t->mu);
     int i = find(t, tenant, tlid);
+    bool absent = find_absent(t, tenant, tlid) >= 0;
     bool full = t->n == TENANTS_MAX_TIMELINES ||
                 (find_tenant(t, tenant) < 0 && t->ntenants == TENANTS_MAX_TENANTS);
-    if (i < 0 && !full)
+    if (i < 0 && !full && !absent)
         t->entries[t->n++] = (entry){.tenant = *tenant, .timeline = *tlid, .busy = true};
     pthread_mutex_unlock(&t->mu);
     char a[STRATA_ID_HEX_LEN], b[STRATA_ID_HEX_LEN];
@@ -1111,6 +1473,9 @@ int tenants_create_timeline(tenants *t, const strata_id *tenant, const strata_id
     strata_id_format(tlid, b);
     if (i >= 0)
         return fail(status, 409, err, errlen, "tenant %s timeline %s already exists", a, b);
+    if (absent)
+        return fail(status, 409, err, errlen,
+                    "tenant %s timeline %s exists but is not loaded (see /v1/status)", a, b);
     if (full)
         return fail(status, 409, err, errlen, "this pageserver already has %d timelines",
                     TENANTS_MAX_TIMELINES);
@@ -1123,6 +1488,14 @@ int tenants_create_timeline(tenants *t, const strata_id *tenant, const strata_id
     if (stat(final, &sb) == 0) {
         code = 409;
         fail(NULL, 0, err, errlen, "%s exists on disk but is not loaded; remove it first", final);
+        goto out;
+    }
+    /* The reaper has not finished a deletion of the same id: its last step
+     * deletes the id's objects in the remote store, which would take the
+     * new timeline's uploads with them. */
+    if (deleting_in_progress(t, tenant, tlid)) {
+        code = 409;
+        fail(NULL, 0, err, errlen, "tenant %s timeline %s is still being deleted; try again", a, b);
         goto out;
     }
     if (mkdir_p(building, 0755) != 0) {
@@ -1184,8 +1557,20 @@ out:
     return 0;
 }
 
-/* Lists the loaded branches of (tenant, tl) into out ("C1, C2"); true when
- * there is one.  t->mu held. */
+/* Appends id to the list in out ("C1, C2"). */
+static void list_append(char *out, size_t len, size_t *used, bool *any, const strata_id *id)
+{
+    char c[STRATA_ID_HEX_LEN];
+    int w = snprintf(out + *used, len - *used, "%s%s", *any ? ", " : "", strata_id_format(id, c));
+    if (w > 0 && (size_t)w < len - *used)
+        *used += (size_t)w;
+    *any = true;
+}
+
+/* Lists the branches of (tenant, tl), loaded or not (tenants.h: one not
+ * loaded still needs its branch point), and the timelines of the tenant not
+ * loaded whose ancestry is unknown, into out ("C1, C2"); true when there is
+ * one.  t->mu held. */
 static bool branches_of(tenants *t, const strata_id *tenant, const strata_id *tl, char *out,
                         size_t len)
 {
@@ -1196,14 +1581,15 @@ static bool branches_of(tenants *t, const strata_id *tenant, const strata_id *tl
         if (e->tl == NULL || !strata_id_equal(&e->tenant, tenant))
             continue;
         const timeline_meta *m = timeline_get_meta(e->tl);
-        if (!m->has_ancestor || !strata_id_equal(&m->ancestor_timeline, tl))
-            continue;
-        char c[STRATA_ID_HEX_LEN];
-        int w = snprintf(out + used, len - used, "%s%s", any ? ", " : "",
-                         strata_id_format(&e->timeline, c));
-        if (w > 0 && (size_t)w < len - used)
-            used += (size_t)w;
-        any = true;
+        if (m->has_ancestor && strata_id_equal(&m->ancestor_timeline, tl))
+            list_append(out, len, &used, &any, &e->timeline);
+    }
+    /* One whose ancestry is unknown may be a branch of tl too. */
+    for (int k = 0; k < t->nabsent; k++) {
+        const tenants_not_loaded *n = &t->absent[k];
+        if (strata_id_equal(&n->tenant, tenant) &&
+            (!n->ancestry_known || (n->has_ancestor && strata_id_equal(&n->ancestor, tl))))
+            list_append(out, len, &used, &any, &n->timeline);
     }
     return any;
 }
@@ -1225,8 +1611,10 @@ int tenants_delete_timeline(tenants *t, const strata_id *tenant, const strata_id
     char children[1024] = "";
     if (i >= 0 && !t->entries[i].busy && branches_of(t, tenant, tlid, children, sizeof children)) {
         pthread_mutex_unlock(&t->mu);
-        return fail(status, 409, err, errlen, "timeline %s has branches: %s (delete them first)", b,
-                    children);
+        return fail(status, 409, err, errlen,
+                    "timeline %s has branches: %s (delete them first; "
+                    "/v1/status lists those not loaded)",
+                    b, children);
     }
     if (i >= 0) {
         busy = t->entries[i].busy;

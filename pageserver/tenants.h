@@ -58,8 +58,9 @@ typedef struct tenants_options {
 
 /* Loads every timeline under datadir/tenants (starting their WAL
  * receivers), ancestors before their branches.  A timeline that fails to
- * open (a branch whose ancestor is missing too) is logged and skipped (it
- * stays on disk).  0 or -1 with err (datadir/tenants cannot be created or read). */
+ * open (a branch whose ancestor is missing too) is logged, stays on disk
+ * and is "not loaded" (below): GC of its tenant stops.  0 or -1 with err
+ * (datadir/tenants cannot be created or read). */
 int tenants_open(const tenants_options *o, tenants **out, char *err, size_t errlen);
 
 /* Stops the GC thread (waiting for the pass on the current timeline to
@@ -115,8 +116,9 @@ int tenants_delete_tenant(tenants *t, const strata_id *tenant, int *status, char
                           size_t errlen);
 
 /* Removes the timeline from the set, stops its WAL receiver and deletes its
- * directory once the last reader lets go.  409 while it has branches
- * ("timeline P has branches: C1, C2 (delete them first)"). */
+ * directory once the last reader lets go.  409 while it has branches,
+ * loaded or not, or the tenant has a timeline not loaded whose ancestry is
+ * unknown ("timeline P has branches: C1, C2 (delete them first; ...)"). */
 int tenants_delete_timeline(tenants *t, const strata_id *tenant, const strata_id *tl, int *status,
                             char *err, size_t errlen);
 
@@ -125,11 +127,14 @@ int tenants_delete_timeline(tenants *t, const strata_id *tenant, const strata_id
  * With a remote store, tenants_open starts a thread that lists the store
  * and restores, one after the other, every timeline it holds that is not on
  * disk: each appears (busy, like one being created) as soon as the listing
- * ends, and serves reads once its directory is complete and renamed into
- * place.  Reads for a timeline that may still come (the listing has not
- * ended, or it is being restored) should wait, not fail: page_service.c
- * does, up to its wait_lsn_timeout.  A restore that fails is logged and
- * counted; the timeline is then unknown until the next start. */
+ * ends, and serves reads once its directory is complete, renamed into
+ * place and opened (a restored timeline that fails to open is taken out of
+ * its final place again, so the next start restores it afresh).  Reads for
+ * a timeline that may still come (the listing has not ended, or it is
+ * being restored) should wait, not fail: page_service.c does, up to its
+ * wait_lsn_timeout.  A restore that fails is logged and counted; the
+ * timeline is then "not loaded" (below) until the next start retries it.
+ * A branch whose ancestor is not loaded is not downloaded at all. */
 typedef struct tenants_restore_info {
     strata_id tenant, timeline;
     uint64_t files_done, files_total, bytes_done, bytes_total;
@@ -146,5 +151,36 @@ bool tenants_restore_pending(tenants *t, const strata_id *tenant, const strata_i
 
 /* Up to cap restores not finished yet; returns the count. */
 int tenants_list_restores(tenants *t, tenants_restore_info *out, int cap);
+
+/* ---- timelines that exist but are not loaded (docs/design.md §6.7) ----
+ *
+ * A timeline this pageserver knows exists -- a directory on disk, or a
+ * manifest in the object store -- but could not load (a branch whose
+ * ancestor is missing, a store that does not open, a restore that failed
+ * or has not run yet) is "not loaded".  Its branch point, read from its
+ * timeline.json or its newest manifest, is registered with its ancestor as
+ * soon as that one opens (before GC can see it), and GC stops for every
+ * timeline of its tenant until it is loaded: a fail-stop, since a timeline
+ * whose ancestry is unknown may be a branch of any of them.  An on-disk
+ * branch is loaded as soon as its ancestor is (after a restore); anything
+ * else waits for the cause to be fixed and a restart.  Each is logged with
+ * its reason, listed in /v1/status ("not_loaded") and counted in
+ * pageserver_timelines_not_loaded and pageserver_gc_blocked_tenants. */
+typedef struct tenants_not_loaded {
+    strata_id tenant, timeline;
+    bool ancestry_known; /* false: neither timeline.json nor a manifest could be read */
+    bool has_ancestor;   /* a branch of ancestor at ancestor_lsn (when ancestry_known) */
+    strata_id ancestor;
+    lsn_t ancestor_lsn;
+    bool on_disk; /* its directory is under its final name */
+    char reason[384];
+} tenants_not_loaded;
+
+/* Up to cap timelines that are not loaded; returns the count. */
+int tenants_list_not_loaded(tenants *t, tenants_not_loaded *out, int cap);
+
+/* True when GC of the tenant's timelines is stopped; why (not NULL) gets
+ * the first timeline not loaded and its reason. */
+bool tenants_gc_blocked(tenants *t, const strata_id *tenant, char *why, size_t len);
 
 #endif

@@ -756,6 +756,15 @@ void timeline_unref(timeline *tl)
     STRATA_ASSERT(before > 0);
     if (before != 1)
         return;
+    if (tl->svc.reaper != NULL)
+        timeline_reaper_take(tl->svc.reaper, tl);
+    else
+        timeline_destroy(tl);
+}
+
+void timeline_destroy(timeline *tl)
+{
+    STRATA_ASSERT(atomic_load(&tl->refs) == 0);
     bool deleted = atomic_load(&tl->deleted);
     stop_walreceiver(tl);
     atomic_store(&tl->closing, true);

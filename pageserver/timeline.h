@@ -38,7 +38,10 @@
  * caller of timeline_import_* before the receiver starts.  Lifetime is
  * reference counted: timeline_ref()/timeline_unref() from any thread; the
  * last unref stops the receiver, flushes and closes the store, and, when the
- * timeline was marked deleted, removes its directory.
+ * timeline was marked deleted, deletes its objects from the remote store and
+ * removes its directory -- on the reaper's thread when svc.reaper is set
+ * (timeline_reaper_start), so that an event loop dropping a reference never
+ * waits for any of it.
  *
  * Errors: functions that can fail return -1 (or a negative code below) with
  * a message naming the key, LSN and cause in err, and a SQLSTATE in
@@ -121,6 +124,9 @@ typedef struct timeline_services {
      * removed from their WAL backup there. */
     struct remote_storage *remote;
     uint32_t upload_backoff_max_ms; /* 0: the uploader's default */
+    /* NULL: the last timeline_unref tears the timeline down on the calling
+     * thread.  Else on this reaper's thread (below). */
+    struct timeline_reaper *reaper;
 } timeline_services;
 
 /* Background generation images every page, read or not, that gathers this
@@ -194,6 +200,17 @@ int timeline_meta_parse(const char *text, size_t len, const char *path, timeline
  */
 int timeline_open(const char *dir, const timeline_services *svc, uint64_t owner, timeline *ancestor,
                   timeline **out, char *err, size_t errlen);
+
+/* ---- teardown off the caller's thread ----
+ * A reaper owns one thread that runs the teardown of every timeline whose
+ * last reference was dropped (in that order).  timeline_reaper_stop waits
+ * until every timeline handed to it is torn down, then frees it: call it
+ * only once no timeline opened with it is left (every last reference
+ * dropped; the timelines' stores are then flushed and closed).  0 or -1
+ * with err. */
+typedef struct timeline_reaper timeline_reaper;
+int timeline_reaper_start(timeline_reaper **out, char *err, size_t errlen);
+void timeline_reaper_stop(timeline_reaper *r);
 
 /* The ancestor of a branch (borrowed: the child holds a reference), or NULL. */
 timeline *timeline_ancestor(const timeline *tl);

@@ -1,7 +1,7 @@
 /*
  * timeline_priv.h: the timeline handle's fields, shared by timeline.c (open,
- * close, reads, GC) and timeline_branch.c (branches, the commit-time
- * index).  Not for anything outside those two files.
+ * close, reads, GC), timeline_branch.c (branches, the commit-time index)
+ * and timeline_reaper.c (teardown).  Not for anything outside those files.
  */
 #ifndef STRATA_PAGESERVER_TIMELINE_PRIV_H
 #define STRATA_PAGESERVER_TIMELINE_PRIV_H
@@ -18,6 +18,7 @@
 
 struct timeline {
     atomic_int refs;
+    timeline *reap_next; /* the reaper's queue (timeline_reaper.c), after the last unref */
     atomic_bool deleted;
     char dir[PATH_MAX];
     timeline_meta meta;
@@ -53,6 +54,14 @@ struct timeline {
     } * branches;
     int nbranches, branches_cap;
 };
+
+/* timeline.c: the teardown after the last unref (stops every thread of
+ * the timeline, flushes or, when deleted, forgets its objects and removes
+ * its directory, frees it).  Blocks for as long as those take. */
+void timeline_destroy(timeline *tl);
+/* timeline_reaper.c: queues tl (no reference left) for timeline_destroy on
+ * the reaper's thread.  Any thread; never blocks on the teardown. */
+void timeline_reaper_take(timeline_reaper *r, timeline *tl);
 
 /* timeline_branch.c: the ingest backend of a branch (reads fall through to
  * the ancestors); NULL on out-of-memory.  Freed by timeline_branch_ingest_free. */

@@ -212,11 +212,29 @@ static int check_generation(const acceptor *acc, uint32_t generation, acceptor_o
     return 0;
 }
 
-static int handle_greeting(acceptor *acc, const proposer_greeting *g, acceptor_output *out)
+/* Only the operator changes who counts (acceptor.h, acceptor_authority). */
+static bool may_change_membership(acceptor_authority auth)
+{
+    STRATA_ASSERT(auth == ACCEPTOR_STREAM || auth == ACCEPTOR_ADMIN);
+    return auth == ACCEPTOR_ADMIN;
+}
+
+static int handle_greeting(acceptor *acc, const proposer_greeting *g, acceptor_authority auth,
+                           acceptor_output *out)
 {
     if (!strata_id_equal(&g->tenant_id, &acc->st.tenant_id) ||
         !strata_id_equal(&g->timeline_id, &acc->st.timeline_id))
         return fail(out, "ProposerGreeting: tenant or timeline does not match");
+    /* Refused before anything changes: a forged configuration (say
+     * generation 0xFFFFFFFF naming none of the safekeepers) would otherwise
+     * be stored and make the timeline unwritable for good, since no newer
+     * generation could ever follow it. */
+    bool newer = g->mconf.generation > acc->st.mconf.generation;
+    if (newer && !may_change_membership(auth))
+        return fail(out, "ProposerGreeting: the proposer's configuration generation is newer "
+                         "than this safekeeper's, and only the admin may install one; an "
+                         "operator brings this safekeeper up to date (strata start NAME, or "
+                         "SWITCH_MEMBERSHIP with the admin token)");
     bool persist = false;
     if (!initialised(acc)) {
         acc->st.pg_version = g->pg_version;
@@ -238,9 +256,9 @@ static int handle_greeting(acceptor *acc, const proposer_greeting *g, acceptor_o
             persist = true;
         }
     }
-    /* A proposer that knows a newer configuration brings it (this acceptor
-     * missed the switch); the reply tells an older proposer ours. */
-    if (g->mconf.generation > acc->st.mconf.generation) {
+    /* A trusted proposer that knows a newer configuration brings it (this
+     * acceptor missed the switch); the reply tells an older proposer ours. */
+    if (newer) {
         acc->st.mconf = g->mconf;
         persist = true;
     }
@@ -255,9 +273,12 @@ static int handle_greeting(acceptor *acc, const proposer_greeting *g, acceptor_o
     return 0;
 }
 
-int acceptor_switch_membership(acceptor *acc, const membership *m, acceptor_output *out)
+int acceptor_switch_membership(acceptor *acc, const membership *m, acceptor_authority auth,
+                               acceptor_output *out)
 {
     out_reset(out);
+    if (!may_change_membership(auth))
+        return fail(out, "changing the configuration needs the admin token");
     const char *bad = membership_check(m);
     if (bad)
         return fail(out, bad);
@@ -459,12 +480,14 @@ static int handle_append(acceptor *acc, const append_request *a, acceptor_output
     return 0;
 }
 
-int acceptor_handle_message(acceptor *acc, const proposer_msg *msg, acceptor_output *out)
+int acceptor_handle_message(acceptor *acc, const proposer_msg *msg, acceptor_authority auth,
+                            acceptor_output *out)
 {
     out_reset(out);
+    STRATA_ASSERT(auth == ACCEPTOR_STREAM || auth == ACCEPTOR_ADMIN);
     switch (msg->kind) {
     case PMSG_GREETING:
-        return handle_greeting(acc, &msg->u.greeting, out);
+        return handle_greeting(acc, &msg->u.greeting, auth, out);
     case PMSG_VOTE_REQUEST:
         return handle_vote(acc, &msg->u.vote, out);
     case PMSG_ELECTED:

@@ -69,7 +69,8 @@ typedef struct acceptor_persistent_state {
     lsn_t truncate_lsn;
     pageserver_feedback ps_feedback;
     /* The timeline's safekeeper configuration (generation 0: none known).
-     * Only grows: a proposer's greeting or acceptor_switch_membership. */
+     * Only grows, and only with ACCEPTOR_ADMIN authority: an admin's
+     * greeting or acceptor_switch_membership. */
     membership mconf;
     /* WAL backup (safekeeper/wal_backup.h): every segment below it is in
      * the object store.  0 while nothing is known to be there.  The core
@@ -104,6 +105,22 @@ typedef struct acceptor_effect {
     const uint8_t *data; /* WRITE_WAL only */
     uint32_t len;        /* WRITE_WAL only */
 } acceptor_effect;
+
+/*
+ * What the connection a message came on may do; the edge knows it from the
+ * connection's authentication (docs/design.md §3.8) and passes it in.
+ * Changing who counts is the operator's: only ACCEPTOR_ADMIN installs a
+ * configuration, whether through a greeting that brings a newer one or
+ * through acceptor_switch_membership.  ACCEPTOR_STREAM (a tenant's token:
+ * a compute, sync-safekeepers) pushes WAL and learns the configuration from
+ * the reply, and may never change it.  Without token authentication the
+ * edge passes ACCEPTOR_ADMIN: there the network is trusted, as it is for
+ * the WAL removal horizon (§5.5).
+ */
+typedef enum acceptor_authority {
+    ACCEPTOR_STREAM = 1,
+    ACCEPTOR_ADMIN,
+} acceptor_authority;
 
 /* Most effects one call can produce. */
 #define ACCEPTOR_MAX_EFFECTS 8
@@ -175,16 +192,20 @@ int acceptor_restore(acceptor *acc, const acceptor_persistent_state *st, lsn_t t
                      const char **why);
 
 /*
- * Handles one decoded message from a proposer.  msg (and the buffer its
- * append WAL points into) must stay valid until out has been executed.
- * Returns 0 with effects in out (possibly none), or -1 for a protocol error
- * with out->error set and NO effects: the edge sends an ErrorResponse and
- * closes that connection; the acceptor's state is unchanged.
+ * Handles one decoded message from a proposer, sent with authority `auth`.
+ * msg (and the buffer its append WAL points into) must stay valid until out
+ * has been executed.  Returns 0 with effects in out (possibly none), or -1
+ * for a protocol error with out->error set and NO effects: the edge sends an
+ * ErrorResponse and closes that connection; the acceptor's state is
+ * unchanged.
  *
  * A request of a lower term than ours is not an error: it is refused with a
- * reply carrying our term (the proposer then stops).
+ * reply carrying our term (the proposer then stops).  A greeting bringing a
+ * newer configuration is adopted with ACCEPTOR_ADMIN and refused (-1)
+ * otherwise: this acceptor stays where it was until an operator switches it.
  */
-int acceptor_handle_message(acceptor *acc, const proposer_msg *msg, acceptor_output *out);
+int acceptor_handle_message(acceptor *acc, const proposer_msg *msg, acceptor_authority auth,
+                            acceptor_output *out);
 
 /*
  * Committed WAL the edge fetched for this acceptor from another source (the
@@ -211,12 +232,14 @@ void acceptor_note_refused_append(acceptor *acc, const append_request *a);
 
 /*
  * Switches the timeline to configuration m (the membership-change command).
- * m must be valid and have a higher generation than ours, or be equal to
- * ours (then nothing happens).  Returns 0 with a PERSIST_CONTROL in out when
- * it switched, or -1 with out->error.  Proposers of an older generation are
- * refused from then on; they reconnect and learn m from the greeting.
+ * Needs ACCEPTOR_ADMIN.  m must be valid and have a higher generation than
+ * ours, or be equal to ours (then nothing happens).  Returns 0 with a
+ * PERSIST_CONTROL in out when it switched, or -1 with out->error.  Proposers
+ * of an older generation are refused from then on; they reconnect and learn
+ * m from the greeting.
  */
-int acceptor_switch_membership(acceptor *acc, const membership *m, acceptor_output *out);
+int acceptor_switch_membership(acceptor *acc, const membership *m, acceptor_authority auth,
+                               acceptor_output *out);
 
 /* True if WAL was written that no completed or in-flight flush covers. */
 bool acceptor_flush_wanted(const acceptor *acc);

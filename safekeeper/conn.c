@@ -274,6 +274,19 @@ static bool may_move_horizon(const pgwire_conn *c)
     return app != NULL && strcmp(app, SK_PAGESERVER_APPLICATION_NAME) == 0;
 }
 
+/*
+ * What c may do to a timeline's configuration (acceptor.h,
+ * acceptor_authority).  With token authentication only the admin token may
+ * change it; a tenant's token (a compute) pushes WAL and learns it.
+ * Without (trust, or one shared password) every client is trusted with it,
+ * as with the horizon above: the network is trusted.
+ */
+static acceptor_authority conn_authority(const pgwire_conn *c)
+{
+    const char *who = pgwire_conn_principal(c);
+    return who == NULL || strcmp(who, "admin") == 0 ? ACCEPTOR_ADMIN : ACCEPTOR_STREAM;
+}
+
 /* SWITCH_MEMBERSHIP <generation> '<members>' ['<new members>']: sets the
  * timeline's configuration (see acceptor_switch_membership); the reply is
  * the configuration now in force. */
@@ -287,9 +300,10 @@ static void cmd_switch_membership(sk_conn *sc, const tokens *t)
         return;
     }
     /* Changing who counts is the operator's: with token authentication,
-     * only the admin token may (a tenant's token opens its timelines' WAL). */
-    const char *who = pgwire_conn_principal(sc->c);
-    if (who != NULL && strcmp(who, "admin") != 0) {
+     * only the admin token may (a tenant's token opens its timelines' WAL).
+     * The core refuses it too; asking first gives the right SQLSTATE. */
+    acceptor_authority auth = conn_authority(sc->c);
+    if (auth != ACCEPTOR_ADMIN) {
         error_ready(sc, SQLSTATE_INSUFFICIENT_PRIVILEGE, "SWITCH_MEMBERSHIP needs the admin token",
                     NULL);
         return;
@@ -307,7 +321,7 @@ static void cmd_switch_membership(sk_conn *sc, const tokens *t)
         return;
     }
     char err[200];
-    if (sk_timeline_switch_membership(tl, &m, err, sizeof err) != 0) {
+    if (sk_timeline_switch_membership(tl, &m, auth, err, sizeof err) != 0) {
         error_ready(sc,
                     strstr(err, "busy") != NULL ? SQLSTATE_OBJECT_IN_USE
                                                 : SQLSTATE_INVALID_PARAMETER_VALUE,
@@ -519,6 +533,7 @@ static void cmd_start_wal_push(sk_conn *sc, const tokens *t)
     p->tenant_id = sc->tenant_id;
     p->timeline_id = sc->timeline_id;
     p->allow_create = allow_create;
+    p->authority = conn_authority(sc->c);
     sc->pusher = p;
     sc->mode = MODE_PUSH;
     pgwire_start_copy_both(sc->c);

@@ -80,6 +80,7 @@ struct sk_timeline {
     metrics_gauge *g_flush;
     metrics_gauge *g_commit;
     metrics_gauge *g_term;
+    metrics_gauge *g_failed; /* 1 once the WAL storage failed, until a restart */
     metrics_gauge *g_backup; /* NULL without --remote */
     wal_backup_tl *backup;   /* NULL without --remote */
 
@@ -630,7 +631,7 @@ static void tl_kick(sk_timeline *tl)
                      tl_name(tl, name, sizeof name));
             tl->wal_limited = false;
         }
-        if (acceptor_handle_message(&tl->acc, &tl->msg, &tl->out) != 0) {
+        if (acceptor_handle_message(&tl->acc, &tl->msg, p->authority, &tl->out) != 0) {
             metrics_counter_inc(tl->node->metrics.errors);
             fatal_to(p->conn, SQLSTATE_PROTOCOL_VIOLATION, "WAL-push protocol violation",
                      tl->out.error);
@@ -679,6 +680,11 @@ static void tl_register(sk_node *node, sk_timeline *tl)
         r, "safekeeper_commit_lsn", "Committed end of WAL served to consumers", 2, names, values);
     tl->g_term =
         metrics_gauge_register(r, "safekeeper_term", "Highest term voted for", 2, names, values);
+    tl->g_failed = metrics_gauge_register(
+        r, "safekeeper_timeline_failed",
+        "1 when a WAL write, fdatasync or control-file write failed: the timeline serves no "
+        "proposer until the safekeeper restarts",
+        2, names, values);
     if (node->backup != NULL && attach_backup(tl) != 0)
         log_warn("timeline %s/%s: no memory for its WAL backup; its WAL is kept", t, l);
     tl->index = node->n_timelines;
@@ -788,6 +794,18 @@ static int tl_load(sk_node *node, const strata_id *tenant, const strata_id *time
     }
     if (!strata_id_equal(&st.tenant_id, tenant) || !strata_id_equal(&st.timeline_id, timeline)) {
         snprintf(err, errlen, "%s: control file names another tenant/timeline", tl->dir);
+        free(tl);
+        return -1;
+    }
+    /* A node's votes and WAL are its own: a directory written as another
+     * node (a replaced one moved back from skN.replaced-node*) would answer
+     * for a node it is not. */
+    if (st.node_id != node->node_id) {
+        snprintf(err, errlen,
+                 "%s: the control file belongs to safekeeper node %llu but this safekeeper runs "
+                 "as node %llu (--id); refusing to serve another node's timeline (a replaced "
+                 "node's data directory moved back?)",
+                 tl->dir, (unsigned long long)st.node_id, (unsigned long long)node->node_id);
         free(tl);
         return -1;
     }
@@ -1338,6 +1356,7 @@ static void publish_timeline(sk_timeline *tl)
     metrics_gauge_set(tl->g_flush, (double)s.flush_lsn);
     metrics_gauge_set(tl->g_commit, (double)s.commit_lsn);
     metrics_gauge_set(tl->g_term, (double)s.term);
+    metrics_gauge_set(tl->g_failed, s.failed ? 1.0 : 0.0);
     if (tl->g_backup != NULL)
         metrics_gauge_set(tl->g_backup, (double)s.backup.backup_lsn);
     metrics_gauge_set(node->metrics.connections, node->open_connections);
@@ -1483,7 +1502,8 @@ void sk_pusher_closed(sk_node *node, sk_pusher *p)
 
 /* ---- configuration ---------------------------------------------------- */
 
-int sk_timeline_switch_membership(sk_timeline *tl, const membership *m, char *err, size_t errlen)
+int sk_timeline_switch_membership(sk_timeline *tl, const membership *m, acceptor_authority auth,
+                                  char *err, size_t errlen)
 {
     if (tl->failed) {
         snprintf(err, errlen, "the timeline's WAL storage failed");
@@ -1494,7 +1514,7 @@ int sk_timeline_switch_membership(sk_timeline *tl, const membership *m, char *er
         return -1;
     }
     uint32_t before = acceptor_state(&tl->acc)->mconf.generation;
-    if (acceptor_switch_membership(&tl->acc, m, &tl->out) != 0) {
+    if (acceptor_switch_membership(&tl->acc, m, auth, &tl->out) != 0) {
         snprintf(err, errlen, "%s", tl->out.error);
         return -1;
     }

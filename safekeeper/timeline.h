@@ -127,6 +127,9 @@ typedef struct sk_pusher {
      * missing timeline is refused: a safekeeper that lost its data must not
      * come back as an empty, voting member. */
     bool allow_create;
+    /* What the connection's token allows (acceptor.h): only the admin's
+     * greetings may install a newer configuration. */
+    acceptor_authority authority;
     uint8_t *msg; /* the message waiting or being executed (owned) */
     size_t msg_len;
     bool queued;
@@ -179,13 +182,15 @@ void sk_pusher_message(sk_node *node, sk_pusher *p, const uint8_t *data, size_t 
 void sk_pusher_closed(sk_node *node, sk_pusher *p);
 
 /*
- * Switches tl to configuration m now (acceptor_switch_membership, then the
- * control file, durably) and drops the streaming proposer connection so
- * that its proposer reconnects and learns m at once.  0, or -1 with err:
- * an invalid or older configuration, a failed timeline, or the timeline
- * busy executing a message (err says "busy"; try again).
+ * Switches tl to configuration m now (acceptor_switch_membership with the
+ * caller's authority, then the control file, durably) and drops the
+ * streaming proposer connection so that its proposer reconnects and learns
+ * m at once.  0, or -1 with err: no admin authority, an invalid or older
+ * configuration, a failed timeline, or the timeline busy executing a
+ * message (err says "busy"; try again).
  */
-int sk_timeline_switch_membership(sk_timeline *tl, const membership *m, char *err, size_t errlen);
+int sk_timeline_switch_membership(sk_timeline *tl, const membership *m, acceptor_authority auth,
+                                  char *err, size_t errlen);
 
 /* --- sender side (walsender.c) --- */
 

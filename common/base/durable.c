@@ -116,7 +116,14 @@ int durable_write_file(const char *path, const void *data, size_t len, mode_t mo
     char tmp[PATH_MAX];
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
         return -ENAMETOOLONG;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+    /* A temporary file left by a crash is removed, not reused: opened with
+     * O_TRUNC it would keep its mode (an auth file written 0600 could stay
+     * readable), and a symlink planted there would be followed and the file
+     * it names overwritten.  unlink() removes a link itself; O_EXCL and
+     * O_NOFOLLOW refuse whatever appears in between. */
+    if (unlink(tmp) != 0 && errno != ENOENT)
+        return -errno;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
     if (fd < 0)
         return -errno;
     int rc = durable_pwrite_all(fd, data, len, 0);

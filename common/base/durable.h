@@ -31,7 +31,9 @@
  * Replaces path with exactly len bytes of data: writes "<path>.tmp", fsyncs
  * it, renames it to path and fsyncs path's directory.  On failure path still
  * holds its previous content (or does not exist) and the temporary file is
- * removed.
+ * removed.  A leftover "<path>.tmp" (a crash) is unlinked first, never
+ * written through: the new file is created with O_EXCL|O_NOFOLLOW, so it
+ * gets mode (less the umask) and a symlink there is not followed.
  */
 STRATA_MUST_CHECK int durable_write_file(const char *path, const void *data, size_t len,
                                          mode_t mode);

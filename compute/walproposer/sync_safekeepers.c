@@ -378,16 +378,19 @@ static void run_effects(sync_state *st, uint64_t now)
 /* ---- event handling ------------------------------------------------------ */
 
 /*
- * A safekeeper that refuses the password (28P01) or the tenant (42501) will
- * refuse it again: once so many have that no majority is left, stop with
- * its reason instead of retrying until --timeout.
+ * A safekeeper that refuses the password (28P01) or the tenant (42501), or
+ * our newer configuration (it missed a switch, and only the admin may
+ * install one: docs/design.md §4.10), will refuse it again: once so many
+ * have that no majority is left, stop with its reason instead of retrying
+ * until --timeout.
  */
 static void note_refusal(sync_state *st, sync_peer *p)
 {
     const char *why = pqstream_error(&p->stream);
     bool missing = strstr(why, "does not exist on this safekeeper") != NULL;
     if (strstr(why, "password authentication failed") == NULL &&
-        strstr(why, "permission denied") == NULL && !missing)
+        strstr(why, "permission denied") == NULL &&
+        strstr(why, "only the admin may install") == NULL && !missing)
         return;
     p->refused = true;
     p->missing = missing;

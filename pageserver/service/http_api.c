@@ -95,7 +95,7 @@ static void add_ancestor(cJSON *o, const timeline_meta *m)
     add_lsn(o, "ancestor_lsn", m->ancestor_lsn);
 }
 
-static cJSON *timeline_json(timeline *tl)
+static cJSON *timeline_json(ps_http *h, timeline *tl)
 {
     const timeline_meta *m = timeline_get_meta(tl);
     timeline_status st;
@@ -134,6 +134,11 @@ static cJSON *timeline_json(timeline *tl)
     cJSON_AddNumberToObject(gc, "removed", (double)st.gc_removed);
     cJSON_AddNumberToObject(gc, "last_run_time", (double)st.gc_last_run_time);
     cJSON_AddStringToObject(gc, "last_error", st.gc_last_error);
+    char why[512];
+    if (tenants_gc_blocked(h->tenants, &m->tenant, why, sizeof why))
+        cJSON_AddStringToObject(gc, "blocked", why);
+    else
+        cJSON_AddNullToObject(gc, "blocked");
     cJSON *s = cJSON_AddObjectToObject(o, "store");
     cJSON_AddNumberToObject(s, "values_put", (double)st.store.values_put);
     cJSON_AddNumberToObject(s, "bytes_put", (double)st.store.bytes_put);
@@ -182,6 +187,33 @@ static void add_restores(ps_http *h, cJSON *o)
         cJSON_AddItemToArray(arr, restore_json(&r[i]));
 }
 
+/* "not_loaded": timelines that exist but are not loaded (tenants.h). */
+static void add_not_loaded(ps_http *h, cJSON *o)
+{
+    enum { MAX_SHOWN = 64 };
+    tenants_not_loaded *r = calloc(MAX_SHOWN, sizeof *r);
+    int n = r != NULL ? tenants_list_not_loaded(h->tenants, r, MAX_SHOWN) : 0;
+    cJSON *arr = cJSON_AddArrayToObject(o, "not_loaded");
+    for (int i = 0; i < n; i++) {
+        char a[STRATA_ID_HEX_LEN];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "tenant_id", strata_id_format(&r[i].tenant, a));
+        cJSON_AddStringToObject(e, "timeline_id", strata_id_format(&r[i].timeline, a));
+        if (r[i].ancestry_known && r[i].has_ancestor) {
+            cJSON_AddStringToObject(e, "ancestor_timeline_id", strata_id_format(&r[i].ancestor, a));
+            add_lsn(e, "ancestor_lsn", r[i].ancestor_lsn);
+        } else {
+            cJSON_AddNullToObject(e, "ancestor_timeline_id");
+            cJSON_AddNullToObject(e, "ancestor_lsn");
+        }
+        cJSON_AddBoolToObject(e, "ancestry_known", r[i].ancestry_known);
+        cJSON_AddBoolToObject(e, "on_disk", r[i].on_disk);
+        cJSON_AddStringToObject(e, "reason", r[i].reason);
+        cJSON_AddItemToArray(arr, e);
+    }
+    free(r);
+}
+
 static void on_status(const http_request *req, http_response *resp, void *arg)
 {
     (void)req;
@@ -195,11 +227,12 @@ static void on_status(const http_request *req, http_response *resp, void *arg)
     cJSON *o = cJSON_CreateObject();
     cJSON *arr = cJSON_AddArrayToObject(o, "timelines");
     for (int i = 0; i < n; i++) {
-        cJSON_AddItemToArray(arr, timeline_json(list[i]));
+        cJSON_AddItemToArray(arr, timeline_json(h, list[i]));
         timeline_unref(list[i]);
     }
     free(list);
     add_restores(h, o);
+    add_not_loaded(h, o);
     http_response_json(resp, 200, o);
     cJSON_Delete(o);
 }
@@ -578,7 +611,7 @@ static void list_timelines(ps_http *h, const strata_id *tenant, http_response *r
     cJSON *arr = cJSON_AddArrayToObject(o, "timelines");
     for (int i = 0; i < n; i++) {
         if (strata_id_equal(&timeline_get_meta(list[i])->tenant, tenant))
-            cJSON_AddItemToArray(arr, timeline_json(list[i]));
+            cJSON_AddItemToArray(arr, timeline_json(h, list[i]));
         timeline_unref(list[i]);
     }
     free(list);
@@ -686,7 +719,7 @@ static void on_tenant_tree(const http_request *req, http_response *resp, void *a
     if (get) {
         timeline *tl = get_or_404(h, &tenant, &tlid, resp);
         if (tl != NULL) {
-            cJSON *o = timeline_json(tl);
+            cJSON *o = timeline_json(h, tl);
             timeline_unref(tl);
             http_response_json(resp, 200, o);
             cJSON_Delete(o);

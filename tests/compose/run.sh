@@ -32,6 +32,9 @@
 #      (pg_current_wal_lsn delta / transactions) is printed and must stay below 2000
 #      (full_page_writes = on writes several times more);
 #   7. sk3 started again catches up with the others;
+#   7b. under pgbench, sk2's container and volume are deleted and it is started again as
+#      node 4 (STRATA_SK2_ID): its entrypoint seeds and switches it in, sk1 and sk3 hold
+#      generation 3 {1,4,3} (1 writes the first configuration down, 2 is joint), and every transaction pgbench acknowledged is in the history;
 #   8. `docker-compose rm -sf compute && docker-compose up -d compute`: the new container
 #      answers its first query (every acknowledged row counted) within 2 s of being
 #      started (printed, with the time `up -d` itself took), and is stateless again;
@@ -379,6 +382,51 @@ until f3=$(sk_flush sk3 2>/dev/null) && [ "$f3" -ge "$target" ]; do
   sleep 1
 done
 progress "sk3 restarted and caught up to the compute's WAL end"
+
+# --- 7b. sk2's volume lost under load, replaced by a new node ----------------------------
+# docs/operations.md "Replacing a safekeeper under Compose": the container goes, its volume
+# is deleted, and it starts again under a node id never used before; its entrypoint seeds
+# the empty volume from the survivors and switches the new node in while pgbench commits.
+sk_conf() { # generation and member ids of sk $1's configuration: "2 1,3,4"
+  timeout 20 "${DC[@]}" exec -T "$1" curl -fsS --max-time 5 http://127.0.0.1:7676/v1/status |
+    python3 -c '
+import json, sys
+tl = [t for t in json.load(sys.stdin)["timelines"] if t["timeline_id"] == sys.argv[1]][0]["configuration"]
+print(tl["generation"], ",".join(str(m["node_id"]) for m in tl["members"]) + ("+joint" if tl["new_members"] else ""))' \
+    "$timeline_id"
+}
+h0=$(psql_host 'select count(*) from pgbench_history')
+timeout $((bench_seconds + 400)) "${DC[@]}" run --rm --no-deps -e BENCH_SECONDS=40 bench \
+  >"$CTR_WORK/bench3.log" 2>&1 &
+bench3=$!
+sleep 8
+t_replace=$SECONDS
+timeout 60 "${DC[@]}" rm -sf sk2 >/dev/null 2>&1 || fail "docker-compose rm -sf sk2 failed"
+vol=$(podman volume ls -q | grep -E "^${project}_sk2-data$" || true)
+[ -n "$vol" ] || fail "no volume ${project}_sk2-data to delete"
+podman volume rm "$vol" >/dev/null || fail "podman volume rm $vol failed"
+progress "sk2's container and volume $vol deleted under load; starting it as node 4"
+export STRATA_SK2_ID=4
+timeout 120 "${DC[@]}" up -d --no-deps sk2 >"$CTR_WORK/up-sk2.log" 2>&1 || {
+  cat "$CTR_WORK/up-sk2.log" >&2
+  fail "docker-compose up -d sk2 (node 4) failed"
+}
+deadline=$((SECONDS + 240))
+until [ "$(sk_conf sk1 2>/dev/null)" = "3 1,4,3" ]; do
+  [ "$SECONDS" -lt "$deadline" ] || {
+    dc logs --no-color --tail 30 sk2 >&2
+    fail "sk2 (node 4) not switched in within 240 s (sk1 has: $(sk_conf sk1 2>&1))"
+  }
+  sleep 2
+done
+progress "sk2 replaced by node 4 in $((SECONDS - t_replace)) s: $(dc logs --no-color sk2 | grep -E 'seeded|caught up|generation 3' | sed 's/^[^|]*| //' | tr '\n' ';')"
+wait "$bench3" || { cat "$CTR_WORK/bench3.log" >&2; fail "pgbench during the replacement failed"; }
+tx3=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$CTR_WORK/bench3.log")
+[ -n "$tx3" ] && [ "$tx3" -gt 0 ] || fail "pgbench during the replacement committed nothing"
+h1=$(psql_host 'select count(*) from pgbench_history')
+[ "$h1" -eq $((h0 + tx3)) ] || fail "history grew from $h0 to $h1 rows, pgbench acknowledged $tx3"
+[ "$(sk_conf sk3)" = "3 1,4,3" ] || fail "sk3 holds configuration $(sk_conf sk3)"
+progress "pgbench during the replacement: $tx3 transactions acknowledged, every one in pgbench_history ($h0 -> $h1)"
 
 # --- 8. a new compute container: every acknowledged commit, at once -------------------
 psql_host "insert into compose_ledger (id) values (22)" >/dev/null

@@ -65,10 +65,12 @@ def check_status_schema(st, directory):
     assert [sk["name"] for sk in st["safekeepers"]] == ["sk1", "sk2", "sk3"]
     ports = {compute["port"], ps["pg_port"], ps["http_port"]}
     for sk in st["safekeepers"]:
-        assert set(sk) == {"name", "pid", "pg_port", "http_port", "node_id", "generation", "term",
-                           "flush_lsn", "commit_lsn", "wal_bytes", "max_wal_bytes", "wal_limited",
-                           "wal_backup_lsn", "wal_backup_error"}
+        assert set(sk) == {"name", "pid", "pg_port", "http_port", "node_id", "generation",
+                           "config_behind", "failed", "term", "flush_lsn", "commit_lsn",
+                           "wal_bytes", "max_wal_bytes", "wal_limited", "wal_backup_lsn",
+                           "wal_backup_error"}
         assert sk["wal_limited"] in (None, True, False)
+        assert sk["config_behind"] in (None, False) and sk["failed"] in (None, False), sk
         assert sk["wal_bytes"] is None or sk["wal_bytes"] >= 0
         assert sk["pid"] is None or isinstance(sk["pid"], int)
         assert sk["node_id"] is None or (isinstance(sk["node_id"], int) and sk["node_id"] >= 1)

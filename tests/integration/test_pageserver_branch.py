@@ -21,7 +21,13 @@ What it shows:
     restored before their branches); then, with GC on and a small window, the parent's GC horizon stops at the lowest branch point
     (it would rise far above it without the cap), the branch still reads
     the same pages; DELETE of the parent is 409 naming its branches;
-    deleting the branches releases the horizon.
+    deleting the branches releases the horizon;
+  - when the volume is lost and the parent's restore fails (a damaged data
+    object), the branch is not left half-restored: the status lists both as
+    not loaded and GC of the tenant stops; once the object is repaired, both
+    come back, GC with a small window keeps the parent's horizon at the
+    branch point, and after another restart the branch reads at its branch
+    point what it read before the loss (review finding 3).
 """
 import io
 import json
@@ -66,7 +72,7 @@ def http(cluster, method, path, body=None, timeout=30):
 
 
 class Timelines:
-    def __init__(self, cluster):
+    def __init__(self, cluster, only_parent=False):
         self.cluster = cluster
         self.tenant, self.main = cluster.ids()
 
@@ -286,3 +292,201 @@ def test_branches_read_through_keep_gc_and_resolve_times(cluster_dir):
     # Released: the horizon rises to the next branch point (the time branch).
     wait_until(lambda: t.info(main)["gc"]["horizon"] == bt["start_lsn"], 30,
                "the horizon to rise to the remaining branch point %s" % bt["start_lsn"])
+
+
+def newest_manifest(root, tenant, tl):
+    mdir = os.path.join(root, "tenants", tenant, "timelines", tl, "manifest")
+    names = sorted(n for n in os.listdir(mdir) if n.endswith(".json"))
+    with open(os.path.join(mdir, names[-1])) as f:
+        return json.load(f)
+
+
+def ps_metric(cluster, name):
+    port = cluster.status()["pageserver"]["http_port"]
+    req = urllib.request.Request("http://127.0.0.1:%d/metrics" % port, headers=cluster.bearer())
+    with urllib.request.urlopen(req, timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+class LostVolume:
+    """A parent with a branch at B, both uploaded; the pageserver killed and
+    its tenants directory deleted, or only the parent's directory (GC off
+    until then)."""
+
+    def __init__(self, cluster, only_parent=False):
+        self.cluster = cluster
+        cluster.env["PAGESERVER_GC_INTERVAL"] = "0"
+        cluster.up()
+        self.t = t = Timelines(cluster)
+        self.remote = os.path.join(cluster.dir, "remote")
+        cluster.sql("CREATE TABLE kb (id int PRIMARY KEY, v int, pad text)")
+        cluster.sql("INSERT INTO kb SELECT g, 1, repeat('k', 100) FROM generate_series(1, 300) g")
+        (self.rfn, self.db), = cluster.sql(
+            "SELECT pg_relation_filenode('kb'), (SELECT oid FROM pg_database "
+            "WHERE datname = current_database())")
+        b = current_lsn(cluster)
+        cluster.sql("UPDATE kb SET v = 2")
+        t.wait_ingested(current_lsn(cluster))
+        self.child = t.branch(t.main, ancestor_lsn=int_to_lsn(b))["timeline_id"]
+        self.start = b & ~7
+        self.before = self.branch_pages()
+        assert len(self.before) > 3
+        wait_until(lambda: t.info(self.child)["remote"]["manifests_uploaded"] >= 1, 60,
+                   "a manifest of the branch")
+        wait_until(lambda: lsn_to_int(t.info(t.main)["remote"]["remote_consistent_lsn"]) >=
+                   self.start, 90, "the parent's upload to reach the branch point")
+        cluster.stop("pageserver", immediate=True)
+        tenants = os.path.join(cluster.dir, "pageserver", "tenants")
+        if only_parent:
+            tenants = os.path.join(tenants, t.tenant, "timelines", t.main)
+        shutil.rmtree(tenants)
+
+    def branch_pages(self):
+        cc = self.t.connect(self.child)
+        try:
+            return read_rel(cc, self.db, self.rfn, self.start)
+        finally:
+            cc.close()
+
+    def damage(self, tl, kind):
+        """Flips bytes (same size) in tl's biggest data object of its newest
+        manifest, or in that manifest; returns a function that repairs it."""
+        mdir = os.path.join(self.remote, "tenants", self.t.tenant, "timelines", tl, "manifest")
+        victim = os.path.join(mdir, sorted(os.listdir(mdir))[-1])
+        if kind == "data":
+            files = newest_manifest(self.remote, self.t.tenant, tl)["files"]
+            victim = os.path.join(os.path.dirname(mdir), "data", "%016x.dat" %
+                                  max(files, key=lambda f: f["size"])["id"])
+        with open(victim, "rb") as f:
+            good = f.read()
+        bad = bytearray(good)
+        for i in range(len(bad) // 4, len(bad) * 3 // 4, 512 if kind == "data" else 7):
+            bad[i] ^= 0xFF
+        with open(victim, "wb") as f:
+            f.write(bytes(bad))
+
+        def repair():
+            with open(victim, "wb") as f:
+                f.write(good)
+        return repair
+
+    def restores_ended(self):
+        c = self.cluster
+        wait_until(lambda: ps_metric(c, "pageserver_remote_restores_failed_total") or 0, 120,
+                   "a restore to fail")
+        wait_until(lambda: ps_metric(c, "pageserver_remote_restore_timelines_pending") == 0, 120,
+                   "the restores to end")
+
+    def write_past_the_window(self):
+        """More than the GC window on the parent, flushed; then GC passes
+        (every second) have had their chance to move its horizon."""
+        t = self.t
+        self.cluster.sql("INSERT INTO kb SELECT g, 3, repeat('z', 200) "
+                         "FROM generate_series(1000, 4000) g")
+        end = current_lsn(self.cluster)
+        assert end - WINDOW > self.start, "the window must end above the branch point"
+        t.wait_ingested(end)
+        wait_until(lambda: lsn_to_int(t.info(t.main)["disk_consistent_lsn"]) - WINDOW >
+                   self.start, 120, "the parent to flush past the branch point plus the window")
+        time.sleep(5)
+        horizon = lsn_to_int(t.info(t.main)["gc"]["horizon"] or "0/0")
+        print("parent's GC horizon %s, branch point %s" % (int_to_lsn(horizon),
+                                                          int_to_lsn(self.start)))
+        return horizon
+
+    def branch_reads_as_before(self, horizon):
+        self.cluster.stop("pageserver")
+        self.cluster.start("pageserver")
+        status, body = wait_until(
+            lambda: (lambda r: r[0] != 503 and r)(http(self.cluster, "GET",
+                                                       self.t.path(self.child))),
+            120, "the branch to load")
+        assert status == 200, (status, body, int_to_lsn(horizon))
+        assert self.branch_pages() == self.before
+        assert lsn_to_int(self.t.info(self.t.main)["gc"]["horizon"]) <= self.start
+
+
+def small_gc_window(cluster):
+    cluster.env["PAGESERVER_GC_INTERVAL"] = "1s"
+    cluster.env["PAGESERVER_PITR_WINDOW_BYTES"] = str(WINDOW)
+
+
+def test_failed_restore_of_the_ancestor_keeps_the_branch(cluster_dir):
+    """Finding 3 of reviews/reliability-4470d5a, scenario A: the volume is
+    lost and the parent's restore fails (a damaged data object).  Once the
+    object is repaired and GC runs with a small window, the parent's horizon
+    must stay at the branch point, so that after one more restart the branch
+    opens and reads at its branch point what it read before the loss.
+    Before the fix the branch was left on disk, unloaded, GC moved past its
+    branch point and the next start refused it (404; "below the GC
+    horizon" in the log)."""
+    lv = LostVolume(cluster_dir)
+    cluster, t = cluster_dir, lv.t
+    repair = lv.damage(t.main, "data")
+    cluster.start("pageserver")
+    lv.restores_ended()
+    check_not_loaded(cluster, t, t.main)
+    repair()
+    cluster.stop("pageserver")
+    small_gc_window(cluster)
+    cluster.start("pageserver")
+    wait_until(lambda: http(cluster, "GET", t.path(t.main))[0] == 200, 120, "the parent back")
+    lv.branch_reads_as_before(lv.write_past_the_window())
+
+
+def test_failed_restore_of_the_branch_holds_its_branch_point(cluster_dir):
+    """Scenario B: the parent is restored but its branch's restore fails (a
+    damaged manifest).  GC of the tenant stops, so the parent's horizon stays
+    at or below the branch point however much it writes; its DELETE is
+    refused naming the branch; once repaired, the branch comes back and
+    reads as before."""
+    lv = LostVolume(cluster_dir)
+    cluster, t = cluster_dir, lv.t
+    repair = lv.damage(lv.child, "manifest")
+    small_gc_window(cluster)
+    cluster.start("pageserver")
+    lv.restores_ended()
+    check_not_loaded(cluster, t, lv.child)
+    assert lv.child in t.info(t.main)["gc"]["blocked"]
+    status, err = http(cluster, "DELETE", t.path(t.main))
+    assert status == 409 and lv.child in err["error"], err
+    horizon = lv.write_past_the_window()
+    assert horizon <= lv.start
+    repair()
+    lv.branch_reads_as_before(horizon)
+
+
+def check_not_loaded(cluster, t, tl):
+    """While tl is missing, the status names it with its reason, and the
+    log says GC of the tenant stops."""
+    status, body = http(cluster, "GET", "/v1/status")
+    assert status == 200, body
+    ids = {u["timeline_id"]: u for u in body["not_loaded"]}
+    assert tl in ids and ids[tl]["reason"], body["not_loaded"]
+    assert ps_metric(cluster, "pageserver_timelines_not_loaded") >= 1
+    with open(os.path.join(cluster.dir, "pageserver.log"), errors="replace") as f:
+        assert "GC of tenant %s stops" % t.tenant in f.read()
+
+
+def test_branch_left_on_disk_loads_once_its_ancestor_is_restored(cluster_dir):
+    """Only the parent's directory is lost (what a start before the fix left
+    behind after a failed restore: the branch on disk, its ancestor absent).
+    The parent is restored, and the branch, which could not load before it,
+    loads right after, with its branch point held: GC keeps the parent's
+    horizon at it, and after a restart the branch reads as before.  Before,
+    the branch stayed unloaded until a restart, and GC took its pages."""
+    lv = LostVolume(cluster_dir, only_parent=True)
+    cluster, t = cluster_dir, lv.t
+    small_gc_window(cluster)
+    cluster.start("pageserver")
+    wait_until(lambda: http(cluster, "GET", t.path(lv.child))[0] == 200, 60,
+               "the branch to load once its parent is restored")
+    assert lv.branch_pages() == lv.before
+    assert http(cluster, "GET", "/v1/status")[1]["not_loaded"] == []
+    assert t.info(t.main)["gc"]["blocked"] is None
+    horizon = lv.write_past_the_window()
+    assert horizon == lv.start
+    lv.branch_reads_as_before(horizon)

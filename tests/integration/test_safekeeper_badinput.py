@@ -331,8 +331,9 @@ def opts(tenant, timeline):
 
 
 class Safekeeper:
-    def __init__(self, datadir, extra_args=(), wrapper=()):
+    def __init__(self, datadir, extra_args=(), wrapper=(), node_id=1):
         self.datadir = datadir
+        self.node_id = node_id
         self.proc = None
         self.extra_args = list(extra_args)
         self.wrapper = list(wrapper)  # e.g. strace and its options
@@ -343,7 +344,7 @@ class Safekeeper:
             os.unlink(ports_file)
         self.log = open(os.path.join(os.path.dirname(self.datadir), "sk.log"), "ab")
         self.proc = subprocess.Popen(
-            self.wrapper + [SK_BIN, "--id", "1", "--datadir", self.datadir, "--listen-pg",
+            self.wrapper + [SK_BIN, "--id", str(self.node_id), "--datadir", self.datadir, "--listen-pg",
                             "127.0.0.1:0", "--listen-http", "127.0.0.1:0"] + self.extra_args,
             stdout=self.log, stderr=self.log)
         deadline = time.time() + 20
@@ -816,3 +817,92 @@ def test_pg_receivewal_gets_pushed_bytes(sk):
             proc.terminate()
             proc.wait(timeout=10)
         shutil.rmtree(out, ignore_errors=True)
+
+
+def test_data_of_another_node_is_refused(sk):
+    """Finding 11: a control file written as node 1 (a replaced node's
+    directory moved back into another node's place) must not be served by a
+    safekeeper started with --id 2; the error names both ids."""
+    tenant, timeline = new_ids()
+    p = Proposer(sk, tenant, timeline)
+    p.push(3, 100)
+    p.c.close()
+    assert sk.stop() == 0
+    other = Safekeeper(sk.datadir, node_id=2)
+    try:
+        with pytest.raises(RuntimeError) as e:
+            other.start()
+        msg = str(e.value)
+        assert "node 1" in msg and "node 2" in msg and timeline in msg, msg
+    finally:
+        if other.proc is not None:
+            other.stop()
+    sk.start()  # its own node id still loads it (the fixture stops it)
+
+
+def greet_with(port, tenant, timeline, payload, password=None):
+    """One greeting on a fresh WAL-push connection: ("greeting", generation)
+    or ("error", text)."""
+    c = Conn(port, opts(tenant, timeline), password=password)
+    try:
+        c.start_copy_both("START_WAL_PUSH (proto_version '3')")
+        c.copy_data(payload)
+        try:
+            g = c.recv_copy()
+        except PgError as e:
+            return ("error", e.text)
+        # node_id u64, term u64, then the configuration's generation
+        return ("greeting", struct.unpack("!I", g[17:21])[0])
+    finally:
+        c.close()
+
+
+def timeline_generation(port, tenant, timeline, password=None):
+    """The configuration generation TIMELINE_STATUS reports (its sixth
+    column, conn.c cmd_timeline_status)."""
+    c = Conn(port, opts(tenant, timeline), password=password)
+    try:
+        return int(c.query("TIMELINE_STATUS")[0][5])
+    finally:
+        c.close()
+
+
+def test_configuration_in_a_greeting_needs_the_admin(tmp_path):
+    """Finding 8 at the daemon: with an auth file, a greeting bringing a newer
+    configuration is refused on a tenant's token (nothing stored; WAL still
+    flows on that token) and adopted on the admin token.  Without an auth
+    file the network is trusted and any greeting may bring one."""
+    if not os.path.exists(SK_BIN):
+        pytest.skip(f"{SK_BIN} not built")
+    tenant, timeline = new_ids()
+    admin, tenant_token = "admin-" + os.urandom(8).hex(), "tenant-" + os.urandom(8).hex()
+    auth = tmp_path / "auth.json"
+    auth.write_text(json.dumps({"admin_token": admin, "tenants": {tenant: tenant_token}}))
+    os.chmod(auth, 0o600)
+    s = Safekeeper(str(tmp_path / "data"), ["--auth-file", str(auth)])
+    s.start()
+    try:
+        p = Proposer(s, tenant, timeline, password=tenant_token)
+        p.push(3, 100)
+        newer = greeting(tenant, timeline, generation=1, members=[(1, "127.0.0.1:%d" % s.pg_port)])
+        kind, what = greet_with(s.pg_port, tenant, timeline, newer, tenant_token)
+        assert kind == "error" and "only the admin may install" in what, (kind, what)
+        assert timeline_generation(s.pg_port, tenant, timeline, tenant_token) == 0
+        p.push(2, 100)  # the tenant's proposer goes on
+        assert greet_with(s.pg_port, tenant, timeline, newer, admin) == ("greeting", 1)
+        assert timeline_generation(s.pg_port, tenant, timeline, admin) == 1
+        p.c.close()
+    finally:
+        assert s.stop() == 0, s.read_log()
+
+    # No auth file: trusted, adopted from anyone.
+    s = Safekeeper(str(tmp_path / "data2"))
+    s.start()
+    try:
+        p = Proposer(s, tenant, timeline)
+        p.push(2, 100)
+        assert greet_with(s.pg_port, tenant, timeline, newer) == ("greeting", 1)
+        assert timeline_generation(s.pg_port, tenant, timeline) == 1
+        p.c.close()
+    finally:
+        assert s.stop() == 0, s.read_log()

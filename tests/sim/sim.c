@@ -14,15 +14,23 @@
  * control-file saves and WAL removal driven by a simulated pageserver's
  * feedback, records up to 1.5 segments, proposers that die and are replaced
  * by new computes, walproposers that restart keeping their compute's local
- * WAL (and follow walproposer_pg.c's rules for it), sync-safekeepers runs --
- * and checking the invariants after every step:
- *   - election safety: one proposer per term;
+ * WAL (and follow walproposer_pg.c's rules for it), sync-safekeepers runs,
+ * membership changes (sim_replace.c: a node's disk is lost and `strata
+ * safekeeper replace` runs, with its own crashes and lost switches; the
+ * proposers learn each configuration from the greetings and restart with
+ * its members, as walproposer_pg.c does on PROP_RECONFIGURE) -- and
+ * checking the invariants after every step:
+ *   - election safety: one proposer per term, across configurations too;
  *   - log safety: every acceptor's usable commit prefix equals the committed
  *     WAL, and no two proposers commit different bytes;
  *   - committed WAL is never truncated (once a restarted compute re-labelled
- *     its WAL under a new term: only while a majority of the other acceptors
- *     keep it), and stays durable on a majority (which covers every commit
- *     acknowledged to a client); the committed WAL is what any majority
+ *     its WAL under a new term: only while it stays on a node of every
+ *     quorum), and stays durable on a node of every quorum of every
+ *     configuration that can still form one -- generation 0's three
+ *     addresses, or a majority of each set of a newer one, of nodes whose
+ *     own generation is not past it; a lost node is in none -- which covers
+ *     every commit a proposer reported, so every commit acknowledged to a
+ *     client; the committed WAL is what any such quorum of running nodes
  *     would elect as donor; removed WAL was committed and the pageserver
  *     holds it; an acceptor can always restart;
  *   - an acceptor's flush_lsn never moves backwards within a term except by
@@ -39,6 +47,12 @@
  *                                   its local WAL reaches the term start
  *   STRATA_BUG_PERSIST_BEFORE_TRUNCATE  the edge runs a PERSIST_CONTROL
  *                                   before the TRUNCATE_WAL ahead of it
+ * and of replace (sim_replace.c, cli/sk_change.c):
+ *   STRATA_BUG_REPLACE_COPY_TO_COMMIT  the copy ends at the donor's commit
+ *                                   and the sync position is a commit position
+ *   STRATA_BUG_REPLACE_DONOR_STATE  the copy takes the donor's configuration
+ *                                   and term (as cli/sk_client.c does), and
+ *                                   generation 0 is not made explicit first
  *
  * Not for: performance, real IO, threads, real time.  Everything derives
  * from the seed, so `strata-sim --seed S` replays a schedule exactly.
@@ -60,10 +74,14 @@
 #include "compute/walproposer/proposer.h"
 #include "proto/walpush.h"
 #include "safekeeper/acceptor.h"
+#include "tests/sim/sim.h"
 #include "tests/sim/simwal.h"
 
-#define N_ACC 3
+#define N_ACC SIM_N_ACC
 #define N_PROP 3
+/* Proposer slots: a joint configuration of three with one node replaced has
+ * four nodes, two of them at the replaced one's address. */
+#define N_SLOT 4
 #define SEG (1u << 20)
 #define SEGSTART(l) ((l) - (l) % SEG)
 #define BOOT ((lsn_t)SEG)
@@ -73,12 +91,14 @@
 #define NET_MAX 512              /* messages in flight */
 #define MAX_TERMS 4096
 #define MAX_CLIENTS 4096
+#define MAX_CONFS 16 /* configurations taken in one seed */
 
 /* ---- Run state (one seed at a time) ------------------------------------ */
 
 typedef struct msg {
     bool to_acceptor;
-    int p, a;
+    int p, slot; /* the proposer and its acceptor slot */
+    int a;       /* the acceptor address the slot named when it was sent */
     uint64_t conn_id;
     size_t len;
     uint8_t *bytes;
@@ -87,11 +107,14 @@ typedef struct msg {
 typedef struct conn {
     bool up;
     uint64_t id;
-    bool blocked; /* partitioned: messages are lost, connects fail */
+    uint64_t node_id; /* the node that ran at the slot's address when it connected */
 } conn;
 
 typedef struct acc_node {
     bool up;
+    /* The disk is gone with the node: nothing restarts here until the replace
+     * actor seeds a new node at this address (sim_acc_seed). */
+    bool lost;
     acceptor core;
     acceptor_output out;
     acceptor_persistent_state durable_control;
@@ -107,7 +130,7 @@ typedef struct acc_node {
     lsn_t removed_below;
     bool fsync_running;
     lsn_t fsync_covers;
-    int streamer_p;
+    int streamer_p, streamer_slot;
     uint64_t streamer_conn;
     /* checker state */
     lsn_t usable_checked; /* cache[BOOT, x) verified equal to R */
@@ -141,6 +164,13 @@ typedef struct prop_node {
     bool restarted;
     int n_clients;
     client *clients;
+    /* The configuration the walproposer runs with: generation 0 (its own
+     * list of the three addresses) for a new compute, a learned one after
+     * PROP_RECONFIGURE, kept across walproposer restarts (as wp_sh->mconf
+     * is).  Slot i of the core connects to the address slot_acc[i]. */
+    membership mconf;
+    int n_slots;
+    int slot_acc[N_SLOT];
 } prop_node;
 
 static struct {
@@ -151,7 +181,8 @@ static struct {
     uint64_t now_ms;
     acc_node acc[N_ACC];
     prop_node prop[N_PROP];
-    conn conns[N_PROP][N_ACC];
+    conn conns[N_PROP][N_SLOT];
+    bool blocked[N_PROP][N_ACC]; /* partitioned: messages are lost, connects fail */
     msg net[NET_MAX];
     int n_net;
     uint8_t *R; /* the committed WAL */
@@ -159,6 +190,7 @@ static struct {
     int next_uid;
     struct {
         uint64_t term;
+        uint32_t generation;
         int uid;
     } terms[MAX_TERMS];
     int n_terms;
@@ -169,6 +201,11 @@ static struct {
     uint32_t mid_output_crash_odds; /* per mille, before each acceptor effect */
     bool calm;                      /* few crashes and restarts: long runs of progress */
     bool relabelled;                /* a restarted compute went on with its own WAL */
+    /* Every configuration of generation 1 and up that an acceptor took
+     * (generation 0 is the three addresses). */
+    membership confs[MAX_CONFS];
+    int n_confs;
+    int new_commit_p; /* sim_take_new_commit */
     /* The simulated pageserver: it ingests committed WAL from one acceptor at
      * a time and reports back to it; its feedback drives WAL removal. */
     lsn_t ps_received, ps_disk, ps_remote;
@@ -176,6 +213,7 @@ static struct {
     /* stats */
     long old_term_commits, elections, commits_acked, crashes, restarts, syncs_done, protocol_errors;
     long mid_output_crashes, lazy_saves, segments_removed, wp_restarts, wp_continued, wp_stopped;
+    long reconfigures;
 } S;
 
 static uint8_t msgbuf[WALPUSH_MAX_MESSAGE];
@@ -266,7 +304,9 @@ static void buf_put(uint8_t *b)
         free(b);
 }
 
-static void net_send(bool to_acceptor, int p, int a, const uint8_t *bytes, size_t len)
+/* A message on the connection of proposer p's slot s (to or from the
+ * acceptor at address a). */
+static void net_send(bool to_acceptor, int p, int s, int a, const uint8_t *bytes, size_t len)
 {
     if (S.n_net == NET_MAX) {
         trace("net full: dropping message p%d<->a%d", p, a);
@@ -275,8 +315,9 @@ static void net_send(bool to_acceptor, int p, int a, const uint8_t *bytes, size_
     msg *m = &S.net[S.n_net++];
     m->to_acceptor = to_acceptor;
     m->p = p;
+    m->slot = s;
     m->a = a;
-    m->conn_id = S.conns[p][a].id;
+    m->conn_id = S.conns[p][s].id;
     m->len = len;
     m->bytes = buf_get();
     memcpy(m->bytes, bytes, len);
@@ -290,31 +331,40 @@ static void net_take(int k)
 }
 
 static void prop_process(int pi, proposer_output *out);
+static void prop_reconfigure(int pi);
 
-static void conn_close(int p, int a, const char *why)
+static void conn_close(int p, int s, const char *why)
 {
-    if (!S.conns[p][a].up)
+    if (!S.conns[p][s].up)
         return;
-    S.conns[p][a].up = false;
-    trace("conn p%d-a%d closed: %s", p, a, why);
+    S.conns[p][s].up = false;
+    trace("conn p%d.%d-a%d closed: %s", p, s, S.prop[p].slot_acc[s], why);
     if (S.prop[p].alive) {
-        proposer_disconnected(&S.prop[p].core, a, &S.prop[p].out);
+        proposer_disconnected(&S.prop[p].core, s, &S.prop[p].out);
         prop_process(p, &S.prop[p].out);
     }
 }
 
+/* Closes every connection of p to the acceptor at address a. */
+static void conn_close_acc(int p, int a, const char *why)
+{
+    for (int s = 0; s < S.prop[p].n_slots; s++)
+        if (S.prop[p].slot_acc[s] == a)
+            conn_close(p, s, why);
+}
+
 /* ---- Acceptor edge ----------------------------------------------------- */
 
-static void acc_send(int a, int p, uint64_t conn_id, const acceptor_msg *m)
+static void acc_send(int a, int p, int s, uint64_t conn_id, const acceptor_msg *m)
 {
-    if (!S.conns[p][a].up || S.conns[p][a].id != conn_id)
+    if (!S.conns[p][s].up || S.conns[p][s].id != conn_id)
         return;
     size_t n = walpush_encode_acceptor_msg(m, msgbuf, sizeof(msgbuf));
     if (n == 0) {
         violate("acceptor %d produced an unencodable message", a);
         return;
     }
-    net_send(false, p, a, msgbuf, n);
+    net_send(false, p, s, a, msgbuf, n);
 }
 
 /* Makes cache bytes below upto durable (an fdatasync that completed). */
@@ -354,27 +404,15 @@ static void acc_crash(int a, crash_kind kind);
 static void store_truncate(acc_node *n, lsn_t l);
 static void extend_match(const uint8_t *buf, lsn_t *match, lsn_t lim);
 
-/* How many acceptors other than a hold the committed WAL durably. */
-static int durable_elsewhere(int a)
-{
-    int k = 0;
-    for (int b = 0; b < N_ACC; b++) {
-        if (b == a)
-            continue;
-        acc_node *o = &S.acc[b];
-        extend_match(o->durable, &o->durable_match,
-                     o->durable_end < S.R_end ? o->durable_end : S.R_end);
-        if (o->durable_match >= S.R_end)
-            k++;
-    }
-    return k;
-}
+/* Whether the committed WAL stays durable on some node of every quorum if
+ * acceptor a loses it (see check_durable). */
+static bool durable_without(int a);
 
-/* Executes an acceptor output; reply_p/reply_conn name the connection of the
+/* Executes an acceptor output; reply_p/reply_s/reply_conn name the connection of the
  * message being handled (-1 for flush completions).  With the seed's odds
  * the acceptor dies before an effect (a WAL write may be torn): the rest of
  * the output never runs, which the effect order must make safe. */
-static void acc_process(int a, int reply_p, uint64_t reply_conn)
+static void acc_process(int a, int reply_p, int reply_s, uint64_t reply_conn)
 {
     acc_node *n = &S.acc[a];
     acceptor_output *out = &n->out;
@@ -449,10 +487,10 @@ static void acc_process(int a, int reply_p, uint64_t reply_conn)
              * two terms (its earlier one on some acceptors, the new one on
              * others), and the histories make the older copy go, to be
              * streamed again.  Then the cut must leave the committed WAL
-             * durable on a majority of the other acceptors. */
+             * durable on a node of every quorum (a majority of the others
+             * while no node is lost). */
             lsn_t held = n->last_flush < S.R_end ? n->last_flush : S.R_end;
-            if (n->durable_match >= held && held > l &&
-                (!S.relabelled || durable_elsewhere(a) < N_ACC / 2 + 1))
+            if (n->durable_match >= held && held > l && (!S.relabelled || !durable_without(a)))
                 violate("acceptor %d truncated committed WAL at %s (committed %s, it held %s)", a,
                         fmt_lsn(l), fmt_lsn(S.R_end), fmt_lsn(held));
             /* The flush position may go back with a truncation (a crash
@@ -486,14 +524,15 @@ static void acc_process(int a, int reply_p, uint64_t reply_conn)
             break;
         case ACC_SEND:
             if (reply_p >= 0)
-                acc_send(a, reply_p, reply_conn, &out->msg);
+                acc_send(a, reply_p, reply_s, reply_conn, &out->msg);
             else if (n->streamer_p >= 0)
-                acc_send(a, n->streamer_p, n->streamer_conn, &out->msg);
+                acc_send(a, n->streamer_p, n->streamer_slot, n->streamer_conn, &out->msg);
             break;
         }
     }
     if (out->append_accepted && reply_p >= 0) {
         n->streamer_p = reply_p;
+        n->streamer_slot = reply_s;
         n->streamer_conn = reply_conn;
     }
 }
@@ -517,7 +556,7 @@ static void acc_complete_fsync(int a)
     acceptor_flush_done(&n->core, &n->out);
     trace("a%d fsync done to %s, flush %s", a, fmt_lsn(upto),
           fmt_lsn(acceptor_flush_lsn(&n->core)));
-    acc_process(a, -1, 0);
+    acc_process(a, -1, -1, 0);
 }
 
 /*
@@ -593,7 +632,7 @@ static void acc_crash(int a, crash_kind kind)
         n->up = false;
         S.crashes++;
         for (int p = 0; p < N_PROP; p++)
-            conn_close(p, a, "acceptor crashed");
+            conn_close_acc(p, a, "acceptor crashed");
         n->fsync_running = false;
         n->usable_checked = BOOT;
         n->cache_match = BOOT;
@@ -823,29 +862,40 @@ static void acc_deliver(msg *m)
         violate("proposer message failed to decode: %s", why);
         return;
     }
-    if (acceptor_handle_message(&n->core, &pm, &n->out) != 0) {
+    /* The proposers are computes: a tenant's authority, as in production
+     * with token authentication. */
+    if (acceptor_handle_message(&n->core, &pm, ACCEPTOR_STREAM, &n->out) != 0) {
         S.protocol_errors++;
-        trace("a%d protocol error from p%d: %s", m->a, m->p, n->out.error);
-        conn_close(m->p, m->a, n->out.error);
+        trace("a%d protocol error from p%d.%d: %s", m->a, m->p, m->slot, n->out.error);
+        conn_close(m->p, m->slot, n->out.error);
         return;
     }
-    acc_process(m->a, m->p, m->conn_id);
+    acc_process(m->a, m->p, m->slot, m->conn_id);
 }
 
 /* ---- Proposer edge ----------------------------------------------------- */
 
-static void record_term(uint64_t term, int uid)
+/*
+ * Election safety: one proposer per term, across configurations too.  A
+ * replaced node's promises go with its disk, so replace gives the new node
+ * the highest term of a majority of the members (sim_replace.c): a quorum of
+ * the new set never elects a term again that the old set elected.
+ */
+static void record_term(uint64_t term, uint32_t generation, int uid)
 {
     for (int i = 0; i < S.n_terms; i++) {
         if (S.terms[i].term == term) {
             if (S.terms[i].uid != uid)
-                violate("election safety: term %llu won by proposers %d and %d",
-                        (unsigned long long)term, S.terms[i].uid, uid);
+                violate("election safety: term %llu won by proposers %d (generation %u) and "
+                        "%d (generation %u)",
+                        (unsigned long long)term, S.terms[i].uid, S.terms[i].generation, uid,
+                        generation);
             return;
         }
     }
     if (S.n_terms < MAX_TERMS) {
         S.terms[S.n_terms].term = term;
+        S.terms[S.n_terms].generation = generation;
         S.terms[S.n_terms].uid = uid;
         S.n_terms++;
     }
@@ -872,6 +922,7 @@ static void on_committed(prop_node *pn, lsn_t c)
     if (c > S.R_end) {
         memcpy(S.R + off(S.R_end), pn->wal + off(S.R_end), c - S.R_end);
         S.R_end = c;
+        S.new_commit_p = (int)(pn - S.prop);
     }
     if (c > pn->verified)
         pn->verified = c;
@@ -890,8 +941,8 @@ static void prop_kill(int pi, const char *why)
         return;
     trace("p%d (uid %d) stops: %s", pi, pn->uid, why);
     pn->alive = false;
-    for (int a = 0; a < N_ACC; a++)
-        S.conns[pi][a].up = false;
+    for (int s = 0; s < N_SLOT; s++)
+        S.conns[pi][s].up = false;
 }
 
 /* The last term of the donor's history as its vote reported it (up to its
@@ -948,13 +999,14 @@ static void prop_restarted_elected(int pi, const proposer_effect *e)
 static void prop_on_elected(int pi, const proposer_effect *e)
 {
     prop_node *pn = &S.prop[pi];
-    record_term(e->u.elected.term, pn->uid);
+    record_term(e->u.elected.term, pn->mconf.generation, pn->uid);
     S.elections++;
     trace("p%d (uid %d) ELECTED term %llu start %s donor a%d (lowest streaming %s)", pi, pn->uid,
           (unsigned long long)e->u.elected.term, fmt_lsn(e->u.elected.term_start_lsn),
           e->u.elected.donor, fmt_lsn(e->u.elected.start_streaming_at));
     lsn_t ts = e->u.elected.term_start_lsn;
-    acc_node *donor = &S.acc[e->u.elected.donor];
+    int ds = e->u.elected.donor;
+    acc_node *donor = &S.acc[pn->slot_acc[ds]];
     if (pn->restarted) {
         prop_restarted_elected(pi, e);
         return;
@@ -963,7 +1015,8 @@ static void prop_on_elected(int pi, const proposer_effect *e)
     /* The edge fetches the donor's WAL below the term start; that only
      * works while the donor is still in our term. */
     if (ts > BOOT) {
-        if (!donor->up || acceptor_term(&donor->core) != e->u.elected.term) {
+        if (!donor->up || acceptor_term(&donor->core) != e->u.elected.term ||
+            acceptor_state(&donor->core)->node_id != S.conns[pi][ds].node_id) {
             prop_kill(pi, "donor moved to another term before its WAL was fetched");
             return;
         }
@@ -1009,7 +1062,7 @@ static void prop_send_append(int pi, const proposer_effect *e)
         return;
     }
     if (S.conns[pi][e->acceptor].up)
-        net_send(true, pi, e->acceptor, msgbuf, n);
+        net_send(true, pi, e->acceptor, pn->slot_acc[e->acceptor], msgbuf, n);
 }
 
 static void prop_process(int pi, proposer_output *out)
@@ -1026,7 +1079,7 @@ static void prop_process(int pi, proposer_output *out)
                 return;
             }
             if (S.conns[pi][e->acceptor].up)
-                net_send(true, pi, e->acceptor, msgbuf, n);
+                net_send(true, pi, e->acceptor, pn->slot_acc[e->acceptor], msgbuf, n);
             break;
         }
         case PROP_APPEND:
@@ -1034,15 +1087,19 @@ static void prop_process(int pi, proposer_output *out)
             break;
         case PROP_DISCONNECT:
             S.conns[pi][e->acceptor].up = false;
-            trace("p%d drops conn to a%d", pi, e->acceptor);
+            trace("p%d drops conn %d to a%d", pi, e->acceptor, pn->slot_acc[e->acceptor]);
             break;
         case PROP_ELECTED:
             prop_on_elected(pi, e);
             need_wal = true;
             break;
         case PROP_RECONFIGURE:
-            /* No scenario here changes the configuration (generation 0). */
-            violate("proposer %d reconfigured to generation %u", pn->uid, e->u.mconf->generation);
+            /* The edge keeps the configuration for the walproposer that
+             * starts next (wp_sh->mconf); the core is finished. */
+            trace("p%d (uid %d) learns generation %u from a%d", pi, pn->uid, e->u.mconf->generation,
+                  pn->slot_acc[e->acceptor]);
+            pn->mconf = *e->u.mconf;
+            prop_reconfigure(pi);
             return;
         case PROP_COMMIT_ADVANCED:
             trace("p%d commit -> %s", pi, fmt_lsn(e->u.commit_lsn));
@@ -1068,12 +1125,38 @@ static void prop_process(int pi, proposer_output *out)
     }
 }
 
+/* A new proposer core in slot pi with the configuration pn->mconf: its
+ * acceptor slots are that configuration's nodes in membership_union order
+ * (generation 0: the three addresses), each connecting to its address. */
 static bool prop_init_core(int pi, bool sync_mode)
 {
     prop_node *pn = &S.prop[pi];
     proposer_config cfg = {0};
     proposer_config_defaults(&cfg);
-    cfg.n_acceptors = N_ACC;
+    cfg.mconf = pn->mconf;
+    if (pn->mconf.generation == 0) {
+        pn->n_slots = N_ACC;
+        for (int a = 0; a < N_ACC; a++)
+            pn->slot_acc[a] = a;
+    } else {
+        member slots[PROPOSER_MAX_ACCEPTORS];
+        int n = membership_union(&pn->mconf, slots);
+        if (n > N_SLOT) {
+            violate("generation %u has %d nodes, more than the simulator's %d slots",
+                    pn->mconf.generation, n, N_SLOT);
+            return false;
+        }
+        pn->n_slots = n;
+        for (int i = 0; i < n; i++) {
+            pn->slot_acc[i] = sim_addr_index(slots[i].addr);
+            if (pn->slot_acc[i] < 0) {
+                violate("generation %u names an unknown address %s", pn->mconf.generation,
+                        slots[i].addr);
+                return false;
+            }
+        }
+    }
+    cfg.n_acceptors = pn->n_slots;
     cfg.tenant_id.b[0] = 0x11;
     cfg.timeline_id.b[0] = 0x22;
     cfg.pg_version = 150020;
@@ -1095,18 +1178,15 @@ static bool prop_init_core(int pi, bool sync_mode)
     pn->alive = true;
     pn->uid = S.next_uid++;
     pn->sync_mode = sync_mode;
-    for (int a = 0; a < N_ACC; a++)
-        S.conns[pi][a].up = false;
+    for (int s = 0; s < N_SLOT; s++)
+        S.conns[pi][s].up = false;
     return true;
 }
 
-/* A new compute (or sync-safekeepers run) in slot pi: no WAL of its own; it
- * takes the donor's WAL when elected (a basebackup at the term start). */
-static void prop_start(int pi)
+/* The compute's local WAL is gone (a new compute, or a sync-safekeepers run
+ * that starts over): it takes the donor's WAL when elected. */
+static void prop_forget_wal(prop_node *pn)
 {
-    prop_node *pn = &S.prop[pi];
-    if (!prop_init_core(pi, chance(150)))
-        return;
     lsn_t used = pn->gen.pos > pn->wal_end ? pn->gen.pos : pn->wal_end;
     if (used > BOOT)
         memset(pn->wal, 0, off(used));
@@ -1117,6 +1197,19 @@ static void prop_start(int pi)
     pn->own_term = 0;
     pn->restarted = false;
     pn->n_clients = 0;
+}
+
+/* A new compute (or sync-safekeepers run) in slot pi: no WAL of its own; it
+ * takes the donor's WAL when elected (a basebackup at the term start). */
+static void prop_start(int pi)
+{
+    prop_node *pn = &S.prop[pi];
+    /* Its strata.safekeepers lists the three addresses: generation 0 until
+     * a safekeeper's greeting tells it a newer configuration. */
+    memset(&pn->mconf, 0, sizeof(pn->mconf));
+    if (!prop_init_core(pi, chance(150)))
+        return;
+    prop_forget_wal(pn);
     trace("p%d START uid %d%s", pi, pn->uid, pn->sync_mode ? " (sync-safekeepers)" : "");
 }
 
@@ -1138,13 +1231,40 @@ static void prop_restart_wp(int pi)
     S.wp_restarts++;
 }
 
-static void prop_connect(int pi, int a)
+/*
+ * PROP_RECONFIGURE: the walproposer exits and the postmaster starts one
+ * with the learned configuration (pn->mconf); sync-safekeepers starts over
+ * in process.  A compute that won a term keeps its local WAL, as after any
+ * walproposer restart; one that never won holds none of its own.
+ */
+static void prop_reconfigure(int pi)
 {
-    conn *c = &S.conns[pi][a];
+    prop_node *pn = &S.prop[pi];
+    bool sync_mode = pn->sync_mode, keeps_wal = !sync_mode && pn->own_term != 0;
+    prop_kill(pi, "a safekeeper holds a newer configuration");
+    if (!prop_init_core(pi, sync_mode))
+        return;
+    if (keeps_wal) {
+        pn->elected = false;
+        pn->restarted = true;
+    } else {
+        prop_forget_wal(pn);
+    }
+    S.reconfigures++;
+    trace("p%d walproposer RESTART with generation %u (uid %d, %d slots%s)", pi,
+          pn->mconf.generation, pn->uid, pn->n_slots, keeps_wal ? ", keeps its WAL" : "");
+}
+
+/* Proposer pi's slot s connects to whatever node runs at its address. */
+static void prop_connect(int pi, int s)
+{
+    conn *c = &S.conns[pi][s];
+    int a = S.prop[pi].slot_acc[s];
     c->up = true;
     c->id++;
-    trace("conn p%d-a%d up (#%llu)", pi, a, (unsigned long long)c->id);
-    proposer_connected(&S.prop[pi].core, a, &S.prop[pi].out);
+    c->node_id = acceptor_state(&S.acc[a].core)->node_id;
+    trace("conn p%d.%d-a%d up (#%llu)", pi, s, a, (unsigned long long)c->id);
+    proposer_connected(&S.prop[pi].core, s, &S.prop[pi].out);
     prop_process(pi, &S.prop[pi].out);
 }
 
@@ -1194,8 +1314,245 @@ static void prop_deliver(msg *m)
         violate("acceptor message failed to decode: %s", why);
         return;
     }
-    proposer_handle_message(&pn->core, m->a, &am, &pn->out);
+    proposer_handle_message(&pn->core, m->slot, &am, &pn->out);
     prop_process(m->p, &pn->out);
+}
+
+/* ---- The cluster as the replace actor sees it (sim.h) ------------------ */
+
+uint32_t sim_rnd_below(uint32_t n)
+{
+    return rnd_below(n);
+}
+
+bool sim_chance(uint32_t per_mille)
+{
+    return chance(per_mille);
+}
+
+void sim_trace(const char *fmt, ...)
+{
+    if (!S.trace)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    printf("[%5d t=%6llu] ", S.step, (unsigned long long)S.now_ms);
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+}
+
+int sim_step(void)
+{
+    return S.step;
+}
+
+static const char *const addrs[N_ACC] = {"sk1:5454", "sk2:5454", "sk3:5454"};
+
+const char *sim_addr(int a)
+{
+    return addrs[a];
+}
+
+int sim_addr_index(const char *addr)
+{
+    for (int a = 0; a < N_ACC; a++)
+        if (strcmp(addrs[a], addr) == 0)
+            return a;
+    return -1;
+}
+
+/* A configuration some acceptor took: the invariants hold for each one
+ * that can still form a quorum. */
+static void conf_record(const membership *m)
+{
+    for (int i = 0; i < S.n_confs; i++)
+        if (S.confs[i].generation == m->generation)
+            return;
+    if (S.n_confs == MAX_CONFS) {
+        violate("more than %d configurations in one seed", MAX_CONFS);
+        return;
+    }
+    S.confs[S.n_confs++] = *m;
+}
+
+/* The control state of the node at a: the core's while it runs, the
+ * control file's otherwise. */
+static const acceptor_persistent_state *acc_control(int a)
+{
+    return S.acc[a].up ? acceptor_state(&S.acc[a].core) : &S.acc[a].durable_control;
+}
+
+bool sim_acc_status(int a, sim_status *st)
+{
+    acc_node *n = &S.acc[a];
+    if (!n->up || chance(30))
+        return false;
+    const acceptor_persistent_state *c = acceptor_state(&n->core);
+    st->node_id = c->node_id;
+    st->term = c->term;
+    st->flush_lsn = acceptor_flush_lsn(&n->core);
+    st->commit_lsn = acceptor_commit_lsn(&n->core);
+    st->last_log_term = term_history_last_log_term(&c->history, st->flush_lsn);
+    st->mconf = c->mconf;
+    return true;
+}
+
+/* safekeeper/timeline.c sk_timeline_switch_membership: the switch is
+ * stored, and a new generation closes the streaming proposer connection so
+ * that the proposer learns it at once. */
+int sim_acc_switch(int a, const membership *m)
+{
+    acc_node *n = &S.acc[a];
+    if (!n->up)
+        return -1;
+    if (acceptor_switch_membership(&n->core, m, ACCEPTOR_ADMIN, &n->out) != 0) {
+        trace("a%d refuses generation %u: %s", a, m->generation, n->out.error);
+        return -1;
+    }
+    if (n->out.n == 0)
+        return 0;
+    conf_record(m);
+    trace("a%d switches to generation %u%s", a, m->generation,
+          m->n_new_members > 0 ? " (joint)" : "");
+    acc_process(a, -1, -1, 0);
+    if (!n->up)
+        return -1; /* it died before the control file was written */
+    int p = n->streamer_p;
+    if (p >= 0 && S.conns[p][n->streamer_slot].id == n->streamer_conn)
+        conn_close(p, n->streamer_slot, "the safekeeper's configuration changed");
+    return 0;
+}
+
+bool sim_acc_running(int a)
+{
+    return S.acc[a].up;
+}
+
+bool sim_acc_has_disk(int a)
+{
+    return !S.acc[a].lost;
+}
+
+uint64_t sim_acc_node_id(int a)
+{
+    return S.acc[a].lost ? 0 : acc_control(a)->node_id;
+}
+
+bool sim_acc_start(int a)
+{
+    if (S.acc[a].up || S.acc[a].lost)
+        return false;
+    acc_restart(a);
+    return S.acc[a].up;
+}
+
+void sim_acc_stop(int a)
+{
+    if (S.acc[a].up)
+        acc_crash(a, CRASH_KILL);
+}
+
+/* Forgets everything the disk at a held. */
+static void acc_wipe(acc_node *n)
+{
+    if (n->hw > BOOT) {
+        memset(n->cache, 0, off(n->hw));
+        memset(n->durable, 0, off(n->hw));
+    }
+    n->cache_end = n->durable_end = BOOT;
+    n->dirty_from = LSN_MAX;
+    n->removed_below = 0;
+    n->fsync_running = false;
+    memset(&n->durable_control, 0, sizeof n->durable_control);
+    n->durable_match = n->usable_checked = n->cache_match = BOOT;
+    n->last_term = 0;
+    n->last_flush = 0;
+    n->streamer_p = -1;
+}
+
+void sim_acc_lose(int a)
+{
+    acc_node *n = &S.acc[a];
+    trace("a%d (node %llu) LOST with its disk", a,
+          (unsigned long long)acceptor_state(&n->core)->node_id);
+    if (n->up)
+        acc_crash(a, CRASH_KILL);
+    acc_wipe(n);
+    n->lost = true;
+}
+
+bool sim_acc_seed(int a, int donor, uint64_t new_id, lsn_t end, uint64_t term,
+                  const membership *mconf)
+{
+    acc_node *n = &S.acc[a], *d = &S.acc[donor];
+    if (!d->up || a == donor || n->up)
+        return false;
+    const acceptor_persistent_state *ds = acceptor_state(&d->core);
+    lsn_t flush = acceptor_flush_lsn(&d->core);
+    if (ds->wal_seg_size == 0 || flush == 0)
+        return false;
+    if (end > flush || end < BOOT) {
+        violate("replace copies the donor's WAL up to %s, beyond its flush %s", fmt_lsn(end),
+                fmt_lsn(flush));
+        return false;
+    }
+    acc_wipe(n);
+    /* The copy streams what the donor's reads see, below the copy's end;
+     * the segments the donor removed are not there (their bytes stay for
+     * the checkers, as on the donor). */
+    memcpy(n->cache, d->cache, off(end));
+    memcpy(n->durable, d->cache, off(end));
+    n->cache_end = n->durable_end = end;
+    if (end > n->hw)
+        n->hw = end;
+    n->removed_below = d->removed_below;
+    acceptor_persistent_state *st = &n->durable_control;
+    st->tenant_id = ds->tenant_id;
+    st->timeline_id = ds->timeline_id;
+    st->pg_version = ds->pg_version;
+    st->system_id = ds->system_id;
+    st->wal_seg_size = ds->wal_seg_size;
+    st->node_id = new_id;
+    st->term = term > ds->term ? term : ds->term;
+    for (uint32_t i = 0; i < ds->history.n && ds->history.entries[i].lsn <= end; i++)
+        st->history.entries[st->history.n++] = ds->history.entries[i];
+    st->timeline_start_lsn = ds->timeline_start_lsn;
+    st->flush_lsn = end;
+    st->commit_lsn = acceptor_commit_lsn(&d->core);
+    lsn_t trunc = acceptor_truncate_lsn(&d->core);
+    st->truncate_lsn = trunc < end ? trunc : end;
+    st->ps_feedback.disk_consistent_lsn = ds->ps_feedback.disk_consistent_lsn;
+    st->mconf = mconf != NULL ? *mconf : ds->mconf;
+    /* A new node: the core is made at its first start. */
+    acceptor_init(&n->core, new_id, &ds->tenant_id, &ds->timeline_id);
+    n->lost = false;
+    trace("a%d seeded as node %llu from a%d: WAL to %s (donor flush %s, commit %s), term %llu", a,
+          (unsigned long long)new_id, donor, fmt_lsn(end), fmt_lsn(flush), fmt_lsn(st->commit_lsn),
+          (unsigned long long)st->term);
+    return true;
+}
+
+bool sim_acc_holds_committed(int a)
+{
+    acc_node *n = &S.acc[a];
+    if (n->lost)
+        return false;
+    extend_match(n->durable, &n->durable_match,
+                 n->durable_end < S.R_end ? n->durable_end : S.R_end);
+    return n->durable_match >= S.R_end;
+}
+
+int sim_take_new_commit(void)
+{
+    int p = S.new_commit_p;
+    S.new_commit_p = -1;
+    return p >= 0 && S.prop[p].alive ? p : -1;
+}
+
+void sim_prop_lose(int p)
+{
+    prop_kill(p, "the compute is lost");
 }
 
 /* ---- Invariants -------------------------------------------------------- */
@@ -1216,76 +1573,161 @@ static void extend_match(const uint8_t *buf, lsn_t *match, lsn_t lim)
     }
 }
 
+static bool set_has(const member *set, uint32_t n, uint64_t id)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (set[i].node_id == id)
+            return true;
+    return false;
+}
+
 /*
- * The committed WAL must be "chosen": whatever majority of (running)
- * acceptors a new proposer were elected by right now, the donor it would
- * pick -- highest (last_log_term, flush_lsn), with flush_lsn as a vote would
- * report it -- holds the committed WAL.  This sees a committed prefix that a
- * future election would truncate before any such election happens.
+ * Whether the nodes at the addresses in mask are a quorum of configuration
+ * c (generation 0: of the three addresses), now or after restarts: each is
+ * a node of c whose generation is not past c's (one with an older
+ * generation adopts c from a proposer's greeting), and together they are a
+ * majority of each set of c.  A lost node is in no quorum.
+ */
+static bool is_quorum(const membership *c, uint32_t mask)
+{
+    uint32_t in_m = 0, in_n = 0;
+    for (int a = 0; a < N_ACC; a++) {
+        if (!(mask & (1u << a)))
+            continue;
+        const acceptor_persistent_state *st = acc_control(a);
+        if (S.acc[a].lost || st->mconf.generation > c->generation)
+            return false;
+        if (c->generation == 0) {
+            in_m++;
+            continue;
+        }
+        bool m = set_has(c->members, c->n_members, st->node_id);
+        bool n = set_has(c->new_members, c->n_new_members, st->node_id);
+        if (!m && !n)
+            return false;
+        in_m += m;
+        in_n += n;
+    }
+    if (c->generation == 0)
+        return in_m >= N_ACC / 2 + 1;
+    return in_m >= c->n_members / 2 + 1 &&
+           (c->n_new_members == 0 || in_n >= c->n_new_members / 2 + 1);
+}
+
+/* "a0,a2": the acceptors in mask, for messages. */
+static const char *mask_text(uint32_t mask)
+{
+    static char buf[4 * N_ACC];
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int a = 0; a < N_ACC; a++)
+        if (mask & (1u << a))
+            n += (size_t)snprintf(buf + n, sizeof buf - n, "%sa%d", n > 0 ? "," : "", a);
+    return buf;
+}
+
+/*
+ * The committed WAL survives every quorum of every configuration that can
+ * still form one: each such quorum holds a node with the committed WAL on
+ * its disk.  With no node lost that is "durable on a majority"; a lost node
+ * is in no quorum, so the survivors' quorums must make up for it.
+ */
+/* A quorum of some configuration (*gen its generation) with no node in
+ * holders, as a mask; 0 if there is none. */
+static uint32_t quorum_without(uint32_t holders, uint32_t *gen)
+{
+    for (int k = -1; k < S.n_confs; k++) {
+        static const membership gen0;
+        const membership *c = k < 0 ? &gen0 : &S.confs[k];
+        for (uint32_t mask = 1; mask < (1u << N_ACC); mask++) {
+            if ((mask & holders) == 0 && is_quorum(c, mask)) {
+                *gen = c->generation;
+                return mask;
+            }
+        }
+    }
+    return 0;
+}
+
+static uint32_t holders_mask(void)
+{
+    uint32_t holders = 0;
+    for (int a = 0; a < N_ACC; a++)
+        if (sim_acc_holds_committed(a))
+            holders |= 1u << a;
+    return holders;
+}
+
+static bool durable_without(int a)
+{
+    uint32_t gen;
+    return quorum_without(holders_mask() & ~(1u << a), &gen) == 0;
+}
+
+static void check_durable(void)
+{
+    uint32_t gen = 0, mask = quorum_without(holders_mask(), &gen);
+    if (mask != 0)
+        violate("committed WAL up to %s is durable on no node of %s, a quorum of generation %u",
+                fmt_lsn(S.R_end), mask_text(mask), gen);
+}
+
+/*
+ * The committed WAL must be "chosen": whatever quorum of running acceptors
+ * a new proposer were elected by right now, in any configuration that can
+ * still form one, the donor it would pick -- highest (last_log_term,
+ * flush_lsn), with flush_lsn as a vote would report it -- holds the
+ * committed WAL.  This sees a committed prefix that a future election would
+ * truncate before any such election happens.
  */
 static void check_quorum_donors(void)
 {
     if (S.R_end <= BOOT)
         return;
-    for (uint32_t mask = 1; mask < (1u << N_ACC); mask++) {
-        if (__builtin_popcount(mask) < N_ACC / 2 + 1)
-            continue;
-        int donor = -1;
-        uint64_t best_llt = 0;
-        lsn_t best_flush = 0;
-        bool all_up = true;
-        for (int a = 0; a < N_ACC; a++) {
-            if (!(mask & (1u << a)))
+    uint32_t up = 0;
+    for (int a = 0; a < N_ACC; a++)
+        if (S.acc[a].up)
+            up |= 1u << a;
+    for (int k = -1; k < S.n_confs; k++) {
+        static const membership gen0;
+        const membership *c = k < 0 ? &gen0 : &S.confs[k];
+        for (uint32_t mask = 1; mask < (1u << N_ACC); mask++) {
+            if ((mask & up) != mask || !is_quorum(c, mask))
                 continue;
-            if (!S.acc[a].up) {
-                all_up = false;
-                break;
+            int donor = -1;
+            uint64_t best_llt = 0;
+            lsn_t best_flush = 0;
+            for (int a = 0; a < N_ACC; a++) {
+                if (!(mask & (1u << a)))
+                    continue;
+                lsn_t f = acceptor_written_record_end(&S.acc[a].core);
+                uint64_t llt =
+                    term_history_last_log_term(&acceptor_state(&S.acc[a].core)->history, f);
+                if (donor < 0 || llt > best_llt || (llt == best_llt && f > best_flush)) {
+                    donor = a;
+                    best_llt = llt;
+                    best_flush = f;
+                }
             }
-            lsn_t f = acceptor_written_record_end(&S.acc[a].core);
-            uint64_t llt = term_history_last_log_term(&acceptor_state(&S.acc[a].core)->history, f);
-            if (donor < 0 || llt > best_llt || (llt == best_llt && f > best_flush)) {
-                donor = a;
-                best_llt = llt;
-                best_flush = f;
+            acc_node *d = &S.acc[donor];
+            extend_match(d->cache, &d->cache_match,
+                         d->cache_end < S.R_end ? d->cache_end : S.R_end);
+            if (best_flush < S.R_end || d->cache_match < S.R_end) {
+                violate("committed WAL up to %s is not chosen: acceptors %s of generation %u "
+                        "would elect donor a%d (last_log_term %llu, flush %s) holding it only "
+                        "to %s",
+                        fmt_lsn(S.R_end), mask_text(mask), c->generation, donor,
+                        (unsigned long long)best_llt, fmt_lsn(best_flush), fmt_lsn(d->cache_match));
+                return;
             }
-        }
-        if (!all_up || donor < 0)
-            continue;
-        acc_node *d = &S.acc[donor];
-        extend_match(d->cache, &d->cache_match, d->cache_end < S.R_end ? d->cache_end : S.R_end);
-        if (best_flush < S.R_end || d->cache_match < S.R_end) {
-            violate("committed WAL up to %s is not chosen: acceptors %s%s%s would elect donor "
-                    "a%d (last_log_term %llu, flush %s) holding it only to %s",
-                    fmt_lsn(S.R_end), mask & 1 ? "a0 " : "", mask & 2 ? "a1 " : "",
-                    mask & 4 ? "a2 " : "", donor, (unsigned long long)best_llt, fmt_lsn(best_flush),
-                    fmt_lsn(d->cache_match));
-            return;
         }
     }
 }
 
 static void check_invariants(void)
 {
-    int majority = 0;
     for (int a = 0; a < N_ACC; a++) {
         acc_node *n = &S.acc[a];
-        /* Committed WAL durable on a majority. */
-        lsn_t lim = n->durable_end < S.R_end ? n->durable_end : S.R_end;
-        if (n->durable_match < BOOT)
-            n->durable_match = BOOT;
-        while (n->durable_match < lim) {
-            lsn_t e = n->durable_match + 8192 < lim ? n->durable_match + 8192 : lim;
-            if (memcmp(n->durable + off(n->durable_match), S.R + off(n->durable_match),
-                       e - n->durable_match) != 0) {
-                while (n->durable_match < e &&
-                       n->durable[off(n->durable_match)] == S.R[off(n->durable_match)])
-                    n->durable_match++;
-                break;
-            }
-            n->durable_match = e;
-        }
-        if (n->durable_match >= S.R_end)
-            majority++;
         if (!n->up)
             continue;
         /* Log safety: what this acceptor would serve as committed is the
@@ -1321,9 +1763,8 @@ static void check_invariants(void)
         n->last_term = term;
         n->last_flush = flush;
     }
-    if (S.R_end > BOOT && majority < N_ACC / 2 + 1)
-        violate("committed WAL up to %s is durable on only %d acceptors", fmt_lsn(S.R_end),
-                majority);
+    if (!S.violation && S.R_end > BOOT)
+        check_durable();
     if (!S.violation)
         check_quorum_donors();
 }
@@ -1343,12 +1784,20 @@ static void run_setup(uint64_t seed, bool trace_on)
             memset(d, 0, off(hw));
         }
     }
-    for (int p = 0; p < N_PROP; p++)
+    for (int p = 0; p < N_PROP; p++) {
         S.prop[p].alive = false;
+        memset(&S.prop[p].mconf, 0, sizeof(S.prop[p].mconf));
+        S.prop[p].n_slots = N_ACC;
+        for (int a = 0; a < N_ACC; a++)
+            S.prop[p].slot_acc[a] = a;
+    }
+    S.n_confs = 0;
+    S.new_commit_p = -1;
     for (int k = 0; k < S.n_net; k++)
         buf_put(S.net[k].bytes);
     S.n_net = 0;
     memset(S.conns, 0, sizeof(S.conns));
+    memset(S.blocked, 0, sizeof(S.blocked));
     if (S.R_end > BOOT)
         memset(S.R, 0, off(S.R_end));
     S.R_end = BOOT;
@@ -1392,6 +1841,7 @@ static void run_setup(uint64_t seed, bool trace_on)
     prop_start(0);
     if (!S.calm && chance(700))
         prop_start(1);
+    replace_setup();
 }
 
 static bool any_proposer_alive(void)
@@ -1416,7 +1866,7 @@ static void step_once(void)
         int k = (int)rnd_below((uint32_t)S.n_net);
         if (!chance(60)) {
             for (int j = 0; j < S.n_net; j++) {
-                if (S.net[j].p == S.net[k].p && S.net[j].a == S.net[k].a &&
+                if (S.net[j].p == S.net[k].p && S.net[j].slot == S.net[k].slot &&
                     S.net[j].to_acceptor == S.net[k].to_acceptor) {
                     k = j;
                     break;
@@ -1431,8 +1881,8 @@ static void step_once(void)
         } else {
             net_take(k);
         }
-        conn *c = &S.conns[m.p][m.a];
-        bool live = c->up && c->id == m.conn_id && !c->blocked &&
+        conn *c = &S.conns[m.p][m.slot];
+        bool live = c->up && c->id == m.conn_id && !S.blocked[m.p][m.a] &&
                     (m.to_acceptor ? S.acc[m.a].up : S.prop[m.p].alive);
         if (live && chance(S.drop_odds)) {
             trace("drop message p%d->a%d", m.p, m.a);
@@ -1460,15 +1910,20 @@ static void step_once(void)
             prop_process(p, &S.prop[p].out);
         }
     } else if (r < 900) {
-        int p = (int)rnd_below(N_PROP), a = (int)rnd_below(N_ACC);
-        if (S.prop[p].alive && !S.conns[p][a].up && !S.conns[p][a].blocked && S.acc[a].up)
-            prop_connect(p, a);
+        int p = (int)rnd_below(N_PROP);
+        int s = (int)rnd_below(S.prop[p].n_slots > 0 ? (uint32_t)S.prop[p].n_slots : 1);
+        int a = S.prop[p].slot_acc[s];
+        if (S.prop[p].alive && s < S.prop[p].n_slots && !S.conns[p][s].up && !S.blocked[p][a] &&
+            S.acc[a].up)
+            prop_connect(p, s);
     } else if (r < 930) {
         /* Re-partition: each proposer-acceptor link is cut with some odds
          * (often leaving a proposer with a single acceptor). */
         if (chance(500)) {
-            int p = (int)rnd_below(N_PROP), a = (int)rnd_below(N_ACC);
-            conn_close(p, a, "connection reset");
+            int p = (int)rnd_below(N_PROP);
+            int s = (int)rnd_below(S.prop[p].n_slots > 0 ? (uint32_t)S.prop[p].n_slots : 1);
+            if (s < S.prop[p].n_slots)
+                conn_close(p, s, "connection reset");
         } else {
             /* Each proposer reaches all acceptors, two, or one: the splits
              * that strand WAL of some term on a single acceptor. */
@@ -1477,14 +1932,13 @@ static void step_once(void)
                 int first = (int)rnd_below(N_ACC);
                 for (int a = 0; a < N_ACC; a++) {
                     int rank = (a - first + N_ACC) % N_ACC;
-                    S.conns[p][a].blocked = (uint32_t)rank >= k;
-                    if (S.conns[p][a].blocked)
-                        conn_close(p, a, "network partition");
+                    S.blocked[p][a] = (uint32_t)rank >= k;
+                    if (S.blocked[p][a])
+                        conn_close_acc(p, a, "network partition");
                 }
             }
-            trace("partition: p0 [%d%d%d] p1 [%d%d%d]", !S.conns[0][0].blocked,
-                  !S.conns[0][1].blocked, !S.conns[0][2].blocked, !S.conns[1][0].blocked,
-                  !S.conns[1][1].blocked, !S.conns[1][2].blocked);
+            trace("partition: p0 [%d%d%d] p1 [%d%d%d]", !S.blocked[0][0], !S.blocked[0][1],
+                  !S.blocked[0][2], !S.blocked[1][0], !S.blocked[1][1], !S.blocked[1][2]);
         }
     } else if (r < 940) {
         /* Two draws, in this order: as call arguments their order would be
@@ -1493,7 +1947,7 @@ static void step_once(void)
         acc_crash(a, chance(500) ? CRASH_POWER : CRASH_KILL);
     } else if (r < 970) {
         int a = (int)rnd_below(N_ACC);
-        if (!S.acc[a].up)
+        if (!S.acc[a].up && !S.acc[a].lost)
             acc_restart(a);
     } else if (r < 980) {
         int p = (int)rnd_below(N_PROP);
@@ -1526,6 +1980,8 @@ static void step_once(void)
         if (!S.acc[a].up)
             acc_crash(a, CRASH_POWER);
     }
+    if (!S.violation)
+        replace_step();
     for (int a = 0; a < N_ACC; a++)
         acc_maybe_start_fsync(a);
 }
@@ -1550,6 +2006,8 @@ static void print_restart_stats(void)
            "WAL, %ld stopped)\n",
            S.crashes, S.mid_output_crashes, S.restarts, S.lazy_saves, S.segments_removed,
            S.wp_restarts, S.wp_continued, S.wp_stopped);
+    printf("walproposer restarts with a learned configuration %ld\n", S.reconfigures);
+    replace_print_stats();
 }
 
 static int usage(const char *argv0)

@@ -1,10 +1,11 @@
 /*
  * strata-netdisk: a FUSE passthrough filesystem that behaves like a cloud
  * block volume (a network disk), for bench/constrained.py's (n) and (c)
- * setups.  A benchmark tool, not for operators.
+ * setups, and a disk that fails on demand for the tests.  A test and
+ * benchmark tool, not for operators.
  *
  *   strata-netdisk --backing DIR [--latency-us L] [--iops N] [--mbps M]
- *                  [--stats FILE] [--user NAME] MOUNTPOINT
+ *                  [--stats FILE] [--user NAME] [--fail-when FILE] MOUNTPOINT
  *
  * Every file operation is passed to the same path under DIR.  The kernel's
  * page cache sits above the mount as it sits above a block device (the
@@ -30,9 +31,17 @@
  *
  * --stats FILE: counters rewritten (write to FILE.tmp, rename) whenever
  * they changed, at most every 100 ms, and at exit:
- *   reads R read_bytes B writes W write_bytes B fsyncs F wait_us U
+ *   reads R read_bytes B writes W write_bytes B fsyncs F wait_us U failed X
  * (wait_us: the simulated time the reads and writes spent, latency and
- * queueing.)
+ * queueing; failed: IOs failed on purpose, --fail-when.)
+ *
+ * --fail-when FILE: while FILE exists, every write that reaches the volume
+ * and every fsync fails with EIO, as a dying disk's do (reads still work).
+ * The program under test sees it where it would see a real one: a write
+ * into the page cache succeeds, and the writeback the next fsync pushes
+ * out fails, so the fsync reports EIO.  Removing FILE heals the disk; what
+ * the kernel dropped meanwhile stays lost, so remount before trusting the
+ * page cache again (tests/integration/test_safekeeper_disk_failure.py).
  *
  * Mounting needs root; with --user the program then runs as that user, so
  * files are created with its ownership (PostgreSQL checks that its data
@@ -53,6 +62,7 @@
 #include <pthread.h>
 #include <pwd.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +80,7 @@ typedef struct netdisk_opts {
     long latency_us;
     long iops;
     long mbps;
+    const char *fail_when;
 } netdisk_opts;
 
 static netdisk_opts opts = {.latency_us = 1000, .iops = 3000, .mbps = 125};
@@ -83,6 +94,7 @@ static int64_t bytes_free_ns; /* the bandwidth clock */
 
 static _Atomic uint64_t n_reads, n_read_bytes, n_writes, n_write_bytes, n_fsyncs, n_wait_us;
 static _Atomic uint64_t n_changes;
+static _Atomic uint64_t n_failed; /* IOs failed on purpose (--fail-when) */
 
 static int64_t now_ns(void)
 {
@@ -131,9 +143,10 @@ static void write_stats(void)
         return;
     fprintf(f,
             "reads %" PRIu64 " read_bytes %" PRIu64 " writes %" PRIu64 " write_bytes %" PRIu64
-            " fsyncs %" PRIu64 " wait_us %" PRIu64 "\n",
+            " fsyncs %" PRIu64 " wait_us %" PRIu64 " failed %" PRIu64 "\n",
             atomic_load(&n_reads), atomic_load(&n_read_bytes), atomic_load(&n_writes),
-            atomic_load(&n_write_bytes), atomic_load(&n_fsyncs), atomic_load(&n_wait_us));
+            atomic_load(&n_write_bytes), atomic_load(&n_fsyncs), atomic_load(&n_wait_us),
+            atomic_load(&n_failed));
     if (fclose(f) == 0)
         rename(tmp, opts.stats_path);
 }
@@ -151,6 +164,19 @@ static void *stats_thread(void *arg)
         usleep(100000);
     }
     return NULL;
+}
+
+/* Whether the disk is failing now (--fail-when): then the IO fails with
+ * EIO, counted, and the first failure is logged. */
+static bool failing(void)
+{
+    if (opts.fail_when == NULL || access(opts.fail_when, F_OK) != 0)
+        return false;
+    if (atomic_fetch_add(&n_failed, 1) == 0)
+        fprintf(stderr, "strata-netdisk: %s exists: failing writes and fsyncs with EIO\n",
+                opts.fail_when);
+    atomic_fetch_add(&n_changes, 1);
+    return true;
 }
 
 /* -- paths --------------------------------------------------------------- */
@@ -398,6 +424,8 @@ static int nd_write(const char *path, const char *buf, size_t size, off_t off,
                     struct fuse_file_info *fi)
 {
     (void)path;
+    if (failing())
+        return -EIO;
     int64_t t0 = now_ns();
     ssize_t n = pwrite(fd_of(fi), buf, size, off);
     if (n < 0)
@@ -432,6 +460,8 @@ static int nd_release(const char *path, struct fuse_file_info *fi)
 /* The kernel sent the dirty pages (each a volume IO) before this. */
 static int sync_one(int fd, int datasync)
 {
+    if (failing())
+        return -EIO;
     int rc = datasync ? fdatasync(fd) : fsync(fd);
     if (rc != 0)
         return -errno;
@@ -494,7 +524,7 @@ static const struct fuse_operations netdisk_ops = {
 static void usage(void)
 {
     fprintf(stderr, "usage: strata-netdisk --backing DIR [--latency-us L] [--iops N] "
-                    "[--mbps M] [--stats FILE] [--user NAME] MOUNTPOINT\n");
+                    "[--mbps M] [--stats FILE] [--user NAME] [--fail-when FILE] MOUNTPOINT\n");
     exit(2);
 }
 
@@ -512,13 +542,11 @@ static long positive(const char *name, const char *s, long min)
 
 static void parse_args(int argc, char **argv)
 {
-    static const struct option longopts[] = {{"backing", required_argument, NULL, 'b'},
-                                             {"latency-us", required_argument, NULL, 'l'},
-                                             {"iops", required_argument, NULL, 'i'},
-                                             {"mbps", required_argument, NULL, 'm'},
-                                             {"stats", required_argument, NULL, 's'},
-                                             {"user", required_argument, NULL, 'u'},
-                                             {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {
+        {"backing", required_argument, NULL, 'b'},   {"latency-us", required_argument, NULL, 'l'},
+        {"iops", required_argument, NULL, 'i'},      {"mbps", required_argument, NULL, 'm'},
+        {"stats", required_argument, NULL, 's'},     {"user", required_argument, NULL, 'u'},
+        {"fail-when", required_argument, NULL, 'f'}, {NULL, 0, NULL, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         switch (c) {
@@ -539,6 +567,9 @@ static void parse_args(int argc, char **argv)
             break;
         case 'u':
             opts.user = optarg;
+            break;
+        case 'f':
+            opts.fail_when = optarg;
             break;
         default:
             usage();
@@ -601,5 +632,6 @@ int main(int argc, char **argv)
     }
     fuse_unmount(fuse);
     fuse_destroy(fuse);
+    fuse_opt_free_args(&fargs);
     return rc;
 }

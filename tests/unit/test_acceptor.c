@@ -26,6 +26,9 @@ static acceptor acc;
 static acceptor_output out;
 static strata_id tenant = {{1}}, timeline = {{2}};
 static uint32_t generation; /* what vote/elected/append carry */
+/* Whose greeting greet_conf sends: a compute's (a tenant token) unless a
+ * test says the admin's. */
+static acceptor_authority greet_authority = ACCEPTOR_STREAM;
 
 static int greet_conf(const membership *m)
 {
@@ -36,7 +39,7 @@ static int greet_conf(const membership *m)
     msg.u.greeting.pg_version = 150020;
     msg.u.greeting.wal_seg_size = SEG;
     msg.u.greeting.mconf = *m;
-    return acceptor_handle_message(&acc, &msg, &out);
+    return acceptor_handle_message(&acc, &msg, greet_authority, &out);
 }
 
 static void greet(void)
@@ -50,7 +53,7 @@ static int vote(uint64_t term)
     proposer_msg m = {.kind = PMSG_VOTE_REQUEST};
     m.u.vote.term = term;
     m.u.vote.generation = generation;
-    return acceptor_handle_message(&acc, &m, &out);
+    return acceptor_handle_message(&acc, &m, ACCEPTOR_STREAM, &out);
 }
 
 static int elected(uint64_t term, lsn_t start, const term_history *h)
@@ -61,7 +64,7 @@ static int elected(uint64_t term, lsn_t start, const term_history *h)
     m.u.elected.generation = generation;
     m.u.elected.start_streaming_at = start;
     m.u.elected.history = *h;
-    return acceptor_handle_message(&acc, &m, &out);
+    return acceptor_handle_message(&acc, &m, ACCEPTOR_STREAM, &out);
 }
 
 static int append(uint64_t term, lsn_t begin, lsn_t end, lsn_t commit)
@@ -74,7 +77,7 @@ static int append(uint64_t term, lsn_t begin, lsn_t end, lsn_t commit)
     m.u.append.commit_lsn = commit;
     m.u.append.wal = walmem + (begin - BOOT);
     m.u.append.wal_len = (uint32_t)(end - begin);
-    return acceptor_handle_message(&acc, &m, &out);
+    return acceptor_handle_message(&acc, &m, ACCEPTOR_STREAM, &out);
 }
 
 static void flush_all(void)
@@ -139,7 +142,7 @@ static void test_configuration_generation(void **state)
     assert_int_equal(vote(1), 0);
 
     membership g2 = conf(2, (uint64_t[]){1, 2, 3}, 3);
-    assert_int_equal(acceptor_switch_membership(&acc, &g2, &out), 0);
+    assert_int_equal(acceptor_switch_membership(&acc, &g2, ACCEPTOR_ADMIN, &out), 0);
     assert_int_equal(out.n, 1);
     assert_int_equal(out.effects[0].kind, ACC_PERSIST_CONTROL);
     assert_true(membership_equal(&out.control.mconf, &g2));
@@ -155,31 +158,34 @@ static void test_configuration_generation(void **state)
     assert_int_equal(vote(2), 0);
 
     /* Same generation, same content: nothing; other content, older: no. */
-    assert_int_equal(acceptor_switch_membership(&acc, &g2, &out), 0);
+    assert_int_equal(acceptor_switch_membership(&acc, &g2, ACCEPTOR_ADMIN, &out), 0);
     assert_int_equal(out.n, 0);
     membership other = conf(2, (uint64_t[]){1, 2, 4}, 3);
-    assert_int_equal(acceptor_switch_membership(&acc, &other, &out), -1);
+    assert_int_equal(acceptor_switch_membership(&acc, &other, ACCEPTOR_ADMIN, &out), -1);
     assert_non_null(strstr(out.error, "different configuration"));
     membership g1 = conf(1, (uint64_t[]){1, 2, 3}, 3);
-    assert_int_equal(acceptor_switch_membership(&acc, &g1, &out), -1);
+    assert_int_equal(acceptor_switch_membership(&acc, &g1, ACCEPTOR_ADMIN, &out), -1);
     assert_non_null(strstr(out.error, "newer"));
     membership bad = g2;
     bad.generation = 9;
     bad.members[1].node_id = 1;
-    assert_int_equal(acceptor_switch_membership(&acc, &bad, &out), -1);
+    assert_int_equal(acceptor_switch_membership(&acc, &bad, ACCEPTOR_ADMIN, &out), -1);
     assert_non_null(strstr(out.error, "twice"));
 
     /* Excluded: node 1 is not in generation 3. */
     membership g3 = conf(3, (uint64_t[]){2, 3, 4}, 3);
-    assert_int_equal(acceptor_switch_membership(&acc, &g3, &out), 0);
+    assert_int_equal(acceptor_switch_membership(&acc, &g3, ACCEPTOR_ADMIN, &out), 0);
     generation = 3;
     assert_int_equal(vote(3), -1);
     assert_non_null(strstr(out.error, "not a member"));
 
-    /* A proposer bringing generation 5 (with node 1 back): adopted, the
+    /* A proposer bringing generation 5 (with node 1 back): refused from a
+     * tenant's connection (the next test), adopted from the admin's, the
      * control file written before the reply. */
     membership g5 = conf(5, (uint64_t[]){1, 3, 4}, 3);
+    greet_authority = ACCEPTOR_ADMIN;
     assert_int_equal(greet_conf(&g5), 0);
+    greet_authority = ACCEPTOR_STREAM;
     assert_int_equal(out.n, 2);
     assert_int_equal(out.effects[0].kind, ACC_PERSIST_CONTROL);
     assert_true(membership_equal(&out.control.mconf, &g5));
@@ -188,6 +194,64 @@ static void test_configuration_generation(void **state)
     generation = 5;
     assert_int_equal(vote(4), 0);
     generation = 0;
+}
+
+/* Finding 8: a connection without the admin's authority can never install
+ * or change a configuration.  A greeting that brings a newer one (here the
+ * forged generation 0xFFFFFFFF naming another node, which would leave no
+ * configuration to move to) is refused with no effect and the state is
+ * unchanged; the same greeting from the admin is adopted.  A switch needs
+ * the admin too. */
+static void test_configuration_needs_admin(void **state)
+{
+    (void)state;
+    generation = 0;
+    setup_streaming(1);
+    lsn_t ends[8];
+    gen_records(ends, 8, 200, BOOT + 4 * 8192);
+    assert_int_equal(append(1, BOOT, ends[3], 0), 0);
+    flush_all();
+    const membership before = acceptor_state(&acc)->mconf;
+    assert_int_equal(before.generation, 0);
+
+    membership forged = conf(0xFFFFFFFFu, (uint64_t[]){99}, 1);
+    membership g1 = conf(1, (uint64_t[]){1, 2, 3}, 3);
+    const membership *tries[] = {&forged, &g1};
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(greet_conf(tries[i]), -1);
+        assert_int_equal(out.n, 0);
+        assert_non_null(strstr(out.error, "admin"));
+        assert_true(membership_equal(&acceptor_state(&acc)->mconf, &before));
+        assert_int_equal(acceptor_term(&acc), 1);
+        assert_int_equal(acceptor_switch_membership(&acc, tries[i], ACCEPTOR_STREAM, &out), -1);
+        assert_int_equal(out.n, 0);
+        assert_non_null(strstr(out.error, "admin"));
+        assert_true(membership_equal(&acceptor_state(&acc)->mconf, &before));
+        assert_int_equal(acceptor_term(&acc), 1);
+    }
+    /* The timeline still takes WAL from the tenant's proposer. */
+    assert_int_equal(append(1, ends[3], ends[5], ends[3]), 0);
+    flush_all();
+    assert_int_equal(acceptor_flush_lsn(&acc), ends[5]);
+    /* An older or equal configuration from a tenant is not a change: the
+     * reply tells ours. */
+    membership none = {0};
+    assert_int_equal(greet_conf(&none), 0);
+    assert_int_equal(out.msg.u.greeting.mconf.generation, 0);
+
+    /* The admin's greeting installs it, durably before the reply. */
+    greet_authority = ACCEPTOR_ADMIN;
+    assert_int_equal(greet_conf(&g1), 0);
+    greet_authority = ACCEPTOR_STREAM;
+    assert_int_equal(out.n, 2);
+    assert_int_equal(out.effects[0].kind, ACC_PERSIST_CONTROL);
+    assert_true(membership_equal(&out.control.mconf, &g1));
+    assert_true(membership_equal(&acceptor_state(&acc)->mconf, &g1));
+    /* Now a tenant greeting with generation 1 is fine, 2 is not. */
+    assert_int_equal(greet_conf(&g1), 0);
+    membership g2 = conf(2, (uint64_t[]){1, 2, 3}, 3);
+    assert_int_equal(greet_conf(&g2), -1);
+    assert_int_equal(acceptor_state(&acc)->mconf.generation, 1);
 }
 
 static void test_greeting_initialises_and_checks(void **state)
@@ -211,32 +275,32 @@ static void test_greeting_initialises_and_checks(void **state)
     m.u.greeting.timeline_id = timeline;
     m.u.greeting.pg_version = 160001;
     m.u.greeting.wal_seg_size = SEG;
-    assert_int_equal(acceptor_handle_message(&acc, &m, &out), -1);
+    assert_int_equal(acceptor_handle_message(&acc, &m, ACCEPTOR_STREAM, &out), -1);
     assert_non_null(strstr(out.error, "major"));
     assert_int_equal(out.n, 0);
     m.u.greeting.pg_version = 150007; /* same major: fine */
-    assert_int_equal(acceptor_handle_message(&acc, &m, &out), 0);
+    assert_int_equal(acceptor_handle_message(&acc, &m, ACCEPTOR_STREAM, &out), 0);
     m.u.greeting.wal_seg_size = 2 * SEG;
-    assert_int_equal(acceptor_handle_message(&acc, &m, &out), -1);
+    assert_int_equal(acceptor_handle_message(&acc, &m, ACCEPTOR_STREAM, &out), -1);
     m.u.greeting.wal_seg_size = SEG;
     m.u.greeting.timeline_id.b[0] = 9;
-    assert_int_equal(acceptor_handle_message(&acc, &m, &out), -1);
+    assert_int_equal(acceptor_handle_message(&acc, &m, ACCEPTOR_STREAM, &out), -1);
     m.u.greeting.timeline_id = timeline;
     /* Made by sync-safekeepers (system_id 0): the first compute's greeting
      * supplies the identifier, persisted; a different one is refused. */
     assert_true(acceptor_state(&acc)->system_id == 0);
     m.u.greeting.system_id = 7713987050987644490ull;
-    assert_int_equal(acceptor_handle_message(&acc, &m, &out), 0);
+    assert_int_equal(acceptor_handle_message(&acc, &m, ACCEPTOR_STREAM, &out), 0);
     assert_int_equal(out.effects[0].kind, ACC_PERSIST_CONTROL);
     assert_true(out.control.system_id == 7713987050987644490ull);
     assert_true(acceptor_state(&acc)->system_id == 7713987050987644490ull);
-    assert_int_equal(acceptor_handle_message(&acc, &m, &out), 0);
+    assert_int_equal(acceptor_handle_message(&acc, &m, ACCEPTOR_STREAM, &out), 0);
     assert_int_equal(out.n, 1); /* known now: nothing to persist */
     m.u.greeting.system_id = 0; /* sync-safekeepers again: fine, kept */
-    assert_int_equal(acceptor_handle_message(&acc, &m, &out), 0);
+    assert_int_equal(acceptor_handle_message(&acc, &m, ACCEPTOR_STREAM, &out), 0);
     assert_true(acceptor_state(&acc)->system_id == 7713987050987644490ull);
     m.u.greeting.system_id = 42;
-    assert_int_equal(acceptor_handle_message(&acc, &m, &out), -1);
+    assert_int_equal(acceptor_handle_message(&acc, &m, ACCEPTOR_STREAM, &out), -1);
     assert_non_null(strstr(out.error, "system_id"));
 }
 
@@ -435,7 +499,7 @@ static void test_relayed_pageserver_feedback(void **state)
     m.u.append.begin_lsn = m.u.append.end_lsn = BOOT;
     m.u.append.ps_feedback.disk_consistent_lsn = BOOT + 0x100;
     m.u.append.ps_feedback.remote_consistent_lsn = BOOT + 0x80;
-    assert_int_equal(acceptor_handle_message(&acc, &m, &out), 0);
+    assert_int_equal(acceptor_handle_message(&acc, &m, ACCEPTOR_STREAM, &out), 0);
     const pageserver_feedback *fb = &acceptor_state(&acc)->ps_feedback;
     assert_true(fb->disk_consistent_lsn == BOOT + 0x100);
     assert_true(fb->remote_consistent_lsn == BOOT + 0x80);
@@ -443,12 +507,12 @@ static void test_relayed_pageserver_feedback(void **state)
     assert_true(out.msg.u.append.ps_feedback.disk_consistent_lsn == BOOT + 0x100);
     m.u.append.ps_feedback.disk_consistent_lsn = BOOT;
     m.u.append.ps_feedback.remote_consistent_lsn = BOOT + 0x200;
-    assert_int_equal(acceptor_handle_message(&acc, &m, &out), 0);
+    assert_int_equal(acceptor_handle_message(&acc, &m, ACCEPTOR_STREAM, &out), 0);
     assert_true(fb->disk_consistent_lsn == BOOT + 0x100);
     assert_true(fb->remote_consistent_lsn == BOOT + 0x200);
     m.u.append.term = 2;
     m.u.append.ps_feedback.disk_consistent_lsn = BOOT + 0x1000;
-    assert_int_equal(acceptor_handle_message(&acc, &m, &out), 0);
+    assert_int_equal(acceptor_handle_message(&acc, &m, ACCEPTOR_STREAM, &out), 0);
     assert_true(fb->disk_consistent_lsn == BOOT + 0x100);
 }
 
@@ -526,6 +590,7 @@ static void test_recovered_wal(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_configuration_needs_admin),
         cmocka_unit_test(test_greeting_initialises_and_checks),
         cmocka_unit_test(test_vote_persists_before_reply),
         cmocka_unit_test(test_refuses_lower_terms),

@@ -21,8 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "base/byteorder.h"
+#include "base/failpoint.h"
 #include "pageserver/timeline.h"
 
 #define SPC 1663
@@ -407,6 +409,43 @@ static void test_timestamps(void **state)
     assert_string_equal(timeline_format_time(t, buf, sizeof buf), "2026-12-02 05:00:00.250000+00");
 }
 
+static double seconds_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+/* With a reaper, dropping the last reference returns at once, however slow
+ * the teardown (here 300 ms each, by failpoint); stopping the reaper waits
+ * for every teardown, the ancestor's that the branch's released included,
+ * and a deleted branch's directory is gone by then. */
+static void test_reaper_tears_down_off_the_callers_thread(void **state)
+{
+    (void)state;
+    char err[256];
+    timeline_services svc = services(0);
+    assert_int_equal(timeline_reaper_start(&svc.reaper, err, sizeof err), 0);
+    timeline *a = NULL, *b = NULL;
+    assert_int_equal(timeline_open(adir, &svc, 1, NULL, &a, err, sizeof err), 0);
+    assert_int_equal(timeline_open(bdir, &svc, 2, a, &b, err, sizeof err), 0);
+    setenv(FAILPOINT_ENV, "reaper.before_teardown=sleep:300", 1);
+    failpoint_reload();
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    timeline_mark_deleted(b, NULL);
+    timeline_unref(b);
+    timeline_unref(a); /* B still holds A: A's teardown follows B's */
+    assert_true(seconds_since(&t0) < 0.2);
+    timeline_reaper_stop(svc.reaper);
+    assert_true(seconds_since(&t0) >= 0.6);
+    struct stat sb;
+    assert_int_equal(stat(bdir, &sb), -1);
+    assert_int_equal(stat(adir, &sb), 0);
+    unsetenv(FAILPOINT_ENV);
+    failpoint_reload();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -414,6 +453,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_lsn_by_time_falls_through, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gc_is_capped_at_the_branch_point, setup, teardown),
         cmocka_unit_test_setup_teardown(test_branch_needs_its_ancestor, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reaper_tears_down_off_the_callers_thread, setup,
+                                        teardown),
         cmocka_unit_test(test_timestamps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -100,6 +100,50 @@ static void test_write_file_failure_keeps_old(void **state)
     free(data);
 }
 
+/* Finding 11: a "<path>.tmp" left behind (a crash, or planted) is replaced,
+ * never written through: a symlink there must not be followed (the file it
+ * names stays as it was), and a leftover regular file must not lend the new
+ * file its mode. */
+static void test_write_file_replaces_leftover_temp(void **state)
+{
+    (void)state;
+    char path[300], tmp[310], victim[300];
+    path_in(path, sizeof path, "conf");
+    path_in(victim, sizeof victim, "victim");
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    assert_int_equal(durable_write_file(victim, "untouched", 9, 0644), 0);
+    assert_int_equal(symlink(victim, tmp), 0);
+
+    assert_int_equal(durable_write_file(path, "secret", 6, 0600), 0);
+    void *data;
+    size_t len;
+    assert_int_equal(durable_read_file(victim, 100, &data, &len), 0);
+    assert_int_equal(len, 9);
+    assert_memory_equal(data, "untouched", 9);
+    free(data);
+    struct stat st;
+    assert_int_equal(lstat(path, &st), 0);
+    assert_true(S_ISREG(st.st_mode));
+    assert_int_equal(st.st_mode & 0777, 0600);
+    assert_int_equal(durable_read_file(path, 100, &data, &len), 0);
+    assert_memory_equal(data, "secret", 6);
+    free(data);
+    assert_int_equal(lstat(tmp, &st), -1);
+
+    /* A readable leftover: the result still has the mode asked for. */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    assert_true(fd >= 0);
+    assert_int_equal(fchmod(fd, 0644), 0);
+    assert_int_equal(write(fd, "old old old", 11), 11);
+    close(fd);
+    assert_int_equal(durable_write_file(path, "again", 5, 0600), 0);
+    assert_int_equal(lstat(path, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    assert_int_equal(durable_read_file(path, 100, &data, &len), 0);
+    assert_int_equal(len, 5);
+    free(data);
+}
+
 static void test_read_file_limits(void **state)
 {
     (void)state;
@@ -283,6 +327,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_write_file_creates_and_replaces, setup, teardown),
         cmocka_unit_test_setup_teardown(test_write_file_failure_keeps_old, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_write_file_replaces_leftover_temp, setup, teardown),
         cmocka_unit_test_setup_teardown(test_read_file_limits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rename_unlink_fsync_dir, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lock_dir_excludes, setup, teardown),
