@@ -107,9 +107,13 @@ static int local_segment(const wal_backup_tl *t, uint32_t seg_size, uint64_t seg
     return -ENOENT;
 }
 
-/* Backs up one segment: HEAD, then PUT unless a whole copy is there.
- * 0 uploaded, 1 already there, or a negative errno with err set. */
-static int back_up_segment(wal_backup_tl *t, uint32_t seg_size, uint64_t segno, remote_err *err)
+/* Backs up one segment: HEAD, then PUT unless a whole copy is there, or
+ * unless it is missing and wholly below unneeded (the first member deleted
+ * it: putting it back would only be deleted again).  0 uploaded, 1 already
+ * there or not needed, or a negative errno with err set (a store that does
+ * not answer keeps the segment waiting, and the local WAL with it). */
+static int back_up_segment(wal_backup_tl *t, uint32_t seg_size, uint64_t segno, lsn_t unneeded,
+                           remote_err *err)
 {
     wal_backup *b = t->b;
     char key[REMOTE_MAX_KEY], path[PATH_MAX + 64];
@@ -127,6 +131,8 @@ static int back_up_segment(wal_backup_tl *t, uint32_t seg_size, uint64_t segno, 
         return rc;
     if (exists && size == seg_size)
         return 1;
+    if (!exists && (segno + 1) * seg_size <= unneeded)
+        return 1;
     if (exists)
         log_warn("WAL backup of %s: %s holds %llu bytes, not %u: uploading it again", t->name, key,
                  (unsigned long long)size, seg_size);
@@ -138,7 +144,7 @@ static int back_up_segment(wal_backup_tl *t, uint32_t seg_size, uint64_t segno, 
 }
 
 /* The outcome of one attempt, into the status and the log: 0 uploaded,
- * 1 found in the store, negative failed. */
+ * 1 found in the store (or deleted as not needed), negative failed. */
 static void record(wal_backup_tl *t, int rc, lsn_t end, uint32_t seg, const remote_err *err)
 {
     wal_backup *b = t->b;
@@ -188,6 +194,7 @@ static uint32_t step(wal_backup_tl *t)
     pthread_mutex_lock(&b->mu);
     uint32_t seg = t->seg_size;
     lsn_t committed = t->committed, oldest = t->oldest_local, backup = t->st.backup_lsn;
+    lsn_t unneeded = t->unneeded;
     uint32_t rank = t->rank;
     pthread_mutex_unlock(&b->mu);
     if (seg == 0 || oldest == LSN_INVALID)
@@ -222,7 +229,7 @@ static uint32_t step(wal_backup_tl *t)
     if (now < due)
         return (uint32_t)(due - now);
     remote_err err = {{0}};
-    int rc = back_up_segment(t, seg, start / seg, &err);
+    int rc = back_up_segment(t, seg, start / seg, unneeded, &err);
     record(t, rc, start + seg, seg, &err);
     if (rc >= 0) {
         t->backoff_ms = 0;
@@ -267,8 +274,8 @@ static int delete_below(wal_backup_tl *t, const remote_listing *l, const char *p
  * Rank 0 only: deletes the timeline's wal/ objects wholly below
  * min(what no one needs, the backup LSN), each time that passes a segment
  * boundary.  It lists and deletes every old name, not only the new ones:
- * a safekeeper whose backup lags behind may have put a deleted segment
- * back, and it goes again with the next pass.
+ * a safekeeper whose view of the horizon lagged may have put a deleted
+ * segment back, and it goes again with the next pass.
  */
 static void prune(wal_backup_tl *t)
 {

@@ -30,11 +30,13 @@
  * and every safekeeper holds it) is not kept: the timeline's rank-0
  * safekeeper deletes the wal/ objects wholly below min(that horizon, its
  * backup LSN), listing wal/ each time the horizon passes a segment
- * boundary and deleting every older name (a safekeeper whose backup lags
- * may put a deleted segment back; the next pass deletes it again).  A
- * failure is logged and retried 30 s later.  So the store holds the WAL
- * from about the pageserver's remote_consistent_lsn on, not every segment
- * ever written.
+ * boundary and deleting every older name.  A safekeeper that finds a
+ * segment missing below its own view of that horizon counts it as backed
+ * up (skipped) instead of putting it back; one whose view lagged may still
+ * put it back, and the next pass deletes it again.  A store that does not
+ * answer a HEAD never counts as "missing": the segment waits, and the
+ * local WAL with it.  A deletion failure is logged and retried 30 s later.  So the store holds the
+ * WAL from about the pageserver's remote_consistent_lsn on, not every segment ever written.
  *
  * Failures: a failed HEAD or PUT is retried with backoff (1 s doubling to
  * 30 s) for as long as it fails; the first failure and the recovery are
