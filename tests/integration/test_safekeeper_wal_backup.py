@@ -327,6 +327,9 @@ def test_replaced_safekeeper_after_its_peers_removed_old_wal(cluster_dir):
         cluster.env["SAFEKEEPER_WAL_BACKUP_DELAY_MS"] = str(DELAY_MS)
         cluster.up("--remote", "file://" + root)
         cluster.sql("CREATE TABLE t (id int, pad text)")
+        # sk3 dies first: the store keeps the WAL from its flush on (it may
+        # need it, design.md §5.5) while sk1 and sk2 remove theirs.
+        os.kill(cluster.safekeeper("sk3")["pid"], 9)
         for _ in range(5):
             cluster.sql("INSERT INTO t SELECT g, repeat('c', 1000) FROM generate_series(1, 10000) g")
 
@@ -337,7 +340,6 @@ def test_replaced_safekeeper_after_its_peers_removed_old_wal(cluster_dir):
 
         wait_until(peers_removed, 180, "sk1 and sk2 to remove their oldest WAL")
         first = store_segments(root, cluster)[0]
-        os.kill(cluster.safekeeper("sk3")["pid"], 9)
         shutil.rmtree(cluster.safekeeper_datadir("sk3"))
         proc = cluster.run("safekeeper", "replace", "sk3", timeout=300)
         assert "caught up" in proc.stdout, proc.stdout
