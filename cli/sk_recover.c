@@ -53,6 +53,18 @@ static void timeline_prefix(const cluster *c, const char *dir, char *buf, size_t
              strata_id_format(&c->timeline_id, l), dir);
 }
 
+/* Lists the timeline's objects under dir ("wal", "manifest") into *l;
+ * prefix gets the listed prefix.  0, or -1 with err. */
+static int list_timeline(remote_storage *rs, const cluster *c, const char *dir, char *prefix,
+                         size_t cap, remote_listing *l, cli_err *err)
+{
+    timeline_prefix(c, dir, prefix, cap);
+    remote_err rerr = {{0}};
+    if (remote_list(rs, prefix, l, &rerr) != 0)
+        return cli_err_set(err, "list the timeline's %s objects: %s", dir, rerr.msg);
+    return 0;
+}
+
 static void wal_key(const cluster *c, const char *dir, uint32_t seg_size, uint64_t segno, char *buf,
                     size_t cap)
 {
@@ -86,11 +98,9 @@ static int backup_run_end(remote_storage *rs, const cluster *c, uint32_t seg_siz
                           uint64_t *end, cli_err *err)
 {
     char prefix[256];
-    timeline_prefix(c, "wal", prefix, sizeof prefix);
     remote_listing l;
-    remote_err rerr = {{0}};
-    if (remote_list(rs, prefix, &l, &rerr) != 0)
-        return cli_err_set(err, "list the WAL backup: %s", rerr.msg);
+    if (list_timeline(rs, c, "wal", prefix, sizeof prefix, &l, err) != 0)
+        return -1;
     /* Keys are sorted, and segment names sort as their numbers. */
     *end = first;
     for (size_t i = 0; i < l.n; i++) {
@@ -331,11 +341,9 @@ int sk_recover_newest_manifest(remote_storage *rs, const cluster *c, bool *found
 {
     *found = false;
     char prefix[256], key[512];
-    timeline_prefix(c, "manifest", prefix, sizeof prefix);
     remote_listing l;
-    remote_err rerr = {{0}};
-    if (remote_list(rs, prefix, &l, &rerr) != 0)
-        return cli_err_set(err, "list the timeline's manifests: %s", rerr.msg);
+    if (list_timeline(rs, c, "manifest", prefix, sizeof prefix, &l, err) != 0)
+        return -1;
     for (size_t i = 0; i < l.n; i++) {
         uint64_t s;
         if (parse_manifest_key(prefix, l.entries[i].key, &s) && (!*found || s > *seq)) {
@@ -349,6 +357,7 @@ int sk_recover_newest_manifest(remote_storage *rs, const cluster *c, bool *found
         return 0;
     void *body = NULL;
     size_t len = 0;
+    remote_err rerr = {{0}};
     if (remote_get_buf(rs, key, MANIFEST_MAX_BYTES, &body, &len, &rerr) != 0)
         return cli_err_set(err, "read %s: %s", key, rerr.msg);
     int rc = manifest_consistent_lsn(body, len, consistent);
@@ -430,11 +439,9 @@ int sk_recover_quarantine(remote_storage *rs, const cluster *c, uint32_t seg_siz
 {
     *moved = 0;
     char prefix[256];
-    timeline_prefix(c, "wal", prefix, sizeof prefix);
     remote_listing l;
-    remote_err rerr = {{0}};
-    if (remote_list(rs, prefix, &l, &rerr) != 0)
-        return cli_err_set(err, "list the WAL backup: %s", rerr.msg);
+    if (list_timeline(rs, c, "wal", prefix, sizeof prefix, &l, err) != 0)
+        return -1;
     int rc = 0;
     for (size_t i = 0; i < l.n && rc == 0; i++) {
         uint64_t segno;
