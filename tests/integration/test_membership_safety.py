@@ -144,10 +144,16 @@ def test_replace_resumes_a_joint_switch_without_majority(cluster):
     """sk3 stops answering between the seeding and the joint switch of sk2's
     replacement: only sk1 takes the joint generation and the command fails.
     On 4470d5a a re-run then refused for good ("finish or undo it"); now it
-    takes the joint configuration up."""
+    takes the joint configuration up.  The compute is stopped meanwhile: a
+    stopped sk3 keeps the vote requests of the walproposer's attempts in its
+    socket and grants them when it runs again, and the walproposer then
+    stops its server on the refusal of its next, equal term (a compute
+    restart, not a loss; not what this test is about)."""
     conn, ledger = start_ledger_compute(cluster)
     lose(cluster, "sk2")
     insert_rows(conn, ledger, 5)
+    conn.close()
+    cluster.stop("compute")
     sk3 = cluster.safekeeper("sk3")["pid"]
     env = dict(cluster.env, STRATA_FAILPOINTS="replace.after_seed=sleep:3000")
     proc = subprocess.Popen([cluster.strata, "safekeeper", "replace", "sk2", "--dir", cluster.dir],
@@ -168,6 +174,8 @@ def test_replace_resumes_a_joint_switch_without_majority(cluster):
     assert "no majority" in err, err
     assert timeline_status(cluster, "sk1")["new_members"] != ""
     assert rerun(cluster, "sk2", "resuming", [1, 3, 4]) == 3
+    cluster.start("compute")
+    conn = cluster.connect()
     insert_rows(conn, ledger, 5)
     conn.close()
     rows_present(cluster, ledger)
