@@ -242,6 +242,15 @@ def run_loss(c, pageserver):
         backup = loss.lose_two()
     finally:
         loss.resume_all()
+    # sk1, running again, first reads what its socket still held from the
+    # dead compute; the tests compare its state before and after recover.
+    settled = []
+
+    def sk1_settled():
+        settled.append(lsn_of(c, "sk1", "flush_lsn"))
+        return len(settled) >= 3 and settled[-1] == settled[-3]
+
+    wait_until(sk1_settled, 60, "sk1's flush to settle", interval=0.5)
     return loss, flush, backup
 
 
