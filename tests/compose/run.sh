@@ -421,6 +421,8 @@ until [ "$(sk_conf sk1 2>/dev/null)" = "3 1,4,3" ]; do
 done
 progress "sk2 replaced by node 4 in $((SECONDS - t_replace)) s: $(dc logs --no-color sk2 | grep -E 'seeded|caught up|generation 3' | sed 's/^[^|]*| //' | tr '\n' ';')"
 wait "$bench3" || { cat "$CTR_WORK/bench3.log" >&2; fail "pgbench during the replacement failed"; }
+# What the walproposer and the safekeepers said meanwhile, for a reader of a slow run.
+for s in compute sk1 sk2 sk3; do dc logs --no-color --tail 200 "$s"; done >"$CTR_WORK/replace.log" 2>&1 || true
 tx3=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$CTR_WORK/bench3.log")
 [ -n "$tx3" ] && [ "$tx3" -gt 0 ] || fail "pgbench during the replacement committed nothing"
 h1=$(psql_host 'select count(*) from pgbench_history')
