@@ -40,8 +40,9 @@
 #      started (printed, with the time `up -d` itself took), and is stateless again;
 #   9. the pageserver wrote page images (pageserver_image_written_total rose);
 #  10. REMOTE-UPLOADS: after the pgbench runs the object store holds the timeline's
-#      pageserver manifests and data files (tenants/T/timelines/TL/manifest/, data/) and
-#      the safekeepers' WAL segments (.../wal/);
+#      pageserver manifests and data files (tenants/T/timelines/TL/manifest/, data/), and
+#      the safekeepers uploaded WAL segments (.../wal/; the first member deletes those no
+#      one needs, so their counters say it, not the listing);
 # then tears everything down (down -v) whatever happened.  Every wait is bounded.
 # Prints progress lines and the durations of the image build and of the test.
 #
@@ -468,20 +469,44 @@ progress "pageserver wrote $((images1 - images0)) page images during the test"
 # --- 10. REMOTE-UPLOADS: the daemons' copies in the object store ------------------------
 tl_prefix="tenants/$tenant_id/timelines/$timeline_id/"
 count_under() { printf '%s\n' "$listing" | awk -F'\t' -v p="$tl_prefix$1/" 'index($2, p) == 1' | wc -l; }
+# Segments each safekeeper put into the store, and deleted once no one needed them
+# (design §5.5: the first member deletes what lies below every reader): the store may
+# hold none at a given moment, so the counters say whether the backup ran.
+sk_backup() {
+  timeout 20 "${DC[@]}" exec -T "$1" curl -fsS --max-time 5 http://127.0.0.1:7676/v1/status |
+    python3 -c '
+import json, sys
+tl = [t for t in json.load(sys.stdin)["timelines"] if t["timeline_id"] == sys.argv[1]][0]
+b = tl.get("wal_backup") or {}
+print(b.get("segments_uploaded", 0), b.get("segments_deleted", 0))' "$timeline_id"
+}
 deadline=$((SECONDS + 180))
+listing="" ls_err=""
 while :; do
-  listing=$(in_stack_remote "$STRATA_S3_SECRET_KEY" ls "$s3_url" "$tl_prefix") ||
-    fail "REMOTE-UPLOADS: strata remote ls $s3_url $tl_prefix failed"
-  n_manifest=$(count_under manifest) n_data=$(count_under data) n_wal=$(count_under wal)
-  [ "$n_manifest" -gt 0 ] && [ "$n_data" -gt 0 ] && [ "$n_wal" -gt 0 ] && break
+  # A listing the object store fails (it is busy) is tried again until the deadline.
+  if listing=$(in_stack_remote "$STRATA_S3_SECRET_KEY" ls "$s3_url" "$tl_prefix" 2>&1); then
+    ls_err=""
+    n_manifest=$(count_under manifest) n_data=$(count_under data) n_wal=$(count_under wal)
+    [ "$n_manifest" -gt 0 ] && [ "$n_data" -gt 0 ] && break
+  else
+    ls_err=$listing listing=""
+  fi
   [ "$SECONDS" -lt "$deadline" ] || break
   sleep 3
 done
+[ -z "$ls_err" ] || fail "REMOTE-UPLOADS: strata remote ls $s3_url $tl_prefix failed until the deadline: $ls_err"
+uploaded=0 deleted=0
+for sk in sk1 sk2 sk3; do
+  read -r u d < <(sk_backup "$sk" || echo "0 0")
+  uploaded=$((uploaded + u)) deleted=$((deleted + d))
+done
 remote_bytes=$(printf '%s\n' "$listing" | awk -F'\t' '{ s += $1 } END { printf "%d", s }')
-progress "REMOTE-UPLOADS: $s3_url/$tl_prefix holds $n_manifest manifests, $n_data data files, $n_wal WAL segments ($remote_bytes bytes)"
+progress "REMOTE-UPLOADS: $s3_url/$tl_prefix holds $n_manifest manifests, $n_data data files, $n_wal WAL segments ($remote_bytes bytes); the safekeepers uploaded $uploaded segments and deleted $deleted no one needed"
 [ "$n_manifest" -gt 0 ] && [ "$n_data" -gt 0 ] ||
   fail "REMOTE-UPLOADS-PAGESERVER: no manifest or data file of the timeline in $s3_url after 180 s"
-[ "$n_wal" -gt 0 ] || fail "REMOTE-UPLOADS-SAFEKEEPER: no WAL segment of the timeline in $s3_url after 180 s"
+[ "$uploaded" -gt 0 ] || fail "REMOTE-UPLOADS-SAFEKEEPER: the safekeepers uploaded no WAL segment to $s3_url"
+[ "$n_wal" -gt 0 ] || [ "$deleted" -gt 0 ] ||
+  fail "REMOTE-UPLOADS-SAFEKEEPER: $uploaded segments uploaded, none deleted, yet none in the store"
 progress "REMOTE-UPLOADS: ok"
 
 test_s=$((SECONDS - t0))
