@@ -344,8 +344,16 @@ def test_walreceiver_feedback_switch_and_failover(cluster_dir):
         os.kill(pid, signal.SIGCONT)
 
     # Kill the one we stream from: the receiver goes on from another and
-    # ingests what is committed afterwards.
-    info = ps.info()
+    # ingests what is committed afterwards.  After the SIGCONT the receiver
+    # may still move to another source; killing one it just left counts no
+    # error, so the victim is the source it kept for a second.
+    def stable_source():
+        first = streaming_from(cluster, ps.info())
+        time.sleep(1.0)
+        now = ps.info()
+        return now if first is not None and streaming_from(cluster, now) == first else None
+
+    info = wait_until(stable_source, 30, "a stream source kept for a second")
     victim = streaming_from(cluster, info)
     assert victim is not None
     errors = info["walreceiver"]["errors"]
