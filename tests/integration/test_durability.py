@@ -93,6 +93,19 @@ def pgbench_finish(proc, timeout):
     return int(processed.group(1))
 
 
+def check_pgbench_and_ledger(cluster):
+    """amcheck over the pgbench and ledger indexes, and pgbench's balances
+    equal to its history: the oracles after a loss and a rebuild."""
+    with cluster.connect() as conn:
+        conn.execute("create extension if not exists amcheck")
+        for index in ("pgbench_accounts_pkey", "pgbench_branches_pkey", "pgbench_tellers_pkey",
+                      "ledger_pkey"):
+            conn.execute("select bt_index_check(%s, true)", (index,))
+        total = conn.execute("select sum(abalance) - (select sum(delta) from pgbench_history) "
+                             "from pgbench_accounts").fetchone()[0]
+        assert total == 0, "pgbench balances and history disagree by %s" % total
+
+
 def history_count(cluster):
     return cluster.sql("select count(*) from pgbench_history")[0][0]
 

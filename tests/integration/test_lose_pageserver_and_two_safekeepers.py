@@ -26,7 +26,7 @@ import shutil
 import time
 
 from conftest import int_to_lsn, lsn_to_int, wait_until
-from test_durability import Ledger, create_ledger, pgbench, pgbench_init, pgbench_start
+from test_durability import Ledger, check_pgbench_and_ledger, create_ledger, pgbench, pgbench_init, pgbench_start
 from test_pageserver_restore import restored
 from test_pageserver_upload import ps_timeline
 
@@ -115,14 +115,7 @@ def test_lose_pageserver_and_two_safekeepers(cluster_dir):
     assert not missing, "%d of %d acknowledged rows lost, e.g. %s" % (len(missing), len(acked),
                                                                      missing[:5])
     later = sum(1 for row, _xid in ledger.acked[len(acked):] if row in present)
-    with c.connect() as conn:
-        conn.execute("create extension if not exists amcheck")
-        for index in ("pgbench_accounts_pkey", "pgbench_branches_pkey", "pgbench_tellers_pkey",
-                      "ledger_pkey"):
-            conn.execute("select bt_index_check(%s, true)", (index,))
-        total = conn.execute("select sum(abalance) - (select sum(delta) from pgbench_history) "
-                             "from pgbench_accounts").fetchone()[0]
-        assert total == 0, "pgbench balances and history disagree by %s" % total
+    check_pgbench_and_ledger(c)
     proc = pgbench(c, "-c", "2", "-T", "3", timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "number of transactions actually processed: 0" not in proc.stdout, proc.stdout

@@ -27,7 +27,7 @@ import time
 import pytest
 
 from conftest import int_to_lsn, lsn_to_int, make_shared_dir, wait_until
-from test_durability import Ledger, create_ledger, pgbench, pgbench_init, pgbench_start
+from test_durability import Ledger, check_pgbench_and_ledger, create_ledger, pgbench, pgbench_init, pgbench_start
 from test_pageserver_upload import ps_metric, ps_timeline
 from test_remote_storage import radosgw  # noqa: F401  (fixture)
 
@@ -132,14 +132,7 @@ def lost_volume_restored(c, url):
     missing = [row for row, _xid in acked if row not in present]
     assert not missing, "%d of %d acknowledged rows lost, e.g. %s" % (len(missing), len(acked),
                                                                      missing[:5])
-    with c.connect() as conn:
-        conn.execute("create extension if not exists amcheck")
-        for index in ("pgbench_accounts_pkey", "pgbench_branches_pkey", "pgbench_tellers_pkey",
-                      "ledger_pkey"):
-            conn.execute("select bt_index_check(%s, true)", (index,))
-        total = conn.execute("select sum(abalance) - (select sum(delta) from pgbench_history) "
-                             "from pgbench_accounts").fetchone()[0]
-        assert total == 0, "pgbench balances and history disagree by %s" % total
+    check_pgbench_and_ledger(c)
     proc = pgbench(c, "-c", "2", "-T", "3", timeout=120)
     assert proc.returncode == 0, proc.stderr
     # The uploader goes on after the restore with a new manifest seq.
