@@ -95,7 +95,11 @@ def test_kill_and_restart_keeps_every_acknowledged_commit(mode_cluster):
     assert re.search(r"ready in [0-9.]+ s from start to first query", out), out
 
     assert not os.path.exists(marker), "the old data directory was reused"
-    with open(os.path.join(datadir, "strata.signal.done")) as f:
+    # The first query can be answered before the walproposer wins its
+    # election; the signal file is renamed once it has.
+    done = os.path.join(datadir, "strata.signal.done")
+    wait_until(lambda: os.path.exists(done), 60, "the election after the restart")
+    with open(done) as f:
         x = f.read().strip()
     assert lsn_to_int(x) > 0
     ids = {r[0] for r in cluster.sql("select id from ledger")}
