@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/durable.h"
 #include "cli/cli.h"
 #include "cli/cluster.h"
 #include "cli/cluster_remote.h"
@@ -50,22 +51,9 @@
 /* mkdir -p dir, mode 0755 so an unprivileged postgres can traverse it. */
 static int make_dirs(const char *dir, cli_err *err)
 {
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s", dir);
-    for (char *p = path + 1;; p++) {
-        if (*p == '/' || *p == '\0') {
-            char saved = *p;
-            *p = '\0';
-            if (mkdir(path, 0755) != 0 && errno != EEXIST)
-                return cli_err_set(err, "mkdir %s: %s", path, strerror(errno));
-            *p = saved;
-            if (saved == '\0')
-                break;
-        }
-    }
-    struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        return cli_err_set(err, "%s is not a directory", dir);
+    int rc = durable_mkdir_p(dir, 0755);
+    if (rc != 0)
+        return cli_err_set(err, "creating %s: %s", dir, strerror(-rc));
     return 0;
 }
 

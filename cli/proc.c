@@ -427,20 +427,11 @@ bool proc_signal_and_wait(pid_t pid, int sig, int timeout_ms)
     return proc_wait_gone(pid, timeout_ms);
 }
 
-static int remove_one(const char *path, const struct stat *sb, int type, struct FTW *ftw)
-{
-    (void)sb;
-    (void)type;
-    (void)ftw;
-    return remove(path) == 0 ? 0 : -1;
-}
-
 int proc_remove_tree(const char *path, cli_err *err)
 {
-    if (access(path, F_OK) != 0)
-        return 0;
-    if (nftw(path, remove_one, 32, FTW_DEPTH | FTW_PHYS) != 0)
-        return cli_err_set(err, "removing %s: %s", path, strerror(errno));
+    int rc = durable_remove_tree(path);
+    if (rc != 0)
+        return cli_err_set(err, "removing %s: %s", path, strerror(-rc));
     return 0;
 }
 

@@ -15,7 +15,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <grp.h>
 #include <limits.h>
 #include <pthread.h>
@@ -223,34 +222,13 @@ static bool path_fmt(char *out, size_t len, const char *fmt, ...)
     return n >= 0 && (size_t)n < len;
 }
 
-static int mkdir_p(const char *path, mode_t mode)
-{
-    char buf[PATH_MAX];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p != '\0'; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, mode) != 0 && errno != EEXIST)
-            return -1;
-        *p = '/';
-    }
-    return mkdir(buf, mode) != 0 && errno != EEXIST ? -1 : 0;
-}
-
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    if (remove(path) != 0 && errno != ENOENT)
-        log_warn("cannot remove %s: %s", path, strerror(errno));
-    return 0;
-}
-
+/* Removes one of our directories; a failure is only logged (a leftover is
+ * removed again at the next start). */
 static void remove_tree(const char *path)
 {
-    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    int rc = durable_remove_tree(path);
+    if (rc != 0)
+        log_warn("cannot remove %s: %s", path, strerror(-rc));
 }
 
 static bool timeline_path(const tenants *t, const strata_id *tenant, const strata_id *tl,
@@ -698,8 +676,9 @@ static int restore_publish(tenants *t, const restore_timeline_id *id, restore_pr
                            size_t errlen)
 {
     remove_tree(building);
-    if (mkdir_p(building, 0755) != 0)
-        return fail(NULL, 0, err, errlen, "cannot create %s: %s", building, strerror(errno));
+    int mrc = durable_mkdir_p(building, 0755);
+    if (mrc != 0)
+        return fail(NULL, 0, err, errlen, "cannot create %s: %s", building, strerror(-mrc));
     if (restore_timeline(t->svc.remote, &id->tenant, &id->timeline, building, &t->svc.store, p, lsn,
                          err, errlen) != 0)
         return -1;
@@ -1135,8 +1114,8 @@ int tenants_open(const tenants_options *o, tenants **out, char *err, size_t errl
     int rc = 0;
     if (!path_fmt(root, sizeof root, "%s/tenants", t->datadir))
         rc = fail(NULL, 500, err, errlen, "data directory path too long: %s", t->datadir);
-    else if (mkdir_p(root, 0755) != 0)
-        rc = fail(NULL, 500, err, errlen, "cannot create %s: %s", root, strerror(errno));
+    else if ((rc = durable_mkdir_p(root, 0755)) != 0)
+        rc = fail(NULL, 500, err, errlen, "cannot create %s: %s", root, strerror(-rc));
     /* The last reference of a timeline is often dropped on an event loop:
      * its teardown runs on the reaper's thread instead (timeline.h). */
     if (rc == 0)
@@ -1498,8 +1477,9 @@ int tenants_create_timeline(tenants *t, const strata_id *tenant, const strata_id
         fail(NULL, 0, err, errlen, "tenant %s timeline %s is still being deleted; try again", a, b);
         goto out;
     }
-    if (mkdir_p(building, 0755) != 0) {
-        fail(NULL, 0, err, errlen, "cannot create %s: %s", building, strerror(errno));
+    int mrc = durable_mkdir_p(building, 0755);
+    if (mrc != 0) {
+        fail(NULL, 0, err, errlen, "cannot create %s: %s", building, strerror(-mrc));
         goto out;
     }
     if (req->has_ancestor) {

@@ -17,7 +17,6 @@
 #include "pageserver/timeline_priv.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -740,16 +739,6 @@ void timeline_ref(timeline *tl)
     STRATA_ASSERT(before > 0);
 }
 
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    if (remove(path) != 0)
-        log_warn("cannot remove %s: %s", path, strerror(errno));
-    return 0;
-}
-
 void timeline_unref(timeline *tl)
 {
     int before = atomic_fetch_sub(&tl->refs, 1);
@@ -793,13 +782,12 @@ void timeline_destroy(timeline *tl)
     ingest_destroy(tl->ing);
     store_close(tl->st);
     if (deleted) {
-        nftw(tl->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
         /* Only logged, nothing to retry: what a crash may bring back is
          * normally the ".deleting" directory, which the next start removes
          * (tenants.c). */
-        int rc = durable_fsync_parent(tl->dir);
+        int rc = durable_remove_tree(tl->dir);
         if (rc != 0)
-            log_warn("fsync of the directory of %s: %s", tl->dir, strerror(-rc));
+            log_warn("removing %s: %s", tl->dir, strerror(-rc));
         log_info("removed deleted timeline directory %s", tl->dir);
     }
     if (tl->ancestor != NULL) {

@@ -1,15 +1,18 @@
 /*
- * durable.c: atomic file replacement, directory fsync, data-directory lock.
+ * durable.c: atomic file replacement, directory fsync, data-directory lock,
+ * mkdir -p and rm -rf.
  *
  * See durable.h for the contract.  Everything is synchronous; this file
- * never touches the event loop and keeps no state.
+ * never touches the event loop and keeps no state between calls.
  */
 #include "base/durable.h"
 
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -244,4 +247,62 @@ void durable_unlock_dir(int fd)
 {
     if (fd >= 0)
         close(fd);
+}
+
+int durable_mkdir_p(const char *path, mode_t mode)
+{
+    char buf[PATH_MAX];
+    size_t len = strlen(path);
+    if (len == 0 || len >= sizeof buf)
+        return -ENAMETOOLONG;
+    memcpy(buf, path, len + 1);
+    while (len > 1 && buf[len - 1] == '/')
+        buf[--len] = '\0';
+    /* Each prefix ending before a '/', then the whole path. */
+    for (char *p = buf + 1;; p++) {
+        bool last = *p == '\0';
+        if (!last && *p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, mode) == 0) {
+            int rc = durable_fsync_parent(buf);
+            if (rc != 0)
+                return rc;
+        } else if (errno != EEXIST) {
+            return -errno;
+        }
+        if (last) {
+            struct stat st;
+            if (stat(buf, &st) != 0)
+                return -errno;
+            return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+        }
+        *p = '/';
+    }
+}
+
+/* nftw passes no user pointer: the first error of the walk in this thread. */
+static __thread int remove_tree_errno;
+
+static int remove_tree_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw)
+{
+    (void)sb;
+    (void)type;
+    (void)ftw;
+    if (remove(path) != 0 && errno != ENOENT && remove_tree_errno == 0)
+        remove_tree_errno = errno;
+    return 0;
+}
+
+int durable_remove_tree(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT ? 0 : -errno;
+    remove_tree_errno = 0;
+    if (nftw(path, remove_tree_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && remove_tree_errno == 0)
+        remove_tree_errno = errno;
+    if (remove_tree_errno != 0)
+        return -remove_tree_errno;
+    return durable_fsync_parent(path);
 }

@@ -8,7 +8,7 @@
  * a durable rename, the data-directory lock that keeps two daemons from
  * sharing one directory, and the write-all / read-all / fsync loops every
  * synchronous file write in Strata goes through (WAL segment creation and
- * truncation included).
+ * truncation included), and mkdir -p / rm -rf of Strata's own directories.
  *
  * Not for streaming data (WAL segments go through common/net/uring.h) and not a
  * cache: every call does its syscalls synchronously and blocks the caller.
@@ -84,5 +84,21 @@ STRATA_MUST_CHECK int durable_lock_dir(const char *dir, const char *name);
 
 /* Releases a lock taken by durable_lock_dir (closes fd; the file stays). */
 void durable_unlock_dir(int fd);
+
+/*
+ * mkdir -p: creates path and every missing directory above it with mode, and
+ * fsyncs the parent of each directory it created, so the new entries survive
+ * a crash.  Directories that exist already are success; a path that exists
+ * as something else is -ENOTDIR.
+ */
+STRATA_MUST_CHECK int durable_mkdir_p(const char *path, mode_t mode);
+
+/*
+ * rm -rf path: removes the tree depth first without following symlinks,
+ * then fsyncs path's parent.  A missing path is success; a failure to remove
+ * an entry is reported (the first errno) after the walk has removed what it
+ * could.  Only for Strata's own directories.
+ */
+STRATA_MUST_CHECK int durable_remove_tree(const char *path);
 
 #endif

@@ -70,6 +70,7 @@
 #include <unistd.h>
 
 #include "base/byteorder.h"
+#include "base/durable.h"
 #include "base/log.h"
 #include "base/strata_assert.h"
 #include "pageserver/redo/redo_plan.h"
@@ -277,24 +278,6 @@ static int chown_if_root(const redo_pool *p, const char *path, char *err, size_t
     return 0;
 }
 
-/* rm -rf path (our own directories only). */
-static int remove_tree(const char *path)
-{
-    char *argv[] = {"/bin/rm", "-rf", (char *)path, NULL};
-    pid_t pid = fork();
-    if (pid < 0)
-        return -1;
-    if (pid == 0) {
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    int status;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR)
-            return -1;
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
-}
-
 static int copy_tree(const char *from, const char *to)
 {
     char *argv[] = {"/bin/cp", "-a", (char *)from, (char *)to, NULL};
@@ -372,7 +355,11 @@ static int ensure_template(redo_pool *p, char *err, size_t errlen)
     char tmp[PATH_MAX + 8], log[PATH_MAX + 32], prog[PATH_MAX + 16], libpath[PATH_MAX + 128];
     snprintf(tmp, sizeof tmp, "%s.tmp", p->template_dir);
     snprintf(log, sizeof log, "%s/template.log", p->dir);
-    remove_tree(tmp);
+    int rc = durable_remove_tree(tmp);
+    if (rc != 0) {
+        set_err(err, errlen, "removing %s: %s", tmp, strerror(-rc));
+        return -1;
+    }
     if (mkdir(tmp, 0700) != 0) {
         set_err(err, errlen, "mkdir %s: %s", tmp, strerror(errno));
         return -1;
@@ -402,7 +389,11 @@ static int ensure_template(redo_pool *p, char *err, size_t errlen)
         return -1;
     }
     close(fd);
-    remove_tree(p->template_dir);
+    rc = durable_remove_tree(p->template_dir);
+    if (rc != 0) {
+        set_err(err, errlen, "removing %s: %s", p->template_dir, strerror(-rc));
+        return -1;
+    }
     if (rename(tmp, p->template_dir) != 0) {
         set_err(err, errlen, "rename %s: %s", tmp, strerror(errno));
         return -1;
@@ -534,7 +525,7 @@ static int helper_start(redo_pool *p, helper *h, char *err, size_t errlen)
     snprintf(logpath, sizeof logpath, "%s/helper-%d.log", p->dir, h->idx);
     snprintf(prog, sizeof prog, "%s/postgres", p->pg_bindir);
     snprintf(libpath, sizeof libpath, "dynamic_library_path=%s", p->lib_dir);
-    if (remove_tree(dir) != 0 || copy_tree(p->template_dir, dir) != 0) {
+    if (durable_remove_tree(dir) != 0 || copy_tree(p->template_dir, dir) != 0) {
         set_err(err, errlen, "cannot copy %s to %s", p->template_dir, dir);
         return -1;
     }

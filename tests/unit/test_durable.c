@@ -1,7 +1,7 @@
 /*
  * Unit tests for common/base/durable.c (atomic replace, directory fsync, the
- * data-directory lock) and common/net/uring.c (io_uring writes and fdatasync on
- * a libuv loop).  Real files in a fresh temporary directory.
+ * data-directory lock, mkdir -p and rm -rf) and common/net/uring.c (io_uring writes and fdatasync
+ * on a libuv loop).  Real files in a fresh temporary directory.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -32,9 +32,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    return system(cmd);
+    return durable_remove_tree(tmpdir);
 }
 
 static void path_in(char *buf, size_t cap, const char *name)
@@ -322,6 +320,42 @@ static void test_uring_write_and_sync(void **state)
     close(fd);
 }
 
+static void test_mkdir_p_and_remove_tree(void **state)
+{
+    (void)state;
+    char deep[512], file[600], link[512], outside[512];
+    path_in(deep, sizeof deep, "a/b/c//");
+    assert_int_equal(durable_mkdir_p(deep, 0750), 0);
+    assert_int_equal(durable_mkdir_p(deep, 0750), 0); /* exists: success */
+    struct stat st;
+    path_in(deep, sizeof deep, "a/b/c");
+    assert_int_equal(stat(deep, &st), 0);
+    assert_true(S_ISDIR(st.st_mode));
+    mode_t mask = umask(0);
+    umask(mask);
+    assert_int_equal(st.st_mode & 0777, 0750 & ~mask);
+    snprintf(file, sizeof file, "%s/f", deep);
+    assert_int_equal(durable_write_file(file, "x", 1, 0600), 0);
+    assert_int_equal(durable_mkdir_p(file, 0750), -ENOTDIR);
+    snprintf(file, sizeof file, "%s/f/g", deep);
+    assert_int_equal(durable_mkdir_p(file, 0750), -ENOTDIR);
+
+    /* A symlink inside the tree is removed, not followed. */
+    path_in(outside, sizeof outside, "outside");
+    assert_int_equal(durable_mkdir_p(outside, 0700), 0);
+    snprintf(file, sizeof file, "%s/keep", outside);
+    assert_int_equal(durable_write_file(file, "k", 1, 0600), 0);
+    path_in(link, sizeof link, "a/b/link");
+    assert_int_equal(symlink(outside, link), 0);
+
+    path_in(deep, sizeof deep, "a");
+    assert_int_equal(durable_remove_tree(deep), 0);
+    assert_int_equal(lstat(deep, &st), -1);
+    assert_int_equal(errno, ENOENT);
+    assert_int_equal(stat(file, &st), 0);
+    assert_int_equal(durable_remove_tree(deep), 0); /* missing: success */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -333,6 +367,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_lock_dir_excludes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lock_dir_outlasts_forked_child, setup, teardown),
         cmocka_unit_test_setup_teardown(test_uring_write_and_sync, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mkdir_p_and_remove_tree, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
