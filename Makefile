@@ -1,7 +1,8 @@
 # Thin wrapper around CMake and the test runners (docs/design.md §2.5).
 #   make demo   deps + build + `strata demo`
 #   make test   deps + build + every test
-#   make check  fast loop: build the sanitized tree, unit tests + simulator
+#   make check  fast loop: build the sanitized tree, unit tests + simulator + tree rules
+#   make check-tree  only the tree rules (tests/tools/check_tree.py), no build
 BUILD     ?= build
 SAN_BUILD ?= build-san
 JOBS      ?= $(shell nproc)
@@ -11,7 +12,7 @@ FUZZ_SECONDS ?= 15
 TEST_FUZZ_SECONDS ?= 5
 SIM_SEEDS ?= 2000
 
-.PHONY: all deps postgres build build-san test check format format-check unit sim fuzz integration demo clean
+.PHONY: all deps postgres build build-san test check check-tree format format-check unit sim fuzz integration demo clean
 
 all: build
 
@@ -60,8 +61,15 @@ format-check:
 	@$(FORMAT_FILES) | xargs $(CLANG_FORMAT) --dry-run --Werror 2>&1 | grep -o '^[^:]*\.[ch]' | sort -u > .format-diff || true
 	@if [ -s .format-diff ]; then echo "format-check: not in .clang-format style (run make format):"; cat .format-diff; rm -f .format-diff; exit 1; fi; rm -f .format-diff; echo "format-check: $$($(FORMAT_FILES) | wc -l) files in style"
 
+# The tree's rules (no .c file over 1,300 lines, no function over 100 lines, a
+# README.md table naming each file of a product folder: docs/source-tree.md)
+# run in check and test as the ctest test tree.check_tree (label fast);
+# check-tree runs them alone, without a build.
 check: format-check build-san
 	cd $(SAN_BUILD) && STRATA_SIM_SEEDS=200 ctest -j $(JOBS) --output-on-failure -L fast
+
+check-tree:
+	@/usr/bin/python3 tests/tools/check_tree.py --root $(CURDIR)
 
 # The real HammerDB run needs the kit a user names with HAMMERDB_KIT (a tool,
 # never part of the project): without it make test runs the HammerDB driver's
