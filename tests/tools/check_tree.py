@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""check_tree.py: the checks that keep the source tree in order (issue #28).
+"""check_tree.py: the checks that keep the source tree in order.
 
 For: three rules over the tracked product sources, the .c and .h files that
 `git ls-files` lists under common/ proto/ safekeeper/ pageserver/ compute/ cli/
@@ -8,7 +8,8 @@ For: three rules over the tracked product sources, the .c and .h files that
   (b) no function over 100 lines, counted from the first line of its signature
       to its closing brace;
   (c) every directory that directly holds such files has a README.md whose
-      table rows (lines starting with `|`) name each of them in backticks.
+      table rows (lines starting with `|`) name each of them in backticks, and
+      whose rows' first cells name no x.c / x.h the folder does not hold.
 Each violation is printed as file:line: message; the exit status is 1 if there
 is any, 0 if none (2 for a usage error).
 Not for: formatting (make format-check) or layering (docs/source-tree.md).
@@ -40,6 +41,7 @@ MAX_FUNCTION_LINES = 100
 
 IDENT_BEFORE_PAREN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*\(")
 BACKTICKED = re.compile(r"`([^`]+)`")
+FILE_NAME = re.compile(r"^[A-Za-z0-9_.-]+\.[ch]$")
 
 
 def is_product_source(path):
@@ -207,6 +209,29 @@ def check_readmes(root, sources, violations):
                     "%s:1: `%s` is in no table row of %s (name it in backticks on a row)"
                     % (os.path.join(d, name), name, readme)
                 )
+        for name, lineno in sorted(first_column_files(readme_abs).items()):
+            if name not in files:
+                violations.append(
+                    "%s:%d: `%s` is named in the file column but is no tracked source of %s/"
+                    % (readme, lineno, name, d)
+                )
+
+
+def first_column_files(readme_path):
+    """Plain file names (x.c, x.h) in backticks in the first cell of table rows:
+    the files a README says its folder holds."""
+    names = {}
+    with open(readme_path, encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.startswith("|"):
+                continue
+            cells = line.split("|")
+            if len(cells) < 3:
+                continue
+            for token in BACKTICKED.findall(cells[1]):
+                if FILE_NAME.match(token.strip()):
+                    names.setdefault(token.strip(), lineno)
+    return names
 
 
 def default_root():
@@ -236,7 +261,7 @@ def print_report(figures, max_files, max_functions):
 
 
 def main(argv):
-    ap = argparse.ArgumentParser(description="Check the product tree's rules (issue #28).")
+    ap = argparse.ArgumentParser(description="Check the product tree's rules.")
     ap.add_argument("--root", default=None, help="repository root (default: this repository)")
     ap.add_argument("--max-file-lines", type=int, default=MAX_FILE_LINES)
     ap.add_argument("--max-function-lines", type=int, default=MAX_FUNCTION_LINES)

@@ -3,7 +3,8 @@
 
 For: small temporary git trees, one clean and one per rule broken once, run
 through check_tree.py --root; each broken tree must fail with the one message
-its rule gives (file:line), the clean one must pass.  Also the edges: exactly
+its rule gives (file:line), the clean one must pass.  A table's file column naming a file the folder does not hold
+fails too.  Also the edges: exactly
 1,300 lines and exactly 100 lines pass, headers are not held to the file
 limit, untracked files, tests/ directories and compute/postgres/ are not
 product sources, and a signature's own return-type line counts.
@@ -151,6 +152,13 @@ class CheckTreeTest(unittest.TestCase):
         self.assert_one_violation(
             files, "common/base/other.h:1: `other.h` is in no table row of common/base/README.md"
         )
+
+    def test_file_column_names_a_missing_file_fails(self):
+        files = dict(CLEAN)
+        # A stale row: the file was moved or deleted, the map was not.
+        files["proto/README.md"] += "| `gone.c`, `long.h` | moved away |\n"
+        v = self.assert_one_violation(files, "proto/README.md:6: `gone.c` is named in the file column")
+        self.assertIn("no tracked source of proto/", v)
 
     def test_every_rule_at_once(self):
         files = dict(CLEAN)
