@@ -10,7 +10,7 @@
  * bytes of one kind (page header, record bytes, padding) and reports when a
  * record became complete.  The tracker just loops over it.
  */
-#include "base/walformat.h"
+#include "pg/walformat.h"
 
 #include <assert.h>
 #include <stdlib.h>
@@ -164,7 +164,7 @@ static int tracker_step(wal_tracker *t, const uint8_t *data, size_t len, step *s
         t->phdr_got += (uint32_t)s->n;
         t->pos += s->n;
         if (t->phdr_got == WAL_SHORT_PHD_SIZE && t->phdr_need == WAL_SHORT_PHD_SIZE &&
-            (t->phdr[2] & WAL_XLP_LONG_HEADER))
+            (t->phdr[WAL_XLP_INFO_OFF] & WAL_XLP_LONG_HEADER))
             t->phdr_need = WAL_LONG_PHD_SIZE;
         if (t->phdr_got == t->phdr_need)
             return finish_page_header(t, why);
