@@ -19,7 +19,7 @@
 
 #include "cli/proc.h"
 #include "base/durable.h"
-#include "base/walformat.h"
+#include "pg/walformat.h"
 #include "safekeeper/control_file.h"
 
 /* A manifest is small; anything larger is not one. */

@@ -35,7 +35,7 @@
 #include "base/metrics.h"
 #include "base/sqlstate.h"
 #include "base/strata_assert.h"
-#include "base/walformat.h"
+#include "pg/walformat.h"
 #include "pageserver/ingest/import.h"
 #include "pageserver/ingest/ingest.h"
 #include "pageserver/ingest/walreceiver.h"

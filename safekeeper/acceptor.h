@@ -38,7 +38,7 @@
 #include <stdint.h>
 
 #include "base/lsn.h"
-#include "base/walformat.h"
+#include "pg/walformat.h"
 #include "proto/walpush.h"
 
 /*

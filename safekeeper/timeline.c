@@ -23,7 +23,7 @@
 #include "base/log.h"
 #include "base/sqlstate.h"
 #include "base/strata_assert.h"
-#include "base/walformat.h"
+#include "pg/walformat.h"
 #include "proto/walpush.h"
 #include "safekeeper/control_file.h"
 #include "safekeeper/wal_horizon.h"

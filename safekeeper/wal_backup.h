@@ -62,7 +62,7 @@
 #include "base/lsn.h"
 #include "base/metrics.h"
 #include "base/must_check.h"
-#include "base/walformat.h"
+#include "pg/walformat.h"
 #include "net/remote_storage.h"
 
 typedef struct wal_backup wal_backup;

@@ -1,24 +1,30 @@
 /*
- * pgwire.c: the server side of the PostgreSQL v3 wire protocol.  See pgwire.h.
+ * pgwire.c: the server side of the PostgreSQL v3 wire protocol: framing and
+ * the per-connection state machine.  See pgwire.h.
  *
- * Layers, bottom up:
- *   - pgwire_frame_parse(): pure framing over a byte buffer;
+ * Layers, bottom up, over three files sharing pgwire_int.h:
+ *   - pgwire_frame_parse(): pure framing over a byte buffer (here);
  *   - the per-connection state machine (conn_handle_*), fed bytes by
- *     conn_process_input() and writing into the connection's output queue;
- *   - the libuv edge: accept, read into the input buffer, write the queue.
- * The state machine never touches a socket, so a detached connection (no
- * socket) runs exactly the same code for the fuzz target and tests.
+ *     pgwire_conn_process_input() and writing into the connection's output
+ *     queue (here);
+ *   - its edges: the libuv server (pgwire_server.c: accept, read into the
+ *     input buffer, write the queue) and the detached connection with no
+ *     socket for the fuzz target and tests (pgwire_detached.c).
+ * The state machine never touches a socket, so both edges run exactly the
+ * same code.
  *
- * Authentication: trust, one shared password (cleartext or MD5), or an
- * authenticator (token per principal, common/net/auth.h) that may also veto
- * each query.  The process-wide default authenticator is the only mutable
- * global here; it is written before any server starts and copied into each
- * server's settings, so connections never read it.
+ * Authentication: trust, one shared password (cleartext or MD5, hashed by
+ * OpenSSL), or an authenticator (token per principal, common/net/auth.h) that
+ * may also veto each query.  The process-wide default authenticator is the
+ * only mutable global here; it is written before any server starts and
+ * copied into each server's settings, so connections never read it.
  *
- * Not here: TLS, SCRAM, the extended query protocol, anything about SQL.
+ * For: the protocol and its state.  Not for: sockets (pgwire_server.c), TLS,
+ * SCRAM, the extended query protocol, anything about SQL.
  */
 #include "base/byteorder.h"
 #include "net/pgwire.h"
+#include "net/pgwire_int.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -28,52 +34,12 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include <openssl/evp.h>
+
 #include "base/log.h"
 #include "base/sqlstate.h"
 
-#define PROTO_CODE(major, minor) (((uint32_t)(major) << 16) | (uint32_t)(minor))
-#define CANCEL_REQUEST_CODE PROTO_CODE(1234, 5678)
-#define SSL_REQUEST_CODE PROTO_CODE(1234, 5679)
-#define GSSENC_REQUEST_CODE PROTO_CODE(1234, 5680)
-
-#define MAX_PARAMS 64
-#define MAX_OPTIONS 32
-#define MAX_NEGOTIATIONS 2 /* SSLRequest and GSSENCRequest, once each */
-#define INBUF_INITIAL (16 * 1024)
-#define OUTBUF_KEEP (256 * 1024) /* larger idle output buffers are freed */
-#define PEER_LEN 64
-
-#define DEFAULT_MAX_MESSAGE (1024 * 1024)
-#define DEFAULT_MAX_CONNECTIONS 100
-#define DEFAULT_STARTUP_TIMEOUT_MS 10000
-#define DEFAULT_HIGH_WATERMARK (1024 * 1024)
-#define DEFAULT_SERVER_VERSION "15.20 (strata)"
-
-typedef enum conn_state {
-    CONN_STARTUP, /* waiting for the startup packet (or SSL/GSS/cancel) */
-    CONN_AUTH,    /* sent an authentication request, waiting for 'p' */
-    CONN_IDLE,    /* ReadyForQuery sent */
-    CONN_QUERY,   /* a Query is being answered (maybe in copy mode) */
-    CONN_CLOSED,  /* no more input is processed, nothing more is queued */
-} conn_state;
-
-typedef struct outbuf {
-    uint8_t *data;
-    size_t len;
-    size_t cap;
-} outbuf;
-
-/* Normalised configuration, shared by a server's connections. */
-typedef struct wire_settings {
-    pgwire_config cfg; /* defaults filled in; strings point into this struct */
-    char host[64];
-    char password[256];
-    char server_version[64];
-    size_t inbuf_max;
-    bool has_authn;
-    pgwire_authenticator authn;
-} wire_settings;
-
+/* The process-wide default authenticator (see the head comment). */
 static pgwire_authenticator default_authn;
 static bool default_authn_set;
 
@@ -86,83 +52,6 @@ void pgwire_set_default_authenticator(const pgwire_authenticator *a)
     else
         memset(&default_authn, 0, sizeof default_authn);
 }
-
-struct pgwire_conn {
-    pgwire_server *server; /* NULL when detached */
-    const wire_settings *ws;
-    const pgwire_handlers *h;
-    void *arg;
-    void *data;
-
-    conn_state state;
-    bool copy_in;        /* client may still send CopyData (CopyBoth) */
-    bool copy_out;       /* we may still send CopyData */
-    bool skip_till_sync; /* after rejecting an extended-protocol message */
-    bool input_paused;
-    bool dispatching; /* inside conn_process_input() */
-    bool connected;   /* on_connect accepted it: on_close is owed */
-    bool close_after_flush;
-    bool closing; /* handles are being closed (socket mode) */
-    bool congested;
-    bool reading;
-    bool writing;
-    int negotiations;
-
-    uint8_t *in;
-    size_t in_len;
-    size_t in_cap;
-
-    outbuf pending;  /* queued, not yet handed to the socket */
-    outbuf inflight; /* handed to uv_write, not yet completed */
-
-    /* Startup parameters: a private copy of the packet, pointers into it. */
-    char *param_buf;
-    int nparams;
-    const char *param_key[MAX_PARAMS];
-    const char *param_val[MAX_PARAMS];
-    char *option_buf;
-    int noptions;
-    const char *option_key[MAX_OPTIONS];
-    const char *option_val[MAX_OPTIONS];
-    bool replication;
-
-    uint32_t backend_pid;
-    uint32_t backend_secret;
-    uint8_t md5_salt[4];
-    char peer[PEER_LEN];
-    char principal[PGWIRE_PRINCIPAL_LEN]; /* "" until an authenticator named one */
-
-    /* Socket mode only. */
-    uv_tcp_t tcp;
-    uv_timer_t timer; /* startup timeout, later the input-resume kick */
-    uv_write_t wreq;
-    int handles_open;
-    struct pgwire_conn *prev, *next;
-
-    wire_settings own_ws; /* detached mode only */
-};
-
-struct pgwire_server {
-    uv_loop_t *loop;
-    uv_tcp_t listener;
-    wire_settings ws;
-    pgwire_handlers h;
-    void *arg;
-    int port;
-    bool stopping;
-    bool listener_open;
-    uv_tcp_t spare; /* accepts and closes connections we cannot allocate */
-    bool spare_busy;
-    int nconns;       /* all open connections */
-    int nestablished; /* connected ones */
-    uint32_t next_pid;
-    pgwire_conn *conns;
-};
-
-static void conn_flush(pgwire_conn *c);
-static void conn_begin_close(pgwire_conn *c);
-static void conn_maybe_finish_close(pgwire_conn *c);
-static void conn_process_input(pgwire_conn *c);
 
 /* ---------------------------------------------------------------- framing */
 
@@ -251,7 +140,7 @@ int pgwire_frame_parse(const uint8_t *buf, size_t len, bool startup, size_t max_
 
 /* --------------------------------------------------------------- settings */
 
-static void settings_init(wire_settings *ws, const pgwire_config *in)
+void pgwire_settings_init(wire_settings *ws, const pgwire_config *in)
 {
     memset(ws, 0, sizeof *ws);
     ws->cfg = *in;
@@ -309,7 +198,7 @@ static bool outbuf_reserve(outbuf *b, size_t extra)
     return true;
 }
 
-static void outbuf_release(outbuf *b)
+void pgwire_outbuf_release(outbuf *b)
 {
     free(b->data);
     b->data = NULL;
@@ -374,7 +263,7 @@ static void msg_put_str(msg_builder *m, const char *s)
     msg_put(m, s, strlen(s) + 1);
 }
 
-static void conn_abort(pgwire_conn *c, const char *why);
+void pgwire_conn_abort(pgwire_conn *c, const char *why);
 
 /* Completes the message: fills in its length and enforces the hard limit. */
 static int msg_end(msg_builder *m)
@@ -383,7 +272,7 @@ static int msg_end(msg_builder *m)
     if (!m->ok) {
         if (c->state != CONN_CLOSED && !c->close_after_flush) {
             c->pending.len = m->start;
-            conn_abort(c, "out of memory queueing a message");
+            pgwire_conn_abort(c, "out of memory queueing a message");
         }
         return -1;
     }
@@ -398,13 +287,13 @@ static int msg_end(msg_builder *m)
     if (queued > c->ws->cfg.out_hard_limit) {
         log_warn("pgwire: %s: output queue over its hard limit (%zu > %zu bytes), closing", c->peer,
                  queued, c->ws->cfg.out_hard_limit);
-        conn_abort(c, NULL);
+        pgwire_conn_abort(c, NULL);
         return -1;
     }
     if (queued > c->ws->cfg.out_high_watermark)
         c->congested = true;
     if (!c->dispatching)
-        conn_flush(c);
+        pgwire_conn_flush(c);
     return 0;
 }
 
@@ -412,7 +301,7 @@ static int msg_end(msg_builder *m)
 static void send_raw_byte(pgwire_conn *c, uint8_t b)
 {
     if (!outbuf_reserve(&c->pending, 1)) {
-        conn_abort(c, "out of memory");
+        pgwire_conn_abort(c, "out of memory");
         return;
     }
     c->pending.data[c->pending.len++] = b;
@@ -421,7 +310,7 @@ static void send_raw_byte(pgwire_conn *c, uint8_t b)
 /* --------------------------------------------------------- closing helpers */
 
 /* Stops processing and closes at once, dropping queued output. */
-static void conn_abort(pgwire_conn *c, const char *why)
+void pgwire_conn_abort(pgwire_conn *c, const char *why)
 {
     if (c->state == CONN_CLOSED && (c->closing || !c->server))
         return;
@@ -430,24 +319,24 @@ static void conn_abort(pgwire_conn *c, const char *why)
     c->state = CONN_CLOSED;
     c->copy_in = c->copy_out = false;
     c->pending.len = 0;
-    conn_begin_close(c);
+    pgwire_conn_begin_close(c);
 }
 
 /* Stops processing input; closes once the queue is written. */
-static void conn_close_after_flush(pgwire_conn *c)
+void pgwire_conn_close_after_flush(pgwire_conn *c)
 {
     c->close_after_flush = true;
     c->state = CONN_CLOSED;
     c->copy_in = c->copy_out = false;
     if (!c->dispatching)
-        conn_flush(c);
-    conn_maybe_finish_close(c);
+        pgwire_conn_flush(c);
+    pgwire_conn_maybe_finish_close(c);
 }
 
-static void conn_maybe_finish_close(pgwire_conn *c)
+void pgwire_conn_maybe_finish_close(pgwire_conn *c)
 {
     if (c->close_after_flush && !c->closing && pgwire_conn_pending_bytes(c) == 0)
-        conn_begin_close(c);
+        pgwire_conn_begin_close(c);
 }
 
 /* An unrecoverable protocol violation: FATAL 08P01 with the reason, close. */
@@ -456,7 +345,7 @@ static void conn_protocol_error(pgwire_conn *c, const char *what)
     log_warn("pgwire: %s: protocol violation: %s", c->peer, what);
     pgwire_send_error(c, "FATAL", SQLSTATE_PROTOCOL_VIOLATION, what,
                       "The server closes this connection.");
-    conn_close_after_flush(c);
+    pgwire_conn_close_after_flush(c);
 }
 
 /* ---------------------------------------------------------- startup phase */
@@ -539,27 +428,42 @@ static int parse_options(pgwire_conn *c, const char *opts, char *err, size_t err
     return 0;
 }
 
-static void md5_hex(const uint8_t *data, size_t len, char out[33]);
+/* The MD5 of data[0..len) in lowercase hex (out[32] = NUL), by OpenSSL.
+ * False when OpenSSL refuses (e.g. MD5 disabled by a FIPS policy). */
+static bool md5_hex(const uint8_t *data, size_t len, char out[33])
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    if (EVP_Digest(data, len, md, &mdlen, EVP_md5(), NULL) != 1 || mdlen != 16)
+        return false;
+    static const char hex[] = "0123456789abcdef";
+    for (unsigned int j = 0; j < 16; j++) {
+        out[2 * j] = hex[md[j] >> 4];
+        out[2 * j + 1] = hex[md[j] & 15];
+    }
+    out[32] = '\0';
+    return true;
+}
 
 static void send_auth_ok_and_finish_startup(pgwire_conn *c);
 
-/* Handles the StartupMessage proper (protocol 3.x). */
-static void conn_handle_startup_params(pgwire_conn *c, uint32_t code, const uint8_t *b, size_t n)
+/* Copies the startup packet's parameters (name NUL value NUL)* NUL into
+ * c->param_buf and indexes them; the _pq_.* ones, which we do not speak, go
+ * to unknown_pq[] instead.  False after answering a protocol error. */
+static bool startup_store_params(pgwire_conn *c, const uint8_t *b, size_t n,
+                                 const char *unknown_pq[MAX_PARAMS], int *nunknown)
 {
     char err[256];
-    /* Layout: (name NUL value NUL)* NUL. */
     if (n == 0 || b[n - 1] != '\0') {
         conn_protocol_error(c, "invalid startup packet layout: expected terminator as last byte");
-        return;
+        return false;
     }
     c->param_buf = malloc(n);
     if (!c->param_buf) {
-        conn_abort(c, "out of memory");
-        return;
+        pgwire_conn_abort(c, "out of memory");
+        return false;
     }
     memcpy(c->param_buf, b, n);
-    const char *unknown_pq[MAX_PARAMS];
-    int nunknown = 0;
     /* buf[n - 1] is NUL, so every strlen below stops inside the copy. */
     size_t end = n - 1, pos = 0;
     while (pos < end) {
@@ -567,7 +471,7 @@ static void conn_handle_startup_params(pgwire_conn *c, uint32_t code, const uint
         if (*key == '\0') {
             conn_protocol_error(c,
                                 "invalid startup packet layout: expected terminator as last byte");
-            return;
+            return false;
         }
         pos += strlen(key) + 1;
         const char *val = c->param_buf + pos;
@@ -577,29 +481,38 @@ static void conn_handle_startup_params(pgwire_conn *c, uint32_t code, const uint
             snprintf(err, sizeof err,
                      "invalid startup packet layout: parameter \"%.64s\" has no value", key);
             conn_protocol_error(c, err);
-            return;
+            return false;
         }
         if (strncmp(key, "_pq_.", 5) == 0) {
-            if (nunknown < MAX_PARAMS)
-                unknown_pq[nunknown++] = key;
+            if (*nunknown < MAX_PARAMS)
+                unknown_pq[(*nunknown)++] = key;
             continue;
         }
         if (c->nparams == MAX_PARAMS) {
             snprintf(err, sizeof err, "too many startup parameters (limit %d)", MAX_PARAMS);
             conn_protocol_error(c, err);
-            return;
+            return false;
         }
         c->param_key[c->nparams] = key;
         c->param_val[c->nparams] = val;
         c->nparams++;
     }
     assert(pos == end);
+    return true;
+}
+
+/* Checks the parameters Postgres itself interprets (user, replication,
+ * options) and notes replication mode.  False after a FATAL error was
+ * queued and the connection set to close. */
+static bool startup_check_params(pgwire_conn *c)
+{
+    char err[256];
     const char *user = pgwire_conn_param(c, "user");
     if (!user || !*user) {
         pgwire_send_error(c, "FATAL", SQLSTATE_INVALID_AUTHORIZATION_SPECIFICATION,
                           "no PostgreSQL user name specified in startup packet", NULL);
-        conn_close_after_flush(c);
-        return;
+        pgwire_conn_close_after_flush(c);
+        return false;
     }
     const char *repl = pgwire_conn_param(c, "replication");
     if (repl) {
@@ -611,26 +524,23 @@ static void conn_handle_startup_params(pgwire_conn *c, uint32_t code, const uint
             snprintf(err, sizeof err, "invalid value for parameter \"replication\": \"%.64s\"",
                      repl);
             pgwire_send_error(c, "FATAL", SQLSTATE_INVALID_PARAMETER_VALUE, err, NULL);
-            conn_close_after_flush(c);
-            return;
+            pgwire_conn_close_after_flush(c);
+            return false;
         }
     }
     const char *opts = pgwire_conn_param(c, "options");
     if (opts && parse_options(c, opts, err, sizeof err) != 0) {
         pgwire_send_error(c, "FATAL", SQLSTATE_INVALID_PARAMETER_VALUE, err, NULL);
-        conn_close_after_flush(c);
-        return;
+        pgwire_conn_close_after_flush(c);
+        return false;
     }
-    if ((code & 0xFFFF) != 0 || nunknown > 0) {
-        /* NegotiateProtocolVersion: we speak 3.0 and no _pq_ options. */
-        msg_builder m = msg_begin(c, 'v');
-        msg_put_u32(&m, PROTO_CODE(3, 0));
-        msg_put_u32(&m, (uint32_t)nunknown);
-        for (int i = 0; i < nunknown; i++)
-            msg_put_str(&m, unknown_pq[i]);
-        if (msg_end(&m) != 0)
-            return;
-    }
+    return true;
+}
+
+/* Asks for the password the configuration wants (AuthenticationCleartext
+ * or MD5 with a fresh salt), or finishes the startup under trust. */
+static void startup_request_auth(pgwire_conn *c)
+{
     switch (c->ws->has_authn ? PGWIRE_AUTH_PASSWORD : c->ws->cfg.auth) {
     case PGWIRE_AUTH_PASSWORD: {
         msg_builder m = msg_begin(c, 'R');
@@ -658,6 +568,26 @@ static void conn_handle_startup_params(pgwire_conn *c, uint32_t code, const uint
     }
 }
 
+/* Handles the StartupMessage proper (protocol 3.x). */
+static void conn_handle_startup_params(pgwire_conn *c, uint32_t code, const uint8_t *b, size_t n)
+{
+    const char *unknown_pq[MAX_PARAMS];
+    int nunknown = 0;
+    if (!startup_store_params(c, b, n, unknown_pq, &nunknown) || !startup_check_params(c))
+        return;
+    if ((code & 0xFFFF) != 0 || nunknown > 0) {
+        /* NegotiateProtocolVersion: we speak 3.0 and no _pq_ options. */
+        msg_builder m = msg_begin(c, 'v');
+        msg_put_u32(&m, PROTO_CODE(3, 0));
+        msg_put_u32(&m, (uint32_t)nunknown);
+        for (int i = 0; i < nunknown; i++)
+            msg_put_str(&m, unknown_pq[i]);
+        if (msg_end(&m) != 0)
+            return;
+    }
+    startup_request_auth(c);
+}
+
 static void conn_handle_startup(pgwire_conn *c, const pgwire_frame *f)
 {
     uint32_t code = get_be32(f->body);
@@ -674,14 +604,14 @@ static void conn_handle_startup(pgwire_conn *c, const pgwire_frame *f)
     if (code == CANCEL_REQUEST_CODE) {
         /* We keep no cancellable work: close quietly, as Postgres does. */
         c->state = CONN_CLOSED;
-        conn_close_after_flush(c);
+        pgwire_conn_close_after_flush(c);
         return;
     }
     if ((code >> 16) != 3) {
         snprintf(err, sizeof err, "unsupported frontend protocol %u.%u: server supports 3.0 to 3.0",
                  code >> 16, code & 0xFFFF);
         pgwire_send_error(c, "FATAL", SQLSTATE_FEATURE_NOT_SUPPORTED, err, NULL);
-        conn_close_after_flush(c);
+        pgwire_conn_close_after_flush(c);
         return;
     }
     conn_handle_startup_params(c, code, f->body + 4, f->body_len - 4);
@@ -718,14 +648,14 @@ static void send_auth_ok_and_finish_startup(pgwire_conn *c)
     if (c->server && c->server->nestablished >= c->ws->cfg.max_connections) {
         pgwire_send_error(c, "FATAL", SQLSTATE_TOO_MANY_CONNECTIONS,
                           "sorry, too many clients already", NULL);
-        conn_close_after_flush(c);
+        pgwire_conn_close_after_flush(c);
         return;
     }
     if (c->h->on_connect && c->h->on_connect(c, c->arg) != 0) {
         if (c->state != CONN_CLOSED) {
             pgwire_send_error(c, "FATAL", SQLSTATE_INVALID_AUTHORIZATION_SPECIFICATION,
                               "connection refused by the server", NULL);
-            conn_close_after_flush(c);
+            pgwire_conn_close_after_flush(c);
         }
         return;
     }
@@ -771,7 +701,7 @@ static void conn_handle_password(pgwire_conn *c, const pgwire_frame *f)
             sqlstate[5] = '\0';
             log_warn("pgwire: %s: %s", c->peer, err);
             pgwire_send_error(c, "FATAL", sqlstate, err, NULL);
-            conn_close_after_flush(c);
+            pgwire_conn_close_after_flush(c);
             return;
         }
         principal[sizeof principal - 1] = '\0';
@@ -790,12 +720,11 @@ static void conn_handle_password(pgwire_conn *c, const pgwire_frame *f)
         } else {
             memcpy(tmp, c->ws->password, pl);
             memcpy(tmp + pl, user, ul);
-            md5_hex(tmp, pl + ul, inner);
+            ok = md5_hex(tmp, pl + ul, inner);
             memcpy(tmp, inner, 32);
             memcpy(tmp + 32, c->md5_salt, 4);
             memcpy(outer, "md5", 3);
-            md5_hex(tmp, 36, outer + 3);
-            ok = strcmp(given, outer) == 0;
+            ok = ok && md5_hex(tmp, 36, outer + 3) && strcmp(given, outer) == 0;
         }
     } else {
         size_t gl = strlen(given), pl = strlen(c->ws->password);
@@ -808,7 +737,7 @@ static void conn_handle_password(pgwire_conn *c, const pgwire_frame *f)
         snprintf(err, sizeof err, "password authentication failed for user \"%.64s\"", user);
         log_warn("pgwire: %s: %s", c->peer, err);
         pgwire_send_error(c, "FATAL", SQLSTATE_INVALID_PASSWORD, err, NULL);
-        conn_close_after_flush(c);
+        pgwire_conn_close_after_flush(c);
         return;
     }
     send_auth_ok_and_finish_startup(c);
@@ -865,7 +794,7 @@ static void conn_handle_idle(pgwire_conn *c, const pgwire_frame *f)
         return;
     case 'X':
         c->state = CONN_CLOSED;
-        conn_close_after_flush(c);
+        pgwire_conn_close_after_flush(c);
         return;
     case 'S':
         c->skip_till_sync = false;
@@ -922,7 +851,7 @@ static void conn_handle_copy_in(pgwire_conn *c, const pgwire_frame *f)
         return;
     case 'X':
         c->state = CONN_CLOSED;
-        conn_abort(c, NULL);
+        pgwire_conn_abort(c, NULL);
         return;
     default:
         snprintf(err, sizeof err, "unexpected message type 0x%02x during COPY", f->type);
@@ -962,11 +891,11 @@ static bool conn_can_take_input(const pgwire_conn *c)
     return true;
 }
 
-static void conn_resume_reading(pgwire_conn *c);
+void pgwire_conn_resume_reading(pgwire_conn *c);
 
 /* Parses and handles every complete frame in the input buffer that the
  * current state allows.  Handlers run from here. */
-static void conn_process_input(pgwire_conn *c)
+void pgwire_conn_process_input(pgwire_conn *c)
 {
     if (c->dispatching)
         return; /* the outer invocation's loop picks the new state up */
@@ -995,10 +924,10 @@ static void conn_process_input(pgwire_conn *c)
         c->in_len -= pos;
     }
     c->dispatching = false;
-    conn_flush(c);
-    conn_maybe_finish_close(c);
+    pgwire_conn_flush(c);
+    pgwire_conn_maybe_finish_close(c);
     if (c->server && c->state != CONN_CLOSED)
-        conn_resume_reading(c);
+        pgwire_conn_resume_reading(c);
 }
 
 /* ------------------------------------------------------------ public sends */
@@ -1024,7 +953,7 @@ int pgwire_send_error(pgwire_conn *c, const char *severity, const char *sqlstate
     if (msg_end(&m) != 0)
         return -1;
     if (strcmp(severity, "FATAL") == 0 || strcmp(severity, "PANIC") == 0) {
-        conn_close_after_flush(c);
+        pgwire_conn_close_after_flush(c);
         return 0;
     }
     if (strcmp(severity, "ERROR") == 0) {
@@ -1103,7 +1032,7 @@ int pgwire_send_empty_query(pgwire_conn *c)
 static void conn_kick_cb(uv_timer_t *t)
 {
     pgwire_conn *c = t->data;
-    conn_process_input(c);
+    pgwire_conn_process_input(c);
 }
 
 int pgwire_send_ready(pgwire_conn *c)
@@ -1254,11 +1183,11 @@ void pgwire_conn_close(pgwire_conn *c)
 {
     if (c->state == CONN_CLOSED && (c->close_after_flush || c->closing))
         return;
-    conn_close_after_flush(c);
+    pgwire_conn_close_after_flush(c);
 }
 
 /* Called when queued output dropped: clears congestion, tells the producer. */
-static void conn_check_writable(pgwire_conn *c)
+void pgwire_conn_check_writable(pgwire_conn *c)
 {
     if (c->congested && pgwire_conn_pending_bytes(c) < c->ws->cfg.out_low_watermark) {
         c->congested = false;
@@ -1267,9 +1196,9 @@ static void conn_check_writable(pgwire_conn *c)
     }
 }
 
-/* ------------------------------------------------------- detached mode */
+/* ------------------------------------------------- connection lifetime */
 
-static void conn_init(pgwire_conn *c, const wire_settings *ws, const pgwire_handlers *h, void *arg)
+void pgwire_conn_init(pgwire_conn *c, const wire_settings *ws, const pgwire_handlers *h, void *arg)
 {
     c->ws = ws;
     c->h = h;
@@ -1281,29 +1210,17 @@ static void conn_init(pgwire_conn *c, const wire_settings *ws, const pgwire_hand
         c->backend_secret = (uint32_t)rand();
 }
 
-static void conn_free(pgwire_conn *c)
+void pgwire_conn_free(pgwire_conn *c)
 {
     free(c->in);
-    outbuf_release(&c->pending);
-    outbuf_release(&c->inflight);
+    pgwire_outbuf_release(&c->pending);
+    pgwire_outbuf_release(&c->inflight);
     free(c->param_buf);
     free(c->option_buf);
     free(c);
 }
 
-pgwire_conn *pgwire_conn_create_detached(const pgwire_config *cfg, const pgwire_handlers *h,
-                                         void *arg)
-{
-    pgwire_conn *c = calloc(1, sizeof *c);
-    if (!c)
-        return NULL;
-    settings_init(&c->own_ws, cfg);
-    conn_init(c, &c->own_ws, h, arg);
-    c->backend_pid = 1;
-    return c;
-}
-
-static bool inbuf_reserve(pgwire_conn *c, size_t want_free)
+bool pgwire_inbuf_reserve(pgwire_conn *c, size_t want_free)
 {
     if (c->in_cap - c->in_len >= want_free)
         return true;
@@ -1320,416 +1237,4 @@ static bool inbuf_reserve(pgwire_conn *c, size_t want_free)
     c->in = p;
     c->in_cap = cap;
     return true;
-}
-
-int pgwire_conn_feed(pgwire_conn *c, const uint8_t *data, size_t n)
-{
-    assert(!c->server);
-    while (n > 0 && c->state != CONN_CLOSED) {
-        if (!inbuf_reserve(c, n) || c->in_cap == c->in_len)
-            break; /* buffer full while input waits (paused): drop the rest */
-        size_t k = c->in_cap - c->in_len;
-        if (k > n)
-            k = n;
-        memcpy(c->in + c->in_len, data, k);
-        c->in_len += k;
-        data += k;
-        n -= k;
-        conn_process_input(c);
-    }
-    if (c->state != CONN_CLOSED)
-        conn_process_input(c);
-    return c->state == CONN_CLOSED ? -1 : 0;
-}
-
-size_t pgwire_conn_take_output(pgwire_conn *c, uint8_t *buf, size_t cap)
-{
-    assert(!c->server);
-    size_t k = c->pending.len < cap ? c->pending.len : cap;
-    if (k == 0)
-        return 0;
-    memcpy(buf, c->pending.data, k);
-    memmove(c->pending.data, c->pending.data + k, c->pending.len - k);
-    c->pending.len -= k;
-    conn_check_writable(c);
-    return k;
-}
-
-void pgwire_conn_destroy_detached(pgwire_conn *c)
-{
-    if (!c)
-        return;
-    assert(!c->server);
-    c->state = CONN_CLOSED;
-    if (c->connected && c->h->on_close)
-        c->h->on_close(c, c->arg);
-    conn_free(c);
-}
-
-/* ------------------------------------------------------------ libuv edge */
-
-static void conn_write_cb(uv_write_t *req, int status)
-{
-    pgwire_conn *c = req->data;
-    c->writing = false;
-    c->inflight.len = 0;
-    if (c->inflight.cap > OUTBUF_KEEP)
-        outbuf_release(&c->inflight);
-    if (status < 0) {
-        if (status != UV_ECANCELED)
-            conn_abort(c, uv_strerror(status));
-        return;
-    }
-    if (c->closing)
-        return;
-    conn_flush(c);
-    conn_check_writable(c);
-    conn_maybe_finish_close(c);
-}
-
-static void conn_flush(pgwire_conn *c)
-{
-    if (!c->server || c->closing || c->writing || c->pending.len == 0)
-        return;
-    outbuf t = c->inflight;
-    c->inflight = c->pending;
-    c->pending = t;
-    assert(c->pending.len == 0);
-    uv_buf_t b = uv_buf_init((char *)c->inflight.data, (unsigned)c->inflight.len);
-    c->wreq.data = c;
-    int r = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, conn_write_cb);
-    if (r < 0) {
-        c->inflight.len = 0;
-        conn_abort(c, uv_strerror(r));
-        return;
-    }
-    c->writing = true;
-}
-
-static void server_maybe_free(pgwire_server *s)
-{
-    if (s->stopping && !s->listener_open && s->nconns == 0 && !s->spare_busy)
-        free(s);
-}
-
-static void conn_handle_closed_cb(uv_handle_t *handle)
-{
-    pgwire_conn *c = handle->data;
-    if (--c->handles_open > 0)
-        return;
-    pgwire_server *s = c->server;
-    if (c->connected) {
-        s->nestablished--;
-        if (c->h->on_close)
-            c->h->on_close(c, c->arg);
-    }
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        s->conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
-    s->nconns--;
-    conn_free(c);
-    server_maybe_free(s);
-}
-
-static void conn_begin_close(pgwire_conn *c)
-{
-    c->state = CONN_CLOSED;
-    if (!c->server || c->closing)
-        return;
-    c->closing = true;
-    uv_close((uv_handle_t *)&c->tcp, conn_handle_closed_cb);
-    uv_close((uv_handle_t *)&c->timer, conn_handle_closed_cb);
-}
-
-static void conn_alloc_cb(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
-{
-    pgwire_conn *c = handle->data;
-    (void)suggested;
-    if (!inbuf_reserve(c, 4096) || c->in_cap == c->in_len) {
-        *buf = uv_buf_init(NULL, 0);
-        return;
-    }
-    *buf = uv_buf_init((char *)c->in + c->in_len, (unsigned)(c->in_cap - c->in_len));
-}
-
-static void conn_read_cb(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
-{
-    pgwire_conn *c = stream->data;
-    (void)buf;
-    if (nread == UV_ENOBUFS) {
-        /* Input buffer full while input waits: stop reading until it drains. */
-        uv_read_stop(stream);
-        c->reading = false;
-        return;
-    }
-    if (nread < 0) {
-        if (nread != UV_EOF && nread != UV_ECONNRESET)
-            log_warn("pgwire: %s: read: %s", c->peer, uv_strerror((int)nread));
-        conn_abort(c, NULL);
-        return;
-    }
-    if (nread == 0)
-        return;
-    c->in_len += (size_t)nread;
-    assert(c->in_len <= c->in_cap);
-    conn_process_input(c);
-}
-
-static void conn_resume_reading(pgwire_conn *c)
-{
-    if (c->reading || c->closing || c->close_after_flush)
-        return;
-    if (c->in_len == c->in_cap && c->in_cap >= c->ws->inbuf_max)
-        return;
-    if (uv_read_start((uv_stream_t *)&c->tcp, conn_alloc_cb, conn_read_cb) == 0)
-        c->reading = true;
-}
-
-static void conn_startup_timeout_cb(uv_timer_t *t)
-{
-    pgwire_conn *c = t->data;
-    if (c->state != CONN_STARTUP && c->state != CONN_AUTH)
-        return;
-    log_warn("pgwire: %s: startup not finished within %u ms", c->peer,
-             c->ws->cfg.startup_timeout_ms);
-    pgwire_send_error(c, "FATAL", SQLSTATE_CONNECTION_FAILURE,
-                      "canceling authentication due to timeout", NULL);
-    conn_close_after_flush(c);
-}
-
-static void format_peer(uv_tcp_t *tcp, char *out, size_t len)
-{
-    struct sockaddr_storage ss;
-    int n = sizeof ss;
-    char ip[INET6_ADDRSTRLEN] = "?";
-    int port = 0;
-    if (uv_tcp_getpeername(tcp, (struct sockaddr *)&ss, &n) == 0) {
-        if (ss.ss_family == AF_INET) {
-            struct sockaddr_in *a = (struct sockaddr_in *)&ss;
-            uv_ip4_name(a, ip, sizeof ip);
-            port = ntohs(a->sin_port);
-        } else if (ss.ss_family == AF_INET6) {
-            struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
-            uv_ip6_name(a, ip, sizeof ip);
-            port = ntohs(a->sin6_port);
-        }
-    }
-    snprintf(out, len, "%s:%d", ip, port);
-}
-
-static void server_spare_closed_cb(uv_handle_t *h)
-{
-    pgwire_server *s = h->data;
-    s->spare_busy = false;
-    server_maybe_free(s);
-}
-
-static void server_connection_cb(uv_stream_t *listener, int status)
-{
-    pgwire_server *s = listener->data;
-    if (status < 0) {
-        log_warn("pgwire: accept: %s", uv_strerror(status));
-        return;
-    }
-    pgwire_conn *c = calloc(1, sizeof *c);
-    if (!c) {
-        /* Accept into the spare handle and close it, so that the listener
-         * keeps accepting; if the spare is busy, the next accept retries. */
-        log_error("pgwire: out of memory accepting a connection");
-        if (!s->spare_busy && uv_tcp_init(s->loop, &s->spare) == 0) {
-            s->spare_busy = true;
-            s->spare.data = s;
-            uv_accept(listener, (uv_stream_t *)&s->spare);
-            uv_close((uv_handle_t *)&s->spare, server_spare_closed_cb);
-        }
-        return;
-    }
-    conn_init(c, &s->ws, &s->h, s->arg);
-    c->server = s;
-    c->backend_pid = ++s->next_pid;
-    uv_tcp_init(s->loop, &c->tcp);
-    uv_timer_init(s->loop, &c->timer);
-    c->tcp.data = c;
-    c->timer.data = c;
-    c->handles_open = 2;
-    c->next = s->conns;
-    if (s->conns)
-        s->conns->prev = c;
-    s->conns = c;
-    s->nconns++;
-    if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
-        conn_abort(c, "accept failed");
-        return;
-    }
-    uv_tcp_nodelay(&c->tcp, 1);
-    format_peer(&c->tcp, c->peer, sizeof c->peer);
-    /* Sessions beyond max_connections are refused with an error after their
-     * startup packet; beyond that slack, the socket is simply closed. */
-    int slack = s->ws.cfg.max_connections / 10 + 8;
-    if (s->nconns > s->ws.cfg.max_connections + slack) {
-        conn_abort(c, "too many connections");
-        return;
-    }
-    uv_timer_start(&c->timer, conn_startup_timeout_cb, s->ws.cfg.startup_timeout_ms, 0);
-    conn_resume_reading(c);
-    if (!c->reading)
-        conn_abort(c, "cannot start reading");
-}
-
-pgwire_server *pgwire_server_start(uv_loop_t *loop, const pgwire_config *cfg,
-                                   const pgwire_handlers *h, void *arg, char *err, size_t errlen)
-{
-    pgwire_server *s = calloc(1, sizeof *s);
-    if (!s) {
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
-    s->loop = loop;
-    settings_init(&s->ws, cfg);
-    s->h = *h;
-    s->arg = arg;
-    if (!s->ws.has_authn &&
-        (s->ws.cfg.auth == PGWIRE_AUTH_PASSWORD || s->ws.cfg.auth == PGWIRE_AUTH_MD5) &&
-        !cfg->password) {
-        snprintf(err, errlen, "password authentication needs a password");
-        free(s);
-        return NULL;
-    }
-    struct sockaddr_storage addr;
-    int r = uv_ip4_addr(s->ws.host, cfg->port, (struct sockaddr_in *)&addr);
-    if (r != 0)
-        r = uv_ip6_addr(s->ws.host, cfg->port, (struct sockaddr_in6 *)&addr);
-    if (r != 0) {
-        snprintf(err, errlen, "invalid listen address \"%s\"", s->ws.host);
-        free(s);
-        return NULL;
-    }
-    uv_tcp_init(loop, &s->listener);
-    s->listener.data = s;
-    s->listener_open = true;
-    r = uv_tcp_bind(&s->listener, (struct sockaddr *)&addr, 0);
-    if (r == 0)
-        r = uv_listen((uv_stream_t *)&s->listener, 128, server_connection_cb);
-    if (r != 0) {
-        snprintf(err, errlen, "cannot listen on %s:%d: %s", s->ws.host, cfg->port, uv_strerror(r));
-        s->stopping = true;
-        pgwire_server_stop(s);
-        return NULL;
-    }
-    struct sockaddr_storage bound;
-    int n = sizeof bound;
-    uv_tcp_getsockname(&s->listener, (struct sockaddr *)&bound, &n);
-    s->port = bound.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&bound)->sin6_port)
-                                          : ntohs(((struct sockaddr_in *)&bound)->sin_port);
-    return s;
-}
-
-int pgwire_server_port(const pgwire_server *s)
-{
-    return s->port;
-}
-
-int pgwire_server_connection_count(const pgwire_server *s)
-{
-    return s->nconns;
-}
-
-static void server_listener_closed_cb(uv_handle_t *h)
-{
-    pgwire_server *s = h->data;
-    s->listener_open = false;
-    server_maybe_free(s);
-}
-
-void pgwire_server_stop(pgwire_server *s)
-{
-    s->stopping = true;
-    for (pgwire_conn *c = s->conns; c; c = c->next)
-        conn_abort(c, NULL);
-    if (s->listener_open && !uv_is_closing((uv_handle_t *)&s->listener))
-        uv_close((uv_handle_t *)&s->listener, server_listener_closed_cb);
-}
-
-/* ------------------------------------------------------------------ MD5 */
-
-/* RFC 1321, one-shot, for AuthenticationMD5Password only. */
-static void md5_block(uint32_t st[4], const uint8_t blk[64])
-{
-    static const uint32_t k[64] = {
-        0xd76aa478, 0xe8c7b756, 0x242070db, 0xc1bdceee, 0xf57c0faf, 0x4787c62a, 0xa8304613,
-        0xfd469501, 0x698098d8, 0x8b44f7af, 0xffff5bb1, 0x895cd7be, 0x6b901122, 0xfd987193,
-        0xa679438e, 0x49b40821, 0xf61e2562, 0xc040b340, 0x265e5a51, 0xe9b6c7aa, 0xd62f105d,
-        0x02441453, 0xd8a1e681, 0xe7d3fbc8, 0x21e1cde6, 0xc33707d6, 0xf4d50d87, 0x455a14ed,
-        0xa9e3e905, 0xfcefa3f8, 0x676f02d9, 0x8d2a4c8a, 0xfffa3942, 0x8771f681, 0x6d9d6122,
-        0xfde5380c, 0xa4beea44, 0x4bdecfa9, 0xf6bb4b60, 0xbebfbc70, 0x289b7ec6, 0xeaa127fa,
-        0xd4ef3085, 0x04881d05, 0xd9d4d039, 0xe6db99e5, 0x1fa27cf8, 0xc4ac5665, 0xf4292244,
-        0x432aff97, 0xab9423a7, 0xfc93a039, 0x655b59c3, 0x8f0ccc92, 0xffeff47d, 0x85845dd1,
-        0x6fa87e4f, 0xfe2ce6e0, 0xa3014314, 0x4e0811a1, 0xf7537e82, 0xbd3af235, 0x2ad7d2bb,
-        0xeb86d391,
-    };
-    static const uint8_t r[64] = {7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22,
-                                  5, 9,  14, 20, 5, 9,  14, 20, 5, 9,  14, 20, 5, 9,  14, 20,
-                                  4, 11, 16, 23, 4, 11, 16, 23, 4, 11, 16, 23, 4, 11, 16, 23,
-                                  6, 10, 15, 21, 6, 10, 15, 21, 6, 10, 15, 21, 6, 10, 15, 21};
-    uint32_t w[16];
-    for (int i = 0; i < 16; i++)
-        w[i] = (uint32_t)blk[4 * i] | ((uint32_t)blk[4 * i + 1] << 8) |
-               ((uint32_t)blk[4 * i + 2] << 16) | ((uint32_t)blk[4 * i + 3] << 24);
-    uint32_t a = st[0], b = st[1], c = st[2], d = st[3];
-    for (int i = 0; i < 64; i++) {
-        uint32_t f;
-        int g;
-        if (i < 16) {
-            f = (b & c) | (~b & d);
-            g = i;
-        } else if (i < 32) {
-            f = (d & b) | (~d & c);
-            g = (5 * i + 1) % 16;
-        } else if (i < 48) {
-            f = b ^ c ^ d;
-            g = (3 * i + 5) % 16;
-        } else {
-            f = c ^ (b | ~d);
-            g = (7 * i) % 16;
-        }
-        uint32_t t = d;
-        d = c;
-        c = b;
-        uint32_t x = a + f + k[i] + w[g];
-        b = b + ((x << r[i]) | (x >> (32 - r[i])));
-        a = t;
-    }
-    st[0] += a;
-    st[1] += b;
-    st[2] += c;
-    st[3] += d;
-}
-
-static void md5_hex(const uint8_t *data, size_t len, char out[33])
-{
-    uint32_t st[4] = {0x67452301, 0xefcdab89, 0x98badcfe, 0x10325476};
-    size_t i = 0;
-    for (; i + 64 <= len; i += 64)
-        md5_block(st, data + i);
-    uint8_t tail[128] = {0};
-    size_t rest = len - i;
-    memcpy(tail, data + i, rest);
-    tail[rest] = 0x80;
-    size_t tl = rest + 1 + 8 <= 64 ? 64 : 128;
-    uint64_t bits = (uint64_t)len * 8;
-    for (int j = 0; j < 8; j++)
-        tail[tl - 8 + j] = (uint8_t)(bits >> (8 * j));
-    md5_block(st, tail);
-    if (tl == 128)
-        md5_block(st, tail + 64);
-    static const char hex[] = "0123456789abcdef";
-    for (int j = 0; j < 16; j++) {
-        uint8_t byte = (uint8_t)(st[j / 4] >> (8 * (j % 4)));
-        out[2 * j] = hex[byte >> 4];
-        out[2 * j + 1] = hex[byte & 15];
-    }
-    out[32] = '\0';
 }

@@ -38,7 +38,7 @@
 #include "utils/guc.h"
 
 #include "base/compute_owned.h"
-#include "base/walformat.h"
+#include "pg/walformat.h"
 #include "compute/extension/strata.h"
 
 static ProcessUtility_hook_type prev_process_utility = NULL;

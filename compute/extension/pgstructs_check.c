@@ -1,24 +1,29 @@
 /*
- * pgstructs_check.c: compile-time proof that pageserver/pgstructs.h agrees
- * with the PostgreSQL headers this extension is built against.
+ * pgstructs_check.c: compile-time proof that common/pg/ (pgstructs.h and
+ * walformat.h) agrees with the PostgreSQL headers this extension is built
+ * against.
  *
- * The pageserver decodes WAL and pg_control without any Postgres header, from
- * the constants and byte offsets written down in pgstructs.h.  This is the
- * one translation unit that sees both: every constant, size and offset that
- * pgstructs.h mirrors is compared here with Postgres's own definition (the
- * constant, sizeof, offsetof, or the SizeOf macro of the header), so a
- * Postgres whose layout differs fails the build of strata.so instead of
- * corrupting ingest at run time.  A pgstructs.h macro that has the same name
- * as Postgres's (PG_CONTROL_VERSION, PG_CONTROL_FILE_SIZE) is checked by the
- * preprocessor: a different redefinition is an error under -Werror.
+ * The daemons decode WAL, pages and pg_control without any Postgres header,
+ * from the constants and byte offsets written down in common/pg/.  This is
+ * the one translation unit that sees both: every constant, size and offset
+ * that pgstructs.h or walformat.h mirrors is compared here with Postgres's
+ * own definition (the constant, sizeof, offsetof, or the SizeOf macro of the
+ * header), so a Postgres whose layout differs fails the build of strata.so
+ * instead of corrupting ingest at run time.  A pgstructs.h macro that has the
+ * same name as Postgres's (PG_CONTROL_VERSION, PG_CONTROL_FILE_SIZE) is
+ * checked by the preprocessor: a different redefinition is an error under
+ * -Werror.
  *
  * What is not checked, because Postgres defines it only inside a .c file:
  * TWOPHASE_MAGIC (twophase.c), the relmap file size (relmapper.c), and the
  * SLRU, visibility map and FSM geometry (clog.c, multixact.c,
  * visibilitymap.c, freespace.c); for those the inputs the .c files compute
  * them from (BLCKSZ, the page header, the element sizes in the headers) are
- * checked instead, with the same formulas.
+ * checked instead, with the same formulas.  Strata's own values
+ * (PG_XID_CHECKPOINT_INTERVAL, WAL_AUTO_CONF_*, WAL_READER_DEFAULT_BUF) have
+ * nothing to be checked against.
  *
+ * For: failing the build when common/pg/ and PostgreSQL disagree.
  * Not for: code.  Nothing here runs; the object adds nothing to strata.so.
  */
 #include "postgres.h"
@@ -32,6 +37,7 @@
 #include "access/visibilitymapdefs.h"
 #include "access/xact.h"
 #include "access/xlog_internal.h"
+#include "access/xlogrecord.h"
 #include "catalog/pg_control.h"
 #include "catalog/pg_tablespace_d.h"
 #include "catalog/storage_xlog.h"
@@ -40,22 +46,112 @@
 #include "storage/bufpage.h"
 #include "storage/fsm_internals.h"
 #include "storage/relfilenode.h"
+#include "common/relpath.h"
 #include "storage/sinval.h"
+#include "utils/memutils.h"
 #include "utils/relmapper.h"
 
-#include "pageserver/pgstructs.h"
+#include "pg/pgstructs.h"
+#include "pg/walformat.h"
 
-/* Compared as plain integers: pgstructs.h's enums are not Postgres's. */
+/* Compared as plain integers: common/pg's enums are not Postgres's. */
 #define SAME(ours, theirs)                                                                         \
     StaticAssertDecl((long long)(ours) == (long long)(theirs), #ours " != " #theirs)
 
-/* The byte order and alignment pgstructs.h is written for. */
+/* The byte order and alignment common/pg is written for. */
 #ifdef WORDS_BIGENDIAN
-#error "pageserver/pgstructs.h describes a little-endian layout"
+#error "common/pg/ describes a little-endian layout"
 #endif
 SAME(MAXIMUM_ALIGNOF, 8);
 SAME(BLCKSZ, 8192);
 SAME(XLOG_BLCKSZ, 8192);
+
+/* ---- walformat.h ---- */
+
+/* Sizes and alignment (pg_config.h, access/xlog_internal.h, utils/memutils.h) */
+SAME(WAL_PAGE_MAGIC, XLOG_PAGE_MAGIC);
+SAME(WAL_BLCKSZ, XLOG_BLCKSZ);
+SAME(WAL_PAGE_BLCKSZ, BLCKSZ);
+SAME(WAL_ALIGN, MAXIMUM_ALIGNOF);
+SAME(WAL_ALIGN_UP(1), MAXALIGN(1));
+SAME(WAL_MAX_RECORD_LEN, MaxAllocSize);
+SAME(WAL_MIN_SEG_SIZE, WalSegMinSize);
+SAME(WAL_MAX_SEG_SIZE, WalSegMaxSize);
+SAME(WAL_SEG_SIZE_DEFAULT, DEFAULT_XLOG_SEG_SIZE);
+
+/* Page headers (access/xlog_internal.h) */
+SAME(WAL_XLP_FIRST_IS_CONTRECORD, XLP_FIRST_IS_CONTRECORD);
+SAME(WAL_XLP_LONG_HEADER, XLP_LONG_HEADER);
+SAME(WAL_XLP_BKP_REMOVABLE, XLP_BKP_REMOVABLE);
+SAME(WAL_XLP_FIRST_IS_OVERWRITE_CONTRECORD, XLP_FIRST_IS_OVERWRITE_CONTRECORD);
+SAME(WAL_XLP_ALL_FLAGS, XLP_ALL_FLAGS);
+SAME(WAL_SHORT_PHD_SIZE, SizeOfXLogShortPHD);
+SAME(WAL_LONG_PHD_SIZE, SizeOfXLogLongPHD);
+SAME(WAL_XLP_MAGIC_OFF, offsetof(XLogPageHeaderData, xlp_magic));
+SAME(WAL_XLP_INFO_OFF, offsetof(XLogPageHeaderData, xlp_info));
+SAME(WAL_XLP_TLI_OFF, offsetof(XLogPageHeaderData, xlp_tli));
+SAME(WAL_XLP_PAGEADDR_OFF, offsetof(XLogPageHeaderData, xlp_pageaddr));
+SAME(WAL_XLP_REM_LEN_OFF, offsetof(XLogPageHeaderData, xlp_rem_len));
+SAME(WAL_XLP_SYSID_OFF, offsetof(XLogLongPageHeaderData, xlp_sysid));
+SAME(WAL_XLP_SEG_SIZE_OFF, offsetof(XLogLongPageHeaderData, xlp_seg_size));
+SAME(WAL_XLP_XLOG_BLCKSZ_OFF, offsetof(XLogLongPageHeaderData, xlp_xlog_blcksz));
+
+/* Record headers (access/xlogrecord.h) */
+SAME(WAL_RECORD_HEADER_SIZE, SizeOfXLogRecord);
+SAME(WAL_RECORD_CRC_OFFSET, offsetof(XLogRecord, xl_crc));
+SAME(WAL_XL_TOT_LEN_OFF, offsetof(XLogRecord, xl_tot_len));
+SAME(WAL_XL_XID_OFF, offsetof(XLogRecord, xl_xid));
+SAME(WAL_XL_PREV_OFF, offsetof(XLogRecord, xl_prev));
+SAME(WAL_XL_INFO_OFF, offsetof(XLogRecord, xl_info));
+SAME(WAL_XL_RMID_OFF, offsetof(XLogRecord, xl_rmid));
+SAME(WAL_XLR_INFO_MASK, XLR_INFO_MASK);
+SAME(WAL_XLR_RMGR_INFO_MASK, XLR_RMGR_INFO_MASK);
+SAME(WAL_XLR_SPECIAL_REL_UPDATE, XLR_SPECIAL_REL_UPDATE);
+SAME(WAL_XLR_CHECK_CONSISTENCY, XLR_CHECK_CONSISTENCY);
+
+/* Resource managers (access/rmgr.h, catalog/pg_control.h) */
+SAME(WAL_RM_XLOG_ID, RM_XLOG_ID);
+SAME(WAL_RM_MAX_BUILTIN_ID, RM_MAX_BUILTIN_ID);
+SAME(WAL_RM_MAX_BUILTIN_ID, RM_LOGICALMSG_ID);
+SAME(WAL_RM_MIN_CUSTOM_ID, RM_MIN_CUSTOM_ID);
+SAME(WAL_XLOG_SWITCH, XLOG_SWITCH);
+
+/* Block references and the headers inside a record (access/xlogrecord.h) */
+SAME(WAL_XLR_MAX_BLOCK_ID, XLR_MAX_BLOCK_ID);
+SAME(WAL_XLR_BLOCK_ID_DATA_SHORT, XLR_BLOCK_ID_DATA_SHORT);
+SAME(WAL_XLR_BLOCK_ID_DATA_LONG, XLR_BLOCK_ID_DATA_LONG);
+SAME(WAL_XLR_BLOCK_ID_ORIGIN, XLR_BLOCK_ID_ORIGIN);
+SAME(WAL_XLR_BLOCK_ID_TOPLEVEL_XID, XLR_BLOCK_ID_TOPLEVEL_XID);
+SAME(WAL_BKPBLOCK_FORK_MASK, BKPBLOCK_FORK_MASK);
+SAME(WAL_BKPBLOCK_FLAG_MASK, BKPBLOCK_FLAG_MASK);
+SAME(WAL_BKPBLOCK_HAS_IMAGE, BKPBLOCK_HAS_IMAGE);
+SAME(WAL_BKPBLOCK_HAS_DATA, BKPBLOCK_HAS_DATA);
+SAME(WAL_BKPBLOCK_WILL_INIT, BKPBLOCK_WILL_INIT);
+SAME(WAL_BKPBLOCK_SAME_REL, BKPBLOCK_SAME_REL);
+SAME(WAL_BKPIMAGE_HAS_HOLE, BKPIMAGE_HAS_HOLE);
+SAME(WAL_BKPIMAGE_APPLY, BKPIMAGE_APPLY);
+SAME(WAL_BKPIMAGE_COMPRESS_PGLZ, BKPIMAGE_COMPRESS_PGLZ);
+SAME(WAL_BKPIMAGE_COMPRESS_LZ4, BKPIMAGE_COMPRESS_LZ4);
+SAME(WAL_BKPIMAGE_COMPRESS_ZSTD, BKPIMAGE_COMPRESS_ZSTD);
+SAME(WAL_BLOCK_HEADER_SIZE, SizeOfXLogRecordBlockHeader);
+SAME(WAL_BLOCK_IMAGE_HEADER_SIZE, SizeOfXLogRecordBlockImageHeader);
+SAME(WAL_BIMG_HOLE_OFFSET_OFF, offsetof(XLogRecordBlockImageHeader, hole_offset));
+SAME(WAL_BIMG_INFO_OFF, offsetof(XLogRecordBlockImageHeader, bimg_info));
+SAME(WAL_BLOCK_COMPRESS_HEADER_SIZE, SizeOfXLogRecordBlockCompressHeader);
+SAME(WAL_RELFILENODE_SIZE, sizeof(RelFileNode));
+SAME(WAL_DATA_HEADER_SHORT_SIZE, SizeOfXLogRecordDataHeaderShort);
+SAME(WAL_DATA_HEADER_LONG_SIZE, SizeOfXLogRecordDataHeaderLong);
+SAME(2, sizeof(RepOriginId));
+SAME(4, sizeof(BlockNumber));
+
+/* Forks (common/relpath.h) */
+SAME(WAL_FORK_MAIN, MAIN_FORKNUM);
+SAME(WAL_FORK_FSM, FSM_FORKNUM);
+SAME(WAL_FORK_VM, VISIBILITYMAP_FORKNUM);
+SAME(WAL_FORK_INIT, INIT_FORKNUM);
+SAME(WAL_MAX_FORK, MAX_FORKNUM);
+
+/* ---- pgstructs.h ---- */
 
 /* Resource managers (access/rmgrlist.h) */
 SAME(PG_RM_XLOG, RM_XLOG_ID);
@@ -75,7 +171,8 @@ SAME(PG_DEFAULTTABLESPACE_OID, DEFAULTTABLESPACE_OID);
 SAME(PG_GLOBALTABLESPACE_OID, GLOBALTABLESPACE_OID);
 SAME(PG_FIRST_NORMAL_XID, FirstNormalTransactionId);
 
-/* Pages (storage/bufpage.h) */
+/* Pages (pg_config.h, storage/bufpage.h) */
+SAME(PG_BLCKSZ, BLCKSZ);
 SAME(PG_PAGE_LSN_OFF, offsetof(PageHeaderData, pd_lsn));
 SAME(PG_PAGE_UPPER_OFF, offsetof(PageHeaderData, pd_upper));
 SAME(PG_PAGE_HEADER_SIZE, SizeOfPageHeaderData);

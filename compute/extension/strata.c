@@ -123,7 +123,9 @@ static bool check_safekeepers(char **newval, void **extra, GucSource source)
     return true;
 }
 
-static void define_gucs(void)
+/* The walproposer's settings: which safekeepers, as whom, how it
+ * connects and batches. */
+static void define_walproposer_gucs(void)
 {
     DefineCustomStringVariable(
         "strata.safekeepers", "Safekeepers the walproposer streams WAL to.",
@@ -178,6 +180,12 @@ static void define_gucs(void)
         "strata.local_user", "Role of the walproposer's replication connection to its own server.",
         "Empty: the operating-system user running the server.", &strata_local_user, "",
         PGC_POSTMASTER, 0, NULL, NULL, NULL);
+}
+
+/* The smgr client's settings: which pageserver, caches, prefetch, the
+ * file cache and a read-only compute's LSN. */
+static void define_smgr_gucs(void)
+{
     DefineCustomStringVariable("strata.pageserver",
                                "Pagestream address (host:port) of the pageserver holding this "
                                "compute's permanent relations.",
@@ -232,6 +240,12 @@ static void define_gucs(void)
         "(a static read-only compute: a hot standby that replays nothing).  Empty: a primary "
         "reads the latest version, a standby the version at its replay LSN.",
         &strata_read_lsn, "", PGC_POSTMASTER, 0, check_read_lsn, assign_read_lsn, NULL);
+}
+
+static void define_gucs(void)
+{
+    define_walproposer_gucs();
+    define_smgr_gucs();
     MarkGUCPrefixReserved("strata");
 }
 

@@ -589,9 +589,18 @@ static const char *progress(const sync_state *st)
     return buf;
 }
 
-int main(int argc, char **argv)
+/* The command line, as given. */
+typedef struct sync_args {
+    const char *sks, *tenant, *timeline;
+    long timeout_s, max_wal_mb;
+    unsigned long seg_size;
+    bool verbose;
+} sync_args;
+
+/* Parses the command line into a (and st's password and allow_create);
+ * exits through usage() on anything wrong. */
+static void parse_args(int argc, char **argv, sync_state *st, sync_args *a)
 {
-    static sync_state st; /* large: keep it off the stack */
     static const struct option opts[] = {{"safekeepers", required_argument, NULL, 's'},
                                          {"tenant", required_argument, NULL, 't'},
                                          {"timeline", required_argument, NULL, 'l'},
@@ -603,51 +612,44 @@ int main(int argc, char **argv)
                                          {"allow-timeline-creation", no_argument, NULL, 'C'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
-    const char *sks = NULL, *tenant = NULL, *timeline = NULL;
-    long timeout_s = 60, max_wal_mb = 256;
-    unsigned long seg_size = SYNC_DEFAULT_SEG_SIZE;
-    bool verbose = false;
-    proposer_config cfg;
-    const char *why;
-    uint64_t deadline, last_tick = 0;
+    *a = (sync_args){.timeout_s = 60, .max_wal_mb = 256, .seg_size = SYNC_DEFAULT_SEG_SIZE};
     int c;
-
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         char *end;
         switch (c) {
         case 's':
-            sks = optarg;
+            a->sks = optarg;
             break;
         case 't':
-            tenant = optarg;
+            a->tenant = optarg;
             break;
         case 'l':
-            timeline = optarg;
+            a->timeline = optarg;
             break;
         case 'p':
-            st.password = optarg;
+            st->password = optarg;
             break;
         case 'T':
-            timeout_s = strtol(optarg, &end, 10);
-            if (*end != '\0' || timeout_s <= 0 || timeout_s > 86400)
+            a->timeout_s = strtol(optarg, &end, 10);
+            if (*end != '\0' || a->timeout_s <= 0 || a->timeout_s > 86400)
                 usage("--timeout takes 1..86400 seconds");
             break;
         case 'm':
-            max_wal_mb = strtol(optarg, &end, 10);
-            if (*end != '\0' || max_wal_mb <= 0 || max_wal_mb > 65536)
+            a->max_wal_mb = strtol(optarg, &end, 10);
+            if (*end != '\0' || a->max_wal_mb <= 0 || a->max_wal_mb > 65536)
                 usage("--max-wal-mb takes 1..65536");
             break;
         case 'w':
-            seg_size = strtoul(optarg, &end, 10);
-            if (*end != '\0' || seg_size < (1u << 20) || seg_size > (1u << 30) ||
-                (seg_size & (seg_size - 1)) != 0)
+            a->seg_size = strtoul(optarg, &end, 10);
+            if (*end != '\0' || a->seg_size < (1u << 20) || a->seg_size > (1u << 30) ||
+                (a->seg_size & (a->seg_size - 1)) != 0)
                 usage("--wal-seg-size takes a power of two from 1 MB to 1 GB");
             break;
         case 'v':
-            verbose = true;
+            a->verbose = true;
             break;
         case 'C':
-            st.allow_create = true;
+            st->allow_create = true;
             break;
         case 'h':
             usage(NULL);
@@ -657,16 +659,68 @@ int main(int argc, char **argv)
     }
     if (optind != argc)
         usage("unexpected argument");
-    if (sks == NULL || tenant == NULL || timeline == NULL)
+    if (a->sks == NULL || a->tenant == NULL || a->timeline == NULL)
         usage("--safekeepers, --tenant and --timeline are required");
-    log_init("sync-safekeepers", verbose ? LOG_LEVEL_INFO : LOG_LEVEL_ERROR);
-    parse_safekeepers(&st, sks);
-    if (!strata_id_parse(tenant, &st.tenant))
+}
+
+/* Nothing was elected under the old configuration that the new election
+ * would not find: starts over with the members a safekeeper told us of. */
+static void restart_election(sync_state *st, proposer_config *cfg, uint64_t now)
+{
+    const char *why;
+    st->reconfigure = false;
+    st->elected = false;
+    free(st->bufmem);
+    st->bufmem = NULL;
+    pqstream_close(&st->donor_stream);
+    peers_from_membership(st);
+    cfg->n_acceptors = st->n;
+    cfg->mconf = st->mconf;
+    if (proposer_init(&st->core, cfg, now, &why) != 0)
+        die("bad configuration from a safekeeper: %s", why);
+}
+
+/* Sleeps in poll() until a connection is ready, a reconnect is due or a
+ * tick passed (not at all when work is pending). */
+static void wait_for_events(sync_state *st, uint64_t now)
+{
+    struct pollfd fds[PROPOSER_MAX_ACCEPTORS + 1];
+    int nfds = 0;
+    int wait_ms = SYNC_TICK_MS;
+    for (int i = 0; i < st->n; i++) {
+        add_poll(fds, &nfds, &st->peers[i].stream);
+        if (st->peers[i].stream.state == PQSTREAM_IDLE) {
+            int64_t until = (int64_t)st->peers[i].next_attempt_ms - (int64_t)now;
+            if (until < wait_ms)
+                wait_ms = until < 0 ? 0 : (int)until;
+        }
+    }
+    add_poll(fds, &nfds, &st->donor_stream);
+    if (st->busy) {
+        st->busy = false;
+        wait_ms = 0;
+    }
+    if (poll(fds, (nfds_t)nfds, wait_ms) < 0 && errno != EINTR)
+        die("poll: %s", strerror(errno));
+}
+
+int main(int argc, char **argv)
+{
+    static sync_state st; /* large: keep it off the stack */
+    sync_args args;
+    proposer_config cfg;
+    const char *why;
+    uint64_t deadline, last_tick = 0;
+
+    parse_args(argc, argv, &st, &args);
+    log_init("sync-safekeepers", args.verbose ? LOG_LEVEL_INFO : LOG_LEVEL_ERROR);
+    parse_safekeepers(&st, args.sks);
+    if (!strata_id_parse(args.tenant, &st.tenant))
         usage("--tenant takes 32 hex digits");
-    if (!strata_id_parse(timeline, &st.timeline))
+    if (!strata_id_parse(args.timeline, &st.timeline))
         usage("--timeline takes 32 hex digits");
-    st.seg_size = (uint32_t)seg_size;
-    st.max_wal = (size_t)max_wal_mb * 1024 * 1024;
+    st.seg_size = (uint32_t)args.seg_size;
+    st.max_wal = (size_t)args.max_wal_mb * 1024 * 1024;
     pqstream_init(&st.donor_stream);
 
     proposer_config_defaults(&cfg);
@@ -682,30 +736,15 @@ int main(int argc, char **argv)
     if (proposer_init(&st.core, &cfg, now_ms(), &why) != 0)
         die("bad configuration: %s", why);
 
-    deadline = now_ms() + (uint64_t)timeout_s * 1000;
+    deadline = now_ms() + (uint64_t)args.timeout_s * 1000;
     for (;;) {
-        struct pollfd fds[PROPOSER_MAX_ACCEPTORS + 1];
-        int nfds = 0;
         uint64_t now = now_ms();
-        int wait_ms = SYNC_TICK_MS;
-
         if (now >= deadline)
-            die("timed out after %ld s: %s", timeout_s, progress(&st));
+            die("timed out after %ld s: %s", args.timeout_s, progress(&st));
         for (int i = 0; i < st.n && !st.reconfigure; i++)
             handle_peer(&st, i, now);
         if (st.reconfigure) {
-            /* Nothing was elected under the old configuration that the new
-             * election would not find: start over with its members. */
-            st.reconfigure = false;
-            st.elected = false;
-            free(st.bufmem);
-            st.bufmem = NULL;
-            pqstream_close(&st.donor_stream);
-            peers_from_membership(&st);
-            cfg.n_acceptors = st.n;
-            cfg.mconf = st.mconf;
-            if (proposer_init(&st.core, &cfg, now, &why) != 0)
-                die("bad configuration from a safekeeper: %s", why);
+            restart_election(&st, &cfg, now);
             continue;
         }
         handle_donor(&st, now);
@@ -714,20 +753,6 @@ int main(int argc, char **argv)
             run_effects(&st, now);
             last_tick = now;
         }
-        for (int i = 0; i < st.n; i++) {
-            add_poll(fds, &nfds, &st.peers[i].stream);
-            if (st.peers[i].stream.state == PQSTREAM_IDLE) {
-                int64_t until = (int64_t)st.peers[i].next_attempt_ms - (int64_t)now;
-                if (until < wait_ms)
-                    wait_ms = until < 0 ? 0 : (int)until;
-            }
-        }
-        add_poll(fds, &nfds, &st.donor_stream);
-        if (st.busy) {
-            st.busy = false;
-            wait_ms = 0;
-        }
-        if (poll(fds, (nfds_t)nfds, wait_ms) < 0 && errno != EINTR)
-            die("poll: %s", strerror(errno));
+        wait_for_events(&st, now);
     }
 }

@@ -26,10 +26,10 @@
 
 #include "base/byteorder.h"
 #include "base/crc32c.h"
-#include "base/walformat.h"
+#include "pg/walformat.h"
 #include "pageserver/ingest/ingest.h"
 #include "pageserver/store/key.h"
-#include "pageserver/pgstructs.h"
+#include "pg/pgstructs.h"
 
 #define RELSEG_BLOCKS 131072u /* RELSEG_SIZE: blocks per 1 GB segment file */
 

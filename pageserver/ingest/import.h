@@ -4,7 +4,7 @@
  *
  * For: the timeline's starting point.  import_pgdata() reads pg_control
  * (CRC checked; state must be "shut down"), reads the checkpoint record it
- * points to from pg_wal (common/base/walformat.h; must be a shutdown checkpoint)
+ * points to from pg_wal (common/pg/walformat.h; must be a shutdown checkpoint)
  * and takes the record's end as the import LSN.  At that LSN it puts:
  *   - every relation file base/<db>/<relfilenode>[_fsm|_vm|_init][.N] and
  *     global/<relfilenode>...: one VAL_IMAGE per block (all-zero blocks as

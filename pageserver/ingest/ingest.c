@@ -4,7 +4,7 @@
  * to the rmgr-specific files (ingest_xact.c, ingest_misc.c).  See ingest.h
  * for the contract.
  *
- * Not for: reassembling records (common/base/walformat.h), the network
+ * Not for: reassembling records (common/pg/walformat.h), the network
  * (walreceiver.c), applying records (redo).
  *
  * Everything here runs on the store's writer thread.  Memory is bounded:
@@ -23,7 +23,7 @@
 
 #include "base/log.h"
 #include "pageserver/ingest/ingest_internal.h"
-#include "pageserver/pgstructs.h"
+#include "pg/pgstructs.h"
 
 /* ---- creation -------------------------------------------------------- */
 

@@ -24,7 +24,7 @@
  * may advance once per batch of records.
  *
  * Not for: reading WAL from the network (walreceiver.h), reassembling or
- * CRC-checking records (common/base/walformat.h), applying records (redo.h).
+ * CRC-checking records (common/pg/walformat.h), applying records (redo.h).
  *
  * Threads: an ingest_state belongs to the store's one writer thread; no
  * function here may be called concurrently on the same state.
@@ -52,7 +52,7 @@
 #include <stdint.h>
 
 #include "base/lsn.h"
-#include "base/walformat.h"
+#include "pg/walformat.h"
 #include "pageserver/store/key.h"
 #include "pageserver/redo/redo.h"
 #include "pageserver/store/store.h"

@@ -11,7 +11,7 @@
 #define STRATA_PAGESERVER_INGEST_INTERNAL_H
 
 #include "pageserver/ingest/ingest.h"
-#include "pageserver/pgstructs.h"
+#include "pg/pgstructs.h"
 
 #include "base/byteorder.h"
 

@@ -2,7 +2,7 @@
  * walreceiver.c: one timeline's WAL stream from a safekeeper into ingest
  * (see walreceiver.h for the contract).
  *
- * Not for: decoding records (common/base/walformat.h, ingest.c) or storage.
+ * Not for: decoding records (common/pg/walformat.h, ingest.c) or storage.
  *
  * One thread.  It blocks only in libpq calls bounded by connect_timeout and
  * in poll() with a 100 ms tick, so walreceiver_stop() returns promptly.  The
@@ -26,7 +26,7 @@
 #include "base/log.h"
 #include "base/sqlstate.h"
 #include "base/strata_assert.h"
-#include "base/walformat.h"
+#include "pg/walformat.h"
 #include "net/remote_storage.h"
 #include "pageserver/ingest/walreceiver_choice.h"
 #include "proto/replication.h"

@@ -6,7 +6,7 @@
  * (replication=true, options '-c tenant_id=.. -c timeline_id=..'), runs
  * IDENTIFY_SYSTEM and START_REPLICATION PHYSICAL <lsn>, decodes XLogData and
  * keepalives (proto/replication.h), reassembles records with a
- * common/base/walformat.h wal_reader, hands each to ingest_record() and then calls
+ * common/pg/walformat.h wal_reader, hands each to ingest_record() and then calls
  * store_advance(end) (once per XLogData message, after its last complete
  * record).  It sends a standby status update 'r' (write = flush = last
  * received record end, apply = disk_consistent) and, unless disabled, our

@@ -200,73 +200,33 @@ static uint64_t fnv1a(const char *s)
     return h;
 }
 
-/* Starts argv (a program path) as the pool's user, through the spawner
- * thread (redo_spawn.h).  The pid, or -1 with errno. */
-static pid_t spawn_as_pool_user(const redo_pool *p, char *const argv[], int in, int out, int errfd)
+/* Starts argv (a program path) through the spawner thread (redo_spawn.h),
+ * as the pool's user when as_pool_user (else as we run).  The pid, or -1
+ * with errno. */
+static pid_t spawn_program(const redo_pool *p, char *const argv[], bool as_pool_user, int in,
+                           int out, int errfd)
 {
     redo_spawn_args sa = {.argv = argv,
                           .stdin_fd = in,
                           .stdout_fd = out,
                           .stderr_fd = errfd,
-                          .drop_privileges = p->drop_privileges,
+                          .drop_privileges = as_pool_user && p->drop_privileges,
                           .uid = p->uid,
                           .gid = p->gid};
     return redo_spawn(p->spawner, &sa);
 }
 
-/* Runs argv (a program path) as the pool's user, stdin_text on its stdin,
- * output to log_path; waits.  0 if it exited 0, else -1 with err. */
-static int run_program(const redo_pool *p, char *const argv[], const char *stdin_text,
-                       const char *log_path, char *err, size_t errlen)
+/* Runs argv (a program path), as the pool's user when as_pool_user,
+ * stdin_text on its stdin, output to log_path; waits.  0 if it exited 0,
+ * else -1 with err. */
+static int run_program(const redo_pool *p, char *const argv[], bool as_pool_user,
+                       const char *stdin_text, const char *log_path, char *err, size_t errlen)
 {
-    int in[2];
-    if (pipe2(in, O_CLOEXEC) != 0) {
-        set_err(err, errlen, "pipe: %s", strerror(errno));
-        return -1;
-    }
-    int logfd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (logfd < 0) {
-        set_err(err, errlen, "open %s: %s", log_path, strerror(errno));
-        close(in[0]);
-        close(in[1]);
-        return -1;
-    }
-    pid_t pid = spawn_as_pool_user(p, argv, in[0], logfd, logfd);
-    if (pid < 0) {
-        set_err(err, errlen, "fork: %s", strerror(errno));
-        close(in[0]);
-        close(in[1]);
-        close(logfd);
-        return -1;
-    }
-    close(in[0]);
-    close(logfd);
-    if (stdin_text != NULL) {
-        size_t len = strlen(stdin_text);
-        const char *s = stdin_text;
-        while (len > 0) {
-            ssize_t n = write(in[1], s, len);
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n <= 0)
-                break;
-            s += n;
-            len -= (size_t)n;
-        }
-    }
-    close(in[1]);
-    int status;
-    while (waitpid(pid, &status, 0) < 0) {
-        if (errno != EINTR) {
-            set_err(err, errlen, "waitpid: %s", strerror(errno));
-            return -1;
-        }
-    }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        set_err(err, errlen, "%s failed (status 0x%x); see %s", argv[0], status, log_path);
-        return -1;
-    }
-    return 0;
+    redo_spawn_args sa = {.argv = argv,
+                          .drop_privileges = as_pool_user && p->drop_privileges,
+                          .uid = p->uid,
+                          .gid = p->gid};
+    return redo_spawn_run(p->spawner, &sa, stdin_text, log_path, err, errlen);
 }
 
 static int chown_if_root(const redo_pool *p, const char *path, char *err, size_t errlen)
@@ -278,21 +238,13 @@ static int chown_if_root(const redo_pool *p, const char *path, char *err, size_t
     return 0;
 }
 
-static int copy_tree(const char *from, const char *to)
+/* Copies the tree from to to (cp -a, as we run, so owners are kept);
+ * cp's complaints go to log_path.  0, or -1 with err. */
+static int copy_tree(const redo_pool *p, const char *from, const char *to, const char *log_path,
+                     char *err, size_t errlen)
 {
     char *argv[] = {"/bin/cp", "-a", (char *)from, (char *)to, NULL};
-    pid_t pid = fork();
-    if (pid < 0)
-        return -1;
-    if (pid == 0) {
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    int status;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR)
-            return -1;
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+    return run_program(p, argv, false, NULL, log_path, err, errlen);
 }
 
 /* ---- the template data directory -------------------------------------- */
@@ -369,13 +321,13 @@ static int ensure_template(redo_pool *p, char *err, size_t errlen)
     snprintf(prog, sizeof prog, "%s/initdb", p->pg_bindir);
     char *initdb[] = {prog, "-D",       tmp,          "--no-sync", "-A",   "trust",
                       "-U", "postgres", "--locale=C", "-E",        "UTF8", NULL};
-    if (run_program(p, initdb, NULL, log, err, errlen) != 0)
+    if (run_program(p, initdb, true, NULL, log, err, errlen) != 0)
         return -1;
     snprintf(prog, sizeof prog, "%s/postgres", p->pg_bindir);
     snprintf(libpath, sizeof libpath, "dynamic_library_path=%s", p->lib_dir);
     char *single[] = {prog, "--single",         "-D",        tmp, "-c", "fsync=off", "-c", libpath,
                       "-c", "exit_on_error=on", "template1", NULL};
-    if (run_program(p, single,
+    if (run_program(p, single, true,
                     "CREATE FUNCTION strata_walredo_main() RETURNS void "
                     "AS 'strata_walredo' LANGUAGE C STRICT;\n",
                     log, err, errlen) != 0)
@@ -452,8 +404,7 @@ static void helper_reset(redo_pool *p, helper *h, uint64_t gen, bool holding_wmu
         pthread_cond_wait(&h->cv, &h->mu);
     if (h->generation == gen && h->pid != 0) {
         int status = 0;
-        while (waitpid(h->pid, &status, 0) < 0 && errno == EINTR)
-            ;
+        (void)redo_spawn_wait(h->pid, &status);
         char tail[300];
         log_tail(p, h->idx, tail, sizeof tail);
         char how[64];
@@ -511,26 +462,34 @@ static int read_some(helper *h, uint64_t deadline)
     }
 }
 
-/* Starts the helper.  Caller holds wmu and mu; pid == 0. */
-static int helper_start(redo_pool *p, helper *h, char *err, size_t errlen)
+/* Gives helper h a fresh copy of the template data directory, dir.  The
+ * template is made first if needed.  0, or -1 with err. */
+static int helper_prepare_dir(redo_pool *p, const char *dir, const char *logpath, char *err,
+                              size_t errlen)
 {
     pthread_mutex_lock(&p->mu);
     int rc = ensure_template(p, err, errlen);
     pthread_mutex_unlock(&p->mu);
     if (rc != 0)
         return -1;
-
-    char dir[PATH_MAX + 32], logpath[PATH_MAX + 32], prog[PATH_MAX + 16], libpath[PATH_MAX + 128];
-    snprintf(dir, sizeof dir, "%s/helper-%d", p->dir, h->idx);
-    snprintf(logpath, sizeof logpath, "%s/helper-%d.log", p->dir, h->idx);
-    snprintf(prog, sizeof prog, "%s/postgres", p->pg_bindir);
-    snprintf(libpath, sizeof libpath, "dynamic_library_path=%s", p->lib_dir);
-    if (durable_remove_tree(dir) != 0 || copy_tree(p->template_dir, dir) != 0) {
+    if (durable_remove_tree(dir) != 0 ||
+        copy_tree(p, p->template_dir, dir, logpath, err, errlen) != 0) {
         set_err(err, errlen, "cannot copy %s to %s", p->template_dir, dir);
         return -1;
     }
+    return 0;
+}
+
+/* Starts postgres --single on dir as the pool's user, its stdin and stdout
+ * pipes in h (nonblocking), its stderr to logpath.  0, or -1 with err. */
+static int helper_spawn(redo_pool *p, helper *h, const char *dir, const char *logpath, char *err,
+                        size_t errlen)
+{
+    char prog[PATH_MAX + 16], libpath[PATH_MAX + 128];
+    snprintf(prog, sizeof prog, "%s/postgres", p->pg_bindir);
+    snprintf(libpath, sizeof libpath, "dynamic_library_path=%s", p->lib_dir);
     char *argv[] = {prog,        "--single",
-                    "-D",        dir,
+                    "-D",        (char *)dir,
                     "-c",        "fsync=off",
                     "-c",        "shared_buffers=1MB",
                     "-c",        "max_connections=4",
@@ -553,41 +512,41 @@ static int helper_start(redo_pool *p, helper *h, char *err, size_t errlen)
         return -1;
     }
     int logfd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (logfd < 0) {
+    pid_t pid = -1;
+    if (logfd < 0)
         set_err(err, errlen, "open %s: %s", logpath, strerror(errno));
-        close(in[0]);
-        close(in[1]);
-        close(out[0]);
-        close(out[1]);
-        return -1;
-    }
-    pid_t pid = spawn_as_pool_user(p, argv, in[0], out[1], logfd);
-    if (pid < 0) {
+    else if ((pid = spawn_program(p, argv, true, in[0], out[1], logfd)) < 0)
         set_err(err, errlen, "fork: %s", strerror(errno));
-        close(in[0]);
-        close(in[1]);
-        close(out[0]);
-        close(out[1]);
-        close(logfd);
-        return -1;
-    }
     close(in[0]);
     close(out[1]);
-    close(logfd);
+    if (logfd >= 0)
+        close(logfd);
+    if (pid < 0) {
+        close(in[1]);
+        close(out[0]);
+        return -1;
+    }
     h->pid = pid;
     h->in_fd = in[1];
     h->out_fd = out[0];
     h->rlen = 0;
     fcntl(h->in_fd, F_SETFL, O_NONBLOCK);
     fcntl(h->out_fd, F_SETFL, O_NONBLOCK);
+    return 0;
+}
 
+/* Calls the helper's main function and waits for its hello, skipping
+ * single-user mode's banner, prompt and row description.  0 with what
+ * followed the hello left in h->rbuf; -1 with err unset when the helper
+ * broke or was silent, -2 with err when it speaks another protocol. */
+static int helper_await_hello(redo_pool *p, helper *h, char *err, size_t errlen)
+{
     uint64_t deadline =
         now_ms() +
         (p->timeout_ms > HELPER_START_TIMEOUT_MS ? p->timeout_ms : HELPER_START_TIMEOUT_MS);
     static const char line[] = "SELECT strata_walredo_main()\n";
     if (write_all_fd(h->in_fd, line, sizeof line - 1, deadline) != 0)
-        goto failed;
-    /* Skip single-user mode's banner, prompt and row description. */
+        return -1;
     const uint8_t hello_hdr[] = {WALREDO_HELLO, 0, 0, 0, WALREDO_MAGIC_LEN + 4};
     for (;;) {
         uint8_t *at = memmem(h->rbuf, h->rlen, hello_hdr, sizeof hello_hdr);
@@ -596,11 +555,11 @@ static int helper_start(redo_pool *p, helper *h, char *err, size_t errlen)
             size_t used;
             const char *why = NULL;
             if (walredo_decode(at, (size_t)(h->rbuf + h->rlen - at), &m, &used, &why) != 1)
-                goto failed;
+                return -1;
             if (m.version != WALREDO_PROTO_VERSION) {
                 set_err(err, errlen, "redo helper speaks protocol %u, we speak %u", m.version,
                         WALREDO_PROTO_VERSION);
-                goto killed;
+                return -2;
             }
             size_t rest = (size_t)(h->rbuf + h->rlen - (at + used));
             memmove(h->rbuf, at + used, rest);
@@ -608,30 +567,47 @@ static int helper_start(redo_pool *p, helper *h, char *err, size_t errlen)
             return 0;
         }
         if (h->rlen >= MAX_PRELUDE)
-            goto failed;
+            return -1;
         if (read_some(h, deadline) <= 0)
-            goto failed;
+            return -1;
     }
-failed:
-    set_err(err, errlen, "redo helper did not start");
-killed:
-    kill(pid, SIGKILL);
-    {
-        int status;
-        while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-            ;
-        char tail[300];
-        log_tail(p, h->idx, tail, sizeof tail);
-        size_t used = strlen(err);
-        if (tail[0] && used + 2 < errlen)
-            snprintf(err + used, errlen - used, ": %s", tail);
-    }
+}
+
+/* Kills and reaps a helper that did not start, appends its log's telling
+ * line to err and makes h startable again. */
+static void helper_abandon(redo_pool *p, helper *h, char *err, size_t errlen)
+{
+    kill(h->pid, SIGKILL);
+    int status;
+    (void)redo_spawn_wait(h->pid, &status);
+    char tail[300];
+    log_tail(p, h->idx, tail, sizeof tail);
+    size_t used = strlen(err);
+    if (tail[0] && used + 2 < errlen)
+        snprintf(err + used, errlen - used, ": %s", tail);
     close(h->in_fd);
     close(h->out_fd);
     h->pid = 0;
     h->in_fd = h->out_fd = -1;
     h->rlen = 0;
     h->generation++;
+}
+
+/* Starts the helper.  Caller holds wmu and mu; pid == 0. */
+static int helper_start(redo_pool *p, helper *h, char *err, size_t errlen)
+{
+    char dir[PATH_MAX + 32], logpath[PATH_MAX + 32];
+    snprintf(dir, sizeof dir, "%s/helper-%d", p->dir, h->idx);
+    snprintf(logpath, sizeof logpath, "%s/helper-%d.log", p->dir, h->idx);
+    if (helper_prepare_dir(p, dir, logpath, err, errlen) != 0 ||
+        helper_spawn(p, h, dir, logpath, err, errlen) != 0)
+        return -1;
+    int rc = helper_await_hello(p, h, err, errlen);
+    if (rc == 0)
+        return 0;
+    if (rc == -1)
+        set_err(err, errlen, "redo helper did not start");
+    helper_abandon(p, h, err, errlen);
     return -1;
 }
 
@@ -995,9 +971,9 @@ void redo_pool_options_default(redo_pool_options *o)
     o->timeout_ms = 10000;
 }
 
-int redo_pool_create(const redo_pool_options *o, redo_pool **out, char *err, size_t errlen)
+/* Checks o's required fields and ranges.  0, or -1 with err. */
+static int pool_check_options(const redo_pool_options *o, char *err, size_t errlen)
 {
-    *out = NULL;
     if (o->pg_bindir == NULL || o->work_dir == NULL) {
         set_err(err, errlen, "redo pool: pg_bindir and work_dir are required");
         return -1;
@@ -1010,26 +986,32 @@ int redo_pool_create(const redo_pool_options *o, redo_pool **out, char *err, siz
         set_err(err, errlen, "redo pool: timeout_ms must be positive");
         return -1;
     }
-    redo_pool *p = calloc(1, sizeof *p);
-    if (p == NULL) {
-        set_err(err, errlen, "out of memory");
+    return 0;
+}
+
+/* When we run as root: the user helpers run as (o->run_as_user).  0, or -1
+ * with err. */
+static int pool_find_user(redo_pool *p, const redo_pool_options *o, char *err, size_t errlen)
+{
+    if (geteuid() != 0)
+        return 0;
+    const char *user = o->run_as_user ? o->run_as_user : "postgres";
+    struct passwd pw, *res = NULL;
+    char buf[4096];
+    if (getpwnam_r(user, &pw, buf, sizeof buf, &res) != 0 || res == NULL) {
+        set_err(err, errlen, "redo pool: no user %s to run helpers as (we are root)", user);
         return -1;
     }
-    p->timeout_ms = o->timeout_ms;
-    p->nhelpers = o->helpers;
-    if (geteuid() == 0) {
-        const char *user = o->run_as_user ? o->run_as_user : "postgres";
-        struct passwd pw, *res = NULL;
-        char buf[4096];
-        if (getpwnam_r(user, &pw, buf, sizeof buf, &res) != 0 || res == NULL) {
-            set_err(err, errlen, "redo pool: no user %s to run helpers as (we are root)", user);
-            free(p);
-            return -1;
-        }
-        p->drop_privileges = true;
-        p->uid = pw.pw_uid;
-        p->gid = pw.pw_gid;
-    }
+    p->drop_privileges = true;
+    p->uid = pw.pw_uid;
+    p->gid = pw.pw_gid;
+    return 0;
+}
+
+/* The pool's strings: bindir, library, <work_dir>/walredo (made here) and
+ * the template's path in it.  0, or -1 with err (the caller frees). */
+static int pool_set_paths(redo_pool *p, const redo_pool_options *o, char *err, size_t errlen)
+{
     p->pg_bindir = strdup(o->pg_bindir);
     if (o->walredo_lib != NULL && o->walredo_lib[0] != '\0') {
         const char *base = strrchr(o->walredo_lib, '/');
@@ -1039,41 +1021,39 @@ int redo_pool_create(const redo_pool_options *o, redo_pool **out, char *err, siz
                     "redo pool: walredo_lib \"%s\" must be a path to a file named "
                     "strata_walredo.so",
                     o->walredo_lib);
-            goto fail;
+            return -1;
         }
         p->walredo_lib = strdup(o->walredo_lib);
         if (p->walredo_lib == NULL) {
             set_err(err, errlen, "out of memory");
-            goto fail;
+            return -1;
         }
     }
     size_t dlen = strlen(o->work_dir) + 16;
     p->dir = malloc(dlen);
     if (p->pg_bindir == NULL || p->dir == NULL) {
         set_err(err, errlen, "out of memory");
-        goto fail;
+        return -1;
     }
     snprintf(p->dir, dlen, "%s/walredo", o->work_dir);
     if (mkdir(p->dir, 0755) != 0 && errno != EEXIST) {
         set_err(err, errlen, "redo pool: mkdir %s: %s", p->dir, strerror(errno));
-        goto fail;
+        return -1;
     }
     size_t tlen = strlen(p->dir) + 40;
     p->template_dir = malloc(tlen);
     if (p->template_dir == NULL) {
         set_err(err, errlen, "out of memory");
-        goto fail;
+        return -1;
     }
     snprintf(p->template_dir, tlen, "%s/template-%016" PRIx64, p->dir, fnv1a(p->pg_bindir));
-    if (redo_spawner_start(&p->spawner, err, errlen) != 0)
-        goto fail;
-    pthread_mutex_init(&p->mu, NULL);
-    init_monotonic_cond(&p->cv);
-    p->helpers = calloc((size_t)p->nhelpers, sizeof *p->helpers);
-    if (p->helpers == NULL) {
-        set_err(err, errlen, "out of memory");
-        goto fail;
-    }
+    return 0;
+}
+
+/* Sets up the p->nhelpers helper slots (not started).  0, or -1 with err
+ * and p->nhelpers cut to the slots to tear down. */
+static int pool_init_helpers(redo_pool *p, char *err, size_t errlen)
+{
     for (int i = 0; i < p->nhelpers; i++) {
         helper *h = &p->helpers[i];
         h->idx = i;
@@ -1085,9 +1065,42 @@ int redo_pool_create(const redo_pool_options *o, redo_pool **out, char *err, siz
         if (h->rbuf == NULL) {
             set_err(err, errlen, "out of memory");
             p->nhelpers = i + 1;
-            redo_pool_destroy(p);
             return -1;
         }
+    }
+    return 0;
+}
+
+int redo_pool_create(const redo_pool_options *o, redo_pool **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (pool_check_options(o, err, errlen) != 0)
+        return -1;
+    redo_pool *p = calloc(1, sizeof *p);
+    if (p == NULL) {
+        set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    p->timeout_ms = o->timeout_ms;
+    p->nhelpers = o->helpers;
+    if (pool_find_user(p, o, err, errlen) != 0) {
+        free(p);
+        return -1;
+    }
+    if (pool_set_paths(p, o, err, errlen) != 0)
+        goto fail;
+    if (redo_spawner_start(&p->spawner, err, errlen) != 0)
+        goto fail;
+    pthread_mutex_init(&p->mu, NULL);
+    init_monotonic_cond(&p->cv);
+    p->helpers = calloc((size_t)p->nhelpers, sizeof *p->helpers);
+    if (p->helpers == NULL) {
+        set_err(err, errlen, "out of memory");
+        goto fail;
+    }
+    if (pool_init_helpers(p, err, errlen) != 0) {
+        redo_pool_destroy(p);
+        return -1;
     }
     /* A write to a helper that just died must fail with EPIPE, not kill us. */
     struct sigaction sa;

@@ -1,7 +1,11 @@
 /*
  * redo_spawn.c: one long-lived thread that forks every redo helper, so the
  * helpers' parent-death signal fires when the pageserver ends and not when
- * the request thread that needed a helper does (redo_spawn.h).
+ * the request thread that needed a helper does (redo_spawn.h); and running
+ * the one-shot programs the redo pool needs (initdb, postgres --single, cp)
+ * to their end through it.
+ *
+ * For: fork, exec and reaping.  Not for: talking to a helper (redo.c).
  */
 #include "pageserver/redo/redo_spawn.h"
 
@@ -13,7 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 struct redo_spawner {
@@ -131,4 +137,67 @@ void redo_spawner_stop(redo_spawner *s)
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
+}
+
+int redo_spawn_wait(pid_t pid, int *status)
+{
+    while (waitpid(pid, status, 0) < 0) {
+        if (errno != EINTR)
+            return -1;
+    }
+    return 0;
+}
+
+int redo_spawn_run(redo_spawner *s, const redo_spawn_args *a, const char *stdin_text,
+                   const char *log_path, char *err, size_t errlen)
+{
+    int in[2];
+    if (pipe2(in, O_CLOEXEC) != 0) {
+        snprintf(err, errlen, "pipe: %s", strerror(errno));
+        return -1;
+    }
+    int logfd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (logfd < 0) {
+        snprintf(err, errlen, "open %s: %s", log_path, strerror(errno));
+        close(in[0]);
+        close(in[1]);
+        return -1;
+    }
+    redo_spawn_args job = *a;
+    job.stdin_fd = in[0];
+    job.stdout_fd = job.stderr_fd = logfd;
+    pid_t pid = redo_spawn(s, &job);
+    if (pid < 0) {
+        snprintf(err, errlen, "fork: %s", strerror(errno));
+        close(in[0]);
+        close(in[1]);
+        close(logfd);
+        return -1;
+    }
+    close(in[0]);
+    close(logfd);
+    if (stdin_text != NULL) {
+        size_t len = strlen(stdin_text);
+        const char *p = stdin_text;
+        while (len > 0) {
+            ssize_t n = write(in[1], p, len);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0)
+                break;
+            p += n;
+            len -= (size_t)n;
+        }
+    }
+    close(in[1]);
+    int status;
+    if (redo_spawn_wait(pid, &status) != 0) {
+        snprintf(err, errlen, "waitpid: %s", strerror(errno));
+        return -1;
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        snprintf(err, errlen, "%s failed (status 0x%x); see %s", a->argv[0], status, log_path);
+        return -1;
+    }
+    return 0;
 }

@@ -12,7 +12,10 @@
  * is stopped then still dies when the pageserver is killed; one that is
  * merely idle would also exit at the end of its stdin.
  *
- * Not for: talking to the helper or waiting for it (redo.c).
+ * Also: running a one-shot program (initdb, cp) to its end and reaping
+ * children.
+ *
+ * Not for: talking to the helper or deciding when it must die (redo.c).
  *
  * Threads: redo_spawn may be called from any thread; it waits for the
  * spawner thread to fork.
@@ -40,6 +43,15 @@ int redo_spawner_start(redo_spawner **out, char *err, size_t errlen);
 /* Forks and executes a->argv on the spawner thread.  The child's pid, or -1
  * with errno set (the fork failed, or the spawner is stopping). */
 pid_t redo_spawn(redo_spawner *s, const redo_spawn_args *a);
+
+/* Runs a->argv to its end through the spawner (a's fds are ignored):
+ * stdin_text (NULL: nothing) on its stdin, its stdout and stderr to log_path
+ * (truncated).  0 if it exited 0, else -1 with err. */
+int redo_spawn_run(redo_spawner *s, const redo_spawn_args *a, const char *stdin_text,
+                   const char *log_path, char *err, size_t errlen);
+
+/* Reaps pid, retrying on EINTR.  0 with *status, or -1 with errno. */
+int redo_spawn_wait(pid_t pid, int *status);
 
 /* Ends the spawner thread.  Children it started get their parent-death
  * signal, so stop them first.  NULL is ignored. */

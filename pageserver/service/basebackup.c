@@ -23,9 +23,9 @@
 #include "base/byteorder.h"
 #include "base/crc32c.h"
 #include "base/sqlstate.h"
-#include "base/walformat.h"
+#include "pg/walformat.h"
 #include "pageserver/service/pgcontrol.h"
-#include "pageserver/pgstructs.h"
+#include "pg/pgstructs.h"
 
 #define REL_SEG_BLOCKS (1u << 17) /* RELSEG_SIZE: 1 GB of 8 KB blocks */
 #define MAX_SLRU_SEG_BLOCKS PG_SLRU_PAGES_PER_SEGMENT

@@ -27,7 +27,7 @@
  * fuzzed) and stock tar accept it.
  *
  * LSN rules (the caller's, documented here once): lsn must be a record end
- * as common/base/walformat.h defines it (8-aligned) and <= the last ingested
+ * as common/pg/walformat.h defines it (8-aligned) and <= the last ingested
  * record LSN; the stored pg_control and checkpoint must exist at lsn (not
  * before the timeline starts, not collected by GC).  A misaligned LSN is
  * refused; an aligned LSN in the middle of a record cannot be detected

@@ -45,7 +45,7 @@
 #include "net/pgwire.h"
 #include "base/sqlstate.h"
 #include "base/strata_assert.h"
-#include "base/walformat.h"
+#include "pg/walformat.h"
 #include "pageserver/service/basebackup_service.h"
 #include "proto/pagestream.h"
 

@@ -14,7 +14,7 @@
 #include "base/byteorder.h"
 #include "base/crc32c.h"
 #include "base/strata_assert.h"
-#include "base/walformat.h"
+#include "pg/walformat.h"
 #include "pageserver/store/key.h"
 
 #define XLR_BLOCK_ID_DATA_SHORT 255

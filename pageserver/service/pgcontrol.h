@@ -10,7 +10,7 @@
  * Not for: the tar stream or reading the store (basebackup.h).
  *
  * Where things land, for a basebackup at LSN X (a record end, 8-aligned,
- * as common/base/walformat.h defines record ends):
+ * as common/pg/walformat.h defines record ends):
  *   - the checkpoint record starts at S = X, or just after the page header
  *     when X is a page boundary (X + 24, X + 40 at a segment start):
  *     Postgres never starts a record inside a page header;
@@ -44,7 +44,7 @@
 #include <stdint.h>
 
 #include "base/lsn.h"
-#include "pageserver/pgstructs.h"
+#include "pg/pgstructs.h"
 
 /* XLOG_CHECKPOINT_SHUTDOWN record: header 24 + XLR_BLOCK_ID_DATA_SHORT 2 + CheckPoint 88. */
 #define PGCONTROL_CHECKPOINT_RECORD_LEN (24 + 2 + PG_CHECKPOINT_SIZE)

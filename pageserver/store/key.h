@@ -24,8 +24,7 @@
 #include <stdint.h>
 
 #include "base/lsn.h"
-
-#define PG_BLCKSZ 8192
+#include "pg/pgstructs.h" /* PG_BLCKSZ */
 
 typedef enum pg_key_kind {
     KEY_REL_BLOCK = 0x00,  /* spc, db, rel, fork, blk: an 8 KB page */

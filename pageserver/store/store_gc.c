@@ -65,6 +65,87 @@ static bool key_successor(uint8_t key[PG_KEY_LEN])
     return false;
 }
 
+/* From the version at the cursor (k, v), reads key's versions at or below
+ * horizon into (*ents)[0..*n), oldest first, growing *ents as needed; the
+ * cursor ends past them with *rc its last LMDB result.  0, or -1 with err
+ * (a corrupt index value, out of memory). */
+static int gc_read_versions(MDB_cursor *cur, const uint8_t key[PG_KEY_LEN], lsn_t horizon,
+                            MDB_val *k, MDB_val *v, gc_ent **ents, size_t *ents_cap, size_t *n,
+                            int *rc, char *err, size_t errlen)
+{
+    *rc = 0;
+    while (*rc == 0 && k->mv_size == PG_INDEX_KEY_LEN && memcmp(k->mv_data, key, PG_KEY_LEN) == 0 &&
+           get_be64((const uint8_t *)k->mv_data + PG_KEY_LEN) <= horizon) {
+        store_idxv iv;
+        const char *why;
+        if (store_idxv_decode(v->mv_data, v->mv_size, &iv, &why) != 0) {
+            snprintf(err, errlen, "corrupt index value during GC: %s", why);
+            return -1;
+        }
+        if (*n == *ents_cap) {
+            size_t cap = *ents_cap ? *ents_cap * 2 : 256;
+            gc_ent *ne = realloc(*ents, cap * sizeof *ne);
+            if (ne == NULL) {
+                snprintf(err, errlen, "out of memory");
+                return -1;
+            }
+            *ents = ne;
+            *ents_cap = cap;
+        }
+        gc_ent *e = &(*ents)[(*n)++];
+        memcpy(e->ikey, k->mv_data, PG_INDEX_KEY_LEN);
+        value_ref probe_v = {.kind = iv.kind, .flags = iv.flags};
+        e->complete = value_is_complete(&probe_v);
+        e->tombstone = iv.kind == VAL_TOMBSTONE;
+        e->in_file = store_idxv_in_file(&iv);
+        e->file_id = iv.file_id;
+        e->entry_len = iv.entry_len;
+        *rc = mdb_cursor_get(cur, k, v, MDB_NEXT);
+    }
+    return 0;
+}
+
+/* Deletes from the index every version of ents[0..n) (one key's, oldest
+ * first) below its newest complete one, counting them in *deletes and the
+ * data-file bytes they free in deltas[0..*ndeltas).  0 or an LMDB error. */
+static int gc_drop_dead(store *st, MDB_txn *txn, const gc_ent *ents, size_t n,
+                        file_delta deltas[MAX_DELTAS], int *ndeltas, long *deletes)
+{
+    /* Everything below the newest complete version goes (a tombstone
+     * too is complete, and stays: see the head comment). */
+    size_t cut = 0;
+    for (size_t i = n; i > 0; i--) {
+        if (ents[i - 1].complete) {
+            cut = i - 1;
+            break;
+        }
+    }
+    /* What stays must rebuild the key at the horizon: it starts at a
+     * complete version. */
+    STRATA_ASSERT(cut == 0 || (cut < n && ents[cut].complete));
+    for (size_t i = 0; i < cut; i++) {
+        const gc_ent *e = &ents[i];
+        MDB_val dk = {PG_INDEX_KEY_LEN, (void *)e->ikey};
+        int rc = mdb_del(txn, st->dbi_index, &dk, NULL);
+        if (rc != 0)
+            return rc;
+        (*deletes)++;
+        if (!e->in_file)
+            continue;
+        int d = 0;
+        while (d < *ndeltas && deltas[d].id != e->file_id)
+            d++;
+        if (d == *ndeltas) {
+            /* Room is left: the batch stops at half. */
+            STRATA_ASSERT(*ndeltas < MAX_DELTAS);
+            deltas[(*ndeltas)++] = (file_delta){.id = e->file_id};
+        }
+        deltas[d].bytes += e->entry_len;
+        deltas[d].count++;
+    }
+    return 0;
+}
+
 /* Pass 1, one transaction: from *pos, removes dead versions until the batch
  * is full.  Sets *done at the end of the index.  Returns deletes or -1. */
 static long gc_batch(store *st, lsn_t horizon, uint8_t pos[PG_KEY_LEN], bool *done, gc_ent **ents,
@@ -103,73 +184,16 @@ static long gc_batch(store *st, lsn_t horizon, uint8_t pos[PG_KEY_LEN], bool *do
         keys_seen++;
         /* This key's versions at or below the horizon, oldest first. */
         size_t n = 0;
-        while (rc == 0 && k.mv_size == PG_INDEX_KEY_LEN &&
-               memcmp(k.mv_data, key, PG_KEY_LEN) == 0 &&
-               get_be64((const uint8_t *)k.mv_data + PG_KEY_LEN) <= horizon) {
-            store_idxv iv;
-            const char *why;
-            if (store_idxv_decode(v.mv_data, v.mv_size, &iv, &why) != 0) {
-                snprintf(err, errlen, "corrupt index value during GC: %s", why);
-                mdb_cursor_close(cur);
-                mdb_txn_abort(txn);
-                return -1;
-            }
-            if (n == *ents_cap) {
-                size_t cap = *ents_cap ? *ents_cap * 2 : 256;
-                gc_ent *ne = realloc(*ents, cap * sizeof *ne);
-                if (ne == NULL) {
-                    snprintf(err, errlen, "out of memory");
-                    mdb_cursor_close(cur);
-                    mdb_txn_abort(txn);
-                    return -1;
-                }
-                *ents = ne;
-                *ents_cap = cap;
-            }
-            gc_ent *e = &(*ents)[n++];
-            memcpy(e->ikey, k.mv_data, PG_INDEX_KEY_LEN);
-            value_ref probe_v = {.kind = iv.kind, .flags = iv.flags};
-            e->complete = value_is_complete(&probe_v);
-            e->tombstone = iv.kind == VAL_TOMBSTONE;
-            e->in_file = store_idxv_in_file(&iv);
-            e->file_id = iv.file_id;
-            e->entry_len = iv.entry_len;
-            rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+        if (gc_read_versions(cur, key, horizon, &k, &v, ents, ents_cap, &n, &rc, err, errlen) !=
+            0) {
+            mdb_cursor_close(cur);
+            mdb_txn_abort(txn);
+            return -1;
         }
         if (rc != 0 && rc != MDB_NOTFOUND)
             goto fail;
-        /* Everything below the newest complete version goes (a tombstone
-         * too is complete, and stays: see the head comment). */
-        size_t cut = 0;
-        for (size_t i = n; i > 0; i--) {
-            if ((*ents)[i - 1].complete) {
-                cut = i - 1;
-                break;
-            }
-        }
-        /* What stays must rebuild the key at the horizon: it starts at a
-         * complete version. */
-        STRATA_ASSERT(cut == 0 || (cut < n && (*ents)[cut].complete));
-        for (size_t i = 0; i < cut; i++) {
-            gc_ent *e = &(*ents)[i];
-            MDB_val dk = {PG_INDEX_KEY_LEN, e->ikey};
-            rc = mdb_del(txn, st->dbi_index, &dk, NULL);
-            if (rc != 0)
-                goto fail;
-            deletes++;
-            if (!e->in_file)
-                continue;
-            int d = 0;
-            while (d < ndeltas && deltas[d].id != e->file_id)
-                d++;
-            if (d == ndeltas) {
-                /* Room is left: the loop stops at half. */
-                STRATA_ASSERT(ndeltas < MAX_DELTAS);
-                deltas[ndeltas++] = (file_delta){.id = e->file_id};
-            }
-            deltas[d].bytes += e->entry_len;
-            deltas[d].count++;
-        }
+        if ((rc = gc_drop_dead(st, txn, *ents, n, deltas, &ndeltas, &deletes)) != 0)
+            goto fail;
         if (!key_successor(key)) {
             *done = true;
             break;

@@ -192,15 +192,11 @@ static int cursor_prev_same(MDB_cursor *c, const uint8_t key[PG_KEY_LEN], MDB_va
     return k->mv_size == PG_INDEX_KEY_LEN && memcmp(k->mv_data, key, PG_KEY_LEN) == 0;
 }
 
-/*
- * Collects versions of key at or below lsn, newest first, into b: down to
- * the first complete value, or max values (then *too_long when more were
- * needed).  snap and txn are the caller's.
- */
-static int collect(store *st, store_snap *snap, MDB_txn *txn, const uint8_t key[PG_KEY_LEN],
-                   lsn_t lsn, int max, vbuild *b, bool *too_long, char *err, size_t errlen)
+/* The layers of snap (open, then frozen newest first) that hold versions
+ * of key at or below lsn, each positioned at its newest such version, into
+ * src.  Returns how many. */
+static int layer_sources(store_snap *snap, const uint8_t key[PG_KEY_LEN], lsn_t lsn, vsrc *src)
 {
-    vsrc src[STORE_MAX_FROZEN + 1];
     int nsrc = 0;
     store_layer *layers[STORE_MAX_FROZEN + 1];
     int nl = 0;
@@ -217,6 +213,63 @@ static int collect(store *st, store_snap *snap, MDB_txn *txn, const uint8_t key[
         if (pos >= 0)
             src[nsrc++] = (vsrc){.layer = layers[i], .v = v, .pos = pos};
     }
+    return nsrc;
+}
+
+/* The layer source whose current version is newest (the first, that is the
+ * newer layer, on equal LSNs), with its LSN in *best_lsn; -1 if none is
+ * left. */
+static int newest_source(const vsrc *src, int nsrc, lsn_t *best_lsn)
+{
+    int best = -1;
+    for (int i = 0; i < nsrc; i++) {
+        if (src[i].pos < 0)
+            continue;
+        lsn_t l = src[i].v[src[i].pos].lsn;
+        if (best < 0 || l > *best_lsn) {
+            best = i;
+            *best_lsn = l;
+        }
+    }
+    return best;
+}
+
+/* Reads one version into *val: the current version of layer source from,
+ * or (from NULL) the index entry (mk, mv), whose bytes may be held in the
+ * cache (*hold, released by the caller).  0, or -1 with err. */
+static int read_version(store *st, store_snap *snap, const vsrc *from, const MDB_val *mk,
+                        const MDB_val *mv, value_ref *val, const store_cache_block **hold,
+                        char *err, size_t errlen)
+{
+    const char *why;
+    if (from == NULL) {
+        store_idxv iv;
+        if (store_idxv_decode(mv->mv_data, mv->mv_size, &iv, &why) != 0) {
+            snprintf(err, errlen, "corrupt index value: %s", why);
+            return -1;
+        }
+        return store_read_idxv(st, snap, &iv, mk->mv_data, val, hold, err, errlen);
+    }
+    const store_layer_version *ver = &from->v[from->pos];
+    size_t used;
+    /* In place: the snapshot holds the layer; vbuild_add copies. */
+    if (value_decode(store_layer_data(from->layer, ver), ver->len, val, &used, &why) != 0) {
+        snprintf(err, errlen, "open layer value fails to decode: %s", why);
+        return -1;
+    }
+    return 0;
+}
+
+/*
+ * Collects versions of key at or below lsn, newest first, into b: down to
+ * the first complete value, or max values (then *too_long when more were
+ * needed).  snap and txn are the caller's.
+ */
+static int collect(store *st, store_snap *snap, MDB_txn *txn, const uint8_t key[PG_KEY_LEN],
+                   lsn_t lsn, int max, vbuild *b, bool *too_long, char *err, size_t errlen)
+{
+    vsrc src[STORE_MAX_FROZEN + 1];
+    int nsrc = layer_sources(snap, key, lsn, src);
     MDB_cursor *cur = NULL;
     int rc = mdb_cursor_open(txn, st->dbi_index, &cur);
     if (rc != 0) {
@@ -235,18 +288,9 @@ static int collect(store *st, store_snap *snap, MDB_txn *txn, const uint8_t key[
             break;
         }
         /* The newest candidate; on equal LSNs the newer layer wins. */
-        int best = -1;
         lsn_t best_lsn = 0;
         bool best_db = false;
-        for (int i = 0; i < nsrc; i++) {
-            if (src[i].pos < 0)
-                continue;
-            lsn_t l = src[i].v[src[i].pos].lsn;
-            if (best < 0 || l > best_lsn) {
-                best = i;
-                best_lsn = l;
-            }
-        }
+        int best = newest_source(src, nsrc, &best_lsn);
         lsn_t db_lsn = have_db ? get_be64((const uint8_t *)mk.mv_data + PG_KEY_LEN) : 0;
         if (have_db && (best < 0 || db_lsn > best_lsn)) {
             best_db = true;
@@ -260,29 +304,10 @@ static int collect(store *st, store_snap *snap, MDB_txn *txn, const uint8_t key[
         }
         value_ref val;
         const store_cache_block *hold = NULL;
-        if (best_db) {
-            store_idxv iv;
-            const char *why;
-            if (store_idxv_decode(mv.mv_data, mv.mv_size, &iv, &why) != 0) {
-                snprintf(err, errlen, "corrupt index value: %s", why);
-                ret = -1;
-                break;
-            }
-            if (store_read_idxv(st, snap, &iv, mk.mv_data, &val, &hold, err, errlen) != 0) {
-                ret = -1;
-                break;
-            }
-        } else {
-            const store_layer_version *ver = &src[best].v[src[best].pos];
-            size_t used;
-            const char *why;
-            /* In place: the snapshot holds the layer; vbuild_add copies. */
-            if (value_decode(store_layer_data(src[best].layer, ver), ver->len, &val, &used, &why) !=
-                0) {
-                snprintf(err, errlen, "open layer value fails to decode: %s", why);
-                ret = -1;
-                break;
-            }
+        if (read_version(st, snap, best_db ? NULL : &src[best], &mk, &mv, &val, &hold, err,
+                         errlen) != 0) {
+            ret = -1;
+            break;
         }
         int arc = vbuild_add(b, best_lsn, &val);
         bool complete = value_is_complete(&val);

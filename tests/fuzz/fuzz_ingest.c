@@ -24,9 +24,9 @@
 #include <string.h>
 
 #include "base/crc32c.h"
-#include "base/walformat.h"
+#include "pg/walformat.h"
 #include "pageserver/ingest/ingest.h"
-#include "pageserver/pgstructs.h"
+#include "pg/pgstructs.h"
 
 #define MAX_VALUES 8192
 

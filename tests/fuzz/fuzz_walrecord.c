@@ -1,6 +1,6 @@
 /*
  * fuzz_walrecord: arbitrary bytes into the WAL decoder, tracker and reader
- * (common/base/walformat.h).
+ * (common/pg/walformat.h).
  *
  * Input layout: 8 bytes start LSN (little-endian; forced 8-aligned), 1 byte
  * chunking seed, then the WAL stream.  The stream is fed to a wal_tracker and
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/walformat.h"
+#include "pg/walformat.h"
 
 #define SEG_SIZE (1u << 20)
 

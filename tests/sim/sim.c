@@ -70,7 +70,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/walformat.h"
+#include "pg/walformat.h"
 #include "compute/walproposer/proposer.h"
 #include "proto/walpush.h"
 #include "safekeeper/acceptor.h"

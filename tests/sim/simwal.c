@@ -8,7 +8,7 @@
 
 #include "base/byteorder.h"
 #include "base/crc32c.h"
-#include "base/walformat.h"
+#include "pg/walformat.h"
 
 void simwal_init(simwal *w, uint8_t *mem, lsn_t base, size_t cap, uint32_t seg_size, lsn_t pos,
                  lsn_t prev_start)

@@ -2,7 +2,7 @@
  * simwal.h: a generator of synthetic but format-valid PostgreSQL 15 WAL for
  * the simulator and the consensus unit tests.
  *
- * For: producing records that common/base/walformat.h's tracker accepts -- page
+ * For: producing records that common/pg/walformat.h's tracker accepts -- page
  * headers (the long one at segment starts), continuation headers with
  * xlp_rem_len for records spanning pages, xl_tot_len / xl_prev / xl_rmid /
  * xl_info / xl_crc set, MAXALIGN padding.  Not for: meaningful records; the

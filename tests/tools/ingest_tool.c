@@ -24,10 +24,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/walformat.h"
+#include "pg/walformat.h"
 #include "pageserver/ingest/import.h"
 #include "pageserver/ingest/ingest.h"
-#include "pageserver/pgstructs.h"
+#include "pg/pgstructs.h"
 
 typedef struct slot {
     bool used;

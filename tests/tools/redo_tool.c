@@ -41,7 +41,7 @@
 #include <time.h>
 
 #include "base/lsn.h"
-#include "base/walformat.h"
+#include "pg/walformat.h"
 #include "pageserver/store/key.h"
 #include "pageserver/redo/redo.h"
 #include "pageserver/store/store.h"

@@ -1,6 +1,6 @@
 /*
  * strata-waldump: prints the records in WAL segment files, one line each,
- * using Strata's own decoder (common/base/walformat.h).  A test oracle tool: the
+ * using Strata's own decoder (common/pg/walformat.h).  A test oracle tool: the
  * integration tests compare its output with Postgres's pg_waldump.  Not for
  * operators (no rmgr descriptions).
  *
@@ -29,7 +29,7 @@
 #include <string.h>
 
 #include "base/lsn.h"
-#include "base/walformat.h"
+#include "pg/walformat.h"
 
 static int parse_segname(const char *path, uint32_t *tli, uint64_t *log, uint64_t *seg)
 {

@@ -6,7 +6,7 @@
  *   - for record starts mid-page, at a page boundary, at a segment boundary,
  *     split over two pages and split over two segments, the segment(s)
  *     carry a valid long header on page 0 and a checkpoint record that our
- *     streaming WAL reader (common/base/walformat.h: page headers, continuation
+ *     streaming WAL reader (common/pg/walformat.h: page headers, continuation
  *     flags and lengths, record CRC) reads back at the planned start, ending
  *     at the planned end, with redo = its own start, also when read from
  *     the segment's first byte (every page before the record continues a
@@ -44,11 +44,11 @@
 #include "cli/basebackup_tar.h"
 #include "base/byteorder.h"
 #include "base/crc32c.h"
-#include "base/walformat.h"
+#include "pg/walformat.h"
 #include "pageserver/service/basebackup.h"
 #include "pageserver/ingest/import.h"
 #include "pageserver/service/pgcontrol.h"
-#include "pageserver/pgstructs.h"
+#include "pg/pgstructs.h"
 
 #define PGBIN "/usr/lib/postgresql/15/bin"
 #define SEG (16u << 20)

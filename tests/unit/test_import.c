@@ -27,7 +27,7 @@
 
 #include "base/crc32c.h"
 #include "pageserver/ingest/import.h"
-#include "pageserver/pgstructs.h"
+#include "pg/pgstructs.h"
 
 #define PGBIN "/usr/lib/postgresql/15/bin"
 

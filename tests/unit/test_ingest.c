@@ -21,9 +21,9 @@
 #include <cmocka.h>
 
 #include "base/byteorder.h"
-#include "base/walformat.h"
+#include "pg/walformat.h"
 #include "pageserver/ingest/ingest.h"
-#include "pageserver/pgstructs.h"
+#include "pg/pgstructs.h"
 
 /* ---- in-memory backend ---------------------------------------------- */
 

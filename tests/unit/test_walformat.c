@@ -16,7 +16,7 @@
 #include <cmocka.h>
 
 #include "base/crc32c.h"
-#include "base/walformat.h"
+#include "pg/walformat.h"
 #include "tests/sim/simwal.c"
 
 #define SAMPLE_START ((lsn_t)0x7F0000)

@@ -8,7 +8,7 @@
  * rmgr-specific payloads.  Every length is checked before a byte it covers is
  * read; errors name what was wrong.
  */
-#include "base/walformat.h"
+#include "pg/walformat.h"
 
 #include <assert.h>
 #include <string.h>
@@ -38,19 +38,19 @@ size_t wal_page_header_parse(const uint8_t *buf, size_t len, wal_page_header *ou
     if (len < WAL_SHORT_PHD_SIZE)
         return 0;
     memset(out, 0, sizeof *out);
-    out->magic = get_le16(buf);
-    out->info = get_le16(buf + 2);
-    out->tli = get_le32(buf + 4);
-    out->pageaddr = get_le64(buf + 8);
-    out->rem_len = get_le32(buf + 16);
+    out->magic = get_le16(buf + WAL_XLP_MAGIC_OFF);
+    out->info = get_le16(buf + WAL_XLP_INFO_OFF);
+    out->tli = get_le32(buf + WAL_XLP_TLI_OFF);
+    out->pageaddr = get_le64(buf + WAL_XLP_PAGEADDR_OFF);
+    out->rem_len = get_le32(buf + WAL_XLP_REM_LEN_OFF);
     if (!(out->info & WAL_XLP_LONG_HEADER))
         return WAL_SHORT_PHD_SIZE;
     if (len < WAL_LONG_PHD_SIZE)
         return 0;
     out->is_long = true;
-    out->sysid = get_le64(buf + 24);
-    out->seg_size = get_le32(buf + 32);
-    out->xlog_blcksz = get_le32(buf + 36);
+    out->sysid = get_le64(buf + WAL_XLP_SYSID_OFF);
+    out->seg_size = get_le32(buf + WAL_XLP_SEG_SIZE_OFF);
+    out->xlog_blcksz = get_le32(buf + WAL_XLP_XLOG_BLCKSZ_OFF);
     return WAL_LONG_PHD_SIZE;
 }
 
@@ -93,11 +93,11 @@ int wal_page_header_check(const wal_page_header *h, lsn_t page_lsn, uint32_t seg
 
 void wal_record_header_parse(const uint8_t *buf, wal_record_header *out)
 {
-    out->tot_len = get_le32(buf);
-    out->xid = get_le32(buf + 4);
-    out->prev = get_le64(buf + 8);
-    out->info = buf[16];
-    out->rmid = buf[17];
+    out->tot_len = get_le32(buf + WAL_XL_TOT_LEN_OFF);
+    out->xid = get_le32(buf + WAL_XL_XID_OFF);
+    out->prev = get_le64(buf + WAL_XL_PREV_OFF);
+    out->info = buf[WAL_XL_INFO_OFF];
+    out->rmid = buf[WAL_XL_RMID_OFF];
     out->crc = get_le32(buf + WAL_RECORD_CRC_OFFSET);
 }
 
@@ -160,7 +160,7 @@ static int decode_block_header(cursor *c, wal_block_ref *b, const wal_block_ref 
                                uint64_t *datatotal, const char **why)
 {
     const uint8_t *p;
-    if (!take(c, 3, &p))
+    if (!take(c, WAL_BLOCK_HEADER_SIZE - 1, &p)) /* the id was taken */
         return decode_fail("WAL record too short for its block header", why);
     b->in_use = true;
     b->fork = p[0] & WAL_BKPBLOCK_FORK_MASK;
@@ -178,17 +178,17 @@ static int decode_block_header(cursor *c, wal_block_ref *b, const wal_block_ref 
     *datatotal += b->data_len;
 
     if (b->has_image) {
-        if (!take(c, 5, &p))
+        if (!take(c, WAL_BLOCK_IMAGE_HEADER_SIZE, &p))
             return decode_fail("WAL record too short for its block image header", why);
         b->bimg_len = get_le16(p);
-        b->hole_offset = get_le16(p + 2);
-        b->bimg_info = p[4];
+        b->hole_offset = get_le16(p + WAL_BIMG_HOLE_OFFSET_OFF);
+        b->bimg_info = p[WAL_BIMG_INFO_OFF];
         b->apply_image = (b->bimg_info & WAL_BKPIMAGE_APPLY) != 0;
         bool has_hole = (b->bimg_info & WAL_BKPIMAGE_HAS_HOLE) != 0;
         bool compressed = WAL_BKPIMAGE_COMPRESSED(b->bimg_info);
         if (compressed) {
             if (has_hole) {
-                if (!take(c, 2, &p))
+                if (!take(c, WAL_BLOCK_COMPRESS_HEADER_SIZE, &p))
                     return decode_fail("WAL record too short for its compressed image header", why);
                 b->hole_length = get_le16(p);
             } else {
@@ -217,7 +217,7 @@ static int decode_block_header(cursor *c, wal_block_ref *b, const wal_block_ref 
     }
 
     if (!(b->flags & WAL_BKPBLOCK_SAME_REL)) {
-        if (!take(c, 12, &p))
+        if (!take(c, WAL_RELFILENODE_SIZE, &p))
             return decode_fail("WAL record too short for its block relation", why);
         b->spc = get_le32(p);
         b->db = get_le32(p + 4);
@@ -263,13 +263,13 @@ int wal_record_decode(const uint8_t *raw, size_t len, wal_record *out, const cha
             return decode_fail("WAL record too short for its block id", why);
         uint8_t id = p[0];
         if (id == WAL_XLR_BLOCK_ID_DATA_SHORT) {
-            if (!take(&c, 1, &p))
+            if (!take(&c, WAL_DATA_HEADER_SHORT_SIZE - 1, &p))
                 return decode_fail("WAL record too short for its main data length", why);
             out->main_data_len = p[0];
             datatotal += out->main_data_len;
             break; /* by convention the main data header is last */
         } else if (id == WAL_XLR_BLOCK_ID_DATA_LONG) {
-            if (!take(&c, 4, &p))
+            if (!take(&c, WAL_DATA_HEADER_LONG_SIZE - 1, &p))
                 return decode_fail("WAL record too short for its main data length", why);
             out->main_data_len = get_le32(p);
             datatotal += out->main_data_len;

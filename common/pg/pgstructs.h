@@ -1,20 +1,24 @@
 /*
- * pgstructs.h: the PostgreSQL 15 on-disk and WAL layouts the pageserver's
- * ingest and import read, written down from Postgres's headers as constants
- * and byte offsets (x86-64 / aarch64 layout: little-endian, 8-byte MAXALIGN).
+ * pgstructs.h: the PostgreSQL 15 on-disk and WAL payload layouts Strata reads
+ * and writes without Postgres's headers, written down as constants and byte
+ * offsets (x86-64 / aarch64 layout: little-endian, 8-byte MAXALIGN).  Part of
+ * common/pg/, the one home of PostgreSQL's formats (walformat.h holds the WAL
+ * page and record framing).
  *
- * For: decoding rmgr main data (xact, smgr, dbase, relmap, clog, multixact,
- * heap flags, XLOG checkpoint records) and pg_control without including any
- * Postgres header in the daemon.  Each block names the Postgres header the
- * values come from; compute/extension/pgstructs_check.c, compiled into
- * strata.so against those headers, static-asserts every constant, size and
- * offset here against Postgres's own, so a mismatch fails the build.
+ * For: the relation page size and header, decoding rmgr main data (xact,
+ * smgr, dbase, relmap, clog, multixact, heap flags, XLOG checkpoint records)
+ * and pg_control in the pageserver's ingest, import and basebackup.  Each
+ * block names the Postgres header the values come from;
+ * compute/extension/pgstructs_check.c, compiled into strata.so against those
+ * headers, static-asserts every constant, size and offset here against
+ * Postgres's own, so a mismatch fails the build.
  *
- * Not for: the WAL record framing (common/base/walformat.h) or key/value encoding
- * (pageserver/store/key.h).  Constants and pure inline readers only; no state.
+ * Not for: the WAL record framing (common/pg/walformat.h) or key/value
+ * encoding (pageserver/store/key.h).  Constants and pure inline readers only;
+ * no state.
  */
-#ifndef STRATA_PAGESERVER_PGSTRUCTS_H
-#define STRATA_PAGESERVER_PGSTRUCTS_H
+#ifndef STRATA_PG_PGSTRUCTS_H
+#define STRATA_PG_PGSTRUCTS_H
 
 #include <stdint.h>
 #include <string.h>
@@ -47,7 +51,9 @@ enum {
 #define PG_FIRST_NORMAL_XID 3u
 #define PG_XID_CHECKPOINT_INTERVAL 1024u /* how far ingest moves nextXid ahead at once */
 
-/* Pages (storage/bufpage.h): pd_lsn at 0 (xlogid u32, xrecoff u32), pd_upper at 14. */
+/* Pages (pg_config.h, storage/bufpage.h): pd_lsn at 0 (xlogid u32, xrecoff u32),
+ * pd_upper at 14. */
+#define PG_BLCKSZ 8192 /* BLCKSZ: a relation page */
 #define PG_PAGE_LSN_OFF 0
 #define PG_PAGE_UPPER_OFF 14
 #define PG_PAGE_HEADER_SIZE 24

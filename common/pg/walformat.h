@@ -1,6 +1,9 @@
 /*
  * walformat.h: PostgreSQL 15 WAL format -- constants, page headers, record
- * decoding, and streaming over a byte stream of WAL.
+ * decoding, and streaming over a byte stream of WAL.  Part of common/pg/, the
+ * one home of PostgreSQL's formats (pgstructs.h holds the page, rmgr payload
+ * and pg_control layouts); compute/extension/pgstructs_check.c checks every
+ * constant and offset here against PostgreSQL's headers at build time.
  *
  * For: everything in Strata that must understand WAL bytes without Postgres
  * headers: the safekeeper (record boundaries of what it stores, end of WAL on
@@ -18,8 +21,8 @@
  * returns as EndPos and that xlogreader reports as EndRecPtr.  For an
  * XLOG_SWITCH record it is the end of the segment, as in Postgres.
  */
-#ifndef STRATA_COMMON_WALFORMAT_H
-#define STRATA_COMMON_WALFORMAT_H
+#ifndef STRATA_PG_WALFORMAT_H
+#define STRATA_PG_WALFORMAT_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -46,6 +49,33 @@
 #define WAL_LONG_PHD_SIZE 40      /* SizeOfXLogLongPHD */
 #define WAL_RECORD_HEADER_SIZE 24 /* SizeOfXLogRecord */
 #define WAL_RECORD_CRC_OFFSET 20  /* offsetof(XLogRecord, xl_crc) */
+
+/* Field offsets of XLogPageHeaderData and XLogLongPageHeaderData */
+#define WAL_XLP_MAGIC_OFF 0
+#define WAL_XLP_INFO_OFF 2
+#define WAL_XLP_TLI_OFF 4
+#define WAL_XLP_PAGEADDR_OFF 8
+#define WAL_XLP_REM_LEN_OFF 16
+#define WAL_XLP_SYSID_OFF 24
+#define WAL_XLP_SEG_SIZE_OFF 32
+#define WAL_XLP_XLOG_BLCKSZ_OFF 36
+
+/* Field offsets of XLogRecord (xl_crc: WAL_RECORD_CRC_OFFSET) */
+#define WAL_XL_TOT_LEN_OFF 0
+#define WAL_XL_XID_OFF 4
+#define WAL_XL_PREV_OFF 8
+#define WAL_XL_INFO_OFF 16
+#define WAL_XL_RMID_OFF 17
+
+/* Headers inside a record (access/xlogrecord.h), each after its one-byte id */
+#define WAL_BLOCK_HEADER_SIZE 4       /* SizeOfXLogRecordBlockHeader: id, fork_flags, data_length */
+#define WAL_BLOCK_IMAGE_HEADER_SIZE 5 /* SizeOfXLogRecordBlockImageHeader */
+#define WAL_BIMG_HOLE_OFFSET_OFF 2    /* offsetof(XLogRecordBlockImageHeader, hole_offset) */
+#define WAL_BIMG_INFO_OFF 4           /* offsetof(XLogRecordBlockImageHeader, bimg_info) */
+#define WAL_BLOCK_COMPRESS_HEADER_SIZE 2 /* SizeOfXLogRecordBlockCompressHeader */
+#define WAL_RELFILENODE_SIZE 12          /* sizeof(RelFileNode) */
+#define WAL_DATA_HEADER_SHORT_SIZE 2     /* SizeOfXLogRecordDataHeaderShort */
+#define WAL_DATA_HEADER_LONG_SIZE 5      /* SizeOfXLogRecordDataHeaderLong */
 
 /* Records longer than this are rejected (Postgres cannot allocate them either:
  * MaxAllocSize). */

@@ -10,7 +10,7 @@
  * bytes of one kind (page header, record bytes, padding) and reports when a
  * record became complete.  The tracker just loops over it.
  */
-#include "base/walformat.h"
+#include "pg/walformat.h"
 
 #include <assert.h>
 #include <stdlib.h>
@@ -129,80 +129,29 @@ static void record_complete(wal_tracker *t, step *s)
     t->rec_active = false;
 }
 
-/*
- * Consumes a maximal run of one kind from data (len > 0) into *s.  Returns 0,
- * or -1 with *why (tracker broken).
- */
-static int tracker_step(wal_tracker *t, const uint8_t *data, size_t len, step *s, const char **why)
+/* Collects page header bytes; validates the header once it is whole. */
+static int step_page_header(wal_tracker *t, const uint8_t *data, size_t len, step *s,
+                            const char **why)
 {
-    assert(len > 0);
-    assert(t->error == NULL);
-    memset(s, 0, sizeof *s);
-    uint32_t page_off = (uint32_t)(t->pos % WAL_BLCKSZ);
+    s->kind = STEP_PAGE_HEADER;
+    s->n = min_size(len, t->phdr_need - t->phdr_got);
+    memcpy(t->phdr + t->phdr_got, data, s->n);
+    t->phdr_got += (uint32_t)s->n;
+    t->pos += s->n;
+    if (t->phdr_got == WAL_SHORT_PHD_SIZE && t->phdr_need == WAL_SHORT_PHD_SIZE &&
+        (t->phdr[WAL_XLP_INFO_OFF] & WAL_XLP_LONG_HEADER))
+        t->phdr_need = WAL_LONG_PHD_SIZE;
+    if (t->phdr_got == t->phdr_need)
+        return finish_page_header(t, why);
+    return 0;
+}
 
-    /* Padding after a record: alignment, or the rest of the segment after
-     * XLOG_SWITCH (page headers in it are not looked at, as in Postgres). */
-    if (t->rec_active && t->pad_left > 0) {
-        s->kind = STEP_SKIP;
-        s->n = min_size(len, t->pad_left);
-        t->pos += s->n;
-        t->pad_left -= s->n;
-        if (t->pad_left == 0)
-            record_complete(t, s);
-        return 0;
-    }
-
-    if (page_off == 0 && !t->in_phdr) {
-        t->in_phdr = true;
-        t->phdr_got = 0;
-        t->phdr_need = WAL_SHORT_PHD_SIZE;
-    }
-    if (t->in_phdr) {
-        s->kind = STEP_PAGE_HEADER;
-        s->n = min_size(len, t->phdr_need - t->phdr_got);
-        memcpy(t->phdr + t->phdr_got, data, s->n);
-        t->phdr_got += (uint32_t)s->n;
-        t->pos += s->n;
-        if (t->phdr_got == WAL_SHORT_PHD_SIZE && t->phdr_need == WAL_SHORT_PHD_SIZE &&
-            (t->phdr[2] & WAL_XLP_LONG_HEADER))
-            t->phdr_need = WAL_LONG_PHD_SIZE;
-        if (t->phdr_got == t->phdr_need)
-            return finish_page_header(t, why);
-        return 0;
-    }
-
-    uint32_t page_left = WAL_BLCKSZ - page_off;
-    if (!t->rec_active) {
-        /* Between records: the next one starts at the next 8-byte boundary. */
-        if (t->pos % WAL_ALIGN != 0) {
-            s->kind = STEP_SKIP;
-            s->n = min_size(len, WAL_ALIGN - t->pos % WAL_ALIGN);
-            t->pos += s->n;
-            return 0;
-        }
-        t->rec_active = true;
-        t->rec_skip = false;
-        t->rec_switch = false;
-        t->rec_start = t->pos;
-        t->rec_len = 0;
-        t->rec_got = 0;
-        t->rec_left = 0;
-        t->pad_left = 0;
-    }
-
-    if (t->rec_skip) {
-        s->kind = STEP_SKIP;
-        s->n = min_size(min_size(len, page_left), t->rec_left);
-        t->pos += s->n;
-        t->rec_left -= (uint32_t)s->n;
-        if (t->rec_left == 0) {
-            record_bytes_done(t);
-            if (t->pad_left == 0)
-                record_complete(t, s);
-        }
-        return 0;
-    }
-
+/* Takes bytes of a tracked record (at most up to page_left): keeps its
+ * header, checks xl_tot_len as soon as it is in and the whole header when
+ * it is, and notes when the record's bytes (and padding) are all in. */
+static int step_record(wal_tracker *t, const uint8_t *data, size_t len, uint32_t page_left, step *s,
+                       const char **why)
+{
     /* A tracked record: xl_tot_len is on the record's first page (records
      * are 8-aligned, so at least 8 bytes of it fit there). */
     assert(t->rec_len != 0 || t->rec_got < 4);
@@ -248,6 +197,72 @@ static int tracker_step(wal_tracker *t, const uint8_t *data, size_t len, step *s
             record_complete(t, s);
     }
     return 0;
+}
+
+/*
+ * Consumes a maximal run of one kind from data (len > 0) into *s.  Returns 0,
+ * or -1 with *why (tracker broken).
+ */
+static int tracker_step(wal_tracker *t, const uint8_t *data, size_t len, step *s, const char **why)
+{
+    assert(len > 0);
+    assert(t->error == NULL);
+    memset(s, 0, sizeof *s);
+    uint32_t page_off = (uint32_t)(t->pos % WAL_BLCKSZ);
+
+    /* Padding after a record: alignment, or the rest of the segment after
+     * XLOG_SWITCH (page headers in it are not looked at, as in Postgres). */
+    if (t->rec_active && t->pad_left > 0) {
+        s->kind = STEP_SKIP;
+        s->n = min_size(len, t->pad_left);
+        t->pos += s->n;
+        t->pad_left -= s->n;
+        if (t->pad_left == 0)
+            record_complete(t, s);
+        return 0;
+    }
+
+    if (page_off == 0 && !t->in_phdr) {
+        t->in_phdr = true;
+        t->phdr_got = 0;
+        t->phdr_need = WAL_SHORT_PHD_SIZE;
+    }
+    if (t->in_phdr)
+        return step_page_header(t, data, len, s, why);
+
+    uint32_t page_left = WAL_BLCKSZ - page_off;
+    if (!t->rec_active) {
+        /* Between records: the next one starts at the next 8-byte boundary. */
+        if (t->pos % WAL_ALIGN != 0) {
+            s->kind = STEP_SKIP;
+            s->n = min_size(len, WAL_ALIGN - t->pos % WAL_ALIGN);
+            t->pos += s->n;
+            return 0;
+        }
+        t->rec_active = true;
+        t->rec_skip = false;
+        t->rec_switch = false;
+        t->rec_start = t->pos;
+        t->rec_len = 0;
+        t->rec_got = 0;
+        t->rec_left = 0;
+        t->pad_left = 0;
+    }
+
+    if (t->rec_skip) {
+        s->kind = STEP_SKIP;
+        s->n = min_size(min_size(len, page_left), t->rec_left);
+        t->pos += s->n;
+        t->rec_left -= (uint32_t)s->n;
+        if (t->rec_left == 0) {
+            record_bytes_done(t);
+            if (t->pad_left == 0)
+                record_complete(t, s);
+        }
+        return 0;
+    }
+
+    return step_record(t, data, len, page_left, s, why);
 }
 
 int wal_tracker_feed(wal_tracker *t, lsn_t at, const uint8_t *data, size_t len, const char **why)
