@@ -22,6 +22,13 @@
  * messages already read share it; no timer); its completion is the core's
  * next input.
  *
+ * The module is four files sharing timeline_priv.h: timeline.c (the
+ * executor and the sender side), node.c (the registry, timelines on disk,
+ * proposer connections, membership), housekeeping.c (lazy saves, WAL
+ * removal, the backup position) and catchup.c (catch-up from the WAL
+ * backup).
+ *
+ * For: everything a safekeeper does with its timelines.
  * Not for: parsing commands or the replication protocol (conn.c,
  * walsender.c).  Threading: loop thread only, except sk_node_snapshot_*,
  * which any thread may call (the HTTP server).
