@@ -28,7 +28,6 @@
 #include "proto/walpush.h"
 #include "safekeeper/control_file.h"
 #include "safekeeper/timeline_priv.h"
-#include "safekeeper/walsender.h"
 
 static void run_effects(sk_timeline *tl);
 
@@ -55,12 +54,12 @@ void sk_timeline_fail(sk_timeline *tl, const char *what, int err)
 
 static void wake_senders(sk_timeline *tl)
 {
-    /* walsender_wake may remove a sender (error): iterate over a copy. */
-    sk_sender *copy[SK_MAX_SENDERS];
+    /* A wakeup may remove a sender (error): iterate over a copy. */
+    sk_waiter copy[SK_MAX_SENDERS];
     int n = tl->n_senders;
     memcpy(copy, tl->senders, sizeof(copy[0]) * (size_t)n);
     for (int i = 0; i < n; i++)
-        walsender_wake(copy[i]);
+        copy[i].wake(copy[i].arg);
 }
 
 /* ---- the local WAL limit (--max-wal-bytes) ----------------------------- */
@@ -623,18 +622,18 @@ uint32_t sk_timeline_seg_size(const sk_timeline *tl)
     return acceptor_state(&tl->acc)->wal_seg_size;
 }
 
-int sk_timeline_add_sender(sk_timeline *tl, sk_sender *s)
+int sk_timeline_add_sender(sk_timeline *tl, sk_wake_fn wake, void *arg)
 {
     if (tl->n_senders >= SK_MAX_SENDERS)
         return -1;
-    tl->senders[tl->n_senders++] = s;
+    tl->senders[tl->n_senders++] = (sk_waiter){.wake = wake, .arg = arg};
     return 0;
 }
 
-void sk_timeline_remove_sender(sk_timeline *tl, sk_sender *s)
+void sk_timeline_remove_sender(sk_timeline *tl, void *arg)
 {
     for (int i = 0; i < tl->n_senders; i++) {
-        if (tl->senders[i] == s) {
+        if (tl->senders[i].arg == arg) {
             tl->senders[i] = tl->senders[--tl->n_senders];
             return;
         }

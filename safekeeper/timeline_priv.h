@@ -20,6 +20,12 @@
 
 #define SK_MAX_SENDERS 64
 
+/* A registered sender (sk_timeline_add_sender). */
+typedef struct sk_waiter {
+    sk_wake_fn wake;
+    void *arg;
+} sk_waiter;
+
 /* An effect that cannot run until the WAL store gets somewhere. */
 typedef enum store_wait {
     WAIT_NONE = 0,
@@ -58,7 +64,7 @@ struct sk_timeline {
     sk_pusher *queue_tail;
     sk_pusher *streaming; /* where flush-time AppendResponses go */
 
-    sk_sender *senders[SK_MAX_SENDERS];
+    sk_waiter senders[SK_MAX_SENDERS];
     int n_senders;
     int connections;
 

@@ -35,6 +35,8 @@
 #include "net/pgwire.h"
 #include "safekeeper/timeline.h"
 
+typedef struct sk_sender sk_sender;
+
 /* Largest XLogData payload (WAL bytes) per message. */
 #define WALSENDER_MAX_CHUNK (128 * 1024)
 /* What the pageserver's walreceiver sends as application_name; without
