@@ -14,6 +14,7 @@
 
 #include "base/log.h"
 #include "base/sqlstate.h"
+#include "proto/membership.h"
 #include "safekeeper/walsender.h"
 
 #define MAX_TOKENS 32

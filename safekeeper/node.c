@@ -23,6 +23,7 @@
 #include "base/sqlstate.h"
 #include "base/strata_assert.h"
 #include "base/walformat.h"
+#include "proto/membership.h"
 #include "proto/walpush.h"
 #include "safekeeper/control_file.h"
 #include "safekeeper/timeline_priv.h"
