@@ -2,7 +2,7 @@
  * membership.c: the pure rules and the text form of proto/membership.h.
  *
  * For: checking, comparing and uniting configurations, parsing and
- * formatting a set.  Not for: encoding one (walpush.c, safekeeper/control_file.c).
+ * formatting a set.  Not for: encoding one (walpush.c, sk_control.c).
  */
 #include "proto/membership.h"
 

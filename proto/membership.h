@@ -5,7 +5,7 @@
  *
  * For: the type the acceptor, the proposer, the CLI and the control file
  * share, its well-formedness, comparisons, and "id@host:port,..." text.
- * Not for: its wire or disk encoding (walpush.c, safekeeper/control_file.c) or quorum
+ * Not for: its wire or disk encoding (walpush.c, sk_control.c) or quorum
  * decisions (safekeeper/acceptor.c, compute/walproposer/proposer.c).
  * Pure: libc only, no allocation, no state.
  */

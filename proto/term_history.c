@@ -2,7 +2,7 @@
  * term_history.c: the pure rules of proto/term_history.h.
  *
  * For: validity and the last log term of a term history.
- * Not for: encoding it (walpush.c, safekeeper/control_file.c).
+ * Not for: encoding it (walpush.c, sk_control.c).
  */
 #include "proto/term_history.h"
 

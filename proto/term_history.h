@@ -4,7 +4,7 @@
  *
  * For: the type both sides of WAL push hold (acceptor, proposer, CLI, the
  * control file) and the two questions they ask of it.  Not for: its wire
- * or disk encoding (walpush.c, safekeeper/control_file.c) or deciding elections
+ * or disk encoding (walpush.c, sk_control.c) or deciding elections
  * (safekeeper/acceptor.c, compute/walproposer/proposer.c).
  * Pure: libc only, no allocation, no state.
  */

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "base/log.h"
-#include "safekeeper/control_file.h"
+#include "proto/sk_control.h"
 #include "safekeeper/timeline_priv.h"
 #include "safekeeper/wal_horizon.h"
 
@@ -68,7 +68,7 @@ static void housekeep_timeline(sk_timeline *tl)
     /* Only between outputs: then the in-memory state matches the effects
      * executed so far, and only the lazily-kept fields differ. */
     if (lazy_fields_changed(st, &tl->persisted)) {
-        int rc = control_file_write(tl->dir, st);
+        int rc = sk_control_write(tl->dir, st);
         if (rc != 0) {
             sk_timeline_fail(tl, "could not write the control file", rc);
             return;
@@ -110,5 +110,5 @@ void sk_housekeeping_final_save(sk_timeline *tl)
 {
     if (!tl->failed && !tl->executing &&
         lazy_fields_changed(acceptor_state(&tl->acc), &tl->persisted))
-        control_file_write(tl->dir, acceptor_state(&tl->acc));
+        sk_control_write(tl->dir, acceptor_state(&tl->acc));
 }

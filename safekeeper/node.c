@@ -25,7 +25,7 @@
 #include "base/walformat.h"
 #include "proto/membership.h"
 #include "proto/walpush.h"
-#include "safekeeper/control_file.h"
+#include "proto/sk_control.h"
 #include "safekeeper/timeline_priv.h"
 #include "safekeeper/wal_horizon.h"
 
@@ -138,7 +138,7 @@ static sk_timeline *tl_create(sk_node *node, const strata_id *tenant, const stra
     snprintf(tdir, sizeof tdir, "%s/%s", node->datadir, strata_id_format(tenant, t));
     acceptor_init(&tl->acc, node->node_id, tenant, timeline);
     if (mkdir_durable(tdir) != 0 || mkdir_durable(tl->dir) != 0 ||
-        control_file_write(tl->dir, acceptor_state(&tl->acc)) != 0) {
+        sk_control_write(tl->dir, acceptor_state(&tl->acc)) != 0) {
         *why = "could not create the timeline directory or control file";
         free(tl);
         return NULL;
@@ -207,7 +207,7 @@ static int tl_load(sk_node *node, const strata_id *tenant, const strata_id *time
     }
     acceptor_persistent_state st;
     char why_buf[512];
-    int rc = control_file_read(tl->dir, &st, why_buf, sizeof why_buf);
+    int rc = sk_control_read(tl->dir, &st, why_buf, sizeof why_buf);
     if (rc != 0) {
         snprintf(err, errlen, "%s", why_buf);
         free(tl);
@@ -631,7 +631,7 @@ int sk_timeline_switch_membership(sk_timeline *tl, const membership *m, acceptor
     }
     for (int i = 0; i < tl->out.n; i++) {
         STRATA_ASSERT(tl->out.effects[i].kind == ACC_PERSIST_CONTROL);
-        int rc = control_file_write(tl->dir, &tl->out.control);
+        int rc = sk_control_write(tl->dir, &tl->out.control);
         if (rc != 0) {
             sk_timeline_fail(tl, "could not write the control file", rc);
             snprintf(err, errlen, "could not write the control file: %s", strerror(-rc));

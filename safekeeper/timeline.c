@@ -26,7 +26,7 @@
 #include "base/sqlstate.h"
 #include "base/strata_assert.h"
 #include "proto/walpush.h"
-#include "safekeeper/control_file.h"
+#include "proto/sk_control.h"
 #include "safekeeper/timeline_priv.h"
 
 static void run_effects(sk_timeline *tl);
@@ -387,7 +387,7 @@ static bool effect_flush_wal(sk_timeline *tl)
 
 static void effect_persist_control(sk_timeline *tl)
 {
-    int rc = control_file_write(tl->dir, &tl->out.control);
+    int rc = sk_control_write(tl->dir, &tl->out.control);
     if (rc != 0) {
         sk_timeline_fail(tl, "could not write the control file", rc);
         return;
