@@ -109,6 +109,36 @@ static uint64_t get_u64(rcur *r)
     return p ? get_be64(p) : 0;
 }
 
+/* True, with *why = msg, if the fields just read ran past the input. */
+static bool cut_short(const rcur *r, const char *msg, const char **why)
+{
+    if (!r->short_read)
+        return false;
+    *why = msg;
+    return true;
+}
+
+/* The prologue of both decoders: the tag, or -1 for an empty message. */
+static int decode_begin(rcur *r, uint8_t *tag, const char **why)
+{
+    if (r->len < 1) {
+        *why = "empty message";
+        return -1;
+    }
+    *tag = get_u8(r);
+    return 0;
+}
+
+/* The epilogue of both decoders: the message must end where its fields do. */
+static int decode_end(const rcur *r, const char **why)
+{
+    if (r->pos != r->len) {
+        *why = "trailing bytes after message";
+        return -1;
+    }
+    return 0;
+}
+
 /* ---- Term histories on the wire (proto/term_history.h) --------------- */
 
 static void put_history(wcur *w, const term_history *h)
@@ -123,10 +153,8 @@ static void put_history(wcur *w, const term_history *h)
 static int get_history(rcur *r, term_history *h, const char **why)
 {
     uint32_t n = get_u32(r);
-    if (r->short_read) {
-        *why = "term history: message too short";
+    if (cut_short(r, "term history: message too short", why))
         return -1;
-    }
     if (n > TERM_HISTORY_MAX) {
         *why = "term history: more entries than TERM_HISTORY_MAX";
         return -1;
@@ -136,10 +164,8 @@ static int get_history(rcur *r, term_history *h, const char **why)
         h->entries[i].term = get_u64(r);
         h->entries[i].lsn = get_u64(r);
     }
-    if (r->short_read) {
-        *why = "term history: message too short";
+    if (cut_short(r, "term history: message too short", why))
         return -1;
-    }
     if (!term_history_valid(h)) {
         *why = "term history: terms not strictly increasing or lsns decreasing";
         return -1;
@@ -191,10 +217,8 @@ static int get_set(rcur *r, member *set, uint32_t *n_out, const char **why)
         memcpy(set[i].addr, a, len);
         set[i].addr[len] = '\0';
     }
-    if (r->short_read) {
-        *why = "membership: message too short";
+    if (cut_short(r, "membership: message too short", why))
         return -1;
-    }
     *n_out = n;
     return 0;
 }
@@ -305,12 +329,9 @@ size_t walpush_encode_proposer_msg(const proposer_msg *msg, uint8_t *buf, size_t
 int walpush_decode_proposer_msg(const uint8_t *buf, size_t len, proposer_msg *out, const char **why)
 {
     rcur r = {.buf = buf, .len = len};
-
-    if (len < 1) {
-        *why = "empty message";
+    uint8_t tag;
+    if (decode_begin(&r, &tag, why) != 0)
         return -1;
-    }
-    uint8_t tag = get_u8(&r);
     memset(out, 0, sizeof(*out));
 
     switch (tag) {
@@ -323,10 +344,8 @@ int walpush_decode_proposer_msg(const uint8_t *buf, size_t len, proposer_msg *ou
         g->pg_version = get_u32(&r);
         g->system_id = get_u64(&r);
         g->wal_seg_size = get_u32(&r);
-        if (r.short_read) {
-            *why = "ProposerGreeting: message too short";
+        if (cut_short(&r, "ProposerGreeting: message too short", why))
             return -1;
-        }
         if (get_membership(&r, &g->mconf, why) != 0)
             return -1;
         memcpy(g->tenant_id.b, t, STRATA_ID_LEN);
@@ -342,10 +361,8 @@ int walpush_decode_proposer_msg(const uint8_t *buf, size_t len, proposer_msg *ou
         out->kind = PMSG_VOTE_REQUEST;
         out->u.vote.term = get_u64(&r);
         out->u.vote.generation = get_u32(&r);
-        if (r.short_read) {
-            *why = "VoteRequest: message too short";
+        if (cut_short(&r, "VoteRequest: message too short", why))
             return -1;
-        }
         break;
     case WALPUSH_TAG_ELECTED: {
         proposer_elected *e = &out->u.elected;
@@ -353,10 +370,8 @@ int walpush_decode_proposer_msg(const uint8_t *buf, size_t len, proposer_msg *ou
         e->term = get_u64(&r);
         e->generation = get_u32(&r);
         e->start_streaming_at = get_u64(&r);
-        if (r.short_read) {
-            *why = "ProposerElected: message too short";
+        if (cut_short(&r, "ProposerElected: message too short", why))
             return -1;
-        }
         if (get_history(&r, &e->history, why) != 0)
             return -1;
         break;
@@ -373,10 +388,8 @@ int walpush_decode_proposer_msg(const uint8_t *buf, size_t len, proposer_msg *ou
         a->ps_feedback.last_received_lsn = get_u64(&r);
         a->ps_feedback.disk_consistent_lsn = get_u64(&r);
         a->ps_feedback.remote_consistent_lsn = get_u64(&r);
-        if (r.short_read) {
-            *why = "AppendRequest: message too short";
+        if (cut_short(&r, "AppendRequest: message too short", why))
             return -1;
-        }
         size_t rest = r.len - r.pos;
         if (rest > WALPUSH_MAX_APPEND) {
             *why = "AppendRequest: more than WALPUSH_MAX_APPEND bytes of WAL";
@@ -395,11 +408,7 @@ int walpush_decode_proposer_msg(const uint8_t *buf, size_t len, proposer_msg *ou
         *why = "unknown message tag from proposer";
         return -1;
     }
-    if (r.pos != r.len) {
-        *why = "trailing bytes after message";
-        return -1;
-    }
-    return 0;
+    return decode_end(&r, why);
 }
 
 /* ---- Acceptor -> proposer ---------------------------------------------- */
@@ -449,12 +458,9 @@ size_t walpush_encode_acceptor_msg(const acceptor_msg *msg, uint8_t *buf, size_t
 int walpush_decode_acceptor_msg(const uint8_t *buf, size_t len, acceptor_msg *out, const char **why)
 {
     rcur r = {.buf = buf, .len = len};
-
-    if (len < 1) {
-        *why = "empty message";
+    uint8_t tag;
+    if (decode_begin(&r, &tag, why) != 0)
         return -1;
-    }
-    uint8_t tag = get_u8(&r);
     memset(out, 0, sizeof(*out));
 
     switch (tag) {
@@ -462,10 +468,8 @@ int walpush_decode_acceptor_msg(const uint8_t *buf, size_t len, acceptor_msg *ou
         out->kind = AMSG_GREETING;
         out->u.greeting.node_id = get_u64(&r);
         out->u.greeting.term = get_u64(&r);
-        if (r.short_read) {
-            *why = "AcceptorGreeting: message too short";
+        if (cut_short(&r, "AcceptorGreeting: message too short", why))
             return -1;
-        }
         if (get_membership(&r, &out->u.greeting.mconf, why) != 0)
             return -1;
         break;
@@ -476,10 +480,8 @@ int walpush_decode_acceptor_msg(const uint8_t *buf, size_t len, acceptor_msg *ou
         uint8_t given = get_u8(&r);
         v->flush_lsn = get_u64(&r);
         v->truncate_lsn = get_u64(&r);
-        if (r.short_read) {
-            *why = "VoteResponse: message too short";
+        if (cut_short(&r, "VoteResponse: message too short", why))
             return -1;
-        }
         if (given > 1) {
             *why = "VoteResponse: vote_given is neither 0 nor 1";
             return -1;
@@ -498,19 +500,13 @@ int walpush_decode_acceptor_msg(const uint8_t *buf, size_t len, acceptor_msg *ou
         a->ps_feedback.last_received_lsn = get_u64(&r);
         a->ps_feedback.disk_consistent_lsn = get_u64(&r);
         a->ps_feedback.remote_consistent_lsn = get_u64(&r);
-        if (r.short_read) {
-            *why = "AppendResponse: message too short";
+        if (cut_short(&r, "AppendResponse: message too short", why))
             return -1;
-        }
         break;
     }
     default:
         *why = "unknown message tag from acceptor";
         return -1;
     }
-    if (r.pos != r.len) {
-        *why = "trailing bytes after message";
-        return -1;
-    }
-    return 0;
+    return decode_end(&r, why);
 }
