@@ -12,6 +12,10 @@
  * The direction matters for decoding: tag 'g' is a ProposerGreeting from the
  * proposer and an AcceptorGreeting from an acceptor, so there is one decode
  * function per direction.
+ *
+ * For: the message structs and limits both sides share, and their codec.
+ * Not for: the rules of term histories and configurations (term_history.h,
+ * membership.h) or what a message means (the acceptor and the proposer).
  */
 #ifndef STRATA_PROTO_WALPUSH_H
 #define STRATA_PROTO_WALPUSH_H

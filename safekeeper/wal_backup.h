@@ -51,6 +51,11 @@
  *   wal_backup.after_put   the PUT of a segment returned, the backup LSN
  *                          is not yet advanced (a crash here re-finds the
  *                          segment by HEAD after restart)
+ *
+ * For: the uploader's contract with the loop (add, update, get), the fetch
+ * of a segment for catch-up, and the status.  Not for: when WAL may be
+ * deleted (wal_horizon.h) or the object store's protocols
+ * (common/net/remote_storage.h).
  */
 #ifndef STRATA_SAFEKEEPER_WAL_BACKUP_H
 #define STRATA_SAFEKEEPER_WAL_BACKUP_H

@@ -5,6 +5,10 @@
  * XLogData messages on its connection until the connection is congested or
  * it has reached the end it may serve; the timeline wakes it when commit or
  * flush positions move, the connection when its queue drains.
+ *
+ * For: a sender's state, its production and the feedback it takes.
+ * Not for: command parsing (conn.c) or the message layouts
+ * (proto/replication.c).
  */
 #include "safekeeper/walsender.h"
 

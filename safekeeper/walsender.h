@@ -20,6 +20,7 @@
  * Production stops while the connection is congested and resumes from
  * on_writable.
  *
+ * For: a safekeeper's replication connections.
  * Not for: command parsing (conn.c), WAL storage (wal_store.h) or the
  * message layouts (proto/replication.h).
  * Threading: loop thread only.
