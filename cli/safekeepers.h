@@ -16,7 +16,7 @@
 
 #include "cli/cli.h"
 #include "cli/cluster.h"
-#include "proto/walpush.h"
+#include "proto/membership.h"
 
 /* What a safekeeper reports about the cluster's timeline. */
 typedef struct safekeeper_timeline {

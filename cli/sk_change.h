@@ -30,7 +30,7 @@
 #include <stdint.h>
 
 #include "base/lsn.h"
-#include "proto/walpush.h"
+#include "proto/membership.h"
 
 /* What one safekeeper reports of its WAL. */
 typedef struct sk_change_pos {

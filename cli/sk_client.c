@@ -22,7 +22,7 @@
 #include "base/durable.h"
 #include "base/log.h"
 #include "base/sqlstate.h"
-#include "safekeeper/control_file.h"
+#include "proto/sk_control.h"
 
 #define SK_CONNECT_TIMEOUT "10"
 /* The copy prints progress this often (bytes). */
@@ -363,7 +363,7 @@ static int copy_attempt(const sk_target *donor, const char *datadir, uint64_t no
      * none), server info and configuration; flush at the end, commit where
      * the donor knew it (the tail past it may still be truncated by the next
      * election, and an acceptor refuses to truncate below its commit). */
-    acceptor_persistent_state st;
+    sk_control_state st;
     memset(&st, 0, sizeof st);
     st.tenant_id = donor->tenant;
     st.timeline_id = donor->timeline;
@@ -384,7 +384,7 @@ static int copy_attempt(const sk_target *donor, const char *datadir, uint64_t no
     st.ps_feedback.remote_consistent_lsn = s.ps_remote_consistent_lsn;
     st.mconf = cs != NULL && cs->mconf != NULL ? *cs->mconf : s.mconf;
     if (rc == 0) {
-        int wrc = control_file_write(tdir, &st);
+        int wrc = sk_control_write(tdir, &st);
         if (wrc == 0)
             wrc = durable_fsync_dir(tdir);
         /* The new entries up the tree: the timeline directory in the tenant

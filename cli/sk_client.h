@@ -14,7 +14,8 @@
 
 #include "cli/cli.h"
 #include "base/lsn.h"
-#include "proto/walpush.h"
+#include "proto/membership.h"
+#include "proto/term_history.h"
 
 /* Where a safekeeper listens and which timeline to talk about. */
 typedef struct sk_target {

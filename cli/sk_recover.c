@@ -20,7 +20,7 @@
 #include "cli/proc.h"
 #include "base/durable.h"
 #include "pg/walformat.h"
-#include "safekeeper/control_file.h"
+#include "proto/sk_control.h"
 
 /* A manifest is small; anything larger is not one. */
 #define MANIFEST_MAX_BYTES (64u << 20)
@@ -388,9 +388,9 @@ int sk_recover_install(const sk_recover_seed *s, const char *tl_dir, cli_err *er
 {
     if (s->end <= s->flush)
         return 0;
-    acceptor_persistent_state st;
+    sk_control_state st;
     char why[256];
-    if (control_file_read(tl_dir, &st, why, sizeof why) != 0)
+    if (sk_control_read(tl_dir, &st, why, sizeof why) != 0)
         return cli_err_set(err, "the survivor's control file in %s: %s", tl_dir, why);
     if (st.flush_lsn != s->flush) {
         char a[LSN_FMT_LEN], b[LSN_FMT_LEN];
@@ -407,7 +407,7 @@ int sk_recover_install(const sk_recover_seed *s, const char *tl_dir, cli_err *er
      * commit is the seed end: the segments are committed WAL, and an
      * acceptor refuses any truncation below its commit. */
     st.commit_lsn = s->end;
-    int rc = control_file_write(tl_dir, &st);
+    int rc = sk_control_write(tl_dir, &st);
     if (rc == 0)
         rc = durable_fsync_dir(tl_dir);
     return rc == 0 ? 0

@@ -24,6 +24,7 @@
  * unknown-tag or out-of-range message is rejected with a reason.  The
  * encoding is canonical: decode then encode gives back the input bytes.
  *
+ * For: the byte layout of every request and response, both directions.
  * Not for: LSN rules, page contents, or IO.  libc only, allocates nothing.
  */
 #include "proto/pagestream.h"
@@ -199,46 +200,27 @@ size_t pagestream_encode_request(const pagestream_request *req, uint8_t *buf, si
     return n;
 }
 
-int pagestream_decode_response(const uint8_t *buf, size_t len, pagestream_response *out,
-                               const char **why)
+/* The length of the result a response with this tag must carry (its
+ * variable part read from p, rest bytes).  0, or -1 with *why. */
+static int response_body_len(uint8_t tag, const uint8_t *p, size_t rest, size_t *want,
+                             const char **why)
 {
-    memset(out, 0, sizeof *out);
-    if (len < 1) {
-        *why = "pagestream response: empty message";
-        return -1;
-    }
-    uint8_t tag = buf[0];
-    if (tag != PS_RESP_EXISTS && tag != PS_RESP_NBLOCKS && tag != PS_RESP_GETPAGE &&
-        tag != PS_RESP_DBSIZE && tag != PS_RESP_SPCSIZE && tag != PS_RESP_GET_SLRU_SEGMENT &&
-        tag != PS_RESP_ERROR) {
-        *why = "pagestream response: unknown tag";
-        return -1;
-    }
-    if (len < RESP_HEADER_LEN) {
-        *why = "pagestream response: shorter than its 9-byte header";
-        return -1;
-    }
-    out->tag = tag;
-    out->reqid = get_be64(buf + 1);
-    const uint8_t *p = buf + RESP_HEADER_LEN;
-    size_t rest = len - RESP_HEADER_LEN;
-    size_t want;
     switch (tag) {
     case PS_RESP_EXISTS:
-        want = 1;
-        break;
+        *want = 1;
+        return 0;
     case PS_RESP_NBLOCKS:
-        want = 4;
-        break;
+        *want = 4;
+        return 0;
     case PS_RESP_GETPAGE:
-        want = PAGESTREAM_BLCKSZ;
-        break;
+        *want = PAGESTREAM_BLCKSZ;
+        return 0;
     case PS_RESP_DBSIZE:
-        want = 8;
-        break;
+        *want = 8;
+        return 0;
     case PS_RESP_SPCSIZE:
-        want = 12;
-        break;
+        *want = 12;
+        return 0;
     case PS_RESP_GET_SLRU_SEGMENT:
         if (rest < 4) {
             *why = "pagestream response: SLRU segment shorter than its block count";
@@ -248,8 +230,8 @@ int pagestream_decode_response(const uint8_t *buf, size_t len, pagestream_respon
             *why = "pagestream response: SLRU segment has more than 32 blocks";
             return -1;
         }
-        want = 4 + (size_t)get_be32(p) * PAGESTREAM_BLCKSZ;
-        break;
+        *want = 4 + (size_t)get_be32(p) * PAGESTREAM_BLCKSZ;
+        return 0;
     default: /* PS_RESP_ERROR */
         if (rest < 9) {
             *why = "pagestream response: error shorter than SQLSTATE and length";
@@ -259,17 +241,15 @@ int pagestream_decode_response(const uint8_t *buf, size_t len, pagestream_respon
             *why = "pagestream response: error message longer than 1024 bytes";
             return -1;
         }
-        want = 9 + get_be32(p + 5);
-        break;
+        *want = 9 + get_be32(p + 5);
+        return 0;
     }
-    if (rest < want) {
-        *why = "pagestream response: shorter than its tag requires";
-        return -1;
-    }
-    if (rest > want) {
-        *why = "pagestream response: trailing bytes after the response";
-        return -1;
-    }
+}
+
+/* Decodes the result at p (exactly as long as response_body_len said). */
+static int decode_response_body(uint8_t tag, const uint8_t *p, pagestream_response *out,
+                                const char **why)
+{
     switch (tag) {
     case PS_RESP_EXISTS:
         if (p[0] > 1) {
@@ -318,6 +298,43 @@ int pagestream_decode_response(const uint8_t *buf, size_t len, pagestream_respon
         }
         return 0;
     }
+}
+
+int pagestream_decode_response(const uint8_t *buf, size_t len, pagestream_response *out,
+                               const char **why)
+{
+    memset(out, 0, sizeof *out);
+    if (len < 1) {
+        *why = "pagestream response: empty message";
+        return -1;
+    }
+    uint8_t tag = buf[0];
+    if (tag != PS_RESP_EXISTS && tag != PS_RESP_NBLOCKS && tag != PS_RESP_GETPAGE &&
+        tag != PS_RESP_DBSIZE && tag != PS_RESP_SPCSIZE && tag != PS_RESP_GET_SLRU_SEGMENT &&
+        tag != PS_RESP_ERROR) {
+        *why = "pagestream response: unknown tag";
+        return -1;
+    }
+    if (len < RESP_HEADER_LEN) {
+        *why = "pagestream response: shorter than its 9-byte header";
+        return -1;
+    }
+    out->tag = tag;
+    out->reqid = get_be64(buf + 1);
+    const uint8_t *p = buf + RESP_HEADER_LEN;
+    size_t rest = len - RESP_HEADER_LEN;
+    size_t want;
+    if (response_body_len(tag, p, rest, &want, why) != 0)
+        return -1;
+    if (rest < want) {
+        *why = "pagestream response: shorter than its tag requires";
+        return -1;
+    }
+    if (rest > want) {
+        *why = "pagestream response: trailing bytes after the response";
+        return -1;
+    }
+    return decode_response_body(tag, p, out, why);
 }
 
 size_t pagestream_encode_response(const pagestream_response *resp, uint8_t *buf, size_t cap)

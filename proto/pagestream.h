@@ -39,6 +39,10 @@
  * long (trailing bytes), unknown-tag or out-of-range message is rejected
  * with a reason.  The encoding is canonical: decode then encode gives back
  * the input bytes.
+ *
+ * For: the byte-exact messages between the compute's smgr and the
+ * pageserver's page service, and their codec.  Not for: what a read means
+ * (the LSN rules live in the pageserver) or IO.
  */
 #ifndef STRATA_PROTO_PAGESTREAM_H
 #define STRATA_PROTO_PAGESTREAM_H

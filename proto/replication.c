@@ -1,6 +1,7 @@
 /*
  * replication.c: physical replication CopyData messages.  See replication.h.
  *
+ * For: encoding and decoding the messages of replication.h.
  * Not for: anything with IO beyond reading the clock; callers own sockets.
  */
 #include "proto/replication.h"

@@ -12,6 +12,7 @@
  * the walproposer and sync-safekeepers (decode 'w'/'k', encode 'r'), the
  * pageserver's WAL receiver.
  *
+ * For: one codec for every side of these messages (the users above).
  * Not for: the WAL-push messages (proto/walpush.h) or the replication
  * commands (IDENTIFY_SYSTEM, START_REPLICATION), which are simple queries.
  *

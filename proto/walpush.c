@@ -3,8 +3,9 @@
  *
  * For: turning the structs of walpush.h into CopyData payloads and back,
  * checking every length and range on the way in.  Not for: deciding what a
- * message means (that is the acceptor's and proposer's job) or framing
- * (CopyData is the wire-protocol layer's).
+ * message means (that is the acceptor's and proposer's job), the rules of
+ * term histories and configurations (term_history.c, membership.c) or
+ * framing (CopyData is the wire-protocol layer's).
  *
  * Layout, all integers big-endian, after the one-byte tag:
  *   ProposerGreeting 'g'  u32 proto_version, 16B tenant, 16B timeline,
@@ -30,7 +31,6 @@
  */
 #include "proto/walpush.h"
 
-#include <stdio.h>
 #include <string.h>
 
 #include "base/byteorder.h"
@@ -109,31 +109,37 @@ static uint64_t get_u64(rcur *r)
     return p ? get_be64(p) : 0;
 }
 
-/* ---- Term histories ---------------------------------------------------- */
-
-bool term_history_valid(const term_history *h)
+/* True, with *why = msg, if the fields just read ran past the input. */
+static bool cut_short(const rcur *r, const char *msg, const char **why)
 {
-    if (h->n > TERM_HISTORY_MAX)
+    if (!r->short_read)
         return false;
-    for (uint32_t i = 1; i < h->n; i++) {
-        if (h->entries[i].term <= h->entries[i - 1].term)
-            return false;
-        if (h->entries[i].lsn < h->entries[i - 1].lsn)
-            return false;
-    }
+    *why = msg;
     return true;
 }
 
-uint64_t term_history_last_log_term(const term_history *h, lsn_t flush_lsn)
+/* The prologue of both decoders: the tag, or -1 for an empty message. */
+static int decode_begin(rcur *r, uint8_t *tag, const char **why)
 {
-    uint64_t term = 0;
-    for (uint32_t i = 0; i < h->n && i < TERM_HISTORY_MAX; i++) {
-        if (h->entries[i].lsn > flush_lsn)
-            break;
-        term = h->entries[i].term;
+    if (r->len < 1) {
+        *why = "empty message";
+        return -1;
     }
-    return term;
+    *tag = get_u8(r);
+    return 0;
 }
+
+/* The epilogue of both decoders: the message must end where its fields do. */
+static int decode_end(const rcur *r, const char **why)
+{
+    if (r->pos != r->len) {
+        *why = "trailing bytes after message";
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- Term histories on the wire (proto/term_history.h) --------------- */
 
 static void put_history(wcur *w, const term_history *h)
 {
@@ -147,10 +153,8 @@ static void put_history(wcur *w, const term_history *h)
 static int get_history(rcur *r, term_history *h, const char **why)
 {
     uint32_t n = get_u32(r);
-    if (r->short_read) {
-        *why = "term history: message too short";
+    if (cut_short(r, "term history: message too short", why))
         return -1;
-    }
     if (n > TERM_HISTORY_MAX) {
         *why = "term history: more entries than TERM_HISTORY_MAX";
         return -1;
@@ -160,10 +164,8 @@ static int get_history(rcur *r, term_history *h, const char **why)
         h->entries[i].term = get_u64(r);
         h->entries[i].lsn = get_u64(r);
     }
-    if (r->short_read) {
-        *why = "term history: message too short";
+    if (cut_short(r, "term history: message too short", why))
         return -1;
-    }
     if (!term_history_valid(h)) {
         *why = "term history: terms not strictly increasing or lsns decreasing";
         return -1;
@@ -171,142 +173,7 @@ static int get_history(rcur *r, term_history *h, const char **why)
     return 0;
 }
 
-/* ---- Membership -------------------------------------------------------- */
-
-static bool set_contains(const member *set, uint32_t n, uint64_t node_id)
-{
-    for (uint32_t i = 0; i < n && i < MEMBERSHIP_MAX; i++)
-        if (set[i].node_id == node_id)
-            return true;
-    return false;
-}
-
-bool membership_contains(const membership *m, uint64_t node_id)
-{
-    return set_contains(m->members, m->n_members, node_id) ||
-           set_contains(m->new_members, m->n_new_members, node_id);
-}
-
-static const char *check_set(const member *set, uint32_t n)
-{
-    for (uint32_t i = 0; i < n; i++) {
-        if (set[i].node_id == 0)
-            return "membership: node id 0";
-        size_t len = strnlen(set[i].addr, sizeof set[i].addr);
-        if (len == 0 || len > MEMBER_ADDR_MAX)
-            return "membership: empty or unterminated member address";
-        for (size_t k = 0; k < len; k++)
-            if (set[i].addr[k] <= ' ' || set[i].addr[k] > '~')
-                return "membership: member address has a non-printable byte";
-        if (set_contains(set, i, set[i].node_id))
-            return "membership: a node id appears twice in one set";
-    }
-    return NULL;
-}
-
-const char *membership_check(const membership *m)
-{
-    if (m->n_members > MEMBERSHIP_MAX || m->n_new_members > MEMBERSHIP_MAX)
-        return "membership: more than MEMBERSHIP_MAX members in a set";
-    if (m->generation == 0 && (m->n_members != 0 || m->n_new_members != 0))
-        return "membership: generation 0 has no members";
-    if (m->generation > 0 && m->n_members == 0)
-        return "membership: a configuration needs at least one member";
-    const char *bad = check_set(m->members, m->n_members);
-    return bad ? bad : check_set(m->new_members, m->n_new_members);
-}
-
-static bool set_equal(const member *a, const member *b, uint32_t n)
-{
-    for (uint32_t i = 0; i < n; i++)
-        if (a[i].node_id != b[i].node_id || strcmp(a[i].addr, b[i].addr) != 0)
-            return false;
-    return true;
-}
-
-bool membership_equal(const membership *a, const membership *b)
-{
-    return a->generation == b->generation && a->n_members == b->n_members &&
-           a->n_new_members == b->n_new_members &&
-           set_equal(a->members, b->members, a->n_members) &&
-           set_equal(a->new_members, b->new_members, a->n_new_members);
-}
-
-int membership_union(const membership *m, member *out)
-{
-    int n = 0;
-    for (uint32_t i = 0; i < m->n_members && i < MEMBERSHIP_MAX; i++)
-        out[n++] = m->members[i];
-    for (uint32_t i = 0; i < m->n_new_members && i < MEMBERSHIP_MAX; i++)
-        if (!set_contains(m->members, m->n_members, m->new_members[i].node_id))
-            out[n++] = m->new_members[i];
-    return n;
-}
-
-int membership_parse_set(const char *text, member *set, uint32_t *n_out, const char **why)
-{
-    uint32_t n = 0;
-    const char *p = text;
-    while (*p != '\0') {
-        if (n == MEMBERSHIP_MAX) {
-            *why = "membership: more than MEMBERSHIP_MAX members in a set";
-            return -1;
-        }
-        const char *end = strchr(p, ',');
-        size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
-        const char *at = memchr(p, '@', len);
-        if (at == NULL || at == p) {
-            *why = "membership: a member is not written node_id@host:port";
-            return -1;
-        }
-        uint64_t id = 0;
-        for (const char *d = p; d < at; d++) {
-            if (*d < '0' || *d > '9' || id > (UINT64_MAX - 9) / 10) {
-                *why = "membership: a node id is not a number";
-                return -1;
-            }
-            id = id * 10 + (uint64_t)(*d - '0');
-        }
-        size_t alen = len - (size_t)(at + 1 - p);
-        if (alen == 0 || alen > MEMBER_ADDR_MAX) {
-            *why = "membership: member address empty or longer than MEMBER_ADDR_MAX";
-            return -1;
-        }
-        set[n].node_id = id;
-        memcpy(set[n].addr, at + 1, alen);
-        set[n].addr[alen] = '\0';
-        n++;
-        p += len;
-        if (*p == ',') {
-            p++;
-            if (*p == '\0') {
-                *why = "membership: trailing comma";
-                return -1;
-            }
-        }
-    }
-    const char *bad = check_set(set, n);
-    if (bad) {
-        *why = bad;
-        return -1;
-    }
-    *n_out = n;
-    return 0;
-}
-
-size_t membership_format_set(const member *set, uint32_t n, char *buf, size_t cap)
-{
-    size_t len = 0;
-    buf[0] = '\0';
-    for (uint32_t i = 0; i < n && i < MEMBERSHIP_MAX; i++) {
-        int w = snprintf(buf + len, cap - len, "%s%llu@%s", i > 0 ? "," : "",
-                         (unsigned long long)set[i].node_id, set[i].addr);
-        if (w < 0 || (size_t)w >= cap - len)
-            return strlen(buf);
-        len += (size_t)w;
-    }
-    return len;
-}
+/* ---- Configurations on the wire (proto/membership.h) ----------------- */
 
 static void put_set(wcur *w, const member *set, uint32_t n)
 {
@@ -350,10 +217,8 @@ static int get_set(rcur *r, member *set, uint32_t *n_out, const char **why)
         memcpy(set[i].addr, a, len);
         set[i].addr[len] = '\0';
     }
-    if (r->short_read) {
-        *why = "membership: message too short";
+    if (cut_short(r, "membership: message too short", why))
         return -1;
-    }
     *n_out = n;
     return 0;
 }
@@ -464,12 +329,9 @@ size_t walpush_encode_proposer_msg(const proposer_msg *msg, uint8_t *buf, size_t
 int walpush_decode_proposer_msg(const uint8_t *buf, size_t len, proposer_msg *out, const char **why)
 {
     rcur r = {.buf = buf, .len = len};
-
-    if (len < 1) {
-        *why = "empty message";
+    uint8_t tag;
+    if (decode_begin(&r, &tag, why) != 0)
         return -1;
-    }
-    uint8_t tag = get_u8(&r);
     memset(out, 0, sizeof(*out));
 
     switch (tag) {
@@ -482,10 +344,8 @@ int walpush_decode_proposer_msg(const uint8_t *buf, size_t len, proposer_msg *ou
         g->pg_version = get_u32(&r);
         g->system_id = get_u64(&r);
         g->wal_seg_size = get_u32(&r);
-        if (r.short_read) {
-            *why = "ProposerGreeting: message too short";
+        if (cut_short(&r, "ProposerGreeting: message too short", why))
             return -1;
-        }
         if (get_membership(&r, &g->mconf, why) != 0)
             return -1;
         memcpy(g->tenant_id.b, t, STRATA_ID_LEN);
@@ -501,10 +361,8 @@ int walpush_decode_proposer_msg(const uint8_t *buf, size_t len, proposer_msg *ou
         out->kind = PMSG_VOTE_REQUEST;
         out->u.vote.term = get_u64(&r);
         out->u.vote.generation = get_u32(&r);
-        if (r.short_read) {
-            *why = "VoteRequest: message too short";
+        if (cut_short(&r, "VoteRequest: message too short", why))
             return -1;
-        }
         break;
     case WALPUSH_TAG_ELECTED: {
         proposer_elected *e = &out->u.elected;
@@ -512,10 +370,8 @@ int walpush_decode_proposer_msg(const uint8_t *buf, size_t len, proposer_msg *ou
         e->term = get_u64(&r);
         e->generation = get_u32(&r);
         e->start_streaming_at = get_u64(&r);
-        if (r.short_read) {
-            *why = "ProposerElected: message too short";
+        if (cut_short(&r, "ProposerElected: message too short", why))
             return -1;
-        }
         if (get_history(&r, &e->history, why) != 0)
             return -1;
         break;
@@ -532,10 +388,8 @@ int walpush_decode_proposer_msg(const uint8_t *buf, size_t len, proposer_msg *ou
         a->ps_feedback.last_received_lsn = get_u64(&r);
         a->ps_feedback.disk_consistent_lsn = get_u64(&r);
         a->ps_feedback.remote_consistent_lsn = get_u64(&r);
-        if (r.short_read) {
-            *why = "AppendRequest: message too short";
+        if (cut_short(&r, "AppendRequest: message too short", why))
             return -1;
-        }
         size_t rest = r.len - r.pos;
         if (rest > WALPUSH_MAX_APPEND) {
             *why = "AppendRequest: more than WALPUSH_MAX_APPEND bytes of WAL";
@@ -554,11 +408,7 @@ int walpush_decode_proposer_msg(const uint8_t *buf, size_t len, proposer_msg *ou
         *why = "unknown message tag from proposer";
         return -1;
     }
-    if (r.pos != r.len) {
-        *why = "trailing bytes after message";
-        return -1;
-    }
-    return 0;
+    return decode_end(&r, why);
 }
 
 /* ---- Acceptor -> proposer ---------------------------------------------- */
@@ -608,12 +458,9 @@ size_t walpush_encode_acceptor_msg(const acceptor_msg *msg, uint8_t *buf, size_t
 int walpush_decode_acceptor_msg(const uint8_t *buf, size_t len, acceptor_msg *out, const char **why)
 {
     rcur r = {.buf = buf, .len = len};
-
-    if (len < 1) {
-        *why = "empty message";
+    uint8_t tag;
+    if (decode_begin(&r, &tag, why) != 0)
         return -1;
-    }
-    uint8_t tag = get_u8(&r);
     memset(out, 0, sizeof(*out));
 
     switch (tag) {
@@ -621,10 +468,8 @@ int walpush_decode_acceptor_msg(const uint8_t *buf, size_t len, acceptor_msg *ou
         out->kind = AMSG_GREETING;
         out->u.greeting.node_id = get_u64(&r);
         out->u.greeting.term = get_u64(&r);
-        if (r.short_read) {
-            *why = "AcceptorGreeting: message too short";
+        if (cut_short(&r, "AcceptorGreeting: message too short", why))
             return -1;
-        }
         if (get_membership(&r, &out->u.greeting.mconf, why) != 0)
             return -1;
         break;
@@ -635,10 +480,8 @@ int walpush_decode_acceptor_msg(const uint8_t *buf, size_t len, acceptor_msg *ou
         uint8_t given = get_u8(&r);
         v->flush_lsn = get_u64(&r);
         v->truncate_lsn = get_u64(&r);
-        if (r.short_read) {
-            *why = "VoteResponse: message too short";
+        if (cut_short(&r, "VoteResponse: message too short", why))
             return -1;
-        }
         if (given > 1) {
             *why = "VoteResponse: vote_given is neither 0 nor 1";
             return -1;
@@ -657,19 +500,13 @@ int walpush_decode_acceptor_msg(const uint8_t *buf, size_t len, acceptor_msg *ou
         a->ps_feedback.last_received_lsn = get_u64(&r);
         a->ps_feedback.disk_consistent_lsn = get_u64(&r);
         a->ps_feedback.remote_consistent_lsn = get_u64(&r);
-        if (r.short_read) {
-            *why = "AppendResponse: message too short";
+        if (cut_short(&r, "AppendResponse: message too short", why))
             return -1;
-        }
         break;
     }
     default:
         *why = "unknown message tag from acceptor";
         return -1;
     }
-    if (r.pos != r.len) {
-        *why = "trailing bytes after message";
-        return -1;
-    }
-    return 0;
+    return decode_end(&r, why);
 }

@@ -12,6 +12,10 @@
  * The direction matters for decoding: tag 'g' is a ProposerGreeting from the
  * proposer and an AcceptorGreeting from an acceptor, so there is one decode
  * function per direction.
+ *
+ * For: the message structs and limits both sides share, and their codec.
+ * Not for: the rules of term histories and configurations (term_history.h,
+ * membership.h) or what a message means (the acceptor and the proposer).
  */
 #ifndef STRATA_PROTO_WALPUSH_H
 #define STRATA_PROTO_WALPUSH_H
@@ -21,6 +25,8 @@
 #include <stdint.h>
 
 #include "base/lsn.h"
+#include "proto/membership.h"
+#include "proto/term_history.h"
 
 /* Sent in ProposerGreeting and in START_WAL_PUSH (proto_version '3').
  * 3: AppendRequest carries the pageserver feedback the proposer learned. */
@@ -29,80 +35,13 @@
 /* Most WAL bytes one AppendRequest may carry. */
 #define WALPUSH_MAX_APPEND (128 * 1024)
 
-/* Most entries a term history may hold; a longer one is a protocol error. */
-#define TERM_HISTORY_MAX 256
-
 /* Largest encoded message: an AppendRequest with a full payload. */
 #define WALPUSH_MAX_MESSAGE (WALPUSH_MAX_APPEND + 128) /* header: 69 bytes */
-
-/* Membership: most members in one set of a configuration, and the longest
- * member address ("host:port" of its WAL-push port, without the NUL). */
-#define MEMBERSHIP_MAX 7
-#define MEMBER_ADDR_MAX 63
 
 #define WALPUSH_TAG_GREETING 'g'
 #define WALPUSH_TAG_VOTE 'v'
 #define WALPUSH_TAG_ELECTED 'e'
 #define WALPUSH_TAG_APPEND 'a'
-
-/* The term that wrote WAL from lsn on (until the next entry's lsn). */
-typedef struct term_switch {
-    uint64_t term;
-    lsn_t lsn;
-} term_switch;
-
-/* Entries in strictly increasing term order, lsn non-decreasing. */
-typedef struct term_history {
-    uint32_t n;
-    term_switch entries[TERM_HISTORY_MAX];
-} term_history;
-
-/* One safekeeper of a configuration. */
-typedef struct member {
-    uint64_t node_id; /* > 0, unique within a set */
-    char addr[MEMBER_ADDR_MAX + 1];
-} member;
-
-/*
- * A timeline's safekeeper configuration.  Generation 0 means "none known":
- * the proposer's own list of safekeepers is the configuration and every node
- * counts (how a cluster starts).  From generation 1 on, only members count:
- * an election or a commit needs a majority of members and, while new_members
- * is not empty (a joint configuration, during a membership change), also a
- * majority of new_members.  A safekeeper that is in neither set neither votes
- * nor accepts WAL.  Generations only grow.
- */
-typedef struct membership {
-    uint32_t generation;
-    uint32_t n_members; /* 0 only in generation 0 */
-    member members[MEMBERSHIP_MAX];
-    uint32_t n_new_members; /* > 0: joint configuration */
-    member new_members[MEMBERSHIP_MAX];
-} membership;
-
-/* True if node_id is in members or new_members. */
-bool membership_contains(const membership *m, uint64_t node_id);
-
-/* NULL if m is well-formed (see above; addresses are printable, non-empty
- * and NUL-terminated, node ids unique within a set), else what is wrong. */
-const char *membership_check(const membership *m);
-
-/* True if a and b are the same configuration. */
-bool membership_equal(const membership *a, const membership *b);
-
-/*
- * Text form of one set, as operators and the CLI write it:
- * "id@host:port,id@host:port" (empty string: no members).  Parse returns 0,
- * or -1 with *why; format returns the length written (cap > 0; the text is
- * cut at cap - 1 bytes, which MEMBERSHIP_TEXT_MAX always fits).
- */
-#define MEMBERSHIP_TEXT_MAX (MEMBERSHIP_MAX * (20 + 1 + MEMBER_ADDR_MAX + 1) + 1)
-int membership_parse_set(const char *text, member *set, uint32_t *n, const char **why);
-size_t membership_format_set(const member *set, uint32_t n, char *buf, size_t cap);
-
-/* The union of both sets, members first, each node once: the proposer's
- * acceptor slots.  Returns the count (at most 2 * MEMBERSHIP_MAX). */
-int membership_union(const membership *m, member *out);
 
 typedef struct proposer_greeting {
     uint32_t proto_version;
@@ -219,13 +158,5 @@ int walpush_decode_acceptor_msg(const uint8_t *buf, size_t len, acceptor_msg *ou
  * the message is invalid (e.g. wal_len over WALPUSH_MAX_APPEND). */
 size_t walpush_encode_proposer_msg(const proposer_msg *msg, uint8_t *buf, size_t cap);
 size_t walpush_encode_acceptor_msg(const acceptor_msg *msg, uint8_t *buf, size_t cap);
-
-/* Term history helpers (pure). */
-
-/* The term of the last entry whose lsn <= flush_lsn, or 0 if none. */
-uint64_t term_history_last_log_term(const term_history *h, lsn_t flush_lsn);
-
-/* True if entries are strictly increasing in term, non-decreasing in lsn. */
-bool term_history_valid(const term_history *h);
 
 #endif

@@ -1,6 +1,7 @@
 /*
  * walredo.c: the redo helper pipe protocol codec.  See walredo.h.
  *
+ * For: encoding and decoding the frames of walredo.h.
  * Not for: IO.  Compiled into the pageserver and into the helper (a Postgres
  * module), so libc only and no allocation.
  */

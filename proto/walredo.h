@@ -32,6 +32,9 @@
  * Pure, libc only, allocation-free; a decoded message's pointers point into
  * the caller's buffer.  The encoding is canonical: whatever decodes
  * re-encodes to the same bytes.
+ *
+ * For: the frames between the redo pool and a helper, both ends.
+ * Not for: spawning helpers or choosing what to replay (pageserver/redo/).
  */
 #ifndef STRATA_PROTO_WALREDO_H
 #define STRATA_PROTO_WALREDO_H

@@ -22,6 +22,8 @@
 #include <string.h>
 
 #include "base/strata_assert.h"
+#include "proto/membership.h"
+#include "proto/term_history.h"
 
 /* ---- Output helpers ---------------------------------------------------- */
 

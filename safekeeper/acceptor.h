@@ -39,44 +39,16 @@
 
 #include "base/lsn.h"
 #include "pg/walformat.h"
+#include "proto/sk_control.h"
 #include "proto/walpush.h"
 
 /*
- * What the control file holds.  Written whole by PERSIST_CONTROL (the edge
- * replaces the file atomically: temp file, fsync, rename, fsync dir) and read
- * back for acceptor_restore().  Zero-initialised fields mean "not yet known".
+ * What the control file holds (proto/sk_control.h has the fields and the
+ * layout).  Written whole by PERSIST_CONTROL (the edge replaces the file
+ * atomically: temp file, fsync, rename, fsync dir) and read back for
+ * acceptor_restore().  Zero-initialised fields mean "not yet known".
  */
-typedef struct acceptor_persistent_state {
-    strata_id tenant_id;
-    strata_id timeline_id;
-    /* Server info, set by the first ProposerGreeting on an empty timeline. */
-    uint32_t pg_version;   /* e.g. 150020; only the major (/10000) is compared */
-    uint64_t system_id;    /* informational; 0 is never compared */
-    uint32_t wal_seg_size; /* 0 until the first greeting */
-    uint64_t node_id;
-    /* Highest term voted for (or whose ProposerElected was accepted). */
-    uint64_t term;
-    /* History of the WAL this acceptor holds: the last accepted proposer's. */
-    term_history history;
-    /* First LSN this acceptor holds WAL for; 0 while it holds none. */
-    lsn_t timeline_start_lsn;
-    /* Informational: flush position when this snapshot was taken.  The real
-     * end of WAL is found on restart by scanning (acceptor_restore). */
-    lsn_t flush_lsn;
-    /* Highest commit_lsn a proposer told us; stored lazily, may lag. */
-    lsn_t commit_lsn;
-    /* Peer horizon: lowest WAL any acceptor may still need (from proposer). */
-    lsn_t truncate_lsn;
-    pageserver_feedback ps_feedback;
-    /* The timeline's safekeeper configuration (generation 0: none known).
-     * Only grows, and only with ACCEPTOR_ADMIN authority: an admin's
-     * greeting or acceptor_switch_membership. */
-    membership mconf;
-    /* WAL backup (safekeeper/wal_backup.h): every segment below it is in
-     * the object store.  0 while nothing is known to be there.  The core
-     * only keeps it; the edge moves it (acceptor_set_backup_lsn). */
-    lsn_t backup_lsn;
-} acceptor_persistent_state;
+typedef sk_control_state acceptor_persistent_state;
 
 typedef enum acceptor_effect_kind {
     /* Write len bytes at lsn into the WAL files.  Not durable yet (the data

@@ -2,6 +2,9 @@
  * conn.c: per-connection state and command dispatch of the safekeeper.
  * See conn.h.  Commands are parsed by a small tokenizer (words, numbers,
  * 'quoted strings', parentheses, commas, '='), case-insensitive keywords.
+ *
+ * For: the tokenizer, the command handlers and TIMELINE_STATUS's row.
+ * Not for: executing WAL push (timeline.c) or streaming (walsender.c).
  */
 #include "safekeeper/conn.h"
 
@@ -14,6 +17,7 @@
 
 #include "base/log.h"
 #include "base/sqlstate.h"
+#include "proto/membership.h"
 #include "safekeeper/walsender.h"
 
 #define MAX_TOKENS 32

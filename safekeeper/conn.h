@@ -7,6 +7,7 @@
  * START_WAL_PUSH (to timeline.h), IDENTIFY_SYSTEM, SHOW, TIMELINE_HISTORY,
  * START_REPLICATION (to walsender.h) and TIMELINE_STATUS.
  *
+ * For: a safekeeper's Postgres-protocol connections.
  * Not for: protocol framing (pgwire) or consensus (acceptor).  Loop thread.
  */
 #ifndef STRATA_SAFEKEEPER_CONN_H

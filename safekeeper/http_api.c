@@ -1,6 +1,9 @@
 /*
  * http_api.c: JSON views of the published timeline snapshot.  See
  * http_api.h.  Every LSN is written as Postgres writes it ("X/Y").
+ *
+ * For: the JSON bodies and the routing of http_api.h.
+ * Not for: reading timeline state other than through the snapshot.
  */
 #include "safekeeper/http_api.h"
 

@@ -16,6 +16,9 @@
  *
  * Handlers run on the HTTP thread and read only the snapshot the loop
  * publishes (sk_node_snapshot) and the node id, which never changes.
+ *
+ * For: the safekeeper's HTTP endpoints.  Not for: rendering /metrics
+ * (common/net/http) or the timelines' state itself (timeline.h).
  */
 #ifndef STRATA_SAFEKEEPER_HTTP_API_H
 #define STRATA_SAFEKEEPER_HTTP_API_H

@@ -6,6 +6,9 @@
  * Every option is a flag, an environment variable and a config-file key
  * (flag > environment > config file > default; common/base/daemon_opts.h); see
  * --help.
+ *
+ * For: starting and stopping the daemon.  Not for: protocol logic or
+ * timeline state (conn.c, timeline.h).
  */
 #include <stdbool.h>
 #include <stdint.h>

@@ -22,6 +22,13 @@
  * messages already read share it; no timer); its completion is the core's
  * next input.
  *
+ * The module is four files sharing timeline_priv.h: timeline.c (the
+ * executor and the sender side), node.c (the registry, timelines on disk,
+ * proposer connections, membership), housekeeping.c (lazy saves, WAL
+ * removal, the backup position) and catchup.c (catch-up from the WAL
+ * backup).
+ *
+ * For: everything a safekeeper does with its timelines.
  * Not for: parsing commands or the replication protocol (conn.c,
  * walsender.c).  Threading: loop thread only, except sk_node_snapshot_*,
  * which any thread may call (the HTTP server).
@@ -46,7 +53,9 @@
 #define SK_MAX_TIMELINES 1024
 
 typedef struct sk_timeline sk_timeline;
-typedef struct sk_sender sk_sender; /* walsender.h */
+/* A waiter on a timeline's positions (walsender.c registers one per
+ * sender): called with its arg when commit or flush moved or WAL was cut. */
+typedef void (*sk_wake_fn)(void *arg);
 
 /* The daemon's series in the default metrics registry (common/base/metrics.h);
  * updates are atomic, /metrics renders them from the HTTP thread. */
@@ -201,9 +210,11 @@ const acceptor *sk_timeline_acceptor(const sk_timeline *tl);
 /* NULL while the timeline has no WAL yet. */
 wal_store *sk_timeline_store(sk_timeline *tl);
 uint32_t sk_timeline_seg_size(const sk_timeline *tl);
-/* Registers s for wakeups when commit/flush positions move; -1 if full. */
-int sk_timeline_add_sender(sk_timeline *tl, sk_sender *s);
-void sk_timeline_remove_sender(sk_timeline *tl, sk_sender *s);
+/* Registers wake(arg) for wakeups when commit/flush positions move or WAL
+ * is truncated; -1 if full.  A wakeup may remove senders. */
+int sk_timeline_add_sender(sk_timeline *tl, sk_wake_fn wake, void *arg);
+/* Unregisters the sender registered with arg. */
+void sk_timeline_remove_sender(sk_timeline *tl, void *arg);
 /* Pageserver feedback from a sender connection (stored lazily). */
 void sk_timeline_set_ps_feedback(sk_timeline *tl, const pageserver_feedback *fb);
 void sk_timeline_conn_count(sk_timeline *tl, int delta);

@@ -7,6 +7,9 @@
  * a backlog), and when the next attempt after a failure is due.  Shared
  * with the loop thread under b->mu: what the loop tells (segment size,
  * committed end, oldest local segment) and the status.
+ *
+ * For: the worker thread, the stagger, retries with backoff and the status.
+ * Not for: the horizons (wal_horizon.c) or the local WAL (wal_store.c).
  */
 #include "safekeeper/wal_backup.h"
 

@@ -15,12 +15,12 @@
  * another, lowest first; the backup LSN is the end of the highest segment
  * such that it and every segment before it (from where the backup started)
  * is in the store.  The timeline stores it in its control file and keeps
- * local WAL at and above it (timeline.c, housekeeping).
+ * local WAL at and above it (housekeeping.c).
  *
  * Three safekeepers, one copy: before a PUT the key is HEADed; an object
  * of the full segment size is counted as backed up ("skipped").  Each
  * safekeeper waits rank * delay_ms after a segment closes before looking
- * (the rank is the caller's: timeline.c takes this node's place in the
+ * (the rank is the caller's: housekeeping.c takes this node's place in the
  * timeline's configuration, 0, 1, 2, else (node id - 1) mod 3), so in the
  * common case the first uploads and the others find it there.  Two PUTs of the same segment are
  * harmless: the bytes are the same and a PUT replaces atomically.
@@ -51,6 +51,11 @@
  *   wal_backup.after_put   the PUT of a segment returned, the backup LSN
  *                          is not yet advanced (a crash here re-finds the
  *                          segment by HEAD after restart)
+ *
+ * For: the uploader's contract with the loop (add, update, get), the fetch
+ * of a segment for catch-up, and the status.  Not for: when WAL may be
+ * deleted (wal_horizon.h) or the object store's protocols
+ * (common/net/remote_storage.h).
  */
 #ifndef STRATA_SAFEKEEPER_WAL_BACKUP_H
 #define STRATA_SAFEKEEPER_WAL_BACKUP_H
@@ -124,7 +129,7 @@ void wal_backup_get(wal_backup_tl *t, wal_backup_status *out);
 
 /*
  * Reads segment segno of a timeline from the store for a safekeeper that
- * lags behind (timeline.c, catch-up): 0 with *out (seg_size bytes, malloc'd,
+ * lags behind (catchup.c): 0 with *out (seg_size bytes, malloc'd,
  * the caller frees), 1 when the store holds no whole copy of it (with
  * need_next: of it or of the segment after it), or -1 with err.  Blocking: for a worker thread (the
  * loop's thread pool); any number may run beside the backup's own worker, but none may outlive

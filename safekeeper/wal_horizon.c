@@ -1,6 +1,9 @@
 /*
  * wal_horizon.c: the local WAL removal horizon and the WAL backup's deletion
  * horizon.  See wal_horizon.h.
+ *
+ * For: the two horizon functions.  Not for: IO (the callers remove and
+ * delete).
  */
 #include "safekeeper/wal_horizon.h"
 

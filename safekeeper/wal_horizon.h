@@ -4,7 +4,7 @@
  * as pure functions of the values its control file holds.
  *
  * For: the rules, in one place, so that unit tests pin them and the
- * housekeeping (timeline.c) and the backup worker (wal_backup.c) share
+ * housekeeping (housekeeping.c) and the backup worker (wal_backup.c) share
  * them.  Not for: IO; the callers remove segments and delete objects.
  * Both return LSN_INVALID (0) for "keep everything".
  */

@@ -9,6 +9,9 @@
  * writes complete is marked dirty; a sync round fdatasyncs every dirty
  * segment and, when all of them finish, moves flush_lsn to the written_lsn
  * seen when the round started.
+ *
+ * For: the implementation of wal_store.h.  Not for: consensus or which WAL
+ * to keep (acceptor.c, housekeeping.c).
  */
 #include "safekeeper/wal_store.h"
 

@@ -30,6 +30,9 @@
  * Errors: functions return 0 / a count or a negative errno.  A failed write
  * or fdatasync is fatal for the store (as in Postgres, a failed fsync cannot
  * be retried safely): on_error runs once and later calls fail with -EIO.
+ *
+ * For: a timeline's WAL segment files.  Not for: deciding what to write or
+ * remove (acceptor.c, housekeeping.c).
  */
 #ifndef STRATA_SAFEKEEPER_WAL_STORE_H
 #define STRATA_SAFEKEEPER_WAL_STORE_H

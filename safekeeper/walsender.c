@@ -5,6 +5,10 @@
  * XLogData messages on its connection until the connection is congested or
  * it has reached the end it may serve; the timeline wakes it when commit or
  * flush positions move, the connection when its queue drains.
+ *
+ * For: a sender's state, its production and the feedback it takes.
+ * Not for: command parsing (conn.c) or the message layouts
+ * (proto/replication.c).
  */
 #include "safekeeper/walsender.h"
 
@@ -162,6 +166,12 @@ static void pump(sk_sender *s)
     lag_update(s);
 }
 
+/* The timeline's wakeup (sk_timeline_add_sender). */
+static void wake_sender(void *arg)
+{
+    walsender_wake(arg);
+}
+
 int walsender_start(sk_timeline *tl, pgwire_conn *c, lsn_t start, bool with_term, uint64_t term,
                     bool ps_feedback_trusted, sk_sender **out)
 {
@@ -207,7 +217,7 @@ int walsender_start(sk_timeline *tl, pgwire_conn *c, lsn_t start, bool with_term
         free(s);
         return -1;
     }
-    if (sk_timeline_add_sender(tl, s) != 0) {
+    if (sk_timeline_add_sender(tl, wake_sender, s) != 0) {
         pgwire_send_error(c, "ERROR", SQLSTATE_TOO_MANY_CONNECTIONS,
                           "too many WAL senders on this timeline", NULL);
         free(s);

@@ -20,6 +20,7 @@
  * Production stops while the connection is congested and resumes from
  * on_writable.
  *
+ * For: a safekeeper's replication connections.
  * Not for: command parsing (conn.c), WAL storage (wal_store.h) or the
  * message layouts (proto/replication.h).
  * Threading: loop thread only.
@@ -34,6 +35,8 @@
 #include "base/lsn.h"
 #include "net/pgwire.h"
 #include "safekeeper/timeline.h"
+
+typedef struct sk_sender sk_sender;
 
 /* Largest XLogData payload (WAL bytes) per message. */
 #define WALSENDER_MAX_CHUNK (128 * 1024)

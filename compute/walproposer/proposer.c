@@ -23,6 +23,8 @@
 #include <string.h>
 
 #include "base/strata_assert.h"
+#include "proto/membership.h"
+#include "proto/term_history.h"
 
 /* Effects kept free for control messages when topping up pipelines. */
 #define RESERVED_EFFECTS (3 * PROPOSER_MAX_ACCEPTORS + 4)

@@ -44,6 +44,7 @@
 #include "compute/walproposer/proposer.h"
 #include "compute/walproposer/walbuf.h"
 #include "compute/walproposer/wp_edge.h"
+#include "proto/membership.h"
 #include "proto/replication.h"
 #include "proto/walpush.h"
 

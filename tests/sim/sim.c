@@ -9,7 +9,7 @@
  * but loses unsubmitted writes, a power loss keeps only what was synced plus
  * random pages the disk wrote back, a clean stop does the shutdown save),
  * also between two effects of one output with a torn WAL write, restarts as
- * safekeeper/timeline.c does them (scan from the control file's
+ * safekeeper/node.c does them (scan from the control file's
  * min(commit_lsn, flush_lsn) with the real reader, truncate, sync), lazy
  * control-file saves and WAL removal driven by a simulated pageserver's
  * feedback, records up to 1.5 segments, proposers that die and are replaced
@@ -552,7 +552,7 @@ static void acc_complete_fsync(int a)
 
 /*
  * The end of the last complete record in what reads see (the page cache)
- * from start on, found the way safekeeper/timeline.c's find_end_of_wal finds
+ * from start on, found the way safekeeper/node.c's find_end_of_wal finds
  * it: the real reader over SCAN_CHUNK reads, its buffer growing to the
  * largest record (it starts small here so that growth is exercised).
  */
@@ -667,7 +667,7 @@ static void acc_crash(int a, crash_kind kind)
     n->dirty_from = LSN_MAX;
 }
 
-/* safekeeper/timeline.c restart_scan_start: a record boundary known durable. */
+/* safekeeper/wal_horizon.c wal_horizon_scan_start: a record boundary known durable. */
 static lsn_t restart_scan_start(const acceptor_persistent_state *st)
 {
     lsn_t start = st->commit_lsn < st->flush_lsn ? st->commit_lsn : st->flush_lsn;
@@ -696,7 +696,7 @@ static void store_truncate(acc_node *n, lsn_t l)
 }
 
 /*
- * Restart as safekeeper/timeline.c tl_load does it: from the control file,
+ * Restart as safekeeper/node.c tl_load does it: from the control file,
  * scan from its min(commit_lsn, flush_lsn) for the end of WAL (a scan start
  * whose segment was removed while later ones exist stops the daemon),
  * truncate there, fsync what was scanned, then acceptor_restore.
@@ -739,7 +739,7 @@ static void acc_restart(int a)
           (unsigned long long)acceptor_term(&n->core), fmt_lsn(start), fmt_lsn(end));
 }
 
-/* safekeeper/timeline.c lazy_fields_changed. */
+/* safekeeper/housekeeping.c lazy_fields_changed. */
 static bool lazy_fields_changed(const acceptor_persistent_state *x,
                                 const acceptor_persistent_state *y)
 {
@@ -769,7 +769,7 @@ static void acc_lazy_save(int a)
 }
 
 /*
- * safekeeper/timeline.c housekeep_timeline (wal_horizon_removal without the
+ * safekeeper/housekeeping.c housekeep_timeline (wal_horizon_removal without the
  * WAL backup): the lazy save, then WAL removal below min(pageserver feedback,
  * commit_lsn, truncate_lsn, the restart scan start; nothing while the remote
  * position is 0) as the control file holds them, only while the store is idle, never
@@ -1389,7 +1389,7 @@ bool sim_acc_status(int a, sim_status *st)
     return true;
 }
 
-/* safekeeper/timeline.c sk_timeline_switch_membership: the switch is
+/* safekeeper/node.c sk_timeline_switch_membership: the switch is
  * stored, and a new generation closes the streaming proposer connection so
  * that the proposer learns it at once. */
 int sim_acc_switch(int a, const membership *m)

@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #include "base/lsn.h"
-#include "proto/walpush.h"
+#include "proto/membership.h"
 
 #define SIM_N_ACC 3
 

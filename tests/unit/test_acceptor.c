@@ -14,6 +14,9 @@
 #include <cmocka.h>
 
 #include "safekeeper/acceptor.h"
+
+#include "proto/membership.h"
+
 /* The synthetic WAL generator lives with the simulator; compiled in here. */
 #include "tests/sim/simwal.c"
 

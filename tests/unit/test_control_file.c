@@ -1,8 +1,7 @@
 /*
- * Unit tests for safekeeper/control_file.c: round trips in memory and on
- * disk, and rejection (with a message naming the problem) of every kind of
- * corruption.  control_file.c belongs to the safekeeper executable, so it is
- * compiled into this test directly.
+ * Unit tests for proto/sk_control.c, the safekeeper control file: round
+ * trips in memory and on disk, and rejection (with a message naming the
+ * problem) of every kind of corruption.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -15,11 +14,12 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "safekeeper/control_file.c"
+#include "proto/sk_control.h"
 
 #include "base/byteorder.h"
+#include "base/crc32c.h"
 
-static void sample(acceptor_persistent_state *st, uint32_t nhist)
+static void sample(sk_control_state *st, uint32_t nhist)
 {
     memset(st, 0, sizeof *st);
     for (int i = 0; i < STRATA_ID_LEN; i++) {
@@ -60,32 +60,32 @@ static void sample(acceptor_persistent_state *st, uint32_t nhist)
 }
 
 /* Bytes of the sample's configuration in the body. */
-#define SAMPLE_MCONF_SIZE (12 + 6 * CONTROL_FILE_MEMBER_SIZE)
+#define SAMPLE_MCONF_SIZE (12 + 6 * SK_CONTROL_MEMBER_SIZE)
 
 static void test_roundtrip(void **state)
 {
     (void)state;
-    static uint8_t buf[CONTROL_FILE_MAX_SIZE];
+    static uint8_t buf[SK_CONTROL_MAX_SIZE];
     const uint32_t sizes[] = {0, 1, 3, TERM_HISTORY_MAX};
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
-        acceptor_persistent_state st, back;
+        sk_control_state st, back;
         sample(&st, sizes[k]);
-        size_t len = control_file_encode(&st, buf, sizeof buf);
+        size_t len = sk_control_encode(&st, buf, sizeof buf);
         assert_int_equal(len, 12 + 124 + 16 * sizes[k] + SAMPLE_MCONF_SIZE + 8 + 4);
         char err[200] = "";
-        assert_int_equal(control_file_decode(buf, len, &back, err, sizeof err), 0);
+        assert_int_equal(sk_control_decode(buf, len, &back, err, sizeof err), 0);
         assert_memory_equal(&back, &st, sizeof st);
         /* One byte short of room: refused, nothing written past cap. */
-        assert_int_equal(control_file_encode(&st, buf, len - 1), 0);
+        assert_int_equal(sk_control_encode(&st, buf, len - 1), 0);
         /* Generation 0 (no configuration known) round-trips too. */
         memset(&st.mconf, 0, sizeof st.mconf);
-        len = control_file_encode(&st, buf, sizeof buf);
+        len = sk_control_encode(&st, buf, sizeof buf);
         assert_int_equal(len, 12 + 124 + 16 * sizes[k] + 12 + 8 + 4);
-        assert_int_equal(control_file_decode(buf, len, &back, err, sizeof err), 0);
+        assert_int_equal(sk_control_decode(buf, len, &back, err, sizeof err), 0);
         assert_memory_equal(&back, &st, sizeof st);
     }
-    /* The largest file fits CONTROL_FILE_MAX_SIZE. */
-    acceptor_persistent_state big;
+    /* The largest file fits SK_CONTROL_MAX_SIZE. */
+    sk_control_state big;
     sample(&big, TERM_HISTORY_MAX);
     big.mconf.n_members = big.mconf.n_new_members = MEMBERSHIP_MAX;
     for (int i = 0; i < MEMBERSHIP_MAX; i++) {
@@ -94,20 +94,20 @@ static void test_roundtrip(void **state)
         memset(big.mconf.members[i].addr, 'a', MEMBER_ADDR_MAX);
         memset(big.mconf.new_members[i].addr, 'b', MEMBER_ADDR_MAX);
     }
-    assert_int_equal(control_file_encode(&big, buf, sizeof buf), CONTROL_FILE_MAX_SIZE);
-    acceptor_persistent_state st;
+    assert_int_equal(sk_control_encode(&big, buf, sizeof buf), SK_CONTROL_MAX_SIZE);
+    sk_control_state st;
     sample(&st, 1);
     st.history.n = TERM_HISTORY_MAX + 1;
-    assert_int_equal(control_file_encode(&st, buf, sizeof buf), 0);
+    assert_int_equal(sk_control_encode(&st, buf, sizeof buf), 0);
 }
 
 /* Encodes st, lets mutate change the bytes, optionally fixes the CRC, and
  * expects decode to fail with a message containing want. */
-static void expect_rejected(const acceptor_persistent_state *st,
-                            void (*mutate)(uint8_t *, size_t *), bool fix_crc, const char *want)
+static void expect_rejected(const sk_control_state *st, void (*mutate)(uint8_t *, size_t *),
+                            bool fix_crc, const char *want)
 {
-    static uint8_t buf[CONTROL_FILE_MAX_SIZE + 64];
-    size_t len = control_file_encode(st, buf, CONTROL_FILE_MAX_SIZE);
+    static uint8_t buf[SK_CONTROL_MAX_SIZE + 64];
+    size_t len = sk_control_encode(st, buf, SK_CONTROL_MAX_SIZE);
     assert_true(len > 0);
     if (mutate != NULL)
         mutate(buf, &len);
@@ -116,9 +116,9 @@ static void expect_rejected(const acceptor_persistent_state *st,
         for (int i = 0; i < 4; i++)
             buf[len - 4 + (size_t)i] = (uint8_t)(crc >> (8 * i));
     }
-    acceptor_persistent_state out;
+    sk_control_state out;
     char err[200] = "";
-    assert_int_equal(control_file_decode(buf, len, &out, err, sizeof err), -1);
+    assert_int_equal(sk_control_decode(buf, len, &out, err, sizeof err), -1);
     if (strstr(err, want) == NULL)
         fail_msg("error \"%s\" does not mention \"%s\"", err, want);
 }
@@ -189,7 +189,7 @@ static void mut_member_twice(uint8_t *b, size_t *len)
 {
     (void)len;
     /* Second member's node id becomes the first's (1). */
-    memcpy(b + MCONF_AT + 8 + CONTROL_FILE_MEMBER_SIZE, b + MCONF_AT + 8, 8);
+    memcpy(b + MCONF_AT + 8 + SK_CONTROL_MEMBER_SIZE, b + MCONF_AT + 8, 8);
 }
 static void mut_members_cut(uint8_t *b, size_t *len)
 {
@@ -221,7 +221,7 @@ static void mut_backup_unaligned(uint8_t *b, size_t *len)
 static void test_corruption_rejected(void **state)
 {
     (void)state;
-    acceptor_persistent_state st;
+    sk_control_state st;
     sample(&st, 3);
     expect_rejected(&st, mut_magic, false, "bad magic");
     expect_rejected(&st, mut_version, false, "unsupported format version 4");
@@ -248,12 +248,12 @@ static void test_corruption_rejected(void **state)
 static void test_version1_reads_as_generation0(void **state)
 {
     (void)state;
-    acceptor_persistent_state st, back;
+    sk_control_state st, back;
     sample(&st, 2);
     memset(&st.mconf, 0, sizeof st.mconf);
     st.backup_lsn = 0;
-    static uint8_t buf[CONTROL_FILE_MAX_SIZE];
-    size_t len = control_file_encode(&st, buf, sizeof buf);
+    static uint8_t buf[SK_CONTROL_MAX_SIZE];
+    size_t len = sk_control_encode(&st, buf, sizeof buf);
     /* Version 1 had no configuration and no backup LSN: drop their 20
      * bytes (the end of the body), then rewrite version, body length and
      * CRC. */
@@ -264,7 +264,7 @@ static void test_version1_reads_as_generation0(void **state)
     for (int i = 0; i < 4; i++)
         buf[len - 4 + (size_t)i] = (uint8_t)(crc >> (8 * i));
     char err[200] = "";
-    assert_int_equal(control_file_decode(buf, len, &back, err, sizeof err), 0);
+    assert_int_equal(sk_control_decode(buf, len, &back, err, sizeof err), 0);
     assert_memory_equal(&back, &st, sizeof st);
     assert_int_equal(back.mconf.generation, 0);
 }
@@ -273,10 +273,10 @@ static void test_version1_reads_as_generation0(void **state)
 static void test_version2_reads_without_backup(void **state)
 {
     (void)state;
-    acceptor_persistent_state st, back;
+    sk_control_state st, back;
     sample(&st, 3);
-    static uint8_t buf[CONTROL_FILE_MAX_SIZE];
-    size_t len = control_file_encode(&st, buf, sizeof buf);
+    static uint8_t buf[SK_CONTROL_MAX_SIZE];
+    size_t len = sk_control_encode(&st, buf, sizeof buf);
     /* Version 2 ended with the configuration: drop the backup LSN. */
     len -= 8;
     put_le32(buf + 4, 2);
@@ -285,7 +285,7 @@ static void test_version2_reads_without_backup(void **state)
     for (int i = 0; i < 4; i++)
         buf[len - 4 + (size_t)i] = (uint8_t)(crc >> (8 * i));
     char err[200] = "";
-    assert_int_equal(control_file_decode(buf, len, &back, err, sizeof err), 0);
+    assert_int_equal(sk_control_decode(buf, len, &back, err, sizeof err), 0);
     st.backup_lsn = 0;
     assert_memory_equal(&back, &st, sizeof st);
     /* The same bytes claiming version 3 lack the backup LSN: refused. */
@@ -293,26 +293,26 @@ static void test_version2_reads_without_backup(void **state)
     crc = crc32c(buf, len - 4);
     for (int i = 0; i < 4; i++)
         buf[len - 4 + (size_t)i] = (uint8_t)(crc >> (8 * i));
-    assert_int_equal(control_file_decode(buf, len, &back, err, sizeof err), -1);
+    assert_int_equal(sk_control_decode(buf, len, &back, err, sizeof err), -1);
 }
 
 static void test_every_bit_flip_rejected(void **state)
 {
     (void)state;
-    acceptor_persistent_state st, out;
+    sk_control_state st, out;
     sample(&st, 2);
-    static uint8_t buf[CONTROL_FILE_MAX_SIZE];
-    size_t len = control_file_encode(&st, buf, sizeof buf);
+    static uint8_t buf[SK_CONTROL_MAX_SIZE];
+    size_t len = sk_control_encode(&st, buf, sizeof buf);
     for (size_t i = 0; i < len; i++) {
         for (int bit = 0; bit < 8; bit++) {
             buf[i] ^= (uint8_t)(1u << bit);
             char err[200];
-            assert_int_equal(control_file_decode(buf, len, &out, err, sizeof err), -1);
+            assert_int_equal(sk_control_decode(buf, len, &out, err, sizeof err), -1);
             buf[i] ^= (uint8_t)(1u << bit);
         }
     }
     char err[200];
-    assert_int_equal(control_file_decode(buf, len, &out, err, sizeof err), 0);
+    assert_int_equal(sk_control_decode(buf, len, &out, err, sizeof err), 0);
 }
 
 static void test_file_roundtrip(void **state)
@@ -320,39 +320,39 @@ static void test_file_roundtrip(void **state)
     (void)state;
     char dir[] = "/tmp/strata-ctl-XXXXXX";
     assert_non_null(mkdtemp(dir));
-    acceptor_persistent_state st, back;
+    sk_control_state st, back;
     char err[300] = "";
-    assert_int_equal(control_file_read(dir, &back, err, sizeof err), -ENOENT);
+    assert_int_equal(sk_control_read(dir, &back, err, sizeof err), -ENOENT);
 
     sample(&st, 5);
-    assert_int_equal(control_file_write(dir, &st), 0);
-    assert_int_equal(control_file_read(dir, &back, err, sizeof err), 0);
+    assert_int_equal(sk_control_write(dir, &st), 0);
+    assert_int_equal(sk_control_read(dir, &back, err, sizeof err), 0);
     assert_memory_equal(&back, &st, sizeof st);
 
     st.term++;
     st.commit_lsn += 8;
-    assert_int_equal(control_file_write(dir, &st), 0);
-    assert_int_equal(control_file_read(dir, &back, err, sizeof err), 0);
+    assert_int_equal(sk_control_write(dir, &st), 0);
+    assert_int_equal(sk_control_read(dir, &back, err, sizeof err), 0);
     assert_memory_equal(&back, &st, sizeof st);
 
     /* A corrupt file on disk: clear error naming the file. */
     char path[300];
-    snprintf(path, sizeof path, "%s/%s", dir, CONTROL_FILE_NAME);
+    snprintf(path, sizeof path, "%s/%s", dir, SK_CONTROL_FILE_NAME);
     FILE *f = fopen(path, "r+");
     assert_non_null(f);
     fseek(f, 80, SEEK_SET);
     fputc(0x5A, f);
     fclose(f);
-    assert_int_equal(control_file_read(dir, &back, err, sizeof err), -EINVAL);
+    assert_int_equal(sk_control_read(dir, &back, err, sizeof err), -EINVAL);
     assert_non_null(strstr(err, "CRC mismatch"));
-    assert_non_null(strstr(err, CONTROL_FILE_NAME));
+    assert_non_null(strstr(err, SK_CONTROL_FILE_NAME));
 
     /* Too large. */
     f = fopen(path, "w");
-    for (int i = 0; i < CONTROL_FILE_MAX_SIZE + 1; i++)
+    for (int i = 0; i < SK_CONTROL_MAX_SIZE + 1; i++)
         fputc(0, f);
     fclose(f);
-    assert_int_equal(control_file_read(dir, &back, err, sizeof err), -EINVAL);
+    assert_int_equal(sk_control_read(dir, &back, err, sizeof err), -EINVAL);
     assert_non_null(strstr(err, "larger than"));
 
     unlink(path);

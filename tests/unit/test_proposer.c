@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "compute/walproposer/proposer.h"
+#include "proto/membership.h"
 
 #define SEG (1u << 20)
 #define BOOT ((lsn_t)SEG)

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "cli/sk_change.h"
+#include "proto/membership.h"
 
 static member mk(uint64_t id, const char *addr)
 {

@@ -12,6 +12,8 @@
 #include <cmocka.h>
 
 #include "proto/walpush.h"
+#include "proto/membership.h"
+#include "proto/term_history.h"
 
 #include "base/byteorder.h"
 

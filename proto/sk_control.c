@@ -1,8 +1,12 @@
 /*
- * control_file.c: encode, decode and durably store the acceptor's
- * persistent state.  See control_file.h for the layout and the contract.
+ * sk_control.c: encode, decode and durably store a safekeeper timeline's
+ * control file.  See sk_control.h for the layout and the contract.
+ *
+ * For: the byte layout of every format version, its validation, and the
+ * file's atomic replacement and strict load.  Not for: what the fields
+ * mean to the acceptor (safekeeper/acceptor.h).
  */
-#include "safekeeper/control_file.h"
+#include "proto/sk_control.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -79,13 +83,13 @@ static void get_id(reader *r, strata_id *id)
 
 static size_t mconf_size(uint32_t n_members, uint32_t n_new)
 {
-    return 12 + CONTROL_FILE_MEMBER_SIZE * (size_t)(n_members + n_new);
+    return 12 + SK_CONTROL_MEMBER_SIZE * (size_t)(n_members + n_new);
 }
 
 /* What follows the configuration in a version 3 body: the backup LSN. */
 #define TAIL_V3_SIZE 8
 
-size_t control_file_encode(const acceptor_persistent_state *st, uint8_t *buf, size_t cap)
+size_t sk_control_encode(const sk_control_state *st, uint8_t *buf, size_t cap)
 {
     if (st->history.n > TERM_HISTORY_MAX || membership_check(&st->mconf) != NULL)
         return 0;
@@ -95,8 +99,8 @@ size_t control_file_encode(const acceptor_persistent_state *st, uint8_t *buf, si
     if (cap < total)
         return 0;
     writer w = {buf};
-    put_u32(&w, CONTROL_FILE_MAGIC);
-    put_u32(&w, CONTROL_FILE_VERSION);
+    put_u32(&w, SK_CONTROL_MAGIC);
+    put_u32(&w, SK_CONTROL_VERSION);
     put_u32(&w, (uint32_t)body);
     put_id(&w, &st->tenant_id);
     put_id(&w, &st->timeline_id);
@@ -158,7 +162,7 @@ static int get_mconf(reader *r, membership *m, size_t hist_end, uint32_t body, c
         if (n > MEMBERSHIP_MAX)
             return bad(err, errlen, "control file configuration has %u members in a set (max %d)",
                        n, MEMBERSHIP_MAX);
-        if (at + (size_t)n * CONTROL_FILE_MEMBER_SIZE > body)
+        if (at + (size_t)n * SK_CONTROL_MEMBER_SIZE > body)
             return bad(err, errlen, "control file configuration is cut short");
         for (uint32_t i = 0; i < n; i++) {
             sets[k][i].node_id = get_u64(r);
@@ -173,7 +177,7 @@ static int get_mconf(reader *r, membership *m, size_t hist_end, uint32_t body, c
                     return bad(err, errlen, "control file member address has bytes after its end");
         }
         *counts[k] = n;
-        at += (size_t)n * CONTROL_FILE_MEMBER_SIZE;
+        at += (size_t)n * SK_CONTROL_MEMBER_SIZE;
     }
     if (at != body)
         return bad(err, errlen, "control file body length %u does not match its configuration",
@@ -184,8 +188,8 @@ static int get_mconf(reader *r, membership *m, size_t hist_end, uint32_t body, c
     return 0;
 }
 
-int control_file_decode(const uint8_t *buf, size_t len, acceptor_persistent_state *out, char *err,
-                        size_t errlen)
+int sk_control_decode(const uint8_t *buf, size_t len, sk_control_state *out, char *err,
+                      size_t errlen)
 {
     memset(out, 0, sizeof *out);
     if (len < HEADER_SIZE + FIXED_BODY_SIZE + 4)
@@ -193,13 +197,13 @@ int control_file_decode(const uint8_t *buf, size_t len, acceptor_persistent_stat
                    HEADER_SIZE + FIXED_BODY_SIZE + 4);
     reader r = {buf};
     uint32_t magic = get_u32(&r);
-    if (magic != CONTROL_FILE_MAGIC)
+    if (magic != SK_CONTROL_MAGIC)
         return bad(err, errlen, "control file has bad magic 0x%08X (expected 0x%08X)", magic,
-                   CONTROL_FILE_MAGIC);
+                   SK_CONTROL_MAGIC);
     uint32_t version = get_u32(&r);
-    if (version < 1 || version > CONTROL_FILE_VERSION)
+    if (version < 1 || version > SK_CONTROL_VERSION)
         return bad(err, errlen, "control file has unsupported format version %u (expected %u)",
-                   version, CONTROL_FILE_VERSION);
+                   version, SK_CONTROL_VERSION);
     uint32_t body = get_u32(&r);
     if ((size_t)body != len - HEADER_SIZE - 4)
         return bad(err, errlen, "control file body length %u does not match file size %zu", body,
@@ -211,7 +215,7 @@ int control_file_decode(const uint8_t *buf, size_t len, acceptor_persistent_stat
         return bad(err, errlen, "control file CRC mismatch: stored 0x%08X, computed 0x%08X",
                    stored_crc, crc);
 
-    acceptor_persistent_state st;
+    sk_control_state st;
     memset(&st, 0, sizeof st);
     get_id(&r, &st.tenant_id);
     get_id(&r, &st.timeline_id);
@@ -266,30 +270,30 @@ int control_file_decode(const uint8_t *buf, size_t len, acceptor_persistent_stat
     return 0;
 }
 
-int control_file_write(const char *dir, const acceptor_persistent_state *st)
+int sk_control_write(const char *dir, const sk_control_state *st)
 {
-    uint8_t buf[CONTROL_FILE_MAX_SIZE];
-    size_t len = control_file_encode(st, buf, sizeof buf);
+    uint8_t buf[SK_CONTROL_MAX_SIZE];
+    size_t len = sk_control_encode(st, buf, sizeof buf);
     if (len == 0)
         return -EINVAL;
     char path[PATH_MAX];
-    if (snprintf(path, sizeof path, "%s/%s", dir, CONTROL_FILE_NAME) >= (int)sizeof path)
+    if (snprintf(path, sizeof path, "%s/%s", dir, SK_CONTROL_FILE_NAME) >= (int)sizeof path)
         return -ENAMETOOLONG;
     return durable_write_file(path, buf, len, 0600);
 }
 
-int control_file_read(const char *dir, acceptor_persistent_state *out, char *err, size_t errlen)
+int sk_control_read(const char *dir, sk_control_state *out, char *err, size_t errlen)
 {
     char path[PATH_MAX];
-    if (snprintf(path, sizeof path, "%s/%s", dir, CONTROL_FILE_NAME) >= (int)sizeof path) {
+    if (snprintf(path, sizeof path, "%s/%s", dir, SK_CONTROL_FILE_NAME) >= (int)sizeof path) {
         bad(err, errlen, "control file path too long");
         return -ENAMETOOLONG;
     }
     void *data;
     size_t len;
-    int rc = durable_read_file(path, CONTROL_FILE_MAX_SIZE, &data, &len);
+    int rc = durable_read_file(path, SK_CONTROL_MAX_SIZE, &data, &len);
     if (rc == -EFBIG) {
-        bad(err, errlen, "%s: larger than %d bytes", path, CONTROL_FILE_MAX_SIZE);
+        bad(err, errlen, "%s: larger than %d bytes", path, SK_CONTROL_MAX_SIZE);
         return -EINVAL;
     }
     if (rc != 0) {
@@ -297,7 +301,7 @@ int control_file_read(const char *dir, acceptor_persistent_state *out, char *err
         return rc;
     }
     char why[200];
-    rc = control_file_decode(data, len, out, why, sizeof why);
+    rc = sk_control_decode(data, len, out, why, sizeof why);
     free(data);
     if (rc != 0) {
         bad(err, errlen, "%s: %s", path, why);
