@@ -33,7 +33,6 @@
 #include "base/sqlstate.h"
 #include "pageserver/service/basebackup.h"
 #include "pageserver/timeline.h"
-#include "pageserver/ingest/walreceiver.h"
 
 #define BB_MAX_CONCURRENT 4    /* basebackups running at once (process-wide) */
 #define BB_QUEUE_CHUNKS 8      /* chunks queued between thread and loop */
@@ -59,7 +58,6 @@ typedef struct bb_job {
 
     /* set before the thread starts, read-only after */
     timeline *tl;
-    store *st;
     lsn_t lsn; /* LSN_INVALID: latest */
     bool full;
     bool replica; /* basebackup.h replica mode */
@@ -225,7 +223,7 @@ static void *job_main(void *arg)
                      "requested LSN %s is before the timeline's start %s", lsn_format(j->lsn, a),
                      lsn_format(meta->start_lsn, b));
         } else {
-            basebackup_timeline_source ts = {.tl = j->tl, .st = j->st};
+            basebackup_timeline_source ts = {.tl = j->tl};
             basebackup_source src;
             basebackup_source_timeline(&src, &ts);
             basebackup_options o = {.full = j->full,
@@ -460,16 +458,6 @@ void basebackup_service_query(uv_loop_t *loop, pgwire_conn *c, tenants *t, const
         pgwire_send_error(c, "ERROR", SQLSTATE_UNDEFINED_FILE, msg, NULL);
         return;
     }
-    store *st = walreceiver_store_of(&tenant, &tlid);
-    if (st == NULL) {
-        timeline_unref(tl);
-        snprintf(msg, sizeof msg,
-                 "tenant %s timeline %s has no running WAL receiver (no safekeepers): "
-                 "basebackup is not available for it",
-                 w[1], w[2]);
-        pgwire_send_error(c, "ERROR", SQLSTATE_OBJECT_NOT_IN_PREREQUISITE_STATE, msg, NULL);
-        return;
-    }
     if (atomic_fetch_add(&running_jobs, 1) >= BB_MAX_CONCURRENT) {
         atomic_fetch_sub(&running_jobs, 1);
         timeline_unref(tl);
@@ -488,7 +476,6 @@ void basebackup_service_query(uv_loop_t *loop, pgwire_conn *c, tenants *t, const
     j->loop = loop;
     j->c = c;
     j->tl = tl;
-    j->st = st;
     j->lsn = lsn;
     j->full = n == 5 && strcmp(w[4], "full") == 0;
     j->replica = n == 5 && strcmp(w[4], "replica") == 0;
