@@ -47,7 +47,7 @@
 #include "base/lsn.h"
 #include "pageserver/store/key.h"
 #include "pageserver/store/store.h"
-#include "pageserver/timeline.h"
+#include "pageserver/timeline/timeline.h"
 
 /*
  * Where the data comes from.  Blobs, sizes and listings follow store.h

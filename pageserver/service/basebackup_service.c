@@ -32,7 +32,7 @@
 #include "base/metrics.h"
 #include "base/sqlstate.h"
 #include "pageserver/service/basebackup.h"
-#include "pageserver/timeline.h"
+#include "pageserver/timeline/timeline.h"
 
 #define BB_MAX_CONCURRENT 4    /* basebackups running at once (process-wide) */
 #define BB_QUEUE_CHUNKS 8      /* chunks queued between thread and loop */

@@ -21,7 +21,7 @@
 #include <uv.h>
 
 #include "net/pgwire.h"
-#include "pageserver/tenants.h"
+#include "pageserver/timeline/tenants.h"
 
 /* How long a basebackup waits for its LSN to be ingested. */
 #define BASEBACKUP_SERVICE_WAIT_MS 60000

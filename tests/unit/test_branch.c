@@ -25,7 +25,7 @@
 
 #include "base/byteorder.h"
 #include "base/failpoint.h"
-#include "pageserver/timeline.h"
+#include "pageserver/timeline/timeline.h"
 
 #define SPC 1663
 #define DB 5

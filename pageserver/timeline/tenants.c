@@ -9,7 +9,7 @@
  *
  * Not for: page reads, ingest or the GC policy itself (timeline.c).
  */
-#include "pageserver/tenants.h"
+#include "pageserver/timeline/tenants.h"
 
 #include <assert.h>
 #include <dirent.h>

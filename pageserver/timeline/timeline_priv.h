@@ -1,6 +1,6 @@
 /*
  * timeline_priv.h: the timeline handle's fields, shared by timeline.c (open,
- * close, reads, GC), timeline_branch.c (branches, the commit-time index)
+ * close, reads, GC), branch.c (branches, the commit-time index)
  * and timeline_reaper.c (teardown).  Not for anything outside those files.
  */
 #ifndef STRATA_PAGESERVER_TIMELINE_PRIV_H
@@ -14,7 +14,7 @@
 #include "pageserver/ingest/walreceiver.h"
 #include "pageserver/pagewarm.h"
 #include "pageserver/remote/uploader.h"
-#include "pageserver/timeline.h"
+#include "pageserver/timeline/timeline.h"
 
 struct timeline {
     atomic_int refs;
@@ -45,7 +45,7 @@ struct timeline {
     int64_t gc_last_run_time;
     char gc_last_error[256];
 
-    /* Branches (issue #15, timeline_branch.c). */
+    /* Branches (issue #15, branch.c). */
     timeline *ancestor;        /* referenced for this timeline's life; NULL for a root */
     pthread_mutex_t branch_mu; /* guards branches[] and publishing gc_horizon */
     struct timeline_branch_point {
@@ -63,7 +63,7 @@ void timeline_destroy(timeline *tl);
  * the reaper's thread.  Any thread; never blocks on the teardown. */
 void timeline_reaper_take(timeline_reaper *r, timeline *tl);
 
-/* timeline_branch.c: the ingest backend of a branch (reads fall through to
+/* branch.c: the ingest backend of a branch (reads fall through to
  * the ancestors); NULL on out-of-memory.  Freed by timeline_branch_ingest_free. */
 ingest_state *timeline_branch_ingest(timeline *tl);
 /* The store lookup of a page's newest version, for a child falling through:

@@ -1,5 +1,5 @@
 /*
- * timeline_branch.c: what branches add to a timeline (issue #15): merged
+ * branch.c: what branches add to a timeline (issue #15): merged
  * scans over a branch and its ancestors, the branch points a parent keeps
  * for GC, the ingest backend of a branch, and the commit-time index
  * (timestamps, lsn_by_time).  See timeline.h ("Branches").
@@ -17,8 +17,8 @@
 
 #include "base/byteorder.h"
 #include "base/strata_assert.h"
-#include "pageserver/timeline.h"
-#include "pageserver/timeline_priv.h"
+#include "pageserver/timeline/timeline.h"
+#include "pageserver/timeline/timeline_priv.h"
 
 /* ---- merged scans ---- */
 

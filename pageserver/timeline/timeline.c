@@ -13,8 +13,8 @@
  * Not for: where timelines live or how they are created and deleted as
  * directories (tenants.c), scheduling GC (tenants.c), or the network.
  */
-#include "pageserver/timeline.h"
-#include "pageserver/timeline_priv.h"
+#include "pageserver/timeline/timeline.h"
+#include "pageserver/timeline/timeline_priv.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -25,7 +25,7 @@
 
 #include "base/failpoint.h"
 #include "base/strata_assert.h"
-#include "pageserver/timeline_priv.h"
+#include "pageserver/timeline/timeline_priv.h"
 
 struct timeline_reaper {
     pthread_mutex_t mu;
