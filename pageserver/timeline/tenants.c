@@ -1095,6 +1095,19 @@ static int load_tenants(tenants *t, const char *root, char *err, size_t errlen)
     return 0;
 }
 
+/* timeline_services.on_deleted: the objects of a deleted timeline leave the
+ * remote store (else the next start would restore it from there).  On the
+ * thread of the timeline's teardown, after its uploader stopped. */
+static void forget_remote(void *arg, const timeline_meta *m, const char *dir)
+{
+    remote_storage *rs = arg;
+    char err[512];
+    if (restore_forget_timeline(rs, &m->tenant, &m->timeline, err, sizeof err) != 0)
+        log_error("timeline %s: deleting its objects from %s failed (it comes back at the "
+                  "next start; delete it again): %s",
+                  dir, remote_describe(rs), err);
+}
+
 int tenants_open(const tenants_options *o, tenants **out, char *err, size_t errlen)
 {
     *out = NULL;
@@ -1107,6 +1120,10 @@ int tenants_open(const tenants_options *o, tenants **out, char *err, size_t errl
              o->run_as_user ? o->run_as_user : "postgres");
     t->initdb_timeout_s = o->initdb_timeout_s ? o->initdb_timeout_s : 120;
     t->svc = o->svc;
+    if (t->svc.remote != NULL) {
+        t->svc.on_deleted = forget_remote;
+        t->svc.on_deleted_arg = t->svc.remote;
+    }
     atomic_init(&t->next_owner, 1);
     pthread_mutex_init(&t->mu, NULL);
     pthread_once(&nlmet_once, nlmet_init);

@@ -26,8 +26,6 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include <cjson/cJSON.h>
-
 #include "base/byteorder.h"
 #include "base/clock.h"
 #include "base/durable.h"
@@ -39,16 +37,13 @@
 #include "pageserver/ingest/import.h"
 #include "pageserver/ingest/ingest.h"
 #include "pageserver/ingest/walreceiver.h"
-#include "pageserver/remote/restore.h"
 #include "pageserver/remote/uploader.h"
 
-#define META_MAX_BYTES (64 * 1024)
 #define DEFAULT_MAX_CHAIN 10000
 #define IMAGE_WAIT_MS 30000     /* longest wait of an image worker for ingest */
 #define IMAGE_WAIT_SLICE_MS 100 /* ... in slices, to notice the timeline closing */
 
 #define GC_SQLSTATE SQLSTATE_OBJECT_NOT_IN_PREREQUISITE_STATE
-#define GC_FILE_MAX 64
 
 /* ---- process-wide read metrics ---- */
 
@@ -157,133 +152,14 @@ void timeline_get_read_stats(timeline_read_stats *out)
     out->cached_bases = metrics_counter_value(rm.cached_bases);
 }
 
-/* ---- timeline.json ---- */
-
-static int gc_file_write(const char *dir, lsn_t horizon, char *err, size_t errlen);
-
-char *timeline_meta_to_json(const timeline_meta *m)
-{
-    char t[STRATA_ID_HEX_LEN], l[STRATA_ID_HEX_LEN], lsn[LSN_FMT_LEN];
-    cJSON *o = cJSON_CreateObject();
-    if (o == NULL)
-        return NULL;
-    cJSON_AddStringToObject(o, "tenant_id", strata_id_format(&m->tenant, t));
-    cJSON_AddStringToObject(o, "timeline_id", strata_id_format(&m->timeline, l));
-    cJSON_AddStringToObject(o, "start_lsn", lsn_format(m->start_lsn, lsn));
-    cJSON *arr = cJSON_AddArrayToObject(o, "safekeepers");
-    for (int i = 0; arr != NULL && i < m->n_safekeepers; i++)
-        cJSON_AddItemToArray(arr, cJSON_CreateString(m->safekeepers[i]));
-    if (m->has_ancestor) {
-        cJSON_AddStringToObject(o, "ancestor_timeline_id",
-                                strata_id_format(&m->ancestor_timeline, t));
-        cJSON_AddStringToObject(o, "ancestor_lsn", lsn_format(m->ancestor_lsn, lsn));
-    }
-    char *text = cJSON_Print(o);
-    cJSON_Delete(o);
-    return text;
-}
-
-static int meta_write(const char *dir, const timeline_meta *m, char *err, size_t errlen)
-{
-    char *text = timeline_meta_to_json(m);
-    if (text == NULL) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s", dir, TIMELINE_META_FILE);
-    int rc = durable_write_file(path, text, strlen(text), 0600);
-    free(text);
-    if (rc != 0) {
-        snprintf(err, errlen, "cannot write %s: %s", path, strerror(-rc));
-        return -1;
-    }
-    return 0;
-}
-
-/* The optional ancestor fields: both or neither, consistent with start_lsn. */
-static bool meta_parse_ancestor(const cJSON *o, timeline_meta *out)
-{
-    const cJSON *at = cJSON_GetObjectItemCaseSensitive(o, "ancestor_timeline_id");
-    const cJSON *al = cJSON_GetObjectItemCaseSensitive(o, "ancestor_lsn");
-    if (at == NULL && al == NULL)
-        return true;
-    out->has_ancestor = true;
-    return cJSON_IsString(at) && strata_id_parse(at->valuestring, &out->ancestor_timeline) &&
-           cJSON_IsString(al) && lsn_parse(al->valuestring, &out->ancestor_lsn) &&
-           out->ancestor_lsn == out->start_lsn &&
-           !strata_id_equal(&out->ancestor_timeline, &out->timeline);
-}
-
-int timeline_meta_parse(const char *text, size_t len, const char *path, timeline_meta *out,
-                        char *err, size_t errlen)
-{
-    memset(out, 0, sizeof *out);
-    cJSON *o = cJSON_ParseWithLength(text, len);
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tenant_id");
-    const cJSON *l = cJSON_GetObjectItemCaseSensitive(o, "timeline_id");
-    const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "start_lsn");
-    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(o, "safekeepers");
-    bool ok = o != NULL && cJSON_IsString(t) && strata_id_parse(t->valuestring, &out->tenant) &&
-              cJSON_IsString(l) && strata_id_parse(l->valuestring, &out->timeline) &&
-              cJSON_IsString(s) && lsn_parse(s->valuestring, &out->start_lsn) &&
-              cJSON_IsArray(arr) && cJSON_GetArraySize(arr) <= TIMELINE_MAX_SAFEKEEPERS;
-    const cJSON *e;
-    const cJSON *walk = ok ? arr : NULL;
-    cJSON_ArrayForEach(e, walk)
-    {
-        if (!cJSON_IsString(e) || strlen(e->valuestring) >= TIMELINE_SAFEKEEPER_LEN) {
-            ok = false;
-            break;
-        }
-        strcpy(out->safekeepers[out->n_safekeepers++], e->valuestring);
-    }
-    if (ok && !meta_parse_ancestor(o, out)) {
-        cJSON_Delete(o);
-        snprintf(err, errlen,
-                 "%s: \"ancestor_timeline_id\" (32 hex digits, not the timeline itself) and "
-                 "\"ancestor_lsn\" (X/Y, equal to start_lsn) go together",
-                 path);
-        return -1;
-    }
-    cJSON_Delete(o);
-    if (!ok) {
-        snprintf(err, errlen, "%s is not a valid timeline description", path);
-        return -1;
-    }
-    return 0;
-}
-
-int timeline_meta_read(const char *dir, timeline_meta *out, char *err, size_t errlen)
-{
-    memset(out, 0, sizeof *out);
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s", dir, TIMELINE_META_FILE);
-    void *buf = NULL;
-    size_t len = 0;
-    int rc = durable_read_file(path, META_MAX_BYTES, &buf, &len);
-    if (rc != 0) {
-        snprintf(err, errlen, "cannot read %s: %s", path, strerror(-rc));
-        return -1;
-    }
-    rc = timeline_meta_parse(buf, len, path, out, err, errlen);
-    free(buf);
-    return rc;
-}
-
 /* ---- building, opening, closing ---- */
-
-static void store_dir(const char *dir, char *out, size_t len)
-{
-    snprintf(out, len, "%s/%s", dir, TIMELINE_STORE_DIR);
-}
 
 /* Makes dir's store directory and opens the (new, empty) store in it. */
 static int store_create(const char *dir, const timeline_services *svc, store **out, char *err,
                         size_t errlen)
 {
     char sdir[PATH_MAX];
-    store_dir(dir, sdir, sizeof sdir);
+    timeline_store_dir(dir, sdir, sizeof sdir);
     if (mkdir(sdir, 0700) != 0 && errno != EEXIST) {
         snprintf(err, errlen, "cannot create %s: %s", sdir, strerror(errno));
         return -1;
@@ -307,7 +183,7 @@ int timeline_build_from_pgdata(const char *dir, timeline_meta *meta, const char 
     if (rc != 0)
         return -1;
     meta->start_lsn = lsn;
-    if (meta_write(dir, meta, err, errlen) != 0)
+    if (timeline_meta_write(dir, meta, err, errlen) != 0)
         return -1;
     char lb[LSN_FMT_LEN];
     log_info("imported %s at %s: %llu relation forks, %llu blocks, %llu databases, %llu SLRU "
@@ -333,57 +209,7 @@ int timeline_build_branch(const char *dir, const timeline_meta *meta, const time
     store_close(st);
     if (rc != 0)
         return -1;
-    return meta_write(dir, meta, err, errlen);
-}
-
-int timeline_write_files(const char *dir, const timeline_meta *m, lsn_t gc_horizon, char *err,
-                         size_t errlen)
-{
-    if (meta_write(dir, m, err, errlen) != 0)
-        return -1;
-    return gc_horizon == LSN_INVALID ? 0 : gc_file_write(dir, gc_horizon, err, errlen);
-}
-
-/* The persisted GC horizon: 0 (LSN_INVALID in *out when there is none), or
- * -1 with err when the file exists but cannot be read or parsed. */
-static int gc_file_read(const char *dir, lsn_t *out, char *err, size_t errlen)
-{
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s", dir, TIMELINE_GC_FILE);
-    *out = LSN_INVALID;
-    void *buf = NULL;
-    size_t len = 0;
-    int rc = durable_read_file(path, GC_FILE_MAX, &buf, &len);
-    if (rc == -ENOENT)
-        return 0;
-    if (rc != 0) {
-        snprintf(err, errlen, "cannot read %s: %s", path, strerror(-rc));
-        return -1;
-    }
-    char text[GC_FILE_MAX + 1];
-    memcpy(text, buf, len);
-    text[len] = '\0';
-    free(buf);
-    if (len > 0 && text[len - 1] == '\n')
-        text[len - 1] = '\0';
-    if (!lsn_parse(text, out)) {
-        snprintf(err, errlen, "%s does not hold an LSN", path);
-        return -1;
-    }
-    return 0;
-}
-
-static int gc_file_write(const char *dir, lsn_t horizon, char *err, size_t errlen)
-{
-    char path[PATH_MAX], text[LSN_FMT_LEN + 2], lb[LSN_FMT_LEN];
-    snprintf(path, sizeof path, "%s/%s", dir, TIMELINE_GC_FILE);
-    int n = snprintf(text, sizeof text, "%s\n", lsn_format(horizon, lb));
-    int rc = durable_write_file(path, text, (size_t)n, 0600);
-    if (rc != 0) {
-        snprintf(err, errlen, "cannot write %s: %s", path, strerror(-rc));
-        return -1;
-    }
-    return 0;
+    return timeline_meta_write(dir, meta, err, errlen);
 }
 
 lsn_t timeline_remote_consistent_lsn(timeline *tl)
@@ -693,11 +519,11 @@ int timeline_open(const char *dir, const timeline_services *svc, uint64_t owner,
         tl->svc.max_chain = DEFAULT_MAX_CHAIN;
     tl->owner = owner;
     char sdir[PATH_MAX];
-    store_dir(dir, sdir, sizeof sdir);
+    timeline_store_dir(dir, sdir, sizeof sdir);
     lsn_t horizon = LSN_INVALID;
     if (timeline_meta_read(dir, &tl->meta, err, errlen) != 0 ||
         link_ancestor(tl, ancestor, err, errlen) != 0 ||
-        gc_file_read(dir, &horizon, err, errlen) != 0 ||
+        timeline_gc_file_read(dir, &horizon, err, errlen) != 0 ||
         store_open(sdir, &svc->store, &tl->st, err, errlen) != 0)
         goto fail;
     atomic_store(&tl->gc_horizon, horizon);
@@ -770,15 +596,8 @@ void timeline_destroy(timeline *tl)
      * is not uploaded yet is uploaded at the next start. */
     uploader_stop(tl->up);
     tl->up = NULL;
-    if (deleted && tl->svc.remote != NULL) {
-        /* Else the next start would restore it from the store. */
-        char err[512];
-        if (restore_forget_timeline(tl->svc.remote, &tl->meta.tenant, &tl->meta.timeline, err,
-                                    sizeof err) != 0)
-            log_error("timeline %s: deleting its objects from %s failed (it comes back at the "
-                      "next start; delete it again): %s",
-                      tl->dir, remote_describe(tl->svc.remote), err);
-    }
+    if (deleted && tl->svc.on_deleted != NULL)
+        tl->svc.on_deleted(tl->svc.on_deleted_arg, &tl->meta, tl->dir);
     ingest_destroy(tl->ing);
     store_close(tl->st);
     if (deleted) {
@@ -996,7 +815,7 @@ long timeline_gc(timeline *tl, int64_t now_ms, char *err, size_t errlen)
             target = tl->branches[i].lsn;
     bool moves = target > cur;
     /* Durable first: after a crash the horizon still covers what GC removed. */
-    int wrc = moves ? gc_file_write(tl->dir, target, err, errlen) : 0;
+    int wrc = moves ? timeline_gc_file_write(tl->dir, target, err, errlen) : 0;
     if (moves && wrc == 0)
         atomic_store(&tl->gc_horizon, target);
     pthread_mutex_unlock(&tl->branch_mu);
