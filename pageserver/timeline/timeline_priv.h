@@ -1,7 +1,9 @@
 /*
- * timeline_priv.h: the timeline handle's fields, shared by timeline.c (open,
- * close, reads, GC), branch.c (branches, the commit-time index)
- * and timeline_reaper.c (teardown).  Not for anything outside those files.
+ * timeline_priv.h: the timeline handle's fields and the functions the
+ * timeline's files call in each other, shared by timeline.c (the handle:
+ * open, close, wiring), read.c (reads), gc.c (retention), branch.c
+ * (branches, the commit-time index) and timeline_reaper.c (teardown).
+ * Not for anything outside pageserver/timeline/ (tenants.c included).
  */
 #ifndef STRATA_PAGESERVER_TIMELINE_PRIV_H
 #define STRATA_PAGESERVER_TIMELINE_PRIV_H
@@ -66,9 +68,23 @@ void timeline_reaper_take(timeline_reaper *r, timeline *tl);
 /* branch.c: the ingest backend of a branch (reads fall through to
  * the ancestors); NULL on out-of-memory.  Freed by timeline_branch_ingest_free. */
 ingest_state *timeline_branch_ingest(timeline *tl);
-/* The store lookup of a page's newest version, for a child falling through:
- * the ancestor read at the clamped LSN (timeline.c's read path). */
+/* read.c: the page of k at lsn into out (1 built, 0 no version at or
+ * below lsn, -1 error; *chain versions replayed), through the page cache,
+ * the store, the ancestors and redo -- for a child falling through
+ * (branch.c) and for image generation and warming (timeline.c). */
 int timeline_read_page_internal(timeline *tl, const pg_key *k, lsn_t lsn, uint8_t out[PG_BLCKSZ],
                                 int *chain, bool *newest_complete, char *err, size_t errlen);
+/* read.c: whether page k (a relation or SLRU block) lies within its
+ * relation's or SLRU's size at lsn: 1 yes, 0 no (or another kind of key),
+ * -1 error. */
+int timeline_page_exists(timeline *tl, const pg_key *k, lsn_t lsn, char *err, size_t errlen);
+/* read.c, gc.c: register the process-wide metrics (idempotent; before the
+ * first read or GC pass: timeline_open). */
+void timeline_read_metrics_init(void);
+void timeline_gc_metrics_init(void);
+/* gc.c: -1 with the GC error (SQLSTATE 55000) when lsn is below tl's GC
+ * horizon or, on a branch, below its start; else 0. */
+int timeline_check_horizon(timeline *tl, lsn_t lsn, char *err, size_t errlen,
+                           const char **sqlstate);
 
 #endif
