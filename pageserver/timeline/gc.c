@@ -39,8 +39,8 @@ static pthread_once_t gm_once = PTHREAD_ONCE_INIT;
 static void gc_metrics_init(void)
 {
     metrics_registry *r = metrics_default_registry();
-    gm.runs = metrics_counter_register(
-        r, "pageserver_gc_runs_total", "GC passes that moved a timeline's horizon", 0, NULL, NULL);
+    gm.runs = metrics_counter_register(r, "pageserver_gc_runs_total",
+                                       "GC passes that moved a timeline's horizon", 0, NULL, NULL);
     gm.removed = metrics_counter_register(r, "pageserver_gc_values_removed_total",
                                           "Values removed by GC (all timelines)", 0, NULL, NULL);
     gm.failures = metrics_counter_register(r, "pageserver_gc_failures_total",
