@@ -55,7 +55,8 @@ static int run_as(char *const argv[], const char *logpath, const char *user, uin
     }
     int logfd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (logfd < 0)
-        return tenants_fail(NULL, 500, err, errlen, "cannot create %s: %s", logpath, strerror(errno));
+        return tenants_fail(NULL, 500, err, errlen, "cannot create %s: %s", logpath,
+                            strerror(errno));
     pid_t pid = fork();
     if (pid < 0) {
         close(logfd);
@@ -90,8 +91,8 @@ static int run_as(char *const argv[], const char *logpath, const char *user, uin
             kill(pid, SIGKILL);
             while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR)
                 ;
-            return tenants_fail(NULL, 500, err, errlen, "%s did not finish within %u s; see %s", argv[0],
-                        timeout_s, logpath);
+            return tenants_fail(NULL, 500, err, errlen, "%s did not finish within %u s; see %s",
+                                argv[0], timeout_s, logpath);
         }
         usleep(20000);
     }
@@ -111,9 +112,9 @@ static int run_as(char *const argv[], const char *logpath, const char *user, uin
     }
     if (WIFEXITED(wstatus))
         return tenants_fail(NULL, 500, err, errlen, "%s exited with status %d: %s", argv[0],
-                    WEXITSTATUS(wstatus), tail);
+                            WEXITSTATUS(wstatus), tail);
     return tenants_fail(NULL, 500, err, errlen, "%s was killed by signal %d", argv[0],
-                WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : 0);
+                        WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : 0);
 }
 
 /* Runs the patched initdb into a fresh temporary directory; *tmpdir is the
@@ -123,13 +124,14 @@ static int run_initdb(tenants *t, char *tmpdir, size_t tmplen, char *pgdata, siz
 {
     if (t->pg_bindir[0] == '\0')
         return tenants_fail(NULL, 500, err, errlen,
-                    "initdb needs the patched Postgres build: start the pageserver with "
-                    "--pg-bindir");
+                            "initdb needs the patched Postgres build: start the pageserver with "
+                            "--pg-bindir");
     char initdb[PATH_MAX];
     if (!tenants_path_fmt(initdb, sizeof initdb, "%s/initdb", t->pg_bindir))
         return tenants_fail(NULL, 500, err, errlen, "--pg-bindir is too long");
     if (access(initdb, X_OK) != 0)
-        return tenants_fail(NULL, 500, err, errlen, "cannot execute %s: %s", initdb, strerror(errno));
+        return tenants_fail(NULL, 500, err, errlen, "cannot execute %s: %s", initdb,
+                            strerror(errno));
     const char *base = getenv("TMPDIR");
     snprintf(tmpdir, tmplen, "%s/strata-initdb-XXXXXX", base && *base ? base : "/tmp");
     if (mkdtemp(tmpdir) == NULL)
@@ -137,15 +139,19 @@ static int run_initdb(tenants *t, char *tmpdir, size_t tmplen, char *pgdata, siz
     if (geteuid() == 0) {
         struct passwd *pw = getpwnam(t->run_as_user);
         if (pw == NULL || chown(tmpdir, pw->pw_uid, pw->pw_gid) != 0) {
-            tenants_fail(NULL, 500, err, errlen, "cannot give %s to user %s: %s", tmpdir, t->run_as_user,
-                 pw == NULL ? "no such user" : strerror(errno));
+            tenants_fail(NULL, 500, err, errlen, "cannot give %s to user %s: %s", tmpdir,
+                         t->run_as_user, pw == NULL ? "no such user" : strerror(errno));
             tenants_remove_tree(tmpdir);
             return -1;
         }
     }
-    snprintf(pgdata, pglen, "%s/pgdata", tmpdir);
     char logpath[PATH_MAX];
-    snprintf(logpath, sizeof logpath, "%s/initdb.log", tmpdir);
+    if (!tenants_path_fmt(pgdata, pglen, "%s/pgdata", tmpdir) ||
+        !tenants_path_fmt(logpath, sizeof logpath, "%s/initdb.log", tmpdir)) {
+        tenants_fail(NULL, 500, err, errlen, "temporary directory path too long: %s", tmpdir);
+        tenants_remove_tree(tmpdir);
+        return -1;
+    }
     char *argv[] = {initdb, "-D",         pgdata,      "--auth=trust",      "-E",
                     "UTF8", "--locale=C", "--no-sync", "--no-instructions", NULL};
     if (run_as(argv, logpath, t->run_as_user, t->initdb_timeout_s, err, errlen) != 0) {
@@ -186,7 +192,8 @@ static bool deleting_in_progress(const tenants *t, const strata_id *tenant, cons
 {
     char gone[PATH_MAX];
     struct stat sb;
-    return tenants_timeline_path(t, tenant, tl, DELETING_SUFFIX, gone, sizeof gone) && stat(gone, &sb) == 0;
+    return tenants_timeline_path(t, tenant, tl, DELETING_SUFFIX, gone, sizeof gone) &&
+           stat(gone, &sb) == 0;
 }
 
 /* A branch's LSN from the request (rounded down to 8 bytes), checked
@@ -204,9 +211,9 @@ static int branch_lsn(timeline *anc, const tenants_create_request *req, lsn_t *o
         bool latest;
         if (!timeline_parse_time(req->ancestor_time, &when))
             return tenants_fail(code, 400, err, errlen,
-                        "invalid ancestor_time \"%s\": expected an ISO 8601 / RFC 3339 "
-                        "timestamp such as 2026-12-02 05:00:00+00 or 2026-12-02T05:00:00Z",
-                        req->ancestor_time);
+                                "invalid ancestor_time \"%s\": expected an ISO 8601 / RFC 3339 "
+                                "timestamp such as 2026-12-02 05:00:00+00 or 2026-12-02T05:00:00Z",
+                                req->ancestor_time);
         if (timeline_lsn_by_time(anc, when, &lsn, &ct, &latest, code, err, errlen) != 0)
             return -1;
         snprintf(tb, sizeof tb, "time %s resolves to ", req->ancestor_time);
@@ -216,11 +223,12 @@ static int branch_lsn(timeline *anc, const tenants_create_request *req, lsn_t *o
     lsn &= ~(lsn_t)7;
     if (lsn < lo || lsn > hi) {
         lsn_t h = timeline_gc_horizon(anc);
-        return tenants_fail(code, 400, err, errlen,
-                    "%sLSN %s is outside the readable window %s..%s of timeline %s (GC horizon "
-                    "%s, last record %s)",
-                    tb, lsn_format(lsn, lb), lsn_format(lo, lo_b), lsn_format(hi, hi_b), a,
-                    lsn_format(h, hb), lsn_format(hi, hi_b));
+        return tenants_fail(
+            code, 400, err, errlen,
+            "%sLSN %s is outside the readable window %s..%s of timeline %s (GC horizon "
+            "%s, last record %s)",
+            tb, lsn_format(lsn, lb), lsn_format(lo, lo_b), lsn_format(hi, hi_b), a,
+            lsn_format(h, hb), lsn_format(hi, hi_b));
     }
     *out = lsn;
     return 0;
@@ -239,8 +247,8 @@ static int prepare_branch(tenants *t, const strata_id *tenant, const strata_id *
     *anc = tenants_get(t, tenant, &req->ancestor);
     if (*anc == NULL)
         return tenants_fail(code, 404, err, errlen,
-                    "ancestor timeline %s not found in tenant %s on this pageserver",
-                    strata_id_format(&req->ancestor, a), strata_id_format(tenant, b));
+                            "ancestor timeline %s not found in tenant %s on this pageserver",
+                            strata_id_format(&req->ancestor, a), strata_id_format(tenant, b));
     lsn_t lsn = LSN_INVALID;
     if (branch_lsn(*anc, req, &lsn, code, err, errlen) != 0)
         return -1;
@@ -256,43 +264,48 @@ static int prepare_branch(tenants *t, const strata_id *tenant, const strata_id *
     return 0;
 }
 
-int tenants_create_timeline(tenants *t, const strata_id *tenant, const strata_id *tlid,
-                            const tenants_create_request *req, lsn_t *out_lsn, int *status,
-                            char *err, size_t errlen)
+/* The request's own checks, and timeline.json's fields it gives (ids,
+ * safekeepers).  0, or -1 with *status 400. */
+static int check_request(const tenants_create_request *req, timeline_meta *meta, int *status,
+                         char *err, size_t errlen)
 {
     if (req->has_ancestor && (req->import_pgdata != NULL || req->initdb))
         return tenants_fail(status, 400, err, errlen,
-                    "a branch (\"ancestor_timeline_id\") takes neither \"import_pgdata\" nor "
-                    "\"initdb\"");
+                            "a branch (\"ancestor_timeline_id\") takes neither \"import_pgdata\" "
+                            "nor \"initdb\"");
     if (!req->has_ancestor && (req->import_pgdata != NULL) == req->initdb)
         return tenants_fail(status, 400, err, errlen,
-                    "give exactly one of \"import_pgdata\" (a directory), \"initdb\": true and "
-                    "\"ancestor_timeline_id\"");
+                            "give exactly one of \"import_pgdata\" (a directory), \"initdb\": "
+                            "true and \"ancestor_timeline_id\"");
     if (req->ancestor_lsn != LSN_INVALID && req->ancestor_time != NULL)
         return tenants_fail(status, 400, err, errlen,
-                    "give at most one of \"ancestor_lsn\" and \"ancestor_time\"");
+                            "give at most one of \"ancestor_lsn\" and \"ancestor_time\"");
     if (!req->has_ancestor && (req->ancestor_lsn != LSN_INVALID || req->ancestor_time != NULL))
         return tenants_fail(status, 400, err, errlen,
-                    "\"ancestor_lsn\" and \"ancestor_time\" need \"ancestor_timeline_id\"");
+                            "\"ancestor_lsn\" and \"ancestor_time\" need "
+                            "\"ancestor_timeline_id\"");
     if (req->n_safekeepers < 0 || req->n_safekeepers > TIMELINE_MAX_SAFEKEEPERS)
-        return tenants_fail(status, 400, err, errlen, "at most %d safekeepers", TIMELINE_MAX_SAFEKEEPERS);
-    timeline_meta meta = {.tenant = *tenant, .timeline = *tlid};
+        return tenants_fail(status, 400, err, errlen, "at most %d safekeepers",
+                            TIMELINE_MAX_SAFEKEEPERS);
     for (int i = 0; i < req->n_safekeepers; i++) {
         const char *s = req->safekeepers[i];
         const char *colon = s ? strrchr(s, ':') : NULL;
         if (s == NULL || colon == NULL || colon == s || colon[1] == '\0' ||
             strlen(s) >= TIMELINE_SAFEKEEPER_LEN ||
             strspn(colon + 1, "0123456789") != strlen(colon + 1))
-            return tenants_fail(status, 400, err, errlen, "safekeeper address \"%s\" is not HOST:PORT",
-                        s ? s : "(null)");
-        snprintf(meta.safekeepers[meta.n_safekeepers++], TIMELINE_SAFEKEEPER_LEN, "%s", s);
+            return tenants_fail(status, 400, err, errlen,
+                                "safekeeper address \"%s\" is not HOST:PORT", s ? s : "(null)");
+        snprintf(meta->safekeepers[meta->n_safekeepers++], TIMELINE_SAFEKEEPER_LEN, "%s", s);
     }
+    return 0;
+}
 
-    char final[PATH_MAX], building[PATH_MAX], tmpdir[PATH_MAX] = "";
-    if (!tenants_timeline_path(t, tenant, tlid, "", final, sizeof final) ||
-        !tenants_timeline_path(t, tenant, tlid, CREATING_SUFFIX, building, sizeof building))
-        return tenants_fail(status, 500, err, errlen, "timeline path too long under %s", t->datadir);
-
+/* Inserts the busy entry that holds (tenant, tlid) while it is created.
+ * 0, or -1 with *status 409 when the id is taken (loaded, or known but not
+ * loaded) or the table is full. */
+static int claim_entry(tenants *t, const strata_id *tenant, const strata_id *tlid, int *status,
+                       char *err, size_t errlen)
+{
     pthread_mutex_lock(&t->mu);
     int i = tenants_find(t, tenant, tlid);
     bool absent = tenants_find_absent(t, tenant, tlid) >= 0;
@@ -308,66 +321,101 @@ int tenants_create_timeline(tenants *t, const strata_id *tenant, const strata_id
         return tenants_fail(status, 409, err, errlen, "tenant %s timeline %s already exists", a, b);
     if (absent)
         return tenants_fail(status, 409, err, errlen,
-                    "tenant %s timeline %s exists but is not loaded (see /v1/status)", a, b);
+                            "tenant %s timeline %s exists but is not loaded (see /v1/status)", a,
+                            b);
     if (full)
         return tenants_fail(status, 409, err, errlen, "this pageserver already has %d timelines",
-                    TENANTS_MAX_TIMELINES);
+                            TENANTS_MAX_TIMELINES);
+    return 0;
+}
 
-    timeline *tl = NULL, *anc = NULL;
-    lsn_t lsn = LSN_INVALID;
+/* Where a timeline is built and where it goes. */
+typedef struct create_paths {
+    char final[PATH_MAX], building[PATH_MAX], tmpdir[PATH_MAX];
+} create_paths;
+
+/* Builds the claimed timeline in p->building, renames it to p->final and
+ * opens it into *tl; a branch's ancestor (a reference) is left in *anc for
+ * the caller.  Returns the HTTP status: 201, or another with err. */
+static int build_and_open(tenants *t, const strata_id *tenant, const strata_id *tlid,
+                          const tenants_create_request *req, timeline_meta *meta, create_paths *p,
+                          timeline **anc, timeline **tl, lsn_t *lsn, char *err, size_t errlen)
+{
     int code = 500;
-    tenants_remove_tree(building);
+    tenants_remove_tree(p->building);
     struct stat sb;
-    if (stat(final, &sb) == 0) {
-        code = 409;
-        tenants_fail(NULL, 0, err, errlen, "%s exists on disk but is not loaded; remove it first", final);
-        goto out;
+    if (stat(p->final, &sb) == 0) {
+        tenants_fail(&code, 409, err, errlen,
+                     "%s exists on disk but is not loaded; remove it first", p->final);
+        return code;
     }
     /* The reaper has not finished a deletion of the same id: its last step
      * deletes the id's objects in the remote store, which would take the
      * new timeline's uploads with them. */
     if (deleting_in_progress(t, tenant, tlid)) {
-        code = 409;
-        tenants_fail(NULL, 0, err, errlen, "tenant %s timeline %s is still being deleted; try again", a, b);
-        goto out;
+        char a[STRATA_ID_HEX_LEN], b[STRATA_ID_HEX_LEN];
+        tenants_fail(&code, 409, err, errlen,
+                     "tenant %s timeline %s is still being deleted; try again",
+                     strata_id_format(tenant, a), strata_id_format(tlid, b));
+        return code;
     }
-    int mrc = durable_mkdir_p(building, 0755);
+    int mrc = durable_mkdir_p(p->building, 0755);
     if (mrc != 0) {
-        tenants_fail(NULL, 0, err, errlen, "cannot create %s: %s", building, strerror(-mrc));
-        goto out;
+        tenants_fail(NULL, 0, err, errlen, "cannot create %s: %s", p->building, strerror(-mrc));
+        return code;
     }
     if (req->has_ancestor) {
-        if (prepare_branch(t, tenant, tlid, req, &meta, &anc, &code, err, errlen) != 0 ||
-            timeline_build_branch(building, &meta, &t->svc, err, errlen) != 0)
-            goto out;
-        lsn = meta.start_lsn;
-    } else if (build_import(t, req, building, &meta, tmpdir, sizeof tmpdir, &lsn, &code, err,
+        if (prepare_branch(t, tenant, tlid, req, meta, anc, &code, err, errlen) != 0 ||
+            timeline_build_branch(p->building, meta, &t->svc, err, errlen) != 0)
+            return code;
+        *lsn = meta->start_lsn;
+    } else if (build_import(t, req, p->building, meta, p->tmpdir, sizeof p->tmpdir, lsn, &code, err,
                             errlen) != 0) {
-        goto out;
+        return code;
     }
-    int rc = durable_rename(building, final);
+    int rc = durable_rename(p->building, p->final);
     if (rc == 0)
-        rc = durable_fsync_parent(final);
+        rc = durable_fsync_parent(p->final);
     if (rc != 0) {
-        tenants_fail(NULL, 0, err, errlen, "cannot rename %s to %s: %s", building, final, strerror(-rc));
-        goto out;
+        tenants_fail(NULL, 0, err, errlen, "cannot rename %s to %s: %s", p->building, p->final,
+                     strerror(-rc));
+        return code;
     }
-    if (timeline_open(final, &t->svc, atomic_fetch_add(&t->next_owner, 1), anc, &tl, err, errlen) !=
-        0)
-        goto out;
-    code = 201;
-out:
+    if (timeline_open(p->final, &t->svc, atomic_fetch_add(&t->next_owner, 1), *anc, tl, err,
+                      errlen) != 0)
+        return code;
+    return 201;
+}
+
+int tenants_create_timeline(tenants *t, const strata_id *tenant, const strata_id *tlid,
+                            const tenants_create_request *req, lsn_t *out_lsn, int *status,
+                            char *err, size_t errlen)
+{
+    timeline_meta meta = {.tenant = *tenant, .timeline = *tlid};
+    if (check_request(req, &meta, status, err, errlen) != 0)
+        return -1;
+    create_paths p = {.tmpdir = ""};
+    if (!tenants_timeline_path(t, tenant, tlid, "", p.final, sizeof p.final) ||
+        !tenants_timeline_path(t, tenant, tlid, CREATING_SUFFIX, p.building, sizeof p.building))
+        return tenants_fail(status, 500, err, errlen, "timeline path too long under %s",
+                            t->datadir);
+    if (claim_entry(t, tenant, tlid, status, err, errlen) != 0)
+        return -1;
+
+    timeline *tl = NULL, *anc = NULL;
+    lsn_t lsn = LSN_INVALID;
+    int code = build_and_open(t, tenant, tlid, req, &meta, &p, &anc, &tl, &lsn, err, errlen);
     if (anc != NULL) {
         if (code != 201)
             timeline_remove_branch(anc, tlid);
         timeline_unref(anc);
     }
-    if (tmpdir[0] != '\0')
-        tenants_remove_tree(tmpdir);
+    if (p.tmpdir[0] != '\0')
+        tenants_remove_tree(p.tmpdir);
     if (code != 201)
-        tenants_remove_tree(building);
+        tenants_remove_tree(p.building);
     pthread_mutex_lock(&t->mu);
-    i = tenants_find(t, tenant, tlid);
+    int i = tenants_find(t, tenant, tlid);
     if (i >= 0 && tl != NULL) {
         t->entries[i].tl = tl;
         t->entries[i].busy = false;
@@ -378,15 +426,13 @@ out:
         tenants_remove_at(t, i);
     }
     pthread_mutex_unlock(&t->mu);
-    if (code != 201) {
-        if (status != NULL)
-            *status = code;
-        return -1;
-    }
-    char lb[LSN_FMT_LEN];
-    log_info("created tenant %s timeline %s at %s", a, b, lsn_format(lsn, lb));
-    *out_lsn = lsn;
     if (status != NULL)
         *status = code;
+    if (code != 201)
+        return -1;
+    char a[STRATA_ID_HEX_LEN], b[STRATA_ID_HEX_LEN], lb[LSN_FMT_LEN];
+    log_info("created tenant %s timeline %s at %s", strata_id_format(tenant, a),
+             strata_id_format(tlid, b), lsn_format(lsn, lb));
+    *out_lsn = lsn;
     return 0;
 }

@@ -102,7 +102,7 @@ static int check_ancestor_loaded(tenants *t, const restore_timeline_id *id, char
         return 0;
     char a[STRATA_ID_HEX_LEN];
     return tenants_fail(NULL, 0, err, errlen, "its ancestor timeline %s is not loaded",
-                strata_id_format(&t->absent[k].ancestor, a));
+                        strata_id_format(&t->absent[k].ancestor, a));
 }
 
 /* Downloads one claimed timeline into building, then renames it to final
@@ -123,7 +123,7 @@ static int restore_publish(tenants *t, const restore_timeline_id *id, restore_pr
         r = durable_fsync_parent(final);
     if (r != 0)
         return tenants_fail(NULL, 0, err, errlen, "cannot rename %s to %s: %s", building, final,
-                    strerror(-r));
+                            strerror(-r));
     return 0;
 }
 
@@ -182,8 +182,8 @@ static void restore_finish(tenants *t, const restore_timeline_id *id, timeline *
             k >= 0 ? t->absent[k]
                    : (tenants_not_loaded){.tenant = id->tenant, .timeline = id->timeline};
         nl.on_disk = stays;
-        tenants_note_absent(t, &nl, true, "its restore from %s failed: %s", remote_describe(t->svc.remote),
-                    err);
+        tenants_note_absent(t, &nl, true, "its restore from %s failed: %s",
+                            remote_describe(t->svc.remote), err);
     }
     t->restoring = NULL;
     restore_gauges_locked(t);
@@ -198,9 +198,9 @@ static void restore_one(tenants *t, const restore_timeline_id *id)
                                               b[STRATA_ID_HEX_LEN];
     strata_id_format(&id->tenant, a);
     strata_id_format(&id->timeline, b);
-    bool paths =
-        tenants_timeline_path(t, &id->tenant, &id->timeline, "", final, sizeof final) &&
-        tenants_timeline_path(t, &id->tenant, &id->timeline, CREATING_SUFFIX, building, sizeof building);
+    bool paths = tenants_timeline_path(t, &id->tenant, &id->timeline, "", final, sizeof final) &&
+                 tenants_timeline_path(t, &id->tenant, &id->timeline, CREATING_SUFFIX, building,
+                                       sizeof building);
     pthread_mutex_lock(&t->mu);
     int i = tenants_find(t, &id->tenant, &id->timeline);
     STRATA_ASSERT(i >= 0 && t->entries[i].restore != NULL);
@@ -210,7 +210,8 @@ static void restore_one(tenants *t, const restore_timeline_id *id)
     p->progress_arg = t;
     restore_gauges_locked(t);
     int rc = paths ? check_ancestor_loaded(t, id, err, sizeof err)
-                   : tenants_fail(NULL, 0, err, sizeof err, "timeline path too long under %s", t->datadir);
+                   : tenants_fail(NULL, 0, err, sizeof err, "timeline path too long under %s",
+                                  t->datadir);
     pthread_mutex_unlock(&t->mu);
 
     timeline *tl = NULL;
@@ -245,11 +246,13 @@ static bool load_waiting_one(tenants *t, const tenants_not_loaded *n)
         return false;
     pthread_mutex_lock(&t->mu);
     timeline *anc = tenants_loaded(t, &n->tenant, &n->ancestor);
-    bool go = anc != NULL && tenants_find(t, &n->tenant, &n->timeline) < 0 && t->n < TENANTS_MAX_TIMELINES;
+    bool go = anc != NULL && tenants_find(t, &n->tenant, &n->timeline) < 0 &&
+              t->n < TENANTS_MAX_TIMELINES;
     if (go) {
         timeline_ref(anc);
         /* Busy meanwhile, as a timeline being created. */
-        t->entries[t->n++] = (tenants_entry){.tenant = n->tenant, .timeline = n->timeline, .busy = true};
+        t->entries[t->n++] =
+            (tenants_entry){.tenant = n->tenant, .timeline = n->timeline, .busy = true};
     }
     pthread_mutex_unlock(&t->mu);
     if (!go)
@@ -288,7 +291,8 @@ static void load_waiting_branches(tenants *t, const strata_id *tenant)
         for (int i = 0; cand != NULL && i < t->nabsent; i++) {
             const tenants_not_loaded *n = &t->absent[i];
             if (n->on_disk && n->ancestry_known && n->has_ancestor &&
-                strata_id_equal(&n->tenant, tenant) && tenants_loaded(t, tenant, &n->ancestor) != NULL)
+                strata_id_equal(&n->tenant, tenant) &&
+                tenants_loaded(t, tenant, &n->ancestor) != NULL)
                 cand[nc++] = *n;
         }
         pthread_mutex_unlock(&t->mu);
@@ -359,7 +363,8 @@ static void order_restores(tenants *t, restore_timeline_id *ids, size_t k)
          * by an ancestor loaded from disk at once, by one still to come
          * when it opens (hold_branch_points). */
         pthread_mutex_lock(&t->mu);
-        tenants_note_absent(t, &nl, false, "queued for a restore from %s", remote_describe(t->svc.remote));
+        tenants_note_absent(t, &nl, false, "queued for a restore from %s",
+                            remote_describe(t->svc.remote));
         timeline *parent = nl.has_ancestor ? tenants_loaded(t, &nl.tenant, &nl.ancestor) : NULL;
         if (parent != NULL)
             tenants_hold_branch_points(t, parent);
