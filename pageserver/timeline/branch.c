@@ -4,9 +4,10 @@
  * for GC, the ingest backend of a branch, and the commit-time index
  * (timestamps, lsn_by_time).  See timeline.h ("Branches").
  *
- * Not for: the page read path (timeline.c reads through to the ancestor in
+ * For: what a child and its ancestors share, and finding an LSN by time.
+ * Not for: the page read path (read.c reads through to the ancestor in
  * read_page) or creating branch directories (timeline_build_branch,
- * tenants.c).
+ * tenants_create.c).
  */
 #include <errno.h>
 #include <inttypes.h>

@@ -12,6 +12,7 @@
  * timelines.  It holds no lock while GC runs, so creation, deletion and
  * reads go on; a timeline deleted meanwhile is skipped (timeline_gc checks).
  *
+ * For: the set of timelines and its directories.
  * Not for: page reads, ingest or the GC policy itself (timeline.h, gc.c).
  */
 #include "pageserver/timeline/tenants.h"

@@ -3,7 +3,8 @@
  * files share -- tenants.c (the table, loading, deleting, GC thread),
  * tenants_create.c (creating and branching timelines) and
  * tenants_restore.c (restoring timelines from object storage).
- * Not for anything outside those files.
+ * For: those three files.
+ * Not for: anything outside them (the rest of the pageserver uses tenants.h).
  *
  * Locking: t->mu guards entries[], tenant_ids[], absent[] and restoring;
  * the helpers below marked "t->mu held" expect the caller to hold it.

@@ -9,6 +9,7 @@
  * (timeline.json and the GC-horizon file), timeline_reaper.c (the teardown
  * thread); timeline_priv.h holds the handle's fields they share.
  *
+ * For: a timeline's life from its directory to its teardown.
  * Not for: where timelines live or how they are created and deleted as
  * directories (tenants.c), scheduling GC (tenants.c), or the network.
  */

@@ -3,7 +3,8 @@
  * timeline's files call in each other, shared by timeline.c (the handle:
  * open, close, wiring), read.c (reads), gc.c (retention), branch.c
  * (branches, the commit-time index) and timeline_reaper.c (teardown).
- * Not for anything outside pageserver/timeline/ (tenants.c included).
+ * For: those files.
+ * Not for: anything else, the tenants files included (they use timeline.h).
  */
 #ifndef STRATA_PAGESERVER_TIMELINE_PRIV_H
 #define STRATA_PAGESERVER_TIMELINE_PRIV_H
@@ -58,7 +59,7 @@ struct timeline {
 };
 
 /* timeline.c: the teardown after the last unref (stops every thread of
- * the timeline, flushes or, when deleted, forgets its objects and removes
+ * the timeline, flushes or, when deleted, calls svc.on_deleted and removes
  * its directory, frees it).  Blocks for as long as those take. */
 void timeline_destroy(timeline *tl);
 /* timeline_reaper.c: queues tl (no reference left) for timeline_destroy on
