@@ -28,7 +28,7 @@
 #include "pageserver/service/page_service.h"
 #include "pageserver/pagecache.h"
 #include "pageserver/redo/redo.h"
-#include "pageserver/tenants.h"
+#include "pageserver/timeline/tenants.h"
 
 #define LOCK_FILE "pageserver.lock"
 #define PORTS_FILE "pageserver.ports"

@@ -52,45 +52,6 @@ struct walreceiver {
     uint64_t probe_skip_until_ms[WALRECEIVER_MAX_SAFEKEEPERS];
 };
 
-/* Running receivers, for walreceiver_store_of(): a short list under its
- * own mutex (one entry per timeline with a receiver). */
-static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
-static walreceiver *registry[WALRECEIVER_MAX_REGISTERED];
-
-static void registry_add(walreceiver *wr)
-{
-    pthread_mutex_lock(&registry_mu);
-    for (int i = 0; i < WALRECEIVER_MAX_REGISTERED; i++)
-        if (registry[i] == NULL) {
-            registry[i] = wr;
-            break;
-        }
-    pthread_mutex_unlock(&registry_mu);
-}
-
-static void registry_remove(walreceiver *wr)
-{
-    pthread_mutex_lock(&registry_mu);
-    for (int i = 0; i < WALRECEIVER_MAX_REGISTERED; i++)
-        if (registry[i] == wr)
-            registry[i] = NULL;
-    pthread_mutex_unlock(&registry_mu);
-}
-
-store *walreceiver_store_of(const strata_id *tenant, const strata_id *timeline)
-{
-    store *st = NULL;
-    pthread_mutex_lock(&registry_mu);
-    for (int i = 0; i < WALRECEIVER_MAX_REGISTERED; i++) {
-        walreceiver *wr = registry[i];
-        if (wr != NULL && memcmp(&wr->o.tenant, tenant, sizeof *tenant) == 0 &&
-            memcmp(&wr->o.timeline, timeline, sizeof *timeline) == 0)
-            st = wr->st;
-    }
-    pthread_mutex_unlock(&registry_mu);
-    return st;
-}
-
 void walreceiver_options_default(walreceiver_options *o)
 {
     memset(o, 0, sizeof *o);
@@ -783,7 +744,6 @@ int walreceiver_start(const walreceiver_options *o, store *st, ingest_state *ing
         snprintf(err, errlen, "pthread_create: %s", strerror(rc));
         return -1;
     }
-    registry_add(wr);
     *out = wr;
     return 0;
 }
@@ -792,7 +752,6 @@ void walreceiver_stop(walreceiver *wr)
 {
     if (wr == NULL)
         return;
-    registry_remove(wr);
     atomic_store(&wr->stop, true);
     pthread_join(wr->thread, NULL);
     free_wr(wr);

@@ -115,16 +115,6 @@ int walreceiver_start(const walreceiver_options *o, store *st, ingest_state *ing
  * the connection and frees.  NULL is ignored. */
 void walreceiver_stop(walreceiver *wr);
 
-/*
- * The store of the running receiver of (tenant, timeline), or NULL when
- * none runs (the newest if several).  For the basebackup service, which
- * holds a reference to the timeline: the store belongs to the timeline and
- * stays valid while that reference is held, also after the receiver stops.
- * Any thread.  At most WALRECEIVER_MAX_REGISTERED receivers are listed.
- */
-#define WALRECEIVER_MAX_REGISTERED 256
-store *walreceiver_store_of(const strata_id *tenant, const strata_id *timeline);
-
 typedef struct walreceiver_status_info {
     bool running; /* false after a fatal (ingest) error */
     bool connected;

@@ -52,7 +52,7 @@
 #include "base/lsn.h"
 #include "base/must_check.h"
 #include "net/remote_storage.h"
-#include "pageserver/timeline.h"
+#include "pageserver/timeline/files.h"
 
 #define MANIFEST_VERSION 1
 /* Largest manifest object manifest_fetch_newest downloads. */

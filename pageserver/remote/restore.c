@@ -19,7 +19,7 @@
 #include "base/strata_assert.h"
 #include "pageserver/remote/manifest.h"
 #include "pageserver/store/store_datafile.h"
-#include "pageserver/timeline.h"
+#include "pageserver/timeline/files.h"
 
 #define TENANTS_PREFIX "tenants/"
 

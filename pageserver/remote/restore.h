@@ -76,9 +76,9 @@ STRATA_MUST_CHECK int restore_timeline(remote_storage *rs, const strata_id *tena
  * stay for ever.  (A safekeeper that still serves the timeline may put a
  * segment after this; deleting the timeline on the safekeepers too ends
  * that.)  Called once the
- * timeline's uploader has stopped (timeline.c, last unref of a deleted
- * timeline).  0, or -1 with err (the caller logs it; a timeline whose
- * manifests remain comes back at the next start).
+ * timeline's uploader has stopped (tenants.c, from the teardown of a
+ * deleted timeline: timeline_services.on_deleted).  0, or -1 with err (the caller logs it; a
+ * timeline whose manifests remain comes back at the next start).
  */
 STRATA_MUST_CHECK int restore_forget_timeline(remote_storage *rs, const strata_id *tenant,
                                               const strata_id *timeline, char *err, size_t errlen);

@@ -44,7 +44,7 @@
 #include "net/remote_storage.h"
 #include "pageserver/remote/upload_status.h"
 #include "pageserver/store/store.h"
-#include "pageserver/timeline.h"
+#include "pageserver/timeline/files.h"
 
 typedef struct uploader uploader;
 

@@ -646,6 +646,113 @@ static int replica_control(bb *b, const value_ref *ctl, uint8_t *control)
     return 0;
 }
 
+/* The pg_control to write into control (the standby's in replica mode,
+ * else the one that boots at b->lsn, with boot its plan), and the LSNs
+ * the result reports.  0 or -1 with b's error. */
+static int plan_control(bb *b, const value_ref *ctl, const value_ref *cp, lsn_t prev, int64_t now,
+                        pgcontrol_boot *boot, uint8_t *control)
+{
+    if (b->o->replica)
+        return replica_control(b, ctl, control);
+    if (pgcontrol_boot_plan(b->lsn, ctl->payload, ctl->len, cp->payload, prev, now, boot, b->err,
+                            b->errlen) != 0) {
+        b->sqlstate = SQLSTATE_INVALID_PARAMETER_VALUE;
+        return -1;
+    }
+    pgcontrol_make_control(boot, ctl->payload, ctl->len, control);
+    b->res->checkpoint_lsn = boot->record_start;
+    b->res->next_record_lsn = boot->record_end;
+    b->res->prev_lsn = prev;
+    return 0;
+}
+
+/* Every relation fork of rels: all in full mode; else only unlogged
+ * relations have files, their init fork and a main fork with the same
+ * contents (Postgres resets unlogged relations only in crash recovery,
+ * which a compute never runs).  0 or -1. */
+static int write_relations(bb *b, const key_list *rels)
+{
+    for (size_t i = 0; i < rels->n; i++) {
+        if (b->o->full) {
+            if (write_relation(b, &rels->k[i], rels->size[i]) != 0)
+                return -1;
+            continue;
+        }
+        if (rels->k[i].fork != FORK_INIT)
+            continue;
+        pg_key main_as = rels->k[i];
+        main_as.fork = FORK_MAIN;
+        if (write_relation(b, &rels->k[i], rels->size[i]) != 0 ||
+            write_relation_as(b, &rels->k[i], &main_as, rels->size[i]) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* The data directory's files at b->lsn: the skeleton, the databases, the
+ * relations, the SLRUs and the two-phase files.  0 or -1. */
+static int write_files(bb *b)
+{
+    key_list dbs = {0}, rels = {0}, slrus = {0}, twophase = {0};
+    int rc = -1;
+    if (list_kind(b->src, KEY_DB, b->lsn, &dbs, b->err, b->errlen) != 0 ||
+        list_kind(b->src, KEY_SLRU_SIZE, b->lsn, &slrus, b->err, b->errlen) != 0 ||
+        list_kind(b->src, KEY_TWOPHASE, b->lsn, &twophase, b->err, b->errlen) != 0 ||
+        list_kind(b->src, KEY_REL_SIZE, b->lsn, &rels, b->err, b->errlen) != 0) {
+        read_fail(b);
+        goto out;
+    }
+    if (write_skeleton(b) != 0)
+        goto out;
+    bool have_global = false;
+    for (size_t i = 0; i < dbs.n; i++)
+        have_global |= dbs.k[i].spc == PG_GLOBALTABLESPACE_OID && dbs.k[i].db == 0;
+    if (!have_global && write_database(b, PG_GLOBALTABLESPACE_OID, 0) != 0)
+        goto out;
+    for (size_t i = 0; i < dbs.n; i++)
+        if (write_database(b, dbs.k[i].spc, dbs.k[i].db) != 0)
+            goto out;
+    if (write_relations(b, &rels) != 0)
+        goto out;
+    for (size_t i = 0; i < slrus.n; i++)
+        if (write_slru(b, &slrus.k[i]) != 0)
+            goto out;
+    for (size_t i = 0; i < twophase.n; i++)
+        if (write_twophase(b, &twophase.k[i]) != 0)
+            goto out;
+    rc = 0;
+out:
+    list_free(&dbs);
+    list_free(&rels);
+    list_free(&slrus);
+    list_free(&twophase);
+    return rc;
+}
+
+/* pg_wal/: the segments boot plans, holding the bootstrap checkpoint.  0
+ * or -1. */
+static int write_wal(bb *b, const pgcontrol_boot *boot)
+{
+    uint8_t *seg = malloc(boot->seg_size);
+    if (seg == NULL) {
+        snprintf(b->err, b->errlen, "out of memory");
+        return read_fail(b);
+    }
+    int rc = 0;
+    for (uint64_t s = boot->first_segno; rc == 0 && s <= boot->last_segno; s++) {
+        char name[25], path[40];
+        pgcontrol_segment_name(boot->tli, s, boot->seg_size, name);
+        snprintf(path, sizeof path, "pg_wal/%s", name);
+        pgcontrol_make_segment(boot, s, seg);
+        if (tar_file(&b->w, path, seg, boot->seg_size) != 0)
+            rc = write_fail(b);
+        else
+            b->res->files++;
+    }
+    free(seg);
+    return rc;
+}
+
 static int write_all(bb *b)
 {
     /* pg_control and the checkpoint first: nothing is written for an LSN
@@ -666,90 +773,16 @@ static int write_all(bb *b)
     pgcontrol_boot *boot = malloc(sizeof *boot);
     uint8_t *control = malloc(PG_CONTROL_FILE_SIZE);
     int rc = -1;
-    key_list dbs = {0}, rels = {0}, slrus = {0}, twophase = {0};
-    uint8_t *seg = NULL;
     if (boot == NULL || control == NULL) {
         snprintf(b->err, b->errlen, "out of memory");
         read_fail(b);
         goto out;
     }
-    if (b->o->replica) {
-        if (replica_control(b, &ctl, control) != 0)
-            goto out;
-    } else {
-        if (pgcontrol_boot_plan(b->lsn, ctl.payload, ctl.len, cp.payload, prev, now, boot, b->err,
-                                b->errlen) != 0) {
-            b->sqlstate = SQLSTATE_INVALID_PARAMETER_VALUE;
-            goto out;
-        }
-        pgcontrol_make_control(boot, ctl.payload, ctl.len, control);
-        b->res->checkpoint_lsn = boot->record_start;
-        b->res->next_record_lsn = boot->record_end;
-        b->res->prev_lsn = prev;
-    }
-
-    if (list_kind(b->src, KEY_DB, b->lsn, &dbs, b->err, b->errlen) != 0 ||
-        list_kind(b->src, KEY_SLRU_SIZE, b->lsn, &slrus, b->err, b->errlen) != 0 ||
-        list_kind(b->src, KEY_TWOPHASE, b->lsn, &twophase, b->err, b->errlen) != 0 ||
-        list_kind(b->src, KEY_REL_SIZE, b->lsn, &rels, b->err, b->errlen) != 0) {
-        read_fail(b);
+    if (plan_control(b, &ctl, &cp, prev, now, boot, control) != 0 || write_files(b) != 0)
         goto out;
-    }
-
-    if (write_skeleton(b) != 0)
+    /* In replica mode the standby streams its WAL from the safekeepers. */
+    if (!b->o->replica && write_wal(b, boot) != 0)
         goto out;
-    bool have_global = false;
-    for (size_t i = 0; i < dbs.n; i++)
-        have_global |= dbs.k[i].spc == PG_GLOBALTABLESPACE_OID && dbs.k[i].db == 0;
-    if (!have_global && write_database(b, PG_GLOBALTABLESPACE_OID, 0) != 0)
-        goto out;
-    for (size_t i = 0; i < dbs.n; i++)
-        if (write_database(b, dbs.k[i].spc, dbs.k[i].db) != 0)
-            goto out;
-    for (size_t i = 0; i < rels.n; i++) {
-        if (b->o->full) {
-            if (write_relation(b, &rels.k[i], rels.size[i]) != 0)
-                goto out;
-            continue;
-        }
-        /* Stateless: only unlogged relations have files, their init fork
-         * and a main fork with the same contents (Postgres resets unlogged
-         * relations only in crash recovery, which a compute never runs). */
-        if (rels.k[i].fork != FORK_INIT)
-            continue;
-        pg_key main_as = rels.k[i];
-        main_as.fork = FORK_MAIN;
-        if (write_relation(b, &rels.k[i], rels.size[i]) != 0 ||
-            write_relation_as(b, &rels.k[i], &main_as, rels.size[i]) != 0)
-            goto out;
-    }
-    for (size_t i = 0; i < slrus.n; i++)
-        if (write_slru(b, &slrus.k[i]) != 0)
-            goto out;
-    for (size_t i = 0; i < twophase.n; i++)
-        if (write_twophase(b, &twophase.k[i]) != 0)
-            goto out;
-
-    if (b->o->replica)
-        goto control_file; /* the standby streams its WAL from the safekeepers */
-    seg = malloc(boot->seg_size);
-    if (seg == NULL) {
-        snprintf(b->err, b->errlen, "out of memory");
-        read_fail(b);
-        goto out;
-    }
-    for (uint64_t s = boot->first_segno; s <= boot->last_segno; s++) {
-        char name[25], path[40];
-        pgcontrol_segment_name(boot->tli, s, boot->seg_size, name);
-        snprintf(path, sizeof path, "pg_wal/%s", name);
-        pgcontrol_make_segment(boot, s, seg);
-        if (tar_file(&b->w, path, seg, boot->seg_size) != 0) {
-            write_fail(b);
-            goto out;
-        }
-        b->res->files++;
-    }
-control_file:
     /* pg_control last: a truncated archive has none and cannot start. */
     if (tar_file(&b->w, "global/pg_control", control, PG_CONTROL_FILE_SIZE) != 0 ||
         tar_close(&b->w) != 0) {
@@ -760,11 +793,6 @@ control_file:
     b->res->bytes = b->w.total;
     rc = 0;
 out:
-    list_free(&dbs);
-    list_free(&rels);
-    list_free(&slrus);
-    list_free(&twophase);
-    free(seg);
     free(boot);
     free(control);
     free((void *)ctl.payload);

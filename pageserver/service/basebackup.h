@@ -47,7 +47,7 @@
 #include "base/lsn.h"
 #include "pageserver/store/key.h"
 #include "pageserver/store/store.h"
-#include "pageserver/timeline.h"
+#include "pageserver/timeline/timeline.h"
 
 /*
  * Where the data comes from.  Blobs, sizes and listings follow store.h
@@ -67,11 +67,12 @@ typedef struct basebackup_source {
                         uint32_t max_blocks, uint32_t *nblocks, char *err, size_t errlen);
 } basebackup_source;
 
-/* A source reading blobs from st and pages from tl (tl's own store must be
- * st).  Both are borrowed and must outlive the basebackup. */
+/* A source reading everything through the timeline tl (its store, its
+ * ancestors below a branch point, redo for pages); borrowed, it must
+ * outlive the basebackup.  Whether a WAL receiver runs for tl is not its
+ * concern. */
 typedef struct basebackup_timeline_source {
     timeline *tl;
-    store *st;
 } basebackup_timeline_source;
 void basebackup_source_timeline(basebackup_source *out, basebackup_timeline_source *ts);
 

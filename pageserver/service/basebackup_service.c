@@ -32,8 +32,7 @@
 #include "base/metrics.h"
 #include "base/sqlstate.h"
 #include "pageserver/service/basebackup.h"
-#include "pageserver/timeline.h"
-#include "pageserver/ingest/walreceiver.h"
+#include "pageserver/timeline/timeline.h"
 
 #define BB_MAX_CONCURRENT 4    /* basebackups running at once (process-wide) */
 #define BB_QUEUE_CHUNKS 8      /* chunks queued between thread and loop */
@@ -59,7 +58,6 @@ typedef struct bb_job {
 
     /* set before the thread starts, read-only after */
     timeline *tl;
-    store *st;
     lsn_t lsn; /* LSN_INVALID: latest */
     bool full;
     bool replica; /* basebackup.h replica mode */
@@ -225,7 +223,7 @@ static void *job_main(void *arg)
                      "requested LSN %s is before the timeline's start %s", lsn_format(j->lsn, a),
                      lsn_format(meta->start_lsn, b));
         } else {
-            basebackup_timeline_source ts = {.tl = j->tl, .st = j->st};
+            basebackup_timeline_source ts = {.tl = j->tl};
             basebackup_source src;
             basebackup_source_timeline(&src, &ts);
             basebackup_options o = {.full = j->full,
@@ -399,8 +397,10 @@ void basebackup_service_conn_writable(pgwire_conn *c)
             job_pump(j);
 }
 
-/* Splits "word word ..." into at most max words (in place). */
-static int split_words(char *s, char *words[], int max)
+static const char usage[] =
+    "usage: basebackup <tenant_id> <timeline_id> <lsn>|latest [full|replica]";
+
+int basebackup_service_split_words(char *s, char *words[], int max)
 {
     int n = 0;
     char *save = NULL;
@@ -413,71 +413,49 @@ static int split_words(char *s, char *words[], int max)
     return n;
 }
 
-static const char usage[] =
-    "usage: basebackup <tenant_id> <timeline_id> <lsn>|latest [full|replica]";
-
-void basebackup_service_query(uv_loop_t *loop, pgwire_conn *c, tenants *t, const char *sql)
+/* Splits the command in buf (a copy of the query, changed in place) into
+ * w (*n words) and parses its ids and LSN (LSN_INVALID: latest).  False
+ * after answering the error. */
+static bool parse_query(pgwire_conn *c, char *buf, char *w[6], int *n, strata_id *tenant,
+                        strata_id *tlid, lsn_t *lsn)
 {
-    pthread_once(&metrics_once, register_metrics);
-    char buf[256], msg[400];
-    if (strlen(sql) >= sizeof buf) {
-        pgwire_send_error(c, "ERROR", SQLSTATE_SYNTAX_ERROR, "command too long", usage);
-        return;
-    }
-    strcpy(buf, sql);
-    char *w[6];
-    int n = split_words(buf, w, 5);
-    if (n < 4 || n > 5 || strcmp(w[0], "basebackup") != 0 ||
-        (n == 5 && strcmp(w[4], "full") != 0 && strcmp(w[4], "replica") != 0)) {
+    char msg[400];
+    *n = basebackup_service_split_words(buf, w, 5);
+    if (*n < 4 || *n > 5 || strcmp(w[0], "basebackup") != 0 ||
+        (*n == 5 && strcmp(w[4], "full") != 0 && strcmp(w[4], "replica") != 0)) {
         pgwire_send_error(c, "ERROR", SQLSTATE_SYNTAX_ERROR, "malformed basebackup command", usage);
-        return;
+        return false;
     }
-    strata_id tenant, tlid;
-    if (!strata_id_parse(w[1], &tenant) || !strata_id_parse(w[2], &tlid)) {
-        bool tenant_ok = strata_id_parse(w[1], &tenant);
+    if (!strata_id_parse(w[1], tenant) || !strata_id_parse(w[2], tlid)) {
+        bool tenant_ok = strata_id_parse(w[1], tenant);
         snprintf(msg, sizeof msg, "invalid %s \"%.40s\": expected 32 hex digits",
                  tenant_ok ? "timeline_id" : "tenant_id", tenant_ok ? w[2] : w[1]);
         pgwire_send_error(c, "ERROR", SQLSTATE_INVALID_PARAMETER_VALUE, msg, usage);
-        return;
+        return false;
     }
-    lsn_t lsn = LSN_INVALID;
-    if (strcmp(w[3], "latest") != 0) {
-        if (!lsn_parse(w[3], &lsn) || lsn == LSN_INVALID) {
-            snprintf(msg, sizeof msg, "invalid LSN \"%.40s\": expected X/Y in hex or latest", w[3]);
-            pgwire_send_error(c, "ERROR", SQLSTATE_INVALID_PARAMETER_VALUE, msg, usage);
-            return;
-        }
-        if (lsn % 8 != 0) {
-            snprintf(msg, sizeof msg,
-                     "LSN %.40s is not a record boundary (record ends are 8-byte aligned)", w[3]);
-            pgwire_send_error(c, "ERROR", SQLSTATE_INVALID_PARAMETER_VALUE, msg, NULL);
-            return;
-        }
+    *lsn = LSN_INVALID;
+    if (strcmp(w[3], "latest") == 0)
+        return true;
+    if (!lsn_parse(w[3], lsn) || *lsn == LSN_INVALID) {
+        snprintf(msg, sizeof msg, "invalid LSN \"%.40s\": expected X/Y in hex or latest", w[3]);
+        pgwire_send_error(c, "ERROR", SQLSTATE_INVALID_PARAMETER_VALUE, msg, usage);
+        return false;
     }
-    timeline *tl = tenants_get(t, &tenant, &tlid);
-    if (tl == NULL) {
-        snprintf(msg, sizeof msg, "tenant %s timeline %s not found on this pageserver", w[1], w[2]);
-        pgwire_send_error(c, "ERROR", SQLSTATE_UNDEFINED_FILE, msg, NULL);
-        return;
-    }
-    store *st = walreceiver_store_of(&tenant, &tlid);
-    if (st == NULL) {
-        timeline_unref(tl);
+    if (*lsn % 8 != 0) {
         snprintf(msg, sizeof msg,
-                 "tenant %s timeline %s has no running WAL receiver (no safekeepers): "
-                 "basebackup is not available for it",
-                 w[1], w[2]);
-        pgwire_send_error(c, "ERROR", SQLSTATE_OBJECT_NOT_IN_PREREQUISITE_STATE, msg, NULL);
-        return;
+                 "LSN %.40s is not a record boundary (record ends are 8-byte aligned)", w[3]);
+        pgwire_send_error(c, "ERROR", SQLSTATE_INVALID_PARAMETER_VALUE, msg, NULL);
+        return false;
     }
-    if (atomic_fetch_add(&running_jobs, 1) >= BB_MAX_CONCURRENT) {
-        atomic_fetch_sub(&running_jobs, 1);
-        timeline_unref(tl);
-        snprintf(msg, sizeof msg, "too many basebackups in progress (at most %d); try again",
-                 BB_MAX_CONCURRENT);
-        pgwire_send_error(c, "ERROR", SQLSTATE_TOO_MANY_CONNECTIONS, msg, NULL);
-        return;
-    }
+    return true;
+}
+
+/* Starts the job of one admitted basebackup of tl (the caller's reference
+ * passes to it; running_jobs counts it already).  w are the command's
+ * words.  On failure answers the error and undoes the admission. */
+static void start_job(uv_loop_t *loop, pgwire_conn *c, timeline *tl, lsn_t lsn, char *w[6], int n)
+{
+    char msg[400];
     bb_job *j = calloc(1, sizeof *j);
     if (j == NULL) {
         atomic_fetch_sub(&running_jobs, 1);
@@ -488,7 +466,6 @@ void basebackup_service_query(uv_loop_t *loop, pgwire_conn *c, tenants *t, const
     j->loop = loop;
     j->c = c;
     j->tl = tl;
-    j->st = st;
     j->lsn = lsn;
     j->full = n == 5 && strcmp(w[4], "full") == 0;
     j->replica = n == 5 && strcmp(w[4], "replica") == 0;
@@ -518,4 +495,36 @@ void basebackup_service_query(uv_loop_t *loop, pgwire_conn *c, tenants *t, const
     }
     j->next_active = active_jobs;
     active_jobs = j;
+}
+
+void basebackup_service_query(uv_loop_t *loop, pgwire_conn *c, tenants *t, const char *sql)
+{
+    pthread_once(&metrics_once, register_metrics);
+    char buf[256], msg[400];
+    if (strlen(sql) >= sizeof buf) {
+        pgwire_send_error(c, "ERROR", SQLSTATE_SYNTAX_ERROR, "command too long", usage);
+        return;
+    }
+    strcpy(buf, sql);
+    char *w[6];
+    int n = 0;
+    strata_id tenant, tlid;
+    lsn_t lsn = LSN_INVALID;
+    if (!parse_query(c, buf, w, &n, &tenant, &tlid, &lsn))
+        return;
+    timeline *tl = tenants_get(t, &tenant, &tlid);
+    if (tl == NULL) {
+        snprintf(msg, sizeof msg, "tenant %s timeline %s not found on this pageserver", w[1], w[2]);
+        pgwire_send_error(c, "ERROR", SQLSTATE_UNDEFINED_FILE, msg, NULL);
+        return;
+    }
+    if (atomic_fetch_add(&running_jobs, 1) >= BB_MAX_CONCURRENT) {
+        atomic_fetch_sub(&running_jobs, 1);
+        timeline_unref(tl);
+        snprintf(msg, sizeof msg, "too many basebackups in progress (at most %d); try again",
+                 BB_MAX_CONCURRENT);
+        pgwire_send_error(c, "ERROR", SQLSTATE_TOO_MANY_CONNECTIONS, msg, NULL);
+        return;
+    }
+    start_job(loop, c, tl, lsn, w, n);
 }

@@ -21,7 +21,7 @@
 #include <uv.h>
 
 #include "net/pgwire.h"
-#include "pageserver/tenants.h"
+#include "pageserver/timeline/tenants.h"
 
 /* How long a basebackup waits for its LSN to be ingested. */
 #define BASEBACKUP_SERVICE_WAIT_MS 60000
@@ -29,6 +29,12 @@
 /* sql is the whole query text (starts with "basebackup").  At most 4
  * basebackups run at once; more get SQLSTATE 53300. */
 void basebackup_service_query(uv_loop_t *loop, pgwire_conn *c, tenants *t, const char *sql);
+
+/* Splits a simple query's text s (changed in place) into its words
+ * (separated by blanks or ';'): their number, at most max, or max + 1 when
+ * there are more.  The one command splitter of the page service and this
+ * service. */
+int basebackup_service_split_words(char *s, char *words[], int max);
 
 /* The page service MUST call this from its on_close for every connection
  * (a no-op when c runs no basebackup): the running basebackup is cancelled

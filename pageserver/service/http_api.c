@@ -357,6 +357,83 @@ static void get_lsn_by_time(timeline *tl, const http_request *req, http_response
     cJSON_Delete(o);
 }
 
+/* Reads a timeline creation body (an object) into *cr; its "timeline_id"
+ * (allowed only when tlid_in is NULL) into *tlid_buf with *have_id set.
+ * False after answering 400 naming the field.  cr's strings point into
+ * body. */
+static bool parse_create_body(const cJSON *body, const strata_id *tlid_in,
+                              tenants_create_request *cr, strata_id *tlid_buf, bool *have_id,
+                              http_response *resp)
+{
+    const cJSON *e;
+    cJSON_ArrayForEach(e, body)
+    {
+        if (strcmp(e->string, "safekeepers") == 0) {
+            if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) > TIMELINE_MAX_SAFEKEEPERS) {
+                http_response_error(resp, 400,
+                                    "\"safekeepers\" must be an array of at most %d "
+                                    "\"host:port\" strings",
+                                    TIMELINE_MAX_SAFEKEEPERS);
+                return false;
+            }
+            const cJSON *s;
+            cJSON_ArrayForEach(s, e)
+            {
+                if (!cJSON_IsString(s)) {
+                    http_response_error(resp, 400, "\"safekeepers\" entries must be strings");
+                    return false;
+                }
+                cr->safekeepers[cr->n_safekeepers++] = s->valuestring;
+            }
+        } else if (strcmp(e->string, "import_pgdata") == 0) {
+            if (!cJSON_IsString(e) || e->valuestring[0] != '/') {
+                http_response_error(resp, 400, "\"import_pgdata\" must be an absolute path");
+                return false;
+            }
+            cr->import_pgdata = e->valuestring;
+        } else if (strcmp(e->string, "initdb") == 0) {
+            if (!cJSON_IsBool(e)) {
+                http_response_error(resp, 400, "\"initdb\" must be true or false");
+                return false;
+            }
+            cr->initdb = cJSON_IsTrue(e);
+        } else if (strcmp(e->string, "ancestor_timeline_id") == 0) {
+            if (!cJSON_IsString(e) || !strata_id_parse(e->valuestring, &cr->ancestor)) {
+                http_response_error(resp, 400, "\"ancestor_timeline_id\" must be 32 hex digits");
+                return false;
+            }
+            cr->has_ancestor = true;
+        } else if (strcmp(e->string, "ancestor_lsn") == 0) {
+            if (!cJSON_IsString(e) || !lsn_parse(e->valuestring, &cr->ancestor_lsn) ||
+                cr->ancestor_lsn == LSN_INVALID) {
+                http_response_error(resp, 400,
+                                    "\"ancestor_lsn\" must be an LSN X/Y in hex, not 0/0");
+                return false;
+            }
+        } else if (strcmp(e->string, "ancestor_time") == 0) {
+            if (!cJSON_IsString(e)) {
+                http_response_error(resp, 400, "\"ancestor_time\" must be a timestamp string");
+                return false;
+            }
+            cr->ancestor_time = e->valuestring;
+        } else if (tlid_in == NULL && strcmp(e->string, "timeline_id") == 0) {
+            if (!cJSON_IsString(e) || !strata_id_parse(e->valuestring, tlid_buf)) {
+                http_response_error(resp, 400, "\"timeline_id\" must be 32 hex digits");
+                return false;
+            }
+            *have_id = true;
+        } else {
+            http_response_error(resp, 400,
+                                "unknown field \"%s\" (expected %ssafekeepers, "
+                                "import_pgdata, initdb, ancestor_timeline_id, ancestor_lsn, "
+                                "ancestor_time)",
+                                e->string, tlid_in == NULL ? "timeline_id, " : "");
+            return false;
+        }
+    }
+    return true;
+}
+
 /* POST .../timeline/<tl> (tlid given) or POST .../timeline (tlid NULL: the
  * body's "timeline_id", else a new random id; the tenant must exist). */
 static void create_timeline(ps_http *h, const strata_id *tenant, const strata_id *tlid_in,
@@ -369,76 +446,12 @@ static void create_timeline(ps_http *h, const strata_id *tenant, const strata_id
     strata_id tlid_buf;
     const strata_id *tlid = tlid_in;
     bool have_id = false;
-    const cJSON *e;
     if (!cJSON_IsObject(body)) {
         http_response_error(resp, 400, "the body must be a JSON object");
         goto out;
     }
-    cJSON_ArrayForEach(e, body)
-    {
-        if (strcmp(e->string, "safekeepers") == 0) {
-            if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) > TIMELINE_MAX_SAFEKEEPERS) {
-                http_response_error(resp, 400,
-                                    "\"safekeepers\" must be an array of at most %d "
-                                    "\"host:port\" strings",
-                                    TIMELINE_MAX_SAFEKEEPERS);
-                goto out;
-            }
-            const cJSON *s;
-            cJSON_ArrayForEach(s, e)
-            {
-                if (!cJSON_IsString(s)) {
-                    http_response_error(resp, 400, "\"safekeepers\" entries must be strings");
-                    goto out;
-                }
-                cr.safekeepers[cr.n_safekeepers++] = s->valuestring;
-            }
-        } else if (strcmp(e->string, "import_pgdata") == 0) {
-            if (!cJSON_IsString(e) || e->valuestring[0] != '/') {
-                http_response_error(resp, 400, "\"import_pgdata\" must be an absolute path");
-                goto out;
-            }
-            cr.import_pgdata = e->valuestring;
-        } else if (strcmp(e->string, "initdb") == 0) {
-            if (!cJSON_IsBool(e)) {
-                http_response_error(resp, 400, "\"initdb\" must be true or false");
-                goto out;
-            }
-            cr.initdb = cJSON_IsTrue(e);
-        } else if (strcmp(e->string, "ancestor_timeline_id") == 0) {
-            if (!cJSON_IsString(e) || !strata_id_parse(e->valuestring, &cr.ancestor)) {
-                http_response_error(resp, 400, "\"ancestor_timeline_id\" must be 32 hex digits");
-                goto out;
-            }
-            cr.has_ancestor = true;
-        } else if (strcmp(e->string, "ancestor_lsn") == 0) {
-            if (!cJSON_IsString(e) || !lsn_parse(e->valuestring, &cr.ancestor_lsn) ||
-                cr.ancestor_lsn == LSN_INVALID) {
-                http_response_error(resp, 400,
-                                    "\"ancestor_lsn\" must be an LSN X/Y in hex, not 0/0");
-                goto out;
-            }
-        } else if (strcmp(e->string, "ancestor_time") == 0) {
-            if (!cJSON_IsString(e)) {
-                http_response_error(resp, 400, "\"ancestor_time\" must be a timestamp string");
-                goto out;
-            }
-            cr.ancestor_time = e->valuestring;
-        } else if (tlid_in == NULL && strcmp(e->string, "timeline_id") == 0) {
-            if (!cJSON_IsString(e) || !strata_id_parse(e->valuestring, &tlid_buf)) {
-                http_response_error(resp, 400, "\"timeline_id\" must be 32 hex digits");
-                goto out;
-            }
-            have_id = true;
-        } else {
-            http_response_error(resp, 400,
-                                "unknown field \"%s\" (expected %ssafekeepers, "
-                                "import_pgdata, initdb, ancestor_timeline_id, ancestor_lsn, "
-                                "ancestor_time)",
-                                e->string, tlid_in == NULL ? "timeline_id, " : "");
-            goto out;
-        }
-    }
+    if (!parse_create_body(body, tlid_in, &cr, &tlid_buf, &have_id, resp))
+        goto out;
     if (tlid_in == NULL) {
         char a[STRATA_ID_HEX_LEN];
         if (!tenants_tenant_exists(h->tenants, tenant)) {
@@ -627,6 +640,85 @@ static void list_timelines(ps_http *h, const strata_id *tenant, http_response *r
  *   <t>/timeline/<tl>/rels           GET
  *   <t>/timeline/<tl>/lsn_by_time    GET ?time=<timestamp>
  */
+/* GET, POST or DELETE /v1/tenant/<tenant_id>. */
+static void on_tenant(ps_http *h, const strata_id *tenant, const http_request *req,
+                      http_response *resp)
+{
+    bool get = strcmp(req->method, "GET") == 0;
+    bool post = strcmp(req->method, "POST") == 0;
+    char a[STRATA_ID_HEX_LEN];
+    if (post) {
+        http_response_error(resp, 405,
+                            "method POST not allowed on %s (create a tenant with "
+                            "POST /v1/tenant)",
+                            req->path);
+    } else if (get) {
+        strata_id id;
+        int count = 0;
+        bool found = false;
+        strata_id *ids = calloc(TENANTS_MAX_TENANTS, sizeof *ids);
+        int *counts = calloc(TENANTS_MAX_TENANTS, sizeof *counts);
+        if (ids != NULL && counts != NULL) {
+            int m = tenants_list_tenants(h->tenants, ids, counts, TENANTS_MAX_TENANTS);
+            for (int i = 0; i < m; i++)
+                if (strata_id_equal(&ids[i], tenant)) {
+                    found = true;
+                    count = counts[i];
+                    id = ids[i];
+                }
+        }
+        free(ids);
+        free(counts);
+        if (!found) {
+            http_response_error(resp, 404, "tenant %s not found on this pageserver",
+                                strata_id_format(tenant, a));
+            return;
+        }
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "tenant_id", strata_id_format(&id, a));
+        cJSON_AddNumberToObject(o, "timelines", count);
+        http_response_json(resp, 200, o);
+        cJSON_Delete(o);
+    } else {
+        int status = 500;
+        char err[512];
+        if (tenants_delete_tenant(h->tenants, tenant, &status, err, sizeof err) != 0)
+            http_response_error(resp, status, "%s", err);
+        else
+            http_response_set(resp, 200, NULL, "{}", 2);
+    }
+}
+
+/* GET, POST or DELETE /v1/tenant/<tenant_id>/timeline/<timeline_id>. */
+static void on_timeline(ps_http *h, const strata_id *tenant, const strata_id *tlid,
+                        const http_request *req, http_response *resp)
+{
+    bool get = strcmp(req->method, "GET") == 0;
+    bool post = strcmp(req->method, "POST") == 0;
+    bool del = strcmp(req->method, "DELETE") == 0;
+    if (get) {
+        timeline *tl = get_or_404(h, tenant, tlid, resp);
+        if (tl != NULL) {
+            cJSON *o = timeline_json(h, tl);
+            timeline_unref(tl);
+            http_response_json(resp, 200, o);
+            cJSON_Delete(o);
+        }
+    } else if (post) {
+        create_timeline(h, tenant, tlid, req, resp);
+    } else {
+        assert(del);
+        (void)del;
+        int status = 500;
+        char err[512];
+        if (tenants_delete_timeline(h->tenants, tenant, tlid, &status, err, sizeof err) != 0) {
+            http_response_error(resp, status, "%s", err);
+            return;
+        }
+        http_response_set(resp, 200, NULL, "{}", 2);
+    }
+}
+
 static void on_tenant_tree(const http_request *req, http_response *resp, void *arg)
 {
     ps_http *h = arg;
@@ -634,7 +726,6 @@ static void on_tenant_tree(const http_request *req, http_response *resp, void *a
     int n = split_path(req->path + strlen("/v1/tenant/"), seg);
     bool get = strcmp(req->method, "GET") == 0;
     bool post = strcmp(req->method, "POST") == 0;
-    bool del = strcmp(req->method, "DELETE") == 0;
     if (n < 1 || (n >= 2 && strcmp(seg[1], "timeline") != 0) ||
         (n == 4 && strcmp(seg[3], "rels") != 0 && strcmp(seg[3], "lsn_by_time") != 0)) {
         http_response_error(resp, 404,
@@ -648,48 +739,8 @@ static void on_tenant_tree(const http_request *req, http_response *resp, void *a
         return;
     if (n >= 3 && !parse_id_or_400("timeline_id", seg[2], &tlid, resp))
         return;
-    char a[STRATA_ID_HEX_LEN];
     if (n == 1) {
-        if (post) {
-            http_response_error(resp, 405,
-                                "method POST not allowed on %s (create a tenant with "
-                                "POST /v1/tenant)",
-                                req->path);
-        } else if (get) {
-            strata_id id;
-            int count = 0;
-            bool found = false;
-            strata_id *ids = calloc(TENANTS_MAX_TENANTS, sizeof *ids);
-            int *counts = calloc(TENANTS_MAX_TENANTS, sizeof *counts);
-            if (ids != NULL && counts != NULL) {
-                int m = tenants_list_tenants(h->tenants, ids, counts, TENANTS_MAX_TENANTS);
-                for (int i = 0; i < m; i++)
-                    if (strata_id_equal(&ids[i], &tenant)) {
-                        found = true;
-                        count = counts[i];
-                        id = ids[i];
-                    }
-            }
-            free(ids);
-            free(counts);
-            if (!found) {
-                http_response_error(resp, 404, "tenant %s not found on this pageserver",
-                                    strata_id_format(&tenant, a));
-                return;
-            }
-            cJSON *o = cJSON_CreateObject();
-            cJSON_AddStringToObject(o, "tenant_id", strata_id_format(&id, a));
-            cJSON_AddNumberToObject(o, "timelines", count);
-            http_response_json(resp, 200, o);
-            cJSON_Delete(o);
-        } else {
-            int status = 500;
-            char err[512];
-            if (tenants_delete_tenant(h->tenants, &tenant, &status, err, sizeof err) != 0)
-                http_response_error(resp, status, "%s", err);
-            else
-                http_response_set(resp, 200, NULL, "{}", 2);
-        }
+        on_tenant(h, &tenant, req, resp);
         return;
     }
     if (n == 2) {
@@ -716,27 +767,7 @@ static void on_tenant_tree(const http_request *req, http_response *resp, void *a
         }
         return;
     }
-    if (get) {
-        timeline *tl = get_or_404(h, &tenant, &tlid, resp);
-        if (tl != NULL) {
-            cJSON *o = timeline_json(h, tl);
-            timeline_unref(tl);
-            http_response_json(resp, 200, o);
-            cJSON_Delete(o);
-        }
-    } else if (post) {
-        create_timeline(h, &tenant, &tlid, req, resp);
-    } else {
-        assert(del);
-        (void)del;
-        int status = 500;
-        char err[512];
-        if (tenants_delete_timeline(h->tenants, &tenant, &tlid, &status, err, sizeof err) != 0) {
-            http_response_error(resp, status, "%s", err);
-            return;
-        }
-        http_response_set(resp, 200, NULL, "{}", 2);
-    }
+    on_timeline(h, &tenant, &tlid, req, resp);
 }
 
 /* ---- metrics refresh ---- */

@@ -45,7 +45,7 @@
 #include "net/auth.h"
 #include "pageserver/pagecache.h"
 #include "pageserver/redo/redo.h"
-#include "pageserver/tenants.h"
+#include "pageserver/timeline/tenants.h"
 
 typedef struct ps_http ps_http;
 

@@ -645,20 +645,6 @@ static void on_writable(pgwire_conn *c, void *arg)
         conn_update_pause(pc);
 }
 
-/* Splits "word word word" into at most max words (in place). */
-static int split_words(char *s, char *words[], int max)
-{
-    int n = 0;
-    char *save = NULL;
-    for (char *w = strtok_r(s, " \t\r\n;", &save); w != NULL;
-         w = strtok_r(NULL, " \t\r\n;", &save)) {
-        if (n == max)
-            return max + 1;
-        words[n++] = w;
-    }
-    return n;
-}
-
 /* ---- waiting for a timeline restored from object storage ---- */
 
 #define RESTORE_POLL_MS 20
@@ -750,7 +736,7 @@ static void on_query(pgwire_conn *c, const char *sql, void *arg)
     }
     strcpy(buf, sql);
     char *w[4];
-    int n = split_words(buf, w, 3);
+    int n = basebackup_service_split_words(buf, w, 3);
     if (n == 0) {
         pgwire_send_empty_query(c);
         pgwire_send_ready(c);

@@ -39,7 +39,7 @@
 
 #include <uv.h>
 
-#include "pageserver/tenants.h"
+#include "pageserver/timeline/tenants.h"
 
 typedef struct page_service page_service;
 

@@ -4,9 +4,13 @@ directory the PATCHED postgres starts from (full mode: every table equal to
 the original), a non-full one holds no file of a permanent relation but the
 init and main forks of unlogged ones, the bootstrap checkpoint's xl_prev is
 the real previous record (pg_waldump over the safekeepers' WAL reads across
-a compute restart), and bad requests get clear errors.
+a compute restart), bad requests get clear errors, and a timeline with no WAL
+receiver (a branch created without safekeepers) still gives a basebackup a
+postgres starts from (issue #28: basebackup asks the timeline for its store).
 """
+import contextlib
 import io
+import json
 import os
 import re
 import subprocess
@@ -38,9 +42,10 @@ def pageserver_conn(cluster):
                            autocommit=True, connect_timeout=10, password=admin)
 
 
-def basebackup(cluster, lsn, full=False):
+def basebackup(cluster, lsn, full=False, timeline=None):
     """The archive bytes, through the pageserver's pgwire CopyOut."""
-    tenant, timeline = cluster.ids()
+    tenant, main = cluster.ids()
+    timeline = timeline or main
     cmd = "basebackup %s %s %s%s" % (tenant, timeline, lsn, " full" if full else "")
     buf = io.BytesIO()
     with pageserver_conn(cluster) as conn:
@@ -59,19 +64,10 @@ def wait_ingested(cluster, lsn):
                >= lsn_to_int(lsn), 60, "the pageserver to ingest %s" % lsn)
 
 
-def test_full_basebackup_starts_a_patched_postgres(cluster):
-    cluster.sql("create table bb_t (id int primary key, v text)")
-    cluster.sql("insert into bb_t select g, md5(g::text) from generate_series(1, 5000) g")
-    cluster.sql("create index bb_t_v on bb_t (v)")
-    expected = cluster.sql("select count(*), sum(hashtext(v)) from bb_t")
-    # A stopped compute: its shutdown checkpoint ends the WAL at X.
-    cluster.stop("compute")
-    x = cluster.run("sync-safekeepers").stdout.strip()
-    wait_ingested(cluster, x)
-    data = basebackup(cluster, x, full=True)
-    names = tarfile.open(fileobj=io.BytesIO(data)).getnames()
-    assert names[-1] == "global/pg_control"
-
+@contextlib.contextmanager
+def patched_postgres(cluster, data):
+    """Starts the patched postgres on the data directory the archive data
+    untars into; yields a connection to it and its log's path."""
     with tempfile.TemporaryDirectory(prefix="bb-", dir=cluster.dir) as tmp:
         pgdata = os.path.join(tmp, "pgdata")
         os.mkdir(pgdata, 0o700)
@@ -88,18 +84,35 @@ def test_full_basebackup_starts_a_patched_postgres(cluster):
         try:
             with psycopg.connect("host=127.0.0.1 port=%d user=%s dbname=postgres" % (port, pg_user()),
                                  autocommit=True) as conn:
-                got = conn.execute("select count(*), sum(hashtext(v)) from bb_t").fetchall()
-                assert got == expected
-                # An index scan reads the index built before the basebackup.
-                conn.execute("set enable_seqscan = off")
-                assert conn.execute("select v from bb_t where v = md5('77')").fetchall() == \
-                    conn.execute("select md5('77')").fetchall()
-                # It started at X: no redo, and WAL continues right after.
-                redo = conn.execute("select redo_lsn::text from pg_control_checkpoint()").fetchone()[0]
-                assert redo == x or redo.split("/")[0] == x.split("/")[0]
+                yield conn, log
         finally:
             subprocess.run(["runuser", "-u", pg_user(), "--", os.path.join(bindir, "pg_ctl"),
                             "-D", pgdata, "-m", "immediate", "stop"], capture_output=True)
+
+
+def test_full_basebackup_starts_a_patched_postgres(cluster):
+    cluster.sql("create table bb_t (id int primary key, v text)")
+    cluster.sql("insert into bb_t select g, md5(g::text) from generate_series(1, 5000) g")
+    cluster.sql("create index bb_t_v on bb_t (v)")
+    expected = cluster.sql("select count(*), sum(hashtext(v)) from bb_t")
+    # A stopped compute: its shutdown checkpoint ends the WAL at X.
+    cluster.stop("compute")
+    x = cluster.run("sync-safekeepers").stdout.strip()
+    wait_ingested(cluster, x)
+    data = basebackup(cluster, x, full=True)
+    names = tarfile.open(fileobj=io.BytesIO(data)).getnames()
+    assert names[-1] == "global/pg_control"
+
+    with patched_postgres(cluster, data) as (conn, log):
+        got = conn.execute("select count(*), sum(hashtext(v)) from bb_t").fetchall()
+        assert got == expected
+        # An index scan reads the index built before the basebackup.
+        conn.execute("set enable_seqscan = off")
+        assert conn.execute("select v from bb_t where v = md5('77')").fetchall() == \
+            conn.execute("select md5('77')").fetchall()
+        # It started at X: no redo, and WAL continues right after.
+        redo = conn.execute("select redo_lsn::text from pg_control_checkpoint()").fetchone()[0]
+        assert redo == x or redo.split("/")[0] == x.split("/")[0]
         with open(log) as f:
             assert "redo starts" not in f.read()
 
@@ -223,3 +236,43 @@ def test_xl_prev_lets_pg_waldump_read_across_a_compute_restart(cluster):
             assert i > 0 and recs[i][1] == recs[i - 1][0], recs[i - 1:i + 1]
         # And the dump reached X (no stop at a bad record on the way).
         assert lsn_to_int(recs[-1][0]) < lsn_to_int(x) <= lsn_to_int(recs[-1][0]) + 8192
+
+
+def create_branch(cluster, ancestor, lsn):
+    """A branch of ancestor at lsn with no safekeepers (so no WAL receiver),
+    through the pageserver's HTTP API; its timeline id."""
+    tenant, _main = cluster.ids()
+    branch = os.urandom(16).hex()
+    body = {"timeline_id": branch, "ancestor_timeline_id": ancestor, "ancestor_lsn": lsn,
+            "safekeepers": []}
+    port = cluster.status()["pageserver"]["http_port"]
+    headers = dict(cluster.bearer())
+    headers["Content-Type"] = "application/json"
+    req = urllib.request.Request("http://127.0.0.1:%d/v1/tenant/%s/timeline" % (port, tenant),
+                                 data=json.dumps(body).encode(), method="POST", headers=headers)
+    with urllib.request.urlopen(req, timeout=60) as r:
+        assert r.status == 201
+        out = json.loads(r.read())
+    assert out["timeline_id"] == branch, out
+    return branch, out["start_lsn"]
+
+
+def test_basebackup_without_a_wal_receiver(cluster):
+    """A timeline that names no safekeepers runs no WAL receiver; its
+    basebackup still works (the old code found the store through the
+    receivers and refused it)."""
+    cluster.sql("create table nowr_t (id int primary key, v text)")
+    cluster.sql("insert into nowr_t select g, md5(g::text) from generate_series(1, 2000) g")
+    expected = cluster.sql("select count(*), sum(hashtext(v)) from nowr_t")
+    cluster.stop("compute")
+    x = cluster.run("sync-safekeepers").stdout.strip()
+    wait_ingested(cluster, x)
+    tenant, main = cluster.ids()
+    branch, at = create_branch(cluster, main, x)
+    status = cluster.http_get_json(cluster.status()["pageserver"]["http_port"],
+                                   "/v1/tenant/%s/timeline/%s" % (tenant, branch))
+    assert status["safekeepers"] == [] and status["walreceiver"]["state"] == "none", status
+    data = basebackup(cluster, at, full=True, timeline=branch)
+    assert tarfile.open(fileobj=io.BytesIO(data)).getnames()[-1] == "global/pg_control"
+    with patched_postgres(cluster, data) as (conn, _log):
+        assert conn.execute("select count(*), sum(hashtext(v)) from nowr_t").fetchall() == expected

@@ -87,8 +87,7 @@ class Timelines:
     def branch(self, ancestor, expect=201, **fields):
         body = dict(fields)
         body["ancestor_timeline_id"] = ancestor
-        # As the CLI will: the safekeepers the first compute on it will use
-        # (a basebackup needs the WAL receiver to exist).
+        # As the CLI will: the safekeepers the first compute on it will use.
         body.setdefault("safekeepers", self.info(self.main)["safekeepers"])
         status, out = http(self.cluster, "POST", self.path(), body)
         assert status == expect, (status, out)

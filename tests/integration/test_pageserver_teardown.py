@@ -1,6 +1,6 @@
 """
 A timeline's teardown never runs on the page service's event loop (review
-finding 9 of reliability-4470d5a; pageserver/timeline_reaper.c).
+finding 9 of reliability-4470d5a; pageserver/timeline/timeline_reaper.c).
 
 The last reference of a deleted timeline is dropped when its last
 pagestream connection closes, on the page service's loop thread.  The

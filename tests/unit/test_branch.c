@@ -1,6 +1,6 @@
 /*
- * Unit tests for branches (issue #15, pageserver/timeline_branch.c and the
- * read path of timeline.c) on real timelines in a temporary directory: a
+ * Unit tests for branches (issue #15, pageserver/timeline/branch.c and the
+ * read path of pageserver/timeline/read.c) on real timelines in a temporary directory: a
  * root timeline A whose store is filled directly, and a branch B of it at
  * 0x200 with a few values of its own.  Covers the read merge (own versions
  * over the ancestor's at the branch point, own tombstones hiding the
@@ -25,7 +25,7 @@
 
 #include "base/byteorder.h"
 #include "base/failpoint.h"
-#include "pageserver/timeline.h"
+#include "pageserver/timeline/timeline.h"
 
 #define SPC 1663
 #define DB 5

@@ -1,7 +1,10 @@
 /*
- * timeline_priv.h: the timeline handle's fields, shared by timeline.c (open,
- * close, reads, GC), timeline_branch.c (branches, the commit-time index)
- * and timeline_reaper.c (teardown).  Not for anything outside those files.
+ * timeline_priv.h: the timeline handle's fields and the functions the
+ * timeline's files call in each other, shared by timeline.c (the handle:
+ * open, close, wiring), read.c (reads), gc.c (retention), branch.c
+ * (branches, the commit-time index) and timeline_reaper.c (teardown).
+ * For: those files.
+ * Not for: anything else, the tenants files included (they use timeline.h).
  */
 #ifndef STRATA_PAGESERVER_TIMELINE_PRIV_H
 #define STRATA_PAGESERVER_TIMELINE_PRIV_H
@@ -14,7 +17,7 @@
 #include "pageserver/ingest/walreceiver.h"
 #include "pageserver/pagewarm.h"
 #include "pageserver/remote/uploader.h"
-#include "pageserver/timeline.h"
+#include "pageserver/timeline/timeline.h"
 
 struct timeline {
     atomic_int refs;
@@ -45,7 +48,7 @@ struct timeline {
     int64_t gc_last_run_time;
     char gc_last_error[256];
 
-    /* Branches (issue #15, timeline_branch.c). */
+    /* Branches (issue #15, branch.c). */
     timeline *ancestor;        /* referenced for this timeline's life; NULL for a root */
     pthread_mutex_t branch_mu; /* guards branches[] and publishing gc_horizon */
     struct timeline_branch_point {
@@ -56,19 +59,33 @@ struct timeline {
 };
 
 /* timeline.c: the teardown after the last unref (stops every thread of
- * the timeline, flushes or, when deleted, forgets its objects and removes
+ * the timeline, flushes or, when deleted, calls svc.on_deleted and removes
  * its directory, frees it).  Blocks for as long as those take. */
 void timeline_destroy(timeline *tl);
 /* timeline_reaper.c: queues tl (no reference left) for timeline_destroy on
  * the reaper's thread.  Any thread; never blocks on the teardown. */
 void timeline_reaper_take(timeline_reaper *r, timeline *tl);
 
-/* timeline_branch.c: the ingest backend of a branch (reads fall through to
+/* branch.c: the ingest backend of a branch (reads fall through to
  * the ancestors); NULL on out-of-memory.  Freed by timeline_branch_ingest_free. */
 ingest_state *timeline_branch_ingest(timeline *tl);
-/* The store lookup of a page's newest version, for a child falling through:
- * the ancestor read at the clamped LSN (timeline.c's read path). */
+/* read.c: the page of k at lsn into out (1 built, 0 no version at or
+ * below lsn, -1 error; *chain versions replayed), through the page cache,
+ * the store, the ancestors and redo -- for a child falling through
+ * (branch.c) and for image generation and warming (timeline.c). */
 int timeline_read_page_internal(timeline *tl, const pg_key *k, lsn_t lsn, uint8_t out[PG_BLCKSZ],
                                 int *chain, bool *newest_complete, char *err, size_t errlen);
+/* read.c: whether page k (a relation or SLRU block) lies within its
+ * relation's or SLRU's size at lsn: 1 yes, 0 no (or another kind of key),
+ * -1 error. */
+int timeline_page_exists(timeline *tl, const pg_key *k, lsn_t lsn, char *err, size_t errlen);
+/* read.c, gc.c: register the process-wide metrics (idempotent; before the
+ * first read or GC pass: timeline_open). */
+void timeline_read_metrics_init(void);
+void timeline_gc_metrics_init(void);
+/* gc.c: -1 with the GC error (SQLSTATE 55000) when lsn is below tl's GC
+ * horizon or, on a branch, below its start; else 0. */
+int timeline_check_horizon(timeline *tl, lsn_t lsn, char *err, size_t errlen,
+                           const char **sqlstate);
 
 #endif

@@ -9,6 +9,7 @@
  * loop (a pagestream connection closing): done there, every connection of
  * every tenant would wait for it.
  *
+ * For: the queue and the thread, and waiting for them to drain.
  * Not for: what the teardown does (timeline.c, timeline_destroy).
  *
  * One FIFO queue, linked through timeline.reap_next, under one mutex; one
@@ -25,7 +26,7 @@
 
 #include "base/failpoint.h"
 #include "base/strata_assert.h"
-#include "pageserver/timeline_priv.h"
+#include "pageserver/timeline/timeline_priv.h"
 
 struct timeline_reaper {
     pthread_mutex_t mu;

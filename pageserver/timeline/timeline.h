@@ -4,11 +4,8 @@
  * page cache) answering the questions of the page service and the HTTP API.
  *
  * For: everything one timeline knows, behind one handle.  A timeline lives
- * in a directory (see tenants.h for where) holding
- *   timeline.json   {"tenant_id", "timeline_id", "start_lsn", "safekeepers",
- *                    optionally "ancestor_timeline_id", "ancestor_lsn"}
- *                   written durably once at creation
- *   store/          the page-version store (store.h)
+ * in a directory (see tenants.h for where) whose files files.h describes:
+ * timeline.json (timeline_meta), the GC-horizon file and store/.
  *
  * Branches (issue #15): a timeline may be a copy-on-write child of another
  * timeline of the same tenant (its ancestor) at an LSN (the branch point,
@@ -38,8 +35,9 @@
  * caller of timeline_import_* before the receiver starts.  Lifetime is
  * reference counted: timeline_ref()/timeline_unref() from any thread; the
  * last unref stops the receiver, flushes and closes the store, and, when the
- * timeline was marked deleted, deletes its objects from the remote store and
- * removes its directory -- on the reaper's thread when svc.reaper is set
+ * timeline was marked deleted, calls svc.on_deleted (the tenants table
+ * deletes its objects from the remote store there) and removes its
+ * directory -- on the reaper's thread when svc.reaper is set
  * (timeline_reaper_start), so that an event loop dropping a reference never
  * waits for any of it.
  *
@@ -63,13 +61,9 @@
 #include "pageserver/redo/redo.h"
 #include "pageserver/remote/upload_status.h"
 #include "pageserver/store/store.h"
+#include "pageserver/timeline/files.h"
 
-#define TIMELINE_META_FILE "timeline.json"
-#define TIMELINE_STORE_DIR "store"
-#define TIMELINE_GC_FILE "gc_horizon" /* "X/Y\n", written durably before each GC */
-#define TIMELINE_LSN_SAMPLES 256      /* (time, LSN) samples kept per timeline */
-#define TIMELINE_MAX_SAFEKEEPERS 16
-#define TIMELINE_SAFEKEEPER_LEN 128
+#define TIMELINE_LSN_SAMPLES 256 /* (time, LSN) samples kept per timeline */
 
 /*
  * Retention (docs/design.md §6.7): the PITR window.  The GC horizon is the oldest LSN
@@ -127,6 +121,13 @@ typedef struct timeline_services {
     /* NULL: the last timeline_unref tears the timeline down on the calling
      * thread.  Else on this reaper's thread (below). */
     struct timeline_reaper *reaper;
+    /* Called by the teardown of a timeline marked deleted, after its
+     * uploader stopped and before its store closes and its directory goes,
+     * on the thread that runs the teardown; NULL: nothing.  The tenants
+     * table deletes the timeline's objects from the remote store here
+     * (tenants.c), so that the next start does not restore it. */
+    void (*on_deleted)(void *arg, const timeline_meta *meta, const char *dir);
+    void *on_deleted_arg;
 } timeline_services;
 
 /* Background generation images every page, read or not, that gathers this
@@ -135,18 +136,6 @@ typedef struct timeline_services {
  * ("Image threshold" and "Images for pages nobody reads"). */
 #define TIMELINE_DEFAULT_IMAGE_THRESHOLD 128
 #define TIMELINE_DEFAULT_IMAGE_READ_THRESHOLD 16
-
-/* What timeline.json holds. */
-typedef struct timeline_meta {
-    strata_id tenant;
-    strata_id timeline;
-    lsn_t start_lsn; /* where the timeline begins (import LSN, or the branch point) */
-    int n_safekeepers;
-    char safekeepers[TIMELINE_MAX_SAFEKEEPERS][TIMELINE_SAFEKEEPER_LEN];
-    bool has_ancestor;           /* a branch: the two fields below are set */
-    strata_id ancestor_timeline; /* same tenant */
-    lsn_t ancestor_lsn;          /* the branch point; == start_lsn */
-} timeline_meta;
 
 typedef struct timeline timeline;
 
@@ -169,24 +158,6 @@ int timeline_build_from_pgdata(const char *dir, timeline_meta *meta, const char 
  */
 int timeline_build_branch(const char *dir, const timeline_meta *meta, const timeline_services *svc,
                           char *err, size_t errlen);
-
-/* Writes a timeline directory's own files durably: timeline.json from m,
- * and TIMELINE_GC_FILE with gc_horizon unless it is LSN_INVALID (a
- * timeline restored from object storage, pageserver/remote/restore.h).
- * 0 or -1 with err. */
-int timeline_write_files(const char *dir, const timeline_meta *m, lsn_t gc_horizon, char *err,
-                         size_t errlen);
-
-/* Reads and checks dir/timeline.json.  0 or -1 with err. */
-int timeline_meta_read(const char *dir, timeline_meta *out, char *err, size_t errlen);
-
-/* timeline.json's text for m (malloc'd, caller frees), and its parser
- * (path names the source in the error; 0 or -1 with err).  The parser
- * checks an ancestor's fields: both or neither, start_lsn == ancestor_lsn,
- * the ancestor is not the timeline itself. */
-char *timeline_meta_to_json(const timeline_meta *m);
-int timeline_meta_parse(const char *text, size_t len, const char *path, timeline_meta *out,
-                        char *err, size_t errlen);
 
 /*
  * Opens the timeline in dir (store reopens at its disk_consistent_lsn) and,

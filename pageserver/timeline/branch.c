@@ -1,12 +1,13 @@
 /*
- * timeline_branch.c: what branches add to a timeline (issue #15): merged
+ * branch.c: what branches add to a timeline (issue #15): merged
  * scans over a branch and its ancestors, the branch points a parent keeps
  * for GC, the ingest backend of a branch, and the commit-time index
  * (timestamps, lsn_by_time).  See timeline.h ("Branches").
  *
- * Not for: the page read path (timeline.c reads through to the ancestor in
+ * For: what a child and its ancestors share, and finding an LSN by time.
+ * Not for: the page read path (read.c reads through to the ancestor in
  * read_page) or creating branch directories (timeline_build_branch,
- * tenants.c).
+ * tenants_create.c).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -17,8 +18,8 @@
 
 #include "base/byteorder.h"
 #include "base/strata_assert.h"
-#include "pageserver/timeline.h"
-#include "pageserver/timeline_priv.h"
+#include "pageserver/timeline/timeline.h"
+#include "pageserver/timeline/timeline_priv.h"
 
 /* ---- merged scans ---- */
 

@@ -37,7 +37,7 @@
 #include <stddef.h>
 
 #include "base/lsn.h"
-#include "pageserver/timeline.h"
+#include "pageserver/timeline/timeline.h"
 
 #define TENANTS_MAX_TIMELINES 1024
 #define TENANTS_MAX_TENANTS 1024
