@@ -419,7 +419,7 @@ def markdown_section(results, image):
                 f"(about the threshold, times the per-record redo cost the \"off\" row shows) "
                 f"keeps growing. Chosen: **{results.get('chosen')}**, the longest chain a read "
                 f"should replay: the pageserver's `--image-read-threshold` "
-                f"(`TIMELINE_DEFAULT_IMAGE_READ_THRESHOLD` in pageserver/timeline.h). The "
+                f"(`TIMELINE_DEFAULT_IMAGE_READ_THRESHOLD` in pageserver/timeline/timeline.h). The "
                 f"background threshold's default is higher: see \"Images for pages nobody "
                 f"reads\"."]
     if results.get("note"):

@@ -139,7 +139,7 @@ void ingest_options_default(ingest_options *o);
  * Both must outlive the state.  NULL on out-of-memory. */
 ingest_state *ingest_create(store *st, redo_pool *redo);
 
-/* Ingest of a branch (timeline.c, issue #15): the backend writes to the
+/* Ingest of a branch (timeline/branch.c): the backend writes to the
  * branch's store and reads through to its ancestors; as ingest_create
  * otherwise (the safety net on when have_redo), resuming after last_end
  * (the store's last_record_lsn).  b is copied; b->arg must outlive the

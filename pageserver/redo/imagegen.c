@@ -3,7 +3,7 @@
  * thread), the bounded pipeline (queue -> workers -> finished), the workers,
  * and the process-wide metrics.  See imagegen.h for the contract.
  *
- * Not for: how a page is rebuilt or stored (the callbacks, timeline.c).
+ * Not for: how a page is rebuilt or stored (the callbacks, timeline/timeline.c).
  *
  * The pipeline: one mutex guards the two queue rings, the finished ring and
  * the busy count; its critical sections are O(1) (drain copies the finished

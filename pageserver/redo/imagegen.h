@@ -13,7 +13,7 @@
  * and the writer thread, in imagegen_drain(), stores the page as an image at
  * L through the put callback.  An image is only a cached materialisation:
  * it equals what a read at L returns.
- * Not for: reading pages (timeline.c), storing values (store.h), deciding
+ * Not for: reading pages (timeline/read.c), storing values (store.h), deciding
  * when ingest runs (walreceiver.c).
  *
  * Bounds: the counter table holds at most track_entries pages (when full it
