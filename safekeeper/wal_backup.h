@@ -2,9 +2,9 @@
  * wal_backup.h: the safekeeper's WAL backup -- closed, committed WAL
  * segments copied to the object store (common/net/remote_storage.h), so
  * that WAL survives even when the pageserver and two safekeepers lose their
- * disks (issue #13, part 3).
+ * disks (docs/storage.md).
  *
- * Layout (the design of issue #13): a segment goes to
+ * Layout (docs/storage.md): a segment goes to
  *     tenants/<tenant>/timelines/<timeline>/wal/<24 hex segment name>
  * byte-identical to the safekeeper's segment file, which is byte-identical
  * to Postgres's pg_wal segment (zeros before the timeline's start in its

@@ -1,6 +1,6 @@
 /*
  * remote_storage.h: the object store Strata keeps data files and WAL in, so
- * a database survives the loss of any one disk (issue #13).
+ * a database survives the loss of any one disk (docs/storage.md, "Remote storage").
  *
  * One interface, two backends chosen by the configuration's URL:
  *

@@ -93,7 +93,7 @@ typedef struct walreceiver_options {
      * and set no tenant/timeline options (send_ids false). */
     bool send_ps_feedback;
     bool send_ids; /* default true */
-    /* The remote_consistent_lsn the feedback reports (issue #13): what the
+    /* The remote_consistent_lsn the feedback reports (object storage): what the
      * newest manifest in object storage makes consistent, called from the
      * receiver thread.  NULL (no remote store): disk_consistent_lsn, so the
      * safekeepers keep WAL only until the local store has it. */

@@ -296,7 +296,7 @@ static int decode_files(const cJSON *o, manifest *m, char *err, size_t errlen)
     return 0;
 }
 
-/* The optional branch members (issue #15): both or neither. */
+/* The optional branch members of a branch: both or neither. */
 static int decode_ancestor(const cJSON *o, manifest *m, char *err, size_t errlen)
 {
     bool id = member(o, "ancestor_timeline_id") != NULL, lsn = member(o, "ancestor_lsn") != NULL;

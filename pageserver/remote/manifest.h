@@ -1,6 +1,6 @@
 /*
- * manifest.h: the manifest of a timeline in object storage (issue #13,
- * docs/storage.md "Remote storage").
+ * manifest.h: the manifest of a timeline in object storage
+ * (docs/storage.md, "Remote storage").
  *
  * For: the JSON object that says which remote data files make up a
  * timeline's store and which LSN they make consistent, its exact encoding
@@ -23,7 +23,7 @@
  *    "next_file_id": N,
  *    "files": [{"id": N, "size": BYTES, "lsn_min": "X/Y", "lsn_max": "X/Y"}, ...],
  *    optionally "ancestor_timeline_id": "<32 hex>", "ancestor_lsn": "X/Y"}
- * The two optional members describe a branch (issue #15, timeline.h): both
+ * The two optional members describe a branch (timeline/timeline.h): both
  * or neither, ancestor_lsn equal to start_lsn, the ancestor not the
  * timeline itself; a restore writes them back into timeline.json and
  * restores the ancestor before the branch.
@@ -77,7 +77,7 @@ typedef struct manifest {
     uint64_t next_file_id;
     size_t n_files;
     manifest_file *files; /* n_files, ids strictly ascending; malloc'd */
-    bool has_ancestor;    /* a branch (issue #15): the two below are set */
+    bool has_ancestor;    /* a branch: the two below are set */
     strata_id ancestor_timeline;
     lsn_t ancestor_lsn; /* == start_lsn */
 } manifest;

@@ -1,5 +1,5 @@
 /*
- * restore.h: a timeline rebuilt from object storage (issue #13, part 4;
+ * restore.h: a timeline rebuilt from object storage (docs/storage.md,
  * docs/operations.md "Recovering a lost pageserver volume").
  *
  * For: finding the timelines an object store holds (those with at least one

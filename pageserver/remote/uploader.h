@@ -1,6 +1,6 @@
 /*
- * uploader.h: one timeline's upload to object storage (issue #13,
- * docs/storage.md "Remote storage").
+ * uploader.h: one timeline's upload to object storage
+ * (docs/storage.md, "Remote storage").
  *
  * For: a thread per timeline that copies every committed data file of the
  * store to the remote store, then publishes a manifest (manifest.h) naming

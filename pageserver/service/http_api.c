@@ -56,7 +56,7 @@ static void add_lsn(cJSON *o, const char *name, lsn_t lsn)
     cJSON_AddStringToObject(o, name, lsn_format(lsn, buf));
 }
 
-/* The upload to object storage (issue #13). */
+/* The upload to object storage (docs/storage.md, "Remote storage"). */
 static void add_remote(cJSON *o, const timeline_status *st)
 {
     const uploader_status *u = &st->upload;
@@ -82,7 +82,7 @@ static void add_remote(cJSON *o, const timeline_status *st)
     cJSON_AddNumberToObject(r, "last_upload_time", (double)u->last_upload_time);
 }
 
-/* "ancestor_timeline_id" and "ancestor_lsn": null for a root (issue #15). */
+/* "ancestor_timeline_id" and "ancestor_lsn": null for a root (a branch has both). */
 static void add_ancestor(cJSON *o, const timeline_meta *m)
 {
     char a[STRATA_ID_HEX_LEN];

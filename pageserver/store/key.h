@@ -66,7 +66,7 @@ typedef enum pg_key_kind {
 #define KEY_CHECKPOINT_RECORD_LEN (9 + 88)
 
 /* KEY_CHECKPOINT with rel = KEY_CHECKPOINT_REL_COMMIT_TIME: the commit-time
- * index of branches and PITR (issue #15).  At the end LSN E of every commit
+ * index of branches and PITR (docs/storage.md, "Branches").  At the end LSN E of every commit
  * record (XLOG_XACT_COMMIT and COMMIT_PREPARED), that record's commit
  * timestamp (VAL_BLOB, i64 little-endian, Postgres microseconds since
  * 2000-01-01 UTC), so that timeline_lsn_by_time finds the end of the last

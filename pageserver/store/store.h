@@ -148,7 +148,7 @@ STRATA_MUST_CHECK int store_rebuild(const char *dir, const store_options *o, lsn
                                     uint64_t next_file_id, store_rebuild_stats *stats, char *err,
                                     size_t errlen);
 
-/* ---- object storage (issue #13; store_remote.c, used by pageserver/remote/) ---- */
+/* ---- object storage (store_remote.c, used by pageserver/remote/) ---- */
 
 /* One committed data file as the LMDB "files" table lists it. */
 typedef struct store_file_info {

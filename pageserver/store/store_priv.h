@@ -276,7 +276,7 @@ typedef int (*store_index_fn)(store *st, MDB_txn *txn, store_new_file *nf, void 
  * in the store's stats, and release keeps it.  -1 with err (prefixed with
  * what): nothing is committed; store_new_file_release takes the file out of
  * the snapshot and unlinks it.  After the commit, the commit hook
- * (store_set_commit_hook: the object-storage uploader, issue #13) hears of
+ * (store_set_commit_hook: the object-storage uploader) hears of
  * the file.
  */
 STRATA_MUST_CHECK int store_commit_data_file(store *st, store_new_file *nf, const char *what,

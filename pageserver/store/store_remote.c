@@ -1,6 +1,6 @@
 /*
  * store_remote.c: what the object-storage uploader (pageserver/remote/,
- * issue #13) needs from the store, and nothing more (store.h).
+ * docs/storage.md) needs from the store, and nothing more (store.h).
  *
  * For: a consistent list of the committed data files with the
  * disk_consistent_lsn they make durable (one LMDB read transaction), the

@@ -1,5 +1,5 @@
 /*
- * branch.c: what branches add to a timeline (issue #15): merged
+ * branch.c: what branches add to a timeline (docs/storage.md, "Branches"): merged
  * scans over a branch and its ancestors, the branch points a parent keeps
  * for GC, the ingest backend of a branch, and the commit-time index
  * (timestamps, lsn_by_time).  See timeline.h ("Branches").

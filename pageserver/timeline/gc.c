@@ -129,7 +129,7 @@ lsn_t timeline_gc_target(timeline *tl, int64_t now_ms)
     lsn_t disk = store_disk_consistent_lsn(tl->st);
     if (target > disk)
         target = disk;
-    /* Every version a branch can read stays (issue #15). */
+    /* Every version a branch can read stays. */
     lsn_t cap = timeline_min_branch_lsn(tl);
     if (target > cap)
         target = cap;

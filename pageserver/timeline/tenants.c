@@ -57,7 +57,7 @@ static bool gc_should_quit(tenants *t)
 
 /* True while timelines may still come from object storage: GC waits, so
  * that a branch restored after its ancestor still finds its branch point
- * (issue #15; the ancestor's horizon is capped only once the branch is
+ * (the ancestor's horizon is capped only once the branch is
  * open).  Also after a failed listing, until a restart lists again: any
  * timeline there may be a branch of one on disk. */
 static bool restores_pending(tenants *t)

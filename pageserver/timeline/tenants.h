@@ -79,7 +79,7 @@ typedef struct tenants_create_request {
     int n_safekeepers;
     const char *import_pgdata; /* import this directory, or */
     bool initdb;               /* run initdb and import its result, or */
-    /* a branch (issue #15) of timeline `ancestor` of the same tenant at
+    /* a branch of timeline `ancestor` of the same tenant at
      * ancestor_lsn, or at the end of the last commit at or before
      * ancestor_time (timeline_parse_time), or (neither) at the ancestor's
      * last_record_lsn; the LSN is rounded down to 8 bytes and must lie in

@@ -335,7 +335,7 @@ static size_t restore_claim(tenants *t, restore_timeline_id *ids, size_t n)
 }
 
 /* Orders the k claimed timelines so that every branch comes after its
- * ancestor (issue #15: a branch opens only once its ancestor is open): the
+ * ancestor (a branch opens only once its ancestor is open): the
  * ancestor of each is read from its newest manifest.  A timeline whose
  * manifest cannot be read keeps its place (its restore fails and says why). */
 static void order_restores(tenants *t, restore_timeline_id *ids, size_t k)

@@ -7,7 +7,7 @@
  * in a directory (see tenants.h for where) whose files files.h describes:
  * timeline.json (timeline_meta), the GC-horizon file and store/.
  *
- * Branches (issue #15): a timeline may be a copy-on-write child of another
+ * Branches (docs/storage.md): a timeline may be a copy-on-write child of another
  * timeline of the same tenant (its ancestor) at an LSN (the branch point,
  * = its start_lsn).  Creating one copies nothing: the child starts with an
  * empty store whose last_record_lsn is the branch point.  Every read of the
@@ -111,7 +111,7 @@ typedef struct timeline_services {
      * quiet this long.  0: PAGEWARM_DEFAULT_QUIET_MS; < 0 off.  Off without
      * a redo pool or a cache. */
     int32_t warm_quiet_ms;
-    /* Object storage (issue #13, pageserver/remote/uploader.h): NULL, no
+    /* Object storage (pageserver/remote/uploader.h): NULL, no
      * upload and remote_consistent_lsn = disk_consistent_lsn (the local
      * disk is the only copy).  Else every timeline uploads its data files
      * and manifests there, and the WAL receiver reads WAL the safekeepers
@@ -272,7 +272,7 @@ lsn_t timeline_gc_target(timeline *tl, int64_t now_ms);
 long timeline_gc(timeline *tl, int64_t now_ms, char *err, size_t errlen);
 
 /*
- * Branch points (issue #15).  timeline_add_branch registers child's branch
+ * Branch points.  timeline_add_branch registers child's branch
  * point lsn with parent, atomically with a check that lsn is not below
  * parent's GC horizon (GC publishes a new horizon under the same lock): from
  * then on parent's horizon never rises above the lowest registered branch

@@ -48,7 +48,7 @@ struct timeline {
     int64_t gc_last_run_time;
     char gc_last_error[256];
 
-    /* Branches (issue #15, branch.c). */
+    /* Branches (branch.c). */
     timeline *ancestor;        /* referenced for this timeline's life; NULL for a root */
     pthread_mutex_t branch_mu; /* guards branches[] and publishing gc_horizon */
     struct timeline_branch_point {
