@@ -1,7 +1,7 @@
 /*
  * cli.h: what the `strata` command's modules share: the error buffer every
  * fallible function fills with a one-line reason, and the command entry
- * points that cli/main.c dispatches to.
+ * points that cli/cmd/main.c dispatches to.
  *
  * Not for: option parsing (main.c) or any one concern's details (cluster.h,
  * proc.h, locate.h, probe.h, compute.h, safekeepers.h).
@@ -86,6 +86,11 @@ int cmd_safekeeper_stack(const char *sub);
 int cmd_page(const cli_opts *o);
 int cmd_remote(const cli_opts *o);  /* cmd_remote.c: the object store */
 int cmd_restore(const cli_opts *o); /* cmd_timeline.c: branch + compute */
+/* `strata tenant|timeline` (cmd_admin.c): main.c passes every argument after
+ * the command word in o->argc/o->argv; they parse their own options.  CLI_OK,
+ * CLI_FAIL with the server's error message, or CLI_USAGE. */
+int cmd_tenant(const cli_opts *o);
+int cmd_timeline(const cli_opts *o);
 
 /* Prints "strata: <reason>" on stderr and returns CLI_FAIL. */
 int cli_fail(const cli_err *err);
