@@ -19,12 +19,10 @@
  * compute.c).
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -32,10 +30,9 @@
 #include "cli/cli.h"
 #include "cli/local/cluster.h"
 #include "cli/local/cluster_remote.h"
-#include "cli/cmd/cmd_cluster.h"
-#include "cli/cmd/cmd_timeline.h"
 #include "cli/compute/compute.h"
 #include "cli/compute/compute_remote.h"
+#include "cli/compute/computes.h"
 #include "cli/compute/compute_settings.h"
 #include "cli/local/pageserver.h"
 #include "cli/local/proc.h"
@@ -43,9 +40,7 @@
 #include "cli/client/sk_config.h"
 #include "base/log.h"
 
-#define CMD_LOCK_TIMEOUT_MS 300000
 #define SAFEKEEPER_READY_TIMEOUT_MS 30000
-#define COMPUTE_READY_TIMEOUT_MS 120000
 #define PAGESERVER_READY_TIMEOUT_MS 60000
 
 /* mkdir -p dir, mode 0755 so an unprivileged postgres can traverse it. */
@@ -55,53 +50,6 @@ static int make_dirs(const char *dir, cli_err *err)
     if (rc != 0)
         return cli_err_set(err, "creating %s: %s", dir, strerror(-rc));
     return 0;
-}
-
-/* Takes the cluster lock; returns the fd to close when done, or -1. */
-int lock_cluster(const char *dir, cli_err *err)
-{
-    char path[PATH_MAX];
-    int n = snprintf(path, sizeof path, "%s/.lock", dir);
-    if (n < 0 || n >= (int)sizeof path)
-        return cli_err_set(err, "cluster directory path too long");
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return cli_err_set(err, "open %s: %s", path, strerror(errno));
-    long long deadline = proc_now_ms() + CMD_LOCK_TIMEOUT_MS;
-    bool said = false;
-    while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        if (errno != EWOULDBLOCK && errno != EINTR) {
-            int e = errno;
-            close(fd);
-            return cli_err_set(err, "flock %s: %s", path, strerror(e));
-        }
-        if (proc_now_ms() >= deadline) {
-            close(fd);
-            return cli_err_set(err, "another strata command holds %s", path);
-        }
-        if (!said) {
-            printf("waiting for another strata command on %s\n", dir);
-            fflush(stdout);
-            said = true;
-        }
-        proc_sleep_ms(100);
-    }
-    return fd;
-}
-
-/* Loads the cluster of an existing directory; a missing one is an error. */
-int load_existing(const char *dir_arg, cluster *c, cli_err *err)
-{
-    char dir[PATH_MAX];
-    if (cluster_resolve_dir(dir_arg, dir, err) != 0)
-        return -1;
-    int rc = cluster_load(dir, c, err);
-    if (rc == 1)
-        return cli_err_set(err, "no cluster under %s (run `strata up --dir %s` first)", dir,
-                           dir_arg);
-    if (rc == 0 && cluster_auth_export(c, err) != 0)
-        return -1;
-    return rc;
 }
 
 static bool anything_running(const cluster *c)
@@ -176,72 +124,6 @@ static int start_safekeeper(const cluster *c, const cluster_safekeeper *sk, cli_
     printf("%s: ready in %.1f s (pid %d)\n", sk->name, (double)(proc_now_ms() - t0) / 1000.0,
            (int)safekeepers_pid(c, sk));
     return sk_config_catch_up(c, (int)(sk - c->sk), err);
-}
-
-/* A compute on a new empty data directory from a basebackup (docs/design.md §7.7),
- * each step's time printed. */
-static int start_compute_from_pageserver(const cluster *c, cli_err *err)
-{
-    const char *who = compute_label(c);
-    long long t0 = proc_now_ms();
-    compute_start_report rep;
-    int rc = compute_start_from_pageserver(c, &rep, err);
-    char lb[LSN_FMT_LEN];
-    if (rep.sync_ms > 0 || rep.lsn != LSN_INVALID)
-        printf("%s: sync-safekeepers: start at %s%s (%.3f s)\n", who, lsn_format(rep.lsn, lb),
-               rep.empty_timeline ? ", the timeline's start (no WAL on the safekeepers yet)" : "",
-               (double)rep.sync_ms / 1000.0);
-    if (rc != 0)
-        return -1;
-    if (rep.legacy) {
-        printf("%s: the safekeepers lack the imported shutdown checkpoint: starting once on "
-               "the data directory made before the pageserver\n",
-               who);
-        fflush(stdout);
-        if (compute_wait_ready(c, COMPUTE_READY_TIMEOUT_MS, err) != 0)
-            return -1;
-        printf("%s: ready in %.3f s (pid %d)\n", who, (double)(proc_now_ms() - t0) / 1000.0,
-               (int)compute_pid(c));
-        return 0;
-    }
-    printf("%s: old data directory set aside, removed in the background (%.3f s)\n", who,
-           (double)rep.cleanup_ms / 1000.0);
-    printf("%s: %s basebackup at %s: %u files, %.1f MB (%.3f s)\n", who,
-           rep.stateless ? "stateless" : "full", lb, rep.basebackup_files,
-           (double)rep.basebackup_bytes / 1e6, (double)rep.basebackup_ms / 1000.0);
-    printf("%s: configured and postgres started (%.3f s)\n", who,
-           (double)rep.configure_ms / 1000.0);
-    fflush(stdout);
-    long long t1 = proc_now_ms();
-    if (compute_wait_ready(c, COMPUTE_READY_TIMEOUT_MS, err) != 0)
-        return -1;
-    long long t2 = proc_now_ms();
-    printf("%s: accepting connections (%.3f s)\n", who, (double)(t2 - t1) / 1000.0);
-    printf("%s: ready in %.3f s from start to first query (pid %d)\n", who,
-           (double)(t2 - t0) / 1000.0, (int)compute_pid(c));
-    return 0;
-}
-
-int start_compute(const cluster *c, cli_err *err)
-{
-    const char *who = compute_label(c);
-    pid_t pid = compute_pid(c);
-    if (pid != 0) {
-        printf("%s: already running (pid %d)\n", who, (int)pid);
-        return 0;
-    }
-    if (timeline_check_single_writer(c, err) != 0)
-        return -1;
-    printf("%s: starting on 127.0.0.1:%d\n", who, c->compute_port);
-    fflush(stdout);
-    if (c->pageserver_imported)
-        return start_compute_from_pageserver(c, err);
-    long long t0 = proc_now_ms();
-    if (compute_start(c, err) != 0 || compute_wait_ready(c, COMPUTE_READY_TIMEOUT_MS, err) != 0)
-        return -1;
-    printf("%s: ready in %.1f s (pid %d)\n", who, (double)(proc_now_ms() - t0) / 1000.0,
-           (int)compute_pid(c));
-    return 0;
 }
 
 static int start_pageserver(const cluster *c, cli_err *err)
@@ -470,7 +352,7 @@ int cmd_up(const cli_opts *o)
     cluster c;
     if (cluster_resolve_dir(o->dir, dir, &err) != 0 || make_dirs(dir, &err) != 0)
         return cli_fail(&err);
-    int lock = lock_cluster(dir, &err);
+    int lock = cluster_lock(dir, &err);
     if (lock < 0)
         return cli_fail(&err);
     int rc = CLI_OK;
@@ -496,7 +378,7 @@ int cmd_up(const cli_opts *o)
                PAGESERVER_PROGRAM);
     else if (attach_pageserver(&c, &err) != 0)
         goto fail;
-    if (start_compute(&c, &err) != 0)
+    if (computes_start(&c, &err) != 0)
         goto fail;
     char connstr[512];
     cluster_compute_connstr(&c, connstr, sizeof connstr);
@@ -512,23 +394,20 @@ out:
 int cmd_down(const cli_opts *o)
 {
     cli_err err = {{0}};
-    char dir[PATH_MAX];
     cluster c;
-    if (cluster_resolve_dir(o->dir, dir, &err) != 0)
-        return cli_fail(&err);
-    int rc = cluster_load(dir, &c, &err);
+    int rc = cluster_load_dir(o->dir, &c, &err);
     if (rc < 0)
         return cli_fail(&err);
     if (rc == 1) {
-        printf("no cluster under %s: nothing to stop\n", dir);
+        printf("no cluster under %s: nothing to stop\n", c.dir);
         return CLI_OK;
     }
-    int lock = lock_cluster(dir, &err);
+    int lock = cluster_lock(c.dir, &err);
     if (lock < 0)
         return cli_fail(&err);
     /* Keep going after a failure: stop as much as possible, report the first. */
     bool failed = false;
-    failed |= stop_named_computes(&c, &err) != 0;
+    failed |= computes_stop_all_named(&c, &err) != 0;
     pid_t pid = compute_pid(&c);
     if (pid != 0) {
         printf("compute: stopping (pid %d)\n", (int)pid);
@@ -552,7 +431,7 @@ int cmd_down(const cli_opts *o)
     close(lock);
     if (failed)
         return cli_fail(&err);
-    printf("cluster under %s is down\n", dir);
+    printf("cluster under %s is down\n", c.dir);
     return CLI_OK;
 }
 
@@ -560,14 +439,14 @@ int cmd_stop(const cli_opts *o)
 {
     cli_err err = {{0}};
     cluster c;
-    if (load_existing(o->dir, &c, &err) != 0)
+    if (cluster_load_existing(o->dir, &c, &err) != 0)
         return cli_fail(&err);
-    int lock = lock_cluster(c.dir, &err);
+    int lock = cluster_lock(c.dir, &err);
     if (lock < 0)
         return cli_fail(&err);
     int rc = 0;
     if (strcmp(o->name, "compute") == 0 && o->compute_name != NULL) {
-        rc = stop_named_compute(o, &c, &err);
+        rc = computes_stop_named(o, &c, &err);
         close(lock);
         return rc != 0 ? cli_fail(&err) : CLI_OK;
     } else if (strcmp(o->name, "compute") == 0) {
@@ -599,18 +478,18 @@ int cmd_start(const cli_opts *o)
         return cmd_start_compute_remote(o);
     cli_err err = {{0}};
     cluster c;
-    if (load_existing(o->dir, &c, &err) != 0)
+    if (cluster_load_existing(o->dir, &c, &err) != 0)
         return cli_fail(&err);
-    int lock = lock_cluster(c.dir, &err);
+    int lock = cluster_lock(c.dir, &err);
     if (lock < 0)
         return cli_fail(&err);
     int rc;
     if (strcmp(o->name, "compute") == 0 && o->compute_name != NULL) {
-        rc = attach_pageserver(&c, &err) != 0 ? -1 : start_named_compute(o, &c, &err);
+        rc = attach_pageserver(&c, &err) != 0 ? -1 : computes_start_named(o, &c, &err);
     } else if (strcmp(o->name, "compute") == 0) {
         rc = update_compute_settings(&c, o, &err) != 0 || attach_pageserver(&c, &err) != 0
                  ? -1
-                 : start_compute(&c, &err);
+                 : computes_start(&c, &err);
     } else if (strcmp(o->name, "pageserver") == 0) {
         rc = pageserver_preflight(&err) != 0 || start_remote_check(&c, &err) != 0
                  ? -1

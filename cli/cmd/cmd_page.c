@@ -168,17 +168,12 @@ static int page_output(const pagestream_request *req, const char *msg, int len, 
 int cmd_page(const cli_opts *o)
 {
     cli_err err = {{0}};
-    char dir[PATH_MAX];
     cluster c;
-    if (cluster_resolve_dir(o->dir, dir, &err) != 0)
-        return cli_fail(&err);
-    int rc = cluster_load(dir, &c, &err);
-    if (rc == 1)
-        cli_err_set(&err, "no cluster under %s (run `strata up` first)", dir);
-    if (rc != 0)
+    if (cluster_load_existing(o->dir, &c, &err) != 0)
         return cli_fail(&err);
     if (pageserver_pid(&c) == 0) {
-        cli_err_set(&err, "the pageserver under %s is not running (strata start pageserver)", dir);
+        cli_err_set(&err, "the pageserver under %s is not running (strata start pageserver)",
+                    c.dir);
         return cli_fail(&err);
     }
 
@@ -223,7 +218,7 @@ int cmd_page(const cli_opts *o)
     }
     char *msg = NULL;
     int len = 0;
-    rc = -1;
+    int rc = -1;
     if (PQsetnonblocking(conn, 1) != 0)
         cli_err_set(&err, "libpq: cannot make the connection non-blocking");
     else if (page_start_stream(conn, &c, deadline, &err) == 0 &&

@@ -16,8 +16,8 @@
 
 #include "cli/cli.h"
 #include "cli/local/cluster.h"
-#include "cli/cmd/cmd_timeline.h"
 #include "cli/compute/compute.h"
+#include "cli/compute/computes.h"
 #include "cli/local/pageserver.h"
 #include "cli/local/safekeepers.h"
 
@@ -142,7 +142,7 @@ static cJSON *status_json(const cluster *c, const status_snapshot *s)
          add(compute, "port", cJSON_CreateNumber(c->compute_port)) &&
          add(compute, "connstr", cJSON_CreateString(s->connstr)) &&
          add(compute, "datadir", cJSON_CreateString(s->compute_datadir)) &&
-         add(root, "computes", status_computes_json(c)) && add(ps, "pid", json_pid(s->ps_pid)) &&
+         add(root, "computes", computes_status_json(c)) && add(ps, "pid", json_pid(s->ps_pid)) &&
          add(ps, "pg_port", cJSON_CreateNumber(c->pageserver_pg_port)) &&
          add(ps, "http_port", cJSON_CreateNumber(c->pageserver_http_port)) &&
          add(ps, "last_record_lsn", json_lsn(s->ps_tl.known, s->ps_tl.last_record_lsn)) &&
@@ -295,7 +295,7 @@ static void status_print_human(const cluster *c, const status_snapshot *s)
     else if (s->ps_pid && !c->pageserver_imported)
         printf(" (timeline not imported yet)");
     printf("\n");
-    status_print_computes(c);
+    computes_status_print(c);
     printf("\n");
     printf("connect: psql \"%s\"\n", s->connstr);
 }
@@ -303,14 +303,8 @@ static void status_print_human(const cluster *c, const status_snapshot *s)
 int cmd_status(const cli_opts *o)
 {
     cli_err err = {{0}};
-    char dir[PATH_MAX];
     cluster c;
-    if (cluster_resolve_dir(o->dir, dir, &err) != 0)
-        return cli_fail(&err);
-    int rc = cluster_load(dir, &c, &err);
-    if (rc == 1)
-        cli_err_set(&err, "no cluster under %s (run `strata up` first)", dir);
-    if (rc != 0)
+    if (cluster_load_existing(o->dir, &c, &err) != 0)
         return cli_fail(&err);
     status_snapshot *s = calloc(1, sizeof *s);
     if (s == NULL) {

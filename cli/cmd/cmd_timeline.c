@@ -1,25 +1,20 @@
 /*
- * cmd_timeline.c: named timelines and named computes of the local cluster
- * (docs/cli.md, "Branches and computes"):
+ * cmd_timeline.c: named timelines of the local cluster (docs/cli.md,
+ * "Branches and computes"):
  *   strata timeline branch NAME [--from PARENT] [--lsn X/Y | --time T]
  *   strata timeline list [--json]      (the tree with branch points)
  *   strata timeline delete NAME
- *   strata start compute NAME [--timeline T] [--port P] [--read-only [--lsn X/Y]]
- *   strata stop compute NAME [--immediate]
  *   strata restore --time T | --lsn X/Y [--from TIMELINE] [--name NAME]
- * and the "computes" of `strata status`.  The names live in
+ * The names live in
  * D/timelines.json (timelines.h); the pageserver makes the branch
  * (POST /v1/tenant/T/timeline with an ancestor) and its errors are shown
  * as it words them.  A branch needs nothing on the safekeepers: its first
  * compute bootstraps the timeline there at the branch LSN (compute.h).
  *
- * One writable compute per timeline: the safekeepers' terms enforce it (a
- * second one fences the first); start_compute refuses before that when one
- * of this cluster's computes already runs writable on the timeline.
- *
  * Not for: the id-based `strata timeline create|show|list --tenant`
- * (cmd_admin.c), running a compute (compute.c), read-only computes
- * (compute_readonly.c).
+ * (cmd_admin.c); starting, stopping and listing computes
+ * (compute/computes.c), which `start|stop compute NAME` (cmd_cluster.c)
+ * and restore use.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -31,15 +26,13 @@
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
-#include <libpq-fe.h>
 
 #include "cli/client/admin_http.h"
 #include "cli/cli.h"
 #include "cli/local/cluster.h"
-#include "cli/cmd/cmd_cluster.h"
 #include "cli/cmd/cmd_timeline.h"
 #include "cli/compute/compute.h"
-#include "cli/compute/compute_readonly.h"
+#include "cli/compute/computes.h"
 #include "cli/local/pageserver.h"
 #include "cli/local/proc.h"
 #include "cli/local/safekeepers.h"
@@ -47,7 +40,6 @@
 #include "base/strata_assert.h"
 
 #define PS_TIMEOUT_MS 30000
-#define READY_TIMEOUT_MS 120000
 
 /* ---- the pageserver's timeline API ---- */
 
@@ -348,9 +340,9 @@ static int parse_tl_args(int argc, char **argv, int first, const char *u, bool r
 /* The cluster and its registry, locked.  Returns the lock fd or -1. */
 static int open_cluster(const char *dir, cluster *c, timeline_registry *r, cli_err *err)
 {
-    if (load_existing(dir, c, err) != 0)
+    if (cluster_load_existing(dir, c, err) != 0)
         return -1;
-    int lock = lock_cluster(c->dir, err);
+    int lock = cluster_lock(c->dir, err);
     if (lock < 0)
         return -1;
     if (timelines_load(c, r, err) != 0) {
@@ -668,319 +660,6 @@ int cmd_timeline_named(const cli_opts *o)
     return CLI_OK;
 }
 
-/* ---- named computes ---- */
-
-static bool reserved_compute_name(const char *name)
-{
-    static const char *const names[] = {"compute", "pageserver", "sk1", "sk2", "sk3"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (strcmp(name, names[i]) == 0)
-            return true;
-    return false;
-}
-
-int timeline_check_single_writer(const cluster *view, cli_err *err)
-{
-    /* The registry's defaults come from cluster.json, not from a view. */
-    cluster base;
-    int loaded = cluster_load(view->dir, &base, err);
-    if (loaded != 0)
-        return loaded < 0 ? -1 : cli_err_set(err, "no cluster under %s", view->dir);
-    timeline_registry *r = malloc(sizeof *r);
-    if (r == NULL)
-        return cli_err_set(err, "out of memory");
-    int rc = timelines_load(&base, r, err);
-    const char *self = compute_label(view);
-    for (int i = 0; rc == 0 && i < r->ncomputes; i++) {
-        const compute_entry *e = &r->computes[i];
-        cluster other;
-        if (strcmp(e->name, self) == 0 || e->read_only)
-            continue;
-        if (timelines_compute_view(&base, r, e, &other, err) != 0) {
-            rc = -1;
-            break;
-        }
-        if (!strata_id_equal(&other.timeline_id, &view->timeline_id))
-            continue;
-        pid_t pid = compute_pid(&other);
-        if (pid != 0)
-            rc = cli_err_set(err,
-                             "compute %s (pid %d) runs writable on timeline %s already: one "
-                             "writable compute per timeline (stop it first: strata stop "
-                             "compute%s%s)",
-                             e->name, (int)pid, e->timeline, i == 0 ? "" : " ",
-                             i == 0 ? "" : e->name);
-    }
-    free(r);
-    return rc;
-}
-
-/* Finds or registers compute o->compute_name (saved); *e points into r. */
-static int named_compute_entry(const cli_opts *o, const cluster *c, timeline_registry *r,
-                               compute_entry **e, cli_err *err)
-{
-    const char *name = o->compute_name;
-    if (!timelines_name_ok(name, err))
-        return -1;
-    if (reserved_compute_name(name))
-        return cli_err_set(err, "%s is the name of a cluster component; pick another", name);
-    const char *tl = o->timeline != NULL ? o->timeline : TIMELINES_MAIN;
-    if (timelines_find(r, tl) == NULL)
-        return cli_err_set(err, "unknown timeline %s (strata timeline list shows them)", tl);
-    *e = timelines_find_compute(r, name);
-    if (*e != NULL) {
-        if (o->timeline != NULL && strcmp((*e)->timeline, o->timeline) != 0)
-            return cli_err_set(err, "compute %s runs on timeline %s, not %s (pick another name)",
-                               name, (*e)->timeline, o->timeline);
-        if (o->read_only != (*e)->read_only || o->has_lsn != (*e)->has_lsn ||
-            (o->has_lsn && o->lsn != (*e)->lsn))
-            return cli_err_set(err,
-                               "compute %s was made %s; start it as it was or pick another "
-                               "name",
-                               name, (*e)->read_only ? "read-only" : "writable");
-        if (o->compute_port == 0 || o->compute_port == (*e)->port)
-            return 0;
-        (*e)->port = o->compute_port;
-        return timelines_save(c, r, err);
-    }
-    compute_entry ne = {0};
-    snprintf(ne.name, sizeof ne.name, "%s", name);
-    snprintf(ne.timeline, sizeof ne.timeline, "%s", tl);
-    ne.read_only = o->read_only;
-    ne.has_lsn = o->has_lsn;
-    ne.lsn = o->lsn;
-    ne.port = o->compute_port;
-    if (ne.port == 0 && cluster_pick_free_port(&ne.port, err) != 0)
-        return -1;
-    /* Saved by the caller once it is known to start. */
-    if (timelines_add_compute(r, &ne, err) != 0)
-        return -1;
-    *e = timelines_find_compute(r, name);
-    return 0;
-}
-
-static int start_read_only(const cluster *view, const compute_entry *e, cli_err *err)
-{
-    compute_start_report rep;
-    long long t0 = proc_now_ms();
-    printf("%s: starting read-only on 127.0.0.1:%d\n", e->name, e->port);
-    fflush(stdout);
-    if (compute_start_read_only(view, e->has_lsn, e->lsn, &rep, err) != 0 ||
-        compute_wait_ready(view, READY_TIMEOUT_MS, err) != 0)
-        return -1;
-    printf("%s: ready in %.3f s (pid %d)\n", e->name, (double)(proc_now_ms() - t0) / 1000.0,
-           (int)compute_pid(view));
-    return 0;
-}
-
-/* Starts compute o->compute_name; the cluster lock is held. */
-static int start_named_locked(const cli_opts *o, const cluster *c, timeline_registry *r,
-                              cli_err *err)
-{
-    if (!c->pageserver_imported)
-        return cli_err_set(err, "named computes start from the pageserver, which does not hold "
-                                "the cluster's timeline yet (strata up)");
-    compute_entry *e = NULL;
-    cluster view;
-    if (named_compute_entry(o, c, r, &e, err) != 0 ||
-        timelines_compute_view(c, r, e, &view, err) != 0)
-        return -1;
-    /* Refusals first: a compute that cannot start is not registered. */
-    if (!e->read_only && compute_pid(&view) == 0 && timeline_check_single_writer(&view, err) != 0)
-        return -1;
-    if (timelines_save(c, r, err) != 0)
-        return -1;
-    int rc = e->read_only ? start_read_only(&view, e, err) : start_compute(&view, err);
-    if (rc != 0)
-        return -1;
-    char connstr[512];
-    cluster_compute_connstr(&view, connstr, sizeof connstr);
-    printf("%s: on timeline %s: %s\n", e->name, e->timeline, connstr);
-    return 0;
-}
-
-int start_named_compute(const cli_opts *o, const cluster *c, cli_err *err)
-{
-    timeline_registry *r = malloc(sizeof *r);
-    if (r == NULL)
-        return cli_err_set(err, "out of memory");
-    int rc = timelines_load(c, r, err) != 0 ? -1 : start_named_locked(o, c, r, err);
-    free(r);
-    return rc;
-}
-
-int stop_named_compute(const cli_opts *o, const cluster *c, cli_err *err)
-{
-    timeline_registry *r = malloc(sizeof *r);
-    if (r == NULL)
-        return cli_err_set(err, "out of memory");
-    int rc = timelines_load(c, r, err);
-    compute_entry *e = rc == 0 ? timelines_find_compute(r, o->compute_name) : NULL;
-    cluster view;
-    if (rc == 0 && e == NULL)
-        rc = cli_err_set(err, "no compute named %s (strata status lists them)", o->compute_name);
-    if (rc == 0)
-        rc = timelines_compute_view(c, r, e, &view, err);
-    if (rc == 0)
-        rc = compute_stop(&view, o->immediate, err);
-    if (rc == 0)
-        printf("%s: stopped%s\n", o->compute_name, o->immediate ? " (SIGKILL)" : "");
-    free(r);
-    return rc;
-}
-
-int stop_named_computes(const cluster *c, cli_err *err)
-{
-    timeline_registry *r = malloc(sizeof *r);
-    if (r == NULL)
-        return cli_err_set(err, "out of memory");
-    int rc = timelines_load(c, r, err);
-    for (int i = 1; rc == 0 && i < r->ncomputes; i++) {
-        cluster view;
-        if (timelines_compute_view(c, r, &r->computes[i], &view, err) != 0) {
-            rc = -1;
-            break;
-        }
-        pid_t pid = compute_pid(&view);
-        if (pid == 0)
-            continue;
-        printf("%s: stopping (pid %d)\n", r->computes[i].name, (int)pid);
-        fflush(stdout);
-        cli_err one = {{0}};
-        if (compute_stop(&view, false, &one) != 0)
-            rc = cli_err_set(err, "%s", one.msg);
-    }
-    free(r);
-    return rc;
-}
-
-/* ---- status ---- */
-
-/* The compute's flush LSN (writable) or replay LSN (in recovery), asked of
- * it over SQL; false when it did not answer. */
-static bool compute_lsn(const cluster *view, lsn_t *out)
-{
-    char connstr[600];
-    cluster_compute_connstr(view, connstr, sizeof connstr - 40);
-    strcat(connstr, " connect_timeout=2");
-    PGconn *conn = PQconnectdb(connstr);
-    bool ok = false;
-    if (PQstatus(conn) == CONNECTION_OK) {
-        PGresult *res = PQexec(conn, "SELECT CASE WHEN pg_is_in_recovery() THEN "
-                                     "pg_last_wal_replay_lsn() ELSE pg_current_wal_flush_lsn() "
-                                     "END");
-        ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
-             !PQgetisnull(res, 0, 0) && lsn_parse(PQgetvalue(res, 0, 0), out);
-        PQclear(res);
-    }
-    PQfinish(conn);
-    return ok;
-}
-
-typedef struct compute_status {
-    const compute_entry *e;
-    const timeline_entry *t;
-    pid_t pid;
-    bool has_lsn;
-    lsn_t lsn;
-    int64_t lag; /* a replica's replay lag in bytes; -1: none or unknown */
-    char connstr[512];
-} compute_status;
-
-static int computes_collect(const cluster *c, timeline_registry *r, compute_status *out)
-{
-    int n = 0;
-    for (int i = 0; i < r->ncomputes; i++) {
-        cluster view;
-        cli_err ignored = {{0}};
-        if (timelines_compute_view(c, r, &r->computes[i], &view, &ignored) != 0)
-            continue;
-        compute_status *s = &out[n++];
-        memset(s, 0, sizeof *s);
-        s->e = &r->computes[i];
-        s->t = timelines_find(r, s->e->timeline);
-        s->pid = compute_pid(&view);
-        cluster_compute_connstr(&view, s->connstr, sizeof s->connstr);
-        s->lag = -1;
-        if (s->e->read_only)
-            s->has_lsn = s->pid != 0 && compute_read_only_progress(&view, &s->lsn, &s->lag);
-        else
-            s->has_lsn = s->pid != 0 && compute_lsn(&view, &s->lsn);
-    }
-    return n;
-}
-
-void status_print_computes(const cluster *c)
-{
-    timeline_registry *r = malloc(sizeof *r);
-    compute_status *s = malloc(sizeof *s * TIMELINES_MAX);
-    cli_err err = {{0}};
-    if (r == NULL || s == NULL || timelines_load(c, r, &err) != 0 || r->ncomputes < 2) {
-        free(r);
-        free(s);
-        return; /* the default compute alone: the table above says it all */
-    }
-    int n = computes_collect(c, r, s);
-    printf("\n%-16s %-8s %-8s %-16s %-9s %-14s %-6s %s\n", "COMPUTE", "STATE", "PID", "TIMELINE",
-           "MODE", "LSN", "PORT", "LAG");
-    for (int i = 0; i < n; i++) {
-        char lb[LSN_FMT_LEN] = "-", pid[16] = "-";
-        if (s[i].has_lsn)
-            lsn_format(s[i].lsn, lb);
-        if (s[i].pid)
-            snprintf(pid, sizeof pid, "%d", (int)s[i].pid);
-        char lag[32] = "-";
-        if (s[i].lag >= 0)
-            snprintf(lag, sizeof lag, "%lld bytes", (long long)s[i].lag);
-        else if (s[i].e->read_only && s[i].e->has_lsn)
-            snprintf(lag, sizeof lag, "pinned");
-        printf("%-16s %-8s %-8s %-16s %-9s %-14s %-6d %s\n", s[i].e->name,
-               s[i].pid ? "running" : "stopped", pid, s[i].e->timeline,
-               s[i].e->read_only ? "read-only" : "writable", lb, s[i].e->port, lag);
-    }
-    free(r);
-    free(s);
-}
-
-cJSON *status_computes_json(const cluster *c)
-{
-    timeline_registry *r = malloc(sizeof *r);
-    compute_status *s = malloc(sizeof *s * TIMELINES_MAX);
-    cJSON *arr = cJSON_CreateArray();
-    cli_err err = {{0}};
-    bool ok = r != NULL && s != NULL && arr != NULL;
-    /* An unreadable timelines.json: the default compute alone. */
-    if (ok && timelines_load(c, r, &err) != 0)
-        timelines_defaults(c, r);
-    int n = ok ? computes_collect(c, r, s) : 0;
-    for (int i = 0; ok && i < n; i++) {
-        char lb[LSN_FMT_LEN], hex[STRATA_ID_HEX_LEN];
-        cJSON *o = cJSON_CreateObject();
-        ok = o != NULL && cJSON_AddItemToArray(arr, o) &&
-             cJSON_AddStringToObject(o, "name", s[i].e->name) &&
-             cJSON_AddStringToObject(o, "timeline", s[i].e->timeline) &&
-             cJSON_AddStringToObject(o, "timeline_id",
-                                     s[i].t ? strata_id_format(&s[i].t->id, hex) : "") &&
-             cJSON_AddBoolToObject(o, "read_only", s[i].e->read_only) &&
-             (s[i].has_lsn ? cJSON_AddStringToObject(o, "lsn", lsn_format(s[i].lsn, lb)) != NULL
-                           : cJSON_AddNullToObject(o, "lsn") != NULL) &&
-             cJSON_AddNumberToObject(o, "port", s[i].e->port) &&
-             (s[i].lag >= 0 ? cJSON_AddNumberToObject(o, "lag_bytes", (double)s[i].lag) != NULL
-                            : cJSON_AddNullToObject(o, "lag_bytes") != NULL) &&
-             cJSON_AddStringToObject(o, "connstr", s[i].connstr) &&
-             (s[i].pid ? cJSON_AddNumberToObject(o, "pid", s[i].pid) != NULL
-                       : cJSON_AddNullToObject(o, "pid") != NULL) &&
-             cJSON_AddBoolToObject(o, "running", s[i].pid != 0);
-    }
-    free(r);
-    free(s);
-    if (!ok) {
-        cJSON_Delete(arr);
-        return NULL;
-    }
-    return arr;
-}
-
 /* ---- restore ---- */
 
 static const char *const restore_usage =
@@ -1000,7 +679,7 @@ static int restore_locked(const tl_args *a, const cluster *c, timeline_registry 
     }
     if (!timelines_name_ok(name, err))
         return -1;
-    if (reserved_compute_name(name) || timelines_find_compute(r, name) != NULL)
+    if (computes_reserved_name(name) || timelines_find_compute(r, name) != NULL)
         return cli_err_set(err, "a compute named %s exists already; give another --name", name);
     branch_args b = a->branch;
     b.name = name;
@@ -1017,7 +696,7 @@ static int restore_locked(const tl_args *a, const cluster *c, timeline_registry 
                                                : "no commit at or before it (the latest state)");
     fflush(stdout);
     cli_opts co = {.compute_name = name, .timeline = name, .compute_port = a->port};
-    if (start_named_locked(&co, c, r, err) != 0)
+    if (computes_start_in_registry(&co, c, r, err) != 0)
         return -1;
     char connstr[512];
     cluster view;

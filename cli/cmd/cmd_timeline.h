@@ -1,13 +1,11 @@
 /*
- * cmd_timeline.h: named timelines and computes (cmd_timeline.c): what
- * cmd_admin.c, cmd_cluster.c and cmd_status.c call.
+ * cmd_timeline.h: named timelines (cmd_timeline.c): what `strata timeline`
+ * (cmd_admin.c) hands the named subcommands to.
  */
 #ifndef STRATA_CLI_CMD_TIMELINE_H
 #define STRATA_CLI_CMD_TIMELINE_H
 
 #include <stdbool.h>
-
-#include <cjson/cJSON.h>
 
 #include "cli/cli.h"
 #include "cli/local/cluster.h"
@@ -46,13 +44,5 @@ int timeline_branch(const cluster *c, timeline_registry *r, const branch_args *a
  * returns -2 when argv is not for them (cmd_admin.c handles it), else a
  * CLI exit code. */
 int cmd_timeline_named(const cli_opts *o);
-
-/* Refuses (-1 with a reason) when another compute of the cluster runs
- * writable on the timeline of compute `self` (view: its cluster view). */
-int timeline_check_single_writer(const cluster *view, cli_err *err);
-
-/* `strata status`: a line per compute, and the "computes" array. */
-void status_print_computes(const cluster *c);
-cJSON *status_computes_json(const cluster *c);
 
 #endif

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -22,9 +23,13 @@
 
 #include "base/durable.h"
 #include "base/strata_assert.h"
+#include "cli/local/proc.h"
 
 /* A state file bigger than this is not ours. */
 #define CLUSTER_FILE_MAX (64 * 1024)
+
+/* How long a command waits for another one's cluster lock. */
+#define CLUSTER_LOCK_TIMEOUT_MS 300000
 
 int cluster_resolve_dir(const char *dir, char *out, cli_err *err)
 {
@@ -491,6 +496,59 @@ int cluster_load(const char *dir, cluster *c, cli_err *err)
 out:
     cJSON_Delete(root);
     return rc;
+}
+
+int cluster_load_dir(const char *dir_arg, cluster *c, cli_err *err)
+{
+    char dir[PATH_MAX];
+    if (cluster_resolve_dir(dir_arg, dir, err) != 0)
+        return -1;
+    int rc = cluster_load(dir, c, err);
+    if (rc == 1)
+        strcpy(c->dir, dir);
+    return rc;
+}
+
+int cluster_load_existing(const char *dir_arg, cluster *c, cli_err *err)
+{
+    int rc = cluster_load_dir(dir_arg, c, err);
+    if (rc == 1)
+        return cli_err_set(err, "no cluster under %s (run `strata up --dir %s` first)", c->dir,
+                           dir_arg);
+    if (rc == 0 && cluster_auth_export(c, err) != 0)
+        return -1;
+    return rc;
+}
+
+int cluster_lock(const char *dir, cli_err *err)
+{
+    char path[PATH_MAX];
+    int n = snprintf(path, sizeof path, "%s/.lock", dir);
+    if (n < 0 || n >= (int)sizeof path)
+        return cli_err_set(err, "cluster directory path too long");
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return cli_err_set(err, "open %s: %s", path, strerror(errno));
+    long long deadline = proc_now_ms() + CLUSTER_LOCK_TIMEOUT_MS;
+    bool said = false;
+    while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        if (errno != EWOULDBLOCK && errno != EINTR) {
+            int e = errno;
+            close(fd);
+            return cli_err_set(err, "flock %s: %s", path, strerror(e));
+        }
+        if (proc_now_ms() >= deadline) {
+            close(fd);
+            return cli_err_set(err, "another strata command holds %s", path);
+        }
+        if (!said) {
+            printf("waiting for another strata command on %s\n", dir);
+            fflush(stdout);
+            said = true;
+        }
+        proc_sleep_ms(100);
+    }
+    return fd;
 }
 
 static cJSON *cluster_to_json(const cluster *c)

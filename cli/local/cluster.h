@@ -17,6 +17,8 @@
  * gets it with --auth-file; the compute holds the tenant's token only;
  * the CLI and the pageserver's WAL receivers use the admin token.
  *
+ * Also the cluster lock, D/.lock (cluster_lock).
+ *
  * Not for: runtime state (pids live in D/<name>.pid, see proc.h) or
  * anything about starting processes.
  */
@@ -109,6 +111,25 @@ int cluster_resolve_dir(const char *dir, char *out, cli_err *err);
  * malformed.  dir must be absolute (cluster_resolve_dir).
  */
 int cluster_load(const char *dir, cluster *c, cli_err *err);
+
+/*
+ * cluster_resolve_dir, then cluster_load: the prologue of every command on
+ * a cluster directory given on the command line.  Returns 0, 1 when there
+ * is no cluster there (only c->dir is set: the resolved directory), or -1
+ * with a reason.
+ */
+int cluster_load_dir(const char *dir_arg, cluster *c, cli_err *err);
+
+/* The same for a command that needs the cluster: a missing one is an error
+ * naming `strata up --dir`, and the tokens are exported
+ * (cluster_auth_export).  Returns 0 or -1 with a reason. */
+int cluster_load_existing(const char *dir_arg, cluster *c, cli_err *err);
+
+/* Takes the cluster lock, an exclusive flock on D/.lock, waiting up to five
+ * minutes for another command that holds it, so two commands that change
+ * what runs never interleave on one cluster.  Returns the fd to close when
+ * done, or -1 with a reason. */
+int cluster_lock(const char *dir, cli_err *err);
 
 /*
  * Fills c for a new cluster under dir: fresh ids, ports from port_base or,
