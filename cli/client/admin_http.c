@@ -77,6 +77,71 @@ static int connect_to(const char *host, int port, long long deadline, cli_err *e
     return fd;
 }
 
+/* Sends len bytes of data before the deadline.  0 or -1 with a reason. */
+static int send_all(int fd, const char *host, int port, const char *data, size_t len,
+                    long long deadline, cli_err *err)
+{
+    size_t sent = 0;
+    while (sent < len) {
+        ssize_t w = send(fd, data + sent, len - sent, MSG_NOSIGNAL);
+        if (w > 0) {
+            sent += (size_t)w;
+            continue;
+        }
+        if (w < 0 && errno != EAGAIN && errno != EINTR)
+            return cli_err_set(err, "sending to %s:%d: %s", host, port, strerror(errno));
+        if (wait_fd(fd, POLLOUT, deadline) <= 0)
+            return cli_err_set(err, "timed out sending to %s:%d", host, port);
+    }
+    return 0;
+}
+
+/* Reads until the server closes, before the deadline.  0 with *out the
+ * NUL-terminated malloc'd response, or -1 with a reason. */
+static int recv_all(int fd, const char *host, int port, const char *method, const char *path,
+                    int timeout_ms, long long deadline, char **out, cli_err *err)
+{
+    size_t len = 0, rcap = 4096;
+    char *buf = malloc(rcap);
+    if (buf == NULL)
+        return cli_err_set(err, "out of memory");
+    for (;;) {
+        if (len + 1 >= rcap) {
+            if (rcap >= MAX_RESPONSE) {
+                free(buf);
+                return cli_err_set(err, "response from %s:%d is larger than %d bytes", host, port,
+                                   MAX_RESPONSE);
+            }
+            char *nb = realloc(buf, rcap * 2);
+            if (nb == NULL) {
+                free(buf);
+                return cli_err_set(err, "out of memory");
+            }
+            buf = nb;
+            rcap *= 2;
+        }
+        ssize_t r = recv(fd, buf + len, rcap - 1 - len, 0);
+        if (r > 0) {
+            len += (size_t)r;
+            continue;
+        }
+        if (r == 0)
+            break;
+        if (errno != EAGAIN && errno != EINTR) {
+            free(buf);
+            return cli_err_set(err, "reading from %s:%d: %s", host, port, strerror(errno));
+        }
+        if (wait_fd(fd, POLLIN, deadline) <= 0) {
+            free(buf);
+            return cli_err_set(err, "%s:%d did not answer %s %s within %d s", host, port, method,
+                               path, timeout_ms / 1000);
+        }
+    }
+    buf[len] = '\0';
+    *out = buf;
+    return 0;
+}
+
 int admin_http(const char *host, int port, const char *method, const char *path, const char *token,
                const char *body, int timeout_ms, int *status, char **resp, cli_err *err)
 {
@@ -97,75 +162,19 @@ int admin_http(const char *host, int port, const char *method, const char *path,
         return cli_err_set(err, "request too large");
     }
     memcpy(req + n, body ? body : "", blen);
-    size_t total = (size_t)n + blen;
     int fd = connect_to(host, port, deadline, err);
     if (fd < 0) {
         free(req);
         return -1;
     }
-    size_t sent = 0;
-    while (sent < total) {
-        ssize_t w = send(fd, req + sent, total - sent, MSG_NOSIGNAL);
-        if (w > 0) {
-            sent += (size_t)w;
-            continue;
-        }
-        if (w < 0 && errno != EAGAIN && errno != EINTR) {
-            cli_err_set(err, "sending to %s:%d: %s", host, port, strerror(errno));
-            goto fail;
-        }
-        if (wait_fd(fd, POLLOUT, deadline) <= 0) {
-            cli_err_set(err, "timed out sending to %s:%d", host, port);
-            goto fail;
-        }
-    }
+    char *buf = NULL;
+    int rc = send_all(fd, host, port, req, (size_t)n + blen, deadline, err);
     free(req);
-    req = NULL;
-    size_t len = 0, rcap = 4096;
-    char *buf = malloc(rcap);
-    if (buf == NULL) {
-        cli_err_set(err, "out of memory");
-        goto fail;
-    }
-    for (;;) {
-        if (len + 1 >= rcap) {
-            if (rcap >= MAX_RESPONSE) {
-                free(buf);
-                cli_err_set(err, "response from %s:%d is larger than %d bytes", host, port,
-                            MAX_RESPONSE);
-                goto fail;
-            }
-            char *nb = realloc(buf, rcap * 2);
-            if (nb == NULL) {
-                free(buf);
-                cli_err_set(err, "out of memory");
-                goto fail;
-            }
-            buf = nb;
-            rcap *= 2;
-        }
-        ssize_t r = recv(fd, buf + len, rcap - 1 - len, 0);
-        if (r > 0) {
-            len += (size_t)r;
-            continue;
-        }
-        if (r == 0)
-            break;
-        if (errno != EAGAIN && errno != EINTR) {
-            free(buf);
-            cli_err_set(err, "reading from %s:%d: %s", host, port, strerror(errno));
-            goto fail;
-        }
-        int wr = wait_fd(fd, POLLIN, deadline);
-        if (wr <= 0) {
-            free(buf);
-            cli_err_set(err, "%s:%d did not answer %s %s within %d s", host, port, method, path,
-                        timeout_ms / 1000);
-            goto fail;
-        }
-    }
+    if (rc == 0)
+        rc = recv_all(fd, host, port, method, path, timeout_ms, deadline, &buf, err);
     close(fd);
-    buf[len] = '\0';
+    if (rc != 0)
+        return -1;
     int code = 0;
     char *hdr_end = strstr(buf, "\r\n\r\n");
     if (sscanf(buf, "HTTP/%*d.%*d %d", &code) != 1 || hdr_end == NULL) {
@@ -177,8 +186,4 @@ int admin_http(const char *host, int port, const char *method, const char *path,
     *status = code;
     *resp = buf;
     return 0;
-fail:
-    free(req);
-    close(fd);
-    return -1;
 }

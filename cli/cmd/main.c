@@ -173,6 +173,164 @@ static bool is_option(const char *arg, const char *opt)
     return strncmp(arg, opt, len) == 0 && (arg[len] == '\0' || arg[len] == '=');
 }
 
+/* What an option parser below did with argv[*i]: not one of its options,
+ * or taken; any other value is the exit code of a usage error. */
+enum { ARG_NOT_OURS = -1, ARG_TAKEN = -2 };
+
+/* The options of the cluster commands: --dir, --port-base, --set, --reset,
+ * --auth/--no-auth, --remote, --json, --immediate. */
+static int parse_common_option(const command *cmd, int argc, char **argv, int *i, cli_opts *o)
+{
+    const char *arg = argv[*i];
+    const char *value;
+    if ((cmd->opts & OPT_DIR) && is_option(arg, "--dir")) {
+        if ((value = option_value(argc, argv, i, "--dir")) == NULL || value[0] == '\0')
+            return usage_error("%s needs a directory", "--dir");
+        o->dir = value;
+    } else if ((cmd->opts & OPT_PORT_BASE) && is_option(arg, "--port-base")) {
+        value = option_value(argc, argv, i, "--port-base");
+        if (value == NULL || !parse_port_base(value, &o->port_base))
+            return usage_error("--port-base needs a port number in 1024..65519, got '%s'",
+                               value ? value : "");
+    } else if ((cmd->opts & OPT_SETTINGS) && is_option(arg, "--set")) {
+        if ((value = option_value(argc, argv, i, "--set")) == NULL || strchr(value, '=') == NULL)
+            return usage_error("--set needs NAME=VALUE, got '%s'", value ? value : "");
+        if (o->nset >= CLI_MAX_SETTINGS)
+            return usage_error("more than %s --set options", "64");
+        o->set[o->nset++] = value;
+    } else if ((cmd->opts & OPT_SETTINGS) && is_option(arg, "--reset")) {
+        if ((value = option_value(argc, argv, i, "--reset")) == NULL || value[0] == '\0')
+            return usage_error("--reset needs a setting NAME%s", "");
+        if (o->nreset >= CLI_MAX_SETTINGS)
+            return usage_error("more than %s --reset options", "64");
+        o->reset[o->nreset++] = value;
+    } else if ((cmd->opts & OPT_AUTH) &&
+               (strcmp(arg, "--no-auth") == 0 || strcmp(arg, "--auth") == 0)) {
+        int want = strcmp(arg, "--auth") == 0 ? 1 : -1;
+        if (o->auth != 0 && o->auth != want)
+            return usage_error("%s", "--auth and --no-auth contradict each other");
+        o->auth = want;
+    } else if ((cmd->opts & OPT_REMOTE_URL) && is_option(arg, "--remote")) {
+        value = option_value(argc, argv, i, "--remote");
+        if (value == NULL ||
+            (strncmp(value, "s3://", 5) != 0 && strncmp(value, "file:///", 8) != 0))
+            return usage_error("--remote needs s3://BUCKET/PREFIX or file:///PATH, got '%s'",
+                               value ? value : "");
+        o->remote_url = value;
+    } else if ((cmd->opts & OPT_REMOTE) && strcmp(arg, "--remote") == 0) {
+        o->remote = true;
+    } else if ((cmd->opts & OPT_JSON) && strcmp(arg, "--json") == 0) {
+        o->json = true;
+    } else if ((cmd->opts & OPT_IMMEDIATE) && strcmp(arg, "--immediate") == 0) {
+        o->immediate = true;
+    } else {
+        return ARG_NOT_OURS;
+    }
+    return ARG_TAKEN;
+}
+
+/* `page get --rel SPC/DB/REL [--fork F] --blk N [--lsn X/Y]`; *have_rel and
+ * *have_blk record the two it needs. */
+static int parse_page_option(const command *cmd, int argc, char **argv, int *i, cli_opts *o,
+                             bool *have_rel, bool *have_blk)
+{
+    const char *arg = argv[*i];
+    const char *value;
+    if ((cmd->opts & OPT_PAGE) && o->name == NULL && strcmp(arg, "get") == 0) {
+        o->name = arg;
+    } else if ((cmd->opts & OPT_PAGE) && is_option(arg, "--rel")) {
+        value = option_value(argc, argv, i, "--rel");
+        if (value == NULL || !parse_rel(value, &o->page))
+            return usage_error("--rel needs SPC/DB/REL (three decimal OIDs), got '%s'",
+                               value ? value : "");
+        *have_rel = true;
+    } else if ((cmd->opts & OPT_PAGE) && is_option(arg, "--fork")) {
+        value = option_value(argc, argv, i, "--fork");
+        if (value == NULL || !parse_fork(value, &o->page.fork))
+            return usage_error("--fork needs main, fsm, vm or init, got '%s'", value ? value : "");
+    } else if ((cmd->opts & OPT_PAGE) && is_option(arg, "--blk")) {
+        value = option_value(argc, argv, i, "--blk");
+        /* 0xFFFFFFFF is InvalidBlockNumber. */
+        if (value == NULL || !parse_u32(value, &o->page.blkno) || o->page.blkno == UINT32_MAX)
+            return usage_error("--blk needs a block number, got '%s'", value ? value : "");
+        *have_blk = true;
+    } else if ((cmd->opts & OPT_PAGE) && is_option(arg, "--lsn")) {
+        value = option_value(argc, argv, i, "--lsn");
+        if (value == NULL || !lsn_parse(value, &o->page.lsn) || o->page.lsn == 0 ||
+            o->page.lsn == LSN_MAX)
+            return usage_error("--lsn needs an LSN X/Y, got '%s'", value ? value : "");
+        o->page.has_lsn = true;
+    } else {
+        return ARG_NOT_OURS;
+    }
+    return ARG_TAKEN;
+}
+
+/* `start|stop compute NAME` and a named compute's --timeline, --port,
+ * --read-only and --lsn. */
+static int parse_compute_option(const command *cmd, int argc, char **argv, int *i, cli_opts *o)
+{
+    const char *arg = argv[*i];
+    const char *value;
+    if ((cmd->opts & OPT_COMPUTE) && o->name != NULL && strcmp(o->name, "compute") == 0 &&
+        o->compute_name == NULL && arg[0] != '-') {
+        o->compute_name = arg;
+    } else if ((cmd->opts & OPT_COMPUTE_START) && is_option(arg, "--timeline")) {
+        if ((value = option_value(argc, argv, i, "--timeline")) == NULL || value[0] == '\0')
+            return usage_error("%s needs a timeline name", "--timeline");
+        o->timeline = value;
+    } else if ((cmd->opts & OPT_COMPUTE_START) && is_option(arg, "--port")) {
+        uint32_t port = 0;
+        value = option_value(argc, argv, i, "--port");
+        if (value == NULL || !parse_u32(value, &port) || port < 1 || port > 65535)
+            return usage_error("--port needs a port number, got '%s'", value ? value : "");
+        o->compute_port = (int)port;
+    } else if ((cmd->opts & OPT_COMPUTE_START) && strcmp(arg, "--read-only") == 0) {
+        o->read_only = true;
+    } else if ((cmd->opts & OPT_COMPUTE_START) && is_option(arg, "--lsn")) {
+        value = option_value(argc, argv, i, "--lsn");
+        if (value == NULL || !lsn_parse(value, &o->lsn) || o->lsn == 0 || o->lsn == LSN_MAX)
+            return usage_error("--lsn needs an LSN X/Y, got '%s'", value ? value : "");
+        o->has_lsn = true;
+    } else {
+        return ARG_NOT_OURS;
+    }
+    return ARG_TAKEN;
+}
+
+/* What no single option says: what a command needs and which options go
+ * together.  CLI_OK, or the exit code of a usage error. */
+static int check_options(const command *cmd, cli_opts *o, bool have_rel, bool have_blk)
+{
+    if (cmd->opts & OPT_PAGE) {
+        if (o->name == NULL)
+            return usage_error("%s", "page needs a subcommand: page get");
+        if (!have_rel || !have_blk)
+            return usage_error("%s", "page get needs --rel SPC/DB/REL and --blk N");
+    }
+    if ((cmd->opts & OPT_NAME) && o->name == NULL)
+        return usage_error("%s needs a NAME", cmd->name);
+    if ((cmd->opts & OPT_REMOTE) && !o->remote && o->argv != NULL)
+        return usage_error("%s", "arguments after -- go to postgres only with --remote");
+    if ((cmd->opts & OPT_NAME) && !(cmd->opts & OPT_PASS_ALL) && !valid_component(o->name))
+        return usage_error("unknown component '%s' (sk1 sk2 sk3 pageserver compute)", o->name);
+    bool compute_opts = o->timeline != NULL || o->compute_port != 0 || o->read_only || o->has_lsn;
+    if (o->compute_name != NULL && strcmp(o->compute_name, "compute") == 0 && !compute_opts)
+        o->compute_name = NULL; /* "compute compute": the default compute */
+    if (compute_opts && o->compute_name == NULL)
+        return usage_error("%s", "--timeline, --port, --read-only and --lsn are for a named "
+                                 "compute: start compute NAME --timeline T ...");
+    if (o->has_lsn && !o->read_only)
+        return usage_error("%s", "--lsn is for a read-only compute (--read-only); to start a "
+                                 "writable compute at an LSN, branch there (strata timeline "
+                                 "branch NAME --lsn X/Y)");
+    if (o->compute_name != NULL && (o->remote || o->nset > 0 || o->nreset > 0))
+        return usage_error("%s", "--remote, --set and --reset are for the default compute only");
+    if ((o->nset > 0 || o->nreset > 0) && o->name != NULL && strcmp(o->name, "compute") != 0)
+        return usage_error("--set and --reset are settings of the compute, not of %s", o->name);
+    return CLI_OK;
+}
+
 int main(int argc, char **argv)
 {
     log_init("strata", LOG_LEVEL_INFO);
@@ -197,143 +355,41 @@ int main(int argc, char **argv)
     bool have_rel = false, have_blk = false;
     for (int i = 2; i < argc; i++) {
         const char *arg = argv[i];
-        const char *value;
         if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
             printf("usage: strata %s\n", cmd->usage);
             return CLI_OK;
-        } else if ((cmd->opts & OPT_PASS) && strcmp(arg, "--") == 0) {
+        }
+        if ((cmd->opts & OPT_PASS) && strcmp(arg, "--") == 0) {
             o.argc = argc - i - 1;
             o.argv = argv + i + 1;
             break;
-        } else if ((cmd->opts & OPT_DIR) && is_option(arg, "--dir")) {
-            if ((value = option_value(argc, argv, &i, "--dir")) == NULL || value[0] == '\0')
-                return usage_error("%s needs a directory", "--dir");
-            o.dir = value;
-        } else if ((cmd->opts & OPT_PORT_BASE) && is_option(arg, "--port-base")) {
-            value = option_value(argc, argv, &i, "--port-base");
-            if (value == NULL || !parse_port_base(value, &o.port_base))
-                return usage_error("--port-base needs a port number in 1024..65519, got '%s'",
-                                   value ? value : "");
-        } else if ((cmd->opts & OPT_SETTINGS) && is_option(arg, "--set")) {
-            if ((value = option_value(argc, argv, &i, "--set")) == NULL ||
-                strchr(value, '=') == NULL)
-                return usage_error("--set needs NAME=VALUE, got '%s'", value ? value : "");
-            if (o.nset >= CLI_MAX_SETTINGS)
-                return usage_error("more than %s --set options", "64");
-            o.set[o.nset++] = value;
-        } else if ((cmd->opts & OPT_SETTINGS) && is_option(arg, "--reset")) {
-            if ((value = option_value(argc, argv, &i, "--reset")) == NULL || value[0] == '\0')
-                return usage_error("--reset needs a setting NAME%s", "");
-            if (o.nreset >= CLI_MAX_SETTINGS)
-                return usage_error("more than %s --reset options", "64");
-            o.reset[o.nreset++] = value;
-        } else if ((cmd->opts & OPT_AUTH) &&
-                   (strcmp(arg, "--no-auth") == 0 || strcmp(arg, "--auth") == 0)) {
-            int want = strcmp(arg, "--auth") == 0 ? 1 : -1;
-            if (o.auth != 0 && o.auth != want)
-                return usage_error("%s", "--auth and --no-auth contradict each other");
-            o.auth = want;
-        } else if ((cmd->opts & OPT_REMOTE_URL) && is_option(arg, "--remote")) {
-            value = option_value(argc, argv, &i, "--remote");
-            if (value == NULL ||
-                (strncmp(value, "s3://", 5) != 0 && strncmp(value, "file:///", 8) != 0))
-                return usage_error("--remote needs s3://BUCKET/PREFIX or file:///PATH, got '%s'",
-                                   value ? value : "");
-            o.remote_url = value;
-        } else if ((cmd->opts & OPT_REMOTE) && strcmp(arg, "--remote") == 0) {
-            o.remote = true;
-        } else if ((cmd->opts & OPT_JSON) && strcmp(arg, "--json") == 0) {
-            o.json = true;
-        } else if ((cmd->opts & OPT_IMMEDIATE) && strcmp(arg, "--immediate") == 0) {
-            o.immediate = true;
-        } else if ((cmd->opts & OPT_PAGE) && o.name == NULL && strcmp(arg, "get") == 0) {
-            o.name = arg;
-        } else if ((cmd->opts & OPT_PAGE) && is_option(arg, "--rel")) {
-            value = option_value(argc, argv, &i, "--rel");
-            if (value == NULL || !parse_rel(value, &o.page))
-                return usage_error("--rel needs SPC/DB/REL (three decimal OIDs), got '%s'",
-                                   value ? value : "");
-            have_rel = true;
-        } else if ((cmd->opts & OPT_PAGE) && is_option(arg, "--fork")) {
-            value = option_value(argc, argv, &i, "--fork");
-            if (value == NULL || !parse_fork(value, &o.page.fork))
-                return usage_error("--fork needs main, fsm, vm or init, got '%s'",
-                                   value ? value : "");
-        } else if ((cmd->opts & OPT_PAGE) && is_option(arg, "--blk")) {
-            value = option_value(argc, argv, &i, "--blk");
-            /* 0xFFFFFFFF is InvalidBlockNumber. */
-            if (value == NULL || !parse_u32(value, &o.page.blkno) || o.page.blkno == UINT32_MAX)
-                return usage_error("--blk needs a block number, got '%s'", value ? value : "");
-            have_blk = true;
-        } else if ((cmd->opts & OPT_PAGE) && is_option(arg, "--lsn")) {
-            value = option_value(argc, argv, &i, "--lsn");
-            if (value == NULL || !lsn_parse(value, &o.page.lsn) || o.page.lsn == 0 ||
-                o.page.lsn == LSN_MAX)
-                return usage_error("--lsn needs an LSN X/Y, got '%s'", value ? value : "");
-            o.page.has_lsn = true;
-        } else if ((cmd->opts & OPT_COMPUTE) && o.name != NULL && strcmp(o.name, "compute") == 0 &&
-                   o.compute_name == NULL && arg[0] != '-') {
-            o.compute_name = arg;
-        } else if ((cmd->opts & OPT_COMPUTE_START) && is_option(arg, "--timeline")) {
-            if ((value = option_value(argc, argv, &i, "--timeline")) == NULL || value[0] == '\0')
-                return usage_error("%s needs a timeline name", "--timeline");
-            o.timeline = value;
-        } else if ((cmd->opts & OPT_COMPUTE_START) && is_option(arg, "--port")) {
-            uint32_t port = 0;
-            value = option_value(argc, argv, &i, "--port");
-            if (value == NULL || !parse_u32(value, &port) || port < 1 || port > 65535)
-                return usage_error("--port needs a port number, got '%s'", value ? value : "");
-            o.compute_port = (int)port;
-        } else if ((cmd->opts & OPT_COMPUTE_START) && strcmp(arg, "--read-only") == 0) {
-            o.read_only = true;
-        } else if ((cmd->opts & OPT_COMPUTE_START) && is_option(arg, "--lsn")) {
-            value = option_value(argc, argv, &i, "--lsn");
-            if (value == NULL || !lsn_parse(value, &o.lsn) || o.lsn == 0 || o.lsn == LSN_MAX)
-                return usage_error("--lsn needs an LSN X/Y, got '%s'", value ? value : "");
-            o.has_lsn = true;
-        } else if ((cmd->opts & OPT_NAME) && o.name == NULL && arg[0] != '-') {
-            o.name = arg;
-            if (cmd->opts & OPT_PASS_ALL) {
-                /* bench NAME [--dir D] ARGS...: --dir right after NAME is ours. */
-                if (i + 1 < argc && is_option(argv[i + 1], "--dir")) {
-                    i++;
-                    if ((value = option_value(argc, argv, &i, "--dir")) == NULL)
-                        return usage_error("%s needs a directory", "--dir");
-                    o.dir = value;
-                }
-                o.argc = argc - i - 1;
-                o.argv = argv + i + 1;
-                break;
-            }
-        } else {
+        }
+        int rc = parse_common_option(cmd, argc, argv, &i, &o);
+        if (rc == ARG_NOT_OURS)
+            rc = parse_page_option(cmd, argc, argv, &i, &o, &have_rel, &have_blk);
+        if (rc == ARG_NOT_OURS)
+            rc = parse_compute_option(cmd, argc, argv, &i, &o);
+        if (rc == ARG_TAKEN)
+            continue;
+        if (rc != ARG_NOT_OURS)
+            return rc;
+        if (!(cmd->opts & OPT_NAME) || o.name != NULL || arg[0] == '-')
             return usage_error("unexpected argument '%s'", arg);
+        o.name = arg;
+        if (cmd->opts & OPT_PASS_ALL) {
+            /* bench NAME [--dir D] ARGS...: --dir right after NAME is ours. */
+            if (i + 1 < argc && is_option(argv[i + 1], "--dir")) {
+                i++;
+                const char *value = option_value(argc, argv, &i, "--dir");
+                if (value == NULL)
+                    return usage_error("%s needs a directory", "--dir");
+                o.dir = value;
+            }
+            o.argc = argc - i - 1;
+            o.argv = argv + i + 1;
+            break;
         }
     }
-    if (cmd->opts & OPT_PAGE) {
-        if (o.name == NULL)
-            return usage_error("%s", "page needs a subcommand: page get");
-        if (!have_rel || !have_blk)
-            return usage_error("%s", "page get needs --rel SPC/DB/REL and --blk N");
-    }
-    if ((cmd->opts & OPT_NAME) && o.name == NULL)
-        return usage_error("%s needs a NAME", cmd->name);
-    if ((cmd->opts & OPT_REMOTE) && !o.remote && o.argv != NULL)
-        return usage_error("%s", "arguments after -- go to postgres only with --remote");
-    if ((cmd->opts & OPT_NAME) && !(cmd->opts & OPT_PASS_ALL) && !valid_component(o.name))
-        return usage_error("unknown component '%s' (sk1 sk2 sk3 pageserver compute)", o.name);
-    bool compute_opts = o.timeline != NULL || o.compute_port != 0 || o.read_only || o.has_lsn;
-    if (o.compute_name != NULL && strcmp(o.compute_name, "compute") == 0 && !compute_opts)
-        o.compute_name = NULL; /* "compute compute": the default compute */
-    if (compute_opts && o.compute_name == NULL)
-        return usage_error("%s", "--timeline, --port, --read-only and --lsn are for a named "
-                                 "compute: start compute NAME --timeline T ...");
-    if (o.has_lsn && !o.read_only)
-        return usage_error("%s", "--lsn is for a read-only compute (--read-only); to start a "
-                                 "writable compute at an LSN, branch there (strata timeline "
-                                 "branch NAME --lsn X/Y)");
-    if (o.compute_name != NULL && (o.remote || o.nset > 0 || o.nreset > 0))
-        return usage_error("%s", "--remote, --set and --reset are for the default compute only");
-    if ((o.nset > 0 || o.nreset > 0) && o.name != NULL && strcmp(o.name, "compute") != 0)
-        return usage_error("--set and --reset are settings of the compute, not of %s", o.name);
-    return cmd->run(&o);
+    int rc = check_options(cmd, &o, have_rel, have_blk);
+    return rc != CLI_OK ? rc : cmd->run(&o);
 }

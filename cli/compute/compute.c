@@ -925,6 +925,41 @@ static bool compute_stateless_default(void)
     return mode == NULL || strcmp(mode, "full") != 0;
 }
 
+/* The compute's directory and its socket directory, and for a named
+ * compute D/computes, their parent.  0 or -1 with a reason. */
+static int compute_make_dirs(const cluster *c, const compute_paths *p, cli_err *err)
+{
+    if (c->compute_name[0] != '\0') {
+        /* D/computes, the named computes' parent directory. */
+        char parent[PATH_MAX];
+        if (cluster_path(c, "computes", parent, err) != 0)
+            return -1;
+        if (mkdir(parent, 0755) != 0 && errno != EEXIST)
+            return cli_err_set(err, "mkdir %s: %s", parent, strerror(errno));
+    }
+    if ((mkdir(p->root, 0750) != 0 && errno != EEXIST) ||
+        (mkdir(p->sockdir, 0750) != 0 && errno != EEXIST))
+        return cli_err_set(err, "mkdir under %s: %s", p->root, strerror(errno));
+    return 0;
+}
+
+/* sync-safekeepers to the timeline's end into rep->lsn; when no safekeeper
+ * has the timeline, again with --allow-timeline-creation (rep->bootstrap).
+ * 0 or -1 with a reason. */
+static int compute_sync_or_bootstrap(const cluster *c, compute_start_report *rep, cli_err *err)
+{
+    int synced = compute_sync(c, false, &rep->lsn, &rep->empty_timeline, err);
+    if (synced == 1) {
+        /* No safekeeper has the timeline: a new one, bootstrapped now. */
+        rep->bootstrap = true;
+        synced = compute_sync(c, true, &rep->lsn, &rep->empty_timeline, err);
+        if (synced == 1)
+            return cli_err_set(err, "sync-safekeepers --allow-timeline-creation still found no "
+                                    "safekeeper with the timeline");
+    }
+    return synced != 0 ? -1 : 0;
+}
+
 int compute_start_from_pageserver(const cluster *c, compute_start_report *rep, cli_err *err)
 {
     memset(rep, 0, sizeof *rep);
@@ -938,31 +973,13 @@ int compute_start_from_pageserver(const cluster *c, compute_start_report *rep, c
     if (compute_program("postgres", postgres, err) != 0 ||
         proc_user_for_postgres(c->pg_user, &user, err) != 0)
         return -1;
-    if (c->compute_name[0] != '\0') {
-        /* D/computes, the named computes' parent directory. */
-        char parent[PATH_MAX];
-        if (cluster_path(c, "computes", parent, err) != 0)
-            return -1;
-        if (mkdir(parent, 0755) != 0 && errno != EEXIST)
-            return cli_err_set(err, "mkdir %s: %s", parent, strerror(errno));
-    }
-    if ((mkdir(p.root, 0750) != 0 && errno != EEXIST) ||
-        (mkdir(p.sockdir, 0750) != 0 && errno != EEXIST))
-        return cli_err_set(err, "mkdir under %s: %s", p.root, strerror(errno));
+    if (compute_make_dirs(c, &p, err) != 0)
+        return -1;
     compute_kind kind = compute_stateless_default() ? COMPUTE_BB_STATELESS : COMPUTE_BB_FULL;
     rep->stateless = kind == COMPUTE_BB_STATELESS;
     long long t0 = proc_now_ms();
 
-    int synced = compute_sync(c, false, &rep->lsn, &rep->empty_timeline, err);
-    if (synced == 1) {
-        /* No safekeeper has the timeline: a new one, bootstrapped now. */
-        rep->bootstrap = true;
-        synced = compute_sync(c, true, &rep->lsn, &rep->empty_timeline, err);
-        if (synced == 1)
-            return cli_err_set(err, "sync-safekeepers --allow-timeline-creation still found no "
-                                    "safekeeper with the timeline");
-    }
-    if (synced != 0)
+    if (compute_sync_or_bootstrap(c, rep, err) != 0)
         return -1;
     long long t1 = proc_now_ms();
     rep->sync_ms = t1 - t0;

@@ -392,6 +392,61 @@ int cluster_auth_export(const cluster *c, cli_err *err)
     return 0;
 }
 
+/* The keys of cluster.json older files lack: the pageserver's import LSN,
+ * the remote store and auth (reading D/auth.json when on).  0 or -1. */
+static int cluster_parse_optional(const cJSON *root, const cJSON *pageserver, const char *path,
+                                  cluster *c, cli_err *err)
+{
+    /* Absent until the pageserver has imported the timeline. */
+    const cJSON *import_lsn = cJSON_GetObjectItemCaseSensitive(pageserver, "import_lsn");
+    if (import_lsn != NULL && !cJSON_IsNull(import_lsn)) {
+        if (!cJSON_IsString(import_lsn) ||
+            !lsn_parse(import_lsn->valuestring, &c->pageserver_import_lsn))
+            return cli_err_set(err, "%s: bad pageserver import_lsn", path);
+        c->pageserver_imported = true;
+    }
+    /* Absent in a cluster.json from before remote storage. */
+    const cJSON *remote = cJSON_GetObjectItemCaseSensitive(root, "remote");
+    if (remote != NULL) {
+        if (!cJSON_IsString(remote) || remote->valuestring[0] == '\0' ||
+            strlen(remote->valuestring) >= sizeof c->remote)
+            return cli_err_set(
+                err, "%s: \"remote\" must be a URL (file:///PATH or s3://BUCKET/PREFIX)", path);
+        strcpy(c->remote, remote->valuestring);
+    }
+    const cJSON *auth = cJSON_GetObjectItemCaseSensitive(root, "auth");
+    if (auth != NULL && !cJSON_IsBool(auth))
+        return cli_err_set(err, "%s: \"auth\" must be true or false", path);
+    if (cJSON_IsTrue(auth) && cluster_auth_read(c, err) != 0)
+        return -1;
+    return 0;
+}
+
+/* The safekeepers array: CLUSTER_SAFEKEEPERS entries in c's order, their
+ * ports and node ids.  0 or -1 with a reason. */
+static int cluster_parse_safekeepers(const cJSON *sks, const char *path, cluster *c, cli_err *err)
+{
+    if (!cJSON_IsArray(sks) || cJSON_GetArraySize(sks) != CLUSTER_SAFEKEEPERS)
+        return cli_err_set(err, "%s: expected %d safekeepers", path, CLUSTER_SAFEKEEPERS);
+    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
+        const cJSON *sk = cJSON_GetArrayItem(sks, i);
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(sk, "name");
+        if (!cJSON_IsString(name) || strcmp(name->valuestring, c->sk[i].name) != 0 ||
+            json_get_port(sk, "pg_port", &c->sk[i].pg_port) != 0 ||
+            json_get_port(sk, "http_port", &c->sk[i].http_port) != 0)
+            return cli_err_set(err, "%s: bad safekeeper entry %d", path, i + 1);
+        /* The node id: i + 1 unless `strata safekeeper replace` gave the
+         * safekeeper in this place a new one. */
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(sk, "id");
+        if (id != NULL) {
+            if (!cJSON_IsNumber(id) || id->valuedouble < 1 || id->valuedouble > 1e9)
+                return cli_err_set(err, "%s: bad node id of safekeeper entry %d", path, i + 1);
+            c->sk[i].id = (int)id->valuedouble;
+        }
+    }
+    return 0;
+}
+
 int cluster_load(const char *dir, cluster *c, cli_err *err)
 {
     char path[PATH_MAX];
@@ -439,58 +494,9 @@ int cluster_load(const char *dir, cluster *c, cli_err *err)
         cli_err_set(err, "%s: bad compute or pageserver ports", path);
         goto out;
     }
-    /* Absent until the pageserver has imported the timeline. */
-    const cJSON *import_lsn = cJSON_GetObjectItemCaseSensitive(pageserver, "import_lsn");
-    if (import_lsn != NULL && !cJSON_IsNull(import_lsn)) {
-        if (!cJSON_IsString(import_lsn) ||
-            !lsn_parse(import_lsn->valuestring, &tmp.pageserver_import_lsn)) {
-            cli_err_set(err, "%s: bad pageserver import_lsn", path);
-            goto out;
-        }
-        tmp.pageserver_imported = true;
-    }
-    /* Absent in a cluster.json from before remote storage. */
-    const cJSON *remote = cJSON_GetObjectItemCaseSensitive(root, "remote");
-    if (remote != NULL) {
-        if (!cJSON_IsString(remote) || remote->valuestring[0] == '\0' ||
-            strlen(remote->valuestring) >= sizeof tmp.remote) {
-            cli_err_set(err, "%s: \"remote\" must be a URL (file:///PATH or s3://BUCKET/PREFIX)",
-                        path);
-            goto out;
-        }
-        strcpy(tmp.remote, remote->valuestring);
-    }
-    const cJSON *auth = cJSON_GetObjectItemCaseSensitive(root, "auth");
-    if (auth != NULL && !cJSON_IsBool(auth)) {
-        cli_err_set(err, "%s: \"auth\" must be true or false", path);
+    if (cluster_parse_optional(root, pageserver, path, &tmp, err) != 0 ||
+        cluster_parse_safekeepers(sks, path, &tmp, err) != 0)
         goto out;
-    }
-    if (cJSON_IsTrue(auth) && cluster_auth_read(&tmp, err) != 0)
-        goto out;
-    if (!cJSON_IsArray(sks) || cJSON_GetArraySize(sks) != CLUSTER_SAFEKEEPERS) {
-        cli_err_set(err, "%s: expected %d safekeepers", path, CLUSTER_SAFEKEEPERS);
-        goto out;
-    }
-    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++) {
-        const cJSON *sk = cJSON_GetArrayItem(sks, i);
-        const cJSON *name = cJSON_GetObjectItemCaseSensitive(sk, "name");
-        if (!cJSON_IsString(name) || strcmp(name->valuestring, tmp.sk[i].name) != 0 ||
-            json_get_port(sk, "pg_port", &tmp.sk[i].pg_port) != 0 ||
-            json_get_port(sk, "http_port", &tmp.sk[i].http_port) != 0) {
-            cli_err_set(err, "%s: bad safekeeper entry %d", path, i + 1);
-            goto out;
-        }
-        /* The node id: i + 1 unless `strata safekeeper replace` gave the
-         * safekeeper in this place a new one. */
-        const cJSON *id = cJSON_GetObjectItemCaseSensitive(sk, "id");
-        if (id != NULL) {
-            if (!cJSON_IsNumber(id) || id->valuedouble < 1 || id->valuedouble > 1e9) {
-                cli_err_set(err, "%s: bad node id of safekeeper entry %d", path, i + 1);
-                goto out;
-            }
-            tmp.sk[i].id = (int)id->valuedouble;
-        }
-    }
     *c = tmp;
     rc = 0;
 out:

@@ -86,93 +86,123 @@ static bool probe_wait(int fd, short events, long long deadline)
     }
 }
 
-int probe_http_request(int port, const char *method, const char *path, const char *body,
-                       const char *token, int timeout_ms, int *status, char **resp, cli_err *err)
+/* One request's context, for its messages and its deadline. */
+typedef struct probe_req {
+    int port;
+    const char *method;
+    const char *path;
+    int timeout_ms;
+    long long deadline;
+} probe_req;
+
+/* The request line and headers into head (cap bytes).  Returns their
+ * length, or -1 with a reason. */
+static int probe_format_head(const probe_req *r, const char *token, bool has_body, size_t body_len,
+                             char *head, size_t cap, cli_err *err)
 {
-    long long deadline = proc_now_ms() + timeout_ms;
-    size_t body_len = body ? strlen(body) : 0;
-    if (body_len > PROBE_HTTP_MAX_BODY)
-        return cli_err_set(err, "%s %s: request body too large", method, path);
-    int fd = probe_connect(port, deadline);
-    if (fd < 0)
-        return cli_err_set(err, "connect 127.0.0.1:%d: %s", port, strerror(errno));
-    char head[1024];
     char auth[300] = "";
     if (token != NULL &&
-        snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", token) >= (int)sizeof auth) {
-        close(fd);
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", token) >= (int)sizeof auth)
         return cli_err_set(err, "bearer token too long");
-    }
     int head_len;
-    if (body != NULL)
-        head_len = snprintf(head, sizeof head,
+    if (has_body)
+        head_len = snprintf(head, cap,
                             "%s %s HTTP/1.0\r\nHost: 127.0.0.1:%d\r\n%s"
                             "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-                            method, path, port, auth, body_len);
+                            r->method, r->path, r->port, auth, body_len);
     else
-        head_len = snprintf(head, sizeof head, "%s %s HTTP/1.0\r\nHost: 127.0.0.1:%d\r\n%s\r\n",
-                            method, path, port, auth);
-    if (head_len < 0 || head_len >= (int)sizeof head) {
-        close(fd);
+        head_len = snprintf(head, cap, "%s %s HTTP/1.0\r\nHost: 127.0.0.1:%d\r\n%s\r\n", r->method,
+                            r->path, r->port, auth);
+    if (head_len < 0 || head_len >= (int)cap)
         return cli_err_set(err, "HTTP path too long");
+    return head_len;
+}
+
+/* Sends len bytes of data before the deadline.  0 or -1 with a reason. */
+static int probe_send(int fd, const probe_req *r, const char *data, size_t len, cli_err *err)
+{
+    for (size_t sent = 0; sent < len;) {
+        if (!probe_wait(fd, POLLOUT, r->deadline))
+            return cli_err_set(err, "%s %s on port %d: timed out", r->method, r->path, r->port);
+        ssize_t n = send(fd, data + sent, len - sent, MSG_NOSIGNAL);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (n < 0)
+            return cli_err_set(err, "%s %s on port %d: %s", r->method, r->path, r->port,
+                               strerror(errno));
+        sent += (size_t)n;
     }
-    const char *parts[2] = {head, body};
-    size_t lens[2] = {(size_t)head_len, body_len};
-    for (int part = 0; part < 2; part++) {
-        for (size_t sent = 0; sent < lens[part];) {
-            if (!probe_wait(fd, POLLOUT, deadline)) {
-                close(fd);
-                return cli_err_set(err, "%s %s on port %d: timed out", method, path, port);
-            }
-            ssize_t n = send(fd, parts[part] + sent, lens[part] - sent, MSG_NOSIGNAL);
-            if (n < 0 && (errno == EINTR || errno == EAGAIN))
-                continue;
-            if (n < 0) {
-                int e = errno;
-                close(fd);
-                return cli_err_set(err, "%s %s on port %d: %s", method, path, port, strerror(e));
-            }
-            sent += (size_t)n;
-        }
-    }
+    return 0;
+}
+
+/* Reads until the server closes, before the deadline.  0 with *out the
+ * NUL-terminated malloc'd response the caller frees, or -1 with a reason. */
+static int probe_recv_all(int fd, const probe_req *r, char **out, cli_err *err)
+{
     size_t cap = 8192, got = 0;
     char *buf = malloc(cap);
-    if (buf == NULL) {
-        close(fd);
+    if (buf == NULL)
         return cli_err_set(err, "out of memory");
-    }
-    int rc = -1;
     for (;;) {
         if (got + 1 >= cap) {
             if (cap >= PROBE_HTTP_MAX_BODY + 4096) {
-                cli_err_set(err, "%s %s on port %d: response too large", method, path, port);
-                goto out;
+                cli_err_set(err, "%s %s on port %d: response too large", r->method, r->path,
+                            r->port);
+                goto fail;
             }
             char *bigger = realloc(buf, cap * 2);
             if (bigger == NULL) {
                 cli_err_set(err, "out of memory");
-                goto out;
+                goto fail;
             }
             buf = bigger;
             cap *= 2;
         }
-        if (!probe_wait(fd, POLLIN, deadline)) {
-            cli_err_set(err, "%s %s on port %d: timed out after %d s", method, path, port,
-                        timeout_ms / 1000);
-            goto out;
+        if (!probe_wait(fd, POLLIN, r->deadline)) {
+            cli_err_set(err, "%s %s on port %d: timed out after %d s", r->method, r->path, r->port,
+                        r->timeout_ms / 1000);
+            goto fail;
         }
         ssize_t n = recv(fd, buf + got, cap - got - 1, 0);
         if (n < 0 && (errno == EINTR || errno == EAGAIN))
             continue;
         if (n < 0) {
-            cli_err_set(err, "%s %s on port %d: %s", method, path, port, strerror(errno));
-            goto out;
+            cli_err_set(err, "%s %s on port %d: %s", r->method, r->path, r->port, strerror(errno));
+            goto fail;
         }
         if (n == 0)
             break;
         got += (size_t)n;
     }
     buf[got] = '\0';
+    *out = buf;
+    return 0;
+fail:
+    free(buf);
+    return -1;
+}
+
+int probe_http_request(int port, const char *method, const char *path, const char *body,
+                       const char *token, int timeout_ms, int *status, char **resp, cli_err *err)
+{
+    probe_req r = {.port = port,
+                   .method = method,
+                   .path = path,
+                   .timeout_ms = timeout_ms,
+                   .deadline = proc_now_ms() + timeout_ms};
+    size_t body_len = body ? strlen(body) : 0;
+    if (body_len > PROBE_HTTP_MAX_BODY)
+        return cli_err_set(err, "%s %s: request body too large", method, path);
+    int fd = probe_connect(port, r.deadline);
+    if (fd < 0)
+        return cli_err_set(err, "connect 127.0.0.1:%d: %s", port, strerror(errno));
+    char head[1024];
+    char *buf = NULL;
+    int rc = -1;
+    int head_len = probe_format_head(&r, token, body != NULL, body_len, head, sizeof head, err);
+    if (head_len < 0 || probe_send(fd, &r, head, (size_t)head_len, err) != 0 ||
+        probe_send(fd, &r, body, body_len, err) != 0 || probe_recv_all(fd, &r, &buf, err) != 0)
+        goto out;
     if (sscanf(buf, "HTTP/%*d.%*d %d", status) != 1) {
         cli_err_set(err, "%s %s on port %d: not an HTTP response", method, path, port);
         goto out;
