@@ -54,7 +54,7 @@ typedef struct cli_opts {
     int argc;               /* extra arguments (psql after --, bench args) */
     char **argv;
     cli_page_args page; /* page get */
-    /* start/stop compute NAME (a named compute, cmd_timeline.c): NULL for
+    /* start/stop compute NAME (a named compute, compute/computes.c): NULL for
      * the default compute.  start: --timeline T (default main), --port P (0:
      * as before, else a free one), --read-only and --lsn X/Y. */
     const char *compute_name;

@@ -3,8 +3,8 @@
  * NAME --read-only [--timeline T] [--lsn X/Y]` (docs/branches: a static
  * compute pinned at an LSN, or a replica following the timeline's WAL).
  *
- * cmd_timeline.c has parsed and checked the command line, registered the
- * compute (timelines.h: read_only, has_lsn/lsn) and made its cluster view
+ * main.c has parsed and checked the command line; computes.c has registered
+ * the compute (timelines.h: read_only, has_lsn/lsn) and made its cluster view
  * (its name, port, timeline id and the timeline's start LSN); it calls
  * compute_start_read_only and then waits for it like any compute
  * (compute_wait_ready).  Stopping, status and `strata down` treat it as

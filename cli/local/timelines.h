@@ -13,7 +13,7 @@
  * is not in the file either.
  *
  * A file without a key (or no file) is an empty registry.  Callers hold the
- * cluster lock (cmd_cluster.h) around load, change, save.
+ * cluster lock (cluster_lock, cluster.h) around load, change, save.
  *
  * Not for: talking to the pageserver (cmd_timeline.c) or running computes
  * (compute.h).
