@@ -83,6 +83,9 @@ int cmd_safekeeper(const cli_opts *o);
 /* `strata safekeeper seed` and `join` (sub), for stacks without
  * cluster.json: cmd_sk_join.c. */
 int cmd_safekeeper_stack(const char *sub);
+/* `strata safekeeper recover --from NAME [--confirm]` on the cluster under
+ * dir (cmd_sk_recover.c). */
+int cmd_safekeeper_recover(const char *dir, const char *from, bool confirm);
 int cmd_page(const cli_opts *o);
 int cmd_remote(const cli_opts *o);  /* cmd_remote.c: the object store */
 int cmd_restore(const cli_opts *o); /* cmd_timeline.c: branch + compute */

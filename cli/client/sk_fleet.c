@@ -1,17 +1,25 @@
 /*
- * sk_fleet.c: the safekeepers of a membership change, by address.  See
- * sk_fleet.h.
+ * sk_fleet.c: the safekeepers of a membership change, by address, and the
+ * local cluster's nodes a change seeds.  See sk_fleet.h.
  */
 #include "cli/client/sk_fleet.h"
 
+#include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include "cli/local/proc.h"
 #include "cli/local/safekeepers.h"
+#include "base/durable.h"
 #include "base/log.h"
 #include "base/strata_assert.h"
+
+/* How long a seeded node may take to answer after its start. */
+#define SEED_START_TIMEOUT_MS (30 * 1000)
 
 void sk_fleet_of_cluster(const cluster *c, sk_fleet *f)
 {
@@ -79,7 +87,7 @@ const char *sk_fleet_set_text(const member *set, uint32_t n, char *buf, size_t c
     return buf;
 }
 
-static bool in_set(const member *set, uint32_t n, uint64_t id)
+bool sk_fleet_in_set(const member *set, uint32_t n, uint64_t id)
 {
     for (uint32_t i = 0; i < n; i++)
         if (set[i].node_id == id)
@@ -100,7 +108,7 @@ int sk_fleet_switch(const sk_fleet *f, const membership *m, const member *count_
             log_warn("%s did not take generation %u: %s", f->node[i].name, m->generation, err.msg);
             continue;
         }
-        if (in_set(count_in, n_count, f->node[i].node_id))
+        if (sk_fleet_in_set(count_in, n_count, f->node[i].node_id))
             took++;
     }
     return took;
@@ -203,6 +211,70 @@ int sk_fleet_settle(const sk_fleet *f, const membership *joint, bool finish, cli
     printf("generation %u: members %s%s\n", m.generation,
            sk_fleet_set_text(m.members, m.n_members, a, sizeof a),
            finish ? "" : " (the unfinished change rolled back)");
+    fflush(stdout);
+    return 0;
+}
+
+/* ---- a local cluster's nodes ---- */
+
+sk_target sk_fleet_target_of(const cluster *c, const cluster_safekeeper *sk)
+{
+    /* The admin token when auth is on: configuration changes need it. */
+    sk_target t = {.host = sk->host,
+                   .port = sk->pg_port,
+                   .tenant = c->tenant_id,
+                   .timeline = c->timeline_id,
+                   .password = cluster_admin_token(c)};
+    return t;
+}
+
+/* The highest node id the cluster or configuration m knows: the ids above
+ * it were never used. */
+uint64_t sk_fleet_highest_id(const cluster *c, const membership *m)
+{
+    uint64_t id = 0;
+    for (int i = 0; i < CLUSTER_SAFEKEEPERS; i++)
+        if ((uint64_t)c->sk[i].id > id)
+            id = (uint64_t)c->sk[i].id;
+    member all[2 * MEMBERSHIP_MAX];
+    int n = membership_union(m, all);
+    for (int i = 0; i < n; i++)
+        if (all[i].node_id > id)
+            id = all[i].node_id;
+    return id;
+}
+
+int sk_fleet_seed_node(cluster *c, int idx, int donor, uint64_t dead, uint64_t new_id,
+                       const sk_copy_state *cs, cli_err *err)
+{
+    cluster_safekeeper *sk = &c->sk[idx];
+    char datadir[PATH_MAX], aside[PATH_MAX + 64];
+    if (cluster_path(c, sk->name, datadir, err) != 0)
+        return -1;
+    struct stat sb;
+    if (stat(datadir, &sb) == 0) {
+        snprintf(aside, sizeof aside, "%s.replaced-node%" PRIu64 "-%ld", datadir, dead,
+                 (long)time(NULL));
+        int rc = durable_rename(datadir, aside);
+        if (rc != 0)
+            return cli_err_set(err, "move %s aside: %s", datadir, strerror(-rc));
+        printf("moved the old data directory to %s\n", aside);
+    }
+    if (mkdir(datadir, 0750) != 0)
+        return cli_err_set(err, "mkdir %s: %s", datadir, strerror(errno));
+    sk_target dt = sk_fleet_target_of(c, &c->sk[donor]);
+    lsn_t copied = 0;
+    if (sk_client_copy_timeline(&dt, datadir, new_id, cs, &copied, err) != 0)
+        return -1;
+    sk->id = (int)new_id;
+    if (cluster_save(c, err) != 0)
+        return -1;
+    if (safekeepers_start(c, sk, err) != 0 ||
+        safekeepers_wait_ready(c, sk, SEED_START_TIMEOUT_MS, err) != 0)
+        return -1;
+    char l[LSN_FMT_LEN];
+    printf("%s started as node %" PRIu64 " with WAL up to %s\n", sk->name, new_id,
+           lsn_format(copied, l));
     fflush(stdout);
     return 0;
 }

@@ -1,11 +1,15 @@
 /*
  * sk_fleet.h: the safekeepers a membership change talks to, by address --
  * their states, a configuration switch on all of them, the wait for the
- * sync position (sk_change.h) -- with progress on stdout.  Used by
- * `strata safekeeper replace` and `recover` on a local cluster
- * (cmd_safekeeper.c, which knows which processes run) and by `strata
- * safekeeper join` in a stack without cluster.json (cmd_sk_join.c, which
- * asks every address).  Blocking, libpq through sk_client.h.
+ * sync position (sk_change.h) -- with progress on stdout; and a new node
+ * of a local cluster seeded from a donor (sk_fleet_seed_node).
+ *
+ * For: `strata safekeeper replace` and `recover` on a local cluster
+ * (cmd/cmd_safekeeper.c, cmd/cmd_sk_recover.c, which know which processes
+ * run) and `strata safekeeper join` in a stack without cluster.json
+ * (cmd/cmd_sk_join.c, which asks every address).  Blocking, libpq through
+ * sk_client.h.
+ * Not for: the rules of a change (sk_change.h).
  */
 #ifndef STRATA_CLI_SK_FLEET_H
 #define STRATA_CLI_SK_FLEET_H
@@ -81,5 +85,28 @@ int sk_fleet_settle(const sk_fleet *f, const membership *joint, bool finish, cli
 
 /* The text of one set, for messages; returns buf. */
 const char *sk_fleet_set_text(const member *set, uint32_t n, char *buf, size_t cap);
+
+/* True when node id is in set (n members). */
+bool sk_fleet_in_set(const member *set, uint32_t n, uint64_t id);
+
+/* ---- a local cluster's nodes, for `strata safekeeper replace|recover` ---- */
+
+/* Where the cluster's safekeeper sk listens, with the admin token (when
+ * auth is on: configuration changes need it). */
+sk_target sk_fleet_target_of(const cluster *c, const cluster_safekeeper *sk);
+
+/* The highest node id the cluster or configuration m knows: the ids above
+ * it were never used. */
+uint64_t sk_fleet_highest_id(const cluster *c, const membership *m);
+
+/*
+ * A new node in slot idx: its data directory moved aside (named after
+ * node dead), a new one holding a copy of donor's WAL (cs: the
+ * configuration and term the copy takes, NULL: the donor's), the slot's id
+ * set to new_id and cluster.json saved, then the node started and waited
+ * for.  Prints each step.  0, or -1 with err.
+ */
+int sk_fleet_seed_node(cluster *c, int idx, int donor, uint64_t dead, uint64_t new_id,
+                       const sk_copy_state *cs, cli_err *err);
 
 #endif

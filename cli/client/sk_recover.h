@@ -1,5 +1,5 @@
 /*
- * sk_recover.h: what `strata safekeeper recover` (cmd_safekeeper.c) takes
+ * sk_recover.h: what `strata safekeeper recover` (cmd/cmd_sk_recover.c) takes
  * from the object store and does to it, so that the rebuilt timeline, the
  * WAL backup and the pageserver's uploads agree (docs/design.md §4.10):
  *

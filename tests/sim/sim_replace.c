@@ -205,7 +205,7 @@ static void run_fail(const char *why)
     A.next_run = sim_step() + 20 + (int)sim_rnd_below(200);
 }
 
-/* A node id never used before (cmd_safekeeper.c unused_node_id). */
+/* A node id never used before (cli/client/sk_fleet.c sk_fleet_highest_id + 1). */
 static uint64_t unused_node_id(const membership *m)
 {
     uint64_t id = 0;
