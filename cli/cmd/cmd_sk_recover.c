@@ -20,6 +20,8 @@
  * lost commits the new history would contradict), and moves the backup's
  * objects past the seed end to the quarantine before the new nodes start.
  *
+ * For: `strata safekeeper recover --from NAME [--confirm]`, reached from
+ * the subcommand dispatch in cmd_safekeeper.c through cli.h.
  * Not for: replacing one lost safekeeper while a majority lives
  * (cmd_safekeeper.c), the object store's side (client/sk_recover.h).
  */

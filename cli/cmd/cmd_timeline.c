@@ -41,6 +41,30 @@
 
 #define PS_TIMEOUT_MS 30000
 
+/* What to branch: NAME from `from` (NULL: main) at lsn, at time, or (neither)
+ * at the parent's last record. */
+typedef struct branch_args {
+    const char *name;
+    const char *from;
+    bool has_lsn;
+    lsn_t lsn;
+    const char *time;
+} branch_args;
+
+/* What the pageserver resolved a time to (GET .../lsn_by_time). */
+typedef struct time_point {
+    lsn_t lsn;
+    char commit_time[64]; /* "" when it had none ("latest") */
+    char kind[16];        /* "commit" or "latest" */
+} time_point;
+
+typedef struct branch_result {
+    timeline_entry entry;
+    long long create_ms; /* the pageserver's create call */
+    bool has_tp;         /* with a time: the commit it resolved to */
+    time_point tp;
+} branch_result;
+
 /* ---- the pageserver's timeline API ---- */
 
 /* One request to the cluster's pageserver.  2xx: 0 and *out the parsed
@@ -192,8 +216,10 @@ static void wait_parent_ingested(const cluster *c, const strata_id *parent, bool
         proc_sleep_ms(50);
 }
 
-int timeline_branch(const cluster *c, timeline_registry *r, const branch_args *a_in,
-                    branch_result *res, cli_err *err)
+/* Makes the branch on the pageserver and records it (saved).  The cluster
+ * lock is held.  0, or -1 with the reason (the pageserver's words). */
+static int timeline_branch(const cluster *c, timeline_registry *r, const branch_args *a_in,
+                           branch_result *res, cli_err *err)
 {
     branch_args copy = *a_in;
     const branch_args *a = &copy;
