@@ -1,7 +1,7 @@
 /*
  * cli.h: what the `strata` command's modules share: the error buffer every
  * fallible function fills with a one-line reason, and the command entry
- * points that cli/main.c dispatches to.
+ * points that cli/cmd/main.c dispatches to.
  *
  * Not for: option parsing (main.c) or any one concern's details (cluster.h,
  * proc.h, locate.h, probe.h, compute.h, safekeepers.h).
@@ -54,7 +54,7 @@ typedef struct cli_opts {
     int argc;               /* extra arguments (psql after --, bench args) */
     char **argv;
     cli_page_args page; /* page get */
-    /* start/stop compute NAME (a named compute, cmd_timeline.c): NULL for
+    /* start/stop compute NAME (a named compute, compute/computes.c): NULL for
      * the default compute.  start: --timeline T (default main), --port P (0:
      * as before, else a free one), --read-only and --lsn X/Y. */
     const char *compute_name;
@@ -83,9 +83,17 @@ int cmd_safekeeper(const cli_opts *o);
 /* `strata safekeeper seed` and `join` (sub), for stacks without
  * cluster.json: cmd_sk_join.c. */
 int cmd_safekeeper_stack(const char *sub);
+/* `strata safekeeper recover --from NAME [--confirm]` on the cluster under
+ * dir (cmd_sk_recover.c). */
+int cmd_safekeeper_recover(const char *dir, const char *from, bool confirm);
 int cmd_page(const cli_opts *o);
 int cmd_remote(const cli_opts *o);  /* cmd_remote.c: the object store */
 int cmd_restore(const cli_opts *o); /* cmd_timeline.c: branch + compute */
+/* `strata tenant|timeline` (cmd_admin.c): main.c passes every argument after
+ * the command word in o->argc/o->argv; they parse their own options.  CLI_OK,
+ * CLI_FAIL with the server's error message, or CLI_USAGE. */
+int cmd_tenant(const cli_opts *o);
+int cmd_timeline(const cli_opts *o);
 
 /* Prints "strata: <reason>" on stderr and returns CLI_FAIL. */
 int cli_fail(const cli_err *err);

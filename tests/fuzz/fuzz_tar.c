@@ -1,6 +1,6 @@
 /*
  * fuzz_tar.c: libFuzzer target for the CLI's basebackup tar reader
- * (cli/basebackup_tar.h), the decoder of what a pageserver sends a compute
+ * (cli/client/basebackup_tar.h), the decoder of what a pageserver sends a compute
  * launcher.  The reader is pure C with no dependencies, so it is compiled
  * in here (the fuzz targets do not link strata_cli).  Each input is fed
  * whole and then again split at a point taken from its first byte; both
@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "cli/basebackup_tar.c"
+#include "cli/client/basebackup_tar.c"
 
 typedef struct check {
     uint64_t declared, got;

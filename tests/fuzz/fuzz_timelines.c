@@ -1,5 +1,5 @@
 /*
- * fuzz_timelines: the decoder of D/timelines.json (cli/timelines.c,
+ * fuzz_timelines: the decoder of D/timelines.json (cli/local/timelines.c,
  * timelines_parse): the named timelines and computes of a cluster.
  * Properties checked: no crash or sanitizer report; a parsed registry has
  * main and the default compute first, every name valid and unique, every
@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/timelines.h"
+#include "cli/local/timelines.h"
 #include "base/strata_assert.h"
 
 static cluster the_cluster;

@@ -1,7 +1,7 @@
 /*
  * sim_replace.c: the simulator's membership-change actor -- `strata
- * safekeeper replace` (cli/cmd_safekeeper.c) run against the simulated
- * cluster, deciding everything with cli/sk_change.c (docs/design.md §4.9,
+ * safekeeper replace` (cli/cmd/cmd_safekeeper.c) run against the simulated
+ * cluster, deciding everything with cli/client/sk_change.c (docs/design.md §4.9,
  * §4.10).
  *
  * For: at a random point of a seed (most often right after a proposer
@@ -43,7 +43,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli/sk_change.h"
+#include "cli/client/sk_change.h"
 #include "tests/sim/sim.h"
 
 #define N_ACC SIM_N_ACC
@@ -205,7 +205,7 @@ static void run_fail(const char *why)
     A.next_run = sim_step() + 20 + (int)sim_rnd_below(200);
 }
 
-/* A node id never used before (cmd_safekeeper.c unused_node_id). */
+/* A node id never used before (cli/client/sk_fleet.c sk_fleet_highest_id + 1). */
 static uint64_t unused_node_id(const membership *m)
 {
     uint64_t id = 0;
@@ -223,7 +223,7 @@ static uint64_t unused_node_id(const membership *m)
 
 /*
  * What the copy carries besides the WAL follows two rules that
- * cmd_safekeeper.c and cli/sk_client.c copy_attempt lack (the simulator
+ * cmd_safekeeper.c and cli/client/sk_client.c copy_attempt lack (the simulator
  * built with STRATA_BUG_REPLACE_DONOR_STATE does as they do, taking the
  * donor's configuration and term, and loses acknowledged commits):
  *

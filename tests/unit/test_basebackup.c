@@ -15,7 +15,7 @@
  *   - bad LSNs (0, misaligned) and a bad pg_control CRC are refused;
  *   - a replica's pg_control (state, checkPoint, checkpoint copy,
  *     minRecoveryPoint, CRC) and its refusal of a bad stored pg_control;
- *   - the CLI's tar reader (cli/basebackup_tar.h) reads both archives fed
+ *   - the CLI's tar reader (cli/client/basebackup_tar.h) reads both archives fed
  *     in odd-sized pieces, entry for entry and byte for byte what the
  *     writer reports, and refuses absolute names, "..", links, bad
  *     checksums, non-octal sizes, oversized files, truncation, a lone zero
@@ -41,7 +41,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "cli/basebackup_tar.h"
+#include "cli/client/basebackup_tar.h"
 #include "base/byteorder.h"
 #include "base/crc32c.h"
 #include "pg/walformat.h"

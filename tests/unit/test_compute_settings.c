@@ -1,5 +1,5 @@
 /*
- * Unit tests for cli/compute_settings.c: parsing and checking `--set
+ * Unit tests for cli/compute/compute_settings.c: parsing and checking `--set
  * name=value` and STRATA_COMPUTE_SETTINGS lines, quoting for
  * postgresql.conf, the shared_preload_libraries merge, and the compute spec
  * file kept in the cluster directory (real files in a temporary directory).
@@ -14,7 +14,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "cli/compute_settings.h"
+#include "cli/compute/compute_settings.h"
 
 static char tmpdir[256];
 

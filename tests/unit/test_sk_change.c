@@ -1,5 +1,5 @@
 /*
- * Unit tests for cli/sk_change.c: the donor, the copy end, the sync
+ * Unit tests for cli/client/sk_change.c: the donor, the copy end, the sync
  * position and the classification of an interrupted replace.  The scenario
  * of review finding 1 (docs/design.md §4.10) is spelled out in
  * test_lagging_commit_notice: an acknowledged commit is on sk1's and the
@@ -13,7 +13,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "cli/sk_change.h"
+#include "cli/client/sk_change.h"
 #include "proto/membership.h"
 
 static member mk(uint64_t id, const char *addr)
