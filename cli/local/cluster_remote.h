@@ -1,5 +1,5 @@
 /*
- * cluster_remote.h: the local cluster's remote store (issue #13), where the
+ * cluster_remote.h: the local cluster's remote store (docs/storage.md), where the
  * pageserver uploads its data files and manifests and the safekeepers back up
  * closed WAL segments (common/net/remote_storage.h).
  *

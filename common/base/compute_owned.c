@@ -20,7 +20,7 @@ static const char *const owned[] = {
     "strata.pageserver_password",
     "strata.safekeeper_password",
     "strata.allow_timeline_creation",
-    /* A read-only compute's (cli/compute_readonly.c): from postgresql.auto.conf,
+    /* A read-only compute's (cli/compute/compute_readonly.c): from postgresql.auto.conf,
      * which a replica's basebackup carries from its primary, they would
      * override the replica's own. */
     "strata.read_lsn",

@@ -18,7 +18,7 @@
  * strata.conf, so such a setting would override the port, the safekeepers
  * or the synchronous replication every commit relies on.
  *
- * Not for: settings passed by the launcher (cli/compute.c writes them into
+ * Not for: settings passed by the launcher (cli/compute/compute.c writes them into
  * strata.conf from its compute spec) or anything per query.
  */
 #include "postgres.h"

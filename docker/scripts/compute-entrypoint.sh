@@ -2,7 +2,7 @@
 # docker/scripts/compute-entrypoint.sh: the compute service of the Compose stack.
 #
 # The stateless compute, started the one way every compute starts: `strata start compute
-# --remote` (cli/compute_remote.h, docs/cli.md) runs sync-safekeepers against sk1-3,
+# --remote` (cli/compute/compute_remote.h, docs/cli.md) runs sync-safekeepers against sk1-3,
 # fetches a stateless basebackup from the pageserver into a new data directory in the
 # container's own writable layer (no volume: nothing survives the container, nothing
 # needs to), writes strata.conf (full_page_writes = off, every page through the strata

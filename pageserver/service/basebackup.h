@@ -23,7 +23,7 @@
  * the LSN to be ingested (the caller does), compressing.
  *
  * The archive is POSIX ustar written with libarchive (every name is short
- * and every file far below 8 GB); the CLI's reader (cli/basebackup_tar.h,
+ * and every file far below 8 GB); the CLI's reader (cli/client/basebackup_tar.h,
  * fuzzed) and stock tar accept it.
  *
  * LSN rules (the caller's, documented here once): lsn must be a record end

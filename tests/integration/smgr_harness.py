@@ -111,7 +111,7 @@ class SmgrCluster(StrataCluster):
             # pageserver's timeline start.  Stopped before that, the next
             # `strata start compute` takes the compute for one made before the
             # pageserver and restarts it on its (stateless) data directory
-            # without the smgr (cli/compute.c, rep->legacy).
+            # without the smgr (cli/compute/compute.c, rep->legacy).
             with self.connect() as conn:
                 conn.execute("select txid_current()")
             self.stop("compute")

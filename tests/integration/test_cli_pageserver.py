@@ -132,7 +132,7 @@ def test_up_imports_and_status_follows_the_workload(cluster):
         assert f.read().split() == ["pg=%d" % ps["pg_port"], "http=%d" % ps["http_port"]]
     # The ports `strata up` picked are distinct and below the kernel's
     # ephemeral range: no outgoing connection can take one before its daemon
-    # binds it (cli/cluster.c).
+    # binds it (cli/local/cluster.c).
     ports = [st["compute"]["port"], ps["pg_port"], ps["http_port"]] + [
         sk[k] for sk in st["safekeepers"] for k in ("pg_port", "http_port")]
     with open("/proc/sys/net/ipv4/ip_local_port_range") as f:

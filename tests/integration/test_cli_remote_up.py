@@ -1,4 +1,4 @@
-"""`strata up` and the cluster's remote store (cli/cluster_remote.h, issue #13).
+"""`strata up` and the cluster's remote store (cli/local/cluster_remote.h).
 
 Every cluster gets a remote store when it is made and keeps it in cluster.json:
 by default the local directory D/remote, beside (not inside) the pageserver's

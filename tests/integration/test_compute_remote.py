@@ -1,5 +1,5 @@
 """
-`strata start compute --remote` (cli/compute_remote.h): the stateless compute
+`strata start compute --remote` (cli/compute/compute_remote.h): the stateless compute
 started against daemons named by the environment, the way the Compose stack's
 compute container starts (docs/cli.md "Starting a compute against remote
 daemons").

@@ -47,11 +47,11 @@
  *                                   its local WAL reaches the term start
  *   STRATA_BUG_PERSIST_BEFORE_TRUNCATE  the edge runs a PERSIST_CONTROL
  *                                   before the TRUNCATE_WAL ahead of it
- * and of replace (sim_replace.c, cli/sk_change.c):
+ * and of replace (sim_replace.c, cli/client/sk_change.c):
  *   STRATA_BUG_REPLACE_COPY_TO_COMMIT  the copy ends at the donor's commit
  *                                   and the sync position is a commit position
  *   STRATA_BUG_REPLACE_DONOR_STATE  the copy takes the donor's configuration
- *                                   and term (as cli/sk_client.c does), and
+ *                                   and term (as cli/client/sk_client.c does), and
  *                                   generation 0 is not made explicit first
  *
  * Not for: performance, real IO, threads, real time.  Everything derives

@@ -6,7 +6,7 @@
  * the running safekeepers for TIMELINE_STATUS, sends them
  * SWITCH_MEMBERSHIP, seeds a new data directory from a donor, starts and
  * stops processes.  Nothing here reaches into an acceptor's core: the rules
- * are cli/sk_change.c's, the transport is these calls.  Safekeepers live at
+ * are cli/client/sk_change.c's, the transport is these calls.  Safekeepers live at
  * SIM_N_ACC fixed addresses ("sk1:5454", ...); a replaced node's successor
  * takes its address with a new node id.
  *
@@ -69,7 +69,7 @@ void sim_acc_lose(int a);
 
 /*
  * Step 2 of a replace: the data directory at a (the old one moved aside)
- * gets the donor's WAL below end and a control file as cli/sk_client.c
+ * gets the donor's WAL below end and a control file as cli/client/sk_client.c
  * copy_attempt writes it, for node new_id, with the donor's term or term
  * if that is higher, and configuration mconf (NULL: the donor's); the node
  * does not run yet.  False (nothing changed) if the donor does not run or
