@@ -26,7 +26,7 @@
 #include "base/log.h"
 #include "pageserver/service/http_api.h"
 #include "pageserver/service/page_service.h"
-#include "pageserver/pagecache.h"
+#include "pageserver/cache/pagecache.h"
 #include "pageserver/redo/redo.h"
 #include "pageserver/timeline/tenants.h"
 

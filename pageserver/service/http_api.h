@@ -43,7 +43,7 @@
 #include <stddef.h>
 
 #include "net/auth.h"
-#include "pageserver/pagecache.h"
+#include "pageserver/cache/pagecache.h"
 #include "pageserver/redo/redo.h"
 #include "pageserver/timeline/tenants.h"
 

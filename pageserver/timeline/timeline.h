@@ -57,7 +57,7 @@
 #include "base/lsn.h"
 #include "pageserver/redo/imagegen.h"
 #include "pageserver/store/key.h"
-#include "pageserver/pagecache.h"
+#include "pageserver/cache/pagecache.h"
 #include "pageserver/redo/redo.h"
 #include "pageserver/remote/upload_status.h"
 #include "pageserver/store/store.h"

@@ -15,7 +15,7 @@
 
 #include "pageserver/ingest/ingest.h"
 #include "pageserver/ingest/walreceiver.h"
-#include "pageserver/pagewarm.h"
+#include "pageserver/cache/pagewarm.h"
 #include "pageserver/remote/uploader.h"
 #include "pageserver/timeline/timeline.h"
 

@@ -1,4 +1,4 @@
-"""Warming cached pages (pageserver/pagewarm.h) end to end.
+"""Warming cached pages (pageserver/cache/pagewarm.h) end to end.
 
 A stock PostgreSQL 15 primary with full_page_writes = off streams WAL
 through three safekeepers into the pageserver, and a stock standby replays

@@ -1,5 +1,5 @@
 /*
- * test_pagecache.c: unit tests of the page cache (pageserver/pagecache.h):
+ * test_pagecache.c: unit tests of the page cache (pageserver/cache/pagecache.h):
  * hits and misses by owner, key and version LSN; one entry per page, the
  * newest version winning, and the older-version lookup; the capacity bound and
  * CLOCK's second chance for hot pages; a disabled cache; and many threads
@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "base/sysmem.h"
-#include "pageserver/pagecache.h"
+#include "pageserver/cache/pagecache.h"
 
 static pg_key block(uint32_t rel, uint32_t blk)
 {

@@ -1,5 +1,5 @@
 /*
- * test_pagewarm.c: unit tests of the warming set (pageserver/pagewarm.h):
+ * test_pagewarm.c: unit tests of the warming set (pageserver/cache/pagewarm.h):
  * nothing is rebuilt before its quiet time; changes that arrive while a
  * page waits coalesce into one rebuild at the newest LSN; a page changed
  * more often than the quiet time waits until the changes stop; a rebuild
@@ -17,7 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "pageserver/pagewarm.h"
+#include "pageserver/cache/pagewarm.h"
 
 typedef struct calls {
     pthread_mutex_t mu;

@@ -11,7 +11,7 @@
  * turn then comes quiet_ms after that change at the earliest); otherwise
  * the worker sleeps until it is due.  Everything is guarded by one mutex.
  */
-#include "pageserver/pagewarm.h"
+#include "pageserver/cache/pagewarm.h"
 
 #include <errno.h>
 #include <pthread.h>

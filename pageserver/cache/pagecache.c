@@ -6,7 +6,7 @@
  * state is guarded by its mutex; counters are atomics so stats can be read
  * without taking any lock.
  */
-#include "pageserver/pagecache.h"
+#include "pageserver/cache/pagecache.h"
 
 #include <assert.h>
 #include <pthread.h>
