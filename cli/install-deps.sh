@@ -16,6 +16,10 @@ PACKAGES=(
   # HammerDB's CLI on Debian's Tcl 8.6 (bench/tprocc.py --driver hammerdb; the
   # HammerDB kit itself is a tool the user names with HAMMERDB_KIT).
   tcl8.6 tcl-thread libpgtcl libsqlite3-tcl tcllib
+  # etcd 3.4 (/usr/bin/etcd): the coordination service of several pageservers
+  # (common/net/etcd.h); etcdctl to look at it by hand.  The package starts no
+  # daemon here: tests and `strata up` run their own members.
+  etcd-server etcd-client
 )
 
 missing=()
