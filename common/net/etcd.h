@@ -125,4 +125,53 @@ STRATA_MUST_CHECK int etcd_decode_keepalive(const char *body, size_t len, int64_
 STRATA_MUST_CHECK int etcd_decode_error(const char *body, size_t len, etcd_error *out, char *err,
                                         size_t errlen);
 
+/* ---- the client ---- */
+
+typedef struct etcd_client etcd_client;
+
+/* Opens a client on endpoints, a comma-separated list of "http://HOST:PORT"
+ * (1 to ETCD_MAX_ENDPOINTS), each request bounded by timeout_ms (> 0).
+ * Connects to nothing yet.  NULL and err on a bad list or out of memory. */
+etcd_client *etcd_open(const char *endpoints, int timeout_ms, char *err, size_t errlen);
+/* Frees the client; NULL is fine. */
+void etcd_close(etcd_client *c);
+
+/* Reads one key: 1 and *out filled (free with etcd_kv_free), 0 when the key
+ * does not exist (*out zeroed), -1 on error. */
+STRATA_MUST_CHECK int etcd_get(etcd_client *c, const char *key, etcd_kv *out, char *err,
+                               size_t errlen);
+/* Reads the keys that start with prefix (non-empty), at most max_kvs
+ * (1..ETCD_MAX_KVS) of them in key order; out->more says when there are
+ * more.  0 (free *out with etcd_range_free) or -1. */
+STRATA_MUST_CHECK int etcd_get_prefix(etcd_client *c, const char *prefix, size_t max_kvs,
+                                      etcd_range *out, char *err, size_t errlen);
+/* Writes key = value[len] (len <= ETCD_MAX_VALUE), attached to lease when
+ * it is non-zero; *revision (may be NULL) gets the key's new mod_revision. */
+STRATA_MUST_CHECK int etcd_put(etcd_client *c, const char *key, const void *value, size_t len,
+                               int64_t lease, int64_t *revision, char *err, size_t errlen);
+/* Deletes key: 1 if it existed, 0 if not, -1 on error. */
+STRATA_MUST_CHECK int etcd_delete(etcd_client *c, const char *key, char *err, size_t errlen);
+/*
+ * Compare-and-swap: writes key = value[len] (with lease when non-zero) only
+ * if the key's mod_revision equals expected_mod_revision, or, when that is
+ * 0, only if the key does not exist.  1: written, out->revision is its new
+ * mod_revision.  0: not written, out->current is the key as it is now (key
+ * NULL when it does not exist).  -1: error.  Free *out with
+ * etcd_txn_result_free after 0 or 1.
+ */
+STRATA_MUST_CHECK int etcd_put_if(etcd_client *c, const char *key, const void *value, size_t len,
+                                  int64_t expected_mod_revision, int64_t lease,
+                                  etcd_txn_result *out, char *err, size_t errlen);
+/* Grants a lease of ttl_seconds (> 0; etcd may raise it to its minimum):
+ * 0 with *id and *granted_ttl (may be NULL) set, or -1. */
+STRATA_MUST_CHECK int etcd_lease_grant(etcd_client *c, int64_t ttl_seconds, int64_t *id,
+                                       int64_t *granted_ttl, char *err, size_t errlen);
+/* Renews the lease once: 1 with *ttl (may be NULL) its new TTL, 0 when the
+ * lease no longer exists (expired or revoked: its keys are gone), -1 on
+ * error.  Renew at a third of the TTL. */
+STRATA_MUST_CHECK int etcd_lease_keepalive(etcd_client *c, int64_t id, int64_t *ttl, char *err,
+                                           size_t errlen);
+/* Revokes the lease and deletes its keys: 1, 0 when it did not exist, -1. */
+STRATA_MUST_CHECK int etcd_lease_revoke(etcd_client *c, int64_t id, char *err, size_t errlen);
+
 #endif
