@@ -609,6 +609,15 @@ int compute_start(const cluster *c, cli_err *err)
     return compute_spawn(postgres, &p, &user, err);
 }
 
+PGconn *compute_connect(const cluster *c, int timeout_s)
+{
+    char base[512], connstr[600];
+    cluster_compute_connstr(c, base, sizeof base);
+    int n = snprintf(connstr, sizeof connstr, "%s connect_timeout=%d", base, timeout_s);
+    STRATA_ASSERT(n > 0 && (size_t)n < sizeof connstr);
+    return PQconnectdb(connstr);
+}
+
 int compute_wait_ready(const cluster *c, int timeout_ms, cli_err *err)
 {
     compute_paths p;

@@ -27,6 +27,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <libpq-fe.h>
 
 #include "cli/cli.h"
 #include "cli/local/cluster.h"
@@ -76,6 +77,10 @@ int compute_start(const cluster *c, cli_err *err);
 
 /* Waits (bounded) until the compute accepts connections.  0 or -1. */
 int compute_wait_ready(const cluster *c, int timeout_ms, cli_err *err);
+
+/* A libpq connection to c's compute that gives up after timeout_s: the
+ * caller checks PQstatus and always PQfinish-es it. */
+PGconn *compute_connect(const cluster *c, int timeout_s);
 
 /*
  * Stops the compute.  Normal: fast shutdown (SIGINT), escalating to

@@ -206,10 +206,7 @@ static int primary_checkpoint(const cluster *view, cli_err *err)
         return cli_err_set(err, "no writable compute runs on this timeline to write a newer "
                                 "checkpoint record: start one (its startup writes one) and "
                                 "retry");
-    char connstr[600];
-    cluster_compute_connstr(&primary, connstr, sizeof connstr - 40);
-    strcat(connstr, " connect_timeout=10");
-    PGconn *conn = PQconnectdb(connstr);
+    PGconn *conn = compute_connect(&primary, 10);
     int rc = 0;
     if (PQstatus(conn) != CONNECTION_OK) {
         rc = cli_err_set(err, "connecting to compute %s for a CHECKPOINT: %s",
@@ -345,10 +342,7 @@ int compute_start_read_only(const cluster *view, bool has_lsn, lsn_t lsn, comput
 
 bool compute_read_only_progress(const cluster *view, lsn_t *replay, int64_t *lag)
 {
-    char connstr[600];
-    cluster_compute_connstr(view, connstr, sizeof connstr - 40);
-    strcat(connstr, " connect_timeout=2");
-    PGconn *conn = PQconnectdb(connstr);
+    PGconn *conn = compute_connect(view, 2);
     bool ok = false;
     *lag = -1;
     if (PQstatus(conn) == CONNECTION_OK) {

@@ -285,10 +285,7 @@ int computes_stop_all_named(const cluster *c, cli_err *err)
  * it over SQL; false when it did not answer. */
 static bool compute_lsn(const cluster *view, lsn_t *out)
 {
-    char connstr[600];
-    cluster_compute_connstr(view, connstr, sizeof connstr - 40);
-    strcat(connstr, " connect_timeout=2");
-    PGconn *conn = PQconnectdb(connstr);
+    PGconn *conn = compute_connect(view, 2);
     bool ok = false;
     if (PQstatus(conn) == CONNECTION_OK) {
         PGresult *res = PQexec(conn, "SELECT CASE WHEN pg_is_in_recovery() THEN "

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "base/strata_assert.h"
+#include "net/curl_once.h"
 #include "net/etcd_int.h"
 
 /* ------------------------------------------------------------------ */
@@ -45,14 +46,6 @@ typedef struct etcd_answer {
     bool first_object_only, complete, in_string, escaped;
     int depth;
 } etcd_answer;
-
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static CURLcode curl_init_rc;
-
-static void curl_init(void)
-{
-    curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
-}
 
 /* Finds where the first complete top-level JSON object of a stream ends
  * among the n new bytes at p: their count up to and including its closing
@@ -115,9 +108,9 @@ static void answer_free(etcd_answer *a)
 
 etcd_client *etcd_open(const char *endpoints, int timeout_ms, char *err, size_t errlen)
 {
-    pthread_once(&curl_once, curl_init);
-    if (curl_init_rc != CURLE_OK) {
-        etcd_fail(err, errlen, "etcd: curl_global_init: %s", curl_easy_strerror(curl_init_rc));
+    CURLcode init_rc = curl_once_init();
+    if (init_rc != CURLE_OK) {
+        etcd_fail(err, errlen, "etcd: curl_global_init: %s", curl_easy_strerror(init_rc));
         return NULL;
     }
     if (endpoints == NULL || endpoints[0] == '\0' || timeout_ms <= 0) {

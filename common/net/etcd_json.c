@@ -18,7 +18,9 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <openssl/evp.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,30 +46,17 @@ int etcd_fail(char *err, size_t errlen, const char *fmt, ...)
 /* ------------------------------------------------------------------ */
 /* base64 */
 
-static const char b64_alphabet[] =
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
 size_t etcd_base64_len(size_t n)
 {
     return (n + 2) / 3 * 4;
 }
 
+/* Encoding is OpenSSL's (as remote_s3.c's Content-MD5); decoding below is
+ * our own, since EVP_DecodeBlock accepts non-canonical text. */
 void etcd_base64_encode(const void *data, size_t n, char *out)
 {
-    const unsigned char *p = data;
-    size_t o = 0;
-    for (size_t i = 0; i < n; i += 3) {
-        uint32_t v = (uint32_t)p[i] << 16;
-        if (i + 1 < n)
-            v |= (uint32_t)p[i + 1] << 8;
-        if (i + 2 < n)
-            v |= p[i + 2];
-        out[o++] = b64_alphabet[(v >> 18) & 63];
-        out[o++] = b64_alphabet[(v >> 12) & 63];
-        out[o++] = i + 1 < n ? b64_alphabet[(v >> 6) & 63] : '=';
-        out[o++] = i + 2 < n ? b64_alphabet[v & 63] : '=';
-    }
-    out[o] = '\0';
+    STRATA_ASSERT(n <= INT_MAX / 4 * 3);
+    EVP_EncodeBlock((unsigned char *)out, data, (int)n);
 }
 
 static int b64_value(unsigned char c)

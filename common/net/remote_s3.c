@@ -44,6 +44,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "net/curl_once.h"
 #include "net/remote_backend.h"
 #include "net/s3_xml.h"
 #include "base/strata_assert.h"
@@ -90,14 +91,6 @@ typedef struct s3_req {
     int local_rc; /* failure of our own callback (sink, source file) */
     bool range_status_ok;
 } s3_req;
-
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static CURLcode curl_init_rc;
-
-static void curl_init(void)
-{
-    curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
-}
 
 /* ------------------------------------------------------------------ */
 /* Encoding, hashing */
@@ -972,9 +965,9 @@ static void s3_close(remote_storage *rs)
 
 int remote_s3_open(remote_storage *rs, remote_err *err)
 {
-    pthread_once(&curl_once, curl_init);
-    if (curl_init_rc != CURLE_OK)
-        return remote_fail(err, -EIO, "s3: curl_global_init: %s", curl_easy_strerror(curl_init_rc));
+    CURLcode init_rc = curl_once_init();
+    if (init_rc != CURLE_OK)
+        return remote_fail(err, -EIO, "s3: curl_global_init: %s", curl_easy_strerror(init_rc));
     s3_state *st = calloc(1, sizeof *st);
     if (st == NULL)
         return remote_fail(err, -ENOMEM, "s3: out of memory");

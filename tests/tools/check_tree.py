@@ -176,16 +176,23 @@ def check_function_lengths(root, sources, limit, violations, figures):
                 )
 
 
-def readme_names(readme_path):
-    """Names in backticks on the table rows of a README, with each row's line."""
-    names = {}
+def readme_table(readme_path):
+    """The names in backticks on a README's table rows (lines starting with
+    `|`), each with its row's line: all of them, and the plain file names
+    (x.c, x.h) of the rows' first cells, the files the README says its
+    folder holds."""
+    names, files = {}, {}
     with open(readme_path, encoding="utf-8", errors="replace") as f:
         for lineno, line in enumerate(f, 1):
             if not line.startswith("|"):
                 continue
             for token in BACKTICKED.findall(line):
                 names.setdefault(token.strip(), lineno)
-    return names
+            cells = line.split("|")
+            for token in BACKTICKED.findall(cells[1]) if len(cells) >= 3 else []:
+                if FILE_NAME.match(token.strip()):
+                    files.setdefault(token.strip(), lineno)
+    return names, files
 
 
 def check_readmes(root, sources, violations):
@@ -202,36 +209,19 @@ def check_readmes(root, sources, violations):
                 "with a table naming each" % (readme, d, len(files), ", ".join(files))
             )
             continue
-        named = readme_names(readme_abs)
+        named, listed = readme_table(readme_abs)
         for name in files:
             if name not in named:
                 violations.append(
                     "%s:1: `%s` is in no table row of %s (name it in backticks on a row)"
                     % (os.path.join(d, name), name, readme)
                 )
-        for name, lineno in sorted(first_column_files(readme_abs).items()):
+        for name, lineno in sorted(listed.items()):
             if name not in files:
                 violations.append(
                     "%s:%d: `%s` is named in the file column but is no tracked source of %s/"
                     % (readme, lineno, name, d)
                 )
-
-
-def first_column_files(readme_path):
-    """Plain file names (x.c, x.h) in backticks in the first cell of table rows:
-    the files a README says its folder holds."""
-    names = {}
-    with open(readme_path, encoding="utf-8", errors="replace") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.startswith("|"):
-                continue
-            cells = line.split("|")
-            if len(cells) < 3:
-                continue
-            for token in BACKTICKED.findall(cells[1]):
-                if FILE_NAME.match(token.strip()):
-                    names.setdefault(token.strip(), lineno)
-    return names
 
 
 def default_root():
