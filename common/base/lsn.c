@@ -7,6 +7,8 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "base/hex.h"
+
 char *lsn_format(lsn_t lsn, char *buf)
 {
     snprintf(buf, LSN_FMT_LEN, "%X/%X", (unsigned)(lsn >> 32), (unsigned)lsn);
@@ -54,12 +56,7 @@ bool lsn_parse(const char *s, lsn_t *out)
 
 char *strata_id_format(const strata_id *id, char *buf)
 {
-    static const char digits[] = "0123456789abcdef";
-    for (int i = 0; i < STRATA_ID_LEN; i++) {
-        buf[2 * i] = digits[id->b[i] >> 4];
-        buf[2 * i + 1] = digits[id->b[i] & 15];
-    }
-    buf[2 * STRATA_ID_LEN] = '\0';
+    hex_encode(id->b, STRATA_ID_LEN, buf);
     return buf;
 }
 

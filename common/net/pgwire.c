@@ -23,6 +23,7 @@
  * SCRAM, the extended query protocol, anything about SQL.
  */
 #include "base/byteorder.h"
+#include "base/hex.h"
 #include "net/pgwire.h"
 #include "net/pgwire_int.h"
 
@@ -436,12 +437,7 @@ static bool md5_hex(const uint8_t *data, size_t len, char out[33])
     unsigned int mdlen = 0;
     if (EVP_Digest(data, len, md, &mdlen, EVP_md5(), NULL) != 1 || mdlen != 16)
         return false;
-    static const char hex[] = "0123456789abcdef";
-    for (unsigned int j = 0; j < 16; j++) {
-        out[2 * j] = hex[md[j] >> 4];
-        out[2 * j + 1] = hex[md[j] & 15];
-    }
-    out[32] = '\0';
+    hex_encode(md, 16, out);
     return true;
 }
 

@@ -47,6 +47,7 @@
 #include "net/curl_once.h"
 #include "net/remote_backend.h"
 #include "net/s3_xml.h"
+#include "base/hex.h"
 #include "base/strata_assert.h"
 
 #define S3_POOL 8
@@ -119,16 +120,6 @@ static bool uri_encode(char *out, size_t cap, size_t *len, const char *s, bool k
     }
     out[*len] = '\0';
     return true;
-}
-
-static void hex_encode(const unsigned char *d, size_t n, char *out)
-{
-    static const char hex[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        out[2 * i] = hex[d[i] >> 4];
-        out[2 * i + 1] = hex[d[i] & 15];
-    }
-    out[2 * n] = '\0';
 }
 
 /* SHA-256 (hex) of the body window of req: the x-amz-content-sha256. */
